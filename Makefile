@@ -1,0 +1,29 @@
+# The README's two quick-start commands: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test setup setup-dev lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+
+setup-dev: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+## Simulate the bundled example workload under every policy: table on stdout, plots in qosched-out/.
+demo: setup
+	$(BIN)/qosched demo --out qosched-out
+
+## Lint and run the whole test suite.
+test: setup-dev
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) qosched-out .pytest_cache .ruff_cache

@@ -1,0 +1,336 @@
+"""``qosched sim cluster``, ``qosched trace generate`` and ``qosched demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from contextlib import nullcontext
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from qosched.cluster.generate import GeneratorConfig, generate_trace
+from qosched.cluster.metrics import Summary, summarize, write_job_csv
+from qosched.cluster.policies import create_policy, policy_names
+from qosched.cluster.simulator import SimConfig, SimResult, simulate
+from qosched.cluster.spec import ClusterSpec, read_cluster_spec
+from qosched.cluster.throughput import ThroughputModel
+from qosched.cluster.traces import Trace, read_trace, write_trace
+from qosched.core.errors import InputError
+
+BUNDLED_GPUS = ("A100", "T4")
+HOUR = 3600.0
+
+
+# -- shared options -------------------------------------------------------------------------------
+
+
+def _throughputs(value: str) -> ThroughputModel:
+    """A bundled GPU name (A100, T4) or a directory of tables."""
+    if value in BUNDLED_GPUS:
+        return ThroughputModel.bundled(value)
+    return ThroughputModel.load(value)
+
+
+def _policies(values: Sequence[str]) -> list[str]:
+    names: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if name == "all":
+                names.extend(n for n in policy_names() if n not in names)
+            elif name and name not in names:
+                create_policy(name)  # fails early, listing the known names
+                names.append(name)
+    if not names:
+        raise InputError("no policy given", field="--policy")
+    return names
+
+
+def _cluster(args: argparse.Namespace) -> ClusterSpec:
+    if args.cluster_spec is not None:
+        if args.nodes is not None or args.gpus_per_node is not None:
+            raise InputError("give --cluster-spec or --nodes/--gpus-per-node, not both")
+        return read_cluster_spec(args.cluster_spec)
+    if args.nodes is None or args.gpus_per_node is None:
+        raise InputError("give --cluster-spec PATH, or both --nodes N and --gpus-per-node G")
+    if args.nodes < 1 or args.gpus_per_node < 1:
+        raise InputError("--nodes and --gpus-per-node must be >= 1")
+    return ClusterSpec.from_flags(args.nodes, args.gpus_per_node)
+
+
+def _err_console() -> Console:
+    return Console(stderr=True)
+
+
+def run_policies(
+    cluster: ClusterSpec,
+    throughputs: ThroughputModel,
+    trace: Trace,
+    names: Sequence[str],
+    config: SimConfig,
+    show_progress: bool,
+) -> list[SimResult]:
+    """Run each policy on the trace, with a progress bar on stderr when asked."""
+    results = []
+    progress = (
+        Progress(
+            TextColumn("{task.description:>12}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=_err_console(),
+            transient=True,
+        )
+        if show_progress
+        else nullcontext()
+    )
+    with progress:
+        for name in names:
+            on_progress = None
+            if show_progress:
+                task = progress.add_task(name, total=len(trace.jobs))
+
+                def on_progress(done: int, total: int, task: int = task) -> None:
+                    if done % 50 == 0 or done == total:
+                        progress.update(task, completed=done)
+
+            results.append(
+                simulate(cluster, throughputs, create_policy(name), trace, config, on_progress)
+            )
+    return results
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value / HOUR:.2f}"
+
+
+def summary_table(summaries: Sequence[Summary], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for header in (
+        "policy",
+        "DSR",
+        "met",
+        "declined",
+        "avg JCT h",
+        "p95 JCT h (ddl)",
+        "GPU util",
+        "makespan h",
+        "re-allocs",
+        "sim s",
+    ):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for s in summaries:
+        dsr = s.deadline_satisfactory_ratio
+        table.add_row(
+            s.policy,
+            "-" if dsr is None else f"{dsr:.1%}",
+            f"{s.deadline_met}/{s.deadline_jobs}",
+            str(s.declined),
+            _hours(s.avg_jct_s),
+            _hours(s.jct_deadline.p95_s),
+            "-" if s.gpu_utilization is None else f"{s.gpu_utilization:.1%}",
+            _hours(s.makespan_s),
+            str(s.reallocations),
+            f"{s.wall_s:.2f}",
+        )
+    return table
+
+
+def report(
+    results: Sequence[SimResult],
+    *,
+    as_json: bool,
+    title: str,
+    plot_dir: str | None,
+    jobs_csv_dir: str | None,
+) -> None:
+    summaries = [summarize(r) for r in results]
+    if jobs_csv_dir:
+        Path(jobs_csv_dir).mkdir(parents=True, exist_ok=True)
+        for result in results:
+            write_job_csv(result, Path(jobs_csv_dir) / f"jobs_{result.policy}.csv")
+    plot_path = None
+    if plot_dir:
+        from qosched.report.cluster_plots import plot_cluster_runs  # matplotlib only when asked
+
+        plot_path = plot_cluster_runs(results, plot_dir, title)
+    if as_json:
+        payload = (
+            summaries[0].to_json()
+            if len(summaries) == 1
+            else {"runs": [s.to_json() for s in summaries]}
+        )
+        print(json.dumps(payload))
+        return
+    # A pipe or file gets the full table, not one squeezed to 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console.print(summary_table(summaries, title))
+    notes = []
+    if plot_path:
+        notes.append(f"plots: {plot_path}")
+    if jobs_csv_dir:
+        notes.append(f"per-job CSVs: {jobs_csv_dir}/jobs_<policy>.csv")
+    if notes:
+        _err_console().print("\n".join(notes))
+
+
+def _add_sim_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--throughputs",
+        default="A100",
+        metavar="DIR|A100|T4",
+        help="speed tables: a directory of CSVs or a bundled set (default A100)",
+    )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        metavar="NAME[,NAME]",
+        help=f"policy, comma list or 'all' ({', '.join(policy_names())})",
+    )
+    parser.add_argument(
+        "--restart-pause-s",
+        type=float,
+        default=SimConfig().restart_pause_s,
+        help="seconds of no progress after a running job's GPUs change (default %(default)s)",
+    )
+    parser.add_argument(
+        "--cross-node-factor",
+        type=float,
+        default=SimConfig().cross_node_factor,
+        help="speed factor of a job split over more nodes than it needs (default %(default)s)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object (several policies: {"runs": [...]})',
+    )
+    parser.add_argument("--plot", metavar="DIR", help="write cluster_summary.png here")
+    parser.add_argument("--jobs-csv", metavar="DIR", help="write jobs_<policy>.csv here")
+
+
+# -- qosched sim cluster -------------------------------------------------------------------------
+
+
+def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("cluster", help="simulate a GPU cluster on a job trace")
+    parser.add_argument("--trace", required=True, help="qosched or ElasticFlow CSV trace")
+    parser.add_argument("--cluster-spec", help="ElasticFlow cluster-spec CSV")
+    parser.add_argument("--nodes", type=int)
+    parser.add_argument("--gpus-per-node", type=int)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for random choices (this simulator makes none: same trace, same numbers)",
+    )
+    _add_sim_options(parser)
+    parser.set_defaults(run=run_sim_cluster)
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(restart_pause_s=args.restart_pause_s, cross_node_factor=args.cross_node_factor)
+
+
+def run_sim_cluster(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    throughputs = _throughputs(args.throughputs)
+    names = _policies(args.policy or ["elasticflow"])
+    trace = read_trace(args.trace, throughputs)
+    results = run_policies(
+        cluster, throughputs, trace, names, _config(args), show_progress=sys.stderr.isatty()
+    )
+    title = f"{Path(args.trace).name}: {len(trace.jobs)} jobs on {cluster.describe()}"
+    report(results, as_json=args.json, title=title, plot_dir=args.plot, jobs_csv_dir=args.jobs_csv)
+    return 0
+
+
+# -- qosched trace generate ----------------------------------------------------------------------
+
+
+def add_trace_generate(commands: argparse._SubParsersAction) -> None:
+    d = GeneratorConfig()
+    parser = commands.add_parser(
+        "generate", help="write a synthetic trace (Poisson arrivals, lognormal durations)"
+    )
+    parser.add_argument("--out", required=True, help="CSV file to write")
+    parser.add_argument("--format", choices=("qosched", "elasticflow"), default="qosched")
+    parser.add_argument("--jobs", type=int, default=d.jobs)
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=d.load,
+        help="offered load: requested GPU-seconds / cluster GPU-seconds",
+    )
+    parser.add_argument("--cluster-gpus", type=int, default=d.cluster_gpus)
+    parser.add_argument("--median-duration-s", type=float, default=d.median_duration_s)
+    parser.add_argument(
+        "--duration-sigma",
+        type=float,
+        default=d.duration_sigma,
+        help="sigma of the lognormal duration (default %(default)s)",
+    )
+    parser.add_argument(
+        "--tightness",
+        type=float,
+        nargs=2,
+        default=d.tightness,
+        metavar=("LO", "HI"),
+        help="deadline = submit + U(LO, HI) x duration (default 0.5 1.5)",
+    )
+    parser.add_argument("--best-effort-fraction", type=float, default=d.best_effort_fraction)
+    parser.add_argument("--throughputs", default="A100", metavar="DIR|A100|T4")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.set_defaults(run=run_trace_generate)
+
+
+def run_trace_generate(args: argparse.Namespace) -> int:
+    config = GeneratorConfig(
+        jobs=args.jobs,
+        load=args.load,
+        cluster_gpus=args.cluster_gpus,
+        median_duration_s=args.median_duration_s,
+        duration_sigma=args.duration_sigma,
+        tightness=tuple(args.tightness),
+        best_effort_fraction=args.best_effort_fraction,
+        seed=args.seed,
+    )
+    jobs = generate_trace(config, _throughputs(args.throughputs))
+    write_trace(jobs, args.out, layout=args.format)
+    _err_console().print(f"wrote {len(jobs)} jobs to {args.out} ({args.format} layout)")
+    return 0
+
+
+# -- qosched demo ------------------------------------------------------------------------------
+
+
+def add_demo(groups: argparse._SubParsersAction) -> None:
+    parser = groups.add_parser(
+        "demo", help="simulate the bundled example workload under every policy"
+    )
+    parser.add_argument("--out", default="qosched-out", help="directory for plots and CSVs")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    examples = resources.files("qosched") / "data" / "examples"
+    with (
+        resources.as_file(examples / "workload.csv") as trace_path,
+        resources.as_file(examples / "cluster.csv") as spec_path,
+    ):
+        cluster = read_cluster_spec(spec_path)
+        throughputs = ThroughputModel.bundled("A100")
+        trace = read_trace(trace_path, throughputs)
+    results = run_policies(
+        cluster, throughputs, trace, policy_names(), SimConfig(), show_progress=sys.stderr.isatty()
+    )
+    title = f"bundled example: {len(trace.jobs)} jobs on {cluster.describe()} (A100 speeds)"
+    report(results, as_json=args.json, title=title, plot_dir=args.out, jobs_csv_dir=args.out)
+    return 0

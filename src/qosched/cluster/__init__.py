@@ -1,0 +1,1 @@
+"""Deadline-aware training on a shared cluster: jobs, throughput, traces, policies, simulator."""

@@ -1,0 +1,149 @@
+"""What a simulation achieved: deadline satisfactory ratio, JCTs, utilisation, re-allocations."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qosched.cluster.simulator import SimResult
+
+
+@dataclass(frozen=True, slots=True)
+class JctStats:
+    count: int
+    mean_s: float | None
+    median_s: float | None
+    p95_s: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> JctStats:
+        if not values:
+            return cls(0, None, None, None)
+        array = np.asarray(values, dtype=float)
+        return cls(
+            len(values),
+            float(array.mean()),
+            float(np.median(array)),
+            float(np.percentile(array, 95)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    policy: str
+    jobs: int
+    deadline_jobs: int
+    best_effort_jobs: int
+    deadline_met: int
+    deadline_satisfactory_ratio: float | None
+    accepted: int
+    declined: int
+    avg_jct_s: float | None
+    jct_deadline: JctStats
+    jct_best_effort: JctStats
+    gpu_utilization: float | None
+    makespan_s: float
+    reallocations: int
+    decisions: int
+    wall_s: float
+
+    def to_json(self) -> dict:
+        """DESIGN.md's contract fields first, then the rest."""
+        data = asdict(self)
+        return {
+            "policy": data.pop("policy"),
+            "jobs": data.pop("jobs"),
+            "deadline_satisfactory_ratio": data.pop("deadline_satisfactory_ratio"),
+            "accepted": data.pop("accepted"),
+            "declined": data.pop("declined"),
+            "avg_jct_s": data.pop("avg_jct_s"),
+            "gpu_utilization": data.pop("gpu_utilization"),
+            "wall_s": data.pop("wall_s"),
+            **data,
+        }
+
+
+def allocated_gpu_seconds(result: SimResult) -> float:
+    """Integral of allocated GPUs over the allocation timeline."""
+    timeline = result.allocation_timeline
+    return sum(gpus * (timeline[i + 1][0] - t) for i, (t, gpus) in enumerate(timeline[:-1]))
+
+
+def summarize(result: SimResult) -> Summary:
+    """Metrics of one run. A declined deadline job counts as not satisfied."""
+    outcomes = result.outcomes
+    deadline = [o for o in outcomes if o.deadline_s is not None]
+    best_effort = [o for o in outcomes if o.deadline_s is None]
+    met = sum(o.met_deadline for o in deadline)
+    finished = [o for o in outcomes if o.finish_s is not None]
+    start = min(o.submit_s for o in outcomes) if outcomes else 0.0
+    end = max((o.finish_s for o in finished), default=start)
+    makespan = end - start
+    capacity = result.cluster.total_gpus
+    utilization = allocated_gpu_seconds(result) / (capacity * makespan) if makespan > 0 else None
+    return Summary(
+        policy=result.policy,
+        jobs=len(outcomes),
+        deadline_jobs=len(deadline),
+        best_effort_jobs=len(best_effort),
+        deadline_met=met,
+        deadline_satisfactory_ratio=met / len(deadline) if deadline else None,
+        accepted=sum(not o.declined for o in outcomes),
+        declined=sum(o.declined for o in outcomes),
+        avg_jct_s=JctStats.of([o.jct_s for o in finished]).mean_s,
+        jct_deadline=JctStats.of([o.jct_s for o in deadline if o.finish_s is not None]),
+        jct_best_effort=JctStats.of([o.jct_s for o in best_effort if o.finish_s is not None]),
+        gpu_utilization=utilization,
+        makespan_s=makespan,
+        reallocations=sum(o.reallocations for o in outcomes),
+        decisions=result.decisions,
+        wall_s=result.wall_s,
+    )
+
+
+JOB_CSV_HEADER = (
+    "job_id",
+    "model",
+    "submit_s",
+    "deadline_s",
+    "requested_gpus",
+    "declined",
+    "start_s",
+    "finish_s",
+    "jct_s",
+    "met_deadline",
+    "gpu_seconds",
+    "reallocations",
+)
+
+
+def write_job_csv(result: SimResult, path: str | Path) -> None:
+    """One row per job, in trace order."""
+
+    def cell(value: object) -> object:
+        return "" if value is None else value
+
+    with Path(path).open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(JOB_CSV_HEADER)
+        for o in result.outcomes:
+            writer.writerow(
+                [
+                    o.job_id,
+                    o.model,
+                    o.submit_s,
+                    cell(o.deadline_s),
+                    o.requested_gpus,
+                    int(o.declined),
+                    cell(o.start_s),
+                    cell(o.finish_s),
+                    cell(o.jct_s),
+                    "" if o.deadline_s is None else int(o.met_deadline),
+                    round(o.gpu_seconds, 3),
+                    o.reallocations,
+                ]
+            )

@@ -1,0 +1,107 @@
+"""Where a job's GPUs are: pure functions from GPU counts to per-node placements.
+
+Rules, in order: a job keeps its current placement when its count is unchanged (no restart);
+every other job goes on as few nodes as possible, best-fit on one node when it fits there. Jobs
+are placed in the policy's priority order, or largest first (``largest_first=True``): with
+power-of-two counts and power-of-two nodes that is buddy allocation, which never fragments.
+When keeping placements forces a job across more nodes than it needs, a re-pack (largest first,
+each unchanged job back at its old spot when that is still free) is tried and taken if it splits
+fewer jobs: a split job is slower for the rest of its run, a moved one pays one restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from qosched.cluster.spec import ClusterSpec
+from qosched.cluster.state import Placement
+
+
+def min_nodes(gpus: int, gpus_per_node: int) -> int:
+    return -(-gpus // gpus_per_node)
+
+
+def is_split(placement: Placement, gpus_per_node: int) -> bool:
+    """True when the job spans more nodes than its GPU count needs."""
+    gpus = sum(n for _, n in placement)
+    return len(placement) > min_nodes(gpus, gpus_per_node)
+
+
+def _fit(gpus: int, free: list[int], gpus_per_node: int) -> Placement | None:
+    if gpus <= gpus_per_node:
+        best = -1
+        for node, available in enumerate(free):
+            if available >= gpus and (best < 0 or available < free[best]):
+                best = node
+                if available == gpus:
+                    break
+        if best >= 0:
+            free[best] -= gpus
+            return ((best, gpus),)
+    if sum(free) < gpus:
+        return None
+    taken = []
+    remaining = gpus
+    for node in sorted(range(len(free)), key=lambda n: (-free[n], n)):
+        if remaining == 0:
+            break
+        share = min(free[node], remaining)
+        if share:
+            taken.append((node, share))
+            free[node] -= share
+            remaining -= share
+    return tuple(sorted(taken))
+
+
+def _pack(
+    order: Sequence[tuple[str, int]],
+    cluster: ClusterSpec,
+    keep: Mapping[str, Placement],
+    prefer: Mapping[str, Placement],
+) -> tuple[dict[str, Placement], int]:
+    """Place ``keep`` as it is, then ``order``, each at its ``prefer`` spot when that is free."""
+    free = [cluster.gpus_per_node] * cluster.num_nodes
+    result: dict[str, Placement] = {}
+    for job_id, placement in keep.items():
+        for node, n in placement:
+            free[node] -= n
+        result[job_id] = placement
+    splits = 0
+    for job_id, gpus in order:
+        if job_id in result or gpus == 0:
+            continue
+        placement = prefer.get(job_id)
+        if placement is not None and all(free[node] >= n for node, n in placement):
+            for node, n in placement:
+                free[node] -= n
+        else:
+            placement = _fit(gpus, free, cluster.gpus_per_node)
+        if placement is not None:
+            result[job_id] = placement
+            splits += is_split(placement, cluster.gpus_per_node)
+    return result, splits
+
+
+def place(
+    wanted: Sequence[tuple[str, int]],
+    current: Mapping[str, Placement],
+    cluster: ClusterSpec,
+    *,
+    largest_first: bool = False,
+) -> dict[str, Placement]:
+    """Placements for ``wanted`` (job id, GPUs) pairs; a job that does not fit is left out."""
+    order = sorted(wanted, key=lambda item: -item[1]) if largest_first else list(wanted)
+    unchanged = {
+        job_id: current[job_id]
+        for job_id, gpus in wanted
+        if gpus and job_id in current and sum(n for _, n in current[job_id]) == gpus
+    }
+    sticky, sticky_splits = _pack(order, cluster, unchanged, {})
+    if sticky_splits == 0 or not unchanged:
+        return sticky
+    # Re-pack largest first, leaving each unchanged job where it was whenever its spot is free.
+    by_size = sorted(wanted, key=lambda item: -item[1])
+    repacked, repacked_splits = _pack(by_size, cluster, {}, unchanged)
+    if repacked_splits < sticky_splits and len(repacked) >= len(sticky):
+        return repacked
+    return sticky

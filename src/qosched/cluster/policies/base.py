@@ -1,0 +1,86 @@
+"""The policy interface: the one thing simulators and real backends call to decide.
+
+A backend calls :meth:`Policy.admit` once when a job arrives, then :meth:`Policy.allocate` at every
+scheduling point: after arrivals, after completions, and at the ``wake_at`` the last decision asked
+for. Events at the same instant are handled first and the policy is asked once. A policy never
+knows which backend runs it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import ClassVar
+
+from qosched.cluster.state import ClusterView, Decision, JobState
+from qosched.core.errors import InputError
+
+
+class Policy(ABC):
+    """Base class of cluster policies; subclasses override what they need."""
+
+    name: ClassVar[str]
+    #: Place GPUs largest job first (buddy allocation for power-of-two counts) instead of in
+    #: the decision's priority order.
+    largest_first: ClassVar[bool] = False
+
+    def admit(self, job: JobState, view: ClusterView) -> bool:
+        """Called once when ``job`` arrives (it is not in ``view.jobs`` yet).
+
+        Return False to decline it: it never runs and counts as a missed deadline.
+        """
+        return True
+
+    @abstractmethod
+    def allocate(self, view: ClusterView) -> Decision:
+        """Called at each scheduling point: the GPUs every admitted unfinished job holds next.
+
+        The total must not exceed the cluster's GPUs and every count must be one the job's
+        speed curve has (``job.curve.available``); the backend raises otherwise.
+        """
+
+
+def greedy_requested(jobs: Iterable[JobState], capacity: int) -> dict[str, int]:
+    """Requested GPUs in the given order, skipping (not blocking on) a job that does not fit."""
+    gpus: dict[str, int] = {}
+    free = capacity
+    for job in jobs:
+        want = job.spec.requested_gpus
+        if want <= free:
+            gpus[job.job_id] = want
+            free -= want
+            if free == 0:
+                break
+    return gpus
+
+
+_REGISTRY: dict[str, Callable[..., Policy]] = {}
+
+
+def register(name: str) -> Callable[[type[Policy]], type[Policy]]:
+    """Class decorator: make a policy constructible by name. A duplicate name raises."""
+
+    def decorator(cls: type[Policy]) -> type[Policy]:
+        if name in _REGISTRY:
+            raise ValueError(f"policy {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def create_policy(name: str, **options: object) -> Policy:
+    """A new policy by registered name; an unknown name lists the known ones."""
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise InputError(
+            f"unknown policy {name!r}; known policies: {', '.join(policy_names())}",
+            field="policy",
+        ) from None
+    return factory(**options)

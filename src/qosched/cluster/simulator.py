@@ -1,0 +1,375 @@
+"""Trace-driven simulation of a GPU cluster under one policy, on the shared event engine.
+
+Between scheduling points every running job advances at its speed curve's rate for its GPU
+count, times ``cross_node_factor`` when it spans more nodes than it needs. Any change of a started
+job's GPUs (resize, move, preemption and resume) costs ``restart_pause_s`` of no progress while it
+holds the new GPUs: the stop-checkpoint-restart cycle of data-parallel training. A job's first
+start is free.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from qosched.cluster.job import JobSpec
+from qosched.cluster.placement import is_split, place
+from qosched.cluster.policies.base import Policy
+from qosched.cluster.spec import ClusterSpec
+from qosched.cluster.state import ClusterView, Decision, JobState, Phase
+from qosched.cluster.throughput import ThroughputModel
+from qosched.cluster.traces import Trace
+from qosched.core.errors import InputError, SimulationError
+from qosched.sim.engine import Engine, Event
+
+# Events at one instant: completions and arrivals first, then one scheduling decision.
+_EVENT_PRIORITY, _DECIDE_PRIORITY = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Mechanism constants. Defaults are documented in docs/ARCHITECTURE.md."""
+
+    # Tens of seconds is what elastic-training systems report for stopping a data-parallel job,
+    # checkpointing, and restarting it on a new set of GPUs; 30 s is a middle value.
+    restart_pause_s: float = 30.0
+    # A job split over more nodes than it needs sends its gradients over the slower inter-node
+    # network; the tables measured consolidated jobs, so a split job is charged this factor.
+    cross_node_factor: float = 0.85
+
+    def __post_init__(self) -> None:
+        if not (self.restart_pause_s >= 0 and math.isfinite(self.restart_pause_s)):
+            raise InputError(
+                f"must be finite and >= 0, got {self.restart_pause_s}", field="restart_pause_s"
+            )
+        if not 0 < self.cross_node_factor <= 1:
+            raise InputError(
+                f"must be in (0, 1], got {self.cross_node_factor}", field="cross_node_factor"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    job_id: str
+    model: str
+    submit_s: float
+    deadline_s: float | None
+    requested_gpus: int
+    declined: bool
+    start_s: float | None
+    finish_s: float | None
+    gpu_seconds: float
+    reallocations: int
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.submit_s
+
+    @property
+    def met_deadline(self) -> bool:
+        return (
+            self.deadline_s is not None
+            and self.finish_s is not None
+            and self.finish_s <= self.deadline_s + 1e-6
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    policy: str
+    cluster: ClusterSpec
+    outcomes: tuple[JobOutcome, ...]
+    # (time, GPUs allocated from then on), one entry per change
+    allocation_timeline: tuple[tuple[float, int], ...]
+    wall_s: float
+    decisions: int
+
+
+class ClusterSimulator:
+    """Run one policy over one trace: ``ClusterSimulator(...).run() -> SimResult``."""
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        throughputs: ThroughputModel,
+        policy: Policy,
+        trace: Trace | Sequence[JobSpec],
+        config: SimConfig | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.config = config or SimConfig()
+        self.on_progress = on_progress
+        if not isinstance(trace, Trace):
+            trace = Trace(tuple(trace))
+        self._states = [
+            self._validated_state(trace, i, throughputs) for i in range(len(trace.jobs))
+        ]
+        # Arrival order: by submission time, ties in trace order.
+        self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
+        self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
+        self._active: dict[str, JobState] = {}
+        self._declined: set[str] = set()
+        self._allocated = 0
+        self._timeline: list[tuple[float, int]] = []
+        self._decide_event: Event | None = None
+        self._wake_event: Event | None = None
+        self._progress_at = -math.inf
+        self._settled = 0
+        self._decisions = 0
+
+    def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
+        job = trace.jobs[index]
+        source, line = trace.where(index)
+        try:
+            curve = throughputs.curve(job.model, job.batch_size)
+        except InputError as exc:
+            raise InputError(
+                f"job {job.job_id}: {exc.reason}", source=source, line=line, field=exc.field
+            ) from None
+        if job.requested_gpus > self.cluster.total_gpus:
+            raise InputError(
+                f"job {job.job_id} requests {job.requested_gpus} GPUs but the cluster has "
+                f"{self.cluster.total_gpus} ({self.cluster.describe()})",
+                source=source,
+                line=line,
+                field="num_gpu",
+            )
+        if not curve.available(job.requested_gpus):
+            raise InputError(
+                f"job {job.job_id}: {job.model} at batch size {job.batch_size} has no measured "
+                f"speed on {job.requested_gpus} GPUs",
+                source=source,
+                line=line,
+                field="num_gpu",
+            )
+        return JobState(job, curve)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        started = time.perf_counter()
+        self._next_arrival = 0
+        if self._arrivals:
+            self._schedule_next_arrival()
+        self.engine.run()
+        unfinished = [
+            s.job_id
+            for s in self._states
+            if s.phase is not Phase.FINISHED and s.job_id not in self._declined
+        ]
+        if unfinished:
+            raise SimulationError(
+                f"policy {self.policy.name!r} left {len(unfinished)} job(s) unfinished with no "
+                f"event pending at t={self.engine.now}: {', '.join(unfinished[:5])}"
+            )
+        return SimResult(
+            policy=self.policy.name,
+            cluster=self.cluster,
+            outcomes=tuple(self._outcome(s) for s in self._states),
+            allocation_timeline=tuple(self._timeline),
+            wall_s=time.perf_counter() - started,
+            decisions=self._decisions,
+        )
+
+    def _schedule_next_arrival(self) -> None:
+        state = self._arrivals[self._next_arrival]
+        self.engine.schedule(
+            self._on_arrival,
+            at=state.spec.submit_s,
+            priority=_EVENT_PRIORITY,
+            label=f"arrival {state.job_id}",
+        )
+
+    def _on_arrival(self) -> None:
+        state = self._arrivals[self._next_arrival]
+        self._next_arrival += 1
+        if self._next_arrival < len(self._arrivals):
+            self._schedule_next_arrival()
+        self._advance_progress()
+        view = self._view()
+        if self.policy.admit(state, view):
+            self._active[state.job_id] = state
+            state.last_update_s = self.engine.now
+            self._request_decision()
+        else:
+            state.phase = Phase.DECLINED
+            self._declined.add(state.job_id)
+            self._settle()
+
+    def _on_completion(self, state: JobState) -> None:
+        self._advance_progress()
+        state.iterations_done = float(state.spec.iterations)
+        state.phase = Phase.FINISHED
+        state.finished_s = self.engine.now
+        state.completion_event = None
+        self._set_allocation_total(self._allocated - state.gpus)
+        state.gpus, state.placement, state.rate = 0, (), 0.0
+        del self._active[state.job_id]
+        self._settle()
+        self._request_decision()
+
+    def _on_wake(self) -> None:
+        self._wake_event = None
+        self._request_decision()
+
+    def _settle(self) -> None:
+        self._settled += 1
+        if self.on_progress is not None:
+            self.on_progress(self._settled, len(self._states))
+
+    def _request_decision(self) -> None:
+        if self._decide_event is None:
+            self._decide_event = self.engine.schedule(
+                self._decide, delay=0.0, priority=_DECIDE_PRIORITY, label="decide"
+            )
+
+    def _view(self) -> ClusterView:
+        return ClusterView(
+            self.engine.now, self.cluster, tuple(self._active.values()), self.config.restart_pause_s
+        )
+
+    def _advance_progress(self) -> None:
+        """Bring every running job's progress and attained service up to now."""
+        now = self.engine.now
+        if now == self._progress_at:
+            return
+        self._progress_at = now
+        for state in self._active.values():
+            if state.gpus:
+                since = max(state.last_update_s, state.resume_s)
+                if now > since:
+                    state.iterations_done = min(
+                        float(state.spec.iterations),
+                        state.iterations_done + state.rate * (now - since),
+                    )
+                state.attained_gpu_s += state.gpus * (now - state.last_update_s)
+            state.last_update_s = now
+
+    def _decide(self) -> None:
+        self._decide_event = None
+        self._advance_progress()
+        view = self._view()
+        decision = self.policy.allocate(view)
+        self._decisions += 1
+        wanted = self._checked(decision, view)
+        current = {s.job_id: s.placement for s in view.jobs if s.placement}
+        placements = place(wanted, current, self.cluster, largest_first=self.policy.largest_first)
+        for state in view.jobs:
+            new = placements.get(state.job_id, ())
+            if new != state.placement:
+                self._apply(state, new)
+        if self._allocated > self.cluster.total_gpus:
+            raise SimulationError(
+                f"t={self.engine.now}: {self._allocated} GPUs allocated, "
+                f"cluster has {self.cluster.total_gpus}"
+            )
+        if self._wake_event is not None:
+            self.engine.cancel(self._wake_event)
+            self._wake_event = None
+        if decision.wake_at is not None:
+            self._wake_event = self.engine.schedule(
+                self._on_wake, at=decision.wake_at, priority=_EVENT_PRIORITY, label="wake"
+            )
+
+    def _checked(self, decision: Decision, view: ClusterView) -> list[tuple[str, int]]:
+        now, name = self.engine.now, self.policy.name
+        wanted: list[tuple[str, int]] = []
+        total = 0
+        for job_id, gpus in decision.gpus.items():
+            state = self._active.get(job_id)
+            if state is None:
+                raise SimulationError(
+                    f"t={now}: policy {name!r} allocated GPUs to {job_id!r}, "
+                    "which is not an admitted unfinished job"
+                )
+            if gpus and not state.curve.available(gpus):
+                raise SimulationError(
+                    f"t={now}: policy {name!r} gave job {job_id} {gpus} GPUs, "
+                    f"a count with no measured speed for {state.spec.model}"
+                )
+            if gpus < 0:
+                raise SimulationError(f"t={now}: policy {name!r} gave job {job_id} {gpus} GPUs")
+            if gpus:
+                wanted.append((job_id, gpus))
+                total += gpus
+        if total > self.cluster.total_gpus:
+            raise SimulationError(
+                f"t={now}: policy {name!r} allocated {total} GPUs, cluster "
+                f"has {self.cluster.total_gpus}"
+            )
+        if decision.wake_at is not None and not decision.wake_at > now:
+            raise SimulationError(
+                f"t={now}: policy {name!r} asked to wake at "
+                f"{decision.wake_at}, which is not in the future"
+            )
+        return wanted
+
+    def _apply(self, state: JobState, placement: tuple[tuple[int, int], ...]) -> None:
+        now = self.engine.now
+        gpus = sum(n for _, n in placement)
+        if state.completion_event is not None:
+            self.engine.cancel(state.completion_event)
+            state.completion_event = None
+        if state.has_started:
+            state.reallocations += 1
+        self._set_allocation_total(self._allocated - state.gpus + gpus)
+        state.gpus, state.placement = gpus, placement
+        if not gpus:
+            state.phase, state.rate = Phase.PENDING, 0.0
+            return
+        if state.has_started:
+            state.resume_s = now + self.config.restart_pause_s
+        else:
+            state.started_s = now
+        state.phase = Phase.RUNNING
+        factor = (
+            self.config.cross_node_factor
+            if is_split(placement, self.cluster.gpus_per_node)
+            else 1.0
+        )
+        state.rate = state.curve.rate(gpus) * factor
+        finish = max(now, state.resume_s) + state.remaining_iterations / state.rate
+        state.completion_event = self.engine.schedule(
+            lambda: self._on_completion(state),
+            at=finish,
+            priority=_EVENT_PRIORITY,
+            label=f"completion {state.job_id}",
+        )
+
+    def _set_allocation_total(self, total: int) -> None:
+        self._allocated = total
+        now = self.engine.now
+        if self._timeline and self._timeline[-1][0] == now:
+            self._timeline[-1] = (now, total)
+        else:
+            self._timeline.append((now, total))
+
+    def _outcome(self, state: JobState) -> JobOutcome:
+        spec = state.spec
+        return JobOutcome(
+            job_id=spec.job_id,
+            model=spec.model,
+            submit_s=spec.submit_s,
+            deadline_s=spec.deadline_s,
+            requested_gpus=spec.requested_gpus,
+            declined=state.phase is Phase.DECLINED,
+            start_s=state.started_s,
+            finish_s=state.finished_s,
+            gpu_seconds=state.attained_gpu_s,
+            reallocations=state.reallocations,
+        )
+
+
+def simulate(
+    cluster: ClusterSpec,
+    throughputs: ThroughputModel,
+    policy: Policy,
+    trace: Trace | Sequence[JobSpec],
+    config: SimConfig | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    return ClusterSimulator(cluster, throughputs, policy, trace, config, on_progress).run()

@@ -1,0 +1,102 @@
+"""The live state of a job inside a backend, and the read-only view policies decide from."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from qosched.cluster.job import JobSpec
+from qosched.cluster.spec import ClusterSpec
+from qosched.cluster.throughput import SpeedCurve
+
+# A placement: (node index, GPUs on that node) pairs, sorted by node index.
+Placement = tuple[tuple[int, int], ...]
+
+
+class Phase(enum.Enum):
+    PENDING = "pending"  # admitted, waiting for GPUs or preempted
+    RUNNING = "running"
+    FINISHED = "finished"
+    DECLINED = "declined"
+
+
+class JobState:
+    """A job as a backend tracks it. Policies read it; only the backend writes it."""
+
+    __slots__ = (
+        "attained_gpu_s",
+        "completion_event",
+        "curve",
+        "finished_s",
+        "gpus",
+        "iterations_done",
+        "last_update_s",
+        "phase",
+        "placement",
+        "rate",
+        "reallocations",
+        "resume_s",
+        "spec",
+        "started_s",
+    )
+
+    def __init__(self, spec: JobSpec, curve: SpeedCurve) -> None:
+        self.spec = spec
+        self.curve = curve
+        self.phase = Phase.PENDING
+        self.iterations_done = 0.0
+        self.gpus = 0
+        self.placement: Placement = ()
+        self.rate = 0.0  # iterations/s while not paused, placement factor included
+        self.last_update_s = spec.submit_s
+        self.resume_s = -math.inf  # progress is paused (checkpoint-restart) until then
+        self.started_s: float | None = None
+        self.finished_s: float | None = None
+        self.attained_gpu_s = 0.0
+        self.reallocations = 0
+        self.completion_event = None
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def remaining_iterations(self) -> float:
+        return max(0.0, self.spec.iterations - self.iterations_done)
+
+    @property
+    def has_started(self) -> bool:
+        return self.started_s is not None
+
+    def __repr__(self) -> str:
+        return (
+            f"JobState({self.job_id!r}, {self.phase.value}, gpus={self.gpus}, "
+            f"done={self.iterations_done:.1f}/{self.spec.iterations})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What a policy sees at a decision: the clock, the cluster and the admitted unfinished jobs.
+
+    ``jobs`` are in arrival order. The objects are the backend's own; policies must not modify them.
+    """
+
+    now: float
+    cluster: ClusterSpec
+    jobs: Sequence[JobState]
+    restart_pause_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """GPUs each job should hold from now on (absent = 0), plus an optional wake-up time.
+
+    The mapping's order is the placement priority: earlier jobs are placed first.
+    ``wake_at`` asks the backend to call the policy again at that time even if nothing happens.
+    """
+
+    gpus: Mapping[str, int] = field(default_factory=dict)
+    wake_at: float | None = None

@@ -1,0 +1,184 @@
+"""Iterations per second of a job as a function of its GPU count, from measured tables.
+
+Each table (one CSV per model) has a row per global batch size and a column per measured GPU
+count (1, 2, 4, … 64). Empty, ``nan`` and ``0`` cells are "not measured" and never used as speed.
+
+Counts between two measured columns are interpolated linearly in the GPU count, and only when
+both neighbours were measured: 3 GPUs get the mean of the 2- and 4-GPU speeds. A count above the
+largest measured column, or next to an unmeasured cell, is unavailable: a policy may not choose it
+and a trace may not request it. A batch size that is not a row of the table is an error, never
+interpolated, because speed depends on it in ways the tables do not show.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from qosched.core.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedCurve:
+    """Speeds of one (model, batch size): ``speeds[g]`` for ``g`` in ``0..max_gpus``, 0 = none."""
+
+    model: str
+    batch_size: int
+    speeds: tuple[float, ...]
+    measured: tuple[int, ...]
+
+    @property
+    def max_gpus(self) -> int:
+        return len(self.speeds) - 1
+
+    def rate(self, gpus: int) -> float:
+        """Iterations/s on ``gpus`` GPUs in one placement; 0.0 when unavailable."""
+        return self.speeds[gpus] if 0 <= gpus < len(self.speeds) else 0.0
+
+    def available(self, gpus: int) -> bool:
+        return self.rate(gpus) > 0.0
+
+    def usable_counts(self) -> tuple[int, ...]:
+        return tuple(g for g in range(1, len(self.speeds)) if self.speeds[g] > 0.0)
+
+
+def interpolate(measured: Mapping[int, float]) -> tuple[float, ...]:
+    """Speeds for every count up to the largest measured one, as documented in the module."""
+    if not measured:
+        return (0.0,)
+    counts = sorted(measured)
+    speeds = [0.0] * (counts[-1] + 1)
+    for count in counts:
+        speeds[count] = measured[count]
+    for low, high in itertools.pairwise(counts):
+        a, b = measured[low], measured[high]
+        if a <= 0.0 or b <= 0.0:
+            continue
+        for g in range(low + 1, high):
+            speeds[g] = a + (b - a) * (g - low) / (high - low)
+    return tuple(speeds)
+
+
+class ThroughputModel:
+    """All measured tables of one GPU type, keyed by model name (the CSV file name)."""
+
+    def __init__(self, tables: Mapping[str, Mapping[int, Mapping[int, float]]], source: str = ""):
+        self.source = source
+        self._tables = {model: dict(rows) for model, rows in tables.items()}
+        self._curves: dict[tuple[str, int], SpeedCurve] = {}
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted(self._tables))
+
+    def batch_sizes(self, model: str) -> tuple[int, ...]:
+        return tuple(sorted(self._tables.get(model, {})))
+
+    def has(self, model: str, batch_size: int) -> bool:
+        return batch_size in self._tables.get(model, {})
+
+    def curve(self, model: str, batch_size: int) -> SpeedCurve:
+        """The speed curve; InputError naming the known models or batch sizes when absent."""
+        key = (model, batch_size)
+        cached = self._curves.get(key)
+        if cached is not None:
+            return cached
+        if model not in self._tables:
+            raise InputError(
+                f"unknown model {model!r}; the tables in {self.source or 'use'} "
+                f"have {', '.join(self.models)}",
+                field="model_name",
+            )
+        rows = self._tables[model]
+        if batch_size not in rows:
+            raise InputError(
+                f"model {model!r} has no measurement at batch size {batch_size}; "
+                f"measured batch sizes: {', '.join(map(str, sorted(rows)))}",
+                field="batch_size",
+            )
+        measured = {g: s for g, s in rows[batch_size].items() if s > 0.0}
+        curve = SpeedCurve(model, batch_size, interpolate(measured), tuple(sorted(measured)))
+        self._curves[key] = curve
+        return curve
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ThroughputModel:
+        """Read every ``*.csv`` table in ``directory``."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise InputError("not a directory of throughput tables", source=directory)
+        tables = {path.stem: read_table(path) for path in sorted(directory.glob("*.csv"))}
+        if not tables:
+            raise InputError("no *.csv throughput tables found", source=directory)
+        return cls(tables, source=str(directory))
+
+    @classmethod
+    def bundled(cls, gpu: str = "A100") -> ThroughputModel:
+        """The tables that ship with qosched (``A100`` or ``T4``)."""
+        root = resources.files("qosched") / "data" / "throughputs" / gpu
+        if not root.is_dir():
+            raise InputError(f"no bundled throughput tables for GPU {gpu!r}; use A100 or T4")
+        with resources.as_file(root) as directory:
+            model = cls.load(directory)
+        model.source = f"bundled {gpu} tables"
+        return model
+
+
+def read_table(path: Path) -> dict[int, dict[int, float]]:
+    """``{batch_size: {gpus: iterations/s}}`` with unmeasured cells left out."""
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    if not rows or not rows[0] or rows[0][0].strip() != "global_batch_size":
+        raise InputError("expected a header starting with 'global_batch_size'", source=path, line=1)
+    counts = []
+    for column, name in enumerate(rows[0][1:], start=2):
+        try:
+            count = int(name)
+        except ValueError:
+            raise InputError(
+                f"column {column}: expected a GPU count, got {name!r}", source=path, line=1
+            ) from None
+        if count < 1:
+            raise InputError(f"column {column}: GPU count must be >= 1", source=path, line=1)
+        counts.append(count)
+    table: dict[int, dict[int, float]] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        try:
+            batch = int(row[0])
+        except ValueError:
+            raise InputError(
+                f"expected a batch size, got {row[0]!r}",
+                source=path,
+                line=line,
+                field="global_batch_size",
+            ) from None
+        speeds: dict[int, float] = {}
+        for count, cell in zip(counts, row[1:], strict=False):
+            cell = cell.strip()
+            if not cell:
+                continue
+            try:
+                speed = float(cell)
+            except ValueError:
+                raise InputError(
+                    f"expected iterations/s, got {cell!r}", source=path, line=line, field=str(count)
+                ) from None
+            if math.isnan(speed) or speed == 0.0:
+                continue
+            if speed < 0 or math.isinf(speed):
+                raise InputError(
+                    f"speed must be positive and finite, got {cell!r}",
+                    source=path,
+                    line=line,
+                    field=str(count),
+                )
+            speeds[count] = speed
+        table[batch] = speeds
+    return table

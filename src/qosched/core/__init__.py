@@ -1,0 +1,1 @@
+"""Vocabulary shared by every level: errors and validation at the boundary."""

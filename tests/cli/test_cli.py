@@ -1,0 +1,199 @@
+"""The ``qosched`` command: DESIGN.md's JSON contract, errors as exit code 2 with context."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qosched.cli.main import main
+from qosched.cluster.traces import read_trace
+
+CONTRACT_FIELDS = {
+    "policy",
+    "jobs",
+    "deadline_satisfactory_ratio",
+    "accepted",
+    "declined",
+    "avg_jct_s",
+    "gpu_utilization",
+    "wall_s",
+}
+
+
+@pytest.fixture
+def small_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "trace.csv"
+    assert (
+        main(
+            [
+                "trace",
+                "generate",
+                "--out",
+                str(path),
+                "--jobs",
+                "40",
+                "--load",
+                "1.5",
+                "--cluster-gpus",
+                "16",
+                "--seed",
+                "5",
+                "--format",
+                "elasticflow",
+            ]
+        )
+        == 0
+    )
+    return path
+
+
+def test_sim_cluster_json_has_the_contract_fields(small_trace, capsys):
+    code = main(
+        [
+            "sim",
+            "cluster",
+            "--trace",
+            str(small_trace),
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--policy",
+            "edf",
+            "--json",
+        ]
+    )
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload.keys() >= CONTRACT_FIELDS
+    assert payload["policy"] == "edf"
+    assert payload["jobs"] == 40
+    assert payload["accepted"] + payload["declined"] == 40
+    assert 0.0 <= payload["deadline_satisfactory_ratio"] <= 1.0
+
+
+def test_several_policies_give_one_object_with_runs(small_trace, capsys):
+    code = main(
+        [
+            "sim",
+            "cluster",
+            "--trace",
+            str(small_trace),
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--policy",
+            "fifo,elasticflow",
+            "--json",
+        ]
+    )
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [run["policy"] for run in payload["runs"]] == ["fifo", "elasticflow"]
+
+
+def test_cluster_spec_file_and_plots(small_trace, tmp_path, capsys):
+    spec = tmp_path / "cluster.csv"
+    spec.write_text(
+        "num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n1,2,8,64,256\n"
+    )
+    out = tmp_path / "out"
+    code = main(
+        [
+            "sim",
+            "cluster",
+            "--trace",
+            str(small_trace),
+            "--cluster-spec",
+            str(spec),
+            "--policy",
+            "all",
+            "--plot",
+            str(out),
+            "--jobs-csv",
+            str(out),
+        ]
+    )
+    assert code == 0
+    table = capsys.readouterr().out
+    for name in ("fifo", "edf", "srtf", "las", "elasticflow"):
+        assert name in table
+        rows = (out / f"jobs_{name}.csv").read_text().splitlines()
+        assert len(rows) == 41  # header + one row per job
+    assert (out / "cluster_summary.png").stat().st_size > 10_000
+
+
+def test_generated_trace_reads_back_in_both_layouts(tmp_path):
+    paths = {}
+    for layout in ("qosched", "elasticflow"):
+        paths[layout] = tmp_path / f"{layout}.csv"
+        assert (
+            main(
+                [
+                    "trace",
+                    "generate",
+                    "--out",
+                    str(paths[layout]),
+                    "--jobs",
+                    "25",
+                    "--best-effort-fraction",
+                    "0.3",
+                    "--seed",
+                    "9",
+                    "--format",
+                    layout,
+                ]
+            )
+            == 0
+        )
+    assert read_trace(paths["qosched"]).jobs == read_trace(paths["elasticflow"]).jobs
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "1", "--gpus-per-node", "8", "--policy", "nope"], "known policies: "),
+        (["--policy", "edf"], "give --cluster-spec PATH, or both --nodes N"),
+    ],
+    ids=["unknown-policy", "no-cluster"],
+)
+def test_bad_flags_exit_2_with_a_clear_message(small_trace, capsys, args, message):
+    assert main(["sim", "cluster", "--trace", str(small_trace), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_trace_row_names_file_line_and_field(tmp_path, capsys):
+    trace = tmp_path / "bad.csv"
+    trace.write_text(
+        "job_id,submit_time,iteration,model_name,ddl,batch_size,num_gpu,duration\n"
+        "a,0,100,resnet50,500,64,1,100\n"
+        "b,10,100,resnet50,500,63,1,100\n"
+    )
+    code = main(
+        [
+            "sim",
+            "cluster",
+            "--trace",
+            str(trace),
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "8",
+            "--policy",
+            "edf",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "bad.csv:3" in err and "batch_size" in err and "63" in err
+
+
+def test_demo_prints_every_policy_and_writes_plots(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    for name in ("fifo", "edf", "srtf", "las", "elasticflow"):
+        assert name in table
+    assert (tmp_path / "cluster_summary.png").exists()
