@@ -67,7 +67,13 @@ def generate_trace(config: GeneratorConfig, throughputs: ThroughputModel) -> lis
         curve = throughputs.curve(model, batch)
         wanted = int(rng.choice(counts, p=weights))
         usable = [g for g in curve.usable_counts() if g <= min(wanted, config.cluster_gpus)]
-        gpus = max(usable) if usable else min(curve.usable_counts())
+        if not usable:
+            raise InputError(
+                f"{model} at batch size {batch} has no measured speed on {config.cluster_gpus} "
+                "GPUs or fewer; remove its table or enlarge the cluster",
+                field="cluster_gpus",
+            )
+        gpus = max(usable)
         duration = float(
             np.clip(
                 config.median_duration_s * math.exp(config.duration_sigma * rng.standard_normal()),

@@ -20,7 +20,7 @@ from qosched.cluster.policies.base import Policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Decision, JobState, Phase
 from qosched.cluster.throughput import ThroughputModel
-from qosched.cluster.traces import Trace
+from qosched.cluster.traces import Trace, check_job, column_name
 from qosched.core.errors import InputError, SimulationError
 from qosched.sim.engine import Engine, Event
 
@@ -124,29 +124,16 @@ class ClusterSimulator:
     def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
         job = trace.jobs[index]
         source, line = trace.where(index)
-        try:
-            curve = throughputs.curve(job.model, job.batch_size)
-        except InputError as exc:
-            raise InputError(
-                f"job {job.job_id}: {exc.reason}", source=source, line=line, field=exc.field
-            ) from None
+        check_job(job, throughputs, source=source, line=line, layout=trace.layout)
         if job.requested_gpus > self.cluster.total_gpus:
             raise InputError(
                 f"job {job.job_id} requests {job.requested_gpus} GPUs but the cluster has "
                 f"{self.cluster.total_gpus} ({self.cluster.describe()})",
                 source=source,
                 line=line,
-                field="num_gpu",
+                field=column_name(trace.layout, "gpus"),
             )
-        if not curve.available(job.requested_gpus):
-            raise InputError(
-                f"job {job.job_id}: {job.model} at batch size {job.batch_size} has no measured "
-                f"speed on {job.requested_gpus} GPUs",
-                source=source,
-                line=line,
-                field="num_gpu",
-            )
-        return JobState(job, curve)
+        return JobState(job, throughputs.curve(job.model, job.batch_size))
 
     # -- running ---------------------------------------------------------------------------
 

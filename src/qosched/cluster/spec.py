@@ -60,28 +60,41 @@ def read_cluster_spec(path: str | Path) -> ClusterSpec:
         text = path.read_text()
     except OSError as exc:
         raise InputError(f"cannot read cluster spec: {exc.strerror}", source=path) from exc
-    rows = list(csv.reader(line for line in text.splitlines() if line.strip()))
-    if not rows:
+    # Keep each row's physical line number for error messages; blank lines are skipped.
+    numbered = [
+        (number, row)
+        for number, row in enumerate(csv.reader(text.splitlines()), start=1)
+        if any(cell.strip() for cell in row)
+    ]
+    if not numbered:
         raise InputError("empty file; expected a header and one row", source=path)
-    header = [name.strip() for name in rows[0]]
+    header_line, header = numbered[0][0], [name.strip() for name in numbered[0][1]]
     missing = [name for name in CLUSTER_SPEC_COLUMNS if name not in header]
     if missing:
         raise InputError(
             f"missing column(s) {', '.join(missing)}; expected {','.join(CLUSTER_SPEC_COLUMNS)}",
             source=path,
-            line=1,
+            line=header_line,
         )
-    if len(rows) != 2:
-        raise InputError(f"expected exactly one data row, found {len(rows) - 1}", source=path)
-    row = rows[1]
+    if len(numbered) < 2:
+        raise InputError("no data row after the header", source=path, line=header_line)
+    if len(numbered) > 2:
+        raise InputError(
+            f"expected exactly one data row, found {len(numbered) - 1}",
+            source=path,
+            line=numbered[2][0],
+        )
+    line, row = numbered[1]
     if len(row) != len(header):
-        raise InputError(f"expected {len(header)} fields, got {len(row)}", source=path, line=2)
+        raise InputError(f"expected {len(header)} fields, got {len(row)}", source=path, line=line)
     values = dict(zip(header, (cell.strip() for cell in row), strict=True))
 
     def whole(name: str, minimum: int) -> int:
-        return parse_int(values[name], field=name, source=path, line=2, minimum=minimum)
+        return parse_int(values[name], field=name, source=path, line=line, minimum=minimum)
 
-    mem_gib = parse_float(values["mem_p_node"], field="mem_p_node", source=path, line=2, minimum=0)
+    mem_gib = parse_float(
+        values["mem_p_node"], field="mem_p_node", source=path, line=line, minimum=0
+    )
     return ClusterSpec(
         num_switches=whole("num_switch", 1),
         nodes_per_switch=whole("num_node_p_switch", 1),

@@ -48,10 +48,16 @@ class SpeedCurve:
 
 
 def interpolate(measured: Mapping[int, float]) -> tuple[float, ...]:
-    """Speeds for every count up to the largest measured one, as documented in the module."""
-    if not measured:
+    """Speeds for every count up to the largest measured one, as documented in the module.
+
+    ``measured`` has every column of the table; an unmeasured cell is 0.0, so no speed is
+    interpolated next to it.
+    """
+    counts = sorted(g for g, speed in measured.items())
+    while counts and measured[counts[-1]] <= 0.0:
+        counts.pop()
+    if not counts:
         return (0.0,)
-    counts = sorted(measured)
     speeds = [0.0] * (counts[-1] + 1)
     for count in counts:
         speeds[count] = measured[count]
@@ -101,8 +107,9 @@ class ThroughputModel:
                 f"measured batch sizes: {', '.join(map(str, sorted(rows)))}",
                 field="batch_size",
             )
-        measured = {g: s for g, s in rows[batch_size].items() if s > 0.0}
-        curve = SpeedCurve(model, batch_size, interpolate(measured), tuple(sorted(measured)))
+        row = rows[batch_size]  # unmeasured columns are present with speed 0.0
+        measured = tuple(sorted(g for g, s in row.items() if s > 0.0))
+        curve = SpeedCurve(model, batch_size, interpolate(row), measured)
         self._curves[key] = curve
         return curve
 
@@ -130,7 +137,7 @@ class ThroughputModel:
 
 
 def read_table(path: Path) -> dict[int, dict[int, float]]:
-    """``{batch_size: {gpus: iterations/s}}`` with unmeasured cells left out."""
+    """``{batch_size: {gpus: iterations/s}}``, every column present, unmeasured cells as 0.0."""
     with path.open(newline="") as handle:
         rows = list(csv.reader(handle))
     if not rows or not rows[0] or rows[0][0].strip() != "global_batch_size":
@@ -159,7 +166,20 @@ def read_table(path: Path) -> dict[int, dict[int, float]]:
                 line=line,
                 field="global_batch_size",
             ) from None
-        speeds: dict[int, float] = {}
+        if batch in table:
+            raise InputError(
+                f"batch size {batch} appears twice",
+                source=path,
+                line=line,
+                field="global_batch_size",
+            )
+        if len(row) > len(counts) + 1:
+            raise InputError(
+                f"{len(row)} cells but the header has {len(counts) + 1} columns",
+                source=path,
+                line=line,
+            )
+        speeds = dict.fromkeys(counts, 0.0)
         for count, cell in zip(counts, row[1:], strict=False):
             cell = cell.strip()
             if not cell:

@@ -141,7 +141,7 @@ def read_trace(path: str | Path, throughputs: ThroughputModel | None = None) -> 
                 )
             seen[job.job_id] = line
             if throughputs is not None:
-                check_job(job, throughputs, source=path, line=line)
+                check_job(job, throughputs, source=path, line=line, layout=layout)
             jobs.append(job)
             lines.append(line)
     if not jobs:
@@ -210,15 +210,31 @@ def _parse_row(
     )
 
 
+def column_name(layout: str, canonical: str) -> str:
+    """The header name a layout writes for a canonical field (``model``, ``batch_size``, ...)."""
+    names = ELASTICFLOW_HEADER if layout == "elasticflow" else QOSCHED_HEADER
+    columns = ELASTICFLOW_COLUMNS if layout == "elasticflow" else QOSCHED_COLUMNS
+    return next(name for name in columns[canonical] if name in names)
+
+
 def check_job(
-    job: JobSpec, throughputs: ThroughputModel, *, source: str | Path, line: int | None
+    job: JobSpec,
+    throughputs: ThroughputModel,
+    *,
+    source: str | Path,
+    line: int | None,
+    layout: str = "qosched",
 ) -> None:
     """The job's model and batch size are measured, and so is the GPU count it requests."""
     try:
         curve = throughputs.curve(job.model, job.batch_size)
     except InputError as exc:
+        canonical = "model" if exc.field == "model_name" else "batch_size"
         raise InputError(
-            f"job {job.job_id}: {exc.reason}", source=source, line=line, field=exc.field
+            f"job {job.job_id}: {exc.reason}",
+            source=source,
+            line=line,
+            field=column_name(layout, canonical),
         ) from None
     if not curve.available(job.requested_gpus):
         raise InputError(
@@ -227,7 +243,7 @@ def check_job(
             f"{_ranges(curve.usable_counts())}",
             source=source,
             line=line,
-            field="num_gpu",
+            field=column_name(layout, "gpus"),
         )
 
 
@@ -283,7 +299,7 @@ def write_trace(
                         _num(deadline),
                         job.batch_size,
                         job.requested_gpus,
-                        _num(job.duration_s if job.duration_s is not None else 0.0),
+                        "" if job.duration_s is None else _num(job.duration_s),
                         int(job.best_effort),
                     ]
                 )

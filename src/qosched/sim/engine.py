@@ -120,7 +120,11 @@ class Engine:
 
         With ``until`` the clock ends exactly at ``until`` (if it is not in the past).
         """
+        if until is not None and math.isinf(until) and until > 0:
+            until = None  # run everything; the clock stays at the last event
         if until is not None:
+            if math.isnan(until) or math.isinf(until):
+                raise ValueError(f"until must be a finite time, got {until!r}")
             if until < self._now:
                 raise ValueError(f"until={until} is before now ({self._now})")
             while self.peek() <= until:

@@ -1,0 +1,175 @@
+"""Tests for qosched.cluster.spec: the cluster-spec CSV and the CLI-flag constructor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qosched.cluster.spec import ClusterSpec, read_cluster_spec
+from qosched.core.errors import InputError
+
+HEADER = "num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node"
+
+
+def write(tmp_path: Path, lines: list[str], name: str = "cluster.csv") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
+def raises_at(path: Path, line: int | None, field: str | None = None) -> InputError:
+    with pytest.raises(InputError) as caught:
+        read_cluster_spec(path)
+    message = str(caught.value)
+    assert str(path) in message
+    if line is not None:
+        assert f"{path}:{line}:" in message
+    if field is not None:
+        assert f"field {field!r}" in message
+    return caught.value
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def test_read_cluster_spec(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, [HEADER, "2,4,8,96,256"]))
+    assert spec == ClusterSpec(
+        num_switches=2,
+        nodes_per_switch=4,
+        gpus_per_node=8,
+        cpus_per_node=96,
+        mem_per_node_bytes=256 * 2**30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("attribute", "expected"),
+    [("num_nodes", 8), ("total_gpus", 64), ("mem_per_node_bytes", 274_877_906_944)],
+    ids=["2x4-nodes", "8x8-gpus", "256-gib-in-bytes"],
+)
+def test_read_cluster_spec_derived_sizes(tmp_path, attribute, expected):
+    spec = read_cluster_spec(write(tmp_path, [HEADER, "2,4,8,96,256"]))
+    assert getattr(spec, attribute) == expected
+
+
+def test_read_cluster_spec_columns_in_any_order(tmp_path):
+    header = "mem_p_node,num_gpu_p_node,num_switch,num_cpu_p_node,num_node_p_switch"
+    spec = read_cluster_spec(write(tmp_path, [header, "256,8,2,96,4"]))
+    assert (spec.num_switches, spec.nodes_per_switch, spec.gpus_per_node) == (2, 4, 8)
+
+
+def test_read_cluster_spec_fractional_memory_in_gib(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, [HEADER, "1,1,8,0,0.5"]))
+    assert spec.mem_per_node_bytes == 536_870_912
+
+
+def test_read_cluster_spec_whole_floats_are_accepted(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, [HEADER, "2.0,4.0,8.0,96.0,256"]))
+    assert spec.total_gpus == 64
+
+
+def test_read_cluster_spec_ignores_surrounding_blank_lines(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, ["", HEADER, "2,4,8,96,256", ""]))
+    assert spec.total_gpus == 64
+
+
+# --- bad files --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "missing", ["num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node"]
+)
+def test_missing_column_is_named_on_line_1(tmp_path, missing):
+    names = [name for name in HEADER.split(",") if name != missing]
+    path = write(tmp_path, [",".join(names), ",".join("1" for _ in names)])
+    error = raises_at(path, 1)
+    assert missing in str(error)
+
+
+def test_two_data_rows_name_the_extra_line(tmp_path):
+    path = write(tmp_path, [HEADER, "2,4,8,96,256", "1,1,8,96,256"])
+    raises_at(path, 3)
+
+
+def test_header_only_raises_naming_the_file(tmp_path):
+    raises_at(write(tmp_path, [HEADER]), None)
+
+
+def test_empty_file_raises_naming_the_file(tmp_path):
+    raises_at(write(tmp_path, []), None)
+
+
+def test_missing_file_raises_naming_the_file(tmp_path):
+    raises_at(tmp_path / "absent.csv", None)
+
+
+# (id, data row on line 2, field named in the error; None = whole row)
+BAD_ROWS = [
+    ("too-few-fields", "2,4,8,96", None),
+    ("non-numeric-gpus", "2,4,eight,96,256", "num_gpu_p_node"),
+    ("zero-gpus", "2,4,0,96,256", "num_gpu_p_node"),
+    ("negative-gpus", "2,4,-8,96,256", "num_gpu_p_node"),
+    ("fractional-gpus", "2,4,7.5,96,256", "num_gpu_p_node"),
+    ("zero-switches", "0,4,8,96,256", "num_switch"),
+    ("zero-nodes-per-switch", "2,0,8,96,256", "num_node_p_switch"),
+    ("negative-cpus", "2,4,8,-1,256", "num_cpu_p_node"),
+    ("negative-memory", "2,4,8,96,-1", "mem_p_node"),
+    ("nan-memory", "2,4,8,96,nan", "mem_p_node"),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "field"), [case[1:] for case in BAD_ROWS], ids=[case[0] for case in BAD_ROWS]
+)
+def test_bad_row_names_file_line_and_field(tmp_path, row, field):
+    raises_at(write(tmp_path, [HEADER, row]), 2, field)
+
+
+def test_bad_row_after_a_blank_line_names_its_physical_line(tmp_path):
+    raises_at(write(tmp_path, [HEADER, "", "2,4,0,96,256"]), 3, "num_gpu_p_node")
+
+
+def test_zero_cpus_and_memory_are_allowed(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, [HEADER, "1,2,4,0,0"]))
+    assert (spec.cpus_per_node, spec.mem_per_node_bytes) == (0, 0)
+
+
+# --- ClusterSpec ------------------------------------------------------------------------------
+
+
+def test_from_flags_puts_every_node_under_one_switch():
+    assert ClusterSpec.from_flags(nodes=4, gpus_per_node=8, cpus_per_node=16) == ClusterSpec(
+        num_switches=1, nodes_per_switch=4, gpus_per_node=8, cpus_per_node=16
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus_per_node", "total"),
+    [(1, 1, 1), (4, 8, 32), (16, 4, 64)],
+    ids=["1x1", "4x8", "16x4"],
+)
+def test_from_flags_sizes(nodes, gpus_per_node, total):
+    spec = ClusterSpec.from_flags(nodes, gpus_per_node)
+    assert (spec.num_nodes, spec.total_gpus) == (nodes, total)
+
+
+def test_from_flags_defaults_cpus_and_memory_to_zero():
+    spec = ClusterSpec.from_flags(2, 8)
+    assert (spec.cpus_per_node, spec.mem_per_node_bytes) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus_per_node", "cpus_per_node", "field"),
+    [(0, 8, 0, "nodes_per_switch"), (2, 0, 0, "gpus_per_node"), (2, 8, -1, "cpus_per_node")],
+    ids=["zero-nodes", "zero-gpus", "negative-cpus"],
+)
+def test_from_flags_rejects_bad_sizes(nodes, gpus_per_node, cpus_per_node, field):
+    with pytest.raises(InputError) as caught:
+        ClusterSpec.from_flags(nodes, gpus_per_node, cpus_per_node)
+    assert caught.value.field == field
+
+
+def test_describe():
+    assert ClusterSpec(2, 4, 8).describe() == "8 nodes x 8 GPUs = 64 GPUs"
