@@ -26,6 +26,8 @@ from qosched.sim.engine import Engine, Event
 
 # Events at one instant: completions and arrivals first, then one scheduling decision.
 _EVENT_PRIORITY, _DECIDE_PRIORITY = 0, 1
+# Fraction of a job's iterations below which what is left is float rounding, not work.
+_DONE_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +190,18 @@ class ClusterSimulator:
             self._settle()
 
     def _on_completion(self, state: JobState) -> None:
+        state.completion_event = None
         self._advance_progress()
+        if state.phase is not Phase.FINISHED:  # not already finished by _advance_progress
+            self._finish(state)
+
+    def _finish(self, state: JobState) -> None:
+        if state.completion_event is not None:
+            self.engine.cancel(state.completion_event)
+            state.completion_event = None
         state.iterations_done = float(state.spec.iterations)
         state.phase = Phase.FINISHED
         state.finished_s = self.engine.now
-        state.completion_event = None
         self._set_allocation_total(self._allocated - state.gpus)
         state.gpus, state.placement, state.rate = 0, (), 0.0
         del self._active[state.job_id]
@@ -220,11 +229,16 @@ class ClusterSimulator:
         )
 
     def _advance_progress(self) -> None:
-        """Bring every running job's progress and attained service up to now."""
+        """Bring every running job's progress and attained service up to now.
+
+        A job within rounding error of its last iteration finishes now: its completion event
+        may sit a few ulps later than another event of the same instant.
+        """
         now = self.engine.now
         if now == self._progress_at:
             return
         self._progress_at = now
+        done = []
         for state in self._active.values():
             if state.gpus:
                 since = max(state.last_update_s, state.resume_s)
@@ -234,7 +248,11 @@ class ClusterSimulator:
                         state.iterations_done + state.rate * (now - since),
                     )
                 state.attained_gpu_s += state.gpus * (now - state.last_update_s)
+                if state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations:
+                    done.append(state)
             state.last_update_s = now
+        for state in done:
+            self._finish(state)
 
     def _decide(self) -> None:
         self._decide_event = None

@@ -1,0 +1,406 @@
+"""Tests for qosched.cluster.simulator: the conformance every policy passes, the progress model
+(cross-node factor, restart pause), strictness about bad decisions and bad input, determinism."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+
+from qosched.cluster.generate import GeneratorConfig, generate_trace
+from qosched.cluster.job import JobSpec
+from qosched.cluster.metrics import summarize
+from qosched.cluster.policies import Policy, create_policy, policy_names
+from qosched.cluster.simulator import JobOutcome, SimConfig, SimResult, simulate
+from qosched.cluster.spec import ClusterSpec
+from qosched.cluster.state import ClusterView, Decision
+from qosched.cluster.throughput import ThroughputModel
+from qosched.core.errors import InputError, SimulationError
+
+SMALL = ThroughputModel(
+    {
+        "m": {64: {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0}},
+        "s": {64: {1: 1.0, 2: 1.5, 4: 2.0}},
+        "wide": {64: {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0, 16: 16.0}},
+    }
+)
+
+
+def job(
+    job_id: str,
+    submit: float,
+    iterations: int,
+    gpus: int = 1,
+    deadline: float | None = None,
+    model: str = "m",
+) -> JobSpec:
+    return JobSpec(job_id, submit, model, 64, iterations, deadline, gpus)
+
+
+def outcomes_of(result: SimResult) -> dict[str, JobOutcome]:
+    return {outcome.job_id: outcome for outcome in result.outcomes}
+
+
+class Scripted(Policy):
+    """A test-only policy (not registered) whose decisions come from a function of the view."""
+
+    name = "test-scripted"
+
+    def __init__(self, decide: Callable[[ClusterView], Decision]) -> None:
+        self.decide = decide
+
+    def allocate(self, view: ClusterView) -> Decision:
+        return self.decide(view)
+
+
+# --- conformance: every registered policy on generated traces -----------------------------------
+
+BUNDLED = ThroughputModel.bundled()
+CONFORMANCE_CLUSTER = ClusterSpec.from_flags(4, 8)
+LOADS = {"load-0.5": (0.5, 1), "load-1": (1.0, 2), "load-3": (3.0, 3)}
+
+
+def conformance_trace(load_id: str) -> list[JobSpec]:
+    load, seed = LOADS[load_id]
+    config = GeneratorConfig(jobs=150, load=load, cluster_gpus=32, seed=seed)
+    return generate_trace(config, BUNDLED)
+
+
+@pytest.fixture(
+    scope="module",
+    params=list(itertools.product(policy_names(), LOADS)),
+    ids=[f"{name}-{load}" for name, load in itertools.product(policy_names(), LOADS)],
+)
+def conformance(request) -> tuple[list[JobSpec], SimResult]:
+    name, load_id = request.param
+    jobs = conformance_trace(load_id)
+    return jobs, simulate(CONFORMANCE_CLUSTER, BUNDLED, create_policy(name), jobs)
+
+
+def test_conformance_every_job_is_reported_once_in_trace_order(conformance):
+    jobs, result = conformance
+    assert [o.job_id for o in result.outcomes] == [j.job_id for j in jobs]
+
+
+def test_conformance_every_admitted_job_starts_and_finishes(conformance):
+    _, result = conformance
+    unfinished = [
+        o.job_id
+        for o in result.outcomes
+        if not o.declined and (o.start_s is None or o.finish_s is None)
+    ]
+    assert unfinished == []
+
+
+def test_conformance_declined_jobs_never_run(conformance):
+    _, result = conformance
+    ran = [
+        o.job_id
+        for o in result.outcomes
+        if o.declined and (o.start_s, o.finish_s, o.gpu_seconds) != (None, None, 0.0)
+    ]
+    assert ran == []
+
+
+def test_conformance_jobs_start_after_submission_and_finish_after_starting(conformance):
+    _, result = conformance
+    early = [
+        o.job_id
+        for o in result.outcomes
+        if not o.declined and not (o.submit_s <= o.start_s <= o.finish_s)
+    ]
+    assert early == []
+
+
+def test_conformance_no_job_beats_its_top_speed(conformance):
+    jobs, result = conformance
+    too_fast = []
+    for spec, outcome in zip(jobs, result.outcomes, strict=True):
+        if outcome.declined:
+            continue
+        curve = BUNDLED.curve(spec.model, spec.batch_size)
+        top = max(curve.rate(g) for g in range(1, CONFORMANCE_CLUSTER.total_gpus + 1))
+        if outcome.finish_s - outcome.start_s < spec.iterations / top * (1 - 1e-9):
+            too_fast.append(spec.job_id)
+    assert too_fast == []
+
+
+def test_conformance_never_allocates_more_gpus_than_exist(conformance):
+    _, result = conformance
+    allocated = [gpus for _, gpus in result.allocation_timeline]
+    assert allocated and min(allocated) >= 0
+    assert max(allocated) <= CONFORMANCE_CLUSTER.total_gpus
+
+
+def test_conformance_timeline_moves_forward_and_ends_empty(conformance):
+    _, result = conformance
+    times = [t for t, _ in result.allocation_timeline]
+    assert all(a < b for a, b in itertools.pairwise(times))
+    assert result.allocation_timeline[-1][1] == 0
+
+
+def hand_integral(timeline) -> float:
+    total = 0.0
+    for (start, gpus), (end, _) in itertools.pairwise(timeline):
+        total += gpus * (end - start)
+    return total
+
+
+def test_conformance_gpu_seconds_of_jobs_add_up_to_the_timeline(conformance):
+    _, result = conformance
+    assert sum(o.gpu_seconds for o in result.outcomes) == pytest.approx(
+        hand_integral(result.allocation_timeline), rel=1e-9
+    )
+
+
+def test_conformance_summary_counts_jobs_accepted_and_declined(conformance):
+    jobs, result = conformance
+    summary = summarize(result)
+    declined = sum(o.declined for o in result.outcomes)
+    assert (summary.jobs, summary.accepted, summary.declined) == (
+        len(jobs),
+        len(jobs) - declined,
+        declined,
+    )
+
+
+def test_conformance_dsr_counts_declined_deadline_jobs_as_missed(conformance):
+    jobs, result = conformance
+    deadline_jobs = [(j, o) for j, o in zip(jobs, result.outcomes, strict=True) if j.deadline_s]
+    met = sum(
+        1
+        for j, o in deadline_jobs
+        if not o.declined and o.finish_s is not None and o.finish_s <= j.deadline_s + 1e-6
+    )
+    summary = summarize(result)
+    assert (summary.deadline_met, summary.deadline_satisfactory_ratio) == (
+        met,
+        pytest.approx(met / len(deadline_jobs)),
+    )
+
+
+def test_conformance_utilization_is_allocated_over_capacity_times_makespan(conformance):
+    jobs, result = conformance
+    makespan = max(o.finish_s for o in result.outcomes if o.finish_s is not None) - min(
+        j.submit_s for j in jobs
+    )
+    expected = hand_integral(result.allocation_timeline) / (32 * makespan)
+    summary = summarize(result)
+    assert (summary.makespan_s, summary.gpu_utilization) == (
+        pytest.approx(makespan),
+        pytest.approx(expected),
+    )
+
+
+# --- determinism --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_same_inputs_give_identical_outcomes(name):
+    jobs = conformance_trace("load-1")
+    first, second = (
+        simulate(CONFORMANCE_CLUSTER, BUNDLED, create_policy(name), jobs) for _ in range(2)
+    )
+    assert (first.outcomes, first.allocation_timeline, first.decisions) == (
+        second.outcomes,
+        second.allocation_timeline,
+        second.decisions,
+    )
+
+
+# --- progress model: cross-node factor ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("factor", "finish"), [(1.0, 10.0), (0.5, 20.0)], ids=["no-penalty", "0.5"]
+)
+def test_job_split_by_running_jobs_runs_at_factor_times_its_speed(factor, finish):
+    # Two 4-GPU nodes. "a" and "b" take 3 GPUs each (one per node), leaving one GPU on each:
+    # "c" gets both, split, and does 20 iterations at 2 x factor per s.
+    jobs = [job("a", 0, 300, gpus=3), job("b", 0, 300, gpus=3), job("c", 0, 20, gpus=2)]
+    result = simulate(
+        ClusterSpec.from_flags(2, 4),
+        SMALL,
+        create_policy("fifo"),
+        jobs,
+        SimConfig(cross_node_factor=factor),
+    )
+    assert outcomes_of(result)["c"].finish_s == pytest.approx(finish)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus_per_node", "spec"),
+    [
+        (2, 1, job("a", 0, 20, gpus=2)),
+        (2, 8, job("a", 0, 160, gpus=16, model="wide")),
+    ],
+    ids=["2-gpus-on-two-1-gpu-nodes", "16-gpus-on-two-8-gpu-nodes"],
+)
+def test_job_on_the_fewest_nodes_it_needs_is_not_charged_the_cross_node_factor(
+    nodes, gpus_per_node, spec
+):
+    # The job spans two nodes, but no fewer could hold it: full speed, 20 / 2 or 160 / 16 s.
+    result = simulate(
+        ClusterSpec.from_flags(nodes, gpus_per_node),
+        SMALL,
+        create_policy("fifo"),
+        [spec],
+        SimConfig(cross_node_factor=0.5),
+    )
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(10.0)
+
+
+# --- progress model: restart pause --------------------------------------------------------------
+
+
+def one_then_two_gpus_from_10(view: ClusterView) -> Decision:
+    before = view.now < 10.0
+    return Decision(
+        {j.job_id: 1 if before else 2 for j in view.jobs}, wake_at=10.0 if before else None
+    )
+
+
+@pytest.mark.parametrize(
+    ("pause", "finish"),
+    [(0.0, 25.0), (5.0, 30.0), (30.0, 55.0)],
+    ids=["no-pause", "5s", "30s"],
+)
+def test_resized_job_is_delayed_by_exactly_the_restart_pause(pause, finish):
+    # 40 iterations: 10 on one GPU over 0..10, then 30 on two GPUs (15 s) after the pause.
+    result = simulate(
+        ClusterSpec.from_flags(1, 4),
+        SMALL,
+        Scripted(one_then_two_gpus_from_10),
+        [job("a", 0, 40)],
+        SimConfig(restart_pause_s=pause),
+    )
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(finish)
+
+
+def test_resized_job_holds_its_new_gpus_through_the_pause():
+    result = simulate(
+        ClusterSpec.from_flags(1, 4),
+        SMALL,
+        Scripted(one_then_two_gpus_from_10),
+        [job("a", 0, 40)],
+        SimConfig(restart_pause_s=5.0),
+    )
+    outcome = outcomes_of(result)["a"]
+    # 1 GPU over 0..10, 2 GPUs over 10..30 (5 s paused, 15 s running); one resize.
+    assert (outcome.gpu_seconds, outcome.reallocations) == (pytest.approx(50.0), 1)
+
+
+def test_first_start_costs_no_restart_pause():
+    result = simulate(
+        ClusterSpec.from_flags(1, 4),
+        SMALL,
+        create_policy("fifo"),
+        [job("a", 3, 40, gpus=4)],
+        SimConfig(restart_pause_s=30.0),
+    )
+    assert (outcomes_of(result)["a"].start_s, outcomes_of(result)["a"].finish_s) == (3.0, 13.0)
+
+
+def test_decision_that_keeps_a_job_where_it_is_costs_nothing():
+    def one_gpu_waking_every_3s(view: ClusterView) -> Decision:
+        return Decision({j.job_id: 1 for j in view.jobs}, view.now + 3 if view.jobs else None)
+
+    result = simulate(
+        ClusterSpec.from_flags(1, 4),
+        SMALL,
+        Scripted(one_gpu_waking_every_3s),
+        [job("a", 0, 10)],
+        SimConfig(restart_pause_s=30.0),
+    )
+    outcome = outcomes_of(result)["a"]
+    assert (outcome.finish_s, outcome.reallocations) == (10.0, 0)
+
+
+# --- strictness about decisions -----------------------------------------------------------------
+
+BAD_DECISIONS = {
+    "more-gpus-than-exist": (lambda v: Decision({"a": 8, "b": 1}), "allocated 9 GPUs"),
+    "unknown-job-id": (lambda v: Decision({"a": 1, "ghost": 1}), "ghost"),
+    "count-without-speed": (lambda v: Decision({"b": 8}), "no measured speed"),
+    "negative-count": (lambda v: Decision({"a": -1}), "-1"),
+    "wake-now": (lambda v: Decision({"a": 1}, wake_at=v.now), "not in the future"),
+    "wake-in-the-past": (lambda v: Decision({"a": 1}, wake_at=v.now - 1), "not in the future"),
+    "nothing-ever-runs": (lambda v: Decision({}), "unfinished"),
+}
+
+
+@pytest.mark.parametrize(("decide", "message"), BAD_DECISIONS.values(), ids=BAD_DECISIONS)
+def test_bad_decision_raises_simulation_error(decide, message):
+    # Two 4-GPU nodes: 8 GPUs in all; "b" is model "s", measured up to 4 GPUs.
+    jobs = [job("a", 0, 10), job("b", 0, 10, model="s")]
+    with pytest.raises(SimulationError, match=message):
+        simulate(ClusterSpec.from_flags(2, 4), SMALL, Scripted(decide), jobs)
+
+
+def test_simulation_error_names_the_policy_and_the_time():
+    jobs = [job("a", 5, 10)]
+    with pytest.raises(SimulationError, match=r"t=5\.0: policy 'test-scripted'"):
+        simulate(ClusterSpec.from_flags(1, 4), SMALL, Scripted(BAD_DECISIONS["wake-now"][0]), jobs)
+
+
+# --- strictness about input ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "spec", "message"),
+    [
+        (1, job("a", 0, 10, gpus=8), "job a requests 8 GPUs but the cluster has 4"),
+        (2, job("a", 0, 10, gpus=8, model="s"), "job a: .* no measured .*speed on 8 GPUs"),
+        (1, job("a", 0, 10, model="nope"), "job a: unknown model 'nope'"),
+        (1, JobSpec("a", 0, "m", 32, 10, None, 1), "job a: .* no measurement at batch size 32"),
+    ],
+    ids=["more-gpus-than-the-cluster", "count-without-speed", "unknown-model", "unknown-batch"],
+)
+def test_bad_job_raises_input_error_before_running(nodes, spec, message):
+    cluster = ClusterSpec.from_flags(nodes, 4)
+    with pytest.raises(InputError, match=message):
+        simulate(cluster, SMALL, Scripted(BAD_DECISIONS["nothing-ever-runs"][0]), [spec])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"restart_pause_s": -1.0},
+        {"restart_pause_s": float("inf")},
+        {"restart_pause_s": float("nan")},
+        {"cross_node_factor": 0.0},
+        {"cross_node_factor": 1.5},
+    ],
+    ids=["negative-pause", "infinite-pause", "nan-pause", "zero-factor", "factor-above-1"],
+)
+def test_sim_config_rejects_invalid_constants(options):
+    with pytest.raises(InputError):
+        SimConfig(**options)
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+def test_empty_trace_gives_an_empty_result():
+    result = simulate(ClusterSpec.from_flags(1, 4), SMALL, create_policy("fifo"), [])
+    assert (result.outcomes, result.allocation_timeline) == ((), ())
+
+
+def test_progress_callback_counts_settled_jobs():
+    calls = []
+    simulate(
+        ClusterSpec.from_flags(1, 4),
+        SMALL,
+        create_policy("fifo"),
+        [job("a", 0, 10), job("b", 0, 20), job("c", 5, 10)],
+        on_progress=lambda done, total: calls.append((done, total)),
+    )
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_clock_starts_at_the_first_submission():
+    result = simulate(
+        ClusterSpec.from_flags(1, 4), SMALL, create_policy("fifo"), [job("a", 100, 40, gpus=4)]
+    )
+    assert result.allocation_timeline == ((100.0, 4), (110.0, 0))
