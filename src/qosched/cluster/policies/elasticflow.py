@@ -149,7 +149,10 @@ def _reserve(
         available = free[index]
         count = best[share if share < available else available]
         free[index] = available - count
-        reservation.append((starts[index], starts[index + 1], count))
+        if reservation and reservation[-1][2] == count:  # one segment per count, not per step
+            reservation[-1] = (reservation[-1][0], starts[index + 1], count)
+        else:
+            reservation.append((starts[index], starts[index + 1], count))
     _merge(p, first, end)
     return reservation
 
