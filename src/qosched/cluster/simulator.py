@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from qosched.cluster.job import JobSpec
 from qosched.cluster.placement import is_split, place
 from qosched.cluster.policies.base import Policy
@@ -40,8 +42,21 @@ class SimConfig:
     # A job split over more nodes than it needs sends its gradients over the slower inter-node
     # network; the tables measured consolidated jobs, so a split job is charged this factor.
     cross_node_factor: float = 0.85
+    # The truth the tables do not tell (all off by default, so policies see exact speeds):
+    # each job's real speed on g GPUs is table(g) * F * g**D, with a hidden speed factor
+    # F ~ lognormal(0, speed_sigma) and scaling exponent D ~ normal(0, scaling_sigma) per job;
+    # and at every decision a running job's speed is redrawn around that with relative noise
+    # normal(0, noise). Drawn from ``seed``: same seed, same truth.
+    speed_sigma: float = 0.0
+    scaling_sigma: float = 0.0
+    noise: float = 0.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("speed_sigma", "scaling_sigma", "noise"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value < 1):
+                raise InputError(f"must be in [0, 1), got {value}", field=name)
         if not (self.restart_pause_s >= 0 and math.isfinite(self.restart_pause_s)):
             raise InputError(
                 f"must be finite and >= 0, got {self.restart_pause_s}", field="restart_pause_s"
@@ -110,6 +125,14 @@ class ClusterSimulator:
         self._states = [
             self._validated_state(trace, i, throughputs) for i in range(len(trace.jobs))
         ]
+        self._rng = np.random.default_rng(self.config.seed)
+        self._truth = {
+            state.job_id: (
+                float(self._rng.lognormal(0.0, self.config.speed_sigma)),
+                float(self._rng.normal(0.0, self.config.scaling_sigma)),
+            )
+            for state in self._states
+        }
         # Arrival order: by submission time, ties in trace order.
         self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
         self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
@@ -248,6 +271,7 @@ class ClusterSimulator:
                         state.iterations_done + state.rate * (now - since),
                     )
                 state.attained_gpu_s += state.gpus * (now - state.last_update_s)
+                state.active_s += max(0.0, now - since)
                 if state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations:
                     done.append(state)
             state.last_update_s = now
@@ -267,6 +291,8 @@ class ClusterSimulator:
             new = placements.get(state.job_id, ())
             if new != state.placement:
                 self._apply(state, new)
+            elif self.config.noise and state.gpus:
+                self._set_rate(state)  # same GPUs, a new draw of the noise
         if self._allocated > self.cluster.total_gpus:
             raise SimulationError(
                 f"t={self.engine.now}: {self._allocated} GPUs allocated, "
@@ -331,12 +357,25 @@ class ClusterSimulator:
         else:
             state.started_s = now
         state.phase = Phase.RUNNING
-        factor = (
-            self.config.cross_node_factor
-            if is_split(placement, self.cluster.gpus_per_node)
-            else 1.0
-        )
-        state.rate = state.curve.rate(gpus) * factor
+        self._set_rate(state)
+
+    def true_rate(self, state: JobState) -> float:
+        """The job's real speed on its placement, before per-decision noise."""
+        speed_factor, scaling = self._truth[state.job_id]
+        rate = state.curve.rate(state.gpus) * speed_factor * state.gpus**scaling
+        if is_split(state.placement, self.cluster.gpus_per_node):
+            rate *= self.config.cross_node_factor
+        return rate
+
+    def _set_rate(self, state: JobState) -> None:
+        """Set the running job's speed and (re)schedule its completion."""
+        now = self.engine.now
+        rate = self.true_rate(state)
+        if self.config.noise:
+            rate *= max(0.05, 1.0 + float(self._rng.normal(0.0, self.config.noise)))
+        state.rate = rate
+        if state.completion_event is not None:
+            self.engine.cancel(state.completion_event)
         finish = max(now, state.resume_s) + state.remaining_iterations / state.rate
         state.completion_event = self.engine.schedule(
             lambda: self._on_completion(state),

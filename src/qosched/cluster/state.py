@@ -26,6 +26,7 @@ class JobState:
     """A job as a backend tracks it. Policies read it; only the backend writes it."""
 
     __slots__ = (
+        "active_s",
         "attained_gpu_s",
         "completion_event",
         "curve",
@@ -55,6 +56,7 @@ class JobState:
         self.started_s: float | None = None
         self.finished_s: float | None = None
         self.attained_gpu_s = 0.0
+        self.active_s = 0.0  # seconds holding GPUs outside restart pauses: the job's compute clock
         self.reallocations = 0
         self.completion_event = None
 

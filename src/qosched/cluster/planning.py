@@ -1,0 +1,262 @@
+"""Planning deadline jobs on future free GPUs: the mechanism under deadline-aware policies.
+
+A plan gives each deadline job, in a policy-chosen order, its Minimum Satisfactory Share: the
+fewest GPUs ``g`` such that running on ``min(g, free)`` from now to its deadline finishes it,
+where free is what the jobs planned before it leave. Free GPUs over time are a piecewise-constant
+profile; a job's reservation is a list of (start, end, GPUs) segments. Which counts a job may
+use, and how fast it runs on each, come from its :class:`Ladder`, which the policy builds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# A job's reservation in a plan: (start, end, GPUs) segments.
+Reservation = list[tuple[float, float, int]]
+
+# Slack for float rounding (relative, and absolute in iterations): a plan that meets a deadline
+# exactly must still count as met, and a job a rounding error short of done as done.
+TOLERANCE = 1e-9
+
+
+class FreeProfile:
+    """Free GPUs over future time: segment ``i`` covers ``[starts[i], starts[i+1])``, the last
+    one runs forever."""
+
+    __slots__ = ("free", "starts")
+
+    def __init__(self, now: float, capacity: int) -> None:
+        self.starts = [now]
+        self.free = [capacity]
+
+    def split(self, time: float) -> int:
+        """Make ``time`` a segment boundary; return the index of the segment starting there."""
+        index = bisect.bisect_right(self.starts, time) - 1
+        if self.starts[index] == time:
+            return index
+        self.starts.insert(index + 1, time)
+        self.free.insert(index + 1, self.free[index])
+        return index + 1
+
+
+class Ladder:
+    """The counts a job may run on, and for any budget of free GPUs the best count within it.
+
+    ``rates[g]`` is the job's speed on ``g`` GPUs (index 0 unused); a policy builds it from a
+    measured curve or from its own predictions, and picks the ``allowed`` counts (powers of two,
+    whole nodes, ...).
+    """
+
+    __slots__ = ("best", "counts", "rate_within", "rates")
+
+    def __init__(self, rates: Sequence[float], allowed: Iterable[int]) -> None:
+        self.rates = rates
+        top_count = len(rates) - 1
+        self.counts = sorted(g for g in set(allowed) if 1 <= g <= top_count and rates[g] > 0.0)
+        allowed_set = set(self.counts)
+        # best[b]: count <= b with the highest speed (fewest GPUs on ties); 0 when none fits.
+        best, top = [0] * (top_count + 1), 0
+        for budget in range(1, top_count + 1):
+            if budget in allowed_set and (top == 0 or rates[budget] > rates[top]):
+                top = budget
+            best[budget] = top
+        self.best = best
+        # rate_within[b]: speed on the best count within budget b (0 for b = 0).
+        self.rate_within = [rates[g] if g else 0.0 for g in best]
+
+    def rate(self, count: int) -> float:
+        return self.rates[count] if 0 < count < len(self.rates) else 0.0
+
+    def within(self, budget: int) -> int:
+        return self.best[min(budget, len(self.best) - 1)] if budget > 0 else 0
+
+
+def finish_time(
+    ladder: Ladder, share: int, remaining: float, start: float, deadline: float, p: FreeProfile
+) -> float | None:
+    """When the job finishes on ``min(share, free)`` GPUs from ``start``; None if after deadline."""
+    # NOTE: the hot loop of ElasticFlow's planning; kept free of calls for speed.
+    rate_within = ladder.rate_within
+    starts, free = p.starts, p.free
+    last = len(starts) - 1
+    done = 0.0
+    index = bisect.bisect_right(starts, start) - 1
+    if index < 0:
+        index = 0
+    t0 = start
+    while t0 < deadline:
+        t1 = starts[index + 1] if index < last else deadline
+        if t1 > deadline:
+            t1 = deadline
+        available = free[index]
+        rate = rate_within[share if share < available else available]
+        if rate > 0.0:
+            gained = rate * (t1 - t0)
+            if done + gained >= remaining * (1 - TOLERANCE) - TOLERANCE:
+                return min(t1, t0 + (remaining - done) / rate)
+            done += gained
+        if index == last:
+            break
+        index += 1
+        t0 = t1
+    return None
+
+
+def reserve(ladder: Ladder, share: int, start: float, finish: float, p: FreeProfile) -> Reservation:
+    """Take the job's GPUs out of the profile from ``start`` (now: a job in a restart pause holds
+    its GPUs) until ``finish``; return the reservation."""
+    first = p.split(start)
+    end = p.split(finish)
+    best, free, starts = ladder.best, p.free, p.starts
+    reservation: Reservation = []
+    for index in range(first, end):
+        available = free[index]
+        count = best[share if share < available else available]
+        free[index] = available - count
+        if reservation and reservation[-1][2] == count:  # one segment per count, not per step
+            reservation[-1] = (reservation[-1][0], starts[index + 1], count)
+        else:
+            reservation.append((starts[index], starts[index + 1], count))
+    merge(p, first, end)
+    return reservation
+
+
+def merge(p: FreeProfile, first: int, end: int) -> None:
+    """Merge neighbours in ``[first - 1, end]`` left equal, so the profile stays short."""
+    free, starts = p.free, p.starts
+    index = end if end < len(free) else end - 1
+    while index > first and index > 0:
+        if free[index] == free[index - 1]:
+            del free[index], starts[index]
+        index -= 1
+    if 0 < first < len(free) and free[first] == free[first - 1]:
+        del free[first], starts[first]
+
+
+def take(reservation: Reservation, now: float, p: FreeProfile) -> bool:
+    """Take a kept reservation (from ``now`` on) out of the profile; False, untouched, if it no
+    longer fits."""
+    parts = [(max(s, now), e, c) for s, e, c in reservation if e > now and c]
+    for start, end, count in parts:
+        first, last = p.split(start), p.split(end)
+        if min(p.free[first:last]) < count:
+            return False
+    for start, end, count in parts:
+        first, last = p.split(start), p.split(end)
+        for index in range(first, last):
+            p.free[index] -= count
+    return True
+
+
+def delivers(
+    ladder: Ladder, reservation: Reservation, remaining: float, start: float, deadline: float
+) -> bool:
+    """Whether running on ``reservation`` from ``start`` does ``remaining`` by ``deadline``."""
+    done = 0.0
+    for s, e, count in reservation:
+        s, e = max(s, start), min(e, deadline)
+        if e > s and count:
+            done += ladder.rate(count) * (e - s)
+    return done >= remaining * (1 - TOLERANCE) - TOLERANCE
+
+
+def minimum_share(
+    ladder: Ladder, remaining: float, start: float, deadline: float, p: FreeProfile
+) -> tuple[int, float] | None:
+    """(share, finish) with the fewest GPUs that does ``remaining`` by ``deadline``, or None."""
+    counts = ladder.counts
+    if not counts or deadline <= start:
+        return None
+    # No share slower than remaining / (deadline - start) can make it, whatever is free.
+    needed = remaining / (deadline - start)
+    rate_within = ladder.rate_within
+    # Fewest GPUs first: under light load the first candidate usually fits.
+    for share in counts:
+        if rate_within[share] < needed * (1 - TOLERANCE):
+            continue  # too slow even with the whole window to itself
+        finish = finish_time(ladder, share, remaining, start, deadline, p)
+        if finish is not None:
+            return share, finish
+    return None
+
+
+@dataclass(slots=True)
+class Plan:
+    """Reservations of the planned deadline jobs, and the jobs no reservation could satisfy."""
+
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+    def count_now(self, job_id: str, now: float) -> int:
+        return self.count_now_of(self.reservations.get(job_id, []), now)
+
+    def next_change(self, now: float) -> float | None:
+        """The first future time a reserved count changes: the plan must be applied then."""
+        soonest = math.inf
+        for reservation in self.reservations.values():
+            current = self.count_now_of(reservation, now)
+            for start, _, count in reservation:
+                if start > now and count != current:
+                    soonest = min(soonest, start)
+                    break
+        return None if math.isinf(soonest) else soonest
+
+    @staticmethod
+    def count_now_of(reservation: Reservation, now: float) -> int:
+        return next((c for s, e, c in reservation if s <= now < e), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One deadline job to plan: its ladder, the work left and the window to do it in."""
+
+    job_id: str
+    ladder: Ladder
+    remaining: float
+    start: float  # when it can progress (after a restart pause in course)
+    deadline: float
+    order: tuple = ()  # sort key among demands; earliest first
+
+
+def plan_demands(
+    demands: Sequence[Demand],
+    now: float,
+    capacity: int,
+    keep: Mapping[str, Reservation] | None = None,
+) -> Plan:
+    """Minimum satisfactory shares in ``order`` on the future free GPUs.
+
+    With ``keep``, a demand whose kept reservation still delivers keeps it, and only the others
+    are planned, on what the kept reservations leave.
+    """
+    profile = FreeProfile(now, capacity)
+    plan = Plan()
+    ordered = sorted(demands, key=lambda d: d.order)
+    to_plan = ordered
+    if keep:
+        to_plan = []
+        for demand in ordered:
+            reservation = keep.get(demand.job_id)
+            if (
+                reservation is not None
+                and delivers(
+                    demand.ladder, reservation, demand.remaining, demand.start, demand.deadline
+                )
+                and take(reservation, now, profile)
+            ):
+                plan.reservations[demand.job_id] = reservation
+            else:
+                to_plan.append(demand)
+    for demand in to_plan:
+        found = minimum_share(
+            demand.ladder, demand.remaining, demand.start, demand.deadline, profile
+        )
+        if found is None:
+            plan.failed.append(demand.job_id)
+            continue
+        share, finish = found
+        plan.reservations[demand.job_id] = reserve(demand.ladder, share, now, finish, profile)
+    return plan
