@@ -1,0 +1,296 @@
+"""qosched's own policy: deadlines from predicted speeds, guarantees, and calm autoscaling.
+
+After "A QoS-oriented Scheduling and Autoscaling Framework for Deep Learning" (IJCNN 2019): the
+user gives a deadline, never a resource request; the policy learns each job's speed from the
+job's own progress and sizes it to finish in time.
+
+- Prediction: every job has an :class:`~qosched.cluster.predict.OnlinePredictor`, primed with its
+  model's speed table and fed the job's progress (iterations against its compute clock, restart
+  pauses excluded) at every decision.
+- Admission: a deadline job is guaranteed only if, on *pessimistic* predicted speeds (the lower
+  edge of the prediction band: the safety margin), it gets a minimum satisfactory share without
+  taking one from a job already guaranteed. A job that cannot be guaranteed is not turned away:
+  it runs best effort on what guaranteed jobs leave, and still counts as met if it finishes in
+  time (``decline_to_best_effort=False`` turns it away instead). This is what keeps admission
+  from collapsing under overload, where refusing work that could still finish helps nobody.
+- Allocation, in this order: each guaranteed job its planned count for now; running jobs keep
+  what they hold when it still fits (hysteresis: no restart without a reason); unguaranteed
+  deadline jobs that can still make it, earliest deadline first; best-effort jobs, shortest
+  predicted remaining time first; then spare GPUs one step at a time to the job that saves the
+  most time per GPU, only where the saving outweighs the restart pause it costs.
+- Autoscaling: the policy re-plans at arrivals, completions, when a plan changes counts, and
+  every ``tick_s``; a job is not re-sized again within ``min_interval_s`` of its last change
+  unless its guarantee needs it.
+
+Counts are powers of two up to a node, then whole nodes, placed largest first, so jobs pack
+without splitting across nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from qosched.cluster.planning import Demand, Ladder, Plan, Reservation, plan_demands
+from qosched.cluster.policies.base import Policy, register
+from qosched.cluster.predict import OnlinePredictor, prior_from_curve
+from qosched.cluster.state import ClusterView, Decision, JobState
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """What the policy remembers about one job."""
+
+    predictor: OnlinePredictor
+    guaranteed: bool
+    last_change_s: float = -math.inf
+    observed_active_s: float = 0.0
+    ladders: tuple[Ladder, Ladder] | None = None  # (expected, pessimistic), None = stale
+    counts: tuple[int, ...] = field(default_factory=tuple)
+
+
+def allowed_counts(max_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
+    """Powers of two up to a node, then whole nodes."""
+    counts = [1 << i for i in range(gpus_per_node.bit_length()) if (1 << i) <= gpus_per_node]
+    counts += range(2 * gpus_per_node, max_gpus + 1, gpus_per_node)
+    return tuple(g for g in counts if g <= max_gpus)
+
+
+@register("qos")
+class QualityOfService(Policy):
+    """Predict, guarantee, autoscale; see the module docstring."""
+
+    largest_first = True
+
+    def __init__(
+        self,
+        *,
+        tick_s: float = 600.0,
+        min_interval_s: float | None = None,
+        gain_over_pause: float = 2.0,
+        decline_to_best_effort: bool = True,
+    ) -> None:
+        if tick_s <= 0:
+            raise ValueError(f"tick_s must be positive, got {tick_s}")
+        self.tick_s = tick_s
+        self.min_interval_s = min_interval_s
+        self.gain_over_pause = gain_over_pause
+        self.decline_to_best_effort = decline_to_best_effort
+        self._jobs: dict[str, _Tracked] = {}
+        self._kept: dict[str, Reservation] = {}
+        self._failed: set[str] = set()
+
+    # -- prediction -------------------------------------------------------------------------------
+
+    def _track(self, job: JobState, view: ClusterView) -> _Tracked:
+        tracked = self._jobs.get(job.job_id)
+        if tracked is None:
+            tracked = _Tracked(OnlinePredictor(prior_from_curve(job.curve)), guaranteed=False)
+            tracked.counts = allowed_counts(job.curve.max_gpus, view.cluster.gpus_per_node)
+            self._jobs[job.job_id] = tracked
+        return tracked
+
+    def _observe(self, job: JobState, tracked: _Tracked) -> None:
+        if job.gpus and job.active_s > tracked.observed_active_s:
+            tracked.predictor.observe(job.active_s, job.iterations_done, job.gpus)
+            tracked.observed_active_s = job.active_s
+            tracked.ladders = None
+
+    def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
+        """(expected, pessimistic) predicted speeds on the counts the job may use."""
+        if tracked.ladders is None:
+            expected = [0.0] * (job.curve.max_gpus + 1)
+            pessimistic = [0.0] * (job.curve.max_gpus + 1)
+            for g in tracked.counts:
+                if job.curve.available(g):
+                    prediction = tracked.predictor.predict(g)
+                    expected[g], pessimistic[g] = prediction.rate, prediction.rate_low
+            tracked.ladders = (
+                Ladder(expected, tracked.counts),
+                Ladder(pessimistic, tracked.counts),
+            )
+        return tracked.ladders
+
+    # -- planning ---------------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        jobs: Sequence[JobState],
+        view: ClusterView,
+        keep: dict[str, Reservation] | None = None,
+    ) -> Plan:
+        demands = [
+            Demand(
+                job_id=job.job_id,
+                ladder=self._ladders(job, self._track(job, view))[1],
+                remaining=job.remaining_iterations,
+                start=max(view.now, job.resume_s),
+                deadline=job.spec.deadline_s - (view.restart_pause_s if job.has_started else 0.0),
+                order=(job.spec.deadline_s, job.spec.submit_s),
+            )
+            for job in jobs
+        ]
+        return plan_demands(demands, view.now, view.cluster.total_gpus, keep)
+
+    def _best_plan(self, jobs: Sequence[JobState], view: ClusterView) -> Plan:
+        """Keep the reservations in force; re-plan from scratch only if that fails fewer jobs."""
+        if not self._kept:
+            return self._plan(jobs, view)
+        kept = self._plan(jobs, view, keep=self._kept)
+        if not kept.failed:
+            return kept
+        fresh = self._plan(jobs, view)
+        return fresh if len(fresh.failed) < len(kept.failed) else kept
+
+    def _guaranteed(self, view: ClusterView) -> list[JobState]:
+        return [
+            j
+            for j in view.jobs
+            if j.spec.deadline_s is not None and self._track(j, view).guaranteed
+        ]
+
+    # -- the policy interface -------------------------------------------------------------------
+
+    def admit(self, job: JobState, view: ClusterView) -> bool:
+        tracked = self._track(job, view)
+        if job.spec.deadline_s is None:
+            return True
+        for other in view.jobs:
+            self._observe(other, self._track(other, view))
+        guaranteed = self._guaranteed(view)
+        plan = self._best_plan([*guaranteed, job], view)
+        newly_failed = set(plan.failed) - self._failed
+        if not newly_failed:
+            tracked.guaranteed = True
+            self._adopt(plan)
+            return True
+        return self.decline_to_best_effort
+
+    def _adopt(self, plan: Plan) -> None:
+        self._kept = plan.reservations
+        self._failed = set(plan.failed)
+
+    def allocate(self, view: ClusterView) -> Decision:
+        now, capacity = view.now, view.cluster.total_gpus
+        for job in view.jobs:
+            self._observe(job, self._track(job, view))
+        live = {job.job_id for job in view.jobs}
+        for job_id in [j for j in self._jobs if j not in live]:
+            del self._jobs[job_id]
+
+        if not view.jobs:
+            return Decision()  # nothing to watch: no tick, or the clock would run forever
+        guaranteed = self._guaranteed(view)
+        plan = self._best_plan(guaranteed, view)
+        self._adopt(plan)
+        for job_id in plan.failed:  # a worse prediction broke its guarantee
+            self._jobs[job_id].guaranteed = False
+
+        gpus: dict[str, int] = {}
+        free = capacity
+        # 1. Guaranteed jobs: at least their planned count; what they hold if it still fits.
+        for job in sorted(guaranteed, key=_deadline_key):
+            if job.job_id in plan.reservations:
+                need = plan.count_now(job.job_id, now)
+                gpus[job.job_id] = need
+                free -= need
+        for job in sorted(guaranteed, key=_deadline_key):
+            need = gpus.get(job.job_id, 0)
+            if job.gpus > need and job.gpus - need <= free:  # no scale-down without need
+                free -= job.gpus - need
+                gpus[job.job_id] = job.gpus
+        # 2. Everyone else: unguaranteed deadline jobs that can still make it, by deadline; then
+        #    best effort, running jobs before waiting ones (no churn), shortest first.
+        others = [j for j in view.jobs if j.job_id not in gpus]
+        others.sort(key=lambda j: self._other_priority(j, now))
+        for job in others:
+            if free <= 0:
+                break
+            share = job.gpus if job.gpus else self._starting_share(job, view, free)
+            if 0 < share <= free:
+                gpus[job.job_id] = share
+                free -= share
+        # 3. Spare GPUs where they save the most time, if worth a restart.
+        if free > 0:
+            self._hand_out_spare(view, gpus, free)
+        for job in view.jobs:
+            if gpus.get(job.job_id, 0) != job.gpus:
+                self._jobs[job.job_id].last_change_s = now
+        wake = now + self.tick_s
+        change = plan.next_change(now)
+        if change is not None:
+            wake = min(wake, change)
+        order = sorted(gpus, key=lambda job_id: -gpus[job_id])
+        return Decision({job_id: gpus[job_id] for job_id in order if gpus[job_id]}, wake)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _calm(self, job: JobState, view: ClusterView) -> bool:
+        """Not re-sized within ``min_interval_s`` (default: ten restart pauses)."""
+        interval = self.min_interval_s
+        if interval is None:
+            interval = 10 * view.restart_pause_s
+        return view.now - self._jobs[job.job_id].last_change_s >= interval
+
+    def _other_priority(self, job: JobState, now: float) -> tuple:
+        tracked = self._jobs[job.job_id]
+        expected = self._ladders(job, tracked)[0]
+        best = max((expected.rate(g) for g in expected.counts), default=0.0)
+        remaining_s = job.remaining_iterations / best if best > 0 else math.inf
+        deadline = job.spec.deadline_s
+        if deadline is not None and now + remaining_s <= deadline:
+            return (0, deadline, job.spec.submit_s)  # can still make it
+        return (1, job.gpus == 0, remaining_s, job.spec.submit_s)
+
+    def _starting_share(self, job: JobState, view: ClusterView, free: int) -> int:
+        """Fewest GPUs (within ``free``) that meet the deadline, else the best use of one step."""
+        expected = self._ladders(job, self._jobs[job.job_id])[0]
+        counts = [g for g in expected.counts if g <= free]
+        if not counts:
+            return 0
+        deadline = job.spec.deadline_s
+        if deadline is not None:
+            for g in counts:
+                if view.now + job.remaining_iterations / expected.rate(g) <= deadline:
+                    return g
+        return counts[0]
+
+    def _hand_out_spare(self, view: ClusterView, gpus: dict[str, int], free: int) -> None:
+        """One step up at a time to the job saving the most seconds per added GPU, where the
+        saving beats ``gain_over_pause`` restart pauses and the job was not just re-sized."""
+        pause = view.restart_pause_s
+        heap: list[tuple[float, int, JobState]] = []
+
+        def push(position: int, job: JobState) -> None:
+            current = gpus.get(job.job_id, 0)
+            expected = self._ladders(job, self._jobs[job.job_id])[0]
+            step = next((g for g in expected.counts if g > current), 0)
+            if not current or not step or step - current > free:
+                return
+            # A job that has run pays a pause for the change, unless this decision moves it anyway.
+            pays = pause if job.has_started and current == job.gpus else 0.0
+            saving = job.remaining_iterations * (
+                1 / expected.rate(current) - 1 / max(expected.rate(step), 1e-12)
+            )
+            if saving - pays > self.gain_over_pause * pause:
+                heapq.heappush(heap, (-(saving - pays) / (step - current), position, job))
+
+        for position, job in enumerate(view.jobs):
+            if not job.has_started or job.gpus != gpus.get(job.job_id, 0) or self._calm(job, view):
+                push(position, job)
+        while heap and free > 0:
+            _, position, job = heapq.heappop(heap)
+            current = gpus[job.job_id]
+            expected = self._ladders(job, self._jobs[job.job_id])[0]
+            step = next(g for g in expected.counts if g > current)
+            if step - current > free:
+                continue
+            gpus[job.job_id] = step
+            free -= step - current
+            push(position, job)
+
+
+def _deadline_key(job: JobState) -> tuple[float, float]:
+    return (job.spec.deadline_s, job.spec.submit_s)
