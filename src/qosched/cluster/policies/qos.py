@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from qosched.cluster.planning import Demand, Ladder, Plan, Reservation, plan_demands
 from qosched.cluster.policies.base import Policy, register
-from qosched.cluster.predict import OnlinePredictor, prior_from_curve
+from qosched.cluster.predict import OnlinePredictor
 from qosched.cluster.state import ClusterView, Decision, JobState
 
 
@@ -48,6 +48,7 @@ class _Tracked:
     last_change_s: float = -math.inf
     observed_active_s: float = 0.0
     ladders: tuple[Ladder, Ladder] | None = None  # (expected, pessimistic), None = stale
+    ladders_at_active_s: float = 0.0
     counts: tuple[int, ...] = field(default_factory=tuple)
 
 
@@ -71,6 +72,7 @@ class QualityOfService(Policy):
         min_interval_s: float | None = None,
         gain_over_pause: float = 2.0,
         decline_to_best_effort: bool = True,
+        confidence: float = 0.5,
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be positive, got {tick_s}")
@@ -78,6 +80,7 @@ class QualityOfService(Policy):
         self.min_interval_s = min_interval_s
         self.gain_over_pause = gain_over_pause
         self.decline_to_best_effort = decline_to_best_effort
+        self.confidence = confidence
         self._jobs: dict[str, _Tracked] = {}
         self._kept: dict[str, Reservation] = {}
         self._failed: set[str] = set()
@@ -87,16 +90,21 @@ class QualityOfService(Policy):
     def _track(self, job: JobState, view: ClusterView) -> _Tracked:
         tracked = self._jobs.get(job.job_id)
         if tracked is None:
-            tracked = _Tracked(OnlinePredictor(prior_from_curve(job.curve)), guaranteed=False)
+            predictor = OnlinePredictor.from_curve(job.curve, confidence=self.confidence)
+            tracked = _Tracked(predictor, guaranteed=False)
             tracked.counts = allowed_counts(job.curve.max_gpus, view.cluster.gpus_per_node)
             self._jobs[job.job_id] = tracked
         return tracked
 
     def _observe(self, job: JobState, tracked: _Tracked) -> None:
+        """Feed progress at every decision (an interval must not span two allocations), but
+        re-derive speeds only after 10% more compute time, or a minute: refits are not free
+        and predictions move slowly."""
         if job.gpus and job.active_s > tracked.observed_active_s:
             tracked.predictor.observe(job.active_s, job.iterations_done, job.gpus)
             tracked.observed_active_s = job.active_s
-            tracked.ladders = None
+            if job.active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
+                tracked.ladders = None
 
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
         """(expected, pessimistic) predicted speeds on the counts the job may use."""
@@ -111,6 +119,7 @@ class QualityOfService(Policy):
                 Ladder(expected, tracked.counts),
                 Ladder(pessimistic, tracked.counts),
             )
+            tracked.ladders_at_active_s = tracked.observed_active_s
         return tracked.ladders
 
     # -- planning ---------------------------------------------------------------------------------
