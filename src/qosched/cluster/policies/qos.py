@@ -13,11 +13,12 @@ job's own progress and sizes it to finish in time.
   it runs best effort on what guaranteed jobs leave, and still counts as met if it finishes in
   time (``decline_to_best_effort=False`` turns it away instead). This is what keeps admission
   from collapsing under overload, where refusing work that could still finish helps nobody.
-- Allocation, in this order: each guaranteed job its planned count for now; running jobs keep
-  what they hold when it still fits (hysteresis: no restart without a reason); unguaranteed
-  deadline jobs that can still make it, earliest deadline first; best-effort jobs, shortest
-  predicted remaining time first; then spare GPUs one step at a time to the job that saves the
-  most time per GPU, only where the saving outweighs the restart pause it costs.
+- Allocation, in this order: each guaranteed job its planned count for now; unguaranteed
+  deadline jobs that can still make it, earliest deadline first; best-effort jobs, running ones
+  keeping what they hold before waiting ones start (shortest predicted remaining time first);
+  guaranteed jobs keep GPUs beyond their plan while they fit (hysteresis: no restart without a
+  reason); then spare GPUs one step at a time to the job with the largest relative speed-up per
+  added GPU, only where the time it saves outweighs the restart pause it costs.
 - Autoscaling: the policy re-plans at arrivals, completions, when a plan changes counts, and
   every ``tick_s``; a job is not re-sized again within ``min_interval_s`` of its last change
   unless its guarantee needs it.
@@ -199,17 +200,13 @@ class QualityOfService(Policy):
 
         gpus: dict[str, int] = {}
         free = capacity
-        # 1. Guaranteed jobs: at least their planned count; what they hold if it still fits.
-        for job in sorted(guaranteed, key=_deadline_key):
+        # 1. Guaranteed jobs: their planned count for now.
+        guaranteed.sort(key=_deadline_key)
+        for job in guaranteed:
             if job.job_id in plan.reservations:
                 need = plan.count_now(job.job_id, now)
                 gpus[job.job_id] = need
                 free -= need
-        for job in sorted(guaranteed, key=_deadline_key):
-            need = gpus.get(job.job_id, 0)
-            if job.gpus > need and job.gpus - need <= free:  # no scale-down without need
-                free -= job.gpus - need
-                gpus[job.job_id] = job.gpus
         # 2. Everyone else: unguaranteed deadline jobs that can still make it, by deadline; then
         #    best effort, running jobs before waiting ones (no churn), shortest first.
         others = [j for j in view.jobs if j.job_id not in gpus]
@@ -221,7 +218,14 @@ class QualityOfService(Policy):
             if 0 < share <= free:
                 gpus[job.job_id] = share
                 free -= share
-        # 3. Spare GPUs where they save the most time, if worth a restart.
+        # 3. Guaranteed jobs keep what they hold beyond their plan while it fits: no scale-down
+        #    without need.
+        for job in guaranteed:
+            need = gpus.get(job.job_id, 0)
+            if job.job_id in plan.reservations and job.gpus > need and job.gpus - need <= free:
+                free -= job.gpus - need
+                gpus[job.job_id] = job.gpus
+        # 4. Spare GPUs where they save the most time, if worth a restart.
         if free > 0:
             self._hand_out_spare(view, gpus, free)
         for job in view.jobs:
@@ -284,7 +288,8 @@ class QualityOfService(Policy):
                 1 / expected.rate(current) - 1 / max(expected.rate(step), 1e-12)
             )
             if saving - pays > self.gain_over_pause * pause:
-                heapq.heappush(heap, (-(saving - pays) / (step - current), position, job))
+                speedup = expected.rate(step) / expected.rate(current) - 1.0
+                heapq.heappush(heap, (-speedup / (step - current), position, job))
 
         for position, job in enumerate(view.jobs):
             if not job.has_started or job.gpus != gpus.get(job.job_id, 0) or self._calm(job, view):
