@@ -197,3 +197,54 @@ def test_demo_prints_every_policy_and_writes_plots(tmp_path, capsys):
     for name in ("fifo", "edf", "srtf", "las", "elasticflow"):
         assert name in table
     assert (tmp_path / "cluster_summary.png").exists()
+
+
+def test_hidden_speeds_are_seeded_and_change_the_outcome(small_trace, capsys):
+    def run(*extra: str) -> dict:
+        assert (
+            main(
+                [
+                    "sim",
+                    "cluster",
+                    "--trace",
+                    str(small_trace),
+                    "--nodes",
+                    "2",
+                    "--gpus-per-node",
+                    "8",
+                    "--policy",
+                    "qos",
+                    "--json",
+                    *extra,
+                ]
+            )
+            == 0
+        )
+        payload = json.loads(capsys.readouterr().out)
+        payload.pop("wall_s")
+        return payload
+
+    hidden = ["--speed-sigma", "0.3", "--noise", "0.05"]
+    assert run(*hidden, "--seed", "4") == run(*hidden, "--seed", "4")
+    assert run(*hidden, "--seed", "4")["avg_jct_s"] != run()["avg_jct_s"]
+
+
+def test_out_of_range_hidden_speed_is_a_clear_error(small_trace, capsys):
+    code = main(
+        [
+            "sim",
+            "cluster",
+            "--trace",
+            str(small_trace),
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--policy",
+            "edf",
+            "--speed-sigma",
+            "1.5",
+        ]
+    )
+    assert code == 2
+    assert "speed_sigma" in capsys.readouterr().err

@@ -228,14 +228,39 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
         "--seed",
         type=int,
         default=0,
-        help="seed for random choices (this simulator makes none: same trace, same numbers)",
+        help="seed of the hidden speeds and noise below (same seed, same numbers)",
+    )
+    parser.add_argument(
+        "--speed-sigma",
+        type=float,
+        default=0.0,
+        help="hide each job's true speed: table x lognormal(0, SIGMA) factor (default 0: exact)",
+    )
+    parser.add_argument(
+        "--scaling-sigma",
+        type=float,
+        default=0.0,
+        help="hide each job's scaling: speed x GPUs**normal(0, SIGMA) (default 0)",
+    )
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="relative speed noise redrawn at every decision (default 0)",
     )
     _add_sim_options(parser)
     parser.set_defaults(run=run_sim_cluster)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(restart_pause_s=args.restart_pause_s, cross_node_factor=args.cross_node_factor)
+    return SimConfig(
+        restart_pause_s=args.restart_pause_s,
+        cross_node_factor=args.cross_node_factor,
+        speed_sigma=args.speed_sigma,
+        scaling_sigma=args.scaling_sigma,
+        noise=args.noise,
+        seed=args.seed,
+    )
 
 
 def run_sim_cluster(args: argparse.Namespace) -> int:
