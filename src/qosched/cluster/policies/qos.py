@@ -93,7 +93,9 @@ class QualityOfService(Policy):
         if tracked is None:
             predictor = OnlinePredictor.from_curve(job.curve, confidence=self.confidence)
             tracked = _Tracked(predictor, guaranteed=False)
-            tracked.counts = allowed_counts(job.curve.max_gpus, view.cluster.gpus_per_node)
+            tracked.counts = allowed_counts(
+                min(job.curve.max_gpus, view.cluster.total_gpus), view.cluster.gpus_per_node
+            )
             self._jobs[job.job_id] = tracked
         return tracked
 
@@ -203,10 +205,12 @@ class QualityOfService(Policy):
         # 1. Guaranteed jobs: their planned count for now.
         guaranteed.sort(key=_deadline_key)
         for job in guaranteed:
-            if job.job_id in plan.reservations:
-                need = plan.count_now(job.job_id, now)
+            need = plan.count_now(job.job_id, now) if job.job_id in plan.reservations else 0
+            if need:
                 gpus[job.job_id] = need
                 free -= need
+        # A guaranteed job whose reservation starts later joins the others below: GPUs idle
+        # now are better spent on it than kept for later.
         # 2. Everyone else: unguaranteed deadline jobs that can still make it, by deadline; then
         #    best effort, running jobs before waiting ones (no churn), shortest first.
         others = [j for j in view.jobs if j.job_id not in gpus]

@@ -1,0 +1,332 @@
+"""Tests for qosched.cluster.policies.qos: hand-computed runs of the qos policy.
+
+Model ``m`` runs ``g`` iterations/s on ``g`` GPUs (measured at 1, 2, 4, 8). Its speed table is
+exactly linear, so the predictor's prior ``T(n) = compute/n + comm*(n - 1) + overhead`` fits it
+exactly (compute 1 s, no communication, no overhead): predicted speeds equal the table.
+
+The safety margin is the lower edge of the prediction band. Before a job has any progress the band
+is ``rate * exp(±z * 0.3)`` with ``z`` the normal quantile of the default confidence 0.5
+(z = 0.6745), so the pessimistic speed is the table's divided by ``exp(0.2023) = 1.2243``:
+0.8168, 1.6336, 3.2672 iterations/s on 1, 2, 4 GPUs. Once a job has run, the band at its count
+narrows (its speed is then known better), so a job guaranteed on no data stays guaranteed.
+Scenarios are chosen so that the outcome does not hinge on the exact width of the band.
+
+Restart pauses are 0 unless a test is about them; the cluster is one 4-GPU node unless stated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from qosched.cluster.generate import GeneratorConfig, generate_trace
+from qosched.cluster.job import JobSpec
+from qosched.cluster.policies import Policy, create_policy
+from qosched.cluster.policies.qos import QualityOfService, allowed_counts
+from qosched.cluster.simulator import JobOutcome, SimConfig, simulate
+from qosched.cluster.spec import ClusterSpec
+from qosched.cluster.state import ClusterView, Decision, JobState
+from qosched.cluster.throughput import ThroughputModel
+
+TABLES = ThroughputModel({"m": {64: {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0}}})
+ONE_NODE = ClusterSpec.from_flags(1, 4)
+
+
+def job(
+    job_id: str,
+    submit: float,
+    iterations: int,
+    gpus: int = 1,
+    deadline: float | None = None,
+) -> JobSpec:
+    return JobSpec(job_id, submit, "m", 64, iterations, deadline, gpus)
+
+
+def run(
+    policy: str | Policy,
+    jobs: list[JobSpec],
+    *,
+    pause: float = 0.0,
+) -> dict[str, JobOutcome]:
+    if isinstance(policy, str):
+        policy = create_policy(policy)
+    result = simulate(
+        ONE_NODE, TABLES, policy, jobs, SimConfig(restart_pause_s=pause, cross_node_factor=1.0)
+    )
+    return {outcome.job_id: outcome for outcome in result.outcomes}
+
+
+def state(spec: JobSpec) -> JobState:
+    return JobState(spec, TABLES.curve(spec.model, spec.batch_size))
+
+
+# --- options and counts -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tick_s", [0.0, -600.0], ids=["zero", "negative"])
+def test_qos_rejects_a_tick_that_is_not_positive(tick_s):
+    with pytest.raises(ValueError, match="tick_s"):
+        create_policy("qos", tick_s=tick_s)
+
+
+@pytest.mark.parametrize(
+    ("max_gpus", "gpus_per_node", "counts"),
+    [
+        # 1, 2, 4, 8 within a node, then every whole number of 8-GPU nodes up to 64.
+        (64, 8, (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)),
+        # A job that tops out at 6 GPUs: the powers of two below it, never 6 itself.
+        (6, 8, (1, 2, 4)),
+        # 4-GPU nodes: 8 is two whole nodes.
+        (8, 4, (1, 2, 4, 8)),
+        (1, 8, (1,)),
+    ],
+    ids=["64-on-8-gpu-nodes", "6-on-8-gpu-nodes", "8-on-4-gpu-nodes", "single-gpu-job"],
+)
+def test_allowed_counts_are_powers_of_two_within_a_node_then_whole_nodes(
+    max_gpus, gpus_per_node, counts
+):
+    assert allowed_counts(max_gpus, gpus_per_node) == counts
+
+
+# --- admission ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "guaranteed"),
+    [
+        # 100 iterations; all 4 GPUs do 4/s: 25 s at best, 5 s past a deadline at 20.
+        (job("a", 0, 100, deadline=20), False),
+        # Only 1 s short at full speed.
+        (job("a", 0, 100, deadline=24), False),
+        # Submitted at 10 with 20 s to go: 80 iterations at best, not 100.
+        (job("a", 10, 100, deadline=30), False),
+        # 8 GPUs (a measured count) would do it in 125 s, but the cluster has only 4: 250 s.
+        (job("a", 0, 1000, deadline=200), False),
+        # Contrast: 100 iterations by 100 needs 2 GPUs even at the pessimistic 1.63/s (61 s).
+        (job("a", 0, 100, deadline=100), True),
+    ],
+    ids=[
+        "needs-5-gpus-worth",
+        "one-second-short",
+        "late-submission",
+        "needs-more-gpus-than-the-cluster",
+        "reachable-with-margin",
+    ],
+)
+def test_qos_guarantees_a_lone_job_only_if_every_gpu_can_meet_its_deadline(spec, guaranteed):
+    policy = QualityOfService()
+    view = ClusterView(spec.submit_s, ONE_NODE, ())
+    policy.admit(state(spec), view)
+    assert policy._jobs["a"].guaranteed is guaranteed
+
+
+@pytest.mark.parametrize(
+    ("decline_to_best_effort", "admitted"), [(True, True), (False, False)], ids=["default", "off"]
+)
+def test_qos_admits_an_unreachable_job_only_when_declining_to_best_effort(
+    decline_to_best_effort, admitted
+):
+    policy = QualityOfService(decline_to_best_effort=decline_to_best_effort)
+    spec = job("a", 0, 100, deadline=20)
+    assert policy.admit(state(spec), ClusterView(0.0, ONE_NODE, ())) is admitted
+
+
+def test_qos_declined_unreachable_job_never_runs():
+    policy = create_policy("qos", decline_to_best_effort=False)
+    outcome = run(policy, [job("a", 0, 100, deadline=20)])["a"]
+    assert (outcome.declined, outcome.start_s, outcome.finish_s) == (True, None, None)
+
+
+def test_qos_runs_an_unreachable_job_best_effort_on_every_gpu_by_default():
+    # Not guaranteed, but not turned away: alone, it gets all 4 GPUs and ends at 100 / 4 = 25,
+    # after its deadline at 20.
+    outcome = run("qos", [job("a", 0, 100, deadline=20)])["a"]
+    assert (outcome.declined, outcome.start_s, outcome.finish_s, outcome.met_deadline) == (
+        False,
+        0.0,
+        25.0,
+        False,
+    )
+
+
+# --- guarantees ---------------------------------------------------------------------------------
+
+GUARANTEE_SCENARIOS = {
+    # "a" (80 by 30) is guaranteed on 4 GPUs (pessimistic 80 / 3.27 = 24.5 s) and runs 0..20.
+    # At 5, "b" (48 by 17) would need all 4 GPUs for 5..17, which would push "a" to 17 + 60 / 4
+    # = 32 (EDF would); qos leaves "a" its GPUs. "b" runs best effort after it: 20..32.
+    "newcomer-cannot-fit": (
+        [job("a", 0, 80, deadline=30), job("b", 5, 48, deadline=17)],
+        {"a": (True, 20.0), "b": (False, 32.0)},
+    ),
+    # "a" (40 by 40) holds all 4 GPUs from 0 and has 20 left at 5. "b" (20 by 15) fits only if
+    # "a" makes way, which it can afford: "b" runs 5..10 on 4 GPUs, and "a" resumes after it
+    # with 20 / 4 = 5 s to go, well before 40.
+    "newcomer-fits-by-replanning": (
+        [job("a", 0, 40, deadline=40), job("b", 5, 20, deadline=15)],
+        {"a": (True, 15.0), "b": (True, 10.0)},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", GUARANTEE_SCENARIOS)
+def test_qos_guaranteed_job_meets_its_deadline_despite_a_later_arrival(name):
+    jobs, _ = GUARANTEE_SCENARIOS[name]
+    assert run("qos", jobs)["a"].met_deadline
+
+
+@pytest.mark.parametrize("name", GUARANTEE_SCENARIOS)
+def test_qos_guaranteed_job_and_later_arrival_finish_when_computed(name):
+    jobs, expected = GUARANTEE_SCENARIOS[name]
+    outcomes = run("qos", jobs)
+    assert {k: (o.met_deadline, o.finish_s) for k, o in outcomes.items()} == {
+        k: (met, pytest.approx(finish)) for k, (met, finish) in expected.items()
+    }
+
+
+# --- autoscaling --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "deadline",
+    [
+        # Guaranteed: 4 GPUs meet it even at the pessimistic 3.27/s (12.2 s).
+        20,
+        # Not guaranteed (12.2 s pessimistic), but 4 GPUs at the expected 4/s take 10 s.
+        12,
+    ],
+    ids=["guaranteed", "best-effort"],
+)
+@pytest.mark.parametrize("pause", [0.0, 30.0], ids=["no-pause", "30s-pause"])
+def test_qos_sizes_a_job_to_meet_the_deadline_its_request_would_miss(deadline, pause):
+    # 40 iterations, 1 GPU requested: fifo runs it on 1 GPU for 40 s; qos gives it 4 from the
+    # start (a first start costs no pause): 10 s.
+    jobs = [job("a", 0, 40, gpus=1, deadline=deadline)]
+    fifo, qos = run("fifo", jobs, pause=pause)["a"], run("qos", jobs, pause=pause)["a"]
+    assert (fifo.finish_s, fifo.met_deadline, qos.finish_s, qos.met_deadline) == (
+        40.0,
+        False,
+        10.0,
+        True,
+    )
+
+
+# --- hysteresis ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        job("a", 0, 40_000),
+        # Planned on 1 GPU (pessimistic 0.82/s: 49 000 s), given the spare 3, keeps them.
+        job("a", 0, 40_000, deadline=100_000),
+        # Planned on 4 GPUs (pessimistic 3.27/s: 12 245 s).
+        job("a", 0, 40_000, deadline=13_000),
+    ],
+    ids=["best-effort", "loose-deadline", "tight-deadline"],
+)
+def test_qos_never_resizes_a_lone_job_on_an_empty_cluster(spec):
+    # 10 000 s on 4 GPUs: 16 ticks of 600 s re-plan with fresh progress, and none re-sizes it.
+    outcome = run("qos", [spec], pause=30.0)["a"]
+    assert (outcome.finish_s, outcome.reallocations) == (10_000.0, 0)
+
+
+def test_qos_resizes_a_job_exactly_once_when_its_neighbour_leaves():
+    # Best effort, both at 0: each gets 1 GPU, the spare 2 go one step each, "b" (more to save)
+    # first: 2 + 2. "a" (4000) ends at 2000; "b" (8000) has 4000 left, grows to 4 (saves 1000 s
+    # for a 30 s pause) and ends at 2000 + 30 + 1000. The ticks at 600, 1200, 1800 change nothing.
+    outcomes = run("qos", [job("a", 0, 4000), job("b", 0, 8000)], pause=30.0)
+    assert {k: (o.finish_s, o.reallocations) for k, o in outcomes.items()} == {
+        "a": (2000.0, 0),
+        "b": (3030.0, 1),
+    }
+
+
+# --- best effort yields -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pause", "e_finish"),
+    # "e" does 40 by 10, waits 10..20, and needs 3960 / 4 = 990 s after its restart pause.
+    [(0.0, 1010.0), (30.0, 1040.0)],
+    ids=["no-pause", "30s-pause"],
+)
+def test_qos_preempts_best_effort_for_a_deadline_job_that_needs_every_gpu(pause, e_finish):
+    # "e" holds all 4 GPUs. At 10, "d" (40 by 30) needs all 4 (2 GPUs at 1.63/s do 32.7 by 30)
+    # and takes them: 10..20 (its first start is free).
+    outcomes = run("qos", [job("e", 0, 4000, gpus=4), job("d", 10, 40, deadline=30)], pause=pause)
+    assert {k: (o.start_s, o.finish_s, o.reallocations) for k, o in outcomes.items()} == {
+        "e": (0.0, e_finish, 2),
+        "d": (10.0, 20.0, 0),
+    }
+
+
+def test_qos_does_not_preempt_a_running_job_for_a_deadline_it_cannot_make():
+    # "e" holds all 4 GPUs. At 10, "x" asks for 1000 iterations by 210: 250 s on the cluster's
+    # 4 GPUs, so it cannot make it (8 GPUs would, in 125 s, but the cluster has only 4). It is
+    # not guaranteed and counts as best effort, behind the running "e", which keeps its GPUs
+    # and ends at 4000 / 4 = 1000; "x" then runs 1000..1250.
+    outcomes = run("qos", [job("e", 0, 4000, gpus=4), job("x", 10, 1000, deadline=210)])
+    assert {k: (o.start_s, o.finish_s, o.reallocations) for k, o in outcomes.items()} == {
+        "e": (0.0, 1000.0, 0),
+        "x": (1000.0, 1250.0, 0),
+    }
+
+
+# --- prediction ---------------------------------------------------------------------------------
+
+
+class RecordingQos(QualityOfService):
+    """qos that notes, at each decision, each long-running job's table, predicted and true speed
+    on the GPUs it held since the last decision (not registered)."""
+
+    def __init__(self, min_active_s: float) -> None:
+        super().__init__()
+        self.min_active_s = min_active_s
+        self.speeds: dict[str, tuple[float, float, float]] = {}
+
+    def allocate(self, view: ClusterView) -> Decision:
+        decision = super().allocate(view)
+        for job in view.jobs:
+            if job.gpus and job.active_s >= self.min_active_s:
+                predicted = self._jobs[job.job_id].predictor.predict(job.gpus).rate
+                # Without noise or a split penalty, the job's rate is its hidden true speed.
+                self.speeds[job.job_id] = (job.curve.rate(job.gpus), predicted, job.rate)
+        return decision
+
+
+def mean_log_error(pairs) -> float:
+    return sum(abs(math.log(estimate / truth)) for estimate, truth in pairs) / len(pairs)
+
+
+def test_qos_predictions_learn_hidden_speeds_the_table_does_not_know():
+    tables = ThroughputModel.bundled()
+    jobs = generate_trace(GeneratorConfig(jobs=60, load=1.0, cluster_gpus=16, seed=5), tables)
+    policy = RecordingQos(min_active_s=600.0)
+    config = SimConfig(speed_sigma=0.3, cross_node_factor=1.0, seed=11)
+    simulate(ClusterSpec.from_flags(2, 8), tables, policy, jobs, config)
+    speeds = list(policy.speeds.values())
+    table_error = mean_log_error([(table, truth) for table, _, truth in speeds])
+    predicted_error = mean_log_error([(predicted, truth) for _, predicted, truth in speeds])
+    # Hidden factors are lognormal(0, 0.3): the table is off by about 0.24 in log on average.
+    assert len(speeds) >= 20
+    assert predicted_error < table_error / 4, (predicted_error, table_error)
+
+
+# --- determinism --------------------------------------------------------------------------------
+
+
+def test_qos_same_trace_config_and_seed_give_identical_runs():
+    tables = ThroughputModel.bundled()
+    jobs = generate_trace(GeneratorConfig(jobs=40, load=1.5, cluster_gpus=16, seed=2), tables)
+    config = SimConfig(speed_sigma=0.3, scaling_sigma=0.1, noise=0.05, seed=7)
+    first, second = (
+        simulate(ClusterSpec.from_flags(2, 8), tables, create_policy("qos"), jobs, config)
+        for _ in range(2)
+    )
+    assert (first.outcomes, first.allocation_timeline, first.decisions) == (
+        second.outcomes,
+        second.allocation_timeline,
+        second.decisions,
+    )
