@@ -13,6 +13,10 @@ import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from qosched.cluster.state import ClusterView, JobState
 
 # A job's reservation in a plan: (start, end, GPUs) segments.
 Reservation = list[tuple[float, float, int]]
@@ -219,6 +223,20 @@ class Demand:
     start: float  # when it can progress (after a restart pause in course)
     deadline: float
     order: tuple = ()  # sort key among demands; earliest first
+
+    @classmethod
+    def of_job(cls, job: JobState, ladder: Ladder, view: ClusterView) -> Demand:
+        """A deadline job planned in deadline order. It can progress once a restart pause in
+        course ends, and one that ran before loses one more pause, since re-sizing it costs one."""
+        pause = view.restart_pause_s if job.has_started else 0.0
+        return cls(
+            job_id=job.job_id,
+            ladder=ladder,
+            remaining=job.remaining_iterations,
+            start=max(view.now, job.resume_s),
+            deadline=job.spec.deadline_s - pause,
+            order=(job.spec.deadline_s, job.spec.submit_s),
+        )
 
 
 def plan_demands(

@@ -67,18 +67,8 @@ class ElasticFlow(Policy):
         view: ClusterView,
         keep: dict[str, Reservation] | None = None,
     ) -> Plan:
-        """Deadline order on measured speeds; a job that ran before loses one restart pause."""
-        demands = [
-            Demand(
-                job_id=job.job_id,
-                ladder=_ladder(job.curve),
-                remaining=job.remaining_iterations,
-                start=max(view.now, job.resume_s),
-                deadline=job.spec.deadline_s - (view.restart_pause_s if job.has_started else 0.0),
-                order=(job.spec.deadline_s, job.spec.submit_s),
-            )
-            for job in jobs
-        ]
+        """Deadline order on measured speeds."""
+        demands = [Demand.of_job(job, _ladder(job.curve), view) for job in jobs]
         return plan_demands(demands, view.now, view.cluster.total_gpus, keep)
 
     def _best_plan(self, jobs: Sequence[JobState], view: ClusterView) -> Plan:

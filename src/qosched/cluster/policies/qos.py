@@ -133,16 +133,9 @@ class QualityOfService(Policy):
         view: ClusterView,
         keep: dict[str, Reservation] | None = None,
     ) -> Plan:
+        """Deadline order on pessimistic predicted speeds: the safety margin."""
         demands = [
-            Demand(
-                job_id=job.job_id,
-                ladder=self._ladders(job, self._track(job, view))[1],
-                remaining=job.remaining_iterations,
-                start=max(view.now, job.resume_s),
-                deadline=job.spec.deadline_s - (view.restart_pause_s if job.has_started else 0.0),
-                order=(job.spec.deadline_s, job.spec.submit_s),
-            )
-            for job in jobs
+            Demand.of_job(job, self._ladders(job, self._track(job, view))[1], view) for job in jobs
         ]
         return plan_demands(demands, view.now, view.cluster.total_gpus, keep)
 
