@@ -14,8 +14,10 @@ job's own progress and sizes it to finish in time.
   time (``decline_to_best_effort=False`` turns it away instead). This is what keeps admission
   from collapsing under overload, where refusing work that could still finish helps nobody.
 - Allocation, in this order: each guaranteed job its planned count for now; unguaranteed
-  deadline jobs that can still make it, earliest deadline first; best-effort jobs, running ones
-  keeping what they hold before waiting ones start (shortest predicted remaining time first);
+  deadline jobs that can still make it and must start soon (slack under their remaining time
+  plus two ticks), earliest deadline first; best-effort jobs; then the other unguaranteed jobs
+  (those with slack to spare, and those that can no longer make it). Within the last two groups
+  running jobs keep what they hold before waiting ones start, shortest predicted time first;
   guaranteed jobs keep GPUs beyond their plan while they fit (hysteresis: no restart without a
   reason); then spare GPUs one step at a time to the job with the largest relative speed-up per
   added GPU, only where the time it saves outweighs the restart pause it costs.
@@ -250,9 +252,13 @@ class QualityOfService(Policy):
         best = max((expected.rate(g) for g in expected.counts), default=0.0)
         remaining_s = job.remaining_iterations / best if best > 0 else math.inf
         deadline = job.spec.deadline_s
-        if deadline is not None and now + remaining_s <= deadline:
-            return (0, deadline, job.spec.submit_s)  # can still make it
-        return (1, job.gpus == 0, remaining_s, job.spec.submit_s)
+        if deadline is None:
+            return (1, job.gpus == 0, remaining_s, job.spec.submit_s)
+        if now + remaining_s <= deadline:
+            slack = deadline - now - remaining_s
+            if slack <= remaining_s + 2 * self.tick_s:
+                return (0, deadline, job.spec.submit_s)  # can still make it, and soon must run
+        return (2, job.gpus == 0, remaining_s, job.spec.submit_s)
 
     def _starting_share(self, job: JobState, view: ClusterView, free: int) -> int:
         """Fewest GPUs (within ``free``) that meet the deadline, else the best use of one step."""
