@@ -94,7 +94,10 @@ class QualityOfService(Policy):
         tracked = self._jobs.get(job.job_id)
         if tracked is None:
             predictor = OnlinePredictor.from_curve(job.curve, confidence=self.confidence)
-            tracked = _Tracked(predictor, guaranteed=False)
+            # The first sample only sets the start: take it now, so the job's first interval
+            # of progress is not lost.
+            predictor.observe(job.active_s, job.iterations_done, job.gpus)
+            tracked = _Tracked(predictor, guaranteed=False, observed_active_s=job.active_s)
             tracked.counts = allowed_counts(
                 min(job.curve.max_gpus, view.cluster.total_gpus), view.cluster.gpus_per_node
             )
