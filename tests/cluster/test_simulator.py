@@ -404,3 +404,23 @@ def test_clock_starts_at_the_first_submission():
         ClusterSpec.from_flags(1, 4), SMALL, create_policy("fifo"), [job("a", 100, 40, gpus=4)]
     )
     assert result.allocation_timeline == ((100.0, 4), (110.0, 0))
+
+
+@pytest.mark.parametrize("name", ["fifo", "edf", "srtf", "las"])
+def test_a_policy_honouring_requests_refuses_a_request_larger_than_the_cluster(name):
+    with pytest.raises(InputError, match=f"policy '{name}', which honours requests"):
+        simulate(
+            ClusterSpec.from_flags(1, 4), SMALL, create_policy(name), [job("a", 0, 10, gpus=8)]
+        )
+
+
+@pytest.mark.parametrize("name", ["elasticflow", "qos"])
+def test_a_policy_sizing_jobs_itself_runs_a_request_larger_than_the_cluster(name):
+    # Model "m" runs 4 it/s on 4 GPUs: 40 iterations need 10 s on the whole 4-GPU node.
+    spec = job("a", 0, 40, gpus=8, deadline=100)
+    result = simulate(
+        ClusterSpec.from_flags(1, 4), SMALL, create_policy(name), [spec], SimConfig(0.0, 1.0)
+    )
+    (outcome,) = result.outcomes
+    assert not outcome.declined
+    assert outcome.finish_s == pytest.approx(10.0)

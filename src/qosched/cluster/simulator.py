@@ -150,10 +150,11 @@ class ClusterSimulator:
         job = trace.jobs[index]
         source, line = trace.where(index)
         check_job(job, throughputs, source=source, line=line, layout=trace.layout)
-        if job.requested_gpus > self.cluster.total_gpus:
+        if self.policy.honours_requests and job.requested_gpus > self.cluster.total_gpus:
             raise InputError(
                 f"job {job.job_id} requests {job.requested_gpus} GPUs but the cluster has "
-                f"{self.cluster.total_gpus} ({self.cluster.describe()})",
+                f"{self.cluster.total_gpus} ({self.cluster.describe()}), so policy "
+                f"{self.policy.name!r}, which honours requests, could never run it",
                 source=source,
                 line=line,
                 field=column_name(trace.layout, "gpus"),

@@ -23,6 +23,10 @@ class Policy(ABC):
     #: Place GPUs largest job first (buddy allocation for power-of-two counts) instead of in
     #: the decision's priority order.
     largest_first: ClassVar[bool] = False
+    #: Runs each job on the GPUs its user requested, so a request larger than the cluster can
+    #: never run (the backend refuses such a trace up front). Deadline-aware policies that size
+    #: jobs themselves set this False.
+    honours_requests: ClassVar[bool] = True
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         """Called once when ``job`` arrives (it is not in ``view.jobs`` yet).

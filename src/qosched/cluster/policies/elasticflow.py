@@ -54,6 +54,7 @@ class ElasticFlow(Policy):
     """ElasticFlow's admission control and elastic allocation, as described in the module."""
 
     largest_first = True
+    honours_requests = False
 
     def __init__(self) -> None:
         self._kept: dict[str, Reservation] = {}  # reservations of the plan in force

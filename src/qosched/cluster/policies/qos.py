@@ -67,6 +67,7 @@ class QualityOfService(Policy):
     """Predict, guarantee, autoscale; see the module docstring."""
 
     largest_first = True
+    honours_requests = False
 
     def __init__(
         self,
