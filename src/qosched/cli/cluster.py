@@ -192,7 +192,7 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="NAME[,NAME]",
-        help=f"policy, comma list or 'all' ({', '.join(policy_names())})",
+        help=f"policy, comma list or 'all' ({', '.join(policy_names())}; default qos)",
     )
     parser.add_argument(
         "--restart-pause-s",
@@ -266,7 +266,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
 def run_sim_cluster(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     throughputs = _throughputs(args.throughputs)
-    names = _policies(args.policy or ["elasticflow"])
+    names = _policies(args.policy or ["qos"])
     trace = read_trace(args.trace, throughputs)
     results = run_policies(
         cluster, throughputs, trace, names, _config(args), show_progress=sys.stderr.isatty()
