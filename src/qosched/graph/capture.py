@@ -1,0 +1,307 @@
+"""Capture an unmodified PyTorch model as a :class:`~qosched.graph.ir.Graph` without running it.
+
+``torch.export.export`` traces the model with fake tensors (no data, no kernels run), then
+``run_decompositions()`` lowers it to core ATen so that ``nn.Linear`` becomes ``addmm``/``mm`` and
+``nn.Conv2d`` becomes ``convolution``, the operators ``torch.utils.flop_counter`` has formulas for.
+
+FLOP rule, per operator (see :func:`operator_flops`):
+
+* an operator with a formula in ``torch.utils.flop_counter.flop_registry`` (matmuls, convolutions,
+  attention) counts what that formula says: ``2 * M * N * K`` for a matmul (a multiply and an add
+  per MAC; the bias add of ``addmm`` is not counted), ``2 * N * Cout * Hout * Wout * Cin/groups *
+  kh * kw`` for a convolution;
+* an elementwise operator (ATen tag ``pointwise``, and inference batch norm, which is a per-channel
+  scale and shift) counts one FLOP per output element;
+* a reduction (ATen tag ``reduction``, softmax, layer norm) counts one FLOP per input element;
+* views, copies and everything else (embedding lookups, pooling without a tag) count 0.
+
+Bytes: ``bytes_read`` is the sum of the bytes of every tensor argument (parameters included, a
+tensor passed twice counted twice); ``bytes_written`` the sum of the bytes of every tensor output;
+``param_bytes`` the bytes of the parameter, buffer and constant arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.export.graph_signature import InputKind
+from torch.utils import _pytree as pytree
+from torch.utils.flop_counter import flop_registry
+
+from qosched.core.errors import InputError
+from qosched.graph.ir import (
+    COMPUTE,
+    ELEMENTWISE,
+    OTHER,
+    REDUCTION,
+    VIEW,
+    Graph,
+    Operator,
+    TensorMeta,
+    Value,
+)
+from qosched.graph.zoo import ZOO
+
+aten = torch.ops.aten
+
+# Copies are data movement, like views: no arithmetic.
+_COPY_OPS = frozenset(
+    {aten.clone, aten._unsafe_view, aten.alias, aten.copy, aten._to_copy, aten.lift_fresh_copy}
+)
+# Inference batch norm is y = x * a + b per channel.
+_ELEMENTWISE_OPS = frozenset({aten._native_batch_norm_legit_no_training})
+_REDUCTION_OPS = frozenset(
+    {aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.native_group_norm}
+)
+
+_VALUE_KINDS = {
+    InputKind.PARAMETER: "parameter",
+    InputKind.BUFFER: "buffer",
+    InputKind.CONSTANT_TENSOR: "constant",
+    InputKind.USER_INPUT: "input",
+}
+
+
+def tensor_meta(t: torch.Tensor) -> TensorMeta:
+    """TensorMeta of a (fake or meta) tensor; raises InputError on symbolic shapes."""
+    try:
+        shape = tuple(int(d) for d in t.shape)
+    except (TypeError, RuntimeError) as e:  # a SymInt with no concrete hint
+        raise InputError(f"tensor with symbolic shape {tuple(t.shape)}: static shapes only") from e
+    numel = 1
+    for d in shape:
+        numel *= d
+    return TensorMeta(shape, str(t.dtype).removeprefix("torch."), numel * t.dtype.itemsize)
+
+
+def operator_kind(target: Any) -> str:
+    """Kind of an fx call_function target (see :mod:`qosched.graph.ir`)."""
+    if target is operator.getitem:
+        return VIEW
+    packet = getattr(target, "overloadpacket", None)
+    if packet is None:
+        return OTHER
+    if packet in flop_registry:
+        return COMPUTE
+    tags = getattr(target, "tags", ())
+    if getattr(target, "is_view", False) or packet in _COPY_OPS:
+        return VIEW
+    if torch.Tag.pointwise in tags or packet in _ELEMENTWISE_OPS:
+        return ELEMENTWISE
+    if torch.Tag.reduction in tags or packet in _REDUCTION_OPS:
+        return REDUCTION
+    return OTHER
+
+
+def operator_flops(
+    target: Any,
+    kind: str,
+    args: tuple,
+    kwargs: dict,
+    out: Any,
+    inputs: Sequence[TensorMeta],
+    outputs: Sequence[TensorMeta],
+) -> int:
+    """FLOPs of one operator; ``args``/``kwargs``/``out`` hold fake tensors. Rule: module doc."""
+    if kind == COMPUTE:
+        return int(flop_registry[target.overloadpacket](*args, out_val=out, **kwargs))
+    if kind == ELEMENTWISE:
+        return sum(m.numel for m in outputs[:1])
+    if kind == REDUCTION:
+        return sum(m.numel for m in inputs[:1])
+    return 0
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _module_path(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return str(path)
+
+
+def _as_fake_inputs(model: nn.Module, example_inputs: tuple) -> tuple:
+    """Example inputs as data-free tensors on the model's device (meta stays meta)."""
+    devices = {t.device for t in (*model.parameters(), *model.buffers())}
+    meta = torch.device("meta")
+    device = meta if (meta in devices or not devices) else next(iter(devices))
+    if device.type == "meta":
+        return pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), example_inputs)
+    # Real parameters: export fakifies them itself; give it fake inputs from the same mode.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def fake(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type == "meta":
+            with mode:
+                return torch.empty(t.shape, dtype=t.dtype, device=device)
+        return mode.from_tensor(t)
+
+    return pytree.tree_map_only(torch.Tensor, fake, example_inputs)
+
+
+def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) -> Graph:
+    """Capture ``model`` in eval mode as an operator Graph, with fake tensors only.
+
+    The model is never run and its parameters are never materialised: a model built on
+    ``torch.device("meta")`` captures fine. The training flag is restored afterwards.
+    Raises InputError naming the model when torch.export cannot capture it.
+    """
+    name = name or type(model).__name__
+    if not isinstance(model, nn.Module):
+        raise InputError(f"model {name!r}: expected an nn.Module, got {type(model).__name__}")
+    if not isinstance(example_inputs, tuple):
+        raise InputError(
+            f"model {name!r}: example_inputs must be a tuple, got {type(example_inputs).__name__}"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        inputs = _as_fake_inputs(model, example_inputs)
+        program = torch.export.export(model, inputs).run_decompositions()
+    except Exception as e:
+        raise InputError(
+            f"model {name!r}: torch.export could not capture it: {type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}"
+        ) from e
+    finally:
+        model.train(was_training)
+    try:
+        return _to_graph(program, name)
+    except InputError as e:
+        raise InputError(f"model {name!r}: {e}") from e
+
+
+def _to_graph(program: torch.export.ExportedProgram, name: str) -> Graph:
+    kinds = {
+        s.arg.name: _VALUE_KINDS.get(s.kind, "constant")
+        for s in program.graph_signature.input_specs
+        if hasattr(s.arg, "name")
+    }
+    inputs: list[Value] = []
+    params: list[Value] = []
+    ops: list[Operator] = []
+    # getitem(x, i) of a multi-output op is folded into x: readers depend on x, read element i.
+    alias: dict[str, str] = {}
+    outputs: tuple[str, ...] = ()
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            kind = kinds.get(node.name, "input")
+            if not isinstance(val, torch.Tensor):
+                continue  # a non-tensor user input (int, None) is baked in by export
+            value = Value(node.name, kind, tensor_meta(val))
+            (inputs if kind == "input" else params).append(value)
+            continue
+        if node.op == "output":
+            outs = [n for n in pytree.tree_leaves(node.args) if isinstance(n, fx.Node)]
+            outputs = tuple(dict.fromkeys(alias.get(n.name, n.name) for n in outs))
+            continue
+        if node.op != "call_function":
+            raise InputError(f"unsupported fx node {node.format_node()}")
+        if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+            alias[node.name] = alias.get(node.args[0].name, node.args[0].name)
+            continue
+        if val is None and not node.users:
+            continue  # side-effect-only nodes (runtime asserts)
+        ops.append(_operator(node, val, alias, {p.name for p in params}))
+    return Graph(name, tuple(ops), tuple(inputs), outputs, tuple(params))
+
+
+def _operator(node: fx.Node, val: Any, alias: dict[str, str], param_names: set[str]) -> Operator:
+    sources: list[str] = []
+    in_meta: list[TensorMeta] = []
+    for arg in pytree.tree_leaves((node.args, node.kwargs)):
+        if isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor):
+            sources.append(alias.get(arg.name, arg.name))
+            in_meta.append(tensor_meta(arg.meta["val"]))
+    out_meta = tuple(tensor_meta(t) for t in _tensors(val))
+    kind = operator_kind(node.target)
+    args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+    try:
+        flops = operator_flops(node.target, kind, args, kwargs, val, in_meta, out_meta)
+    except Exception as e:
+        raise InputError(f"FLOP formula failed for node {node.format_node()}: {e}") from e
+    deps = tuple(dict.fromkeys(s for s in sources if s not in param_names))
+    return Operator(
+        name=node.name,
+        target=str(node.target),
+        kind=kind,
+        inputs=deps,
+        input_sources=tuple(sources),
+        input_meta=tuple(in_meta),
+        output_meta=out_meta,
+        flops=flops,
+        bytes_read=sum(m.bytes for m in in_meta),
+        bytes_written=sum(m.bytes for m in out_meta),
+        param_bytes=sum(m.bytes for s, m in zip(sources, in_meta, strict=True) if s in param_names),
+        module=_module_path(node),
+    )
+
+
+def load_model(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
+    """Model and example inputs from a zoo name or an import path ``package.module:factory``.
+
+    ``kwargs`` go to the factory (zoo factories take ``batch`` and ``device``).
+    """
+    factory: Callable[..., Any]
+    if spec in ZOO:
+        factory = ZOO[spec]
+    elif ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise InputError(f"model {spec!r}: expected 'package.module:factory'", field="model")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise InputError(
+                f"model {spec!r}: cannot import module {module_name!r}: {e}", field="model"
+            ) from e
+        try:
+            factory = getattr(module, attr)
+        except AttributeError as e:
+            raise InputError(
+                f"model {spec!r}: module {module_name!r} has no attribute {attr!r}", field="model"
+            ) from e
+        if not callable(factory):
+            raise InputError(f"model {spec!r}: {attr!r} is not callable", field="model")
+    else:
+        raise InputError(
+            f"unknown model {spec!r}: expected one of {sorted(ZOO)} or 'package.module:factory'",
+            field="model",
+        )
+    result = factory(**kwargs)
+    if (
+        not isinstance(result, tuple)
+        or len(result) != 2
+        or not isinstance(result[0], nn.Module)
+        or not isinstance(result[1], tuple)
+    ):
+        raise InputError(
+            f"model {spec!r}: factory must return (nn.Module, tuple of example inputs), "
+            f"got {_describe(result)}",
+            field="model",
+        )
+    return result
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, tuple):
+        return "(" + ", ".join(type(v).__name__ for v in x) + ")"
+    return type(x).__name__
+
+
+def capture_spec(spec: str, **kwargs: Any) -> Graph:
+    """``capture(*load_model(spec, **kwargs), name=spec)``."""
+    model, inputs = load_model(spec, **kwargs)
+    return capture(model, inputs, name=spec)
