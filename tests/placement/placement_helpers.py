@@ -1,0 +1,45 @@
+import itertools
+
+import numpy as np
+
+from qosched.placement.ir import Problem, TenantGraph, loads, switches
+
+
+def random_tenant(rng, n, name="t", goal=None, boundaries=None):
+    return TenantGraph.from_costs(
+        name,
+        rng.uniform(0.1, 2.0, n),
+        rng.uniform(0.01, 1.0, n),
+        rng.uniform(0.0, 0.5, n - 1),
+        input_to_gpu_s=float(rng.uniform(0, 0.3)),
+        output_from_gpu_s=float(rng.uniform(0, 0.3)),
+        latency_goal_s=goal,
+        layer_boundaries=boundaries,
+    )
+
+
+def random_problem(seed, tenants, n):
+    rng = np.random.default_rng(seed)
+    return Problem(tuple(random_tenant(rng, n, f"t{i}") for i in range(tenants)))
+
+
+def brute_assignments(tenant, k):
+    for a in itertools.product(("cpu", "gpu"), repeat=tenant.n_units):
+        if switches(a) <= k:
+            yield a
+
+
+def brute_best(problem, k):
+    """Minimum bottleneck over every joint assignment meeting goals (inf when none)."""
+    per = []
+    for t in problem.tenants:
+        opts = []
+        for a in brute_assignments(t, k):
+            ld = loads(t, a)
+            if t.latency_goal_s is None or sum(ld) <= t.latency_goal_s:
+                opts.append(ld)
+        per.append(opts)
+    best = float("inf")
+    for combo in itertools.product(*per):
+        best = min(best, max(sum(c[r] for c in combo) for r in range(3)))
+    return best
