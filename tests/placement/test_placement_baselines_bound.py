@@ -75,3 +75,11 @@ def test_bound_by_hand():
     # One unit: cpu 2, gpu 2, no transfers -> half on each: t = 1.
     t = TenantGraph.from_costs("a", [2.0], [2.0], [])
     assert lp_bound(Problem((t,))).bottleneck_s == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cos_on_the_default_grid_never_loses_to_whole_model_placement(seed):
+    problem = random_problem(100 + seed, 3, 40)
+    cos = plan(problem, K)  # default resolution: approximate Pareto sets
+    for base in (all_cpu(problem), all_gpu(problem), model_level(problem)):
+        assert cos.throughput_rps >= base.throughput_rps * (1 - 1e-9), base.method

@@ -361,6 +361,26 @@ def plan_with(
     return evaluate(problem, assignments, method=method, search_s=time.perf_counter() - start)
 
 
+def _with_whole_model(tenant: TenantGraph, candidates: list[Candidate]) -> list[Candidate]:
+    """Add the whole-model assignments (all CPU, all GPU) where they run and meet the goal.
+
+    On a load grid phase one may drop them; with them, phase two (exact over candidates) is never
+    worse than all-CPU, all-GPU or model-level placement.
+    """
+    present = {c.assignment for c in candidates}
+    extra = []
+    for processor in PROCESSORS:
+        assignment: Assignment = (processor,) * tenant.n_units
+        if assignment in present:
+            continue
+        candidate = Candidate(assignment, *loads(tenant, assignment))
+        finite = all(math.isfinite(x) for x in (candidate.cpu_s, candidate.gpu_s, candidate.link_s))
+        goal = tenant.latency_goal_s
+        if finite and (goal is None or candidate.latency_s <= goal):
+            extra.append(candidate)
+    return candidates + extra
+
+
 def plan(
     problem: Problem,
     max_switches: int = 4,
@@ -376,7 +396,7 @@ def plan(
     """
     return plan_with(
         problem,
-        lambda t: pareto_candidates(t, max_switches, resolution=resolution),
+        lambda t: _with_whole_model(t, pareto_candidates(t, max_switches, resolution=resolution)),
         method="cos",
         accept=lambda _t, a: switches(a) <= max_switches,
         time_limit_s=time_limit_s,
