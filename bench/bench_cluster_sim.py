@@ -59,12 +59,14 @@ def big_run(throughputs: ThroughputModel, jobs: int) -> None:
     )
 
 
-def active_view(throughputs: ThroughputModel, k: int, seed: int) -> ClusterView:
+def active_states(
+    throughputs: ThroughputModel, k: int, seed: int, cluster_gpus: int = 128
+) -> list[JobState]:
     """k jobs all submitted at 0 with their generated slack, a third of them part-done."""
     rng = np.random.default_rng(seed)
-    trace = generate_trace(GeneratorConfig(jobs=k, load=1.0, seed=seed), throughputs)
+    config = GeneratorConfig(jobs=k, load=1.0, cluster_gpus=cluster_gpus, seed=seed)
     states = []
-    for spec in trace:
+    for spec in generate_trace(config, throughputs):
         if spec.deadline_s is not None:
             spec = replace(spec, submit_s=0.0, deadline_s=spec.deadline_s - spec.submit_s)
         state = JobState(spec, throughputs.curve(spec.model, spec.batch_size))
@@ -73,7 +75,11 @@ def active_view(throughputs: ThroughputModel, k: int, seed: int) -> ClusterView:
             state.iterations_done = spec.iterations * rng.random() * 0.5
             state.attained_gpu_s = float(rng.uniform(0, 20000))
         states.append(state)
-    return ClusterView(0.0, CLUSTER, tuple(states), 30.0)
+    return states
+
+
+def active_view(throughputs: ThroughputModel, k: int, seed: int) -> ClusterView:
+    return ClusterView(0.0, CLUSTER, tuple(active_states(throughputs, k, seed)), 30.0)
 
 
 def decision_cost(throughputs: ThroughputModel, sizes: list[int]) -> None:

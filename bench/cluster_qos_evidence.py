@@ -35,11 +35,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 from matplotlib.patches import Patch
 
+import bench_cluster_sim  # a sibling script: bench/ is on sys.path when these run as scripts
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
 from qosched.cluster.metrics import Summary, allocated_gpu_seconds, summarize
@@ -633,23 +633,8 @@ def plot_timeline(
 
 
 def active_states(cluster: ClusterSpec, k: int, seed: int) -> list[JobState]:
-    """As ``active_view`` in bench/bench_cluster_sim.py: k jobs all submitted at 0 with their
-    generated slack, a third of them part-done; requests sized for this cluster."""
-    rng = np.random.default_rng(seed)
-    trace = generate_trace(
-        GeneratorConfig(jobs=k, load=1.0, cluster_gpus=cluster.total_gpus, seed=seed), TP
-    )
-    states = []
-    for spec in trace:
-        if spec.deadline_s is not None:
-            spec = replace(spec, submit_s=0.0, deadline_s=spec.deadline_s - spec.submit_s)
-        state = JobState(spec, TP.curve(spec.model, spec.batch_size))
-        if rng.random() < 1 / 3:
-            state.phase, state.started_s = Phase.RUNNING, 0.0
-            state.iterations_done = spec.iterations * rng.random() * 0.5
-            state.attained_gpu_s = float(rng.uniform(0, 20000))
-        states.append(state)
-    return states
+    """As in bench/bench_cluster_sim.py, with requests sized for this cluster."""
+    return bench_cluster_sim.active_states(TP, k, seed, cluster_gpus=cluster.total_gpus)
 
 
 def decision(args: argparse.Namespace) -> None:
