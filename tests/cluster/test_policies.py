@@ -8,6 +8,7 @@ Speeds are chosen so that finish times are easy on paper: model ``m`` runs ``g``
 from __future__ import annotations
 
 import pytest
+from cluster_helpers import job
 
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
@@ -29,17 +30,6 @@ TABLES = ThroughputModel(
         "flat": {64: {1: 1.0, 2: 1.0, 4: 1.0}},
     }
 )
-
-
-def job(
-    job_id: str,
-    submit: float,
-    iterations: int,
-    gpus: int = 1,
-    deadline: float | None = None,
-    model: str = "m",
-) -> JobSpec:
-    return JobSpec(job_id, submit, model, 64, iterations, deadline, gpus)
 
 
 def run(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from cluster_helpers import job
 
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
@@ -31,16 +32,6 @@ from qosched.cluster.throughput import ThroughputModel
 
 TABLES = ThroughputModel({"m": {64: {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0}}})
 ONE_NODE = ClusterSpec.from_flags(1, 4)
-
-
-def job(
-    job_id: str,
-    submit: float,
-    iterations: int,
-    gpus: int = 1,
-    deadline: float | None = None,
-) -> JobSpec:
-    return JobSpec(job_id, submit, "m", 64, iterations, deadline, gpus)
 
 
 def run(
@@ -288,11 +279,11 @@ class RecordingQos(QualityOfService):
 
     def allocate(self, view: ClusterView) -> Decision:
         decision = super().allocate(view)
-        for job in view.jobs:
-            if job.gpus and job.active_s >= self.min_active_s:
-                predicted = self._jobs[job.job_id].predictor.predict(job.gpus).rate
+        for state in view.jobs:
+            if state.gpus and state.active_s >= self.min_active_s:
+                predicted = self._jobs[state.job_id].predictor.predict(state.gpus).rate
                 # Without noise or a split penalty, the job's rate is its hidden true speed.
-                self.speeds[job.job_id] = (job.curve.rate(job.gpus), predicted, job.rate)
+                self.speeds[state.job_id] = (state.curve.rate(state.gpus), predicted, state.rate)
         return decision
 
 

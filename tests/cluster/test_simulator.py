@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Callable
 
 import pytest
+from cluster_helpers import job
 
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
@@ -25,17 +26,6 @@ SMALL = ThroughputModel(
         "wide": {64: {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0, 16: 16.0}},
     }
 )
-
-
-def job(
-    job_id: str,
-    submit: float,
-    iterations: int,
-    gpus: int = 1,
-    deadline: float | None = None,
-    model: str = "m",
-) -> JobSpec:
-    return JobSpec(job_id, submit, model, 64, iterations, deadline, gpus)
 
 
 def outcomes_of(result: SimResult) -> dict[str, JobOutcome]:
