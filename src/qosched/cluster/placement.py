@@ -11,7 +11,7 @@ fewer jobs: a split job is slower for the rest of its run, a moved one pays one 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import Placement
@@ -53,6 +53,24 @@ def _fit(gpus: int, free: list[int], gpus_per_node: int) -> Placement | None:
     return tuple(sorted(taken))
 
 
+def _fit_around(
+    gpus: int, free: list[int], reserved: Sequence[int], gpus_per_node: int
+) -> Placement | None:
+    """``_fit`` on GPUs nobody else prefers, unless that splits the job and taking a reserved
+    spot does not: a split slows the job for the rest of its run, a move costs one restart."""
+    unreserved = [max(f - r, 0) for f, r in zip(free, reserved, strict=True)]
+    placement = _fit(gpus, unreserved, gpus_per_node)
+    if placement is None or is_split(placement, gpus_per_node):
+        trial = list(free)
+        anywhere = _fit(gpus, trial, gpus_per_node)
+        if anywhere is not None and (placement is None or not is_split(anywhere, gpus_per_node)):
+            placement = anywhere
+    if placement is not None:
+        for node, n in placement:
+            free[node] -= n
+    return placement
+
+
 def _pack(
     order: Sequence[tuple[str, int]],
     cluster: ClusterSpec,
@@ -66,16 +84,27 @@ def _pack(
         for node, n in placement:
             free[node] -= n
         result[job_id] = placement
+    # GPUs at the preferred spots of jobs not placed yet: a job that has to move looks
+    # elsewhere first, so one move does not displace another job in turn.
+    reserved = [0] * cluster.num_nodes
+    for placement in prefer.values():
+        for node, n in placement:
+            reserved[node] += n
     splits = 0
     for job_id, gpus in order:
         if job_id in result or gpus == 0:
             continue
         placement = prefer.get(job_id)
-        if placement is not None and all(free[node] >= n for node, n in placement):
+        if placement is not None:
+            for node, n in placement:
+                reserved[node] -= n
+            if not all(free[node] >= n for node, n in placement):
+                placement = None
+        if placement is None:
+            placement = _fit_around(gpus, free, reserved, cluster.gpus_per_node)
+        else:
             for node, n in placement:
                 free[node] -= n
-        else:
-            placement = _fit(gpus, free, cluster.gpus_per_node)
         if placement is not None:
             result[job_id] = placement
             splits += is_split(placement, cluster.gpus_per_node)
@@ -88,8 +117,11 @@ def place(
     cluster: ClusterSpec,
     *,
     largest_first: bool = False,
+    pinned: Collection[str] = frozenset(),
 ) -> dict[str, Placement]:
-    """Placements for ``wanted`` (job id, GPUs) pairs; a job that does not fit is left out."""
+    """Placements for ``wanted`` (job id, GPUs) pairs; a job that does not fit is left out.
+
+    ``pinned`` jobs with an unchanged count stay where they are even in a re-pack."""
     order = sorted(wanted, key=lambda item: -item[1]) if largest_first else list(wanted)
     unchanged = {
         job_id: current[job_id]
@@ -101,7 +133,9 @@ def place(
         return sticky
     # Re-pack largest first, leaving each unchanged job where it was whenever its spot is free.
     by_size = sorted(wanted, key=lambda item: -item[1])
-    repacked, repacked_splits = _pack(by_size, cluster, {}, unchanged)
+    kept = {job_id: spot for job_id, spot in unchanged.items() if job_id in pinned}
+    movable = {job_id: spot for job_id, spot in unchanged.items() if job_id not in kept}
+    repacked, repacked_splits = _pack(by_size, cluster, kept, movable)
     if repacked_splits < sticky_splits and len(repacked) >= len(sticky):
         return repacked
     return sticky

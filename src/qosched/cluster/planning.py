@@ -239,18 +239,30 @@ class Demand:
         )
 
 
+def leftover(plan: Plan, now: float, capacity: int) -> FreeProfile:
+    """The free GPUs over time that ``plan``'s reservations leave."""
+    profile = FreeProfile(now, capacity)
+    for reservation in plan.reservations.values():
+        if not take(reservation, now, profile):
+            raise ValueError("the plan's reservations exceed the capacity")
+    return profile
+
+
 def plan_demands(
     demands: Sequence[Demand],
     now: float,
     capacity: int,
     keep: Mapping[str, Reservation] | None = None,
+    profile: FreeProfile | None = None,
 ) -> Plan:
     """Minimum satisfactory shares in ``order`` on the future free GPUs.
 
     With ``keep``, a demand whose kept reservation still delivers keeps it, and only the others
-    are planned, on what the kept reservations leave.
+    are planned, on what the kept reservations leave. ``profile`` plans on GPUs already partly
+    taken (it is consumed) instead of the whole ``capacity``.
     """
-    profile = FreeProfile(now, capacity)
+    if profile is None:
+        profile = FreeProfile(now, capacity)
     plan = Plan()
     ordered = sorted(demands, key=lambda d: d.order)
     to_plan = ordered

@@ -287,7 +287,13 @@ class ClusterSimulator:
         self._decisions += 1
         wanted = self._checked(decision, view)
         current = {s.job_id: s.placement for s in view.jobs if s.placement}
-        placements = place(wanted, current, self.cluster, largest_first=self.policy.largest_first)
+        placements = place(
+            wanted,
+            current,
+            self.cluster,
+            largest_first=self.policy.largest_first,
+            pinned=decision.pinned,
+        )
         for state in view.jobs:
             new = placements.get(state.job_id, ())
             if new != state.placement:

@@ -98,7 +98,11 @@ class Decision:
 
     The mapping's order is the placement priority: earlier jobs are placed first.
     ``wake_at`` asks the backend to call the policy again at that time even if nothing happens.
+    ``pinned`` jobs keep their placement whenever their count is unchanged.
     """
 
     gpus: Mapping[str, int] = field(default_factory=dict)
     wake_at: float | None = None
+    # Jobs the backend must not move to re-pack others while their count is unchanged: a move
+    # costs a restart pause, which a job with little slack cannot afford.
+    pinned: frozenset[str] = frozenset()

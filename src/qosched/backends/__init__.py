@@ -1,0 +1,1 @@
+"""Where jobs really run: real processes on this machine (``local``), later Kubernetes."""

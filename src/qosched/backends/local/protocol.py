@@ -1,0 +1,282 @@
+"""The files a scheduler and a job worker share in a job directory, and their validated types.
+
+The layout and the meaning of every field are documented in ``qosched.backends.local.worker``.
+This module holds the names and the boundary checks, so the scheduler side can write exactly
+what the worker accepts (``write_worker_job``, ``write_allocation``) and read what it reports
+(``read_result``, ``qosched.backends.local.progress.read_progress``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from qosched.backends.local.atomic import atomic_write_json
+from qosched.core.errors import InputError
+
+JOB_FILE = "job.json"
+ALLOCATION_FILE = "allocation.json"
+PROGRESS_FILE = "progress.jsonl"
+CHECKPOINT_FILE = "checkpoint.pt"
+RESULT_FILE = "result.json"
+# Where a command job may append {"iteration": n} lines; the worker relays them.
+COMMAND_PROGRESS_FILE = "command_progress.jsonl"
+
+EXIT_DONE = 0
+EXIT_FAILED = 1  # an unexpected exception (or a command job's own exit code 1)
+EXIT_INPUT_ERROR = 2  # job.json, checkpoint or environment is wrong: retrying will not help
+EXIT_PREEMPTED = 3  # stopped by SIGTERM/SIGINT before completion; resumable from the checkpoint
+
+# Test hook: a built-in workload raises instead of completing this (1-based) iteration.
+ENV_CRASH_AT = "QOSCHED_WORKER_CRASH_AT"
+
+# Environment a command job is started with.
+ENV_PROGRESS_FILE = "QOSCHED_PROGRESS_FILE"
+ENV_CPUS = "QOSCHED_CPUS"
+ENV_ITERATIONS = "QOSCHED_ITERATIONS"
+ENV_JOB_DIR = "QOSCHED_JOB_DIR"
+ENV_ALLOCATION_FILE = "QOSCHED_ALLOCATION_FILE"
+
+_SEED_LIMIT = 2**63
+
+
+def _is_int(value: object) -> bool:
+    # JSON true/false arrive as bool, which Python counts as int; a flag is never a count.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _whole(data: dict[str, Any], name: str, source: str | Path | None, minimum: int) -> int:
+    value = data[name]
+    if not _is_int(value) or value < minimum:
+        raise InputError(
+            f"expected a whole number >= {minimum}, got {json.dumps(value)}",
+            source=source,
+            field=name,
+        )
+    return value
+
+
+def _load_json_object(path: Path, what: str) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", source=path) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", source=path, line=exc.lineno) from exc
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", source=path)
+    return data
+
+
+def _check_keys(
+    data: dict[str, Any],
+    required: tuple[str, ...],
+    optional: tuple[str, ...],
+    source: str | Path | None,
+) -> None:
+    for name in required:
+        if name not in data:
+            raise InputError("missing required field", source=source, field=name)
+    known = set(required) | set(optional)
+    for name in data:
+        if name not in known:
+            # Strict on purpose: a misspelt optional field would otherwise be ignored silently.
+            raise InputError(
+                f"unknown field; expected only {', '.join(sorted(known))}",
+                source=source,
+                field=name,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerJob:
+    """``job.json``: what to run. Exactly one of ``workload`` and ``command`` is set."""
+
+    job_id: str
+    workload: str | None
+    command: tuple[str, ...] | None
+    iterations: int
+    seed: int
+    checkpoint_every: int
+    batch_size: int | None = None  # built-in workloads only; None = the workload's default
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "job_id": self.job_id,
+            "workload": self.workload,
+            "command": list(self.command) if self.command is not None else None,
+            "iterations": self.iterations,
+            "seed": self.seed,
+            "checkpoint_every": self.checkpoint_every,
+        }
+        if self.batch_size is not None:
+            data["batch_size"] = self.batch_size
+        return data
+
+
+def parse_worker_job(data: object, *, source: str | Path | None = None) -> WorkerJob:
+    """Validate a decoded ``job.json``; every error names the field and what was expected."""
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", source=source)
+    _check_keys(
+        data,
+        required=("job_id", "iterations", "seed", "checkpoint_every"),
+        optional=("workload", "command", "batch_size"),
+        source=source,
+    )
+    job_id = data["job_id"]
+    if not isinstance(job_id, str) or not job_id.strip():
+        raise InputError(
+            f"expected a non-empty string, got {json.dumps(job_id)}", source=source, field="job_id"
+        )
+    workload = data.get("workload")
+    command = data.get("command")
+    if (workload is None) == (command is None):
+        raise InputError(
+            "set exactly one of 'workload' (a built-in name) and 'command' (an argv list)",
+            source=source,
+            field="workload" if workload is not None else "command",
+        )
+    if workload is not None:
+        if not isinstance(workload, str):
+            raise InputError(
+                f"expected a workload name, got {json.dumps(workload)}",
+                source=source,
+                field="workload",
+            )
+        # Imported here: it loads PyTorch, which a command job's worker never needs.
+        from qosched.workloads import get_workload
+
+        try:
+            get_workload(workload)
+        except InputError as exc:
+            raise InputError(exc.reason, source=source, field="workload") from None
+    argv: tuple[str, ...] | None = None
+    if command is not None:
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(arg, str) for arg in command)
+            or not command[0]
+        ):
+            raise InputError(
+                f"expected a non-empty list of strings (an argv), got {json.dumps(command)}",
+                source=source,
+                field="command",
+            )
+        argv = tuple(command)
+    iterations = _whole(data, "iterations", source, minimum=1)
+    seed = data["seed"]
+    if not _is_int(seed) or not 0 <= seed < _SEED_LIMIT:
+        raise InputError(
+            f"expected a whole number in [0, 2**63), got {json.dumps(seed)}",
+            source=source,
+            field="seed",
+        )
+    checkpoint_every = _whole(data, "checkpoint_every", source, minimum=1)
+    batch_size = data.get("batch_size")
+    if batch_size is not None:
+        if command is not None:
+            raise InputError(
+                "applies to built-in workloads only; a command chooses its own batch size",
+                source=source,
+                field="batch_size",
+            )
+        batch_size = _whole(data, "batch_size", source, minimum=1)
+    return WorkerJob(job_id, workload, argv, iterations, seed, checkpoint_every, batch_size)
+
+
+def load_worker_job(path: str | Path) -> WorkerJob:
+    path = Path(path)
+    return parse_worker_job(_load_json_object(path, "job spec"), source=path)
+
+
+def write_worker_job(path: str | Path, spec: WorkerJob) -> None:
+    atomic_write_json(path, spec.to_json())
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """``allocation.json``: the CPU cores a job may use now. ``version`` tells updates apart."""
+
+    cpus: tuple[int, ...]
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpus": list(self.cpus), "version": self.version}
+
+
+def parse_allocation(
+    data: object, *, source: str | Path | None = None, cpu_count: int | None = None
+) -> Allocation:
+    """Validate a decoded ``allocation.json``; core ids must be below ``cpu_count``
+    (default: this machine's ``os.cpu_count()``)."""
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", source=source)
+    _check_keys(data, required=("cpus", "version"), optional=(), source=source)
+    count = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    cpus = data["cpus"]
+    if not isinstance(cpus, list) or not cpus or not all(_is_int(cpu) for cpu in cpus):
+        raise InputError(
+            f"expected a non-empty list of core ids, got {json.dumps(cpus)}",
+            source=source,
+            field="cpus",
+        )
+    unknown = [cpu for cpu in cpus if not 0 <= cpu < count]
+    if unknown:
+        raise InputError(
+            f"unknown core(s) {unknown}; this machine has cores 0..{count - 1}",
+            source=source,
+            field="cpus",
+        )
+    if len(set(cpus)) != len(cpus):
+        raise InputError(f"duplicate core ids in {cpus}", source=source, field="cpus")
+    version = _whole(data, "version", source, minimum=0)
+    return Allocation(tuple(cpus), version)
+
+
+def read_allocation(path: str | Path, *, cpu_count: int | None = None) -> Allocation:
+    path = Path(path)
+    return parse_allocation(_load_json_object(path, "allocation"), source=path, cpu_count=cpu_count)
+
+
+def write_allocation(path: str | Path, allocation: Allocation) -> None:
+    """Atomically, so a polling worker never reads half a file."""
+    atomic_write_json(path, allocation.to_json())
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """``result.json``, written once when a job completes."""
+
+    job_id: str
+    iterations: int | None  # total done; for a command, the last iteration it reported
+    iterations_run: int | None  # done by this worker process (less after a resume)
+    resumed_from: int | None
+    wall_s: float  # this worker process, start to completion
+    final_loss: float | None
+    mean_iteration_s: float | None  # None when this process ran no iteration it could time
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _RESULT_FIELDS}
+
+
+_RESULT_FIELDS = tuple(field.name for field in fields(JobResult))
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN or infinity; a diverged loss is reported as null (see the worker docs)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def read_result(path: str | Path) -> JobResult:
+    path = Path(path)
+    data = _load_json_object(path, "result")
+    _check_keys(data, required=_RESULT_FIELDS, optional=(), source=path)
+    return JobResult(**{name: data[name] for name in _RESULT_FIELDS})

@@ -1,0 +1,500 @@
+"""Durable state of the local scheduler: jobs, progress samples and an audit log, in SQLite.
+
+Every write method runs in its own transaction and returns only after the commit, so a process
+killed between two calls loses nothing a returned call wrote, and a process killed in the middle
+of a call leaves that call's changes out entirely. Times are Unix seconds passed in by the caller
+(the store never reads the clock), so tests and replays are deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from qosched.backends.local.jobspec import TrainingJobSpec
+from qosched.core.errors import InputError, QoschedError
+
+
+class StoreError(QoschedError):
+    """The store was misused or its database cannot be used."""
+
+
+class UnknownJobError(StoreError, LookupError):
+    """No job has this id."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job {job_id!r}")
+
+
+class IllegalTransitionError(StoreError):
+    """A state change the job lifecycle does not allow."""
+
+    def __init__(self, job_id: str, from_state: JobState, to_state: JobState) -> None:
+        self.job_id = job_id
+        self.from_state = from_state
+        self.to_state = to_state
+        allowed = ", ".join(sorted(TRANSITIONS[from_state])) or "none (it is final)"
+        super().__init__(
+            f"job {job_id}: cannot go from {from_state.value!r} to {to_state.value!r}; "
+            f"allowed from {from_state.value!r}: {allowed}"
+        )
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DECLINED = "declined"
+
+
+# The whole lifecycle. A queued job may fail before it ever runs (its launch failed); a running
+# job that loses its CPUs, or whose process died with a restarted service, becomes preempted and
+# may run again. The four final states lead nowhere.
+TRANSITIONS: Mapping[JobState, frozenset[JobState]] = MappingProxyType(
+    {
+        JobState.QUEUED: frozenset(
+            {JobState.RUNNING, JobState.DECLINED, JobState.CANCELLED, JobState.FAILED}
+        ),
+        JobState.RUNNING: frozenset(
+            {JobState.SUCCEEDED, JobState.FAILED, JobState.PREEMPTED, JobState.CANCELLED}
+        ),
+        JobState.PREEMPTED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
+        JobState.SUCCEEDED: frozenset(),
+        JobState.FAILED: frozenset(),
+        JobState.CANCELLED: frozenset(),
+        JobState.DECLINED: frozenset(),
+    }
+)
+FINAL_STATES = frozenset(state for state, nexts in TRANSITIONS.items() if not nexts)
+UNFINISHED_STATES = frozenset(JobState) - FINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job as stored; ``allocation`` is the CPU ids it holds now (empty unless running)."""
+
+    id: str
+    name: str
+    spec: TrainingJobSpec
+    state: JobState
+    submitted_at: float
+    deadline_at: float
+    started_at: float | None
+    finished_at: float | None
+    allocation: tuple[int, ...]
+    attempts: int
+    error: str | None
+    result: Mapping[str, Any] | None
+    best_effort: bool
+    guaranteed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSample:
+    t: float
+    iteration: int
+    cpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One audit-log entry; ``job_id`` is ``None`` for service-wide events."""
+
+    job_id: str | None
+    t: float
+    kind: str
+    detail: Mapping[str, Any]
+
+
+SCHEMA_VERSION = 1
+# MIGRATIONS[i] takes the schema from version i to i + 1; append, never edit a released one.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE id_sequence (name TEXT PRIMARY KEY, next INTEGER NOT NULL)""",
+        """INSERT INTO id_sequence (name, next) VALUES ('job', 1)""",
+        f"""CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            seq INTEGER NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            spec_json TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s.value}'" for s in JobState)})),
+            submitted_at REAL NOT NULL,
+            deadline_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL,
+            allocation_json TEXT NOT NULL DEFAULT '[]',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            error TEXT,
+            result_json TEXT,
+            best_effort INTEGER NOT NULL,
+            guaranteed INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE INDEX jobs_state ON jobs (state)""",
+        """CREATE TABLE progress (
+            seq INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL REFERENCES jobs (id),
+            t REAL NOT NULL,
+            iteration INTEGER NOT NULL,
+            cpus INTEGER NOT NULL
+        )""",
+        """CREATE INDEX progress_job ON progress (job_id, seq)""",
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY,
+            job_id TEXT REFERENCES jobs (id),
+            t REAL NOT NULL,
+            kind TEXT NOT NULL,
+            detail_json TEXT NOT NULL
+        )""",
+        """CREATE INDEX events_job ON events (job_id, seq)""",
+    ),
+)
+
+_JOB_COLUMNS = (
+    "id, name, spec_json, state, submitted_at, deadline_at, started_at, finished_at, "
+    "allocation_json, attempts, error, result_json, best_effort, guaranteed"
+)
+
+
+class Store:
+    """The scheduler's database file; safe to share between threads (see ``__init__``)."""
+
+    def __init__(self, path: str | Path, *, fsync_every_commit: bool = False) -> None:
+        self.path = Path(path)
+        # One connection behind one lock, rather than a connection per thread: SQLite lets only
+        # one writer in at a time anyway, our transactions take microseconds, and one connection
+        # can be closed by whichever thread calls close().
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        try:
+            # isolation_level=None: no implicit transactions; _write() issues BEGIN IMMEDIATE.
+            self._db = sqlite3.connect(
+                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+            )
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise StoreError(f"{self.path}: cannot use write-ahead logging (mode is {mode!r})")
+            # In WAL mode, NORMAL survives a killed process: a commit is in the WAL file (in the
+            # OS page cache) before commit returns. Only a power cut or OS crash can lose the
+            # last commits, never corrupt the file; by then the jobs themselves died with the
+            # machine. FULL fsyncs every commit for callers that must not lose even those.
+            sync = "FULL" if fsync_every_commit else "NORMAL"
+            self._db.execute(f"PRAGMA synchronous={sync}")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{self.path}: cannot open the database: {exc}") from exc
+            raise
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        with self._read() as db:
+            return db.execute("SELECT version FROM schema_version").fetchone()[0]
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    def submit(self, spec: TrainingJobSpec, now: float) -> str:
+        """Store a new queued job and return its id (``j-000001``, ``j-000002``, ...)."""
+        with self._write() as db:
+            seq = db.execute("SELECT next FROM id_sequence WHERE name = 'job'").fetchone()[0]
+            db.execute("UPDATE id_sequence SET next = ? WHERE name = 'job'", (seq + 1,))
+            job_id = f"j-{seq:06d}"
+            db.execute(
+                "INSERT INTO jobs (id, seq, name, spec_json, state, submitted_at, deadline_at, "
+                "best_effort) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    seq,
+                    spec.name,
+                    json.dumps(spec.to_dict(), sort_keys=True),
+                    JobState.QUEUED.value,
+                    now,
+                    spec.deadline_at(now),
+                    int(spec.best_effort),
+                ),
+            )
+            self._insert_event(db, job_id, now, "submitted", {"name": spec.name})
+        return job_id
+
+    def get(self, job_id: str) -> JobRecord:
+        with self._read() as db:
+            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJobError(job_id)
+        return self._record(row)
+
+    def list(self, states: Iterable[JobState | str] | None = None) -> tuple[JobRecord, ...]:
+        """Jobs in submission order, all of them or those in ``states``."""
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        params: tuple[str, ...] = ()
+        if states is not None:
+            params = tuple(JobState(state).value for state in states)
+            query += f" WHERE state IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
+        with self._read() as db:
+            rows = db.execute(query + " ORDER BY seq", params).fetchall()
+        return tuple(self._record(row) for row in rows)
+
+    def unfinished(self) -> tuple[JobRecord, ...]:
+        """Jobs a restarted service must adopt again: queued, running or preempted."""
+        return self.list(UNFINISHED_STATES)
+
+    def transition(
+        self,
+        job_id: str,
+        new_state: JobState | str,
+        now: float,
+        *,
+        allocation: Sequence[int] | None = None,
+        error: str | None = None,
+        result: Mapping[str, Any] | None = None,
+        guaranteed: bool | None = None,
+    ) -> JobRecord:
+        """Move a job to ``new_state`` if the lifecycle allows it, and log the change.
+
+        Entering ``running`` the first time sets ``started_at``; entering a final state sets
+        ``finished_at``. Any state but ``running`` holds no CPUs, so its allocation is cleared.
+        """
+        target = JobState(new_state)
+        cpus = None if allocation is None else _check_cpus(allocation)
+        if cpus and target is not JobState.RUNNING:
+            raise StoreError(f"job {job_id}: a {target.value} job holds no CPUs, got {cpus}")
+        with self._write() as db:
+            current = self._state(db, job_id)
+            if target not in TRANSITIONS[current]:
+                raise IllegalTransitionError(job_id, current, target)
+            updates: dict[str, Any] = {"state": target.value}
+            if target is JobState.RUNNING:
+                db.execute(
+                    "UPDATE jobs SET started_at = ? WHERE id = ? AND started_at IS NULL",
+                    (now, job_id),
+                )
+                if cpus is not None:
+                    updates["allocation_json"] = json.dumps(cpus)
+            else:
+                updates["allocation_json"] = "[]"
+            if target in FINAL_STATES:
+                updates["finished_at"] = now
+            if error is not None:
+                updates["error"] = error
+            if result is not None:
+                updates["result_json"] = json.dumps(dict(result), sort_keys=True)
+            if guaranteed is not None:
+                updates["guaranteed"] = int(guaranteed)
+            assignments = ", ".join(f"{column} = ?" for column in updates)
+            db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*updates.values(), job_id))
+            detail: dict[str, Any] = {"from": current.value, "to": target.value}
+            if cpus is not None:
+                detail["cpus"] = cpus
+            if error is not None:
+                detail["error"] = error
+            self._insert_event(db, job_id, now, "state", detail)
+            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return self._record(row)
+
+    def record_result(self, job_id: str, result: Mapping[str, Any], now: float) -> JobRecord:
+        """The job finished its work: it succeeded with ``result`` (any JSON-ready mapping)."""
+        return self.transition(job_id, JobState.SUCCEEDED, now, result=result)
+
+    def record_failure(self, job_id: str, error: str, now: float) -> JobRecord:
+        return self.transition(job_id, JobState.FAILED, now, error=error)
+
+    def set_allocation(self, job_id: str, cpus: Sequence[int], now: float) -> None:
+        """Re-size a running job to exactly the CPU ids ``cpus``, and log the change."""
+        new = _check_cpus(cpus)
+        with self._write() as db:
+            if (state := self._state(db, job_id)) is not JobState.RUNNING:
+                raise StoreError(f"job {job_id}: only a running job holds CPUs, it is {state}")
+            old = json.loads(
+                db.execute("SELECT allocation_json FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+            )
+            db.execute(
+                "UPDATE jobs SET allocation_json = ? WHERE id = ?", (json.dumps(new), job_id)
+            )
+            self._insert_event(db, job_id, now, "allocation", {"from": old, "to": new})
+
+    def increment_attempts(self, job_id: str) -> int:
+        """Count one more launch of the job; returns the new count."""
+        with self._write() as db:
+            self._state(db, job_id)
+            db.execute("UPDATE jobs SET attempts = attempts + 1 WHERE id = ?", (job_id,))
+            return db.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+
+    # --- progress and events -------------------------------------------------------------------
+
+    def add_progress(self, job_id: str, t: float, iteration: int, cpus: int) -> None:
+        """One predictor sample: at time ``t`` the job had done ``iteration`` on ``cpus`` CPUs."""
+        if iteration < 0 or cpus < 0:
+            raise InputError(
+                f"job {job_id}: iteration and cpus must be >= 0, got {iteration} and {cpus}",
+                field="progress",
+            )
+        with self._write() as db:
+            self._state(db, job_id)
+            db.execute(
+                "INSERT INTO progress (job_id, t, iteration, cpus) VALUES (?, ?, ?, ?)",
+                (job_id, t, iteration, cpus),
+            )
+
+    def progress(self, job_id: str) -> tuple[ProgressSample, ...]:
+        """The job's samples in the order they were added."""
+        with self._read() as db:
+            self._state(db, job_id)
+            rows = db.execute(
+                "SELECT t, iteration, cpus FROM progress WHERE job_id = ? ORDER BY seq", (job_id,)
+            ).fetchall()
+        return tuple(ProgressSample(t, iteration, cpus) for t, iteration, cpus in rows)
+
+    def add_event(
+        self, job_id: str | None, t: float, kind: str, detail: Mapping[str, Any] | None = None
+    ) -> None:
+        """Append to the audit log; ``detail`` must be JSON-ready."""
+        with self._write() as db:
+            if job_id is not None:
+                self._state(db, job_id)
+            self._insert_event(db, job_id, t, kind, detail or {})
+
+    def events(self, job_id: str | None = None) -> tuple[Event, ...]:
+        """The audit log in order: one job's entries, or every entry when ``job_id`` is None."""
+        query = "SELECT job_id, t, kind, detail_json FROM events"
+        params: tuple[str, ...] = ()
+        if job_id is not None:
+            query += " WHERE job_id = ?"
+            params = (job_id,)
+        with self._read() as db:
+            if job_id is not None:
+                self._state(db, job_id)
+            rows = db.execute(query + " ORDER BY seq", params).fetchall()
+        return tuple(
+            Event(job, t, kind, MappingProxyType(json.loads(detail)))
+            for job, t, kind, detail in rows
+        )
+
+    # --- internals -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._db is None:
+                raise StoreError(f"{self.path}: the store is closed")
+            yield self._db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        with self._read() as db:
+            # IMMEDIATE takes the write lock now, so a read-then-write (a state check before an
+            # update) cannot interleave with another process writing the same file.
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = db.execute("SELECT version FROM schema_version").fetchone()
+            version = 0 if row is None else row[0]
+            if version > len(MIGRATIONS):
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this qosched knows "
+                    f"({len(MIGRATIONS)}); use a newer qosched or another file"
+                )
+            for statements in MIGRATIONS[version:]:
+                for statement in statements:
+                    db.execute(statement)
+            if row is None:
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (len(MIGRATIONS),))
+            else:
+                db.execute("UPDATE schema_version SET version = ?", (len(MIGRATIONS),))
+
+    @staticmethod
+    def _state(db: sqlite3.Connection, job_id: str) -> JobState:
+        row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJobError(job_id)
+        return JobState(row[0])
+
+    @staticmethod
+    def _insert_event(
+        db: sqlite3.Connection, job_id: str | None, t: float, kind: str, detail: Mapping[str, Any]
+    ) -> None:
+        db.execute(
+            "INSERT INTO events (job_id, t, kind, detail_json) VALUES (?, ?, ?, ?)",
+            (job_id, t, kind, json.dumps(dict(detail), sort_keys=True)),
+        )
+
+    def _record(self, row: tuple[Any, ...]) -> JobRecord:
+        (
+            job_id,
+            name,
+            spec_json,
+            state,
+            submitted_at,
+            deadline_at,
+            started_at,
+            finished_at,
+            allocation_json,
+            attempts,
+            error,
+            result_json,
+            best_effort,
+            guaranteed,
+        ) = row
+        spec = TrainingJobSpec.from_dict(json.loads(spec_json), source=f"{self.path}: job {job_id}")
+        result = None if result_json is None else MappingProxyType(json.loads(result_json))
+        return JobRecord(
+            id=job_id,
+            name=name,
+            spec=spec,
+            state=JobState(state),
+            submitted_at=submitted_at,
+            deadline_at=deadline_at,
+            started_at=started_at,
+            finished_at=finished_at,
+            allocation=tuple(json.loads(allocation_json)),
+            attempts=attempts,
+            error=error,
+            result=result,
+            best_effort=bool(best_effort),
+            guaranteed=bool(guaranteed),
+        )
+
+
+def _check_cpus(cpus: Sequence[int]) -> list[int]:
+    """Distinct non-negative CPU ids, sorted: an allocation is a set."""
+    ids = list(cpus)
+    if any(not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0 for cpu in ids):
+        raise InputError(f"expected non-negative CPU ids, got {ids}", field="allocation")
+    if len(set(ids)) != len(ids):
+        raise InputError(f"CPU ids must be distinct, got {ids}", field="allocation")
+    return sorted(ids)

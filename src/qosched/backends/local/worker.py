@@ -1,0 +1,627 @@
+"""The job worker: one process per job, ``python -m qosched.backends.local.worker JOB_DIR``.
+
+A scheduler prepares ``JOB_DIR``, starts the worker, re-sizes it by rewriting one file and reads
+what it reports. Every file name below is a constant of ``qosched.backends.local.protocol``.
+
+``job.json`` (``JOB_FILE``, written before launch, read once)::
+
+    {"job_id": str, "workload": "cnn" | "transformer" | null, "command": [argv...] | null,
+     "iterations": int >= 1, "seed": int in [0, 2**63), "checkpoint_every": int >= 1,
+     "batch_size": int >= 1}                      # batch_size optional, built-in workloads only
+
+Exactly one of ``workload`` and ``command`` is set. Unknown fields are refused.
+
+``allocation.json`` (``ALLOCATION_FILE``, written by the scheduler at any time, atomically: temp
+file + ``os.replace``, e.g. with ``protocol.write_allocation``)::
+
+    {"cpus": [core ids], "version": int >= 0}
+
+The worker applies it at start and, between iterations, looks at the file's ``stat`` at most every
+``POLL_INTERVAL_S``; a new ``(cpus, version)`` is applied in place, without a restart: every
+thread of the worker is pinned to ``cpus`` and PyTorch's intra-op pool is set to ``len(cpus)``
+threads; a ``resize`` event confirms it. A command job's child process (and its descendants) is
+pinned instead; its thread count is its own. An invalid allocation (an unknown core, bad JSON)
+gives a non-fatal ``error`` event and the old allocation stays. With no ``allocation.json`` at
+start, the worker uses the affinity it inherited.
+
+``progress.jsonl`` (``PROGRESS_FILE``, appended by the worker, one JSON object a line, flushed
+each line)::
+
+    {"t": unix time, "event": str, "iteration": done so far | null, "cpus": cores applied,
+     "loss": latest loss | null, ...event fields}
+
+Events (``progress.WorkerEvent``): ``start`` (``resumed_from``, ``cpu_ids``, ``threads``,
+``version``), ``progress`` (at most every ``REPORT_INTERVAL_S``), ``resize`` (``cpu_ids``,
+``threads``, ``version``), ``checkpoint``, ``preempted``, ``done``, ``error`` (``message``;
+``fatal`` says whether the worker exits because of it), ``warning`` (``message``); a command
+job's ``preempted``, ``done`` and fatal ``error`` carry the child's ``exit_code``. A loss that
+is not finite is written as null. ``progress.read_progress`` parses the file into typed events.
+
+``checkpoint.pt`` (``CHECKPOINT_FILE``): written every ``checkpoint_every`` iterations, at
+completion and on SIGTERM, atomically (temp file, fsync, ``os.replace``), so a kill at any moment
+leaves the old or the new one. A worker that finds one resumes from it and follows the loss
+trajectory of an uninterrupted run (same seed and thread count).
+
+``result.json`` (``RESULT_FILE``, at completion): ``protocol.JobResult``.
+
+Exit codes: ``EXIT_DONE`` 0 (completed), ``EXIT_FAILED`` 1 (unexpected exception; ``error``
+event with the traceback's last line), ``EXIT_INPUT_ERROR`` 2 (bad job.json, checkpoint or
+environment; retrying will not help), ``EXIT_PREEMPTED`` 3 (SIGTERM or SIGINT before completion:
+the current iteration finishes, a checkpoint is written, restart to resume).
+
+Command jobs run ``command`` as a child process, pinned to the allocation from its first
+instruction, with ``QOSCHED_PROGRESS_FILE`` (``JOB_DIR/command_progress.jsonl``: append
+``{"iteration": n}`` or ``{"iteration": n, "loss": x}`` lines, flushed; the worker relays them),
+``QOSCHED_CPUS`` (comma-separated core ids), ``OMP_NUM_THREADS``, ``QOSCHED_ITERATIONS``,
+``QOSCHED_JOB_DIR`` and ``QOSCHED_ALLOCATION_FILE`` (to follow later re-sizes itself). SIGTERM to
+the worker is forwarded to the child; the child gets SIGTERM too if the worker dies. The
+child's exit code becomes the worker's (128 + N when killed by signal N), except after a
+forwarded SIGTERM: then the job is ``EXIT_PREEMPTED`` unless the child exits 0 having reported
+``iterations`` iterations.
+
+The worker sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set (see ``run_worker``).
+
+Test hook: ``QOSCHED_WORKER_CRASH_AT=N`` makes a built-in workload raise instead of completing
+its N-th iteration (1-based, counted from the start of the job, not of this process), so a
+scheduler's retry logic can be exercised; the checkpoint at N is never written, so the hook
+fires again on every retry that still has it set.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from qosched.backends.local.affinity import set_process_affinity
+from qosched.backends.local.atomic import atomic_write, atomic_write_json, remove_stale_temps
+from qosched.backends.local.progress import ProgressLog, WorkerEvent
+from qosched.backends.local.protocol import (
+    ALLOCATION_FILE,
+    CHECKPOINT_FILE,
+    COMMAND_PROGRESS_FILE,
+    ENV_ALLOCATION_FILE,
+    ENV_CPUS,
+    ENV_CRASH_AT,
+    ENV_ITERATIONS,
+    ENV_JOB_DIR,
+    ENV_PROGRESS_FILE,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_INPUT_ERROR,
+    EXIT_PREEMPTED,
+    JOB_FILE,
+    PROGRESS_FILE,
+    RESULT_FILE,
+    Allocation,
+    JobResult,
+    WorkerJob,
+    finite_or_none,
+    load_worker_job,
+    read_allocation,
+)
+from qosched.core.errors import InputError
+from qosched.core.validate import parse_int
+
+__all__ = [
+    "ALLOCATION_FILE",
+    "CHECKPOINT_FILE",
+    "COMMAND_PROGRESS_FILE",
+    "ENV_CRASH_AT",
+    "EXIT_DONE",
+    "EXIT_FAILED",
+    "EXIT_INPUT_ERROR",
+    "EXIT_PREEMPTED",
+    "JOB_FILE",
+    "PROGRESS_FILE",
+    "RESULT_FILE",
+    "main",
+    "run_worker",
+]
+
+POLL_INTERVAL_S = 0.2  # allocation.json is looked at no more often than this
+REPORT_INTERVAL_S = 0.5  # progress lines are written no more often than this
+COMMAND_WAIT_S = 0.05  # how often a command job's worker wakes to relay, poll and forward
+CHECKPOINT_FORMAT = 1
+
+
+class StopRequest:
+    """Remembers SIGTERM/SIGINT; the worker acts on it at the next iteration boundary."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def install(self) -> StopRequest:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+
+    def describe(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "nothing"
+
+
+class AllocationWatcher:
+    """Applies ``allocation.json`` when it changes; ``current`` is the allocation in force."""
+
+    def __init__(self, path: Path, log: ProgressLog, apply: Callable[[Allocation], None]) -> None:
+        self.path = path
+        self.log = log
+        self.apply = apply
+        self.current: Allocation | None = None
+        self._seen: tuple[int, int, int] | None = None
+        self._next_poll = 0.0
+
+    def poll(self, *, iteration: int | None, loss: float | None, force: bool = False) -> bool:
+        """True when a new allocation was applied by this call."""
+        now = time.monotonic()
+        if not force and now < self._next_poll:
+            return False
+        self._next_poll = now + POLL_INTERVAL_S
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        # os.replace gives a new inode, so this changes even where mtime is coarse.
+        key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if key == self._seen:
+            return False
+        self._seen = key
+        try:
+            allocation = read_allocation(self.path)
+            if allocation == self.current:
+                return False
+            self.apply(allocation)
+        except (InputError, OSError) as exc:
+            message = str(exc) if isinstance(exc, InputError) else f"cannot apply {exc}"
+            kept = list(self.current.cpus) if self.current else "the inherited affinity"
+            self.log.write(
+                WorkerEvent.ERROR,
+                iteration=iteration,
+                loss=loss,
+                message=f"{message}; keeping {kept}",
+                fatal=False,
+            )
+            return False
+        self.current = allocation
+        self.log.cpus = len(allocation.cpus)
+        return True
+
+
+def _initial_cpus(watcher: AllocationWatcher) -> tuple[int, ...]:
+    watcher.poll(iteration=None, loss=None, force=True)
+    if watcher.current is not None:
+        return watcher.current.cpus
+    inherited = tuple(sorted(os.sched_getaffinity(0)))
+    watcher.log.cpus = len(inherited)
+    return inherited
+
+
+def _crash_hook() -> int | None:
+    text = os.environ.get(ENV_CRASH_AT)
+    if text is None or not text.strip():
+        return None
+    return parse_int(text, field=ENV_CRASH_AT, source="environment", minimum=1)
+
+
+def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    import torch
+
+    atomic_write(path, lambda handle: torch.save(payload, handle))
+
+
+def _load_checkpoint(path: Path, spec: WorkerJob) -> dict[str, Any]:
+    import torch
+
+    try:
+        # weights_only: a checkpoint is data; unpickling arbitrary objects could run code.
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise InputError(f"cannot load checkpoint: {exc}", source=path) from exc
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise InputError(f"not a format-{CHECKPOINT_FORMAT} worker checkpoint", source=path)
+    if payload.get("job_id") != spec.job_id:
+        raise InputError(
+            f"checkpoint belongs to job {payload.get('job_id')!r}, not {spec.job_id!r}",
+            source=path,
+            field="job_id",
+        )
+    return payload
+
+
+def _run_workload(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
+    # PyTorch is imported only here: it takes seconds, and a command job never needs it.
+    import torch
+
+    from qosched.workloads import get_workload
+
+    assert spec.workload is not None
+    crash_at = _crash_hook()
+    workload = get_workload(spec.workload)
+
+    def apply(allocation: Allocation) -> None:
+        set_process_affinity(os.getpid(), allocation.cpus)
+        torch.set_num_threads(len(allocation.cpus))
+
+    watcher = AllocationWatcher(job_dir / ALLOCATION_FILE, log, apply)
+    cpus = _initial_cpus(watcher)
+    if watcher.current is None:
+        torch.set_num_threads(len(cpus))
+
+    state = workload.build(spec.seed, spec.batch_size)
+    checkpoint = job_dir / CHECKPOINT_FILE
+    remove_stale_temps(checkpoint)
+    loss: float | None = None
+    checkpointed_at: int | None = None
+    if checkpoint.exists():
+        payload = _load_checkpoint(checkpoint, spec)
+        try:
+            state.load_state_dict(payload["training"])
+        except InputError as exc:
+            raise InputError(exc.reason, source=checkpoint, field=exc.field) from None
+        loss = payload.get("loss")
+        checkpointed_at = state.iteration
+    resumed_from = state.iteration
+    log.note(state.iteration, loss)
+    log.write(
+        WorkerEvent.START,
+        iteration=state.iteration,
+        loss=loss,
+        resumed_from=resumed_from,
+        cpu_ids=list(cpus),
+        threads=torch.get_num_threads(),
+        version=watcher.current.version if watcher.current else None,
+    )
+
+    def save() -> None:
+        nonlocal checkpointed_at
+        if checkpointed_at == state.iteration:
+            return
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "job_id": spec.job_id,
+            "loss": loss,
+            "training": state.state_dict(),
+        }
+        _save_checkpoint(checkpoint, payload)
+        checkpointed_at = state.iteration
+        log.write(WorkerEvent.CHECKPOINT, iteration=state.iteration, loss=loss)
+
+    started = time.perf_counter()
+    step_times: list[float] = []
+    last_report = time.monotonic()
+    while state.iteration < spec.iterations and not stop.requested:
+        if crash_at is not None and state.iteration + 1 == crash_at:
+            raise RuntimeError(
+                f"{ENV_CRASH_AT}={crash_at}: simulated crash in iteration {crash_at}"
+            )
+        t0 = time.perf_counter()
+        loss = workload.step(state)
+        step_times.append(time.perf_counter() - t0)
+        log.note(state.iteration, loss)
+        if watcher.poll(iteration=state.iteration, loss=loss):
+            assert watcher.current is not None
+            log.write(
+                WorkerEvent.RESIZE,
+                iteration=state.iteration,
+                loss=loss,
+                cpu_ids=list(watcher.current.cpus),
+                threads=torch.get_num_threads(),
+                version=watcher.current.version,
+            )
+        if state.iteration % spec.checkpoint_every == 0:
+            save()
+            last_report = time.monotonic()
+        elif time.monotonic() - last_report >= REPORT_INTERVAL_S:
+            log.write(WorkerEvent.PROGRESS, iteration=state.iteration, loss=loss)
+            last_report = time.monotonic()
+
+    save()
+    if state.iteration < spec.iterations:
+        log.write(
+            WorkerEvent.PREEMPTED,
+            iteration=state.iteration,
+            loss=loss,
+            message=f"stopped by {stop.describe()}",
+        )
+        return EXIT_PREEMPTED
+    result = JobResult(
+        job_id=spec.job_id,
+        iterations=state.iteration,
+        iterations_run=state.iteration - resumed_from,
+        resumed_from=resumed_from,
+        wall_s=time.perf_counter() - started,
+        final_loss=finite_or_none(loss),
+        mean_iteration_s=sum(step_times) / len(step_times) if step_times else None,
+    )
+    atomic_write_json(job_dir / RESULT_FILE, result.to_json())
+    log.write(WorkerEvent.DONE, iteration=state.iteration, loss=loss)
+    return EXIT_DONE
+
+
+class CommandProgress:
+    """Follows the lines a command appends to its progress file; keeps the latest values."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.touch()
+        # Lines left by an earlier run of this job were relayed then; start after them.
+        existing = path.read_bytes()
+        self.offset = len(existing)
+        self.line = existing.count(b"\n")
+        self.iteration: int | None = None
+        self.loss: float | None = None
+        self.unreported = False
+        self.first: tuple[int, float] | None = None  # (iteration, monotonic time)
+        self.last: tuple[int, float] | None = None
+
+    def read(self) -> list[str]:
+        """Take in new complete lines; returns a message for each line that was not understood."""
+        with open(self.path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() < self.offset:  # the command truncated it: start over
+                self.offset = 0
+                self.line = 0
+            handle.seek(self.offset)
+            chunk = handle.read()
+        # A line without its newline is still being written; it is read next time.
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        problems = []
+        for raw in complete.splitlines():
+            self.line += 1
+            problem = self._take(raw)
+            if problem:
+                problems.append(f"{self.path.name}:{self.line}: {problem}; line ignored")
+        return problems
+
+    def _take(self, raw: bytes) -> str | None:
+        if not raw.strip():
+            return None
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return f"not valid JSON: {raw[:80]!r}"
+        if not isinstance(data, dict):
+            return "expected a JSON object"
+        iteration = data.get("iteration")
+        if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
+            return f"field 'iteration': expected a whole number >= 0, got {iteration!r}"
+        loss = data.get("loss")
+        if loss is not None and (not isinstance(loss, int | float) or isinstance(loss, bool)):
+            return f"field 'loss': expected a number, got {loss!r}"
+        now = time.monotonic()
+        self.iteration = iteration
+        self.loss = float(loss) if loss is not None else self.loss
+        self.first = self.first or (iteration, now)
+        self.last = (iteration, now)
+        self.unreported = True
+        return None
+
+    def mean_iteration_s(self) -> float | None:
+        if self.first is None or self.last is None or self.last[0] <= self.first[0]:
+            return None
+        return (self.last[1] - self.first[1]) / (self.last[0] - self.first[0])
+
+
+def _die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` making the kernel send the child SIGTERM if this worker dies, so a
+    killed worker never leaves a command running on cores the scheduler has handed on."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return lambda: None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def setup() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the worker died before prctl took effect
+            os._exit(EXIT_PREEMPTED)
+
+    return setup
+
+
+def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
+    assert spec.command is not None
+    if os.environ.get(ENV_CRASH_AT):
+        log.write(
+            WorkerEvent.WARNING,
+            iteration=None,
+            loss=None,
+            message=f"{ENV_CRASH_AT} applies to built-in workloads only; ignored",
+        )
+    progress = CommandProgress(job_dir / COMMAND_PROGRESS_FILE)
+    child: subprocess.Popen[bytes] | None = None
+
+    def apply(allocation: Allocation) -> None:
+        # The worker itself mostly sleeps, but it should not wander onto other jobs' cores.
+        set_process_affinity(os.getpid(), allocation.cpus)
+        if child is not None and child.poll() is None:
+            set_process_affinity(child.pid, allocation.cpus, descendants=True)
+
+    watcher = AllocationWatcher(job_dir / ALLOCATION_FILE, log, apply)
+    cpus = _initial_cpus(watcher)
+    if stop.requested:
+        log.write(
+            WorkerEvent.PREEMPTED,
+            iteration=None,
+            loss=None,
+            message=f"stopped by {stop.describe()}",
+        )
+        return EXIT_PREEMPTED
+    env = dict(os.environ)
+    env.update(
+        {
+            ENV_PROGRESS_FILE: str(progress.path),
+            ENV_CPUS: ",".join(str(cpu) for cpu in cpus),
+            "OMP_NUM_THREADS": str(len(cpus)),
+            ENV_ITERATIONS: str(spec.iterations),
+            ENV_JOB_DIR: str(job_dir),
+            ENV_ALLOCATION_FILE: str(job_dir / ALLOCATION_FILE),
+        }
+    )
+    env.pop(ENV_CRASH_AT, None)
+    die_with_parent = _die_with_parent()
+
+    def child_setup() -> None:
+        # Pinned before exec: the command never runs a single instruction on other cores.
+        os.sched_setaffinity(0, cpus)
+        die_with_parent()
+
+    started = time.perf_counter()
+    try:
+        child = subprocess.Popen(list(spec.command), env=env, preexec_fn=child_setup)
+    except OSError as exc:
+        raise InputError(
+            f"cannot start {spec.command[0]!r}: {exc.strerror}",
+            source=job_dir / JOB_FILE,
+            field="command",
+        ) from exc
+    log.write(
+        WorkerEvent.START,
+        iteration=None,
+        loss=None,
+        cpu_ids=list(cpus),
+        version=watcher.current.version if watcher.current else None,
+    )
+    forwarded = False
+    last_report = time.monotonic()
+    while True:
+        code = child.poll()
+        if stop.requested and not forwarded and code is None:
+            child.send_signal(signal.SIGTERM)
+            forwarded = True
+        problems = progress.read()
+        log.note(progress.iteration, progress.loss)
+        for problem in problems:
+            log.write(
+                WorkerEvent.WARNING,
+                iteration=progress.iteration,
+                loss=progress.loss,
+                message=problem,
+            )
+        if watcher.poll(iteration=progress.iteration, loss=progress.loss):
+            assert watcher.current is not None
+            log.write(
+                WorkerEvent.RESIZE,
+                iteration=progress.iteration,
+                loss=progress.loss,
+                cpu_ids=list(watcher.current.cpus),
+                version=watcher.current.version,
+            )
+        if progress.unreported and (
+            code is not None or time.monotonic() - last_report >= REPORT_INTERVAL_S
+        ):
+            log.write(WorkerEvent.PROGRESS, iteration=progress.iteration, loss=progress.loss)
+            progress.unreported = False
+            last_report = time.monotonic()
+        if code is not None:
+            break
+        time.sleep(COMMAND_WAIT_S)
+
+    # A command may well exit 0 after saving on SIGTERM; that counts as done only if it had
+    # reported every iteration, otherwise the scheduler would never resume it.
+    reached_end = progress.iteration is not None and progress.iteration >= spec.iterations
+    if code == 0 and (not forwarded or reached_end):
+        result = JobResult(
+            job_id=spec.job_id,
+            iterations=progress.iteration,
+            iterations_run=None,
+            resumed_from=None,
+            wall_s=time.perf_counter() - started,
+            final_loss=finite_or_none(progress.loss),
+            mean_iteration_s=progress.mean_iteration_s(),
+        )
+        atomic_write_json(job_dir / RESULT_FILE, result.to_json())
+        log.write(WorkerEvent.DONE, iteration=progress.iteration, loss=progress.loss, exit_code=0)
+        return EXIT_DONE
+    if stop.requested:
+        log.write(
+            WorkerEvent.PREEMPTED,
+            iteration=progress.iteration,
+            loss=progress.loss,
+            message=f"stopped by {stop.describe()}",
+            exit_code=code,
+        )
+        return EXIT_PREEMPTED
+    how = f"exited with code {code}" if code > 0 else f"was killed by {signal.Signals(-code).name}"
+    log.write(
+        WorkerEvent.ERROR,
+        iteration=progress.iteration,
+        loss=progress.loss,
+        message=f"command {how}",
+        fatal=True,
+        exit_code=code,
+    )
+    return code if code > 0 else 128 - code
+
+
+def run_worker(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
+    """Run the job in ``job_dir`` to completion or preemption; returns the exit code."""
+    stop = stop or StopRequest().install()
+    # Before PyTorch loads OpenMP (validating job.json imports it). With spinning waiters, two
+    # threads on cores shared with any other busy process ran the built-in workloads 10-40x
+    # slower than one thread (measured on a 2-core machine); with sleeping waiters they ran at
+    # one-thread speed. The price on dedicated cores is one wake-up per parallel region.
+    # A value set by the user wins; command jobs inherit it.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    job_dir = Path(job_dir).resolve()
+    if not job_dir.is_dir():
+        print(f"qosched worker: {job_dir}: not a directory", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    with ProgressLog(job_dir / PROGRESS_FILE) as log:
+        try:
+            spec = load_worker_job(job_dir / JOB_FILE)
+            if spec.command is not None:
+                return _run_command(spec, job_dir, log, stop)
+            return _run_workload(spec, job_dir, log, stop)
+        except InputError as exc:
+            print(f"qosched worker: {exc}", file=sys.stderr)
+            log.write(
+                WorkerEvent.ERROR,
+                iteration=log.iteration,
+                loss=log.loss,
+                message=str(exc),
+                fatal=True,
+            )
+            return EXIT_INPUT_ERROR
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            last_line = traceback.format_exception_only(exc)[-1].strip()
+            log.write(
+                WorkerEvent.ERROR,
+                iteration=log.iteration,
+                loss=log.loss,
+                message=last_line,
+                fatal=True,
+            )
+            return EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m qosched.backends.local.worker JOB_DIR", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    return run_worker(args[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

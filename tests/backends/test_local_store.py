@@ -1,0 +1,397 @@
+"""qosched.backends.local.store: jobs, lifecycle, samples, audit log and surviving crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+import qosched
+from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.backends.local.store import (
+    FINAL_STATES,
+    TRANSITIONS,
+    IllegalTransitionError,
+    JobState,
+    ProgressSample,
+    Store,
+    StoreError,
+    UnknownJobError,
+)
+from qosched.core.errors import InputError
+
+SPEC = TrainingJobSpec(
+    name="cnn-small",
+    iterations=400,
+    deadline=Deadline(relative_s=600),
+    workload="cnn",
+    resources=Resources(min_cpus=1, max_cpus=2),
+    best_effort=True,
+)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "qosched.db") as opened:
+        yield opened
+
+
+def path_to(state: JobState) -> list[JobState]:
+    """The shortest legal sequence of states leading from queued to ``state``."""
+    previous: dict[JobState, JobState | None] = {JobState.QUEUED: None}
+    frontier = deque([JobState.QUEUED])
+    while frontier:
+        current = frontier.popleft()
+        for following in sorted(TRANSITIONS[current]):
+            if following not in previous:
+                previous[following] = current
+                frontier.append(following)
+    steps: list[JobState] = []
+    node: JobState | None = state
+    while node is not None and node is not JobState.QUEUED:
+        steps.append(node)
+        node = previous[node]
+    return steps[::-1]
+
+
+def drive(store: Store, job_id: str, state: JobState, now: float = 10.0) -> None:
+    for step in path_to(state):
+        cpus = [0] if step is JobState.RUNNING else None
+        store.transition(job_id, step, now, allocation=cpus)
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+def test_submit_then_get(store):
+    job_id = store.submit(SPEC, now=100.0)
+    record = store.get(job_id)
+    assert record.id == job_id
+    assert (record.name, record.spec, record.state) == ("cnn-small", SPEC, JobState.QUEUED)
+    assert (record.submitted_at, record.deadline_at) == (100.0, 700.0)
+    assert (record.started_at, record.finished_at) == (None, None)
+    assert (record.allocation, record.attempts, record.error, record.result) == ((), 0, None, None)
+    assert (record.best_effort, record.guaranteed) == (True, False)
+
+
+def test_ids_are_monotonic_and_survive_reopening(tmp_path):
+    path = tmp_path / "qosched.db"
+    with Store(path) as store:
+        assert [store.submit(SPEC, now=t) for t in range(3)] == ["j-000001", "j-000002", "j-000003"]
+    with Store(path) as store:
+        assert store.submit(SPEC, now=4.0) == "j-000004"
+
+
+def test_list_in_submission_order_and_by_state(store):
+    ids = [store.submit(SPEC, now=float(t)) for t in range(4)]
+    drive(store, ids[1], JobState.RUNNING)
+    drive(store, ids[3], JobState.SUCCEEDED)
+    assert [job.id for job in store.list()] == ids
+    assert [job.id for job in store.list([JobState.QUEUED])] == [ids[0], ids[2]]
+    assert [job.id for job in store.list(["running", "succeeded"])] == [ids[1], ids[3]]
+    assert store.list([]) == ()
+
+
+def test_unfinished_are_the_jobs_to_adopt_after_a_restart(store):
+    ids = [store.submit(SPEC, now=float(t)) for t in range(5)]
+    for job_id, state in zip(
+        ids,
+        [JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED, JobState.FAILED, JobState.DECLINED],
+        strict=True,
+    ):
+        drive(store, job_id, state)
+    assert [job.id for job in store.unfinished()] == ids[:3]
+
+
+@pytest.mark.parametrize("call", ["get", "transition", "add_progress", "progress", "events"])
+def test_unknown_job(store, call):
+    calls = {
+        "get": lambda: store.get("j-999999"),
+        "transition": lambda: store.transition("j-999999", JobState.RUNNING, 1.0),
+        "add_progress": lambda: store.add_progress("j-999999", 1.0, 1, 1),
+        "progress": lambda: store.progress("j-999999"),
+        "events": lambda: store.events("j-999999"),
+    }
+    with pytest.raises(UnknownJobError, match="j-999999"):
+        calls[call]()
+
+
+# --- lifecycle --------------------------------------------------------------------------------
+
+
+LEGAL = sorted((a, b) for a, nexts in TRANSITIONS.items() for b in nexts)
+ILLEGAL = sorted((a, b) for a in JobState for b in JobState if b not in TRANSITIONS[a])
+
+
+@pytest.mark.parametrize(("source", "target"), LEGAL, ids=[f"{a}-to-{b}" for a, b in LEGAL])
+def test_legal_transition(store, source, target):
+    job_id = store.submit(SPEC, now=0.0)
+    drive(store, job_id, source, now=1.0)
+    cpus = [2, 3] if target is JobState.RUNNING else None
+    record = store.transition(job_id, target, 5.0, allocation=cpus)
+    assert record.state is target
+    assert store.get(job_id) == record
+    assert record.finished_at == (5.0 if target in FINAL_STATES else None)
+    assert record.allocation == ((2, 3) if target is JobState.RUNNING else ())
+    assert store.events(job_id)[-1].detail["from"] == source.value
+
+
+@pytest.mark.parametrize(("source", "target"), ILLEGAL, ids=[f"{a}-to-{b}" for a, b in ILLEGAL])
+def test_illegal_transition_changes_nothing(store, source, target):
+    job_id = store.submit(SPEC, now=0.0)
+    drive(store, job_id, source, now=1.0)
+    before, log = store.get(job_id), store.events(job_id)
+    with pytest.raises(IllegalTransitionError) as caught:
+        store.transition(job_id, target, 5.0)
+    assert (caught.value.from_state, caught.value.to_state) == (source, target)
+    assert f"from {source.value!r} to {target.value!r}" in str(caught.value)
+    assert (store.get(job_id), store.events(job_id)) == (before, log)
+
+
+def test_started_at_is_the_first_start(store):
+    job_id = store.submit(SPEC, now=0.0)
+    store.transition(job_id, JobState.RUNNING, 1.0, allocation=[0])
+    preempted = store.transition(job_id, JobState.PREEMPTED, 2.0)
+    assert preempted.allocation == ()
+    restarted = store.transition(job_id, JobState.RUNNING, 3.0, allocation=[1])
+    assert (restarted.started_at, restarted.allocation) == (1.0, (1,))
+
+
+def test_transition_sets_guarantee(store):
+    job_id = store.submit(SPEC, now=0.0)
+    assert store.transition(job_id, JobState.RUNNING, 1.0, guaranteed=True).guaranteed
+
+
+def test_record_result_and_failure(store):
+    good, bad = store.submit(SPEC, now=0.0), store.submit(SPEC, now=0.0)
+    drive(store, good, JobState.RUNNING)
+    drive(store, bad, JobState.RUNNING)
+    done = store.record_result(good, {"loss": 0.25, "iterations": 400}, now=20.0)
+    assert (done.state, done.result, done.finished_at) == (
+        JobState.SUCCEEDED,
+        {"loss": 0.25, "iterations": 400},
+        20.0,
+    )
+    failed = store.record_failure(bad, "exit code 1", now=21.0)
+    assert (failed.state, failed.error, failed.finished_at) == (
+        JobState.FAILED,
+        "exit code 1",
+        21.0,
+    )
+
+
+def test_a_job_that_is_not_running_holds_no_cpus(store):
+    job_id = store.submit(SPEC, now=0.0)
+    with pytest.raises(StoreError, match="only a running job"):
+        store.set_allocation(job_id, [0], now=1.0)
+    with pytest.raises(StoreError, match="holds no CPUs"):
+        store.transition(job_id, JobState.CANCELLED, 1.0, allocation=[0])
+    assert store.get(job_id).state is JobState.QUEUED
+
+
+def test_set_allocation_resizes_and_is_logged(store):
+    job_id = store.submit(SPEC, now=0.0)
+    store.transition(job_id, JobState.RUNNING, 1.0, allocation=[4])
+    store.set_allocation(job_id, [7, 5], now=2.0)
+    assert store.get(job_id).allocation == (5, 7)
+    last = store.events(job_id)[-1]
+    assert (last.t, last.kind, dict(last.detail)) == (
+        2.0,
+        "allocation",
+        {"from": [4], "to": [5, 7]},
+    )
+
+
+@pytest.mark.parametrize("cpus", [[1, 1], [-1], [True]], ids=["duplicate", "negative", "bool"])
+def test_bad_allocation(store, cpus):
+    job_id = store.submit(SPEC, now=0.0)
+    drive(store, job_id, JobState.RUNNING)
+    with pytest.raises(InputError, match="allocation"):
+        store.set_allocation(job_id, cpus, now=2.0)
+
+
+def test_increment_attempts(store):
+    job_id = store.submit(SPEC, now=0.0)
+    assert [store.increment_attempts(job_id) for _ in range(3)] == [1, 2, 3]
+    assert store.get(job_id).attempts == 3
+
+
+# --- progress and events ----------------------------------------------------------------------
+
+
+def test_progress_samples_come_back_in_the_order_added(store):
+    job_id, other = store.submit(SPEC, now=0.0), store.submit(SPEC, now=0.0)
+    samples = [(1.0, 10, 1), (2.0, 30, 2), (2.5, 45, 2), (4.0, 80, 1)]
+    for t, iteration, cpus in samples:
+        store.add_progress(job_id, t, iteration, cpus)
+        store.add_progress(other, t, 0, 1)
+    assert store.progress(job_id) == tuple(ProgressSample(*sample) for sample in samples)
+
+
+def test_progress_rejects_negative_values(store):
+    job_id = store.submit(SPEC, now=0.0)
+    with pytest.raises(InputError, match="must be >= 0"):
+        store.add_progress(job_id, 1.0, -1, 1)
+
+
+def test_audit_log(store):
+    job_id = store.submit(SPEC, now=0.0)
+    store.add_event(job_id, 1.0, "predicted", {"finish_at": 42.0})
+    store.add_event(None, 2.0, "service-started")
+    drive(store, job_id, JobState.DECLINED, now=3.0)
+    kinds = [(event.job_id, event.kind) for event in store.events()]
+    assert kinds == [
+        (job_id, "submitted"),
+        (job_id, "predicted"),
+        (None, "service-started"),
+        (job_id, "state"),
+    ]
+    assert [event.kind for event in store.events(job_id)] == ["submitted", "predicted", "state"]
+    assert dict(store.events(job_id)[-1].detail) == {"from": "queued", "to": "declined"}
+
+
+# --- the database file ------------------------------------------------------------------------
+
+
+def test_wal_mode_and_schema_version(tmp_path):
+    path = tmp_path / "qosched.db"
+    with Store(path) as store:
+        assert store.schema_version == 1
+        store.submit(SPEC, now=0.0)
+        with sqlite3.connect(path) as other:
+            assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        other.close()
+
+
+def test_reopen_after_close_keeps_everything(tmp_path):
+    path = tmp_path / "qosched.db"
+    store = Store(path)
+    job_id = store.submit(SPEC, now=0.0)
+    store.transition(job_id, JobState.RUNNING, 1.0, allocation=[0, 1])
+    store.add_progress(job_id, 2.0, 50, 2)
+    record, log = store.get(job_id), store.events()
+    store.close()
+    with Store(path) as reopened:
+        assert reopened.get(job_id) == record
+        assert reopened.progress(job_id) == (ProgressSample(2.0, 50, 2),)
+        assert reopened.events() == log
+        assert reopened.schema_version == 1
+
+
+def test_closed_store_refuses_calls(tmp_path):
+    store = Store(tmp_path / "qosched.db")
+    store.close()
+    store.close()  # closing twice is harmless
+    with pytest.raises(StoreError, match="closed"):
+        store.list()
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "qosched.db"
+    Store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE schema_version SET version = 99")
+    db.close()
+    with pytest.raises(StoreError, match="schema version 99 is newer"):
+        Store(path)
+
+
+def test_threads_share_one_store(store):
+    ids: list[str] = []
+
+    def submit_many() -> None:
+        for t in range(25):
+            job_id = store.submit(SPEC, now=float(t))
+            store.add_progress(job_id, float(t), t, 1)
+            ids.append(job_id)
+
+    threads = [threading.Thread(target=submit_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(ids) == [f"j-{n:06d}" for n in range(1, 101)]
+    assert len(store.list()) == 100
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from qosched.backends.local.jobspec import Deadline, TrainingJobSpec
+    from qosched.backends.local.store import JobState, Store
+
+    store = Store(sys.argv[1])
+    spec = TrainingJobSpec("crash", 10, Deadline(relative_s=60), workload="cnn")
+    t = 0.0
+    while True:
+        job_id = store.submit(spec, now=t)
+        store.add_progress(job_id, t, 1, 1)
+        store.transition(job_id, JobState.RUNNING, t, allocation=[0])
+        # Printed only after every call for this job returned: each printed id is committed.
+        print(job_id, flush=True)
+        t += 1.0
+    """
+)
+
+
+@pytest.mark.parametrize("kill_after", [1, 40, 300])
+def test_rows_survive_a_killed_writer(tmp_path, kill_after):
+    path = tmp_path / "qosched.db"
+    env = dict(os.environ)
+    src = str(Path(qosched.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    errors = tmp_path / "writer.err"
+    with errors.open("w") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+        )
+    committed: list[str] = []
+    try:
+        assert child.stdout is not None
+        while len(committed) < kill_after:
+            line = child.stdout.readline()
+            if not line:
+                pytest.fail(f"the writer stopped early: {errors.read_text()}")
+            committed.append(line.strip())
+        child.send_signal(signal.SIGKILL)  # mid-way through whatever call it was making
+        child.wait(timeout=10)
+        # Lines it printed before it died are committed too; read them through the same
+        # buffered reader (communicate() would skip what that reader already holds).
+        committed += child.stdout.read().split()
+        child.stdout.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    raw.close()
+    with Store(path) as store:
+        jobs = {job.id: job for job in store.list()}
+        # Everything a returned call wrote is there; at most the one job being written when the
+        # writer died may be there too, in whatever state its last committed call left it.
+        assert set(committed) <= set(jobs)
+        assert len(jobs) <= len(committed) + 1
+        for job_id in committed:
+            assert jobs[job_id].state is JobState.RUNNING
+            assert store.progress(job_id) == (ProgressSample(jobs[job_id].submitted_at, 1, 1),)
+        assert store.submit(SPEC, now=0.0) == f"j-{len(jobs) + 1:06d}"
+
+
+def test_unopenable_path_is_a_store_error(tmp_path):
+    with pytest.raises(StoreError, match="cannot open the database"):
+        Store(tmp_path / "no-such-dir" / "qosched.db")

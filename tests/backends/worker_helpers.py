@@ -1,0 +1,130 @@
+"""Job directories and worker processes for the local-worker tests (imported by name: pytest puts
+this folder on sys.path)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
+from qosched.backends.local.protocol import (
+    ALLOCATION_FILE,
+    JOB_FILE,
+    PROGRESS_FILE,
+    Allocation,
+    WorkerJob,
+    write_allocation,
+    write_worker_job,
+)
+
+WAIT_S = 60.0  # generous: the machine may be busy with other test runs
+
+
+def make_job_dir(
+    root: Path,
+    *,
+    job_id: str = "job-1",
+    workload: str | None = "cnn",
+    command: list[str] | None = None,
+    iterations: int = 20,
+    seed: int = 0,
+    checkpoint_every: int = 10,
+    batch_size: int | None = None,
+    cpus: tuple[int, ...] | None = (0,),
+) -> Path:
+    job_dir = root / job_id
+    job_dir.mkdir()
+    spec = WorkerJob(
+        job_id,
+        workload,
+        tuple(command) if command is not None else None,
+        iterations,
+        seed,
+        checkpoint_every,
+        batch_size,
+    )
+    write_worker_job(job_dir / JOB_FILE, spec)
+    if cpus is not None:
+        write_allocation(job_dir / ALLOCATION_FILE, Allocation(cpus, 1))
+    return job_dir
+
+
+def set_allocation(job_dir: Path, cpus: tuple[int, ...], version: int) -> None:
+    write_allocation(job_dir / ALLOCATION_FILE, Allocation(cpus, version))
+
+
+def events(job_dir: Path) -> list[ProgressEvent]:
+    return read_progress(job_dir / PROGRESS_FILE)
+
+
+def log_of(job_dir: Path) -> str:
+    """What the worker printed, for assertion messages."""
+    path = job_dir / "worker.log"
+    return path.read_text() if path.exists() else ""
+
+
+class Workers:
+    """Starts worker processes and kills any still running when the test ends."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, job_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        with open(job_dir / "worker.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "qosched.backends.local.worker", str(job_dir)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+        self.started.append(process)
+        return process
+
+    def run(self, job_dir: Path, env: dict[str, str] | None = None) -> int:
+        process = self.start(job_dir, env)
+        return process.wait(timeout=WAIT_S)
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def wait_for(
+    job_dir: Path,
+    process: subprocess.Popen[bytes],
+    matches: Callable[[ProgressEvent], bool],
+    what: str,
+) -> ProgressEvent:
+    """The first progress event that ``matches``; fails if the worker exits or time runs out."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for event in events(job_dir):
+            if matches(event):
+                return event
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    got = [(e.event.value, e.iteration) for e in events(job_dir)]
+    pytest.fail(
+        f"no {what} event (worker exit code {process.poll()}); events: {got}\n{log_of(job_dir)}"
+    )
+
+
+def terminate(process: subprocess.Popen[bytes]) -> int:
+    process.send_signal(signal.SIGTERM)
+    return process.wait(timeout=WAIT_S)
+
+
+def is_event(kind: WorkerEvent, **fields: object) -> Callable[[ProgressEvent], bool]:
+    return lambda event: (
+        event.event is kind and all(getattr(event, name) == value for name, value in fields.items())
+    )
