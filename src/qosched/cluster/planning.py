@@ -193,6 +193,8 @@ class Plan:
 
     reservations: dict[str, Reservation] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
+    # The free GPUs the reservations leave, when the plan was made by ``plan_demands``.
+    free: FreeProfile | None = field(default=None, compare=False, repr=False)
 
     def count_now(self, job_id: str, now: float) -> int:
         return self.count_now_of(self.reservations.get(job_id, []), now)
@@ -240,7 +242,11 @@ class Demand:
 
 
 def leftover(plan: Plan, now: float, capacity: int) -> FreeProfile:
-    """The free GPUs over time that ``plan``'s reservations leave."""
+    """The free GPUs over time that ``plan``'s reservations leave (a copy: yours to consume)."""
+    if plan.free is not None and plan.free.starts[0] <= now:
+        profile = FreeProfile(now, capacity)
+        profile.starts, profile.free = list(plan.free.starts), list(plan.free.free)
+        return profile
     profile = FreeProfile(now, capacity)
     for reservation in plan.reservations.values():
         if not take(reservation, now, profile):
@@ -289,4 +295,5 @@ def plan_demands(
             continue
         share, finish = found
         plan.reservations[demand.job_id] = reserve(demand.ladder, share, now, finish, profile)
+    plan.free = profile
     return plan

@@ -66,6 +66,8 @@ def allowed_counts(max_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
 
 #: Unguaranteed deadline jobs tried for a guarantee per decision, earliest deadline first.
 RETRIES_PER_DECISION = 3
+#: Unguaranteed deadline jobs planned on expected speeds per decision, earliest deadline first.
+HOPEFUL_PER_DECISION = 32
 #: A running deadline job with less expected slack than this many restart pauses is not moved
 #: to re-pack others.
 PIN_SLACK_PAUSES = 10
@@ -101,6 +103,7 @@ class QualityOfService(Policy):
         self.decline_to_best_effort = decline_to_best_effort
         self.confidence = confidence
         self._jobs: dict[str, _Tracked] = {}
+        self._adopted = Plan()
         self._kept: dict[str, Reservation] = {}
         self._failed: set[str] = set()
         self._departed = 0  # jobs seen to leave: each frees GPUs a guarantee may now use
@@ -227,6 +230,7 @@ class QualityOfService(Policy):
                 guaranteed.append(job)
 
     def _adopt(self, plan: Plan) -> None:
+        self._adopted = plan
         self._kept = plan.reservations
         self._failed = set(plan.failed)
 
@@ -248,7 +252,7 @@ class QualityOfService(Policy):
             self._jobs[job_id].guaranteed = False
         guaranteed = [j for j in guaranteed if self._jobs[j.job_id].guaranteed]
         self._retry_guarantees(guaranteed, view)
-        plan = Plan(dict(self._kept), sorted(self._failed))
+        plan = self._adopted
 
         gpus: dict[str, int] = {}
         free = capacity
@@ -320,6 +324,18 @@ class QualityOfService(Policy):
             pinned=self._tight(view, gpus),
         )
 
+    # -- what a backend may ask ---------------------------------------------------------------
+
+    def is_guaranteed(self, job_id: str) -> bool:
+        """Whether the policy currently guarantees the job's deadline."""
+        tracked = self._jobs.get(job_id)
+        return tracked is not None and tracked.guaranteed
+
+    def predictor_of(self, job_id: str) -> OnlinePredictor | None:
+        """The job's speed predictor, fed with its progress; None for a job not tracked."""
+        tracked = self._jobs.get(job_id)
+        return None if tracked is None else tracked.predictor
+
     # -- helpers ----------------------------------------------------------------------------------
 
     def _hopeful_plan(self, guaranteed: list[JobState], plan: Plan, view: ClusterView) -> Plan:
@@ -332,6 +348,9 @@ class QualityOfService(Policy):
             if job.spec.deadline_s is None or tracked.guaranteed or job.spec.deadline_s <= now:
                 continue
             demands.append(Demand.of_job(job, self._ladders(job, tracked)[0], view))
+        # Earliest deadlines first, and a bounded number per decision: planning a job that
+        # cannot fit walks the whole profile, and the rest get their turn at later decisions.
+        demands = heapq.nsmallest(HOPEFUL_PER_DECISION, demands, key=lambda d: d.order)
         if not demands:
             self._hoped = {}
             return Plan()
