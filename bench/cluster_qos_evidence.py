@@ -42,7 +42,7 @@ from matplotlib.patches import Patch
 import bench_cluster_sim  # a sibling script: bench/ is on sys.path when these run as scripts
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
-from qosched.cluster.metrics import Summary, allocated_gpu_seconds, summarize
+from qosched.cluster.metrics import Summary, allocated_worker_seconds, summarize
 from qosched.cluster.placement import is_split
 from qosched.cluster.policies import create_policy
 from qosched.cluster.policies.qos import QualityOfService
@@ -95,7 +95,7 @@ def trace_for(
     config = GeneratorConfig(
         jobs=jobs,
         load=load,
-        cluster_gpus=cluster.total_gpus,
+        cluster_workers=cluster.total_workers,
         tightness=tightness,
         best_effort_fraction=best_effort_fraction,
         seed=seed,
@@ -116,23 +116,27 @@ class MeteredSimulator(ClusterSimulator):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self.held_gpu_s = 0.0  # GPUs held x time, restart pauses included
-        self.active_gpu_s = 0.0  # ... outside restart pauses
-        self.split_active_gpu_s = 0.0  # ... of which on a placement spanning more nodes than needed
+        self.held_worker_s = 0.0  # GPUs held x time, restart pauses included
+        self.active_worker_s = 0.0  # ... outside restart pauses
+        self.split_active_worker_s = (
+            0.0  # ... of which on a placement spanning more nodes than needed
+        )
 
     def _advance_progress(self) -> None:
         now = self.engine.now
         if now != self._progress_at:
             for state in self._active.values():
-                if state.gpus and now > state.last_update_s:
-                    self.held_gpu_s += state.gpus * (now - state.last_update_s)
-                    active = state.gpus * max(0.0, now - max(state.last_update_s, state.resume_s))
-                    self.active_gpu_s += active
-                    if is_split(state.placement, self.cluster.gpus_per_node):
-                        self.split_active_gpu_s += active
+                if state.workers and now > state.last_update_s:
+                    self.held_worker_s += state.workers * (now - state.last_update_s)
+                    active = state.workers * max(
+                        0.0, now - max(state.last_update_s, state.resume_s)
+                    )
+                    self.active_worker_s += active
+                    if is_split(state.placement, self.cluster.workers_per_node):
+                        self.split_active_worker_s += active
         super()._advance_progress()
 
-    def one_gpu_equivalent_s(self) -> float:
+    def one_worker_equivalent_s(self) -> float:
         """Seconds the finished jobs' work takes on one GPU at each job's true 1-GPU speed
         (hidden speed factor included, per-decision noise not)."""
         total = 0.0
@@ -145,20 +149,20 @@ class MeteredSimulator(ClusterSimulator):
 
 @dataclass
 class Usage:
-    held_gpu_s: float = 0.0
-    active_gpu_s: float = 0.0
-    split_active_gpu_s: float = 0.0
-    one_gpu_s: float = 0.0
-    timeline_gpu_s: float = 0.0  # the metrics module's integral, as a cross-check
+    held_worker_s: float = 0.0
+    active_worker_s: float = 0.0
+    split_active_worker_s: float = 0.0
+    one_worker_s: float = 0.0
+    timeline_worker_s: float = 0.0  # the metrics module's integral, as a cross-check
     utilization: list[float] | None = None
 
     def add(self, sim: MeteredSimulator, result: SimResult, summary: Summary) -> None:
-        self.held_gpu_s += sim.held_gpu_s
-        self.active_gpu_s += sim.active_gpu_s
-        self.split_active_gpu_s += sim.split_active_gpu_s
-        self.one_gpu_s += sim.one_gpu_equivalent_s()
-        self.timeline_gpu_s += allocated_gpu_seconds(result)
-        self.utilization = [*(self.utilization or []), summary.gpu_utilization or 0.0]
+        self.held_worker_s += sim.held_worker_s
+        self.active_worker_s += sim.active_worker_s
+        self.split_active_worker_s += sim.split_active_worker_s
+        self.one_worker_s += sim.one_worker_equivalent_s()
+        self.timeline_worker_s += allocated_worker_seconds(result)
+        self.utilization = [*(self.utilization or []), summary.utilization or 0.0]
 
 
 def over_provisioned(trace: Sequence[JobSpec], cluster: ClusterSpec) -> tuple[list[JobSpec], str]:
@@ -166,11 +170,11 @@ def over_provisioned(trace: Sequence[JobSpec], cluster: ClusterSpec) -> tuple[li
     jobs, doubled, capped = [], 0, 0
     for spec in trace:
         curve = TP.curve(spec.model, spec.batch_size)
-        limit = min(2 * spec.requested_gpus, curve.max_gpus, cluster.total_gpus)
-        gpus = max(g for g in curve.usable_counts() if g <= limit)
-        doubled += gpus == 2 * spec.requested_gpus
-        capped += gpus < 2 * spec.requested_gpus
-        jobs.append(replace(spec, requested_gpus=gpus))
+        limit = min(2 * spec.requested_workers, curve.max_workers, cluster.total_workers)
+        workers = max(g for g in curve.usable_counts() if g <= limit)
+        doubled += workers == 2 * spec.requested_workers
+        capped += workers < 2 * spec.requested_workers
+        jobs.append(replace(spec, requested_workers=workers))
     note = f"{doubled} of {len(trace)} requests doubled, {capped} capped by the speed table"
     return jobs, note
 
@@ -191,7 +195,7 @@ def paper(args: argparse.Namespace) -> None:
     print(
         "Generated traces: Poisson arrivals, lognormal durations (median 1 h), requests of "
         "1-16 GPUs (ITP mix), no best-effort jobs. Defaults: 30 s restart pause, 0.85 cross-node "
-        "factor. `fifo (2x requests)`: the same trace with every `requested_gpus` doubled "
+        "factor. `fifo (2x requests)`: the same trace with every `requested_workers` doubled "
         "(`dataclasses.replace`), capped at the largest count the job's speed table has: the "
         "paper's users who over-provision. Offered load is computed on the original requests. "
         "Cells: DSR (missed deadlines)."
@@ -274,14 +278,16 @@ def paper(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|---|")
     worst_check = 0.0
     for (title, speeds, column), u in usage.items():
-        worst_check = max(worst_check, abs(u.held_gpu_s - u.timeline_gpu_s) / u.timeline_gpu_s)
-        crossed = u.active_gpu_s - (1 - SimConfig().cross_node_factor) * u.split_active_gpu_s
-        print(
-            f"| {title} | {speeds} | {column} | {u.held_gpu_s / HOUR:.0f} | "
-            f"{pct(u.active_gpu_s / u.held_gpu_s)} | {pct(crossed / u.held_gpu_s)} | "
-            f"{pct(u.one_gpu_s / u.held_gpu_s)} | {pct(statistics.fmean(u.utilization))} |"
+        worst_check = max(
+            worst_check, abs(u.held_worker_s - u.timeline_worker_s) / u.timeline_worker_s
         )
-    if not any(u.split_active_gpu_s for u in usage.values()):
+        crossed = u.active_worker_s - (1 - SimConfig().cross_node_factor) * u.split_active_worker_s
+        print(
+            f"| {title} | {speeds} | {column} | {u.held_worker_s / HOUR:.0f} | "
+            f"{pct(u.active_worker_s / u.held_worker_s)} | {pct(crossed / u.held_worker_s)} | "
+            f"{pct(u.one_worker_s / u.held_worker_s)} | {pct(statistics.fmean(u.utilization))} |"
+        )
+    if not any(u.split_active_worker_s for u in usage.values()):
         print(
             "\nNo run placed a job over more nodes than its count needs: *+ cross-node* = "
             "*outside pauses* here."
@@ -492,10 +498,10 @@ class RecordingQos(QualityOfService):
         if self.records:
             last = self.records[-1][1]
             self.mismatches += sum(
-                job.gpus != last[job.job_id] for job in view.jobs if job.job_id in last
+                job.workers != last[job.job_id] for job in view.jobs if job.job_id in last
             )
         decision = super().allocate(view)
-        counts = {job.job_id: decision.gpus.get(job.job_id, 0) for job in view.jobs}
+        counts = {job.job_id: decision.workers.get(job.job_id, 0) for job in view.jobs}
         self.records.append((view.now, counts))
         return decision
 
@@ -514,10 +520,10 @@ def changes(
 def segments(steps: Sequence[tuple[float, int]], end: float) -> list[tuple[float, float, int]]:
     """(start, end, GPUs) pieces of one job's allocation, zeros left out."""
     pieces = []
-    for i, (start, gpus) in enumerate(steps):
+    for i, (start, workers) in enumerate(steps):
         stop = steps[i + 1][0] if i + 1 < len(steps) else end
-        if gpus and stop > start:
-            pieces.append((start, stop, gpus))
+        if workers and stop > start:
+            pieces.append((start, stop, workers))
     return pieces
 
 
@@ -554,7 +560,7 @@ def timeline(args: argparse.Namespace) -> None:
         met = "-" if o.deadline_s is None else ("yes" if o.met_deadline else "**no**")
         print(
             f"| {o.job_id} | {o.model}/{next(j.batch_size for j in trace if j.job_id == o.job_id)}"
-            f" | {o.requested_gpus} | {hours(o.submit_s)} | {hours(o.deadline_s)} | "
+            f" | {o.requested_workers} | {hours(o.submit_s)} | {hours(o.deadline_s)} | "
             f"{hours(o.finish_s)} | {met} | {'→'.join(map(str, path))} | {o.reallocations} |"
         )
     path = args.out_dir / "qos_timeline.png"
@@ -634,7 +640,7 @@ def plot_timeline(
 
 def active_states(cluster: ClusterSpec, k: int, seed: int) -> list[JobState]:
     """As in bench/bench_cluster_sim.py, with requests sized for this cluster."""
-    return bench_cluster_sim.active_states(TP, k, seed, cluster_gpus=cluster.total_gpus)
+    return bench_cluster_sim.active_states(TP, k, seed, cluster_workers=cluster.total_workers)
 
 
 def decision(args: argparse.Namespace) -> None:
