@@ -91,7 +91,8 @@ class ClusterSpec:
 
     def describe(self) -> str:
         return (
-            f"{self.num_nodes} nodes x {self.count(self.workers_per_node)} = "
+            f"{self.num_nodes} node{'' if self.num_nodes == 1 else 's'} x "
+            f"{self.count(self.workers_per_node)} = "
             f"{self.count(self.total_workers)}"
         )
 
