@@ -32,7 +32,7 @@ CLUSTER = ClusterSpec.from_flags(16, 8)
 
 def trace_runs(throughputs: ThroughputModel, jobs: int, load: float) -> None:
     trace = generate_trace(
-        GeneratorConfig(jobs=jobs, load=load, cluster_gpus=CLUSTER.total_gpus, seed=11),
+        GeneratorConfig(jobs=jobs, load=load, cluster_workers=CLUSTER.total_workers, seed=11),
         throughputs,
     )
     print(f"\n## {jobs} jobs, offered load {load}, {CLUSTER.describe()}")
@@ -49,7 +49,7 @@ def trace_runs(throughputs: ThroughputModel, jobs: int, load: float) -> None:
 
 def big_run(throughputs: ThroughputModel, jobs: int) -> None:
     trace = generate_trace(
-        GeneratorConfig(jobs=jobs, load=0.9, cluster_gpus=CLUSTER.total_gpus, seed=12),
+        GeneratorConfig(jobs=jobs, load=0.9, cluster_workers=CLUSTER.total_workers, seed=12),
         throughputs,
     )
     summary = summarize(simulate(CLUSTER, throughputs, create_policy("edf"), trace))
@@ -60,11 +60,11 @@ def big_run(throughputs: ThroughputModel, jobs: int) -> None:
 
 
 def active_states(
-    throughputs: ThroughputModel, k: int, seed: int, cluster_gpus: int = 128
+    throughputs: ThroughputModel, k: int, seed: int, cluster_workers: int = 128
 ) -> list[JobState]:
     """k jobs all submitted at 0 with their generated slack, a third of them part-done."""
     rng = np.random.default_rng(seed)
-    config = GeneratorConfig(jobs=k, load=1.0, cluster_gpus=cluster_gpus, seed=seed)
+    config = GeneratorConfig(jobs=k, load=1.0, cluster_workers=cluster_workers, seed=seed)
     states = []
     for spec in generate_trace(config, throughputs):
         if spec.deadline_s is not None:
@@ -73,7 +73,7 @@ def active_states(
         if rng.random() < 1 / 3:
             state.phase, state.started_s = Phase.RUNNING, 0.0
             state.iterations_done = spec.iterations * rng.random() * 0.5
-            state.attained_gpu_s = float(rng.uniform(0, 20000))
+            state.attained_worker_s = float(rng.uniform(0, 20000))
         states.append(state)
     return states
 

@@ -35,7 +35,7 @@ def main() -> None:
         config = GeneratorConfig(
             jobs=args.jobs,
             load=load,
-            cluster_gpus=cluster.total_gpus,
+            cluster_workers=cluster.total_workers,
             best_effort_fraction=0.1,
             seed=args.seed,
         )
@@ -47,7 +47,7 @@ def main() -> None:
                 f"| {load:g} | {name} | {s.deadline_satisfactory_ratio:.1%} | "
                 f"{s.deadline_met}/{s.deadline_jobs} | {s.declined} | {s.avg_jct_s / 3600:.2f} | "
                 f"{s.jct_deadline.p95_s / 3600:.2f} | "
-                f"{'-' if be is None else f'{be / 3600:.2f}'} | {s.gpu_utilization:.1%} | "
+                f"{'-' if be is None else f'{be / 3600:.2f}'} | {s.utilization:.1%} | "
                 f"{s.makespan_s / 3600:.1f} | {s.reallocations} | {s.wall_s:.2f} |"
             )
 

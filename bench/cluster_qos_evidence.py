@@ -1,6 +1,7 @@
 """Evidence for the qos cluster policy: the IJCNN 2019 paper's experiments, peers, speed.
 
     python bench/cluster_qos_evidence.py paper [--quick]     # about 10 s on 2 cores
+    python bench/cluster_qos_evidence.py cpu [--quick]       # the same on a CPU cluster
     python bench/cluster_qos_evidence.py peers [--quick]     # about 3 min; writes dsr_vs_load.png
     python bench/cluster_qos_evidence.py mixed [--quick]     # about 10 s
     python bench/cluster_qos_evidence.py timeline [--quick]  # seconds; writes qos_timeline.png
@@ -13,6 +14,8 @@ Sub-commands, each printing Markdown:
   qos against fifo whose users over-provision (every request doubled) and fifo with the original
   requests; (b) resources sufficient (load 0.3, deadlines 1.5-3.0 x the duration on the requested
   GPUs); (c) how much of the allocated GPU time did useful work.
+- cpu: the same experiments on a CPU cluster, 4 nodes x 32 cores, one worker per core, with the
+  bundled CPU tables (qosched's own workloads, see src/qosched/data/throughputs/CPU/README.md).
 - peers: qos, elasticflow, las and edf over loads, deadline tightness, cluster sizes, with exact
   and with hidden per-job speeds. Figure: docs/results/img/dsr_vs_load.png.
 - mixed: 30% best-effort jobs: their JCT and the DSR, qos against elasticflow.
@@ -42,7 +45,7 @@ from matplotlib.patches import Patch
 import bench_cluster_sim  # a sibling script: bench/ is on sys.path when these run as scripts
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
-from qosched.cluster.metrics import Summary, allocated_gpu_seconds, summarize
+from qosched.cluster.metrics import Summary, allocated_worker_seconds, summarize
 from qosched.cluster.placement import is_split
 from qosched.cluster.policies import create_policy
 from qosched.cluster.policies.qos import QualityOfService
@@ -91,49 +94,54 @@ def trace_for(
     seed: int,
     tightness: tuple[float, float] = (0.5, 1.5),
     best_effort_fraction: float = 0.0,
+    throughputs: ThroughputModel = TP,
 ) -> list[JobSpec]:
     config = GeneratorConfig(
         jobs=jobs,
         load=load,
-        cluster_gpus=cluster.total_gpus,
+        cluster_workers=cluster.total_workers,
         tightness=tightness,
         best_effort_fraction=best_effort_fraction,
         seed=seed,
     )
-    return generate_trace(config, TP)
+    return generate_trace(config, throughputs)
 
 
 # -- metered simulation (for the paper's utilisation numbers) ----------------------------------
 
 
 class MeteredSimulator(ClusterSimulator):
-    """The simulator, also counting GPU-seconds held in and outside restart pauses.
+    """The simulator, also counting worker-seconds held in and outside restart pauses.
 
-    ``_advance_progress`` runs before every change of any job's GPUs (every decision, arrival and
+    ``_advance_progress`` runs before every change of any job's workers (every decision, arrival and
     completion calls it first), so between two calls each job holds a constant count and the
     sums are exact. This reads the simulator's private fields; it changes nothing it does.
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self.held_gpu_s = 0.0  # GPUs held x time, restart pauses included
-        self.active_gpu_s = 0.0  # ... outside restart pauses
-        self.split_active_gpu_s = 0.0  # ... of which on a placement spanning more nodes than needed
+        self.held_worker_s = 0.0  # workers held x time, restart pauses included
+        self.active_worker_s = 0.0  # ... outside restart pauses
+        self.split_active_worker_s = (
+            0.0  # ... of which on a placement spanning more nodes than needed
+        )
 
     def _advance_progress(self) -> None:
         now = self.engine.now
         if now != self._progress_at:
             for state in self._active.values():
-                if state.gpus and now > state.last_update_s:
-                    self.held_gpu_s += state.gpus * (now - state.last_update_s)
-                    active = state.gpus * max(0.0, now - max(state.last_update_s, state.resume_s))
-                    self.active_gpu_s += active
-                    if is_split(state.placement, self.cluster.gpus_per_node):
-                        self.split_active_gpu_s += active
+                if state.workers and now > state.last_update_s:
+                    self.held_worker_s += state.workers * (now - state.last_update_s)
+                    active = state.workers * max(
+                        0.0, now - max(state.last_update_s, state.resume_s)
+                    )
+                    self.active_worker_s += active
+                    if is_split(state.placement, self.cluster.workers_per_node):
+                        self.split_active_worker_s += active
         super()._advance_progress()
 
-    def one_gpu_equivalent_s(self) -> float:
-        """Seconds the finished jobs' work takes on one GPU at each job's true 1-GPU speed
+    def one_worker_equivalent_s(self) -> float:
+        """Seconds the finished jobs' work takes on one worker at each job's true 1-worker speed
         (hidden speed factor included, per-decision noise not)."""
         total = 0.0
         for state in self._states:
@@ -145,55 +153,68 @@ class MeteredSimulator(ClusterSimulator):
 
 @dataclass
 class Usage:
-    held_gpu_s: float = 0.0
-    active_gpu_s: float = 0.0
-    split_active_gpu_s: float = 0.0
-    one_gpu_s: float = 0.0
-    timeline_gpu_s: float = 0.0  # the metrics module's integral, as a cross-check
+    held_worker_s: float = 0.0
+    active_worker_s: float = 0.0
+    split_active_worker_s: float = 0.0
+    one_worker_s: float = 0.0
+    timeline_worker_s: float = 0.0  # the metrics module's integral, as a cross-check
     utilization: list[float] | None = None
 
     def add(self, sim: MeteredSimulator, result: SimResult, summary: Summary) -> None:
-        self.held_gpu_s += sim.held_gpu_s
-        self.active_gpu_s += sim.active_gpu_s
-        self.split_active_gpu_s += sim.split_active_gpu_s
-        self.one_gpu_s += sim.one_gpu_equivalent_s()
-        self.timeline_gpu_s += allocated_gpu_seconds(result)
-        self.utilization = [*(self.utilization or []), summary.gpu_utilization or 0.0]
+        self.held_worker_s += sim.held_worker_s
+        self.active_worker_s += sim.active_worker_s
+        self.split_active_worker_s += sim.split_active_worker_s
+        self.one_worker_s += sim.one_worker_equivalent_s()
+        self.timeline_worker_s += allocated_worker_seconds(result)
+        self.utilization = [*(self.utilization or []), summary.utilization or 0.0]
 
 
-def over_provisioned(trace: Sequence[JobSpec], cluster: ClusterSpec) -> tuple[list[JobSpec], str]:
+def over_provisioned(
+    trace: Sequence[JobSpec], cluster: ClusterSpec, throughputs: ThroughputModel = TP
+) -> tuple[list[JobSpec], str]:
     """Every request doubled, capped at the largest count its speed curve has (and the cluster)."""
     jobs, doubled, capped = [], 0, 0
     for spec in trace:
-        curve = TP.curve(spec.model, spec.batch_size)
-        limit = min(2 * spec.requested_gpus, curve.max_gpus, cluster.total_gpus)
-        gpus = max(g for g in curve.usable_counts() if g <= limit)
-        doubled += gpus == 2 * spec.requested_gpus
-        capped += gpus < 2 * spec.requested_gpus
-        jobs.append(replace(spec, requested_gpus=gpus))
+        curve = throughputs.curve(spec.model, spec.batch_size)
+        limit = min(2 * spec.requested_workers, curve.max_workers, cluster.total_workers)
+        workers = max(g for g in curve.usable_counts() if g <= limit)
+        doubled += workers == 2 * spec.requested_workers
+        capped += workers < 2 * spec.requested_workers
+        jobs.append(replace(spec, requested_workers=workers))
     note = f"{doubled} of {len(trace)} requests doubled, {capped} capped by the speed table"
     return jobs, note
 
 
 def paper(args: argparse.Namespace) -> None:
+    paper_experiments(args, ClusterSpec.from_flags(4, 8), TP, "A100")
+
+
+def cpu(args: argparse.Namespace) -> None:
+    paper_experiments(args, ClusterSpec.cpu(4, 32), ThroughputModel.bundled("CPU"), "CPU")
+
+
+def paper_experiments(
+    args: argparse.Namespace, cluster: ClusterSpec, throughputs: ThroughputModel, tables: str
+) -> None:
+    """The paper's experiments (a), (b), (c) on ``cluster`` with the speed tables ``tables``."""
     jobs = 100 if args.quick else args.jobs
     seeds = [1, 2] if args.quick else args.seeds
-    cluster = ClusterSpec.from_flags(4, 8)
+    unit, one = cluster.unit_plural, cluster.unit_name
     scenarios = {
         "(a) insufficient": dict(load=2.0, tightness=(0.5, 1.5)),
         "(b) sufficient": dict(load=0.3, tightness=(1.5, 3.0)),
     }
     columns = ("qos", "fifo (2x requests)", "fifo (requests)", "elasticflow (reference)")
     print(
-        f"# IJCNN 2019 experiments in simulation: {cluster.describe()} (A100 tables), "
+        f"# IJCNN 2019 experiments in simulation: {cluster.describe()} ({tables} tables), "
         f"{jobs} jobs per trace, seeds {', '.join(map(str, seeds))}\n"
     )
     print(
         "Generated traces: Poisson arrivals, lognormal durations (median 1 h), requests of "
-        "1-16 GPUs (ITP mix), no best-effort jobs. Defaults: 30 s restart pause, 0.85 cross-node "
-        "factor. `fifo (2x requests)`: the same trace with every `requested_gpus` doubled "
-        "(`dataclasses.replace`), capped at the largest count the job's speed table has: the "
-        "paper's users who over-provision. Offered load is computed on the original requests. "
+        f"1-16 {unit} (ITP mix), no best-effort jobs. Defaults: 30 s restart pause, 0.85 "
+        "cross-node factor. `fifo (2x requests)`: the same trace with every `requested_workers` "
+        "doubled (`dataclasses.replace`), capped at the largest count the job's speed table has: "
+        "the paper's users who over-provision. Offered load is computed on the original requests. "
         "Cells: DSR (missed deadlines)."
     )
     usage: dict[tuple[str, str, str], Usage] = {}
@@ -202,15 +223,17 @@ def paper(args: argparse.Namespace) -> None:
         lo, hi = params["tightness"]
         print(
             f"\n## {title}: load {params['load']:g}, deadlines {lo}-{hi} x the duration on the "
-            "requested GPUs\n"
+            f"requested {unit}\n"
         )
         print("| speeds | seed | " + " | ".join(columns) + " |")
         print("|---|---|" + "---|" * len(columns))
         for speeds, make_config in SPEEDS.items():
             dsr: dict[str, list[float]] = {c: [] for c in columns}
             for seed in seeds:
-                trace = trace_for(cluster, jobs, params["load"], seed, params["tightness"])
-                doubled, note = over_provisioned(trace, cluster)
+                trace = trace_for(
+                    cluster, jobs, params["load"], seed, params["tightness"], 0.0, throughputs
+                )
+                doubled, note = over_provisioned(trace, cluster, throughputs)
                 if speeds == "exact":
                     notes.append(f"{title}, seed {seed}: {note}")
                 runs = {
@@ -222,7 +245,7 @@ def paper(args: argparse.Namespace) -> None:
                 cells = []
                 for column, (name, jobs_in) in runs.items():
                     sim = MeteredSimulator(
-                        cluster, TP, create_policy(name), jobs_in, make_config(seed)
+                        cluster, throughputs, create_policy(name), jobs_in, make_config(seed)
                     )
                     result = sim.run()
                     s = summarize(result)
@@ -248,46 +271,47 @@ def paper(args: argparse.Namespace) -> None:
     )
     print("\nOver-provisioned traces: " + "; ".join(notes) + ".")
 
-    print("\n## (c) Utilisation of allocated GPUs (summed over the seeds)\n")
+    print(f"\n## (c) Utilisation of allocated {unit} (summed over the seeds)\n")
     print(
         "Definitions (exact: counted between simulator events by a `ClusterSimulator` subclass "
-        "that wraps `_advance_progress`, before every change of any job's GPUs):\n"
-        "- *outside pauses* = GPU-seconds held outside checkpoint-restart pauses / GPU-seconds "
-        "held (allocated). The complement is GPU time lost to the 30 s pause of each "
-        "re-allocation.\n"
+        f"that wraps `_advance_progress`, before every change of any job's {unit}):\n"
+        f"- *outside pauses* = {one}-seconds held outside checkpoint-restart pauses / "
+        f"{one}-seconds held (allocated). The complement is {one} time lost to the 30 s pause of "
+        "each re-allocation.\n"
         "- *+ cross-node* = the same, with time on placements split over more nodes than needed "
         "counted at the 0.85 cross-node factor (the lost 15% as waste).\n"
-        "- *1-GPU work* = seconds the finished jobs' iterations take on 1 GPU at their true "
-        "speed / "
-        "GPU-seconds held: the useful share when sub-linear scaling also counts as waste (a job on "
-        "8 GPUs that runs 5x faster than on 1 scores 5/8). Can exceed 100% only if a job scales "
-        "super-linearly.\n"
-        "- *cluster util* = the simulator's GPU utilisation (held / (GPUs x makespan)), mean over "
+        f"- *1-{one} work* = seconds the finished jobs' iterations take on 1 {one} at their true "
+        f"speed / {one}-seconds held: the useful share when sub-linear scaling also counts as "
+        f"waste (a job on 8 {unit} that runs 5x faster than on 1 scores 5/8). Can exceed 100% "
+        "only if a job scales super-linearly.\n"
+        f"- *cluster util* = the simulator's utilisation (held / ({unit} x makespan)), mean over "
         "seeds: how busy the cluster was, not how well the time was used.\n"
         "Limits: work done after a missed deadline counts as useful; per-decision speed noise is "
-        "not counted as waste; idle GPUs are outside the first three ratios."
+        f"not counted as waste; idle {unit} are outside the first three ratios."
     )
     print(
-        "\n| scenario | speeds | policy | allocated GPU-h | outside pauses | + cross-node "
-        "| 1-GPU work | cluster util |"
+        f"\n| scenario | speeds | policy | allocated {one}-h | outside pauses | + cross-node "
+        f"| 1-{one} work | cluster util |"
     )
     print("|---|---|---|---|---|---|---|---|")
     worst_check = 0.0
     for (title, speeds, column), u in usage.items():
-        worst_check = max(worst_check, abs(u.held_gpu_s - u.timeline_gpu_s) / u.timeline_gpu_s)
-        crossed = u.active_gpu_s - (1 - SimConfig().cross_node_factor) * u.split_active_gpu_s
-        print(
-            f"| {title} | {speeds} | {column} | {u.held_gpu_s / HOUR:.0f} | "
-            f"{pct(u.active_gpu_s / u.held_gpu_s)} | {pct(crossed / u.held_gpu_s)} | "
-            f"{pct(u.one_gpu_s / u.held_gpu_s)} | {pct(statistics.fmean(u.utilization))} |"
+        worst_check = max(
+            worst_check, abs(u.held_worker_s - u.timeline_worker_s) / u.timeline_worker_s
         )
-    if not any(u.split_active_gpu_s for u in usage.values()):
+        crossed = u.active_worker_s - (1 - SimConfig().cross_node_factor) * u.split_active_worker_s
+        print(
+            f"| {title} | {speeds} | {column} | {u.held_worker_s / HOUR:.0f} | "
+            f"{pct(u.active_worker_s / u.held_worker_s)} | {pct(crossed / u.held_worker_s)} | "
+            f"{pct(u.one_worker_s / u.held_worker_s)} | {pct(statistics.fmean(u.utilization))} |"
+        )
+    if not any(u.split_active_worker_s for u in usage.values()):
         print(
             "\nNo run placed a job over more nodes than its count needs: *+ cross-node* = "
             "*outside pauses* here."
         )
     print(
-        f"\nCross-check: allocated GPU-seconds counted here differ from the metrics module's "
+        f"\nCross-check: allocated {one}-seconds counted here differ from the metrics module's "
         f"allocation-timeline integral by at most {worst_check:.1e} (relative)."
     )
 
@@ -492,10 +516,10 @@ class RecordingQos(QualityOfService):
         if self.records:
             last = self.records[-1][1]
             self.mismatches += sum(
-                job.gpus != last[job.job_id] for job in view.jobs if job.job_id in last
+                job.workers != last[job.job_id] for job in view.jobs if job.job_id in last
             )
         decision = super().allocate(view)
-        counts = {job.job_id: decision.gpus.get(job.job_id, 0) for job in view.jobs}
+        counts = {job.job_id: decision.workers.get(job.job_id, 0) for job in view.jobs}
         self.records.append((view.now, counts))
         return decision
 
@@ -514,10 +538,10 @@ def changes(
 def segments(steps: Sequence[tuple[float, int]], end: float) -> list[tuple[float, float, int]]:
     """(start, end, GPUs) pieces of one job's allocation, zeros left out."""
     pieces = []
-    for i, (start, gpus) in enumerate(steps):
+    for i, (start, workers) in enumerate(steps):
         stop = steps[i + 1][0] if i + 1 < len(steps) else end
-        if gpus and stop > start:
-            pieces.append((start, stop, gpus))
+        if workers and stop > start:
+            pieces.append((start, stop, workers))
     return pieces
 
 
@@ -554,7 +578,7 @@ def timeline(args: argparse.Namespace) -> None:
         met = "-" if o.deadline_s is None else ("yes" if o.met_deadline else "**no**")
         print(
             f"| {o.job_id} | {o.model}/{next(j.batch_size for j in trace if j.job_id == o.job_id)}"
-            f" | {o.requested_gpus} | {hours(o.submit_s)} | {hours(o.deadline_s)} | "
+            f" | {o.requested_workers} | {hours(o.submit_s)} | {hours(o.deadline_s)} | "
             f"{hours(o.finish_s)} | {met} | {'→'.join(map(str, path))} | {o.reallocations} |"
         )
     path = args.out_dir / "qos_timeline.png"
@@ -634,7 +658,7 @@ def plot_timeline(
 
 def active_states(cluster: ClusterSpec, k: int, seed: int) -> list[JobState]:
     """As in bench/bench_cluster_sim.py, with requests sized for this cluster."""
-    return bench_cluster_sim.active_states(TP, k, seed, cluster_gpus=cluster.total_gpus)
+    return bench_cluster_sim.active_states(TP, k, seed, cluster_workers=cluster.total_workers)
 
 
 def decision(args: argparse.Namespace) -> None:
@@ -706,6 +730,11 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=200)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.set_defaults(run=paper)
+
+    p = sub.add_parser("cpu", help="the paper's experiments on 4x32 CPU cores, CPU tables")
+    p.add_argument("--jobs", type=int, default=200)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    p.set_defaults(run=cpu)
 
     p = sub.add_parser("peers", help="qos vs elasticflow, las, edf")
     p.add_argument("--nodes", type=int, nargs="+", default=[8, 16, 32])

@@ -48,11 +48,11 @@ class RecordingQoS(QualityOfService):
     def allocate(self, view: ClusterView) -> Decision:
         decision = super().allocate(view)  # observes progress first
         for job in view.jobs:
-            if not job.gpus or job.job_id not in self._jobs:
+            if not job.workers or job.job_id not in self._jobs:
                 continue
             truth = self.simulator.true_rate(job)
-            predicted = self._jobs[job.job_id].predictor.predict(job.gpus).rate
-            table = job.curve.rate(job.gpus)
+            predicted = self._jobs[job.job_id].predictor.predict(job.workers).rate
+            table = job.curve.rate(job.workers)
             done = job.iterations_done / job.spec.iterations
             for bucket in BUCKETS:
                 if bucket[0] <= done < bucket[1]:
@@ -70,7 +70,7 @@ def main() -> None:
     throughputs = ThroughputModel.bundled("A100")
     cluster = ClusterSpec.from_flags(8, 8)
     trace = generate_trace(
-        GeneratorConfig(jobs=args.jobs, load=1.0, cluster_gpus=64, seed=args.seed), throughputs
+        GeneratorConfig(jobs=args.jobs, load=1.0, cluster_workers=64, seed=args.seed), throughputs
     )
     policy = RecordingQoS()
     config = SimConfig(speed_sigma=0.3, scaling_sigma=0.1, noise=0.05, seed=args.seed)

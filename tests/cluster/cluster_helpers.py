@@ -9,9 +9,9 @@ def job(
     job_id: str,
     submit: float,
     iterations: int,
-    gpus: int = 1,
+    workers: int = 1,
     deadline: float | None = None,
     model: str = "m",
 ) -> JobSpec:
     """A batch-64 job of ``model`` (the in-memory test tables all have a batch-64 row)."""
-    return JobSpec(job_id, submit, model, 64, iterations, deadline, gpus)
+    return JobSpec(job_id, submit, model, 64, iterations, deadline, workers)

@@ -49,17 +49,19 @@ def test_submit_times_start_at_zero_and_never_decrease(a100):
 # --- requests ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cluster_gpus", [1, 4, 16, 128], ids=["1-gpu", "4-gpus", "16", "128"])
+@pytest.mark.parametrize(
+    "cluster_workers", [1, 4, 16, 128], ids=["1-gpu", "4-workers", "16", "128"]
+)
 @pytest.mark.parametrize("tables", ["a100", "t4"])
-def test_requested_gpus_are_available_on_the_curve_and_fit_the_cluster(
-    request, tables, cluster_gpus
+def test_requested_workers_are_available_on_the_curve_and_fit_the_cluster(
+    request, tables, cluster_workers
 ):
     throughputs = request.getfixturevalue(tables)
-    config = GeneratorConfig(jobs=400, cluster_gpus=cluster_gpus, seed=3)
+    config = GeneratorConfig(jobs=400, cluster_workers=cluster_workers, seed=3)
     for job in generate_trace(config, throughputs):
         curve = throughputs.curve(job.model, job.batch_size)
-        assert curve.available(job.requested_gpus), job
-        assert job.requested_gpus <= cluster_gpus, job
+        assert curve.available(job.requested_workers), job
+        assert job.requested_workers <= cluster_workers, job
 
 
 def test_models_and_batch_sizes_come_from_the_tables(a100):
@@ -67,9 +69,9 @@ def test_models_and_batch_sizes_come_from_the_tables(a100):
         assert a100.has(job.model, job.batch_size), job
 
 
-def test_duration_is_iterations_over_the_speed_on_the_requested_gpus(a100):
+def test_duration_is_iterations_over_the_speed_on_the_requested_workers(a100):
     for job in generate_trace(GeneratorConfig(jobs=300, seed=5), a100):
-        rate = a100.curve(job.model, job.batch_size).rate(job.requested_gpus)
+        rate = a100.curve(job.model, job.batch_size).rate(job.requested_workers)
         assert job.duration_s == pytest.approx(job.iterations / rate, abs=1e-3), job
 
 
@@ -109,15 +111,15 @@ def test_best_effort_fraction_is_roughly_honoured(a100):
 
 
 @pytest.mark.parametrize(
-    ("load", "cluster_gpus"),
+    ("load", "cluster_workers"),
     [(0.5, 128), (1.0, 128), (2.0, 64)],
     ids=["half-load", "full-load", "overload-small-cluster"],
 )
-def test_realised_offered_load_is_close_to_the_configured_one(a100, load, cluster_gpus):
-    config = GeneratorConfig(jobs=2000, load=load, cluster_gpus=cluster_gpus, seed=11)
+def test_realised_offered_load_is_close_to_the_configured_one(a100, load, cluster_workers):
+    config = GeneratorConfig(jobs=2000, load=load, cluster_workers=cluster_workers, seed=11)
     jobs = generate_trace(config, a100)
-    work = sum(job.requested_gpus * job.duration_s for job in jobs)
-    realised = work / (cluster_gpus * jobs[-1].submit_s)
+    work = sum(job.requested_workers * job.duration_s for job in jobs)
+    realised = work / (cluster_workers * jobs[-1].submit_s)
     assert realised == pytest.approx(load, rel=0.25)
 
 
@@ -129,7 +131,7 @@ BAD_CONFIGS = [
     ("negative-load", {"load": -1.0}, "load"),
     ("nan-load", {"load": float("nan")}, "load"),
     ("inf-load", {"load": float("inf")}, "load"),
-    ("zero-cluster", {"cluster_gpus": 0}, "cluster_gpus"),
+    ("zero-cluster", {"cluster_workers": 0}, "cluster_workers"),
     ("zero-median-duration", {"median_duration_s": 0.0}, "median_duration_s"),
     ("negative-sigma", {"duration_sigma": -0.1}, "duration_sigma"),
     ("min-above-max-duration", {"min_duration_s": 10.0, "max_duration_s": 5.0}, "min_duration_s"),
@@ -153,5 +155,5 @@ def test_invalid_config_raises_naming_the_field(kwargs, field):
 def test_a_model_that_cannot_run_on_the_cluster_is_an_error_not_a_silent_job():
     # Only 4 and 8 GPUs measured, on a 2-GPU cluster: no request the cluster can honour.
     tables = ThroughputModel({"big": {64: {4: 1.0, 8: 1.8}}})
-    with pytest.raises(InputError, match="cluster_gpus"):
-        generate_trace(GeneratorConfig(jobs=3, cluster_gpus=2), tables)
+    with pytest.raises(InputError, match="cluster_workers"):
+        generate_trace(GeneratorConfig(jobs=3, cluster_workers=2), tables)

@@ -19,9 +19,9 @@ def outcome(
     finish: float | None,
     *,
     model: str = "m",
-    gpus: int = 1,
+    workers: int = 1,
     declined: bool = False,
-    gpu_seconds: float = 0.0,
+    worker_seconds: float = 0.0,
     reallocations: int = 0,
 ) -> JobOutcome:
     return JobOutcome(
@@ -29,19 +29,19 @@ def outcome(
         model=model,
         submit_s=submit,
         deadline_s=deadline,
-        requested_gpus=gpus,
+        requested_workers=workers,
         declined=declined,
         start_s=start,
         finish_s=finish,
-        gpu_seconds=gpu_seconds,
+        worker_seconds=worker_seconds,
         reallocations=reallocations,
     )
 
 
-def result_of(outcomes, timeline=(), gpus: int = 8) -> SimResult:
+def result_of(outcomes, timeline=(), workers: int = 8) -> SimResult:
     return SimResult(
         policy="hand",
-        cluster=ClusterSpec.from_flags(1, gpus),
+        cluster=ClusterSpec.from_flags(1, workers),
         outcomes=tuple(outcomes),
         allocation_timeline=tuple(timeline),
         wall_s=0.25,
@@ -53,11 +53,11 @@ def result_of(outcomes, timeline=(), gpus: int = 8) -> SimResult:
 # JCTs: deadline 50 and 60, best effort 30 and 100. Makespan 0..105.
 HAND = result_of(
     [
-        outcome("d1", 0.0, 100.0, 0.0, 50.0, gpus=4, gpu_seconds=123.4567, reallocations=1),
-        outcome("d2", 10.0, 40.0, 20.0, 70.0, gpus=2, gpu_seconds=60.0, reallocations=2),
-        outcome("d3", 20.0, 80.0, None, None, gpus=2, declined=True),
-        outcome("b1", 0.0, None, 5.0, 30.0, model="s", gpu_seconds=25.0),
-        outcome("b2", 5.0, None, 30.0, 105.0, gpu_seconds=300.0, reallocations=3),
+        outcome("d1", 0.0, 100.0, 0.0, 50.0, workers=4, worker_seconds=123.4567, reallocations=1),
+        outcome("d2", 10.0, 40.0, 20.0, 70.0, workers=2, worker_seconds=60.0, reallocations=2),
+        outcome("d3", 20.0, 80.0, None, None, workers=2, declined=True),
+        outcome("b1", 0.0, None, 5.0, 30.0, model="s", worker_seconds=25.0),
+        outcome("b2", 5.0, None, 30.0, 105.0, worker_seconds=300.0, reallocations=3),
     ],
     # 4 GPUs over 0..30, 8 over 30..70, 2 over 70..105: 120 + 320 + 70 = 510 GPU-seconds.
     timeline=[(0.0, 4), (30.0, 8), (70.0, 2), (105.0, 0)],
@@ -130,7 +130,7 @@ def test_summary_average_jct_is_over_every_finished_job():
 
 def test_summary_utilization_integrates_the_timeline_over_capacity_and_makespan():
     s = summarize(HAND)
-    assert (s.makespan_s, s.gpu_utilization) == (105.0, pytest.approx(510 / (8 * 105)))
+    assert (s.makespan_s, s.utilization) == (105.0, pytest.approx(510 / (8 * 105)))
 
 
 def test_summary_adds_reallocations_and_passes_run_facts_through():
@@ -145,7 +145,7 @@ def test_summary_makespan_starts_at_the_first_submission_not_zero():
     )
     s = summarize(result)
     # 8 GPUs over the whole 30 s: fully used.
-    assert (s.makespan_s, s.gpu_utilization) == (30.0, 1.0)
+    assert (s.makespan_s, s.utilization) == (30.0, 1.0)
 
 
 def test_summary_without_deadline_jobs_has_no_dsr():
@@ -161,7 +161,7 @@ def test_summary_without_deadline_jobs_has_no_dsr():
 )
 def test_summary_without_a_finished_job_has_zero_makespan_and_no_utilization(outcomes):
     s = summarize(result_of(outcomes))
-    assert (s.makespan_s, s.gpu_utilization, s.avg_jct_s) == (0.0, None, None)
+    assert (s.makespan_s, s.utilization, s.avg_jct_s) == (0.0, None, None)
 
 
 def test_summary_json_puts_the_contract_fields_first():

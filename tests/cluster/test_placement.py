@@ -13,8 +13,8 @@ from qosched.cluster.spec import ClusterSpec
 def used_per_node(placements, cluster: ClusterSpec) -> list[int]:
     used = [0] * cluster.num_nodes
     for placement in placements.values():
-        for node, gpus in placement:
-            used[node] += gpus
+        for node, workers in placement:
+            used[node] += workers
     return used
 
 
@@ -22,7 +22,7 @@ def used_per_node(placements, cluster: ClusterSpec) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    ("gpus", "gpus_per_node", "expected"),
+    ("workers", "workers_per_node", "expected"),
     [
         (0, 8, 0),
         (1, 8, 1),
@@ -34,12 +34,12 @@ def used_per_node(placements, cluster: ClusterSpec) -> list[int]:
     ],
     ids=["zero", "one", "exactly-a-node", "one-over", "two-nodes", "just-over-two", "1-gpu-nodes"],
 )
-def test_min_nodes_rounds_up(gpus, gpus_per_node, expected):
-    assert min_nodes(gpus, gpus_per_node) == expected
+def test_min_nodes_rounds_up(workers, workers_per_node, expected):
+    assert min_nodes(workers, workers_per_node) == expected
 
 
 @pytest.mark.parametrize(
-    ("placement", "gpus_per_node", "expected"),
+    ("placement", "workers_per_node", "expected"),
     [
         ((), 8, False),
         (((0, 4),), 8, False),
@@ -52,15 +52,15 @@ def test_min_nodes_rounds_up(gpus, gpus_per_node, expected):
     ids=[
         "empty",
         "one-node",
-        "4-gpus-over-two-nodes",
-        "16-gpus-on-two-whole-nodes",
-        "16-gpus-over-three-nodes",
-        "8-gpus-on-two-4-gpu-nodes",
-        "2-gpus-on-two-1-gpu-nodes",
+        "4-workers-over-two-nodes",
+        "16-workers-on-two-whole-nodes",
+        "16-workers-over-three-nodes",
+        "8-workers-on-two-4-gpu-nodes",
+        "2-workers-on-two-1-gpu-nodes",
     ],
 )
-def test_is_split_when_more_nodes_than_needed(placement, gpus_per_node, expected):
-    assert is_split(placement, gpus_per_node) is expected
+def test_is_split_when_more_nodes_than_needed(placement, workers_per_node, expected):
+    assert is_split(placement, workers_per_node) is expected
 
 
 # --- one node, best fit -----------------------------------------------------------------------
@@ -70,7 +70,7 @@ BUSY_CURRENT = {"x": ((0, 6),), "y": ((1, 3),)}
 
 
 @pytest.mark.parametrize(
-    ("gpus", "expected"),
+    ("workers", "expected"),
     [
         (1, ((0, 1),)),
         (2, ((0, 2),)),
@@ -88,9 +88,9 @@ BUSY_CURRENT = {"x": ((0, 6),), "y": ((1, 3),)}
         "8-whole-empty-node",
     ],
 )
-def test_job_that_fits_on_one_node_goes_on_the_fullest_node_that_fits(gpus, expected):
+def test_job_that_fits_on_one_node_goes_on_the_fullest_node_that_fits(workers, expected):
     cluster = ClusterSpec.from_flags(3, 8)
-    wanted = [("x", 6), ("y", 3), ("new", gpus)]
+    wanted = [("x", 6), ("y", 3), ("new", workers)]
     assert place(wanted, BUSY_CURRENT, cluster)["new"] == expected
 
 
@@ -103,7 +103,7 @@ def test_equally_free_nodes_tie_to_the_lowest_index():
 
 
 @pytest.mark.parametrize(
-    ("current", "gpus", "expected"),
+    ("current", "workers", "expected"),
     [
         ({}, 8, ((0, 4), (1, 4))),
         ({"x": ((1, 1),)}, 6, ((0, 4), (2, 2))),
@@ -111,9 +111,9 @@ def test_equally_free_nodes_tie_to_the_lowest_index():
     ],
     ids=["8-on-two-empty-nodes", "6-whole-node-0-then-node-2", "10-both-whole-nodes-then-rest"],
 )
-def test_job_larger_than_a_node_takes_the_freest_nodes_first(current, gpus, expected):
+def test_job_larger_than_a_node_takes_the_freest_nodes_first(current, workers, expected):
     cluster = ClusterSpec.from_flags(3, 4)
-    wanted = [*((job_id, sum(n for _, n in p)) for job_id, p in current.items()), ("new", gpus)]
+    wanted = [*((job_id, sum(n for _, n in p)) for job_id, p in current.items()), ("new", workers)]
     assert place(wanted, current, cluster)["new"] == expected
 
 
@@ -149,9 +149,9 @@ def test_resized_job_is_placed_afresh_by_best_fit():
         ([("a", 4), ("b", 2)], {"a": ((0, 4),)}),
         ([("a", 0), ("b", 2)], {"b": ((0, 2),)}),
     ],
-    ids=["does-not-fit", "zero-gpus"],
+    ids=["does-not-fit", "zero-workers"],
 )
-def test_job_that_does_not_fit_or_wants_no_gpus_is_left_out(wanted, expected):
+def test_job_that_does_not_fit_or_wants_no_workers_is_left_out(wanted, expected):
     assert place(wanted, {}, ClusterSpec.from_flags(1, 4)) == expected
 
 
@@ -175,7 +175,7 @@ def test_repack_splits_fewer_jobs_than_keeping_every_placement():
     cluster = ClusterSpec.from_flags(2, 8)
     placements = place(REPACK_WANTED, REPACK_CURRENT, cluster)
     # Keeping "a" and "b" where they are would split "c" four and four: one split job.
-    assert sum(is_split(p, cluster.gpus_per_node) for p in placements.values()) == 0
+    assert sum(is_split(p, cluster.workers_per_node) for p in placements.values()) == 0
 
 
 def test_repack_is_taken_even_for_a_job_that_fits_a_node_size():
@@ -216,7 +216,7 @@ def test_largest_first_with_power_of_two_counts_never_splits_a_job(seed):
         assert {j: sum(n for _, n in p) for j, p in placements.items()} == {
             j: g for j, g in wanted if g
         }
-        assert max(used_per_node(placements, cluster)) <= cluster.gpus_per_node
-        split = [j for j, p in placements.items() if is_split(p, cluster.gpus_per_node)]
+        assert max(used_per_node(placements, cluster)) <= cluster.workers_per_node
+        split = [j for j, p in placements.items() if is_split(p, cluster.workers_per_node)]
         assert split == [], (wanted, current, placements)
         current = placements

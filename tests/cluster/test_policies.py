@@ -37,13 +37,13 @@ def run(
     jobs: list[JobSpec],
     *,
     nodes: int = 1,
-    gpus_per_node: int = 4,
+    workers_per_node: int = 4,
     pause: float = 0.0,
 ) -> dict[str, JobOutcome]:
     if isinstance(policy, str):
         policy = create_policy(policy)
     result = simulate(
-        ClusterSpec.from_flags(nodes, gpus_per_node),
+        ClusterSpec.from_flags(nodes, workers_per_node),
         TABLES,
         policy,
         jobs,
@@ -64,7 +64,7 @@ def test_fifo_backfills_a_smaller_later_job_past_one_that_does_not_fit():
     # for it; "c" needs 1 GPU, which is free, and runs 2..7 ahead of "b"; "b" runs 10..20.
     outcomes = run(
         "fifo",
-        [job("a", 0, 30, gpus=3), job("b", 1, 40, gpus=4), job("c", 2, 5, gpus=1)],
+        [job("a", 0, 30, workers=3), job("b", 1, 40, workers=4), job("c", 2, 5, workers=1)],
     )
     assert {k: times(o) for k, o in outcomes.items()} == {
         "a": (0.0, 10.0),
@@ -75,7 +75,7 @@ def test_fifo_backfills_a_smaller_later_job_past_one_that_does_not_fit():
 
 def test_fifo_does_not_preempt_for_an_earlier_deadline():
     # "a" holds all 4 GPUs 0..10; "b" (deadline 3) waits and runs 10..12 on 1 GPU.
-    outcomes = run("fifo", [job("a", 0, 40, gpus=4), job("b", 1, 2, gpus=1, deadline=3)])
+    outcomes = run("fifo", [job("a", 0, 40, workers=4), job("b", 1, 2, workers=1, deadline=3)])
     assert (times(outcomes["a"]), outcomes["a"].reallocations) == ((0.0, 10.0), 0)
     assert times(outcomes["b"]) == (10.0, 12.0)
 
@@ -83,8 +83,8 @@ def test_fifo_does_not_preempt_for_an_earlier_deadline():
 # --- edf ----------------------------------------------------------------------------------------
 
 EDF_JOBS = [
-    job("a", 0, 40, gpus=4, deadline=100),
-    job("b", 2, 8, gpus=4, deadline=10),
+    job("a", 0, 40, workers=4, deadline=100),
+    job("b", 2, 8, workers=4, deadline=10),
 ]
 
 
@@ -106,14 +106,14 @@ def test_edf_preempted_job_pays_exactly_one_restart_pause_when_it_resumes(pause,
     assert outcomes["a"].finish_s == pytest.approx(finish)
 
 
-def test_edf_preempted_job_is_charged_its_gpus_during_the_pause():
+def test_edf_preempted_job_is_charged_its_workers_during_the_pause():
     outcomes = run("edf", EDF_JOBS, pause=5.0)
     # 4 GPUs for 0..2 and 4..17: 8 + 52 GPU-seconds; a preemption and a resume.
-    assert (outcomes["a"].gpu_seconds, outcomes["a"].reallocations) == (pytest.approx(60.0), 2)
+    assert (outcomes["a"].worker_seconds, outcomes["a"].reallocations) == (pytest.approx(60.0), 2)
 
 
 def test_edf_runs_best_effort_jobs_after_every_deadline_job():
-    outcomes = run("edf", [job("a", 0, 40, gpus=4), job("b", 2, 8, gpus=4, deadline=1000)])
+    outcomes = run("edf", [job("a", 0, 40, workers=4), job("b", 2, 8, workers=4, deadline=1000)])
     # However far "b"'s deadline, it preempts best-effort "a" at 2 and runs 2..4; "a" resumes
     # with 32 iterations left: 4 + 8.
     assert (times(outcomes["b"]), outcomes["a"].finish_s) == ((2.0, 4.0), 12.0)
@@ -121,7 +121,7 @@ def test_edf_runs_best_effort_jobs_after_every_deadline_job():
 
 def test_edf_does_not_preempt_for_a_later_deadline():
     outcomes = run(
-        "edf", [job("a", 0, 40, gpus=4, deadline=10), job("b", 2, 8, gpus=4, deadline=100)]
+        "edf", [job("a", 0, 40, workers=4, deadline=10), job("b", 2, 8, workers=4, deadline=100)]
     )
     assert (times(outcomes["a"]), times(outcomes["b"])) == ((0.0, 10.0), (10.0, 12.0))
 
@@ -134,15 +134,15 @@ def test_edf_does_not_preempt_for_a_later_deadline():
     [
         # At 5 "a" has 40 iterations left: 10 s on its 4 GPUs; "b" needs 20 / 4 = 5 s, so it
         # runs 5..10 and "a" resumes 10..20.
-        (job("b", 5, 20, gpus=4), 20.0, (5.0, 10.0)),
+        (job("b", 5, 20, workers=4), 20.0, (5.0, 10.0)),
         # "b" has fewer iterations than "a" has left (30 < 40) but model "s" does 2/s on 4 GPUs:
         # 15 s, longer than "a"'s 10 s, so "a" finishes at 15 and "b" runs 15..30.
-        (job("b", 5, 30, gpus=4, model="s"), 15.0, (15.0, 30.0)),
+        (job("b", 5, 30, workers=4, model="s"), 15.0, (15.0, 30.0)),
     ],
     ids=["shorter-newcomer-preempts", "fewer-iterations-but-slower-waits"],
 )
-def test_srtf_orders_by_remaining_time_on_the_requested_gpus(newcomer, a_finish, b_times):
-    outcomes = run("srtf", [job("a", 0, 60, gpus=4), newcomer])
+def test_srtf_orders_by_remaining_time_on_the_requested_workers(newcomer, a_finish, b_times):
+    outcomes = run("srtf", [job("a", 0, 60, workers=4), newcomer])
     assert (outcomes["a"].finish_s, times(outcomes["b"])) == (a_finish, b_times)
 
 
@@ -160,21 +160,21 @@ def test_srtf_orders_by_remaining_time_on_the_requested_gpus(newcomer, a_finish,
     ids=["arrives-after-the-crossing", "waits-for-the-crossing"],
 )
 def test_las_demotes_a_job_past_its_threshold_and_a_newcomer_preempts_it(b_submit, b_times):
-    policy = create_policy("las", thresholds_gpu_s=(40.0,))
-    outcomes = run(policy, [job("a", 0, 80, gpus=4), job("b", b_submit, 20, gpus=4)])
+    policy = create_policy("las", thresholds_worker_s=(40.0,))
+    outcomes = run(policy, [job("a", 0, 80, workers=4), job("b", b_submit, 20, workers=4)])
     assert times(outcomes["b"]) == b_times
 
 
 @pytest.mark.parametrize("b_submit", [12, 5], ids=["arrives-after-the-crossing", "before"])
 def test_las_demoted_job_finishes_after_the_newcomer(b_submit):
-    policy = create_policy("las", thresholds_gpu_s=(40.0,))
-    outcomes = run(policy, [job("a", 0, 80, gpus=4), job("b", b_submit, 20, gpus=4)])
+    policy = create_policy("las", thresholds_worker_s=(40.0,))
+    outcomes = run(policy, [job("a", 0, 80, workers=4), job("b", b_submit, 20, workers=4)])
     # Either way "a" loses 5 s to "b" (20 iterations at 4/s): 80 / 4 + 5.
     assert outcomes["a"].finish_s == 25.0
 
 
 def test_las_without_a_crossing_serves_first_come_first():
-    outcomes = run("las", [job("a", 0, 80, gpus=4), job("b", 5, 20, gpus=4)])
+    outcomes = run("las", [job("a", 0, 80, workers=4), job("b", 5, 20, workers=4)])
     # Default thresholds start at 3600 GPU-s; "a" attains only 80 s x 4 GPUs.
     assert (times(outcomes["a"]), times(outcomes["b"])) == ((0.0, 20.0), (20.0, 25.0))
 
@@ -184,7 +184,7 @@ def test_las_without_a_crossing_serves_first_come_first():
 )
 def test_las_rejects_thresholds_that_are_not_positive_and_increasing(thresholds):
     with pytest.raises(ValueError, match="thresholds"):
-        create_policy("las", thresholds_gpu_s=thresholds)
+        create_policy("las", thresholds_worker_s=thresholds)
 
 
 # --- elasticflow: admission ---------------------------------------------------------------------
@@ -193,9 +193,9 @@ def test_las_rejects_thresholds_that_are_not_positive_and_increasing(thresholds)
 @pytest.mark.parametrize(
     ("deadline", "declined", "finish"),
     [(20, True, None), (25, False, 25.0)],
-    ids=["needs-5-gpus-worth", "exactly-all-4-gpus"],
+    ids=["needs-5-workers-worth", "exactly-all-4-workers"],
 )
-def test_elasticflow_admits_a_lone_job_only_if_every_gpu_can_meet_its_deadline(
+def test_elasticflow_admits_a_lone_job_only_if_every_worker_can_meet_its_deadline(
     deadline, declined, finish
 ):
     # 100 iterations; 4 GPUs of model "m" do 4/s: 25 s at best.
@@ -205,7 +205,7 @@ def test_elasticflow_admits_a_lone_job_only_if_every_gpu_can_meet_its_deadline(
 
 def test_elasticflow_declined_job_never_runs():
     outcome = run("elasticflow", [job("a", 0, 100, deadline=20)])["a"]
-    assert (outcome.start_s, outcome.finish_s, outcome.gpu_seconds) == (None, None, 0.0)
+    assert (outcome.start_s, outcome.finish_s, outcome.worker_seconds) == (None, None, 0.0)
 
 
 def test_elasticflow_declines_a_newcomer_that_would_break_an_admitted_deadline():
@@ -233,8 +233,8 @@ def test_elasticflow_declines_a_newcomer_when_no_schedule_meets_every_deadline()
 @pytest.mark.parametrize(
     "jobs",
     [
-        [job("a", 0, 40, deadline=10), job("e", 0, 8, gpus=4)],
-        [job("e", 0, 10**6, gpus=4), job("a", 0, 40, deadline=10)],
+        [job("a", 0, 40, deadline=10), job("e", 0, 8, workers=4)],
+        [job("e", 0, 10**6, workers=4), job("a", 0, 40, deadline=10)],
     ],
     ids=["after-a-deadline-job", "huge-before-a-deadline-job"],
 )
@@ -242,14 +242,14 @@ def test_elasticflow_never_declines_a_best_effort_job(jobs):
     assert not run("elasticflow", jobs)["e"].declined
 
 
-def test_elasticflow_runs_best_effort_jobs_on_gpus_no_deadline_job_needs():
+def test_elasticflow_runs_best_effort_jobs_on_workers_no_deadline_job_needs():
     # "a" needs all 4 GPUs until 10; then best-effort "e" doubles up to 4 GPUs: 8 / 4 = 2 s.
-    outcomes = run("elasticflow", [job("a", 0, 40, deadline=10), job("e", 0, 8, gpus=4)])
+    outcomes = run("elasticflow", [job("a", 0, 40, deadline=10), job("e", 0, 8, workers=4)])
     assert (outcomes["a"].finish_s, times(outcomes["e"])) == (10.0, (10.0, 12.0))
 
 
 def test_elasticflow_never_declines_best_effort_jobs_on_a_crowded_trace():
-    config = GeneratorConfig(jobs=60, load=3.0, cluster_gpus=8, best_effort_fraction=0.5, seed=4)
+    config = GeneratorConfig(jobs=60, load=3.0, cluster_workers=8, best_effort_fraction=0.5, seed=4)
     jobs = generate_trace(config, ThroughputModel.bundled())
     result = simulate(ClusterSpec.from_flags(1, 8), ThroughputModel.bundled(), ElasticFlow(), jobs)
     best_effort = [o for o in result.outcomes if o.deadline_s is None]
@@ -259,14 +259,14 @@ def test_elasticflow_never_declines_best_effort_jobs_on_a_crowded_trace():
 # --- elasticflow: allocation --------------------------------------------------------------------
 
 
-def test_elasticflow_gives_a_lone_job_every_gpu_beyond_its_minimum_share():
+def test_elasticflow_gives_a_lone_job_every_worker_beyond_its_minimum_share():
     # One GPU alone meets the deadline (40 iterations by 40), but the 3 spare GPUs go to it too:
     # 40 / 4 = 10 s.
     outcome = run("elasticflow", [job("a", 0, 40, deadline=40)])["a"]
     assert times(outcome) == (0.0, 10.0)
 
 
-def test_elasticflow_gives_spare_gpus_to_the_largest_gain_per_gpu_in_single_gpu_units():
+def test_elasticflow_gives_spare_workers_to_the_largest_gain_per_worker_in_single_worker_units():
     cluster = ClusterSpec.from_flags(1, 4)
     specs = [
         job("x", 0, 10, deadline=1000),
@@ -277,13 +277,13 @@ def test_elasticflow_gives_spare_gpus_to_the_largest_gain_per_gpu_in_single_gpu_
     decision = ElasticFlow().allocate(ClusterView(0.0, cluster, states))
     # Each needs one GPU; the fourth goes to "x" (gain 1 single-GPU speed per added GPU), not
     # "y" (2 more iterations/s, but 0.2 of its single-GPU speed), nor "w" (no gain).
-    assert dict(decision.gpus) == {"x": 2, "y": 1, "w": 1}
+    assert dict(decision.workers) == {"x": 2, "y": 1, "w": 1}
 
 
 def test_elasticflow_uses_power_of_two_counts_only():
     # Six GPUs on one node: a lone job could use all six (interpolated 6/s), but 4 is the
     # largest power of two: 40 / 4 = 10 s, not 40 / 6.
-    outcome = run("elasticflow", [job("a", 0, 40, deadline=40)], gpus_per_node=6)["a"]
+    outcome = run("elasticflow", [job("a", 0, 40, deadline=40)], workers_per_node=6)["a"]
     assert outcome.finish_s == 10.0
 
 
@@ -302,11 +302,11 @@ class RecordingElasticFlow(ElasticFlow):
 
 def test_elasticflow_decisions_on_a_generated_trace_are_powers_of_two():
     jobs = generate_trace(
-        GeneratorConfig(jobs=80, load=2.0, cluster_gpus=24, seed=9), ThroughputModel.bundled()
+        GeneratorConfig(jobs=80, load=2.0, cluster_workers=24, seed=9), ThroughputModel.bundled()
     )
     policy = RecordingElasticFlow()
     simulate(ClusterSpec.from_flags(3, 8), ThroughputModel.bundled(), policy, jobs)
-    counts = {g for decision in policy.decisions for g in decision.gpus.values()}
+    counts = {g for decision in policy.decisions for g in decision.workers.values()}
     assert counts and all(g > 0 and g & (g - 1) == 0 for g in counts), counts
 
 
@@ -357,7 +357,9 @@ def test_elasticflow_meets_admitted_deadlines_its_plan_meets_exactly():
 def test_elasticflow_meets_every_admitted_deadline_without_restart_or_network_costs(load, seed):
     # With free restarts and no split penalty nothing but a re-plan can break an admitted plan.
     tables = ThroughputModel.bundled()
-    jobs = generate_trace(GeneratorConfig(jobs=150, load=load, cluster_gpus=32, seed=seed), tables)
+    jobs = generate_trace(
+        GeneratorConfig(jobs=150, load=load, cluster_workers=32, seed=seed), tables
+    )
     result = simulate(
         ClusterSpec.from_flags(4, 8),
         tables,
@@ -387,7 +389,7 @@ def test_create_policy_returns_a_fresh_instance_named_as_registered(name):
 
 
 def test_create_policy_passes_options_to_the_constructor():
-    assert create_policy("las", thresholds_gpu_s=(1.0, 2.0)).thresholds == (1.0, 2.0)
+    assert create_policy("las", thresholds_worker_s=(1.0, 2.0)).thresholds == (1.0, 2.0)
 
 
 def test_unknown_policy_name_raises_input_error_listing_the_known_names():

@@ -62,7 +62,7 @@ def test_qos_rejects_a_tick_that_is_not_positive(tick_s):
 
 
 @pytest.mark.parametrize(
-    ("max_gpus", "gpus_per_node", "counts"),
+    ("max_workers", "workers_per_node", "counts"),
     [
         # 1, 2, 4, 8 within a node, then every whole number of 8-GPU nodes up to 64.
         (64, 8, (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)),
@@ -75,9 +75,9 @@ def test_qos_rejects_a_tick_that_is_not_positive(tick_s):
     ids=["64-on-8-gpu-nodes", "6-on-8-gpu-nodes", "8-on-4-gpu-nodes", "single-gpu-job"],
 )
 def test_allowed_counts_are_powers_of_two_within_a_node_then_whole_nodes(
-    max_gpus, gpus_per_node, counts
+    max_workers, workers_per_node, counts
 ):
-    assert allowed_counts(max_gpus, gpus_per_node) == counts
+    assert allowed_counts(max_workers, workers_per_node) == counts
 
 
 # --- admission ----------------------------------------------------------------------------------
@@ -98,14 +98,14 @@ def test_allowed_counts_are_powers_of_two_within_a_node_then_whole_nodes(
         (job("a", 0, 100, deadline=100), True),
     ],
     ids=[
-        "needs-5-gpus-worth",
+        "needs-5-workers-worth",
         "one-second-short",
         "late-submission",
-        "needs-more-gpus-than-the-cluster",
+        "needs-more-workers-than-the-cluster",
         "reachable-with-margin",
     ],
 )
-def test_qos_guarantees_a_lone_job_only_if_every_gpu_can_meet_its_deadline(spec, guaranteed):
+def test_qos_guarantees_a_lone_job_only_if_every_worker_can_meet_its_deadline(spec, guaranteed):
     policy = QualityOfService()
     view = ClusterView(spec.submit_s, ONE_NODE, ())
     policy.admit(state(spec), view)
@@ -129,7 +129,7 @@ def test_qos_declined_unreachable_job_never_runs():
     assert (outcome.declined, outcome.start_s, outcome.finish_s) == (True, None, None)
 
 
-def test_qos_runs_an_unreachable_job_best_effort_on_every_gpu_by_default():
+def test_qos_runs_an_unreachable_job_best_effort_on_every_worker_by_default():
     # Not guaranteed, but not turned away: alone, it gets all 4 GPUs and ends at 100 / 4 = 25,
     # after its deadline at 20.
     outcome = run("qos", [job("a", 0, 100, deadline=20)])["a"]
@@ -193,7 +193,7 @@ def test_qos_guaranteed_job_and_later_arrival_finish_when_computed(name):
 def test_qos_sizes_a_job_to_meet_the_deadline_its_request_would_miss(deadline, pause):
     # 40 iterations, 1 GPU requested: fifo runs it on 1 GPU for 40 s; qos gives it 4 from the
     # start (a first start costs no pause): 10 s.
-    jobs = [job("a", 0, 40, gpus=1, deadline=deadline)]
+    jobs = [job("a", 0, 40, workers=1, deadline=deadline)]
     fifo, qos = run("fifo", jobs, pause=pause)["a"], run("qos", jobs, pause=pause)["a"]
     assert (fifo.finish_s, fifo.met_deadline, qos.finish_s, qos.met_deadline) == (
         40.0,
@@ -243,10 +243,12 @@ def test_qos_resizes_a_job_exactly_once_when_its_neighbour_leaves():
     [(0.0, 1010.0), (30.0, 1040.0)],
     ids=["no-pause", "30s-pause"],
 )
-def test_qos_preempts_best_effort_for_a_deadline_job_that_needs_every_gpu(pause, e_finish):
+def test_qos_preempts_best_effort_for_a_deadline_job_that_needs_every_worker(pause, e_finish):
     # "e" holds all 4 GPUs. At 10, "d" (40 by 30) needs all 4 (2 GPUs at 1.63/s do 32.7 by 30)
     # and takes them: 10..20 (its first start is free).
-    outcomes = run("qos", [job("e", 0, 4000, gpus=4), job("d", 10, 40, deadline=30)], pause=pause)
+    outcomes = run(
+        "qos", [job("e", 0, 4000, workers=4), job("d", 10, 40, deadline=30)], pause=pause
+    )
     assert {k: (o.start_s, o.finish_s, o.reallocations) for k, o in outcomes.items()} == {
         "e": (0.0, e_finish, 2),
         "d": (10.0, 20.0, 0),
@@ -258,7 +260,7 @@ def test_qos_does_not_preempt_a_running_job_for_a_deadline_it_cannot_make():
     # 4 GPUs, so it cannot make it (8 GPUs would, in 125 s, but the cluster has only 4). It is
     # not guaranteed and counts as best effort, behind the running "e", which keeps its GPUs
     # and ends at 4000 / 4 = 1000; "x" then runs 1000..1250.
-    outcomes = run("qos", [job("e", 0, 4000, gpus=4), job("x", 10, 1000, deadline=210)])
+    outcomes = run("qos", [job("e", 0, 4000, workers=4), job("x", 10, 1000, deadline=210)])
     assert {k: (o.start_s, o.finish_s, o.reallocations) for k, o in outcomes.items()} == {
         "e": (0.0, 1000.0, 0),
         "x": (1000.0, 1250.0, 0),
@@ -280,10 +282,10 @@ class RecordingQos(QualityOfService):
     def allocate(self, view: ClusterView) -> Decision:
         decision = super().allocate(view)
         for state in view.jobs:
-            if state.gpus and state.active_s >= self.min_active_s:
-                predicted = self._jobs[state.job_id].predictor.predict(state.gpus).rate
+            if state.workers and state.active_s >= self.min_active_s:
+                predicted = self._jobs[state.job_id].predictor.predict(state.workers).rate
                 # Without noise or a split penalty, the job's rate is its hidden true speed.
-                self.speeds[state.job_id] = (state.curve.rate(state.gpus), predicted, state.rate)
+                self.speeds[state.job_id] = (state.curve.rate(state.workers), predicted, state.rate)
         return decision
 
 
@@ -293,7 +295,7 @@ def mean_log_error(pairs) -> float:
 
 def test_qos_predictions_learn_hidden_speeds_the_table_does_not_know():
     tables = ThroughputModel.bundled()
-    jobs = generate_trace(GeneratorConfig(jobs=60, load=1.0, cluster_gpus=16, seed=5), tables)
+    jobs = generate_trace(GeneratorConfig(jobs=60, load=1.0, cluster_workers=16, seed=5), tables)
     policy = RecordingQos(min_active_s=600.0)
     config = SimConfig(speed_sigma=0.3, cross_node_factor=1.0, seed=11)
     simulate(ClusterSpec.from_flags(2, 8), tables, policy, jobs, config)
@@ -310,7 +312,7 @@ def test_qos_predictions_learn_hidden_speeds_the_table_does_not_know():
 
 def test_qos_same_trace_config_and_seed_give_identical_runs():
     tables = ThroughputModel.bundled()
-    jobs = generate_trace(GeneratorConfig(jobs=40, load=1.5, cluster_gpus=16, seed=2), tables)
+    jobs = generate_trace(GeneratorConfig(jobs=40, load=1.5, cluster_workers=16, seed=2), tables)
     config = SimConfig(speed_sigma=0.3, scaling_sigma=0.1, noise=0.05, seed=7)
     first, second = (
         simulate(ClusterSpec.from_flags(2, 8), tables, create_policy("qos"), jobs, config)

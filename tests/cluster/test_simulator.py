@@ -53,7 +53,7 @@ LOADS = {"load-0.5": (0.5, 1), "load-1": (1.0, 2), "load-3": (3.0, 3)}
 
 def conformance_trace(load_id: str) -> list[JobSpec]:
     load, seed = LOADS[load_id]
-    config = GeneratorConfig(jobs=150, load=load, cluster_gpus=32, seed=seed)
+    config = GeneratorConfig(jobs=150, load=load, cluster_workers=32, seed=seed)
     return generate_trace(config, BUNDLED)
 
 
@@ -88,7 +88,7 @@ def test_conformance_declined_jobs_never_run(conformance):
     ran = [
         o.job_id
         for o in result.outcomes
-        if o.declined and (o.start_s, o.finish_s, o.gpu_seconds) != (None, None, 0.0)
+        if o.declined and (o.start_s, o.finish_s, o.worker_seconds) != (None, None, 0.0)
     ]
     assert ran == []
 
@@ -110,17 +110,17 @@ def test_conformance_no_job_beats_its_top_speed(conformance):
         if outcome.declined:
             continue
         curve = BUNDLED.curve(spec.model, spec.batch_size)
-        top = max(curve.rate(g) for g in range(1, CONFORMANCE_CLUSTER.total_gpus + 1))
+        top = max(curve.rate(g) for g in range(1, CONFORMANCE_CLUSTER.total_workers + 1))
         if outcome.finish_s - outcome.start_s < spec.iterations / top * (1 - 1e-9):
             too_fast.append(spec.job_id)
     assert too_fast == []
 
 
-def test_conformance_never_allocates_more_gpus_than_exist(conformance):
+def test_conformance_never_allocates_more_workers_than_exist(conformance):
     _, result = conformance
-    allocated = [gpus for _, gpus in result.allocation_timeline]
+    allocated = [workers for _, workers in result.allocation_timeline]
     assert allocated and min(allocated) >= 0
-    assert max(allocated) <= CONFORMANCE_CLUSTER.total_gpus
+    assert max(allocated) <= CONFORMANCE_CLUSTER.total_workers
 
 
 def test_conformance_timeline_moves_forward_and_ends_empty(conformance):
@@ -132,14 +132,14 @@ def test_conformance_timeline_moves_forward_and_ends_empty(conformance):
 
 def hand_integral(timeline) -> float:
     total = 0.0
-    for (start, gpus), (end, _) in itertools.pairwise(timeline):
-        total += gpus * (end - start)
+    for (start, workers), (end, _) in itertools.pairwise(timeline):
+        total += workers * (end - start)
     return total
 
 
-def test_conformance_gpu_seconds_of_jobs_add_up_to_the_timeline(conformance):
+def test_conformance_worker_seconds_of_jobs_add_up_to_the_timeline(conformance):
     _, result = conformance
-    assert sum(o.gpu_seconds for o in result.outcomes) == pytest.approx(
+    assert sum(o.worker_seconds for o in result.outcomes) == pytest.approx(
         hand_integral(result.allocation_timeline), rel=1e-9
     )
 
@@ -177,7 +177,7 @@ def test_conformance_utilization_is_allocated_over_capacity_times_makespan(confo
     )
     expected = hand_integral(result.allocation_timeline) / (32 * makespan)
     summary = summarize(result)
-    assert (summary.makespan_s, summary.gpu_utilization) == (
+    assert (summary.makespan_s, summary.utilization) == (
         pytest.approx(makespan),
         pytest.approx(expected),
     )
@@ -208,7 +208,7 @@ def test_same_inputs_give_identical_outcomes(name):
 def test_job_split_by_running_jobs_runs_at_factor_times_its_speed(factor, finish):
     # Two 4-GPU nodes. "a" and "b" take 3 GPUs each (one per node), leaving one GPU on each:
     # "c" gets both, split, and does 20 iterations at 2 x factor per s.
-    jobs = [job("a", 0, 300, gpus=3), job("b", 0, 300, gpus=3), job("c", 0, 20, gpus=2)]
+    jobs = [job("a", 0, 300, workers=3), job("b", 0, 300, workers=3), job("c", 0, 20, workers=2)]
     result = simulate(
         ClusterSpec.from_flags(2, 4),
         SMALL,
@@ -220,19 +220,19 @@ def test_job_split_by_running_jobs_runs_at_factor_times_its_speed(factor, finish
 
 
 @pytest.mark.parametrize(
-    ("nodes", "gpus_per_node", "spec"),
+    ("nodes", "workers_per_node", "spec"),
     [
-        (2, 1, job("a", 0, 20, gpus=2)),
-        (2, 8, job("a", 0, 160, gpus=16, model="wide")),
+        (2, 1, job("a", 0, 20, workers=2)),
+        (2, 8, job("a", 0, 160, workers=16, model="wide")),
     ],
-    ids=["2-gpus-on-two-1-gpu-nodes", "16-gpus-on-two-8-gpu-nodes"],
+    ids=["2-workers-on-two-1-gpu-nodes", "16-workers-on-two-8-gpu-nodes"],
 )
 def test_job_on_the_fewest_nodes_it_needs_is_not_charged_the_cross_node_factor(
-    nodes, gpus_per_node, spec
+    nodes, workers_per_node, spec
 ):
     # The job spans two nodes, but no fewer could hold it: full speed, 20 / 2 or 160 / 16 s.
     result = simulate(
-        ClusterSpec.from_flags(nodes, gpus_per_node),
+        ClusterSpec.from_flags(nodes, workers_per_node),
         SMALL,
         create_policy("fifo"),
         [spec],
@@ -244,7 +244,7 @@ def test_job_on_the_fewest_nodes_it_needs_is_not_charged_the_cross_node_factor(
 # --- progress model: restart pause --------------------------------------------------------------
 
 
-def one_then_two_gpus_from_10(view: ClusterView) -> Decision:
+def one_then_two_workers_from_10(view: ClusterView) -> Decision:
     before = view.now < 10.0
     return Decision(
         {j.job_id: 1 if before else 2 for j in view.jobs}, wake_at=10.0 if before else None
@@ -261,24 +261,24 @@ def test_resized_job_is_delayed_by_exactly_the_restart_pause(pause, finish):
     result = simulate(
         ClusterSpec.from_flags(1, 4),
         SMALL,
-        Scripted(one_then_two_gpus_from_10),
+        Scripted(one_then_two_workers_from_10),
         [job("a", 0, 40)],
         SimConfig(restart_pause_s=pause),
     )
     assert outcomes_of(result)["a"].finish_s == pytest.approx(finish)
 
 
-def test_resized_job_holds_its_new_gpus_through_the_pause():
+def test_resized_job_holds_its_new_workers_through_the_pause():
     result = simulate(
         ClusterSpec.from_flags(1, 4),
         SMALL,
-        Scripted(one_then_two_gpus_from_10),
+        Scripted(one_then_two_workers_from_10),
         [job("a", 0, 40)],
         SimConfig(restart_pause_s=5.0),
     )
     outcome = outcomes_of(result)["a"]
     # 1 GPU over 0..10, 2 GPUs over 10..30 (5 s paused, 15 s running); one resize.
-    assert (outcome.gpu_seconds, outcome.reallocations) == (pytest.approx(50.0), 1)
+    assert (outcome.worker_seconds, outcome.reallocations) == (pytest.approx(50.0), 1)
 
 
 def test_first_start_costs_no_restart_pause():
@@ -286,20 +286,20 @@ def test_first_start_costs_no_restart_pause():
         ClusterSpec.from_flags(1, 4),
         SMALL,
         create_policy("fifo"),
-        [job("a", 3, 40, gpus=4)],
+        [job("a", 3, 40, workers=4)],
         SimConfig(restart_pause_s=30.0),
     )
     assert (outcomes_of(result)["a"].start_s, outcomes_of(result)["a"].finish_s) == (3.0, 13.0)
 
 
 def test_decision_that_keeps_a_job_where_it_is_costs_nothing():
-    def one_gpu_waking_every_3s(view: ClusterView) -> Decision:
+    def one_worker_waking_every_3s(view: ClusterView) -> Decision:
         return Decision({j.job_id: 1 for j in view.jobs}, view.now + 3 if view.jobs else None)
 
     result = simulate(
         ClusterSpec.from_flags(1, 4),
         SMALL,
-        Scripted(one_gpu_waking_every_3s),
+        Scripted(one_worker_waking_every_3s),
         [job("a", 0, 10)],
         SimConfig(restart_pause_s=30.0),
     )
@@ -310,7 +310,7 @@ def test_decision_that_keeps_a_job_where_it_is_costs_nothing():
 # --- strictness about decisions -----------------------------------------------------------------
 
 BAD_DECISIONS = {
-    "more-gpus-than-exist": (lambda v: Decision({"a": 8, "b": 1}), "allocated 9 GPUs"),
+    "more-workers-than-exist": (lambda v: Decision({"a": 8, "b": 1}), "allocated 9 GPUs"),
     "unknown-job-id": (lambda v: Decision({"a": 1, "ghost": 1}), "ghost"),
     "count-without-speed": (lambda v: Decision({"b": 8}), "no measured speed"),
     "negative-count": (lambda v: Decision({"a": -1}), "-1"),
@@ -340,12 +340,12 @@ def test_simulation_error_names_the_policy_and_the_time():
 @pytest.mark.parametrize(
     ("nodes", "spec", "message"),
     [
-        (1, job("a", 0, 10, gpus=8), "job a requests 8 GPUs but the cluster has 4"),
-        (2, job("a", 0, 10, gpus=8, model="s"), "job a: .* no measured .*speed on 8 GPUs"),
+        (1, job("a", 0, 10, workers=8), "job a requests 8 GPUs but the cluster has 4"),
+        (2, job("a", 0, 10, workers=8, model="s"), "job a: .* no measured .*speed on 8 workers"),
         (1, job("a", 0, 10, model="nope"), "job a: unknown model 'nope'"),
         (1, JobSpec("a", 0, "m", 32, 10, None, 1), "job a: .* no measurement at batch size 32"),
     ],
-    ids=["more-gpus-than-the-cluster", "count-without-speed", "unknown-model", "unknown-batch"],
+    ids=["more-workers-than-the-cluster", "count-without-speed", "unknown-model", "unknown-batch"],
 )
 def test_bad_job_raises_input_error_before_running(nodes, spec, message):
     cluster = ClusterSpec.from_flags(nodes, 4)
@@ -391,7 +391,7 @@ def test_progress_callback_counts_settled_jobs():
 
 def test_clock_starts_at_the_first_submission():
     result = simulate(
-        ClusterSpec.from_flags(1, 4), SMALL, create_policy("fifo"), [job("a", 100, 40, gpus=4)]
+        ClusterSpec.from_flags(1, 4), SMALL, create_policy("fifo"), [job("a", 100, 40, workers=4)]
     )
     assert result.allocation_timeline == ((100.0, 4), (110.0, 0))
 
@@ -400,14 +400,14 @@ def test_clock_starts_at_the_first_submission():
 def test_a_policy_honouring_requests_refuses_a_request_larger_than_the_cluster(name):
     with pytest.raises(InputError, match=f"policy '{name}', which honours requests"):
         simulate(
-            ClusterSpec.from_flags(1, 4), SMALL, create_policy(name), [job("a", 0, 10, gpus=8)]
+            ClusterSpec.from_flags(1, 4), SMALL, create_policy(name), [job("a", 0, 10, workers=8)]
         )
 
 
 @pytest.mark.parametrize("name", ["elasticflow", "qos"])
 def test_a_policy_sizing_jobs_itself_runs_a_request_larger_than_the_cluster(name):
     # Model "m" runs 4 it/s on 4 GPUs: 40 iterations need 10 s on the whole 4-GPU node.
-    spec = job("a", 0, 40, gpus=8, deadline=100)
+    spec = job("a", 0, 40, workers=8, deadline=100)
     result = simulate(
         ClusterSpec.from_flags(1, 4), SMALL, create_policy(name), [spec], SimConfig(0.0, 1.0)
     )

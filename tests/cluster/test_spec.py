@@ -38,7 +38,7 @@ def test_read_cluster_spec(tmp_path):
     assert spec == ClusterSpec(
         num_switches=2,
         nodes_per_switch=4,
-        gpus_per_node=8,
+        workers_per_node=8,
         cpus_per_node=96,
         mem_per_node_bytes=256 * 2**30,
     )
@@ -46,8 +46,8 @@ def test_read_cluster_spec(tmp_path):
 
 @pytest.mark.parametrize(
     ("attribute", "expected"),
-    [("num_nodes", 8), ("total_gpus", 64), ("mem_per_node_bytes", 274_877_906_944)],
-    ids=["2x4-nodes", "8x8-gpus", "256-gib-in-bytes"],
+    [("num_nodes", 8), ("total_workers", 64), ("mem_per_node_bytes", 274_877_906_944)],
+    ids=["2x4-nodes", "8x8-workers", "256-gib-in-bytes"],
 )
 def test_read_cluster_spec_derived_sizes(tmp_path, attribute, expected):
     spec = read_cluster_spec(write(tmp_path, [HEADER, "2,4,8,96,256"]))
@@ -57,7 +57,7 @@ def test_read_cluster_spec_derived_sizes(tmp_path, attribute, expected):
 def test_read_cluster_spec_columns_in_any_order(tmp_path):
     header = "mem_p_node,num_gpu_p_node,num_switch,num_cpu_p_node,num_node_p_switch"
     spec = read_cluster_spec(write(tmp_path, [header, "256,8,2,96,4"]))
-    assert (spec.num_switches, spec.nodes_per_switch, spec.gpus_per_node) == (2, 4, 8)
+    assert (spec.num_switches, spec.nodes_per_switch, spec.workers_per_node) == (2, 4, 8)
 
 
 def test_read_cluster_spec_fractional_memory_in_gib(tmp_path):
@@ -67,12 +67,12 @@ def test_read_cluster_spec_fractional_memory_in_gib(tmp_path):
 
 def test_read_cluster_spec_whole_floats_are_accepted(tmp_path):
     spec = read_cluster_spec(write(tmp_path, [HEADER, "2.0,4.0,8.0,96.0,256"]))
-    assert spec.total_gpus == 64
+    assert spec.total_workers == 64
 
 
 def test_read_cluster_spec_ignores_surrounding_blank_lines(tmp_path):
     spec = read_cluster_spec(write(tmp_path, ["", HEADER, "2,4,8,96,256", ""]))
-    assert spec.total_gpus == 64
+    assert spec.total_workers == 64
 
 
 # --- bad files --------------------------------------------------------------------------------
@@ -108,10 +108,10 @@ def test_missing_file_raises_naming_the_file(tmp_path):
 # (id, data row on line 2, field named in the error; None = whole row)
 BAD_ROWS = [
     ("too-few-fields", "2,4,8,96", None),
-    ("non-numeric-gpus", "2,4,eight,96,256", "num_gpu_p_node"),
-    ("zero-gpus", "2,4,0,96,256", "num_gpu_p_node"),
-    ("negative-gpus", "2,4,-8,96,256", "num_gpu_p_node"),
-    ("fractional-gpus", "2,4,7.5,96,256", "num_gpu_p_node"),
+    ("non-numeric-workers", "2,4,eight,96,256", "num_gpu_p_node"),
+    ("zero-workers", "2,4,0,96,256", "num_gpu_p_node"),
+    ("negative-workers", "2,4,-8,96,256", "num_gpu_p_node"),
+    ("fractional-workers", "2,4,7.5,96,256", "num_gpu_p_node"),
     ("zero-switches", "0,4,8,96,256", "num_switch"),
     ("zero-nodes-per-switch", "2,0,8,96,256", "num_node_p_switch"),
     ("negative-cpus", "2,4,8,-1,256", "num_cpu_p_node"),
@@ -140,19 +140,19 @@ def test_zero_cpus_and_memory_are_allowed(tmp_path):
 
 
 def test_from_flags_puts_every_node_under_one_switch():
-    assert ClusterSpec.from_flags(nodes=4, gpus_per_node=8, cpus_per_node=16) == ClusterSpec(
-        num_switches=1, nodes_per_switch=4, gpus_per_node=8, cpus_per_node=16
+    assert ClusterSpec.from_flags(nodes=4, workers_per_node=8, cpus_per_node=16) == ClusterSpec(
+        num_switches=1, nodes_per_switch=4, workers_per_node=8, cpus_per_node=16
     )
 
 
 @pytest.mark.parametrize(
-    ("nodes", "gpus_per_node", "total"),
+    ("nodes", "workers_per_node", "total"),
     [(1, 1, 1), (4, 8, 32), (16, 4, 64)],
     ids=["1x1", "4x8", "16x4"],
 )
-def test_from_flags_sizes(nodes, gpus_per_node, total):
-    spec = ClusterSpec.from_flags(nodes, gpus_per_node)
-    assert (spec.num_nodes, spec.total_gpus) == (nodes, total)
+def test_from_flags_sizes(nodes, workers_per_node, total):
+    spec = ClusterSpec.from_flags(nodes, workers_per_node)
+    assert (spec.num_nodes, spec.total_workers) == (nodes, total)
 
 
 def test_from_flags_defaults_cpus_and_memory_to_zero():
@@ -161,13 +161,13 @@ def test_from_flags_defaults_cpus_and_memory_to_zero():
 
 
 @pytest.mark.parametrize(
-    ("nodes", "gpus_per_node", "cpus_per_node", "field"),
-    [(0, 8, 0, "nodes_per_switch"), (2, 0, 0, "gpus_per_node"), (2, 8, -1, "cpus_per_node")],
-    ids=["zero-nodes", "zero-gpus", "negative-cpus"],
+    ("nodes", "workers_per_node", "cpus_per_node", "field"),
+    [(0, 8, 0, "nodes_per_switch"), (2, 0, 0, "workers_per_node"), (2, 8, -1, "cpus_per_node")],
+    ids=["zero-nodes", "zero-workers", "negative-cpus"],
 )
-def test_from_flags_rejects_bad_sizes(nodes, gpus_per_node, cpus_per_node, field):
+def test_from_flags_rejects_bad_sizes(nodes, workers_per_node, cpus_per_node, field):
     with pytest.raises(InputError) as caught:
-        ClusterSpec.from_flags(nodes, gpus_per_node, cpus_per_node)
+        ClusterSpec.from_flags(nodes, workers_per_node, cpus_per_node)
     assert caught.value.field == field
 
 

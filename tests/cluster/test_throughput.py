@@ -161,25 +161,25 @@ def test_curve_interpolates_the_measured_row(small_model):
     curve = small_model.curve("alpha", 32)
     assert curve.speeds == (0.0, 10.0, 18.0, 24.0, 30.0)
     assert curve.measured == (1, 2, 4)
-    assert curve.max_gpus == 4
+    assert curve.max_workers == 4
 
 
 @pytest.mark.parametrize(
-    ("gpus", "rate"),
+    ("workers", "rate"),
     [(0, 0.0), (1, 10.0), (3, 24.0), (4, 30.0), (5, 0.0), (64, 0.0), (-1, 0.0)],
     ids=["zero", "measured", "interpolated", "largest", "above-largest", "far-above", "negative"],
 )
-def test_curve_rate(small_model, gpus, rate):
-    assert small_model.curve("alpha", 32).rate(gpus) == rate
+def test_curve_rate(small_model, workers, rate):
+    assert small_model.curve("alpha", 32).rate(workers) == rate
 
 
 @pytest.mark.parametrize(
-    ("gpus", "available"),
+    ("workers", "available"),
     [(0, False), (1, True), (3, True), (4, True), (5, False)],
     ids=["zero", "measured", "interpolated", "largest", "above-largest"],
 )
-def test_curve_available(small_model, gpus, available):
-    assert small_model.curve("alpha", 32).available(gpus) is available
+def test_curve_available(small_model, workers, available):
+    assert small_model.curve("alpha", 32).available(workers) is available
 
 
 def test_curve_usable_counts(small_model):
@@ -284,12 +284,12 @@ def test_bundled_a100_resnet50_batch_sizes(a100):
 
 
 @pytest.mark.parametrize(
-    ("gpus", "available"),
+    ("workers", "available"),
     [(1, True), (8, True), (9, False), (16, False), (64, False)],
     ids=["1", "8-last-measured", "9", "16-zero-cell", "64-zero-cell"],
 )
-def test_bundled_a100_resnet50_cifar10_stops_at_8_gpus(a100, gpus, available):
-    assert a100.curve("resnet50_cifar10", 64).available(gpus) is available
+def test_bundled_a100_resnet50_cifar10_stops_at_8_workers(a100, workers, available):
+    assert a100.curve("resnet50_cifar10", 64).available(workers) is available
 
 
 def test_bundled_t4_loads():
@@ -297,7 +297,7 @@ def test_bundled_t4_loads():
     assert t4.models == ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
 
-def test_bundled_unknown_gpu_raises():
+def test_bundled_unknown_table_set_raises():
     with pytest.raises(InputError, match="'X'"):
         ThroughputModel.bundled("X")
 

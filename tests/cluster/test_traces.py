@@ -254,10 +254,10 @@ EF_BAD_ROWS = [
     ("negative-batch-size", "b,10,100,resnet50,5000,-64,4,3600", "batch_size"),
     ("fractional-batch-size", "b,10,100,resnet50,5000,64.5,4,3600", "batch_size"),
     ("nan-batch-size", "b,10,100,resnet50,5000,nan,4,3600", "batch_size"),
-    ("zero-gpus", "b,10,100,resnet50,5000,64,0,3600", "num_gpu"),
-    ("negative-gpus", "b,10,100,resnet50,5000,64,-2,3600", "num_gpu"),
-    ("fractional-gpus", "b,10,100,resnet50,5000,64,2.5,3600", "num_gpu"),
-    ("inf-gpus", "b,10,100,resnet50,5000,64,inf,3600", "num_gpu"),
+    ("zero-workers", "b,10,100,resnet50,5000,64,0,3600", "num_gpu"),
+    ("negative-workers", "b,10,100,resnet50,5000,64,-2,3600", "num_gpu"),
+    ("fractional-workers", "b,10,100,resnet50,5000,64,2.5,3600", "num_gpu"),
+    ("inf-workers", "b,10,100,resnet50,5000,64,inf,3600", "num_gpu"),
     ("negative-duration", "b,10,100,resnet50,5000,64,4,-1", "duration"),
     ("nan-duration", "b,10,100,resnet50,5000,64,4,nan", "duration"),
     ("inf-duration", "b,10,100,resnet50,5000,64,4,inf", "duration"),
@@ -302,8 +302,8 @@ QS_BAD_ROWS = [
     ("inf-deadline", "b,10,resnet50,64,100,inf,4,3600", "deadline_s"),
     ("deadline-equal-to-submit", "b,10,resnet50,64,100,10,4,3600", "deadline_s"),
     ("deadline-before-submit", "b,10,resnet50,64,100,3,4,3600", "deadline_s"),
-    ("zero-gpus", "b,10,resnet50,64,100,5000,0,3600", "requested_gpus"),
-    ("negative-gpus", "b,10,resnet50,64,100,5000,-1,3600", "requested_gpus"),
+    ("zero-workers", "b,10,resnet50,64,100,5000,0,3600", "requested_gpus"),
+    ("negative-workers", "b,10,resnet50,64,100,5000,-1,3600", "requested_gpus"),
     ("nan-duration", "b,10,resnet50,64,100,5000,4,nan", "duration_s"),
 ]
 
@@ -380,7 +380,7 @@ def test_two_names_for_one_column_raise(tmp_path, first, second, value):
 
 
 def test_unrecognised_header_raises_on_line_1(tmp_path):
-    path = write(tmp_path, ["id,time,model,gpus", "a,0,resnet50,4"])
+    path = write(tmp_path, ["id,time,model,workers", "a,0,resnet50,4"])
     raises_at(path, 1, None)
 
 
@@ -413,13 +413,13 @@ def a100() -> ThroughputModel:
 
 
 @pytest.mark.parametrize(
-    ("model", "batch", "gpus"),
+    ("model", "batch", "workers"),
     [("resnet50", 64, 1), ("resnet50", 64, 3), ("resnet50", 256, 64), ("resnet50_cifar10", 64, 8)],
     ids=["measured", "interpolated", "largest-measured", "last-before-zero-cells"],
 )
-def test_trace_with_measured_requests_passes_the_check(tmp_path, a100, model, batch, gpus):
-    path = write(tmp_path, [EF_HEADER, f"a,0,100,{model},5000,{batch},{gpus},3600"])
-    assert read_trace(path, throughputs=a100).jobs[0].requested_gpus == gpus
+def test_trace_with_measured_requests_passes_the_check(tmp_path, a100, model, batch, workers):
+    path = write(tmp_path, [EF_HEADER, f"a,0,100,{model},5000,{batch},{workers},3600"])
+    assert read_trace(path, throughputs=a100).jobs[0].requested_workers == workers
 
 
 # (id, model, batch size, GPUs, field in the ElasticFlow layout, field in the qosched layout)
@@ -433,22 +433,24 @@ UNMEASURED = [
 
 
 @pytest.mark.parametrize(
-    ("model", "batch", "gpus", "field"),
+    ("model", "batch", "workers", "field"),
     [(m, b, g, f) for _, m, b, g, f, _ in UNMEASURED],
     ids=[case[0] for case in UNMEASURED],
 )
-def test_elasticflow_unmeasured_request_names_the_line(tmp_path, a100, model, batch, gpus, field):
-    path = write(tmp_path, [EF_HEADER, EF_GOOD_ROW, f"b,1,100,{model},5000,{batch},{gpus},3600"])
+def test_elasticflow_unmeasured_request_names_the_line(
+    tmp_path, a100, model, batch, workers, field
+):
+    path = write(tmp_path, [EF_HEADER, EF_GOOD_ROW, f"b,1,100,{model},5000,{batch},{workers},3600"])
     raises_at(path, 3, field, throughputs=a100)
 
 
 @pytest.mark.parametrize(
-    ("model", "batch", "gpus", "field"),
+    ("model", "batch", "workers", "field"),
     [(m, b, g, f) for _, m, b, g, _, f in UNMEASURED],
     ids=[case[0] for case in UNMEASURED],
 )
-def test_qosched_unmeasured_request_names_the_line(tmp_path, a100, model, batch, gpus, field):
-    path = write(tmp_path, [QS_HEADER, QS_GOOD_ROW, f"b,1,{model},{batch},100,5000,{gpus},3600"])
+def test_qosched_unmeasured_request_names_the_line(tmp_path, a100, model, batch, workers, field):
+    path = write(tmp_path, [QS_HEADER, QS_GOOD_ROW, f"b,1,{model},{batch},100,5000,{workers},3600"])
     raises_at(path, 3, field, throughputs=a100)
 
 

@@ -18,12 +18,11 @@ from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.metrics import Summary, summarize, write_job_csv
 from qosched.cluster.policies import create_policy, policy_names
 from qosched.cluster.simulator import SimConfig, SimResult, simulate
-from qosched.cluster.spec import ClusterSpec, read_cluster_spec
-from qosched.cluster.throughput import ThroughputModel
+from qosched.cluster.spec import RESOURCES, ClusterSpec, read_cluster_spec
+from qosched.cluster.throughput import BUNDLED, ThroughputModel
 from qosched.cluster.traces import Trace, read_trace, write_trace
 from qosched.core.errors import InputError
 
-BUNDLED_GPUS = ("A100", "T4")
 HOUR = 3600.0
 
 
@@ -31,8 +30,8 @@ HOUR = 3600.0
 
 
 def _throughputs(value: str) -> ThroughputModel:
-    """A bundled GPU name (A100, T4) or a directory of tables."""
-    if value in BUNDLED_GPUS:
+    """A bundled table set (A100, T4, CPU) or a directory of tables."""
+    if value in BUNDLED:
         return ThroughputModel.bundled(value)
     return ThroughputModel.load(value)
 
@@ -53,15 +52,26 @@ def _policies(values: Sequence[str]) -> list[str]:
 
 
 def _cluster(args: argparse.Namespace) -> ClusterSpec:
+    """The cluster from --cluster-spec or --nodes with the per-node flag of --resource."""
+    per_node_flag = "--cpus-per-node" if args.resource == "cpu" else "--gpus-per-node"
+    per_node = args.cpus_per_node if args.resource == "cpu" else args.gpus_per_node
+    other = args.gpus_per_node if args.resource == "cpu" else args.cpus_per_node
+    if other is not None:
+        wrong = "--gpus-per-node" if args.resource == "cpu" else "--cpus-per-node"
+        hint = "" if args.resource == "cpu" else " (for a CPU cluster add --resource cpu)"
+        raise InputError(
+            f"{wrong} does not apply to a {args.resource.upper()} cluster; "
+            f"give {per_node_flag}{hint}"
+        )
     if args.cluster_spec is not None:
-        if args.nodes is not None or args.gpus_per_node is not None:
-            raise InputError("give --cluster-spec or --nodes/--gpus-per-node, not both")
-        return read_cluster_spec(args.cluster_spec)
-    if args.nodes is None or args.gpus_per_node is None:
-        raise InputError("give --cluster-spec PATH, or both --nodes N and --gpus-per-node G")
-    if args.nodes < 1 or args.gpus_per_node < 1:
-        raise InputError("--nodes and --gpus-per-node must be >= 1")
-    return ClusterSpec.from_flags(args.nodes, args.gpus_per_node)
+        if args.nodes is not None or per_node is not None:
+            raise InputError(f"give --cluster-spec or --nodes/{per_node_flag}, not both")
+        return read_cluster_spec(args.cluster_spec, resource=args.resource)
+    if args.nodes is None or per_node is None:
+        raise InputError(f"give --cluster-spec PATH, or both --nodes N and {per_node_flag} N")
+    if args.nodes < 1 or per_node < 1:
+        raise InputError(f"--nodes and {per_node_flag} must be >= 1")
+    return ClusterSpec.from_flags(args.nodes, per_node, resource=args.resource)
 
 
 def _err_console() -> Console:
@@ -110,7 +120,8 @@ def _hours(value: float | None) -> str:
     return "-" if value is None else f"{value / HOUR:.2f}"
 
 
-def summary_table(summaries: Sequence[Summary], title: str) -> Table:
+def summary_table(summaries: Sequence[Summary], title: str, unit: str = "GPU") -> Table:
+    """One row per policy; ``unit`` names the cluster's worker in the utilization header."""
     table = Table(title=title, title_justify="left")
     for header in (
         "policy",
@@ -119,7 +130,7 @@ def summary_table(summaries: Sequence[Summary], title: str) -> Table:
         "declined",
         "avg JCT h",
         "p95 JCT h (ddl)",
-        "GPU util",
+        f"{unit} util",
         "makespan h",
         "re-allocs",
         "sim s",
@@ -134,7 +145,7 @@ def summary_table(summaries: Sequence[Summary], title: str) -> Table:
             str(s.declined),
             _hours(s.avg_jct_s),
             _hours(s.jct_deadline.p95_s),
-            "-" if s.gpu_utilization is None else f"{s.gpu_utilization:.1%}",
+            "-" if s.utilization is None else f"{s.utilization:.1%}",
             _hours(s.makespan_s),
             str(s.reallocations),
             f"{s.wall_s:.2f}",
@@ -170,7 +181,8 @@ def report(
         return
     # A pipe or file gets the full table, not one squeezed to 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    console.print(summary_table(summaries, title))
+    unit = results[0].cluster.unit_name if results else "GPU"
+    console.print(summary_table(summaries, title, unit))
     notes = []
     if plot_path:
         notes.append(f"plots: {plot_path}")
@@ -184,7 +196,7 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--throughputs",
         default="A100",
-        metavar="DIR|A100|T4",
+        metavar="DIR|A100|T4|CPU",
         help="speed tables: a directory of CSVs or a bundled set (default A100)",
     )
     parser.add_argument(
@@ -198,7 +210,7 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
         "--restart-pause-s",
         type=float,
         default=SimConfig().restart_pause_s,
-        help="seconds of no progress after a running job's GPUs change (default %(default)s)",
+        help="seconds of no progress after a running job's workers change (default %(default)s)",
     )
     parser.add_argument(
         "--cross-node-factor",
@@ -219,11 +231,23 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("cluster", help="simulate a GPU cluster on a job trace")
+    parser = commands.add_parser("cluster", help="simulate a GPU or CPU cluster on a job trace")
     parser.add_argument("--trace", required=True, help="qosched or ElasticFlow CSV trace")
-    parser.add_argument("--cluster-spec", help="ElasticFlow cluster-spec CSV")
+    parser.add_argument(
+        "--resource",
+        choices=RESOURCES,
+        default="gpu",
+        help="what a job is given, one worker at a time: GPUs or CPU cores (default gpu); "
+        "independent of --throughputs",
+    )
+    parser.add_argument(
+        "--cluster-spec",
+        help="ElasticFlow cluster-spec CSV (workers per node: num_gpu_p_node, or num_cpu_p_node "
+        "with --resource cpu)",
+    )
     parser.add_argument("--nodes", type=int)
-    parser.add_argument("--gpus-per-node", type=int)
+    parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (--resource gpu)")
+    parser.add_argument("--cpus-per-node", type=int, help="CPU cores per node (--resource cpu)")
     parser.add_argument(
         "--seed",
         type=int,
@@ -240,7 +264,7 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
         "--scaling-sigma",
         type=float,
         default=0.0,
-        help="hide each job's scaling: speed x GPUs**normal(0, SIGMA) (default 0)",
+        help="hide each job's scaling: speed x workers**normal(0, SIGMA) (default 0)",
     )
     parser.add_argument(
         "--noise",
@@ -291,9 +315,16 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
         "--load",
         type=float,
         default=d.load,
-        help="offered load: requested GPU-seconds / cluster GPU-seconds",
+        help="offered load: requested worker-seconds / cluster worker-seconds",
     )
-    parser.add_argument("--cluster-gpus", type=int, default=d.cluster_gpus)
+    parser.add_argument(
+        "--cluster-workers",
+        "--cluster-gpus",
+        dest="cluster_workers",
+        type=int,
+        default=d.cluster_workers,
+        help="workers (GPUs or CPU cores) in the cluster the load refers to (default %(default)s)",
+    )
     parser.add_argument("--median-duration-s", type=float, default=d.median_duration_s)
     parser.add_argument(
         "--duration-sigma",
@@ -310,7 +341,7 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
         help="deadline = submit + U(LO, HI) x duration (default 0.5 1.5)",
     )
     parser.add_argument("--best-effort-fraction", type=float, default=d.best_effort_fraction)
-    parser.add_argument("--throughputs", default="A100", metavar="DIR|A100|T4")
+    parser.add_argument("--throughputs", default="A100", metavar="DIR|A100|T4|CPU")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.set_defaults(run=run_trace_generate)
 
@@ -319,7 +350,7 @@ def run_trace_generate(args: argparse.Namespace) -> int:
     config = GeneratorConfig(
         jobs=args.jobs,
         load=args.load,
-        cluster_gpus=args.cluster_gpus,
+        cluster_workers=args.cluster_workers,
         median_duration_s=args.median_duration_s,
         duration_sigma=args.duration_sigma,
         tightness=tuple(args.tightness),

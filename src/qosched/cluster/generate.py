@@ -1,9 +1,9 @@
 """Synthetic traces: Poisson arrivals, a model mix from the throughput tables, lognormal durations.
 
-``duration`` is how long a job would run alone on the GPUs it requests; its iteration count is
+``duration`` is how long a job would run alone on the workers it requests; its iteration count is
 that duration times the measured speed there. Its deadline is ``submit + tightness * duration``
 with tightness drawn uniformly from a range (ElasticFlow's generator uses 0.5-1.5). Arrivals are
-spaced so that the offered load, requested GPU-seconds over capacity-seconds, is ``load``.
+spaced so that the offered load, requested worker-seconds over capacity-seconds, is ``load``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from qosched.cluster.job import JobSpec
 from qosched.cluster.throughput import ThroughputModel
 from qosched.core.errors import InputError
 
-# Share of jobs asking for 1, 2, 4, 8, 16 GPUs: the shape of the Microsoft ITP trace that
+# Share of jobs asking for 1, 2, 4, 8, 16 workers: the shape of the Microsoft ITP trace that
 # ElasticFlow's generator samples from (mostly single-GPU jobs, a tail of whole nodes).
 REQUEST_MIX = ((1, 0.83), (2, 0.03), (4, 0.03), (8, 0.10), (16, 0.01))
 
@@ -26,7 +26,7 @@ REQUEST_MIX = ((1, 0.83), (2, 0.03), (4, 0.03), (8, 0.10), (16, 0.01))
 class GeneratorConfig:
     jobs: int = 100
     load: float = 1.0
-    cluster_gpus: int = 128
+    cluster_workers: int = 128
     median_duration_s: float = 3600.0
     duration_sigma: float = 1.0
     min_duration_s: float = 60.0
@@ -39,7 +39,7 @@ class GeneratorConfig:
         checks = {
             "jobs": self.jobs >= 1,
             "load": self.load > 0 and math.isfinite(self.load),
-            "cluster_gpus": self.cluster_gpus >= 1,
+            "cluster_workers": self.cluster_workers >= 1,
             "median_duration_s": self.median_duration_s > 0,
             "duration_sigma": self.duration_sigma >= 0,
             "min_duration_s": 0 < self.min_duration_s <= self.max_duration_s,
@@ -66,14 +66,14 @@ def generate_trace(config: GeneratorConfig, throughputs: ThroughputModel) -> lis
         model, batch = choices[rng.integers(len(choices))]
         curve = throughputs.curve(model, batch)
         wanted = int(rng.choice(counts, p=weights))
-        usable = [g for g in curve.usable_counts() if g <= min(wanted, config.cluster_gpus)]
+        usable = [g for g in curve.usable_counts() if g <= min(wanted, config.cluster_workers)]
         if not usable:
             raise InputError(
-                f"{model} at batch size {batch} has no measured speed on {config.cluster_gpus} "
-                "GPUs or fewer; remove its table or enlarge the cluster",
-                field="cluster_gpus",
+                f"{model} at batch size {batch} has no measured speed on {config.cluster_workers} "
+                "workers or fewer; remove its table or enlarge the cluster",
+                field="cluster_workers",
             )
-        gpus = max(usable)
+        workers = max(usable)
         duration = float(
             np.clip(
                 config.median_duration_s * math.exp(config.duration_sigma * rng.standard_normal()),
@@ -81,16 +81,16 @@ def generate_trace(config: GeneratorConfig, throughputs: ThroughputModel) -> lis
                 config.max_duration_s,
             )
         )
-        iterations = max(1, round(duration * curve.rate(gpus)))
-        duration = iterations / curve.rate(gpus)
+        iterations = max(1, round(duration * curve.rate(workers)))
+        duration = iterations / curve.rate(workers)
         tightness = rng.uniform(*config.tightness)
         best_effort = rng.random() < config.best_effort_fraction
-        bodies.append((model, batch, gpus, iterations, duration, tightness, best_effort))
+        bodies.append((model, batch, workers, iterations, duration, tightness, best_effort))
 
     mean_work = float(np.mean([b[2] * b[4] for b in bodies]))
-    mean_gap = mean_work / (config.load * config.cluster_gpus)
+    mean_gap = mean_work / (config.load * config.cluster_workers)
     jobs, now = [], 0.0
-    for index, (model, batch, gpus, iterations, duration, tightness, best_effort) in enumerate(
+    for index, (model, batch, workers, iterations, duration, tightness, best_effort) in enumerate(
         bodies
     ):
         if index:
@@ -105,7 +105,7 @@ def generate_trace(config: GeneratorConfig, throughputs: ThroughputModel) -> lis
                 batch_size=batch,
                 iterations=iterations,
                 deadline_s=deadline,
-                requested_gpus=gpus,
+                requested_workers=workers,
                 duration_s=round(duration, 3),
             )
         )

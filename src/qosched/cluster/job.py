@@ -13,7 +13,7 @@ class JobSpec:
     """One training job, validated at construction.
 
     ``deadline_s`` is absolute (same clock as ``submit_s``); ``None`` means best effort.
-    ``requested_gpus`` is what the user asked for: request-honouring policies use it,
+    ``requested_workers`` is what the user asked for: request-honouring policies use it,
     deadline-aware ones may ignore it. ``duration_s`` is informational (a trace's own estimate).
     """
 
@@ -23,7 +23,7 @@ class JobSpec:
     batch_size: int
     iterations: int
     deadline_s: float | None
-    requested_gpus: int
+    requested_workers: int
     duration_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -37,7 +37,7 @@ class JobSpec:
             raise InputError(f"job {self.job_id}: must be >= 1", field="batch_size")
         if self.iterations < 1:
             raise InputError(f"job {self.job_id}: must be >= 1", field="iterations")
-        if self.requested_gpus < 1:
+        if self.requested_workers < 1:
             raise InputError(f"job {self.job_id}: must be >= 1", field="num_gpu")
         if self.deadline_s is not None and (
             not math.isfinite(self.deadline_s) or self.deadline_s <= self.submit_s

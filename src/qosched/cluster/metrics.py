@@ -45,7 +45,7 @@ class Summary:
     avg_jct_s: float | None
     jct_deadline: JctStats
     jct_best_effort: JctStats
-    gpu_utilization: float | None
+    utilization: float | None
     makespan_s: float
     reallocations: int
     decisions: int
@@ -61,16 +61,16 @@ class Summary:
             "accepted": data.pop("accepted"),
             "declined": data.pop("declined"),
             "avg_jct_s": data.pop("avg_jct_s"),
-            "gpu_utilization": data.pop("gpu_utilization"),
+            "gpu_utilization": data.pop("utilization"),
             "wall_s": data.pop("wall_s"),
             **data,
         }
 
 
-def allocated_gpu_seconds(result: SimResult) -> float:
-    """Integral of allocated GPUs over the allocation timeline."""
+def allocated_worker_seconds(result: SimResult) -> float:
+    """Integral of allocated workers over the allocation timeline."""
     timeline = result.allocation_timeline
-    return sum(gpus * (timeline[i + 1][0] - t) for i, (t, gpus) in enumerate(timeline[:-1]))
+    return sum(workers * (timeline[i + 1][0] - t) for i, (t, workers) in enumerate(timeline[:-1]))
 
 
 def summarize(result: SimResult) -> Summary:
@@ -83,8 +83,8 @@ def summarize(result: SimResult) -> Summary:
     start = min(o.submit_s for o in outcomes) if outcomes else 0.0
     end = max((o.finish_s for o in finished), default=start)
     makespan = end - start
-    capacity = result.cluster.total_gpus
-    utilization = allocated_gpu_seconds(result) / (capacity * makespan) if makespan > 0 else None
+    capacity = result.cluster.total_workers
+    utilization = allocated_worker_seconds(result) / (capacity * makespan) if makespan > 0 else None
     return Summary(
         policy=result.policy,
         jobs=len(outcomes),
@@ -97,7 +97,7 @@ def summarize(result: SimResult) -> Summary:
         avg_jct_s=JctStats.of([o.jct_s for o in finished]).mean_s,
         jct_deadline=JctStats.of([o.jct_s for o in deadline if o.finish_s is not None]),
         jct_best_effort=JctStats.of([o.jct_s for o in best_effort if o.finish_s is not None]),
-        gpu_utilization=utilization,
+        utilization=utilization,
         makespan_s=makespan,
         reallocations=sum(o.reallocations for o in outcomes),
         decisions=result.decisions,
@@ -137,13 +137,13 @@ def write_job_csv(result: SimResult, path: str | Path) -> None:
                     o.model,
                     o.submit_s,
                     cell(o.deadline_s),
-                    o.requested_gpus,
+                    o.requested_workers,
                     int(o.declined),
                     cell(o.start_s),
                     cell(o.finish_s),
                     cell(o.jct_s),
                     "" if o.deadline_s is None else int(o.met_deadline),
-                    round(o.gpu_seconds, 3),
+                    round(o.worker_seconds, 3),
                     o.reallocations,
                 ]
             )

@@ -1,4 +1,4 @@
-"""Where a job's GPUs are: pure functions from GPU counts to per-node placements.
+"""Where a job's workers are: pure functions from worker counts to per-node placements.
 
 Rules, in order: a job keeps its current placement when its count is unchanged (no restart);
 every other job goes on as few nodes as possible, best-fit on one node when it fits there. Jobs
@@ -17,31 +17,31 @@ from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import Placement
 
 
-def min_nodes(gpus: int, gpus_per_node: int) -> int:
-    return -(-gpus // gpus_per_node)
+def min_nodes(workers: int, workers_per_node: int) -> int:
+    return -(-workers // workers_per_node)
 
 
-def is_split(placement: Placement, gpus_per_node: int) -> bool:
-    """True when the job spans more nodes than its GPU count needs."""
-    gpus = sum(n for _, n in placement)
-    return len(placement) > min_nodes(gpus, gpus_per_node)
+def is_split(placement: Placement, workers_per_node: int) -> bool:
+    """True when the job spans more nodes than its worker count needs."""
+    workers = sum(n for _, n in placement)
+    return len(placement) > min_nodes(workers, workers_per_node)
 
 
-def _fit(gpus: int, free: list[int], gpus_per_node: int) -> Placement | None:
-    if gpus <= gpus_per_node:
+def _fit(workers: int, free: list[int], workers_per_node: int) -> Placement | None:
+    if workers <= workers_per_node:
         best = -1
         for node, available in enumerate(free):
-            if available >= gpus and (best < 0 or available < free[best]):
+            if available >= workers and (best < 0 or available < free[best]):
                 best = node
-                if available == gpus:
+                if available == workers:
                     break
         if best >= 0:
-            free[best] -= gpus
-            return ((best, gpus),)
-    if sum(free) < gpus:
+            free[best] -= workers
+            return ((best, workers),)
+    if sum(free) < workers:
         return None
     taken = []
-    remaining = gpus
+    remaining = workers
     for node in sorted(range(len(free)), key=lambda n: (-free[n], n)):
         if remaining == 0:
             break
@@ -54,16 +54,16 @@ def _fit(gpus: int, free: list[int], gpus_per_node: int) -> Placement | None:
 
 
 def _fit_around(
-    gpus: int, free: list[int], reserved: Sequence[int], gpus_per_node: int
+    workers: int, free: list[int], reserved: Sequence[int], workers_per_node: int
 ) -> Placement | None:
-    """``_fit`` on GPUs nobody else prefers, unless that splits the job and taking a reserved
+    """``_fit`` on workers nobody else prefers, unless that splits the job and taking a reserved
     spot does not: a split slows the job for the rest of its run, a move costs one restart."""
     unreserved = [max(f - r, 0) for f, r in zip(free, reserved, strict=True)]
-    placement = _fit(gpus, unreserved, gpus_per_node)
-    if placement is None or is_split(placement, gpus_per_node):
+    placement = _fit(workers, unreserved, workers_per_node)
+    if placement is None or is_split(placement, workers_per_node):
         trial = list(free)
-        anywhere = _fit(gpus, trial, gpus_per_node)
-        if anywhere is not None and (placement is None or not is_split(anywhere, gpus_per_node)):
+        anywhere = _fit(workers, trial, workers_per_node)
+        if anywhere is not None and (placement is None or not is_split(anywhere, workers_per_node)):
             placement = anywhere
     if placement is not None:
         for node, n in placement:
@@ -78,21 +78,21 @@ def _pack(
     prefer: Mapping[str, Placement],
 ) -> tuple[dict[str, Placement], int]:
     """Place ``keep`` as it is, then ``order``, each at its ``prefer`` spot when that is free."""
-    free = [cluster.gpus_per_node] * cluster.num_nodes
+    free = [cluster.workers_per_node] * cluster.num_nodes
     result: dict[str, Placement] = {}
     for job_id, placement in keep.items():
         for node, n in placement:
             free[node] -= n
         result[job_id] = placement
-    # GPUs at the preferred spots of jobs not placed yet: a job that has to move looks
+    # workers at the preferred spots of jobs not placed yet: a job that has to move looks
     # elsewhere first, so one move does not displace another job in turn.
     reserved = [0] * cluster.num_nodes
     for placement in prefer.values():
         for node, n in placement:
             reserved[node] += n
     splits = 0
-    for job_id, gpus in order:
-        if job_id in result or gpus == 0:
+    for job_id, workers in order:
+        if job_id in result or workers == 0:
             continue
         placement = prefer.get(job_id)
         if placement is not None:
@@ -101,13 +101,13 @@ def _pack(
             if not all(free[node] >= n for node, n in placement):
                 placement = None
         if placement is None:
-            placement = _fit_around(gpus, free, reserved, cluster.gpus_per_node)
+            placement = _fit_around(workers, free, reserved, cluster.workers_per_node)
         else:
             for node, n in placement:
                 free[node] -= n
         if placement is not None:
             result[job_id] = placement
-            splits += is_split(placement, cluster.gpus_per_node)
+            splits += is_split(placement, cluster.workers_per_node)
     return result, splits
 
 
@@ -119,14 +119,14 @@ def place(
     largest_first: bool = False,
     pinned: Collection[str] = frozenset(),
 ) -> dict[str, Placement]:
-    """Placements for ``wanted`` (job id, GPUs) pairs; a job that does not fit is left out.
+    """Placements for ``wanted`` (job id, workers) pairs; a job that does not fit is left out.
 
     ``pinned`` jobs with an unchanged count stay where they are even in a re-pack."""
     order = sorted(wanted, key=lambda item: -item[1]) if largest_first else list(wanted)
     unchanged = {
         job_id: current[job_id]
-        for job_id, gpus in wanted
-        if gpus and job_id in current and sum(n for _, n in current[job_id]) == gpus
+        for job_id, workers in wanted
+        if workers and job_id in current and sum(n for _, n in current[job_id]) == workers
     }
     sticky, sticky_splits = _pack(order, cluster, unchanged, {})
     if sticky_splits == 0 or not unchanged:

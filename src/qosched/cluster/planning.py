@@ -1,9 +1,9 @@
-"""Planning deadline jobs on future free GPUs: the mechanism under deadline-aware policies.
+"""Planning deadline jobs on future free workers: the mechanism under deadline-aware policies.
 
 A plan gives each deadline job, in a policy-chosen order, its Minimum Satisfactory Share: the
-fewest GPUs ``g`` such that running on ``min(g, free)`` from now to its deadline finishes it,
-where free is what the jobs planned before it leave. Free GPUs over time are a piecewise-constant
-profile; a job's reservation is a list of (start, end, GPUs) segments. Which counts a job may
+fewest workers ``g`` such that running on ``min(g, free)`` from now to its deadline finishes it,
+where free is what the jobs planned before it leave. Free workers over time are a piecewise-constant
+profile; a job's reservation is a list of (start, end, workers) segments. Which counts a job may
 use, and how fast it runs on each, come from its :class:`Ladder`, which the policy builds.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from qosched.cluster.state import ClusterView, JobState
 
-# A job's reservation in a plan: (start, end, GPUs) segments.
+# A job's reservation in a plan: (start, end, workers) segments.
 Reservation = list[tuple[float, float, int]]
 
 # Slack for float rounding (relative, and absolute in iterations): a plan that meets a deadline
@@ -27,7 +27,7 @@ TOLERANCE = 1e-9
 
 
 class FreeProfile:
-    """Free GPUs over future time: segment ``i`` covers ``[starts[i], starts[i+1])``, the last
+    """Free workers over future time: segment ``i`` covers ``[starts[i], starts[i+1])``, the last
     one runs forever."""
 
     __slots__ = ("free", "starts")
@@ -47,9 +47,9 @@ class FreeProfile:
 
 
 class Ladder:
-    """The counts a job may run on, and for any budget of free GPUs the best count within it.
+    """The counts a job may run on, and for any budget of free workers the best count within it.
 
-    ``rates[g]`` is the job's speed on ``g`` GPUs (index 0 unused); a policy builds it from a
+    ``rates[g]`` is the job's speed on ``g`` workers (index 0 unused); a policy builds it from a
     measured curve or from its own predictions, and picks the ``allowed`` counts (powers of two,
     whole nodes, ...).
     """
@@ -61,7 +61,7 @@ class Ladder:
         top_count = len(rates) - 1
         self.counts = sorted(g for g in set(allowed) if 1 <= g <= top_count and rates[g] > 0.0)
         allowed_set = set(self.counts)
-        # best[b]: count <= b with the highest speed (fewest GPUs on ties); 0 when none fits.
+        # best[b]: count <= b with the highest speed (fewest workers on ties); 0 when none fits.
         best, top = [0] * (top_count + 1), 0
         for budget in range(1, top_count + 1):
             if budget in allowed_set and (top == 0 or rates[budget] > rates[top]):
@@ -81,7 +81,7 @@ class Ladder:
 def finish_time(
     ladder: Ladder, share: int, remaining: float, start: float, deadline: float, p: FreeProfile
 ) -> float | None:
-    """When the job finishes on ``min(share, free)`` GPUs from ``start``; None if after deadline."""
+    """When the job finishes on ``min(share, free)`` workers from ``start``; None if too late."""
     # NOTE: the hot loop of ElasticFlow's planning; kept free of calls for speed.
     rate_within = ladder.rate_within
     starts, free = p.starts, p.free
@@ -110,8 +110,8 @@ def finish_time(
 
 
 def reserve(ladder: Ladder, share: int, start: float, finish: float, p: FreeProfile) -> Reservation:
-    """Take the job's GPUs out of the profile from ``start`` (now: a job in a restart pause holds
-    its GPUs) until ``finish``; return the reservation."""
+    """Take the job's workers out of the profile from ``start`` (now: a job in a restart pause holds
+    its workers) until ``finish``; return the reservation."""
     first = p.split(start)
     end = p.split(finish)
     best, free, starts = ladder.best, p.free, p.starts
@@ -170,14 +170,14 @@ def delivers(
 def minimum_share(
     ladder: Ladder, remaining: float, start: float, deadline: float, p: FreeProfile
 ) -> tuple[int, float] | None:
-    """(share, finish) with the fewest GPUs that does ``remaining`` by ``deadline``, or None."""
+    """(share, finish) with the fewest workers that does ``remaining`` by ``deadline``, or None."""
     counts = ladder.counts
     if not counts or deadline <= start:
         return None
     # No share slower than remaining / (deadline - start) can make it, whatever is free.
     needed = remaining / (deadline - start)
     rate_within = ladder.rate_within
-    # Fewest GPUs first: under light load the first candidate usually fits.
+    # Fewest workers first: under light load the first candidate usually fits.
     for share in counts:
         if rate_within[share] < needed * (1 - TOLERANCE):
             continue  # too slow even with the whole window to itself
@@ -242,7 +242,7 @@ class Demand:
 
 
 def leftover(plan: Plan, now: float, capacity: int) -> FreeProfile:
-    """The free GPUs over time that ``plan``'s reservations leave (a copy: yours to consume)."""
+    """The free workers over time that ``plan``'s reservations leave (a copy: yours to consume)."""
     if plan.free is not None and plan.free.starts[0] <= now:
         profile = FreeProfile(now, capacity)
         profile.starts, profile.free = list(plan.free.starts), list(plan.free.free)
@@ -261,10 +261,10 @@ def plan_demands(
     keep: Mapping[str, Reservation] | None = None,
     profile: FreeProfile | None = None,
 ) -> Plan:
-    """Minimum satisfactory shares in ``order`` on the future free GPUs.
+    """Minimum satisfactory shares in ``order`` on the future free workers.
 
     With ``keep``, a demand whose kept reservation still delivers keeps it, and only the others
-    are planned, on what the kept reservations leave. ``profile`` plans on GPUs already partly
+    are planned, on what the kept reservations leave. ``profile`` plans on workers already partly
     taken (it is consumed) instead of the whole ``capacity``.
     """
     if profile is None:

@@ -1,10 +1,11 @@
-"""Trace-driven simulation of a GPU cluster under one policy, on the shared event engine.
+"""Trace-driven simulation of a cluster under one policy, on the shared event engine.
 
-Between scheduling points every running job advances at its speed curve's rate for its GPU
+A worker is the cluster's unit of allocation, a GPU or a CPU core (``ClusterSpec.resource``).
+Between scheduling points every running job advances at its speed curve's rate for its worker
 count, times ``cross_node_factor`` when it spans more nodes than it needs. Any change of a started
-job's GPUs (resize, move, preemption and resume) costs ``restart_pause_s`` of no progress while it
-holds the new GPUs: the stop-checkpoint-restart cycle of data-parallel training. A job's first
-start is free.
+job's workers (resize, move, preemption and resume) costs ``restart_pause_s`` of no progress while
+it holds the new workers: the stop-checkpoint-restart cycle of data-parallel training. A job's
+first start is free.
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ class SimConfig:
     """Mechanism constants. Defaults are documented in docs/ARCHITECTURE.md."""
 
     # Tens of seconds is what elastic-training systems report for stopping a data-parallel job,
-    # checkpointing, and restarting it on a new set of GPUs; 30 s is a middle value.
+    # checkpointing, and restarting it on a new set of workers; 30 s is a middle value.
     restart_pause_s: float = 30.0
     # A job split over more nodes than it needs sends its gradients over the slower inter-node
     # network; the tables measured consolidated jobs, so a split job is charged this factor.
     cross_node_factor: float = 0.85
     # The truth the tables do not tell (all off by default, so policies see exact speeds):
-    # each job's real speed on g GPUs is table(g) * F * g**D, with a hidden speed factor
+    # each job's real speed on g workers is table(g) * F * g**D, with a hidden speed factor
     # F ~ lognormal(0, speed_sigma) and scaling exponent D ~ normal(0, scaling_sigma) per job;
     # and at every decision a running job's speed is redrawn around that with relative noise
     # normal(0, noise). Drawn from ``seed``: same seed, same truth.
@@ -73,11 +74,11 @@ class JobOutcome:
     model: str
     submit_s: float
     deadline_s: float | None
-    requested_gpus: int
+    requested_workers: int
     declined: bool
     start_s: float | None
     finish_s: float | None
-    gpu_seconds: float
+    worker_seconds: float
     reallocations: int
 
     @property
@@ -98,7 +99,7 @@ class SimResult:
     policy: str
     cluster: ClusterSpec
     outcomes: tuple[JobOutcome, ...]
-    # (time, GPUs allocated from then on), one entry per change
+    # (time, workers allocated from then on), one entry per change
     allocation_timeline: tuple[tuple[float, int], ...]
     wall_s: float
     decisions: int
@@ -150,14 +151,14 @@ class ClusterSimulator:
         job = trace.jobs[index]
         source, line = trace.where(index)
         check_job(job, throughputs, source=source, line=line, layout=trace.layout)
-        if self.policy.honours_requests and job.requested_gpus > self.cluster.total_gpus:
+        if self.policy.honours_requests and job.requested_workers > self.cluster.total_workers:
             raise InputError(
-                f"job {job.job_id} requests {job.requested_gpus} GPUs but the cluster has "
-                f"{self.cluster.total_gpus} ({self.cluster.describe()}), so policy "
+                f"job {job.job_id} requests {self.cluster.count(job.requested_workers)} but the "
+                f"cluster has {self.cluster.total_workers} ({self.cluster.describe()}), so policy "
                 f"{self.policy.name!r}, which honours requests, could never run it",
                 source=source,
                 line=line,
-                field=column_name(trace.layout, "gpus"),
+                field=column_name(trace.layout, "workers"),
             )
         return JobState(job, throughputs.curve(job.model, job.batch_size))
 
@@ -226,8 +227,8 @@ class ClusterSimulator:
         state.iterations_done = float(state.spec.iterations)
         state.phase = Phase.FINISHED
         state.finished_s = self.engine.now
-        self._set_allocation_total(self._allocated - state.gpus)
-        state.gpus, state.placement, state.rate = 0, (), 0.0
+        self._set_allocation_total(self._allocated - state.workers)
+        state.workers, state.placement, state.rate = 0, (), 0.0
         del self._active[state.job_id]
         self._settle()
         self._request_decision()
@@ -264,14 +265,14 @@ class ClusterSimulator:
         self._progress_at = now
         done = []
         for state in self._active.values():
-            if state.gpus:
+            if state.workers:
                 since = max(state.last_update_s, state.resume_s)
                 if now > since:
                     state.iterations_done = min(
                         float(state.spec.iterations),
                         state.iterations_done + state.rate * (now - since),
                     )
-                state.attained_gpu_s += state.gpus * (now - state.last_update_s)
+                state.attained_worker_s += state.workers * (now - state.last_update_s)
                 state.active_s += max(0.0, now - since)
                 if state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations:
                     done.append(state)
@@ -298,12 +299,12 @@ class ClusterSimulator:
             new = placements.get(state.job_id, ())
             if new != state.placement:
                 self._apply(state, new)
-            elif self.config.noise and state.gpus:
-                self._set_rate(state)  # same GPUs, a new draw of the noise
-        if self._allocated > self.cluster.total_gpus:
+            elif self.config.noise and state.workers:
+                self._set_rate(state)  # same workers, a new draw of the noise
+        if self._allocated > self.cluster.total_workers:
             raise SimulationError(
-                f"t={self.engine.now}: {self._allocated} GPUs allocated, "
-                f"cluster has {self.cluster.total_gpus}"
+                f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
+                f"cluster has {self.cluster.total_workers}"
             )
         if self._wake_event is not None:
             self.engine.cancel(self._wake_event)
@@ -314,30 +315,32 @@ class ClusterSimulator:
             )
 
     def _checked(self, decision: Decision, view: ClusterView) -> list[tuple[str, int]]:
-        now, name = self.engine.now, self.policy.name
+        now, name, unit = self.engine.now, self.policy.name, self.cluster.unit_plural
         wanted: list[tuple[str, int]] = []
         total = 0
-        for job_id, gpus in decision.gpus.items():
+        for job_id, workers in decision.workers.items():
             state = self._active.get(job_id)
             if state is None:
                 raise SimulationError(
-                    f"t={now}: policy {name!r} allocated GPUs to {job_id!r}, "
+                    f"t={now}: policy {name!r} allocated {unit} to {job_id!r}, "
                     "which is not an admitted unfinished job"
                 )
-            if gpus and not state.curve.available(gpus):
+            if workers and not state.curve.available(workers):
                 raise SimulationError(
-                    f"t={now}: policy {name!r} gave job {job_id} {gpus} GPUs, "
+                    f"t={now}: policy {name!r} gave job {job_id} {workers} {unit}, "
                     f"a count with no measured speed for {state.spec.model}"
                 )
-            if gpus < 0:
-                raise SimulationError(f"t={now}: policy {name!r} gave job {job_id} {gpus} GPUs")
-            if gpus:
-                wanted.append((job_id, gpus))
-                total += gpus
-        if total > self.cluster.total_gpus:
+            if workers < 0:
+                raise SimulationError(
+                    f"t={now}: policy {name!r} gave job {job_id} {workers} {unit}"
+                )
+            if workers:
+                wanted.append((job_id, workers))
+                total += workers
+        if total > self.cluster.total_workers:
             raise SimulationError(
-                f"t={now}: policy {name!r} allocated {total} GPUs, cluster "
-                f"has {self.cluster.total_gpus}"
+                f"t={now}: policy {name!r} allocated {total} {unit}, cluster "
+                f"has {self.cluster.total_workers}"
             )
         if decision.wake_at is not None and not decision.wake_at > now:
             raise SimulationError(
@@ -348,15 +351,15 @@ class ClusterSimulator:
 
     def _apply(self, state: JobState, placement: tuple[tuple[int, int], ...]) -> None:
         now = self.engine.now
-        gpus = sum(n for _, n in placement)
+        workers = sum(n for _, n in placement)
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
             state.completion_event = None
         if state.has_started:
             state.reallocations += 1
-        self._set_allocation_total(self._allocated - state.gpus + gpus)
-        state.gpus, state.placement = gpus, placement
-        if not gpus:
+        self._set_allocation_total(self._allocated - state.workers + workers)
+        state.workers, state.placement = workers, placement
+        if not workers:
             state.phase, state.rate = Phase.PENDING, 0.0
             return
         if state.has_started:
@@ -369,8 +372,8 @@ class ClusterSimulator:
     def true_rate(self, state: JobState) -> float:
         """The job's real speed on its placement, before per-decision noise."""
         speed_factor, scaling = self._truth[state.job_id]
-        rate = state.curve.rate(state.gpus) * speed_factor * state.gpus**scaling
-        if is_split(state.placement, self.cluster.gpus_per_node):
+        rate = state.curve.rate(state.workers) * speed_factor * state.workers**scaling
+        if is_split(state.placement, self.cluster.workers_per_node):
             rate *= self.config.cross_node_factor
         return rate
 
@@ -406,11 +409,11 @@ class ClusterSimulator:
             model=spec.model,
             submit_s=spec.submit_s,
             deadline_s=spec.deadline_s,
-            requested_gpus=spec.requested_gpus,
+            requested_workers=spec.requested_workers,
             declined=state.phase is Phase.DECLINED,
             start_s=state.started_s,
             finish_s=state.finished_s,
-            gpu_seconds=state.attained_gpu_s,
+            worker_seconds=state.attained_worker_s,
             reallocations=state.reallocations,
         )
 

@@ -1,4 +1,4 @@
-"""The cluster: homogeneous nodes of GPUs, CPUs and memory, grouped under switches."""
+"""The cluster: homogeneous nodes of workers (GPUs or CPU cores) and memory, under switches."""
 
 from __future__ import annotations
 
@@ -19,18 +19,34 @@ CLUSTER_SPEC_COLUMNS = (
 )
 
 
+RESOURCES = ("gpu", "cpu")
+# Singular and plural name of one worker, by resource: what people read in tables and plots.
+UNIT_NAMES = {"gpu": ("GPU", "GPUs"), "cpu": ("CPU core", "CPU cores")}
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
-    """``num_nodes`` identical nodes; node ``i`` sits under switch ``i // nodes_per_switch``."""
+    """``num_nodes`` identical nodes; node ``i`` sits under switch ``i // nodes_per_switch``.
+
+    A job is given *workers*, the cluster's unit of allocation: one GPU on a GPU cluster
+    (``resource="gpu"``), one CPU core on a CPU cluster (``resource="cpu"``). ``workers_per_node``
+    counts them; ``cpus_per_node`` and ``mem_per_node_bytes`` describe the nodes and schedule
+    nothing (on a CPU cluster ``cpus_per_node`` is the worker count again).
+    """
 
     num_switches: int
     nodes_per_switch: int
-    gpus_per_node: int
+    workers_per_node: int
     cpus_per_node: int = 0
     mem_per_node_bytes: int = 0
+    resource: str = "gpu"
 
     def __post_init__(self) -> None:
-        for name in ("num_switches", "nodes_per_switch", "gpus_per_node"):
+        if self.resource not in RESOURCES:
+            raise InputError(
+                f"expected one of {', '.join(RESOURCES)}, got {self.resource!r}", field="resource"
+            )
+        for name in ("num_switches", "nodes_per_switch", "workers_per_node"):
             if getattr(self, name) < 1:
                 raise InputError(f"must be >= 1, got {getattr(self, name)}", field=name)
         for name in ("cpus_per_node", "mem_per_node_bytes"):
@@ -42,19 +58,55 @@ class ClusterSpec:
         return self.num_switches * self.nodes_per_switch
 
     @property
-    def total_gpus(self) -> int:
-        return self.num_nodes * self.gpus_per_node
+    def total_workers(self) -> int:
+        return self.num_nodes * self.workers_per_node
+
+    @property
+    def unit_name(self) -> str:
+        """One worker in words: ``"GPU"`` or ``"CPU core"``."""
+        return UNIT_NAMES[self.resource][0]
+
+    @property
+    def unit_plural(self) -> str:
+        """Workers in words: ``"GPUs"`` or ``"CPU cores"``."""
+        return UNIT_NAMES[self.resource][1]
+
+    def count(self, workers: float) -> str:
+        """``workers`` with the unit, singular or plural: ``"1 GPU"``, ``"32 CPU cores"``."""
+        return f"{workers:g} {self.unit_name if workers == 1 else self.unit_plural}"
 
     @classmethod
-    def from_flags(cls, nodes: int, gpus_per_node: int, cpus_per_node: int = 0) -> ClusterSpec:
-        return cls(1, nodes, gpus_per_node, cpus_per_node)
+    def from_flags(
+        cls, nodes: int, workers_per_node: int, cpus_per_node: int = 0, resource: str = "gpu"
+    ) -> ClusterSpec:
+        """One switch of ``nodes`` nodes; on a CPU cluster the cores per node are the workers."""
+        if resource == "cpu":
+            cpus_per_node = workers_per_node
+        return cls(1, nodes, workers_per_node, cpus_per_node, resource=resource)
+
+    @classmethod
+    def cpu(cls, nodes: int, cores_per_node: int) -> ClusterSpec:
+        """A CPU cluster: ``nodes`` nodes of ``cores_per_node`` cores, one worker per core."""
+        return cls.from_flags(nodes, cores_per_node, resource="cpu")
 
     def describe(self) -> str:
-        return f"{self.num_nodes} nodes x {self.gpus_per_node} GPUs = {self.total_gpus} GPUs"
+        return (
+            f"{self.num_nodes} node{'' if self.num_nodes == 1 else 's'} x "
+            f"{self.count(self.workers_per_node)} = "
+            f"{self.count(self.total_workers)}"
+        )
 
 
-def read_cluster_spec(path: str | Path) -> ClusterSpec:
-    """Read ElasticFlow's cluster-spec CSV: one data row, ``mem_p_node`` in GiB."""
+def read_cluster_spec(path: str | Path, resource: str = "gpu") -> ClusterSpec:
+    """Read ElasticFlow's cluster-spec CSV: one data row, ``mem_p_node`` in GiB.
+
+    The workers per node are ``num_gpu_p_node`` on a GPU cluster and ``num_cpu_p_node`` on a CPU
+    cluster (where ``num_gpu_p_node`` may be 0).
+    """
+    if resource not in RESOURCES:
+        raise InputError(
+            f"expected one of {', '.join(RESOURCES)}, got {resource!r}", field="resource"
+        )
     path = Path(path)
     try:
         text = path.read_text()
@@ -95,10 +147,13 @@ def read_cluster_spec(path: str | Path) -> ClusterSpec:
     mem_gib = parse_float(
         values["mem_p_node"], field="mem_p_node", source=path, line=line, minimum=0
     )
+    gpus = whole("num_gpu_p_node", 1 if resource == "gpu" else 0)
+    cpus = whole("num_cpu_p_node", 1 if resource == "cpu" else 0)
     return ClusterSpec(
         num_switches=whole("num_switch", 1),
         nodes_per_switch=whole("num_node_p_switch", 1),
-        gpus_per_node=whole("num_gpu_p_node", 1),
-        cpus_per_node=whole("num_cpu_p_node", 0),
+        workers_per_node=gpus if resource == "gpu" else cpus,
+        cpus_per_node=cpus,
         mem_per_node_bytes=int(mem_gib * GIB),
+        resource=resource,
     )

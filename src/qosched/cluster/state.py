@@ -11,12 +11,12 @@ from qosched.cluster.job import JobSpec
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.throughput import SpeedCurve
 
-# A placement: (node index, GPUs on that node) pairs, sorted by node index.
+# A placement: (node index, workers on that node) pairs, sorted by node index.
 Placement = tuple[tuple[int, int], ...]
 
 
 class Phase(enum.Enum):
-    PENDING = "pending"  # admitted, waiting for GPUs or preempted
+    PENDING = "pending"  # admitted, waiting for workers or preempted
     RUNNING = "running"
     FINISHED = "finished"
     DECLINED = "declined"
@@ -27,11 +27,10 @@ class JobState:
 
     __slots__ = (
         "active_s",
-        "attained_gpu_s",
+        "attained_worker_s",
         "completion_event",
         "curve",
         "finished_s",
-        "gpus",
         "iterations_done",
         "last_update_s",
         "phase",
@@ -41,6 +40,7 @@ class JobState:
         "resume_s",
         "spec",
         "started_s",
+        "workers",
     )
 
     def __init__(self, spec: JobSpec, curve: SpeedCurve) -> None:
@@ -48,15 +48,17 @@ class JobState:
         self.curve = curve
         self.phase = Phase.PENDING
         self.iterations_done = 0.0
-        self.gpus = 0
+        self.workers = 0
         self.placement: Placement = ()
         self.rate = 0.0  # iterations/s while not paused, placement factor included
         self.last_update_s = spec.submit_s
         self.resume_s = -math.inf  # progress is paused (checkpoint-restart) until then
         self.started_s: float | None = None
         self.finished_s: float | None = None
-        self.attained_gpu_s = 0.0
-        self.active_s = 0.0  # seconds holding GPUs outside restart pauses: the job's compute clock
+        self.attained_worker_s = 0.0
+        self.active_s = (
+            0.0  # seconds holding workers outside restart pauses: the job's compute clock
+        )
         self.reallocations = 0
         self.completion_event = None
 
@@ -74,7 +76,7 @@ class JobState:
 
     def __repr__(self) -> str:
         return (
-            f"JobState({self.job_id!r}, {self.phase.value}, gpus={self.gpus}, "
+            f"JobState({self.job_id!r}, {self.phase.value}, workers={self.workers}, "
             f"done={self.iterations_done:.1f}/{self.spec.iterations})"
         )
 
@@ -94,14 +96,14 @@ class ClusterView:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """GPUs each job should hold from now on (absent = 0), plus an optional wake-up time.
+    """workers each job should hold from now on (absent = 0), plus an optional wake-up time.
 
     The mapping's order is the placement priority: earlier jobs are placed first.
     ``wake_at`` asks the backend to call the policy again at that time even if nothing happens.
     ``pinned`` jobs keep their placement whenever their count is unchanged.
     """
 
-    gpus: Mapping[str, int] = field(default_factory=dict)
+    workers: Mapping[str, int] = field(default_factory=dict)
     wake_at: float | None = None
     # Jobs the backend must not move to re-pack others while their count is unchanged: a move
     # costs a restart pause, which a job with little slack cannot afford.

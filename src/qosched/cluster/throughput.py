@@ -1,13 +1,14 @@
-"""Iterations per second of a job as a function of its GPU count, from measured tables.
+"""Iterations per second of a job as a function of its worker count, from measured tables.
 
-Each table (one CSV per model) has a row per global batch size and a column per measured GPU
+A worker is the cluster's unit of allocation: one GPU, or one CPU core (see ``ClusterSpec``).
+Each table (one CSV per model) has a row per global batch size and a column per measured worker
 count (1, 2, 4, … 64). Empty, ``nan`` and ``0`` cells are "not measured" and never used as speed.
 
-Counts between two measured columns are interpolated linearly in the GPU count, and only when
-both neighbours were measured: 3 GPUs get the mean of the 2- and 4-GPU speeds. A count above the
-largest measured column, or next to an unmeasured cell, is unavailable: a policy may not choose it
-and a trace may not request it. A batch size that is not a row of the table is an error, never
-interpolated, because speed depends on it in ways the tables do not show.
+Counts between two measured columns are interpolated linearly in the worker count, and only when
+both neighbours were measured: 3 workers get the mean of the 2- and 4-worker speeds. A count above
+the largest measured column, or next to an unmeasured cell, is unavailable: a policy may not
+choose it and a trace may not request it. A batch size that is not a row of the table is an
+error, never interpolated, because speed depends on it in ways the tables do not show.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from pathlib import Path
 
 from qosched.core.errors import InputError
 
+# The table sets under qosched/data/throughputs: two GPU models and this project's CPU tables.
+BUNDLED = ("A100", "T4", "CPU")
+
 
 @dataclass(frozen=True, slots=True)
 class SpeedCurve:
-    """Speeds of one (model, batch size): ``speeds[g]`` for ``g`` in ``0..max_gpus``, 0 = none."""
+    """Speeds of one (model, batch size): ``speeds[g]``, ``g`` in ``0..max_workers``, 0 = none."""
 
     model: str
     batch_size: int
@@ -33,15 +37,15 @@ class SpeedCurve:
     measured: tuple[int, ...]
 
     @property
-    def max_gpus(self) -> int:
+    def max_workers(self) -> int:
         return len(self.speeds) - 1
 
-    def rate(self, gpus: int) -> float:
-        """Iterations/s on ``gpus`` GPUs in one placement; 0.0 when unavailable."""
-        return self.speeds[gpus] if 0 <= gpus < len(self.speeds) else 0.0
+    def rate(self, workers: int) -> float:
+        """Iterations/s on ``workers`` workers in one placement; 0.0 when unavailable."""
+        return self.speeds[workers] if 0 <= workers < len(self.speeds) else 0.0
 
-    def available(self, gpus: int) -> bool:
-        return self.rate(gpus) > 0.0
+    def available(self, workers: int) -> bool:
+        return self.rate(workers) > 0.0
 
     def usable_counts(self) -> tuple[int, ...]:
         return tuple(g for g in range(1, len(self.speeds)) if self.speeds[g] > 0.0)
@@ -71,7 +75,8 @@ def interpolate(measured: Mapping[int, float]) -> tuple[float, ...]:
 
 
 class ThroughputModel:
-    """All measured tables of one GPU type, keyed by model name (the CSV file name)."""
+    """All measured tables of one device type (a GPU model, or CPU cores), keyed by model name
+    (the CSV file name)."""
 
     def __init__(self, tables: Mapping[str, Mapping[int, Mapping[int, float]]], source: str = ""):
         self.source = source
@@ -125,19 +130,21 @@ class ThroughputModel:
         return cls(tables, source=str(directory))
 
     @classmethod
-    def bundled(cls, gpu: str = "A100") -> ThroughputModel:
-        """The tables that ship with qosched (``A100`` or ``T4``)."""
-        root = resources.files("qosched") / "data" / "throughputs" / gpu
-        if not root.is_dir():
-            raise InputError(f"no bundled throughput tables for GPU {gpu!r}; use A100 or T4")
+    def bundled(cls, name: str = "A100") -> ThroughputModel:
+        """The tables that ship with qosched: ``A100`` or ``T4`` GPUs, or ``CPU`` cores."""
+        root = resources.files("qosched") / "data" / "throughputs" / name
+        if name not in BUNDLED or not root.is_dir():
+            raise InputError(
+                f"no bundled throughput tables {name!r}; use one of {', '.join(BUNDLED)}"
+            )
         with resources.as_file(root) as directory:
             model = cls.load(directory)
-        model.source = f"bundled {gpu} tables"
+        model.source = f"bundled {name} tables"
         return model
 
 
 def read_table(path: Path) -> dict[int, dict[int, float]]:
-    """``{batch_size: {gpus: iterations/s}}``, every column present, unmeasured cells as 0.0."""
+    """``{batch_size: {workers: iterations/s}}``, every column present, unmeasured cells as 0.0."""
     with path.open(newline="") as handle:
         rows = list(csv.reader(handle))
     if not rows or not rows[0] or rows[0][0].strip() != "global_batch_size":
@@ -148,10 +155,10 @@ def read_table(path: Path) -> dict[int, dict[int, float]]:
             count = int(name)
         except ValueError:
             raise InputError(
-                f"column {column}: expected a GPU count, got {name!r}", source=path, line=1
+                f"column {column}: expected a worker count, got {name!r}", source=path, line=1
             ) from None
         if count < 1:
-            raise InputError(f"column {column}: GPU count must be >= 1", source=path, line=1)
+            raise InputError(f"column {column}: worker count must be >= 1", source=path, line=1)
         counts.append(count)
     table: dict[int, dict[int, float]] = {}
     for line, row in enumerate(rows[1:], start=2):

@@ -4,7 +4,7 @@ ElasticFlow layout: ``job_id, submit_time|submission_time, iteration|num_iterati
 model_name, ddl|deadline, batch_size, num_gpu, duration[, best_effort, ...]``, columns in any order,
 times in seconds, ``ddl`` absolute. A row with ``best_effort`` = 1 has no deadline.
 
-qosched layout: ``job_id, submit_s, model, batch_size, iterations, deadline_s, requested_gpus
+qosched layout: ``job_id, submit_s, model, batch_size, iterations, deadline_s, requested_workers
 [, duration_s]`` with an empty ``deadline_s`` for best effort.
 """
 
@@ -28,7 +28,7 @@ ELASTICFLOW_COLUMNS: dict[str, tuple[str, ...]] = {
     "model": ("model_name",),
     "deadline": ("ddl", "deadline"),
     "batch_size": ("batch_size",),
-    "gpus": ("num_gpu",),
+    "workers": ("num_gpu",),
     "duration": ("duration",),
 }
 QOSCHED_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -38,7 +38,7 @@ QOSCHED_COLUMNS: dict[str, tuple[str, ...]] = {
     "model": ("model",),
     "deadline": ("deadline_s",),
     "batch_size": ("batch_size",),
-    "gpus": ("requested_gpus",),
+    "workers": ("requested_gpus",),
 }
 QOSCHED_HEADER = (
     "job_id",
@@ -205,7 +205,7 @@ def _parse_row(
         batch_size=whole("batch_size"),
         iterations=whole("iterations"),
         deadline_s=deadline,
-        requested_gpus=whole("gpus"),
+        requested_workers=whole("workers"),
         duration_s=duration,
     )
 
@@ -225,7 +225,7 @@ def check_job(
     line: int | None,
     layout: str = "qosched",
 ) -> None:
-    """The job's model and batch size are measured, and so is the GPU count it requests."""
+    """The job's model and batch size are measured, and so is the worker count it requests."""
     try:
         curve = throughputs.curve(job.model, job.batch_size)
     except InputError as exc:
@@ -236,14 +236,14 @@ def check_job(
             line=line,
             field=column_name(layout, canonical),
         ) from None
-    if not curve.available(job.requested_gpus):
+    if not curve.available(job.requested_workers):
         raise InputError(
             f"job {job.job_id}: {job.model} at batch size {job.batch_size} has no measured or "
-            f"interpolable speed on {job.requested_gpus} GPUs; usable counts: "
+            f"interpolable speed on {job.requested_workers} workers; usable counts: "
             f"{_ranges(curve.usable_counts())}",
             source=source,
             line=line,
-            field=column_name(layout, "gpus"),
+            field=column_name(layout, "workers"),
         )
 
 
@@ -281,7 +281,7 @@ def write_trace(
                         job.batch_size,
                         job.iterations,
                         "" if job.deadline_s is None else _num(job.deadline_s),
-                        job.requested_gpus,
+                        job.requested_workers,
                         "" if job.duration_s is None else _num(job.duration_s),
                     ]
                 )
@@ -298,7 +298,7 @@ def write_trace(
                         job.model,
                         _num(deadline),
                         job.batch_size,
-                        job.requested_gpus,
+                        job.requested_workers,
                         "" if job.duration_s is None else _num(job.duration_s),
                         int(job.best_effort),
                     ]

@@ -1,4 +1,4 @@
-"""Figures for cluster simulations: deadline satisfaction, JCT CDF, GPUs allocated over time."""
+"""Figures for cluster simulations: deadline satisfaction, JCT CDF, workers allocated over time."""
 
 from __future__ import annotations
 
@@ -62,12 +62,13 @@ def plot_cluster_runs(results: Sequence[SimResult], out_dir: str | Path, title: 
         timeline = result.allocation_timeline
         if timeline:
             times = [t / HOUR for t, _ in timeline]
-            used = [g / result.cluster.total_gpus for _, g in timeline]
+            used = [g / result.cluster.total_workers for _, g in timeline]
             ax_util.step(times, used, where="post", label=result.policy, color=color, lw=1)
     ax_util.set_ylim(0, 1.05)
     ax_util.set_xlabel("time (hours)")
-    ax_util.set_ylabel("GPUs allocated / GPUs in cluster")
-    ax_util.set_title("GPU allocation over time")
+    unit = results[0].cluster.unit_plural if results else "workers"
+    ax_util.set_ylabel(f"{unit} allocated / {unit} in cluster")
+    ax_util.set_title(f"{unit} allocated over time")
     ax_util.legend(fontsize=8)
 
     if title:

@@ -20,10 +20,10 @@ class Policy(ABC):
     """Base class of cluster policies; subclasses override what they need."""
 
     name: ClassVar[str]
-    #: Place GPUs largest job first (buddy allocation for power-of-two counts) instead of in
+    #: Place workers largest job first (buddy allocation for power-of-two counts) instead of in
     #: the decision's priority order.
     largest_first: ClassVar[bool] = False
-    #: Runs each job on the GPUs its user requested, so a request larger than the cluster can
+    #: Runs each job on the workers its user requested, so a request larger than the cluster can
     #: never run (the backend refuses such a trace up front). Deadline-aware policies that size
     #: jobs themselves set this False.
     honours_requests: ClassVar[bool] = True
@@ -37,25 +37,25 @@ class Policy(ABC):
 
     @abstractmethod
     def allocate(self, view: ClusterView) -> Decision:
-        """Called at each scheduling point: the GPUs every admitted unfinished job holds next.
+        """Called at each scheduling point: the workers every admitted unfinished job holds next.
 
-        The total must not exceed the cluster's GPUs and every count must be one the job's
+        The total must not exceed the cluster's workers and every count must be one the job's
         speed curve has (``job.curve.available``); the backend raises otherwise.
         """
 
 
 def greedy_requested(jobs: Iterable[JobState], capacity: int) -> dict[str, int]:
-    """Requested GPUs in the given order, skipping (not blocking on) a job that does not fit."""
-    gpus: dict[str, int] = {}
+    """Requested workers in the given order, skipping (not blocking on) a job that does not fit."""
+    workers: dict[str, int] = {}
     free = capacity
     for job in jobs:
-        want = job.spec.requested_gpus
+        want = job.spec.requested_workers
         if want <= free:
-            gpus[job.job_id] = want
+            workers[job.job_id] = want
             free -= want
             if free == 0:
                 break
-    return gpus
+    return workers
 
 
 _REGISTRY: dict[str, Callable[..., Policy]] = {}

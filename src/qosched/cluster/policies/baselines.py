@@ -1,4 +1,4 @@
-"""Baselines that give each job the GPUs its user requested, in different orders."""
+"""Baselines that give each job the workers its user requested, in different orders."""
 
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ from qosched.cluster.state import ClusterView, Decision, JobState, Phase
 class Fifo(Policy):
     """First come, first served, never preempting: the default Kubernetes scheduler's behaviour.
 
-    Running jobs keep their GPUs; waiting jobs start in arrival order when their request fits, and
-    a job that does not fit does not block smaller ones behind it (pods are scheduled one by one).
+    Running jobs keep their workers; waiting jobs start in arrival order when their request fits,
+    and a job that does not fit does not block smaller ones behind it (pods are scheduled one by
+    one).
     """
 
     def allocate(self, view: ClusterView) -> Decision:
         running = [job for job in view.jobs if job.phase is Phase.RUNNING]
-        free = view.cluster.total_gpus - sum(job.gpus for job in running)
-        gpus = {job.job_id: job.gpus for job in running}
+        free = view.cluster.total_workers - sum(job.workers for job in running)
+        workers = {job.job_id: job.workers for job in running}
         waiting = (job for job in view.jobs if job.phase is not Phase.RUNNING)
-        gpus.update(greedy_requested(waiting, free))
-        return Decision(gpus)
+        workers.update(greedy_requested(waiting, free))
+        return Decision(workers)
 
 
 def _deadline_key(job: JobState) -> tuple[float, float]:
@@ -32,44 +33,44 @@ def _deadline_key(job: JobState) -> tuple[float, float]:
 
 @register("edf")
 class EarliestDeadlineFirst(Policy):
-    """Earliest deadline first with requested GPUs, preemptive; best-effort jobs go last."""
+    """Earliest deadline first with requested workers, preemptive; best-effort jobs go last."""
 
     def allocate(self, view: ClusterView) -> Decision:
         ordered = sorted(view.jobs, key=_deadline_key)
-        return Decision(greedy_requested(ordered, view.cluster.total_gpus))
+        return Decision(greedy_requested(ordered, view.cluster.total_workers))
 
 
 @register("srtf")
 class ShortestRemainingTimeFirst(Policy):
-    """Shortest remaining time (on the requested GPUs) first, preemptive."""
+    """Shortest remaining time (on the requested workers) first, preemptive."""
 
     def allocate(self, view: ClusterView) -> Decision:
         def remaining_s(job: JobState) -> tuple[float, float]:
             return (
-                job.remaining_iterations / job.curve.rate(job.spec.requested_gpus),
+                job.remaining_iterations / job.curve.rate(job.spec.requested_workers),
                 job.spec.submit_s,
             )
 
         ordered = sorted(view.jobs, key=remaining_s)
-        return Decision(greedy_requested(ordered, view.cluster.total_gpus))
+        return Decision(greedy_requested(ordered, view.cluster.total_workers))
 
 
 @register("las")
 class LeastAttainedService(Policy):
     """Tiresias' discretised two-dimensional least-attained-service (2D-LAS), preemptive.
 
-    Attained service is GPU-seconds (GPUs x time held, restart pauses included). Jobs sit in
-    priority queues split at ``thresholds_gpu_s``; a lower queue always goes first, first come
+    Attained service is worker-seconds (workers x time held, restart pauses included). Jobs sit in
+    priority queues split at ``thresholds_worker_s``; a lower queue always goes first, first come
     first served inside a queue. The policy wakes itself when a running job crosses into the
     next queue. Tiresias' starvation promotion is not modelled.
     """
 
-    def __init__(self, thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)) -> None:
-        if list(thresholds_gpu_s) != sorted(thresholds_gpu_s) or any(
-            t <= 0 for t in thresholds_gpu_s
+    def __init__(self, thresholds_worker_s: tuple[float, ...] = (3600.0, 36000.0)) -> None:
+        if list(thresholds_worker_s) != sorted(thresholds_worker_s) or any(
+            t <= 0 for t in thresholds_worker_s
         ):
-            raise ValueError(f"thresholds must be positive and increasing: {thresholds_gpu_s}")
-        self.thresholds = tuple(thresholds_gpu_s)
+            raise ValueError(f"thresholds must be positive and increasing: {thresholds_worker_s}")
+        self.thresholds = tuple(thresholds_worker_s)
 
     def _queue(self, attained: float) -> int:
         for index, threshold in enumerate(self.thresholds):
@@ -80,14 +81,14 @@ class LeastAttainedService(Policy):
 
     def allocate(self, view: ClusterView) -> Decision:
         ordered = sorted(
-            view.jobs, key=lambda job: (self._queue(job.attained_gpu_s), job.spec.submit_s)
+            view.jobs, key=lambda job: (self._queue(job.attained_worker_s), job.spec.submit_s)
         )
-        gpus = greedy_requested(ordered, view.cluster.total_gpus)
+        workers = greedy_requested(ordered, view.cluster.total_workers)
         wake_at = math.inf
         for job in ordered:
-            g = gpus.get(job.job_id, 0)
-            queue = self._queue(job.attained_gpu_s)
+            g = workers.get(job.job_id, 0)
+            queue = self._queue(job.attained_worker_s)
             if g and queue < len(self.thresholds):
-                crossing = view.now + (self.thresholds[queue] - job.attained_gpu_s) / g
+                crossing = view.now + (self.thresholds[queue] - job.attained_worker_s) / g
                 wake_at = min(wake_at, crossing)
-        return Decision(gpus, None if math.isinf(wake_at) else wake_at)
+        return Decision(workers, None if math.isinf(wake_at) else wake_at)

@@ -1,21 +1,21 @@
 """ElasticFlow (Gu et al., ASPLOS'23): admission by Minimum Satisfactory Share, elastic scaling.
 
-- A job's Minimum Satisfactory Share (MSS) is the fewest GPUs ``g`` such that, running on
-  ``min(g, free GPUs)`` at every moment from now to its deadline, it finishes in time. Free GPUs
-  are what earlier-deadline jobs leave over time, so plans are made in deadline order on a
-  piecewise-constant profile of future free GPUs.
+- A job's Minimum Satisfactory Share (MSS) is the fewest workers ``g`` such that, running on
+  ``min(g, free workers)`` at every moment from now to its deadline, it finishes in time. Free
+  workers are what earlier-deadline jobs leave over time, so plans are made in deadline order on
+  a piecewise-constant profile of future free workers.
 - Admission: a new job is admitted only if it gets an MSS in the future free capacity and no
   admitted job loses its own.
 - Allocation, re-planned at every arrival and completion: each admitted job gets its plan's
-  count for now; spare GPUs go one doubling at a time to the job with the largest marginal
-  throughput gain per added GPU (in single-GPU units, so models compare); best-effort jobs and
+  count for now; spare workers go one doubling at a time to the job with the largest marginal
+  throughput gain per added worker (in single-worker units, so models compare); best-effort jobs and
   jobs whose plan broke (restart pauses can do that) take part only in this second step.
 - Counts are powers of two and placed largest first, which is buddy allocation.
 
 Two details the paper leaves open, settled so that admitted deadlines hold (tests check this on
 generated traces with free restarts):
 - Re-planning from scratch can fail a job the plan in force satisfies: with power-of-two counts,
-  an earlier job's smaller recomputed share can leave GPUs a later job cannot use. The plan in
+  an earlier job's smaller recomputed share can leave workers a later job cannot use. The plan in
   force is kept as reservations; when a fresh plan fails a job the plan in force did not, the
   policy keeps every reservation that still delivers and plans only the rest, and takes
   whichever plan fails fewer jobs.
@@ -44,7 +44,7 @@ def _ladder(curve: SpeedCurve) -> Ladder:
     key = (curve.model, curve.batch_size)
     cached = _LADDERS.get(key)
     if cached is None or cached[0] is not curve:
-        powers = [1 << i for i in range(curve.max_gpus.bit_length())]
+        powers = [1 << i for i in range(curve.max_workers.bit_length())]
         cached = _LADDERS[key] = (curve, Ladder(curve.speeds, powers))
     return cached[1]
 
@@ -70,11 +70,11 @@ class ElasticFlow(Policy):
     ) -> Plan:
         """Deadline order on measured speeds."""
         demands = [Demand.of_job(job, _ladder(job.curve), view) for job in jobs]
-        return plan_demands(demands, view.now, view.cluster.total_gpus, keep)
+        return plan_demands(demands, view.now, view.cluster.total_workers, keep)
 
     def _best_plan(self, jobs: Sequence[JobState], view: ClusterView) -> Plan:
         """A fresh plan; when it fails a job the plan in force did not, the plan in force (kept
-        reservations) if that fails fewer: shares recomputed from scratch can strand GPUs a later
+        reservations) if that fails fewer: shares recomputed from scratch can strand workers a later
         job counted on."""
         fresh = self._plan(jobs, view)
         if not self._kept or set(fresh.failed) <= self._failed:
@@ -114,23 +114,23 @@ class ElasticFlow(Policy):
             plan = self._best_plan(deadline_jobs, view)
         self._adopt(plan)
         counts = {job_id: plan.count_now(job_id, view.now) for job_id in plan.reservations}
-        free = view.cluster.total_gpus - sum(counts.values())
+        free = view.cluster.total_workers - sum(counts.values())
         order = sorted(counts, key=counts.__getitem__, reverse=True)
-        gpus = {job_id: counts[job_id] for job_id in order if counts[job_id]}
+        workers = {job_id: counts[job_id] for job_id in order if counts[job_id]}
         if free > 0:
-            self._hand_out_spare(view.jobs, gpus, free)
-        return Decision(gpus, wake_at=plan.next_change(view.now))
+            self._hand_out_spare(view.jobs, workers, free)
+        return Decision(workers, wake_at=plan.next_change(view.now))
 
     @staticmethod
-    def _hand_out_spare(jobs: Sequence[JobState], gpus: dict[str, int], free: int) -> None:
-        """Doublings, best marginal gain per added GPU first, while GPUs are free."""
+    def _hand_out_spare(jobs: Sequence[JobState], workers: dict[str, int], free: int) -> None:
+        """Doublings, best marginal gain per added worker first, while workers are free."""
         heap: list[tuple[float, int, JobState]] = []
 
         def push(position: int, job: JobState) -> None:
             ladder = _ladder(job.curve)
             if not ladder.counts:
                 return
-            current = gpus.get(job.job_id, 0)
+            current = workers.get(job.job_id, 0)
             bigger = [g for g in ladder.counts if g > current]
             if not bigger:
                 return
@@ -144,10 +144,10 @@ class ElasticFlow(Policy):
             push(position, job)
         while heap and free > 0:
             _, position, job = heapq.heappop(heap)
-            current = gpus.get(job.job_id, 0)
+            current = workers.get(job.job_id, 0)
             step = next(g for g in _ladder(job.curve).counts if g > current)
             if step - current > free:
                 continue
-            gpus[job.job_id] = step
+            workers[job.job_id] = step
             free -= step - current
             push(position, job)

@@ -18,9 +18,9 @@ job's own progress and sizes it to finish in time.
   plus two ticks), earliest deadline first; best-effort jobs; then the other unguaranteed jobs
   (those with slack to spare, and those that can no longer make it). Within the last two groups
   running jobs keep what they hold before waiting ones start, shortest predicted time first;
-  guaranteed jobs keep GPUs beyond their plan while they fit (hysteresis: no restart without a
-  reason); then spare GPUs one step at a time to the job with the largest relative speed-up per
-  added GPU, only where the time it saves outweighs the restart pause it costs.
+  guaranteed jobs keep workers beyond their plan while they fit (hysteresis: no restart without a
+  reason); then spare workers one step at a time to the job with the largest relative speed-up per
+  added worker, only where the time it saves outweighs the restart pause it costs.
 - Autoscaling: the policy re-plans at arrivals, completions, when a plan changes counts, and
   every ``tick_s``; a job is not re-sized again within ``min_interval_s`` of its last change
   unless its guarantee needs it.
@@ -57,11 +57,11 @@ class _Tracked:
     tried_on: tuple[float, int] | None = None
 
 
-def allowed_counts(max_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
+def allowed_counts(max_workers: int, workers_per_node: int) -> tuple[int, ...]:
     """Powers of two up to a node, then whole nodes."""
-    counts = [1 << i for i in range(gpus_per_node.bit_length()) if (1 << i) <= gpus_per_node]
-    counts += range(2 * gpus_per_node, max_gpus + 1, gpus_per_node)
-    return tuple(g for g in counts if g <= max_gpus)
+    counts = [1 << i for i in range(workers_per_node.bit_length()) if (1 << i) <= workers_per_node]
+    counts += range(2 * workers_per_node, max_workers + 1, workers_per_node)
+    return tuple(g for g in counts if g <= max_workers)
 
 
 #: Unguaranteed deadline jobs tried for a guarantee per decision, earliest deadline first.
@@ -106,7 +106,7 @@ class QualityOfService(Policy):
         self._adopted = Plan()
         self._kept: dict[str, Reservation] = {}
         self._failed: set[str] = set()
-        self._departed = 0  # jobs seen to leave: each frees GPUs a guarantee may now use
+        self._departed = 0  # jobs seen to leave: each frees workers a guarantee may now use
         self._hoped: dict[str, Reservation] = {}  # the last hopeful plan's reservations
 
     # -- prediction -------------------------------------------------------------------------------
@@ -117,10 +117,11 @@ class QualityOfService(Policy):
             predictor = OnlinePredictor.from_curve(job.curve, confidence=self.confidence)
             # The first sample only sets the start: take it now, so the job's first interval
             # of progress is not lost.
-            predictor.observe(job.active_s, job.iterations_done, job.gpus)
+            predictor.observe(job.active_s, job.iterations_done, job.workers)
             tracked = _Tracked(predictor, guaranteed=False, observed_active_s=job.active_s)
             tracked.counts = allowed_counts(
-                min(job.curve.max_gpus, view.cluster.total_gpus), view.cluster.gpus_per_node
+                min(job.curve.max_workers, view.cluster.total_workers),
+                view.cluster.workers_per_node,
             )
             self._jobs[job.job_id] = tracked
         return tracked
@@ -129,8 +130,8 @@ class QualityOfService(Policy):
         """Feed progress at every decision (an interval must not span two allocations), but
         re-derive speeds only after 10% more compute time, or a minute: refits are not free
         and predictions move slowly."""
-        if job.gpus and job.active_s > tracked.observed_active_s:
-            tracked.predictor.observe(job.active_s, job.iterations_done, job.gpus)
+        if job.workers and job.active_s > tracked.observed_active_s:
+            tracked.predictor.observe(job.active_s, job.iterations_done, job.workers)
             tracked.observed_active_s = job.active_s
             if job.active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
                 tracked.ladders = None
@@ -138,8 +139,8 @@ class QualityOfService(Policy):
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
         """(expected, pessimistic) predicted speeds on the counts the job may use."""
         if tracked.ladders is None:
-            expected = [0.0] * (job.curve.max_gpus + 1)
-            pessimistic = [0.0] * (job.curve.max_gpus + 1)
+            expected = [0.0] * (job.curve.max_workers + 1)
+            pessimistic = [0.0] * (job.curve.max_workers + 1)
             for g in tracked.counts:
                 if job.curve.available(g):
                     prediction = tracked.predictor.predict(g)
@@ -163,7 +164,7 @@ class QualityOfService(Policy):
         demands = [
             Demand.of_job(job, self._ladders(job, self._track(job, view))[1], view) for job in jobs
         ]
-        return plan_demands(demands, view.now, view.cluster.total_gpus, keep)
+        return plan_demands(demands, view.now, view.cluster.total_workers, keep)
 
     def _best_plan(self, jobs: Sequence[JobState], view: ClusterView) -> Plan:
         """Keep the reservations in force; re-plan from scratch only if that fails fewer jobs."""
@@ -212,7 +213,7 @@ class QualityOfService(Policy):
         """Guarantee unguaranteed deadline jobs that now fit, earliest deadline first.
 
         A job's first try, at arrival, uses the prior's wide band; once it has run, its band
-        narrows, and completions free GPUs. Each job is tried again only when one of those
+        narrows, and completions free workers. Each job is tried again only when one of those
         changed since its last try, and at most ``RETRIES_PER_DECISION`` per decision, to keep
         a decision's time bounded.
         """
@@ -235,7 +236,7 @@ class QualityOfService(Policy):
         self._failed = set(plan.failed)
 
     def allocate(self, view: ClusterView) -> Decision:
-        now, capacity = view.now, view.cluster.total_gpus
+        now, capacity = view.now, view.cluster.total_workers
         for job in view.jobs:
             self._observe(job, self._track(job, view))
         live = {job.job_id for job in view.jobs}
@@ -254,24 +255,26 @@ class QualityOfService(Policy):
         self._retry_guarantees(guaranteed, view)
         plan = self._adopted
 
-        gpus: dict[str, int] = {}
+        workers: dict[str, int] = {}
         free = capacity
         # 1. Guaranteed jobs: their planned count for now.
         guaranteed.sort(key=_deadline_key)
         for job in guaranteed:
             need = plan.count_now(job.job_id, now) if job.job_id in plan.reservations else 0
             if need:
-                gpus[job.job_id] = need
+                workers[job.job_id] = need
                 free -= need
         # 2. Running best-effort jobs keep their smallest count: preempting one loses its pause
         #    and its progress towards the only goal it has, finishing.
         running_best_effort = [
-            j for j in view.jobs if j.spec.deadline_s is None and j.gpus and j.job_id not in gpus
+            j
+            for j in view.jobs
+            if j.spec.deadline_s is None and j.workers and j.job_id not in workers
         ]
         for job in running_best_effort:
             smallest = self._ladders(job, self._jobs[job.job_id])[0].counts[:1]
             if smallest and smallest[0] <= free:
-                gpus[job.job_id] = smallest[0]
+                workers[job.job_id] = smallest[0]
                 free -= smallest[0]
         # 3. Unguaranteed deadline jobs, planned by deadline on what the guarantees leave and on
         #    *expected* speeds: no promise, but the best hope of meeting them.
@@ -279,49 +282,53 @@ class QualityOfService(Policy):
         for job_id, reservation in hopeful.reservations.items():
             need = Plan.count_now_of(reservation, now)
             if 0 < need <= free:
-                gpus[job_id] = need
+                workers[job_id] = need
                 free -= need
         for job in running_best_effort:  # back to what they held, where it still fits
-            held = gpus.get(job.job_id, 0)
-            if held and job.gpus - held <= free:
-                free -= job.gpus - held
-                gpus[job.job_id] = job.gpus
-        # A job whose reservation starts later joins the others below: GPUs idle now are better
+            held = workers.get(job.job_id, 0)
+            if held and job.workers - held <= free:
+                free -= job.workers - held
+                workers[job.job_id] = job.workers
+        # A job whose reservation starts later joins the others below: workers idle now are better
         # spent on it than kept for later.
         # 4. Everyone else: best effort, then the deadline jobs no plan could fit; running jobs
         #    before waiting ones (no churn), shortest first.
-        others = [j for j in view.jobs if j.job_id not in gpus]
+        others = [j for j in view.jobs if j.job_id not in workers]
         others.sort(key=lambda j: self._other_priority(j, now))
         for job in others:
             if free <= 0:
                 break
-            share = job.gpus if job.gpus else self._starting_share(job, view, free)
+            share = job.workers if job.workers else self._starting_share(job, view, free)
             if 0 < share <= free:
-                gpus[job.job_id] = share
+                workers[job.job_id] = share
                 free -= share
-        # 5. Spare GPUs where they save the most time, if worth a restart, best effort first.
+        # 5. Spare workers where they save the most time, if worth a restart, best effort first.
         if free > 0:
-            free = self._hand_out_spare(view, gpus, free)
+            free = self._hand_out_spare(view, workers, free)
         # 6. Guaranteed jobs keep what they hold beyond their plan while it fits: no scale-down
         #    without need.
         for job in guaranteed:
-            need = gpus.get(job.job_id, 0)
-            if job.job_id in plan.reservations and job.gpus > need and job.gpus - need <= free:
-                free -= job.gpus - need
-                gpus[job.job_id] = job.gpus
+            need = workers.get(job.job_id, 0)
+            if (
+                job.job_id in plan.reservations
+                and job.workers > need
+                and job.workers - need <= free
+            ):
+                free -= job.workers - need
+                workers[job.job_id] = job.workers
         for job in view.jobs:
-            if gpus.get(job.job_id, 0) != job.gpus:
+            if workers.get(job.job_id, 0) != job.workers:
                 self._jobs[job.job_id].last_change_s = now
         wake = now + self.tick_s
         for changing in (plan, hopeful):
             change = changing.next_change(now)
             if change is not None:
                 wake = min(wake, change)
-        order = sorted(gpus, key=lambda job_id: -gpus[job_id])
+        order = sorted(workers, key=lambda job_id: -workers[job_id])
         return Decision(
-            {job_id: gpus[job_id] for job_id in order if gpus[job_id]},
+            {job_id: workers[job_id] for job_id in order if workers[job_id]},
             wake,
-            pinned=self._tight(view, gpus),
+            pinned=self._tight(view, workers),
         )
 
     # -- what a backend may ask ---------------------------------------------------------------
@@ -340,7 +347,7 @@ class QualityOfService(Policy):
 
     def _hopeful_plan(self, guaranteed: list[JobState], plan: Plan, view: ClusterView) -> Plan:
         """Unguaranteed deadline jobs that can still make it, planned on expected speeds on the
-        GPUs ``plan`` leaves; last decision's reservations are kept while they still deliver."""
+        workers ``plan`` leaves; last decision's reservations are kept while they still deliver."""
         now = view.now
         demands = []
         for job in view.jobs:
@@ -354,12 +361,12 @@ class QualityOfService(Policy):
         if not demands:
             self._hoped = {}
             return Plan()
-        capacity = view.cluster.total_gpus
+        capacity = view.cluster.total_workers
         hopeful = plan_demands(demands, now, capacity, self._hoped, leftover(plan, now, capacity))
         self._hoped = hopeful.reservations
         return hopeful
 
-    def _tight(self, view: ClusterView, gpus: dict[str, int]) -> frozenset[str]:
+    def _tight(self, view: ClusterView, workers: dict[str, int]) -> frozenset[str]:
         """Running deadline jobs, unchanged in count, whose expected slack is under
         ``PIN_SLACK_PAUSES`` restart pauses: moving one to re-pack others could cost it its
         deadline."""
@@ -367,9 +374,9 @@ class QualityOfService(Policy):
         tight = set()
         for job in view.jobs:
             deadline = job.spec.deadline_s
-            if deadline is None or not job.gpus or gpus.get(job.job_id) != job.gpus:
+            if deadline is None or not job.workers or workers.get(job.job_id) != job.workers:
                 continue
-            rate = self._ladders(job, self._jobs[job.job_id])[0].rate(job.gpus)
+            rate = self._ladders(job, self._jobs[job.job_id])[0].rate(job.workers)
             if rate > 0 and deadline - view.now - job.remaining_iterations / rate < margin:
                 tight.add(job.job_id)
         return frozenset(tight)
@@ -388,15 +395,20 @@ class QualityOfService(Policy):
         remaining_s = job.remaining_iterations / best if best > 0 else math.inf
         deadline = job.spec.deadline_s
         if deadline is None:
-            return (1, job.gpus == 0, remaining_s, job.spec.submit_s)
+            return (1, job.workers == 0, remaining_s, job.spec.submit_s)
         if now + remaining_s <= deadline:
             slack = deadline - now - remaining_s
             if slack <= remaining_s + 2 * self.tick_s:
-                return (0, job.gpus == 0, deadline, job.spec.submit_s)  # can make it, must run soon
-        return (2, job.gpus == 0, remaining_s, job.spec.submit_s)
+                return (
+                    0,
+                    job.workers == 0,
+                    deadline,
+                    job.spec.submit_s,
+                )  # can make it, must run soon
+        return (2, job.workers == 0, remaining_s, job.spec.submit_s)
 
     def _starting_share(self, job: JobState, view: ClusterView, free: int) -> int:
-        """Fewest GPUs (within ``free``) that meet the deadline, else the best use of one step."""
+        """Fewest workers (within ``free``) meeting the deadline, else the best use of one step."""
         expected = self._ladders(job, self._jobs[job.job_id])[0]
         counts = [g for g in expected.counts if g <= free]
         if not counts:
@@ -408,23 +420,23 @@ class QualityOfService(Policy):
                     return g
         return counts[0]
 
-    def _hand_out_spare(self, view: ClusterView, gpus: dict[str, int], free: int) -> int:
-        """One step up at a time to the job with the largest relative speed-up per added GPU,
+    def _hand_out_spare(self, view: ClusterView, workers: dict[str, int], free: int) -> int:
+        """One step up at a time to the job with the largest relative speed-up per added worker,
         where the time saved beats ``gain_over_pause`` restart pauses and the job was not just
         re-sized. Best-effort jobs come first: their completion time is their only goal, while
         a deadline job finishing sooner than planned gains nothing it asked for. Returns the
-        GPUs left."""
+        workers left."""
         pause = view.restart_pause_s
         heap: list[tuple[bool, float, int, JobState]] = []
 
         def push(position: int, job: JobState) -> None:
-            current = gpus.get(job.job_id, 0)
+            current = workers.get(job.job_id, 0)
             expected = self._ladders(job, self._jobs[job.job_id])[0]
             step = next((g for g in expected.counts if g > current), 0)
             if not current or not step or step - current > free:
                 return
             # A job that has run pays a pause for the change, unless this decision moves it anyway.
-            pays = pause if job.has_started and current == job.gpus else 0.0
+            pays = pause if job.has_started and current == job.workers else 0.0
             saving = job.remaining_iterations * (
                 1 / expected.rate(current) - 1 / max(expected.rate(step), 1e-12)
             )
@@ -434,16 +446,20 @@ class QualityOfService(Policy):
                 heapq.heappush(heap, (has_deadline, -speedup / (step - current), position, job))
 
         for position, job in enumerate(view.jobs):
-            if not job.has_started or job.gpus != gpus.get(job.job_id, 0) or self._calm(job, view):
+            if (
+                not job.has_started
+                or job.workers != workers.get(job.job_id, 0)
+                or self._calm(job, view)
+            ):
                 push(position, job)
         while heap and free > 0:
             _, _, position, job = heapq.heappop(heap)
-            current = gpus[job.job_id]
+            current = workers[job.job_id]
             expected = self._ladders(job, self._jobs[job.job_id])[0]
             step = next(g for g in expected.counts if g > current)
             if step - current > free:
                 continue
-            gpus[job.job_id] = step
+            workers[job.job_id] = step
             free -= step - current
             push(position, job)
         return free
