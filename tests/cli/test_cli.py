@@ -192,7 +192,7 @@ def test_bad_trace_row_names_file_line_and_field(tmp_path, capsys):
 
 
 def test_demo_prints_every_policy_and_writes_plots(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path)]) == 0
+    assert main(["demo", "--simulate", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
     for name in ("fifo", "edf", "srtf", "las", "elasticflow"):
         assert name in table

@@ -366,15 +366,6 @@ def run_trace_generate(args: argparse.Namespace) -> int:
 # -- qosched demo ------------------------------------------------------------------------------
 
 
-def add_demo(groups: argparse._SubParsersAction) -> None:
-    parser = groups.add_parser(
-        "demo", help="simulate the bundled example workload under every policy"
-    )
-    parser.add_argument("--out", default="qosched-out", help="directory for plots and CSVs")
-    parser.add_argument("--json", action="store_true")
-    parser.set_defaults(run=run_demo)
-
-
 def run_demo(args: argparse.Namespace) -> int:
     examples = resources.files("qosched") / "data" / "examples"
     with (

@@ -1,4 +1,5 @@
-"""``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo`` for now)."""
+"""``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``), and the local
+service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``, ``down``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster
+from qosched.cli import cluster, demo, local
 from qosched.core.errors import QoschedError
 
 
@@ -24,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace = groups.add_parser("trace", help="make and convert job traces")
     trace_commands = trace.add_subparsers(dest="command", required=True, metavar="ACTION")
     cluster.add_trace_generate(trace_commands)
-    cluster.add_demo(groups)
+    demo.add_demo(groups)
+    local.add_commands(groups)
     return parser
 
 

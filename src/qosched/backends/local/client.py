@@ -1,0 +1,149 @@
+"""A client of the local service's HTTP API (``qosched.backends.local.api``), one method a route.
+
+Errors come back as the exceptions the service raised: ``InputError`` (400, with the same
+source, line and field), ``UnknownJobError`` (404 on a job route); anything else is a
+``QoschedError`` carrying the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from qosched.backends.local.api import SOURCE_HEADER, Metrics, parse_metrics
+from qosched.backends.local.home import read_endpoint, read_token
+from qosched.backends.local.store import UnknownJobError
+from qosched.core.errors import InputError, QoschedError
+
+# The service is on this machine; a proxy from the environment (http_proxy) must not see it.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Client:
+    """Talks to the service at ``url`` with ``token``; mirrors the ``Service`` protocol."""
+
+    def __init__(self, url: str, token: str, *, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def from_home(cls, home: Path, *, timeout_s: float = 30.0) -> Client:
+        """The client of the service running with ``home`` (from its ``service.json`` and token)."""
+        endpoint = read_endpoint(home)
+        return cls(endpoint.url, read_token(home), timeout_s=timeout_s)
+
+    # --- routes ----------------------------------------------------------------------------------
+
+    def submit(self, spec_text: str, source: str) -> dict[str, Any]:
+        headers = {
+            "Content-Type": "application/yaml; charset=utf-8",
+            SOURCE_HEADER: quote(source, safe="/<>:. -_~"),
+        }
+        return self._json("POST", "/jobs", body=spec_text.encode("utf-8"), headers=headers)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self._json("GET", "/jobs")
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self._json("GET", _job_path(job_id), job_id=job_id)
+
+    def logs(self, job_id: str, tail_lines: int | None = None) -> str:
+        if tail_lines is not None and tail_lines < 0:
+            raise InputError(f"expected a whole number >= 0, got {tail_lines}", field="tail")
+        path = _job_path(job_id) + "/logs"
+        if tail_lines is not None:
+            path += f"?tail={tail_lines}"
+        return self._request("GET", path, job_id=job_id).decode("utf-8", errors="replace")
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self._json("DELETE", _job_path(job_id), job_id=job_id)
+
+    def metrics(self) -> Metrics:
+        return parse_metrics(self.metrics_text())
+
+    def metrics_text(self) -> str:
+        """``GET /metrics`` as served: Prometheus text."""
+        return self._request("GET", "/metrics", auth=False).decode("utf-8")
+
+    def healthz(self) -> dict[str, Any]:
+        return self._json("GET", "/healthz", auth=False)
+
+    def shutdown(self) -> None:
+        """Ask the service to stop; returns once it has agreed, not once it has stopped."""
+        self._request("POST", "/shutdown", body=b"")
+
+    # --- mechanics -------------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        data = self._request(method, path, **kwargs)
+        try:
+            return json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise QoschedError(f"{method} {self.url}{path}: the answer is not JSON: {exc}") from exc
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        job_id: str | None = None,
+        auth: bool = True,
+    ) -> bytes:
+        request = urllib.request.Request(
+            self.url + path, data=body, method=method, headers=dict(headers or {})
+        )
+        if auth:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            with _OPENER.open(request, timeout=self.timeout_s) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raise self._error(exc.code, exc.read(), job_id) from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason.strerror if isinstance(exc.reason, OSError) else exc.reason
+            raise QoschedError(
+                f"cannot reach the qosched service at {self.url}: {reason or exc.reason}"
+            ) from exc
+        except TimeoutError as exc:
+            raise QoschedError(
+                f"{method} {self.url}{path}: no answer within {self.timeout_s:g} s"
+            ) from exc
+        except OSError as exc:
+            raise QoschedError(f"{method} {self.url}{path}: {exc}") from exc
+
+    def _error(self, status: int, data: bytes, job_id: str | None) -> QoschedError:
+        try:
+            payload = json.loads(data)
+            message = str(payload["error"])
+        except (ValueError, KeyError, TypeError):
+            payload = {}
+            message = data.decode("utf-8", errors="replace").strip() or f"HTTP {status}"
+        if status == 400:
+            return InputError(
+                str(payload.get("reason") or message),
+                source=payload.get("source"),
+                line=payload.get("line"),
+                field=payload.get("field"),
+            )
+        if status == 404 and job_id is not None and "job" in payload:
+            return UnknownJobError(job_id)
+        if status == 401:
+            return QoschedError(
+                f"the service at {self.url} refused the token (HTTP 401): {message}. "
+                "Was it started with another --home?"
+            )
+        return QoschedError(f"the service at {self.url} answered HTTP {status}: {message}")
+
+
+def _job_path(job_id: str) -> str:
+    if not job_id:
+        raise InputError("a job id must not be empty", field="job")
+    return "/jobs/" + quote(job_id, safe="")

@@ -1,0 +1,134 @@
+"""``qosched demo``: the bundled real workload under ``qos`` and under ``fifo``, with a report.
+
+``--simulate`` runs the simulated cluster demo instead (the bundled trace under every policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from qosched.backends.local.demo import RunReport, bundled_jobs, median_or_none, run_workload
+from qosched.backends.local.service import LocalService
+from qosched.cli import cluster
+
+#: The two policies compared: qosched's own, and the default scheduler with users' requests.
+POLICIES = ("qos", "fifo")
+
+
+def add_demo(groups: argparse._SubParsersAction) -> None:
+    parser = groups.add_parser(
+        "demo",
+        help="run the bundled real training workload under qos and fifo and compare",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--simulate", action="store_true", help="the simulated cluster demo instead"
+    )
+    parser.add_argument("--out", default="qosched-out", help="(--simulate) plots and CSVs")
+    parser.add_argument("--cpus", help="cores to use, e.g. 0,1 (default: all this process may)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiply the work and deadlines (default 1)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    if args.simulate:
+        return cluster.run_demo(args)
+    cpus = tuple(int(c) for c in args.cpus.split(",")) if args.cpus else None
+    console = Console(stderr=True)
+    reports = []
+    for policy in POLICIES:
+        jobs = bundled_jobs(len(cpus) if cpus else _cores(), args.scale)
+        console.print(f"[bold]{policy}[/]: {len(jobs)} real training jobs")
+        shown: dict[str, str] = {}
+
+        def tick(service: LocalService, elapsed: float, shown: dict[str, str] = shown) -> None:
+            for job in service.jobs():
+                line = (
+                    f"{job['state']} {job['iterations_done']}/{job['iterations']} "
+                    f"cores {job['cpus']}"
+                )
+                state_key = f"{job['state']} {job['cpus']}"
+                if shown.get(job["id"]) != state_key:
+                    shown[job["id"]] = state_key
+                    console.print(f"  {elapsed:6.1f} s  {job['name']:<14} {line}")
+
+        reports.append(run_workload(policy, jobs, cpus=cpus, on_tick=tick))
+    if args.json:
+        print(json.dumps([_as_json(report) for report in reports], indent=2))
+    else:
+        _print(reports)
+    return 0
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _as_json(report: RunReport) -> dict:
+    return {
+        "policy": report.policy,
+        "deadlines_met": report.met,
+        "jobs": len(report.jobs),
+        "wall_s": report.wall_s,
+        "utilisation_of_allocated_cpus": report.utilisation,
+        "median_prediction_error_at_10pct": median_or_none(report.prediction_errors),
+        "outcomes": [
+            {
+                "name": job.name,
+                "state": job.state,
+                "deadline_s": job.deadline_at - job.submitted_at,
+                "jct_s": None if job.finished_at is None else job.finished_at - job.submitted_at,
+                "met": job.met,
+                "attempts": job.attempts,
+            }
+            for job in report.jobs
+        ],
+    }
+
+
+def _print(reports: list[RunReport]) -> None:
+    console = Console()
+    table = Table(title="bundled real workload: each job's completion time against its deadline")
+    table.add_column("job")
+    for report in reports:
+        table.add_column(f"{report.policy}: done in / deadline")
+    names = [job.name for job in reports[0].jobs]
+    for name in names:
+        cells = []
+        for report in reports:
+            job = next(j for j in report.jobs if j.name == name)
+            deadline = job.deadline_at - job.submitted_at
+            if job.finished_at is None:
+                cells.append(f"{job.state} / {deadline:.0f} s")
+                continue
+            mark = "met" if job.met else "[red]missed[/]"
+            cells.append(f"{job.finished_at - job.submitted_at:.0f} s / {deadline:.0f} s {mark}")
+        table.add_row(name, *cells)
+    console.print(table)
+    summary = Table(title="summary")
+    for column in ("policy", "deadlines met", "CPU use of allocated cores", "prediction error"):
+        summary.add_column(column)
+    for report in reports:
+        error = median_or_none(report.prediction_errors)
+        summary.add_row(
+            report.policy,
+            f"{report.met} of {len(report.jobs)}",
+            "-" if report.utilisation is None else f"{report.utilisation:.0%}",
+            "-" if error is None else f"{error:.0%} (median, at 10% done)",
+        )
+    console.print(summary)
+    print(
+        "CPU use of allocated cores: CPU time of the workers / cores held x time. "
+        "Prediction error: |predicted - actual| / actual remaining time.",
+        file=sys.stderr,
+    )

@@ -1,0 +1,218 @@
+"""An in-memory ``Service`` for the API and CLI tests, and a server around it that looks, to
+clients, like a service started by ``qosched up``."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from qosched.backends.local.api import OUTCOMES, ApiServer, Metrics, serve
+from qosched.backends.local.home import Endpoint, ensure_token, remove_endpoint, write_endpoint
+from qosched.backends.local.jobspec import parse_job_spec
+from qosched.backends.local.store import UnknownJobError
+from qosched.core.errors import InputError
+
+FINAL = ("succeeded", "failed", "cancelled", "declined")
+
+
+def spec_text(name: str = "cnn-small", iterations: int = 400, deadline: str = "10m") -> str:
+    return f"""\
+apiVersion: qosched/v1
+kind: TrainingJob
+metadata:
+  name: {name}
+spec:
+  workload: cnn
+  work:
+    iterations: {iterations}
+  deadline: {deadline}
+  resources:
+    minCpus: 1
+    maxCpus: 2
+"""
+
+
+class FakeService:
+    """Jobs in a list; nothing runs unless a test says so with ``update``."""
+
+    def __init__(self, capacity_cpus: int = 4, clock: Callable[[], float] = time.time) -> None:
+        self.capacity_cpus = capacity_cpus
+        self.clock = clock
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._logs: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.submitted_sources: list[str] = []
+
+    def submit(self, spec_text: str, source: str) -> dict[str, Any]:
+        now = self.clock()
+        spec = parse_job_spec(spec_text, source, now=now)
+        with self._lock:
+            job_id = f"j-{len(self._jobs) + 1:06d}"
+            self.submitted_sources.append(source)
+            self._jobs[job_id] = {
+                "id": job_id,
+                "name": spec.name,
+                "state": "queued",
+                "submitted_at": now,
+                "deadline_at": spec.deadline_at(now),
+                "started_at": None,
+                "finished_at": None,
+                "iterations": spec.iterations,
+                "iterations_done": 0,
+                "cpus": [],
+                "predicted_finish_at": None,
+                "predicted_finish_band": None,
+                "best_effort": spec.best_effort,
+                "guaranteed": False,
+                "attempts": 0,
+                "error": None,
+            }
+            self._logs[job_id] = ""
+            return copy.deepcopy(self._jobs[job_id])
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return copy.deepcopy(list(self._jobs.values()))
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._get(job_id))
+
+    def logs(self, job_id: str, tail_lines: int | None = None) -> str:
+        with self._lock:
+            self._get(job_id)
+            lines = self._logs[job_id].splitlines(keepends=True)
+        if tail_lines is not None:
+            lines = lines[-tail_lines:] if tail_lines else []
+        return "".join(lines)
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            job = self._get(job_id)
+            if job["state"] in FINAL:
+                raise InputError(f"job {job_id} is already {job['state']}", field="job")
+            job.update(state="cancelled", finished_at=self.clock(), cpus=[])
+            return copy.deepcopy(job)
+
+    def metrics(self) -> Metrics:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        outcomes = dict.fromkeys(OUTCOMES, 0)
+        for job in jobs:
+            if job["state"] == "succeeded":
+                outcomes["met" if job["finished_at"] <= job["deadline_at"] else "missed"] += 1
+            elif job["state"] in outcomes:
+                outcomes[job["state"]] += 1
+        return Metrics(
+            capacity_cpus=self.capacity_cpus,
+            queued=sum(job["state"] in ("queued", "preempted") for job in jobs),
+            running=sum(job["state"] == "running" for job in jobs),
+            allocated_cpus={job["id"]: len(job["cpus"]) for job in jobs if job["cpus"]},
+            outcomes=outcomes,
+        )
+
+    # --- test controls ---------------------------------------------------------------------------
+
+    def update(self, job_id: str, **changes: Any) -> None:
+        with self._lock:
+            self._get(job_id).update(changes)
+
+    def write_log(self, job_id: str, text: str) -> None:
+        with self._lock:
+            self._logs[job_id] += text
+
+    def _get(self, job_id: str) -> dict[str, Any]:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise UnknownJobError(job_id) from None
+
+
+class FakeLocalService(FakeService):
+    """Stands in for ``LocalService`` in ``qosched up``: ``open``, ``run(stop)``, ``close``."""
+
+    opened: ClassVar[list[FakeLocalService]] = []
+
+    def __init__(self, home: Path, cpus: tuple[int, ...] | None, policy: str) -> None:
+        super().__init__(capacity_cpus=len(cpus) if cpus else 2)
+        self.home = home
+        self.cpus = cpus
+        self.policy = policy
+        self.running = threading.Event()
+        self.stopped = False
+        self.closed = False
+
+    @classmethod
+    def open(
+        cls, home: Path, *, cpus: tuple[int, ...] | None = None, policy: str = "qos"
+    ) -> FakeLocalService:
+        service = cls(home, cpus, policy)
+        cls.opened.append(service)
+        return service
+
+    def run(self, stop: threading.Event) -> None:
+        self.running.set()
+        stop.wait()
+        self.stopped = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Running:
+    home: Path
+    service: FakeService
+    server: ApiServer
+    token: str
+
+
+@contextlib.contextmanager
+def running_service(home: Path, service: FakeService | None = None) -> Iterator[Running]:
+    """Serve ``service`` as ``qosched up`` would: token, ``service.json`` with this process's
+    pid, and ``service.json`` removed once ``POST /shutdown`` arrives."""
+    service = service if service is not None else FakeService()
+    token = ensure_token(home)
+    server = serve(service, token=token, poll_interval_s=0.01)
+    pid = os.getpid()
+    write_endpoint(home, Endpoint(server.host, server.port, pid, time.time()))
+
+    def stop_on_request() -> None:
+        server.shutdown_requested.wait()
+        remove_endpoint(home, pid)
+
+    watcher = threading.Thread(target=stop_on_request, daemon=True)
+    watcher.start()
+    try:
+        yield Running(home, service, server, token)
+    finally:
+        server.shutdown_requested.set()
+        watcher.join()
+        server.close()
+        remove_endpoint(home, pid)
+
+
+def fake_service_module() -> types.ModuleType:
+    """A stand-in for ``qosched.backends.local.service`` whose ``LocalService`` is the fake."""
+    module = types.ModuleType("qosched.backends.local.service")
+    module.LocalService = FakeLocalService  # type: ignore[attr-defined]
+    return module
+
+
+if __name__ == "__main__":
+    # `python service_fakes.py up ...`: the qosched command with the fake service, for the
+    # tests of `qosched up --detach`, which start it in a process of its own.
+    import sys
+
+    from qosched.cli.main import main
+
+    sys.modules["qosched.backends.local.service"] = fake_service_module()
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,465 @@
+"""qosched.backends.local.api and .client: routes, token checks, errors and metrics, against an
+in-memory service."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_fakes import FakeService, Running, running_service, spec_text
+
+from qosched.backends.local.api import (
+    MAX_BODY_BYTES,
+    PROMETHEUS_CONTENT_TYPE,
+    Metrics,
+    is_loopback,
+    parse_metrics,
+    render_metrics,
+    serve,
+)
+from qosched.backends.local.client import Client
+from qosched.backends.local.store import UnknownJobError
+from qosched.core.errors import InputError, QoschedError
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    with running_service(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def client(running: Running) -> Client:
+    return Client.from_home(running.home)
+
+
+def call(
+    running: Running,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    token: str | None = "",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, http.client.HTTPResponse, bytes]:
+    """One raw request; ``token=""`` sends the right token, None sends none."""
+    connection = http.client.HTTPConnection(running.server.host, running.server.port, timeout=10)
+    all_headers = dict(headers or {})
+    if token is not None:
+        all_headers["Authorization"] = f"Bearer {token or running.token}"
+    try:
+        connection.request(method, path, body=body, headers=all_headers)
+        response = connection.getresponse()
+        return response.status, response, response.read()
+    finally:
+        connection.close()
+
+
+def submit(running: Running, text: str | None = None, source: str = "job.yaml") -> dict[str, Any]:
+    status, _, body = call(
+        running,
+        "POST",
+        "/jobs",
+        (text or spec_text()).encode(),
+        headers={"X-Qosched-Source": source},
+    )
+    assert status == 201, body
+    return json.loads(body)
+
+
+# --- the token -----------------------------------------------------------------------------------
+
+PROTECTED = [
+    ("GET", "/jobs"),
+    ("POST", "/jobs"),
+    ("GET", "/jobs/j-000001"),
+    ("GET", "/jobs/j-000001/logs"),
+    ("DELETE", "/jobs/j-000001"),
+    ("POST", "/shutdown"),
+    ("GET", "/nowhere"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), PROTECTED, ids=[f"{m} {p}" for m, p in PROTECTED])
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer wrong-token", "Basic dXNlcjpwYXNz", "Bearer", "bearer  "],
+    ids=["none", "wrong", "basic", "empty-bearer", "blank"],
+)
+def test_protected_routes_refuse_a_missing_or_wrong_token(
+    running: Running, method: str, path: str, authorization: str | None
+) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    status, response, body = call(running, method, path, b"", token=None, headers=headers)
+    assert status == 401
+    assert response.getheader("WWW-Authenticate", "").startswith("Bearer")
+    assert "token" in json.loads(body)["error"]
+    assert not running.server.shutdown_requested.is_set()
+    assert running.service.jobs() == []
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/healthz"])
+def test_metrics_and_healthz_need_no_token(running: Running, path: str) -> None:
+    status, _, _ = call(running, "GET", path, token=None)
+    assert status == 200
+
+
+def test_the_right_token_is_accepted(running: Running) -> None:
+    status, response, body = call(running, "GET", "/jobs")
+    assert (status, response.getheader("Content-Type"), json.loads(body)) == (
+        200,
+        "application/json",
+        [],
+    )
+
+
+# --- routes --------------------------------------------------------------------------------------
+
+
+def test_submit_returns_201_and_the_job(running: Running) -> None:
+    job = submit(running, spec_text(name="resnet-a", iterations=50), source="specs/a%20b.yaml")
+    assert job["id"] == "j-000001"
+    assert (job["name"], job["state"], job["iterations"]) == ("resnet-a", "queued", 50)
+    assert running.service.submitted_sources == ["specs/a b.yaml"]
+
+
+def test_submit_without_a_source_header_names_the_request(running: Running) -> None:
+    status, _, body = call(running, "POST", "/jobs", b"kind: nope\n")
+    assert status == 400
+    assert json.loads(body)["source"] == "<request>"
+
+
+BAD_SPECS = [
+    ("min-cpus", spec_text().replace("minCpus: 1", "minCpus: 0"), "spec.resources.minCpus", 11),
+    ("unknown-key", spec_text().replace("  workload: cnn", "  workloud: cnn"), "spec.workloud", 6),
+    ("no-deadline", spec_text().replace("  deadline: 10m\n", ""), "spec.deadline", None),
+    ("not-yaml", "spec: [unclosed\n", None, 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line"), [case[1:] for case in BAD_SPECS], ids=[c[0] for c in BAD_SPECS]
+)
+def test_a_bad_spec_is_a_400_naming_the_field(
+    running: Running, text: str, field: str | None, line: int | None
+) -> None:
+    status, response, body = call(
+        running, "POST", "/jobs", text.encode(), headers={"X-Qosched-Source": "job.yaml"}
+    )
+    error = json.loads(body)
+    assert status == 400
+    assert response.getheader("Content-Type") == "application/json"
+    assert (error["source"], error["field"]) == ("job.yaml", field)
+    if line is not None:
+        assert error["line"] == line
+    assert error["error"].startswith("job.yaml")
+    if field is not None:
+        assert repr(field) in error["error"]
+    assert running.service.jobs() == []
+
+
+def test_a_body_that_is_not_utf8_is_a_400(running: Running) -> None:
+    status, _, body = call(running, "POST", "/jobs", b"name: \xff\xfe\n")
+    assert status == 400
+    assert "UTF-8" in json.loads(body)["error"]
+
+
+def test_a_body_over_one_mebibyte_is_a_413(running: Running) -> None:
+    status, _, body = call(running, "POST", "/jobs", b"#" * (MAX_BODY_BYTES + 1))
+    assert status == 413
+    assert str(MAX_BODY_BYTES) in json.loads(body)["error"]
+    assert running.service.jobs() == []
+
+
+def test_a_body_without_content_length_is_a_411(running: Running) -> None:
+    connection = http.client.HTTPConnection(running.server.host, running.server.port, timeout=10)
+    try:
+        connection.putrequest("POST", "/jobs")
+        connection.putheader("Authorization", f"Bearer {running.token}")
+        connection.endheaders()
+        assert connection.getresponse().status == 411
+    finally:
+        connection.close()
+
+
+def test_jobs_lists_in_submission_order(running: Running) -> None:
+    for name in ("first", "second", "third"):
+        submit(running, spec_text(name=name))
+    status, _, body = call(running, "GET", "/jobs")
+    assert status == 200
+    assert [job["name"] for job in json.loads(body)] == ["first", "second", "third"]
+
+
+def test_one_job_by_id(running: Running) -> None:
+    job = submit(running)
+    status, _, body = call(running, "GET", f"/jobs/{job['id']}")
+    assert (status, json.loads(body)) == (200, job)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/jobs/j-999999"),
+        ("GET", "/jobs/j-999999/logs"),
+        ("DELETE", "/jobs/j-999999"),
+        ("GET", "/jobs/%2E%2E%2Fsecret"),
+    ],
+    ids=["get", "logs", "cancel", "quoted-id"],
+)
+def test_an_unknown_job_is_a_404(running: Running, method: str, path: str) -> None:
+    status, _, body = call(running, method, path)
+    assert status == 404
+    assert "no job" in json.loads(body)["error"]
+
+
+def test_an_unknown_route_is_a_404_and_a_wrong_method_a_405(running: Running) -> None:
+    assert call(running, "GET", "/jobs/j-000001/nothing")[0] == 404
+    status, response, _ = call(running, "PUT", "/jobs")
+    assert status == 405
+    assert response.getheader("Allow") == "GET, POST"
+
+
+def test_logs_are_plain_text_and_tail_keeps_the_last_lines(running: Running) -> None:
+    job = submit(running)
+    running.service.write_log(job["id"], "one\ntwo\nthree\n")
+    status, response, body = call(running, "GET", f"/jobs/{job['id']}/logs")
+    assert (status, body) == (200, b"one\ntwo\nthree\n")
+    assert response.getheader("Content-Type") == "text/plain; charset=utf-8"
+    assert call(running, "GET", f"/jobs/{job['id']}/logs?tail=2")[2] == b"two\nthree\n"
+    assert call(running, "GET", f"/jobs/{job['id']}/logs?tail=0")[2] == b""
+
+
+@pytest.mark.parametrize("tail", ["-1", "x", "", "1.5"])
+def test_a_bad_tail_is_a_400(running: Running, tail: str) -> None:
+    job = submit(running)
+    status, _, body = call(running, "GET", f"/jobs/{job['id']}/logs?tail={tail}")
+    assert status == 400
+    assert json.loads(body)["field"] == "tail"
+
+
+def test_delete_cancels_and_a_second_delete_is_a_400(running: Running) -> None:
+    job = submit(running)
+    status, _, body = call(running, "DELETE", f"/jobs/{job['id']}")
+    assert (status, json.loads(body)["state"]) == (200, "cancelled")
+    status, _, body = call(running, "DELETE", f"/jobs/{job['id']}")
+    assert status == 400
+    assert "already cancelled" in json.loads(body)["error"]
+
+
+def test_shutdown_is_a_202_and_sets_the_event(running: Running) -> None:
+    status, _, body = call(running, "POST", "/shutdown")
+    assert (status, json.loads(body)) == (202, {"status": "stopping"})
+    assert running.server.shutdown_requested.wait(5)
+
+
+def test_healthz_reports_the_process(running: Running) -> None:
+    import os
+
+    status, _, body = call(running, "GET", "/healthz", token=None)
+    assert (status, json.loads(body)) == (200, {"status": "ok", "pid": os.getpid()})
+
+
+class Broken(FakeService):
+    def jobs(self) -> list[dict[str, Any]]:
+        raise RuntimeError("secret internal detail")
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return {"id": job_id, "predicted_finish_at": math.nan}
+
+
+def test_a_failing_service_is_a_500_with_a_generic_message(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with running_service(tmp_path, Broken()) as running:
+        status, _, body = call(running, "GET", "/jobs")
+        assert status == 500
+        assert "secret" not in body.decode()
+        assert "internal error" in json.loads(body)["error"]
+        # NaN is not JSON: refused rather than sent.
+        assert call(running, "GET", "/jobs/j-000001")[0] == 500
+    assert "RuntimeError: secret internal detail" in capfd.readouterr().err
+
+
+# --- binding -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("localhost", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("", False),
+        ("192.168.1.10", False),
+        ("example.org", False),
+    ],
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "", "192.168.1.10"])
+def test_a_non_loopback_bind_needs_allow_remote(host: str) -> None:
+    with pytest.raises(InputError, match="allow_remote=True") as caught:
+        serve(FakeService(), host=host, token="t", poll_interval_s=0.01)
+    assert caught.value.field == "host"
+
+
+def test_allow_remote_binds_every_interface() -> None:
+    with serve(
+        FakeService(), host="0.0.0.0", token="t", poll_interval_s=0.01, allow_remote=True
+    ) as server:
+        assert server.host == "0.0.0.0"
+        assert server.port > 0
+
+
+def test_an_empty_token_is_refused() -> None:
+    with pytest.raises(InputError, match="token"):
+        serve(FakeService(), token="")
+
+
+def test_close_frees_the_port() -> None:
+    server = serve(FakeService(), token="t", poll_interval_s=0.01)
+    port = server.port
+    server.close()
+    with serve(FakeService(), port=port, token="t", poll_interval_s=0.01) as again:
+        assert again.port == port
+
+
+def test_serve_uses_the_given_shutdown_event(tmp_path: Path) -> None:
+    stop = threading.Event()
+    with serve(FakeService(), token="t", poll_interval_s=0.01, shutdown_event=stop) as server:
+        Client(server.url, "t").shutdown()
+        assert stop.wait(5)
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+EXPECTED_METRICS = """\
+# HELP qosched_queue_length Jobs waiting for CPUs (queued or preempted).
+# TYPE qosched_queue_length gauge
+qosched_queue_length 2
+# HELP qosched_running_jobs Jobs running now.
+# TYPE qosched_running_jobs gauge
+qosched_running_jobs 2
+# HELP qosched_capacity_cpus CPU cores the service schedules.
+# TYPE qosched_capacity_cpus gauge
+qosched_capacity_cpus 4
+# HELP qosched_allocated_cpus CPU cores each running job holds now.
+# TYPE qosched_allocated_cpus gauge
+qosched_allocated_cpus{job="j-000001"} 3
+qosched_allocated_cpus{job="j-000002"} 1
+# HELP qosched_job_outcomes_total Finished jobs by outcome.
+# TYPE qosched_job_outcomes_total counter
+qosched_job_outcomes_total{outcome="met"} 1
+qosched_job_outcomes_total{outcome="missed"} 1
+qosched_job_outcomes_total{outcome="failed"} 0
+qosched_job_outcomes_total{outcome="cancelled"} 1
+qosched_job_outcomes_total{outcome="declined"} 0
+"""
+
+
+def test_metrics_route_serves_prometheus_text(running: Running) -> None:
+    service = running.service
+    jobs = [submit(running, spec_text(name=f"job-{n}")) for n in range(7)]
+    service.update(jobs[0]["id"], state="running", cpus=[0, 1, 2])
+    service.update(jobs[1]["id"], state="running", cpus=[3])
+    service.update(jobs[2]["id"], state="preempted")
+    finished_at = jobs[3]["deadline_at"]
+    service.update(jobs[3]["id"], state="succeeded", finished_at=finished_at)
+    service.update(jobs[4]["id"], state="succeeded", finished_at=finished_at + 1)
+    service.cancel(jobs[5]["id"])
+    status, response, body = call(running, "GET", "/metrics", token=None)
+    assert status == 200
+    assert response.getheader("Content-Type") == PROMETHEUS_CONTENT_TYPE
+    assert body.decode() == EXPECTED_METRICS
+
+
+def test_metrics_with_no_jobs_still_lists_every_family() -> None:
+    text = render_metrics(Metrics(capacity_cpus=2, queued=0, running=0))
+    assert "# TYPE qosched_allocated_cpus gauge\n# HELP qosched_job_outcomes_total" in text
+    assert 'qosched_job_outcomes_total{outcome="declined"} 0\n' in text
+    assert text.endswith("\n")
+
+
+def test_metrics_parse_back_with_escaped_labels() -> None:
+    metrics = Metrics(
+        capacity_cpus=8,
+        queued=1,
+        running=2,
+        allocated_cpus={'odd"id\\x\n': 2, "j-000002": 6},
+        outcomes={"met": 3, "missed": 0, "failed": 1, "cancelled": 0, "declined": 2},
+    )
+    text = render_metrics(metrics)
+    assert 'qosched_allocated_cpus{job="odd\\"id\\\\x\\n"} 2' in text
+    assert parse_metrics(text) == metrics
+
+
+def test_parse_metrics_rejects_what_is_not_prometheus_text() -> None:
+    with pytest.raises(QoschedError, match="line 1"):
+        parse_metrics("not a metric line at all {\n")
+    with pytest.raises(QoschedError, match="missing qosched_capacity_cpus"):
+        parse_metrics("qosched_queue_length 0\nqosched_running_jobs 0\n")
+
+
+# --- the client ----------------------------------------------------------------------------------
+
+
+def test_client_mirrors_every_route(running: Running, client: Client) -> None:
+    job = client.submit(spec_text(name="via-client"), "job.yaml")
+    assert client.jobs() == [job]
+    assert client.job(job["id"]) == job
+    running.service.write_log(job["id"], "a\nb\n")
+    assert client.logs(job["id"]) == "a\nb\n"
+    assert client.logs(job["id"], tail_lines=1) == "b\n"
+    assert client.metrics().queued == 1
+    assert client.metrics_text().startswith("# HELP qosched_queue_length")
+    assert client.cancel(job["id"])["state"] == "cancelled"
+    assert client.healthz()["status"] == "ok"
+    client.shutdown()
+    assert running.server.shutdown_requested.wait(5)
+
+
+def test_client_raises_the_servers_input_error(client: Client) -> None:
+    text = spec_text().replace("minCpus: 1", "minCpus: 0")
+    with pytest.raises(InputError) as caught:
+        client.submit(text, "my job.yaml")
+    error = caught.value
+    assert (error.source, error.line, error.field) == ("my job.yaml", 11, "spec.resources.minCpus")
+    assert str(error).startswith("my job.yaml:11: field 'spec.resources.minCpus': ")
+
+
+def test_client_raises_unknown_job_error(client: Client) -> None:
+    for call_route in (client.job, client.logs, client.cancel):
+        with pytest.raises(UnknownJobError) as caught:
+            call_route("j-424242")
+        assert caught.value.job_id == "j-424242"
+
+
+def test_client_with_a_wrong_token_says_so(running: Running) -> None:
+    with pytest.raises(QoschedError, match="refused the token"):
+        Client(running.server.url, "nope").jobs()
+
+
+def test_client_reports_an_unreachable_service() -> None:
+    server = serve(FakeService(), token="t", poll_interval_s=0.01)
+    url = server.url
+    server.close()
+    with pytest.raises(QoschedError, match="cannot reach the qosched service"):
+        Client(url, "t", timeout_s=2).jobs()
+
+
+def test_client_ignores_proxy_settings(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert client.jobs() == []

@@ -1,0 +1,355 @@
+"""The local-service commands (``qosched up/submit/status/logs/cancel/down``) against an
+in-process API server on the fake service."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import service_fakes
+from service_fakes import FakeLocalService, Running, fake_service_module, running_service, spec_text
+
+from qosched.backends.local.home import ENDPOINT_FILE, LOG_FILE, read_endpoint
+from qosched.cli import local
+from qosched.cli.main import main
+
+WAIT_S = 15.0
+
+
+@pytest.fixture
+def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
+    monkeypatch.setenv("COLUMNS", "200")  # rich tables keep whole words on one line
+    with running_service(tmp_path) as running:
+        yield running
+
+
+def qosched(home: Path, *args: str) -> int:
+    command, *rest = args
+    return main([command, "--home", str(home), *rest])
+
+
+def write_specs(directory: Path, *names: str) -> list[str]:
+    paths = []
+    for name in names:
+        path = directory / f"{name}.yaml"
+        path.write_text(spec_text(name=name))
+        paths.append(str(path))
+    return paths
+
+
+# --- submit --------------------------------------------------------------------------------------
+
+
+def test_submit_prints_one_id_a_line(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    specs = write_specs(tmp_path, "alpha", "beta")
+    assert qosched(running.home, "submit", *specs) == 0
+    assert capsys.readouterr().out == "j-000001\nj-000002\n"
+    assert [job["name"] for job in running.service.jobs()] == ["alpha", "beta"]
+    assert running.service.submitted_sources == specs
+
+
+def test_submit_checks_every_file_before_sending_any(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good, bad = write_specs(tmp_path, "good", "bad")
+    Path(bad).write_text(spec_text(name="bad").replace("minCpus: 1", "minCpus: 0"))
+    assert qosched(running.home, "submit", good, bad) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:11: field 'spec.resources.minCpus'" in err
+    assert running.service.jobs() == []
+
+
+def test_submit_of_a_missing_file_names_it(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "submit", str(tmp_path / "nope.yaml")) == 2
+    assert "nope.yaml: cannot read job spec" in capsys.readouterr().err
+
+
+def test_submit_reports_a_declined_job(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = running.service.submit
+
+    def declining(text: str, source: str) -> dict:
+        job = original(text, source)
+        running.service.update(job["id"], state="declined")
+        return {**job, "state": "declined"}
+
+    running.service.submit = declining  # type: ignore[method-assign]
+    assert qosched(running.home, "submit", *write_specs(tmp_path, "tight")) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "j-000001\n"
+    assert "j-000001 (tight) was declined" in captured.err
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+def test_status_shows_a_table_of_jobs(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "submit", *write_specs(tmp_path, "alpha", "beta", "gamma")) == 0
+    now = time.time()
+    service = running.service
+    service.update(
+        "j-000001",
+        state="running",
+        cpus=[0, 1, 2],
+        iterations_done=100,
+        predicted_finish_at=now + 120,
+        predicted_finish_band=[now + 100, now + 150],
+        guaranteed=True,
+    )
+    deadline = service.job("j-000002")["deadline_at"]
+    service.update("j-000002", state="succeeded", iterations_done=400, finished_at=deadline + 65)
+    capsys.readouterr()
+    assert qosched(running.home, "status") == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("j-")}
+    assert out.splitlines()[0].startswith("4 CPUs, 3 allocated · 1 running · 1 waiting")
+    assert "finished: missed 1" in out.splitlines()[0]
+    assert "ID" in out and "FINISH" in out
+    first = lines["j-000001"]
+    for expected in ("alpha", "running", "25% 100/400", "0-2", "in 10m", "on track (guaranteed)"):
+        assert expected in first, (expected, first)
+    assert "in 2m" in first and "(1m40s–2m30s)" in first
+    second = lines["j-000002"]
+    for expected in ("beta", "succeeded", "100% 400/400", "✗ missed by 1m5s"):
+        assert expected in second, (expected, second)
+    third = lines["j-000003"]
+    for expected in ("gamma", "queued", "0% 0/400"):
+        assert expected in third, (expected, third)
+
+
+def test_status_without_jobs_says_how_to_submit(
+    running: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "status") == 0
+    assert "no jobs yet" in capsys.readouterr().out
+
+
+def test_status_json_prints_the_job_list(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    qosched(running.home, "submit", *write_specs(tmp_path, "alpha"))
+    capsys.readouterr()
+    assert qosched(running.home, "status", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == running.service.jobs()
+
+
+def test_status_watch_and_json_do_not_mix(
+    running: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "status", "--watch", "--json") == 2
+    assert "--watch" in capsys.readouterr().err
+
+
+def test_status_watch_refreshes_until_ctrl_c(
+    running: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    naps = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(local.time, "sleep", sleep)
+    assert qosched(running.home, "status", "--watch") == 0
+    assert naps == [local.WATCH_INTERVAL_S] * 3
+    assert "no jobs yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("cpus", "text"),
+    [([], "-"), ([3], "3"), ([0, 1, 2, 5], "0-2,5"), ([7, 6, 0], "0,6-7"), ([1, 3, 5], "1,3,5")],
+)
+def test_cpu_ranges(cpus: list[int], text: str) -> None:
+    assert local.cpu_ranges(cpus) == text
+
+
+# --- logs and cancel -----------------------------------------------------------------------------
+
+
+def test_logs_prints_the_output_and_tail_cuts_it(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    qosched(running.home, "submit", *write_specs(tmp_path, "alpha"))
+    running.service.write_log("j-000001", "step 1\nstep 2\nstep 3\n")
+    capsys.readouterr()
+    assert qosched(running.home, "logs", "j-000001") == 0
+    assert capsys.readouterr().out == "step 1\nstep 2\nstep 3\n"
+    assert qosched(running.home, "logs", "j-000001", "--tail", "1") == 0
+    assert capsys.readouterr().out == "step 3\n"
+
+
+def test_cancel_prints_the_outcome_and_refuses_twice(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    qosched(running.home, "submit", *write_specs(tmp_path, "alpha"))
+    capsys.readouterr()
+    assert qosched(running.home, "cancel", "j-000001") == 0
+    assert capsys.readouterr().out == "j-000001 cancelled\n"
+    assert qosched(running.home, "cancel", "j-000001") == 2
+    assert "already cancelled" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [("logs", "j-000404"), ("cancel", "j-000404")])
+def test_an_unknown_job_is_an_error(
+    running: Running, command: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, *command) == 2
+    assert "no job 'j-000404'" in capsys.readouterr().err
+
+
+# --- down, and commands without a service --------------------------------------------------------
+
+
+def test_down_stops_the_service_and_waits_for_service_json(
+    running: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "down") == 0
+    assert capsys.readouterr().out == "qosched service stopped\n"
+    assert running.server.shutdown_requested.is_set()
+    assert not (running.home / ENDPOINT_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    "command", [("status",), ("logs", "j-000001"), ("cancel", "j-000001"), ("down",)]
+)
+def test_without_a_service_the_error_says_how_to_start_one(
+    tmp_path: Path, command: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(tmp_path, *command) == 2
+    assert "no qosched service is running (start one with `qosched up`)" in capsys.readouterr().err
+
+
+def test_home_defaults_to_qosched_home(
+    running: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("QOSCHED_HOME", str(running.home))
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+# --- up ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_local_service(monkeypatch: pytest.MonkeyPatch) -> list[FakeLocalService]:
+    monkeypatch.setitem(sys.modules, "qosched.backends.local.service", fake_service_module())
+    monkeypatch.setattr(FakeLocalService, "opened", [])
+    return FakeLocalService.opened
+
+
+def wait_for(condition: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_up_serves_until_down_then_cleans_up(
+    tmp_path: Path, fake_local_service: list[FakeLocalService], capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    codes: list[int] = []
+    thread = threading.Thread(
+        target=lambda: codes.append(qosched(home, "up", "--cpus", "0-1", "--policy", "fifo"))
+    )
+    thread.start()
+    try:
+        wait_for(lambda: (home / ENDPOINT_FILE).exists(), "service.json")
+        (service,) = fake_local_service
+        assert (service.home, service.cpus, service.policy) == (home, (0, 1), "fifo")
+        endpoint = read_endpoint(home)
+        assert endpoint.pid == os.getpid()
+        assert qosched(home, "submit", *write_specs(tmp_path, "alpha")) == 0
+        assert service.jobs()[0]["name"] == "alpha"
+        assert f"listening on {endpoint.url}" in capsys.readouterr().out
+        assert qosched(home, "up") == 2  # one service per home
+        assert "already running" in capsys.readouterr().err
+        assert qosched(home, "down") == 0
+    finally:
+        thread.join(WAIT_S)
+    assert codes == [0]
+    assert service.stopped and service.closed
+    assert not (home / ENDPOINT_FILE).exists()
+    assert capsys.readouterr().out.count("qosched service stopped") == 2  # from up and down
+
+
+def test_up_refuses_while_a_service_is_alive(
+    running: Running, fake_local_service: list[FakeLocalService], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "up") == 2
+    assert "already running" in capsys.readouterr().err
+    assert fake_local_service == []
+
+
+def test_up_detach_starts_a_background_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = local._service_argv
+
+    def fake_argv(home: Path, args: argparse.Namespace) -> list[str]:
+        argv = original(home, args)
+        assert argv[1:4] == ["-m", "qosched.cli.main", "up"]
+        return [argv[0], service_fakes.__file__, *argv[3:]]
+
+    monkeypatch.setattr(local, "_service_argv", fake_argv)
+    home = tmp_path / "home"
+    assert qosched(home, "up", "--detach", "--cpus", "0") == 0
+    endpoint = read_endpoint(home)
+    try:
+        assert endpoint.pid != os.getpid()
+        assert f"running at {endpoint.url} (pid {endpoint.pid}" in capsys.readouterr().out
+        assert qosched(home, "up", "--detach") == 2
+        assert "already running" in capsys.readouterr().err
+        assert qosched(home, "status", "--json") == 0
+        assert json.loads(capsys.readouterr().out) == []
+    finally:
+        assert qosched(home, "down") == 0
+    log = (home / LOG_FILE).read_text()
+    assert "listening on" in log and "qosched service stopped" in log
+
+
+def test_up_detach_reports_a_service_that_dies_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        local,
+        "_service_argv",
+        lambda home, args: [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"],
+    )
+    assert qosched(tmp_path, "up", "--detach") == 2
+    err = capsys.readouterr().err
+    assert "exited with code 3 while starting" in err
+    assert "boom" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "cores"),
+    [("0", (0,)), ("0,1", (0, 1)), ("0-3,6", (0, 1, 2, 3, 6)), ("5, 2", (2, 5))],
+)
+def test_cpu_list(text: str, cores: tuple[int, ...]) -> None:
+    assert local._cpu_list(text) == cores
+
+
+@pytest.mark.parametrize("text", ["", "a", "1-", "3-1", "0,0", "0-2,1", "-1"])
+def test_a_bad_cpu_list_is_a_usage_error(
+    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["up", "--home", str(tmp_path), "--cpus", text])
+    assert caught.value.code == 2
+    assert "--cpus" in capsys.readouterr().err

@@ -1,0 +1,133 @@
+"""The local service end to end with real worker processes (kept short: tiny jobs)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.backends.local.protocol import ENV_CRASH_AT
+from qosched.backends.local.service import LocalService, assign_cores, wait_until_idle
+from qosched.core.errors import InputError
+
+CORES = tuple(sorted(os.sched_getaffinity(0)))
+
+
+def spec(name: str, iterations: int = 30, deadline_s: int = 600, **extra) -> TrainingJobSpec:
+    return TrainingJobSpec(
+        name=name,
+        iterations=iterations,
+        deadline=Deadline(relative_s=deadline_s, absolute_at=None),
+        workload=extra.pop("workload", "cnn"),
+        resources=Resources(min_cpus=1, max_cpus=len(CORES)),
+        **extra,
+    )
+
+
+def open_service(home: Path, policy: str = "qos") -> LocalService:
+    return LocalService.open(home, policy=policy, tick_s=0.5)
+
+
+# -- assign_cores: hand-computed cases -------------------------------------------------------------
+
+
+def test_unchanged_jobs_keep_their_cores_and_new_ones_take_free_cores():
+    current = {"a": (2, 3), "b": (0,)}
+    assert assign_cores({"a": 2, "b": 1, "c": 1}, current, range(4)) == {
+        "a": (2, 3),
+        "b": (0,),
+        "c": (1,),
+    }
+
+
+def test_a_shrinking_job_keeps_a_prefix_and_a_growing_one_keeps_its_own():
+    current = {"a": (0, 1, 2), "b": (3,)}
+    assert assign_cores({"a": 1, "b": 3}, current, range(4)) == {"a": (0,), "b": (1, 2, 3)}
+
+
+def test_more_cores_than_exist_is_refused():
+    with pytest.raises(ValueError, match="5 cores wanted, 4 exist"):
+        assign_cores({"a": 3, "b": 2}, {}, range(4))
+
+
+# -- real processes -------------------------------------------------------------------------------
+
+
+def test_a_job_runs_to_completion_and_its_result_is_recorded(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(spec("one"))["id"]
+    assert wait_until_idle(service, timeout_s=120)
+    job = service.job(job_id)
+    assert job["state"] == "succeeded"
+    assert job["iterations_done"] == 30
+    record = service.store.get(job_id)
+    assert record.result is not None and record.result["iterations"] == 30
+    samples = service.store.progress(job_id)
+    assert samples and samples[-1].iteration == 30
+    assert [s.iteration for s in samples] == sorted(s.iteration for s in samples)
+    service.close()
+
+
+def test_a_killed_service_loses_no_job_and_every_job_still_completes(tmp_path):
+    service = open_service(tmp_path)
+    first = service.submit_spec(spec("first", iterations=150))["id"]
+    second = service.submit_spec(spec("second", iterations=40, workload="transformer"))["id"]
+    deadline = time.monotonic() + 60
+    while service.job(first)["iterations_done"] < 5 and time.monotonic() < deadline:
+        service.step()
+        time.sleep(0.2)
+    assert service.job(first)["state"] == "running"
+    # The service dies without stopping anything: workers keep running in their own session.
+    service.store.close()
+    del service
+    reopened = open_service(tmp_path)
+    assert {j["id"] for j in reopened.jobs()} == {first, second}
+    assert wait_until_idle(reopened, timeout_s=180)
+    assert [reopened.job(j)["state"] for j in (first, second)] == ["succeeded", "succeeded"]
+    kinds = [e.kind for e in reopened.store.events(first)]
+    assert "re-adopted" in kinds or kinds.count("launched") >= 2
+    reopened.close()
+
+
+def test_a_crashing_job_is_retried_then_failed_with_its_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_CRASH_AT, "3")
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(spec("crashy"))["id"]
+    assert wait_until_idle(service, timeout_s=120)
+    job = service.job(job_id)
+    assert job["state"] == "failed"
+    assert job["attempts"] == 3
+    assert "QOSCHED_WORKER_CRASH_AT" in job["error"] or "crash" in job["error"].lower()
+    service.close()
+
+
+def test_cancel_stops_a_running_job_and_a_finished_job_cannot_be_cancelled(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(spec("long", iterations=5000))["id"]
+    deadline = time.monotonic() + 60
+    while service.job(job_id)["state"] != "running" and time.monotonic() < deadline:
+        service.step()
+        time.sleep(0.2)
+    service.cancel(job_id)
+    assert wait_until_idle(service, timeout_s=60)
+    assert service.job(job_id)["state"] == "cancelled"
+    with pytest.raises(InputError, match="already cancelled"):
+        service.cancel(job_id)
+    service.close()
+
+
+def test_qos_declines_an_impossible_deadline_unless_best_effort_is_allowed(tmp_path):
+    service = open_service(tmp_path)
+    # A million iterations in a minute: no prior speed on this machine comes near.
+    hopeless = service.submit_spec(spec("hopeless", iterations=1_000_000, deadline_s=60))
+    assert hopeless["state"] == "declined"
+    allowed = service.submit_spec(
+        spec("hopeful", iterations=1_000_000, deadline_s=60, best_effort=True)
+    )
+    assert allowed["state"] in ("queued", "running")
+    service.cancel(allowed["id"])
+    wait_until_idle(service, timeout_s=60)
+    service.close()
