@@ -15,9 +15,9 @@ setup: $(BIN)/python
 setup-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 
-## Simulate the bundled example workload under every policy: table on stdout, plots in qosched-out/.
+## Run the bundled real training workload under qos and under fifo on this machine, and compare.
 demo: setup
-	$(BIN)/qosched demo --out qosched-out
+	$(BIN)/qosched demo
 
 ## Lint and run the whole test suite.
 test: setup-dev

@@ -46,10 +46,10 @@ def bundled_jobs(cores: int, scale: float = 1.0) -> list[DemoJob]:
         )
 
     return [
-        job("cnn-a", "cnn", 500, 75, 0),
-        job("transformer-a", "transformer", 700, 75, 5),
-        job("cnn-b", "cnn", 400, 70, 15),
-        job("transformer-b", "transformer", 500, 70, 25),
+        job("cnn-a", "cnn", 500, 45, 0),
+        job("transformer-a", "transformer", 700, 65, 5),
+        job("cnn-b", "cnn", 400, 45, 15),
+        job("transformer-b", "transformer", 500, 40, 25),
     ]
 
 

@@ -63,8 +63,9 @@ from qosched.core.errors import InputError
 MAX_ATTEMPTS = 3
 #: Seconds between decisions when nothing happens; also how often progress is read.
 TICK_S = 5.0
-#: What the policy is told a re-size costs. Re-sizing here is in place (new affinity and thread
-#: count between two iterations); the measured cost is in docs/results/local.md.
+#: What the policy is told a change of cores costs. Measured (docs/results/local.md): an in-place
+#: re-size about 0.1 s, a pre-emption plus restart about 3.5 s (checkpoint, exit, a new process
+#: importing torch); one value serves both, between the two.
 RESIZE_PAUSE_S = 1.0
 #: Checkpoint a running job this often (iterations); also bounds the work a crash loses.
 CHECKPOINT_EVERY = 50
@@ -294,30 +295,47 @@ class LocalService:
         is_guaranteed = getattr(self.policy, "is_guaranteed", None)
         return bool(is_guaranteed(job_id)) if is_guaranteed is not None else False
 
-    def _view(self, now: float) -> ClusterView:
-        jobs = [live.state for live in self._live.values() if live.state.phase != Phase.DECLINED]
-        return ClusterView(now, self.cluster, jobs, RESIZE_PAUSE_S)
+    def _view(self, now: float, cores: int | None = None) -> ClusterView:
+        """The jobs the policy decides for, on ``cores`` cores (default: all the service's).
+        A job that has done all its iterations is writing its result: it keeps its cores until
+        it exits, and the policy does not see it."""
+        jobs = [live.state for live in self._live.values() if not self._finishing(live)]
+        cluster = self.cluster if cores is None else ClusterSpec.cpu(1, cores)
+        return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
+
+    @staticmethod
+    def _finishing(live: _Live) -> bool:
+        return bool(live.cores) and live.state.remaining_iterations <= 0
 
     def _decide(self, now: float) -> None:
         self._dirty = False
         self._next_decision = now + self.tick_s
-        view = self._view(now)
+        held = {c for live in self._live.values() if self._finishing(live) for c in live.cores}
+        free = [c for c in self.cores if c not in held]
+        if not free:
+            return  # every core is finishing a job: decide when one exits
         for live in self._live.values():
             # The policy's clock of compute time must not count a pause in course.
             live.state.resume_s = -math.inf
-        decision = self.policy.allocate(view)
+        decision = self.policy.allocate(self._view(now, len(free)))
         self._wake_at = decision.wake_at
-        counts = {job_id: count for job_id, count in decision.workers.items() if count}
-        for job_id, count in counts.items():
+        counts: dict[str, int] = {}
+        room = len(free)
+        for job_id, count in decision.workers.items():  # in the policy's priority order
             bounds = self._live[job_id].record.spec.resources
-            high = bounds.max_cpus or len(self.cores)
-            counts[job_id] = max(bounds.min_cpus, min(count, high))
-        assignment = assign_cores(
-            counts, {j: live.cores for j, live in self._live.items() if live.cores}, self.cores
-        )
+            count = max(bounds.min_cpus, min(count, bounds.max_cpus or count)) if count else 0
+            if 0 < count <= room:  # a job whose minimum no longer fits waits
+                counts[job_id] = count
+                room -= count
+        current = {
+            job_id: live.cores
+            for job_id, live in self._live.items()
+            if live.cores and not self._finishing(live)
+        }
+        assignment = assign_cores(counts, current, free)
         for job_id, live in list(self._live.items()):
             cores = assignment.get(job_id, ())
-            if cores == live.cores or live.stopping:
+            if cores == live.cores or live.stopping or self._finishing(live):
                 continue
             if not cores:
                 self._preempt(live)

@@ -1,0 +1,239 @@
+"""Evidence for the local service: real training jobs on this machine's cores.
+
+    python bench/local_evidence.py workload [--repeats 2]   # about 3 min per repeat on 2 cores
+    python bench/local_evidence.py resize                   # about 1 min
+
+- workload: the bundled real workload (``qosched demo``) under ``qos`` and under ``fifo`` with
+  the users' over-provisioned requests: deadlines met, CPU time used per core-second allocated,
+  and the prediction error of the real jobs against their progress (from each qos job's own
+  progress samples in the store: the predictor ``qos`` uses, fed the samples up to a point,
+  predicts the rest; compared with what happened).
+- resize: what a re-size costs. In place: a running worker's allocation is rewritten, timed
+  from the write to the worker's ``resize`` event, plus how much longer the iterations around
+  it took. By restart (what a re-size would cost without the in-place path): SIGTERM to exit
+  (checkpoint), and launch to first progress of the restarted worker.
+
+Every number comes from real processes on this machine; the tables print the machine's CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from qosched.backends.local.demo import RunReport, bundled_jobs, run_workload
+from qosched.backends.local.progress import WorkerEvent, read_progress
+from qosched.backends.local.protocol import (
+    ALLOCATION_FILE,
+    JOB_FILE,
+    PROGRESS_FILE,
+    Allocation,
+    WorkerJob,
+    write_allocation,
+    write_worker_job,
+)
+from qosched.backends.local.speeds import prior_curve
+from qosched.backends.local.store import JobState, Store
+from qosched.cluster.predict import OnlinePredictor
+
+BUCKETS = ((0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
+    """Per bucket of work done: |predicted - actual| / actual remaining time, for every
+    progress sample of every succeeded job, predicting from the samples before it."""
+    errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
+    for record in store.list([JobState.SUCCEEDED]):
+        samples = store.progress(record.id)
+        if len(samples) < 3 or record.finished_at is None:
+            continue
+        predictor = OnlinePredictor.from_curve(prior_curve(record.spec, 2), confidence=0.2)
+        clock = 0.0  # compute time: the samples' gaps, so pauses between runs do not count
+        previous = None
+        for sample in samples:
+            if previous is not None and sample.cpus == previous.cpus:
+                clock += sample.t - previous.t
+            predictor.observe(clock, sample.iteration, sample.cpus)
+            previous = sample
+            done = sample.iteration / record.spec.iterations
+            actual = record.finished_at - sample.t
+            bucket = next((b for b in BUCKETS if b[0] <= done < b[1]), None)
+            if bucket is None or actual <= 1.0:
+                continue
+            remaining = record.spec.iterations - sample.iteration
+            predicted = remaining / predictor.predict(sample.cpus).rate
+            errors[bucket].append(abs(predicted - actual) / actual)
+    return errors
+
+
+def workload(args: argparse.Namespace) -> None:
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    print(
+        f"# The bundled real workload under qos and fifo: {len(cores)} cores of {cpu_model()}, "
+        f"{args.repeats} repeat(s)\n"
+    )
+    print(
+        "Four real PyTorch training jobs (`qosched demo`), each asking for every core (the "
+        "over-provisioning users of the paper); `fifo` honours the requests, `qos` sees only "
+        "the deadlines. *CPU use* = CPU time of the worker processes / core-seconds allocated.\n"
+    )
+    print("| repeat | policy | deadlines met | per job: done in / deadline s | CPU use | wall s |")
+    print("|---|---|---|---|---|---|")
+    errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
+    totals: dict[str, list[RunReport]] = {"qos": [], "fifo": []}
+    for repeat in range(1, args.repeats + 1):
+        for policy in ("qos", "fifo"):
+            with tempfile.TemporaryDirectory() as home:
+                report = run_workload(policy, bundled_jobs(len(cores)), home=Path(home))
+                if policy == "qos":
+                    with Store(Path(home) / policy / "state.db") as store:
+                        for bucket, values in prediction_errors(store).items():
+                            errors[bucket].extend(values)
+            totals[policy].append(report)
+            cells = ", ".join(
+                f"{job.name} {_done(job)} / {job.deadline_at - job.submitted_at:.0f}"
+                for job in report.jobs
+            )
+            use = "-" if report.utilisation is None else f"{report.utilisation:.0%}"
+            print(
+                f"| {repeat} | {policy} | {report.met} of {len(report.jobs)} | {cells} | {use} | "
+                f"{report.wall_s:.0f} |"
+            )
+    print("\n## Prediction error of the real qos jobs against their progress\n")
+    print("| work done | samples | median error | p90 error | within 10% |")
+    print("|---|---|---|---|---|")
+    for (low, high), values in errors.items():
+        if not values:
+            print(f"| {low:.0%}-{high:.0%} | 0 | - | - | - |")
+            continue
+        values.sort()
+        p90 = values[min(len(values) - 1, int(0.9 * len(values)))]
+        within = sum(v <= 0.10 for v in values) / len(values)
+        print(
+            f"| {low:.0%}-{high:.0%} | {len(values)} | {statistics.median(values):.1%} | "
+            f"{p90:.1%} | {within:.0%} |"
+        )
+    for policy, reports in totals.items():
+        met = sum(r.met for r in reports)
+        jobs = sum(len(r.jobs) for r in reports)
+        use = [r.utilisation for r in reports if r.utilisation is not None]
+        mean_use = f"{statistics.fmean(use):.0%}" if use else "-"
+        print(
+            f"\n- {policy}: {met} of {jobs} deadlines met; CPU use of allocated cores "
+            f"{mean_use} (mean over repeats)."
+        )
+
+
+def _done(job) -> str:
+    if job.finished_at is None:
+        return job.state
+    return f"{job.finished_at - job.submitted_at:.0f}" + ("" if job.met else " (missed)")
+
+
+# -- resize -------------------------------------------------------------------------------------
+
+
+def _start_worker(job_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "qosched.backends.local.worker", str(job_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait_for(job_dir: Path, predicate, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for event in read_progress(job_dir / PROGRESS_FILE):
+            if predicate(event):
+                return event
+        time.sleep(0.01)
+    raise TimeoutError("the worker did not report in time")
+
+
+def resize(args: argparse.Namespace) -> None:
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    if len(cores) < 2:
+        sys.exit("resize needs at least two cores")
+    print(f"# What a re-size costs: {cpu_model()}, cnn workload\n")
+    in_place, restart_stop, restart_start = [], [], []
+    with tempfile.TemporaryDirectory() as root:
+        job_dir = Path(root) / "job"
+        job_dir.mkdir()
+        write_worker_job(job_dir / JOB_FILE, WorkerJob("job", "cnn", None, 100_000, 0, 10_000))
+        write_allocation(job_dir / ALLOCATION_FILE, Allocation(cores[:1], 1))
+        worker = _start_worker(job_dir)
+        _wait_for(job_dir, lambda e: e.event is WorkerEvent.PROGRESS)
+        for version in range(2, 2 + 2 * args.resizes):
+            chosen = cores[:2] if version % 2 == 0 else cores[:1]
+            written = time.time()
+            write_allocation(job_dir / ALLOCATION_FILE, Allocation(chosen, version))
+            event = _wait_for(
+                job_dir, lambda e, v=version: e.event is WorkerEvent.RESIZE and e.version == v
+            )
+            in_place.append(event.t - written)
+            time.sleep(1.0)
+        # By restart: stop with SIGTERM (checkpoint), start again, wait for progress.
+        for _ in range(args.restarts):
+            stopped = time.time()
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=120)
+            restart_stop.append(time.time() - stopped)
+            before = len(read_progress(job_dir / PROGRESS_FILE))
+            started = time.time()
+            worker = _start_worker(job_dir)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                events = read_progress(job_dir / PROGRESS_FILE)[before:]
+                if any(e.event is WorkerEvent.PROGRESS for e in events):
+                    break
+                time.sleep(0.01)
+            restart_start.append(time.time() - started)
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=120)
+    print("| re-size | samples | median s | max s |")
+    print("|---|---|---|---|")
+    for name, values in (
+        ("in place: allocation written -> worker re-pinned", in_place),
+        ("restart: SIGTERM -> checkpointed and exited", restart_stop),
+        ("restart: launch -> first progress report", restart_start),
+    ):
+        print(f"| {name} | {len(values)} | {statistics.median(values):.3f} | {max(values):.3f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    w = commands.add_parser("workload", help="qos vs fifo on the bundled real workload")
+    w.add_argument("--repeats", type=int, default=1)
+    w.set_defaults(run=workload)
+    r = commands.add_parser("resize", help="the cost of a re-size, in place and by restart")
+    r.add_argument("--resizes", type=int, default=5)
+    r.add_argument("--restarts", type=int, default=3)
+    r.set_defaults(run=resize)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    args.run(args)
+    print(f"\n_wall time: {time.perf_counter() - started:.0f} s_")
+
+
+if __name__ == "__main__":
+    main()
