@@ -7,7 +7,7 @@
   the users' over-provisioned requests: deadlines met, CPU time used per core-second allocated,
   and the prediction error of the real jobs against their progress (from each qos job's own
   progress samples in the store: the predictor ``qos`` uses, fed the samples up to a point,
-  predicts the rest; compared with what happened).
+  predicts the speed on the job's cores, compared with the speed the job then ran at there).
 - resize: what a re-size costs. In place: a running worker's allocation is rewritten, timed
   from the write to the worker's ``resize`` event, plus how much longer the iterations around
   it took. By restart (what a re-size would cost without the in-place path): SIGTERM to exit
@@ -44,7 +44,9 @@ from qosched.backends.local.speeds import prior_curve
 from qosched.backends.local.store import JobState, Store
 from qosched.cluster.predict import OnlinePredictor
 
-BUCKETS = ((0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
+BUCKETS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
+WINDOW_S = 4.0
+MAX_REPORT_GAP_S = 2.0  # workers report progress every 0.5 s while they run
 
 
 def cpu_model() -> str:
@@ -58,30 +60,47 @@ def cpu_model() -> str:
 
 
 def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
-    """Per bucket of work done: |predicted - actual| / actual remaining time, for every
-    progress sample of every succeeded job, predicting from the samples before it."""
+    """Per bucket of work done: the error of the predicted speed on the job's current cores
+    against the speed it then ran at there (over the next ``WINDOW_S`` seconds on the same
+    count): the error of the predicted remaining time at that allocation. The predictor is the
+    one ``qos`` uses, fed the job's samples up to that point."""
     errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
     for record in store.list([JobState.SUCCEEDED]):
         samples = store.progress(record.id)
-        if len(samples) < 3 or record.finished_at is None:
-            continue
         predictor = OnlinePredictor.from_curve(prior_curve(record.spec, 2), confidence=0.2)
         clock = 0.0  # compute time: the samples' gaps, so pauses between runs do not count
-        previous = None
-        for sample in samples:
-            if previous is not None and sample.cpus == previous.cpus:
+        for i, sample in enumerate(samples):
+            previous = samples[i - 1] if i else None
+            if _same_run(previous, sample):
                 clock += sample.t - previous.t
             predictor.observe(clock, sample.iteration, sample.cpus)
-            previous = sample
-            done = sample.iteration / record.spec.iterations
-            actual = record.finished_at - sample.t
-            bucket = next((b for b in BUCKETS if b[0] <= done < b[1]), None)
-            if bucket is None or actual <= 1.0:
+            ahead = []
+            for later in samples[i + 1 :]:
+                if later.t - sample.t > WINDOW_S or not _same_run(
+                    ahead[-1] if ahead else sample, later
+                ):
+                    break
+                ahead.append(later)
+            if not ahead or ahead[-1].t - sample.t < WINDOW_S / 2:
                 continue
-            remaining = record.spec.iterations - sample.iteration
-            predicted = remaining / predictor.predict(sample.cpus).rate
-            errors[bucket].append(abs(predicted - actual) / actual)
+            realised = (ahead[-1].iteration - sample.iteration) / (ahead[-1].t - sample.t)
+            done = sample.iteration / record.spec.iterations
+            bucket = next((b for b in BUCKETS if b[0] <= done < b[1]), None)
+            if bucket is None or realised <= 0:
+                continue
+            predicted = predictor.predict(sample.cpus).rate
+            errors[bucket].append(abs(predicted - realised) / realised)
     return errors
+
+
+def _same_run(earlier, later) -> bool:
+    """Two consecutive samples of one uninterrupted run on the same cores: a longer gap than a
+    few report intervals is a pre-emption or a restart, whose downtime is not compute time."""
+    return (
+        earlier is not None
+        and later.cpus == earlier.cpus
+        and later.t - earlier.t <= MAX_REPORT_GAP_S
+    )
 
 
 def workload(args: argparse.Namespace) -> None:
@@ -118,6 +137,11 @@ def workload(args: argparse.Namespace) -> None:
                 f"{report.wall_s:.0f} |"
             )
     print("\n## Prediction error of the real qos jobs against their progress\n")
+    print(
+        f"Predicted speed on the job's current cores against the speed it then ran at there "
+        f"(next {WINDOW_S:g} s), i.e. the error of the predicted remaining time at that "
+        "allocation.\n"
+    )
     print("| work done | samples | median error | p90 error | within 10% |")
     print("|---|---|---|---|---|")
     for (low, high), values in errors.items():
