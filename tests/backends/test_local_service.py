@@ -131,3 +131,53 @@ def test_qos_declines_an_impossible_deadline_unless_best_effort_is_allowed(tmp_p
     service.cancel(allowed["id"])
     wait_until_idle(service, timeout_s=60)
     service.close()
+
+
+def test_a_job_over_its_memory_limit_is_killed_and_failed_with_the_reason(tmp_path):
+    service = open_service(tmp_path)
+    tiny = TrainingJobSpec(
+        name="tiny-memory",
+        iterations=5000,
+        deadline=Deadline(relative_s=600, absolute_at=None),
+        workload="cnn",
+        resources=Resources(min_cpus=1, max_cpus=len(CORES), memory_bytes=1 << 20),
+    )
+    job_id = service.submit_spec(tiny)["id"]
+    assert wait_until_idle(service, timeout_s=120)
+    job = service.job(job_id)
+    assert job["state"] == "failed"
+    assert "exceeded its memory limit of 1 MiB" in job["error"]
+    assert job["attempts"] == 1  # not retried: it would exceed the limit again
+    service.close()
+
+
+def test_resident_bytes_counts_a_process_and_its_children():
+    import signal
+    import subprocess
+    import sys
+
+    from qosched.backends.local.service import resident_bytes
+
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; x = bytearray(64 << 20); "
+            "time.sleep(30)']); time.sleep(30)",
+        ],
+        start_new_session=True,  # one process group: the test can stop the child with it
+    )
+    try:
+        deadline = time.monotonic() + 20
+        alone = 0
+        while time.monotonic() < deadline:
+            alone = resident_bytes(parent.pid)
+            if alone > 64 << 20:  # the child's 64 MiB buffer is counted
+                break
+            time.sleep(0.2)
+        assert alone > 64 << 20
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+    assert resident_bytes(parent.pid) == 0

@@ -89,6 +89,7 @@ class _Live:
     stopping: bool = False  # SIGTERM sent: expect EXIT_PREEMPTED
     cancelling: bool = False
     last_error: str | None = None
+    over_memory: str | None = None  # why the job was killed for its memory use
 
 
 class LocalService:
@@ -258,6 +259,7 @@ class LocalService:
 
     def step(self) -> None:
         with self._lock:
+            self._enforce_memory()
             self._reap()
             self._read_progress()
             now = self.clock()
@@ -447,6 +449,10 @@ class LocalService:
             if live.cancelling:
                 self._finish(job_id, JobState.CANCELLED)
                 continue
+            if live.over_memory is not None:  # killed for it: a retry would do the same
+                self.store.record_failure(job_id, live.over_memory, now)
+                self._forget(job_id)
+                continue
             if code == EXIT_PREEMPTED and live.stopping:
                 self._mark_preempted(live, now, "pre-empted by the scheduler")
                 continue
@@ -459,6 +465,24 @@ class LocalService:
                 self._forget(job_id)
             else:
                 self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
+
+    def _enforce_memory(self) -> None:
+        """Kill a job whose processes use more resident memory than its spec allows (what a
+        cgroup limit would do, without needing one): the worker's whole process group, since a
+        command job's own children count too."""
+        for live in self._live.values():
+            limit = live.record.spec.resources.memory_bytes
+            pid = live.process.pid if live.process is not None else live.pid
+            if limit is None or pid is None or live.over_memory is not None:
+                continue
+            used = resident_bytes(pid)
+            if used > limit:
+                live.over_memory = (
+                    f"exceeded its memory limit of {limit / 2**20:.0f} MiB "
+                    f"(resident {used / 2**20:.0f} MiB)"
+                )
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
 
     def _mark_preempted(self, live: _Live, now: float, why: str) -> None:
         live.record = self.store.transition(live.record.id, JobState.PREEMPTED, now)
@@ -609,6 +633,28 @@ def assign_cores(
         result[job_id] = chosen
         taken.update(chosen)
     return result
+
+
+def resident_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants (0 for a process that is gone)."""
+    total, pending, seen = 0, [pid], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            tasks = list(Path(f"/proc/{current}/task").iterdir())
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+    return total
 
 
 def _pid_alive(pid: int) -> bool:
