@@ -522,3 +522,16 @@ def test_remaining_time_within_ten_percent_for_ninety_percent_of_jobs_at_five_pe
     assert hits / jobs >= 0.90, hits / jobs
     # The target is not met by the table alone: the job's own progress is what meets it.
     assert prior_hits / jobs < 0.5, prior_hits / jobs
+
+
+def test_a_count_seen_for_a_sliver_of_time_gives_a_capped_band_not_an_overflow():
+    curve = ThroughputModel.bundled("A100").curve("resnet50", 64)
+    predictor = OnlinePredictor.from_curve(curve, confidence=0.2)
+    predictor.observe(0.0, 0.0, 1)
+    predictor.observe(1000.0, 1000.0 * curve.rate(1), 1)
+    # One nanosecond on 2 workers: its dispersion estimate is enormous.
+    predictor.observe(1000.0 + 1e-9, 1000.0 * curve.rate(1) + 1e-9 * curve.rate(2), 2)
+    for workers in (2, 4):
+        prediction = predictor.predict(workers)
+        assert 0 < prediction.rate_low <= prediction.rate <= prediction.rate_high
+        assert prediction.rate_high / prediction.rate <= math.exp(7.0) * (1 + 1e-12)

@@ -49,6 +49,8 @@ NOISE_PRIOR_DOF = 2
 #: One-sigma log-uncertainty the prior's *shape* adds per doubling (or halving) of the worker
 #: count away from the nearest observed count, capped at the prior's own sigma.
 EXTRAPOLATION_SIGMA_PER_DOUBLING = 0.1
+#: The widest band reported: a factor of e**7 (about 1100) either way, i.e. "speed unknown".
+MAX_LOG_HALF_WIDTH = 7.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,7 +369,9 @@ class OnlinePredictor:
                 doublings /= 2.0  # interpolating between data, not extrapolating past it
             shape = self._z * min(EXTRAPOLATION_SIGMA_PER_DOUBLING * doublings, self.prior_sigma)
             half = math.hypot(self._half_width[nearest], shape)
-        spread = math.exp(half)
+        # A count seen for a sliver of time has a huge stated uncertainty; the band is capped
+        # so that it stays a number (exp overflows past ~709) and reads as "unknown".
+        spread = math.exp(min(half, MAX_LOG_HALF_WIDTH))
         prediction = Prediction(rate, rate / spread, rate * spread)
         self._predictions[workers] = prediction
         return prediction

@@ -68,6 +68,9 @@ def allowed_counts(max_workers: int, workers_per_node: int) -> tuple[int, ...]:
 RETRIES_PER_DECISION = 3
 #: Unguaranteed deadline jobs planned on expected speeds per decision, earliest deadline first.
 HOPEFUL_PER_DECISION = 32
+#: A deadline is planned for only if its reservation holds at most this many times the
+#: worker-seconds the job's remaining work takes at its most efficient count.
+MAX_RESERVATION_OVERHEAD = 4.0
 #: A running deadline job with less expected slack than this many restart pauses is not moved
 #: to re-pack others.
 PIN_SLACK_PAUSES = 10
@@ -201,7 +204,10 @@ class QualityOfService(Policy):
         """Guarantee ``job`` if a plan meets it without failing a job guaranteed before it."""
         tracked = self._jobs[job.job_id]
         plan = self._best_plan([*guaranteed, job], view)
-        if set(plan.failed) - self._failed:
+        reservation = plan.reservations.get(job.job_id)
+        if set(plan.failed) - self._failed or (
+            reservation is not None and not self._worth_it(job, reservation)
+        ):
             tracked.tried_on = (tracked.ladders_at_active_s, self._departed)
             return False
         tracked.guaranteed = True
@@ -363,8 +369,26 @@ class QualityOfService(Policy):
             return Plan()
         capacity = view.cluster.total_workers
         hopeful = plan_demands(demands, now, capacity, self._hoped, leftover(plan, now, capacity))
+        by_id = {job.job_id: job for job in view.jobs}
+        for job_id in [
+            j for j, r in hopeful.reservations.items() if not self._worth_it(by_id[j], r)
+        ]:
+            del hopeful.reservations[job_id]
         self._hoped = hopeful.reservations
         return hopeful
+
+    def _worth_it(self, job: JobState, reservation: Reservation) -> bool:
+        """Whether meeting this deadline is worth what the reservation holds: at most
+        ``MAX_RESERVATION_OVERHEAD`` times the worker-seconds of the job's remaining work at its
+        most efficient count. One deadline bought with many poorly scaling workers can cost
+        the deadlines of many small jobs that arrive while it runs."""
+        expected = self._ladders(job, self._jobs[job.job_id])[0]
+        per_worker = max((expected.rate(g) / g for g in expected.counts), default=0.0)
+        if per_worker <= 0:
+            return True
+        held = sum((end - start) * count for start, end, count in reservation if count)
+        efficient = job.remaining_iterations / per_worker
+        return held <= MAX_RESERVATION_OVERHEAD * efficient
 
     def _tight(self, view: ClusterView, workers: dict[str, int]) -> frozenset[str]:
         """Running deadline jobs, unchanged in count, whose expected slack is under
