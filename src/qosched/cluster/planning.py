@@ -143,15 +143,23 @@ def merge(p: FreeProfile, first: int, end: int) -> None:
 def take(reservation: Reservation, now: float, p: FreeProfile) -> bool:
     """Take a kept reservation (from ``now`` on) out of the profile; False, untouched, if it no
     longer fits."""
-    parts = [(max(s, now), e, c) for s, e, c in reservation if e > now and c]
-    for start, end, count in parts:
+    # One pass that takes as it checks, undoing on a misfit: kept reservations almost always
+    # still fit, and this runs for every guaranteed job at every decision.
+    taken: list[tuple[float, float, int]] = []
+    for start, end, count in reservation:
+        if end <= now or not count:
+            continue
+        start = max(start, now)
         first, last = p.split(start), p.split(end)
-        if min(p.free[first:last]) < count:
+        free = p.free
+        if min(free[first:last]) < count:
+            for undo_start, undo_end, undo_count in taken:
+                for index in range(p.split(undo_start), p.split(undo_end)):
+                    free[index] += undo_count
             return False
-    for start, end, count in parts:
-        first, last = p.split(start), p.split(end)
         for index in range(first, last):
-            p.free[index] -= count
+            free[index] -= count
+        taken.append((start, end, count))
     return True
 
 

@@ -9,18 +9,21 @@ job's own progress and sizes it to finish in time.
   pauses excluded) at every decision.
 - Admission: a deadline job is guaranteed only if, on *pessimistic* predicted speeds (the lower
   edge of the prediction band: the safety margin), it gets a minimum satisfactory share without
-  taking one from a job already guaranteed. A job that cannot be guaranteed is not turned away:
-  it runs best effort on what guaranteed jobs leave, and still counts as met if it finishes in
-  time (``decline_to_best_effort=False`` turns it away instead). This is what keeps admission
-  from collapsing under overload, where refusing work that could still finish helps nobody.
-- Allocation, in this order: each guaranteed job its planned count for now; unguaranteed
-  deadline jobs that can still make it and must start soon (slack under their remaining time
-  plus two ticks), earliest deadline first; best-effort jobs; then the other unguaranteed jobs
-  (those with slack to spare, and those that can no longer make it). Within the last two groups
-  running jobs keep what they hold before waiting ones start, shortest predicted time first;
-  guaranteed jobs keep workers beyond their plan while they fit (hysteresis: no restart without a
-  reason); then spare workers one step at a time to the job with the largest relative speed-up per
-  added worker, only where the time it saves outweighs the restart pause it costs.
+  taking one from a job already guaranteed, and only if that share is worth it: its reservation
+  holds at most ``MAX_RESERVATION_OVERHEAD`` times the worker-seconds of the job's work at its
+  most efficient count. A job that cannot be guaranteed is not turned away: it runs best effort
+  and still counts as met if it finishes in time (``decline_to_best_effort=False`` turns it
+  away instead), which keeps admission from collapsing under overload. Unguaranteed jobs are
+  tried again when their prediction narrows or a job leaves (a few per decision).
+- Allocation, in this order: (1) each guaranteed job its planned count for now; (2) running
+  best-effort jobs their smallest count; (3) unguaranteed deadline jobs that can still make
+  it, planned by deadline on *expected* speeds on what the guarantees leave (the hopeful plan,
+  bounded per decision); (4) the rest, best effort first, running jobs before waiting ones,
+  shortest predicted time first; (5) spare workers one step at a time, best-effort jobs first,
+  then to the job with the largest relative speed-up per added worker, only where the time it
+  saves outweighs the restart pause it costs; (6) guaranteed jobs keep workers beyond their
+  plan while they fit (hysteresis: no restart without a reason). Running deadline jobs with
+  little slack are pinned: the backend does not move them to re-pack others.
 - Autoscaling: the policy re-plans at arrivals, completions, when a plan changes counts, and
   every ``tick_s``; a job is not re-sized again within ``min_interval_s`` of its last change
   unless its guarantee needs it.
@@ -415,7 +418,7 @@ class QualityOfService(Policy):
     def _other_priority(self, job: JobState, now: float) -> tuple:
         tracked = self._jobs[job.job_id]
         expected = self._ladders(job, tracked)[0]
-        best = max((expected.rate(g) for g in expected.counts), default=0.0)
+        best = expected.rate_within[-1]  # the fastest count the job may use
         remaining_s = job.remaining_iterations / best if best > 0 else math.inf
         deadline = job.spec.deadline_s
         if deadline is None:
