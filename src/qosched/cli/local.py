@@ -44,7 +44,7 @@ from qosched.backends.local.home import (
     resolve_home,
     write_endpoint,
 )
-from qosched.backends.local.jobspec import format_duration, parse_job_spec
+from qosched.backends.local.jobspec import format_duration, parse_job_spec, read_spec_text
 from qosched.core.errors import InputError, QoschedError
 
 POLICIES = ("qos", "fifo")
@@ -343,12 +343,7 @@ def _lock_free(home: Path) -> bool:
 def run_submit(args: argparse.Namespace) -> int:
     specs: list[tuple[Path, str]] = []
     for path in args.specs:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read job spec: {exc.strerror}", source=path) from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from exc
+        text = read_spec_text(path)
         # Every file is checked before any is sent, so a typo in the third submits nothing.
         parse_job_spec(text, path)
         specs.append((path, text))

@@ -253,13 +253,19 @@ def load_job_spec(
 ) -> TrainingJobSpec:
     """Read and validate a YAML spec file."""
     path = Path(path)
+    text = read_spec_text(path)
+    return parse_job_spec(text, path, now=now, iterations_per_epoch=iterations_per_epoch)
+
+
+def read_spec_text(path: str | Path) -> str:
+    """A spec file's text; InputError naming the file when it cannot be read as UTF-8."""
+    path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read job spec: {exc.strerror}", source=path) from exc
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from exc
-    return parse_job_spec(text, path, now=now, iterations_per_epoch=iterations_per_epoch)
 
 
 def _join(path: str, key: str) -> str:
