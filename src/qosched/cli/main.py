@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster, demo, local
+from qosched.cli import cluster, demo, infer, local
 from qosched.core.errors import QoschedError
 
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_commands = trace.add_subparsers(dest="command", required=True, metavar="ACTION")
     cluster.add_trace_generate(trace_commands)
     demo.add_demo(groups)
+    infer.add_infer(groups)
     local.add_commands(groups)
     return parser
 

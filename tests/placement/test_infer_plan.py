@@ -1,0 +1,78 @@
+"""``qosched infer plan``: the spec file and the --json contract of DESIGN.md."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qosched.cli.main import main
+from qosched.core.errors import InputError
+from qosched.placement.spec import TenantSpec, load_inference_spec, parse_inference_spec
+
+VALID = {
+    "machine": {"gpu": "T4", "link": "PCIe3-x16"},
+    "max_switches": 2,
+    "tenants": [
+        {"name": "a", "model": "mlp", "batch": 4, "latency_goal_ms": 5},
+        {"name": "b", "model": "mlp"},
+    ],
+}
+
+
+def test_a_valid_spec_reads_back_with_defaults_and_units():
+    spec = parse_inference_spec(VALID)
+    assert (spec.gpu, spec.link, spec.max_switches) == ("T4", "PCIe3-x16", 2)
+    assert spec.tenants == (TenantSpec("a", "mlp", 4, 0.005), TenantSpec("b", "mlp", 1, None))
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (lambda d: d.pop("machine"), "machine", "missing"),
+        (lambda d: d["machine"].pop("gpu"), "machine.gpu", "expected a name"),
+        (lambda d: d.update(tenant=[]), "tenant", "did you mean 'tenants'"),
+        (lambda d: d.update(tenants=[]), "tenants", "non-empty list"),
+        (lambda d: d["tenants"][0].update(batch=0), "tenants[0].batch", ">= 1"),
+        (lambda d: d["tenants"][0].update(batch=True), "tenants[0].batch", "whole number"),
+        (
+            lambda d: d["tenants"][1].update(latency_goal_ms=-1),
+            "tenants[1].latency_goal_ms",
+            "positive",
+        ),
+        (lambda d: d["tenants"][1].update(name="a"), "tenants", "duplicate tenant names: a"),
+        (lambda d: d.update(max_switches=-1), "max_switches", ">= 0"),
+    ],
+)
+def test_bad_specs_name_the_field(change, field, message):
+    data = json.loads(json.dumps(VALID))
+    change(data)
+    with pytest.raises(InputError, match=message) as caught:
+        parse_inference_spec(data, source="spec.yaml")
+    assert caught.value.field == field
+
+
+def test_a_file_that_is_not_yaml_names_the_line(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("machine:\n  gpu: [T4\n")
+    with pytest.raises(InputError, match="not valid YAML") as caught:
+        load_inference_spec(path)
+    assert caught.value.line is not None
+
+
+def test_json_output_has_exactly_the_contract_keys_and_cos_beats_no_baseline(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "machine: {gpu: T4, link: PCIe3-x16}\n"
+        "tenants:\n  - {name: a, model: mlp}\n  - {name: b, model: mlp, batch: 8}\n"
+    )
+    assert main(["infer", "plan", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"throughput_rps", "bound_rps", "search_s", "baselines", "tenants"}
+    assert set(out["baselines"]) == {"all_cpu", "all_gpu", "model_level", "layer_level"}
+    assert [t["name"] for t in out["tenants"]] == ["a", "b"]
+    assert all(set(t) == {"name", "throughput_rps", "latency_s"} for t in out["tenants"])
+    # COS searches a superset of every baseline's assignments and the LP bounds it from above.
+    for rps in out["baselines"].values():
+        assert out["throughput_rps"] >= rps * (1 - 1e-9)
+    assert out["bound_rps"] >= out["throughput_rps"] * (1 - 1e-9)
