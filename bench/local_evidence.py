@@ -67,7 +67,9 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
     errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
     for record in store.list([JobState.SUCCEEDED]):
         samples = store.progress(record.id)
-        predictor = OnlinePredictor.from_curve(prior_curve(record.spec, 2), confidence=0.2)
+        predictor = OnlinePredictor.from_curve(
+            prior_curve(record.spec, len(os.sched_getaffinity(0))), confidence=0.2
+        )
         clock = 0.0  # compute time: the samples' gaps, so pauses between runs do not count
         for i, sample in enumerate(samples):
             previous = samples[i - 1] if i else None

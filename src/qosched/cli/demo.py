@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from rich.console import Console
@@ -45,7 +46,7 @@ def run_demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     reports = []
     for policy in POLICIES:
-        jobs = bundled_jobs(len(cpus) if cpus else _cores(), args.scale)
+        jobs = bundled_jobs(len(cpus or os.sched_getaffinity(0)), args.scale)
         console.print(f"[bold]{policy}[/]: {len(jobs)} real training jobs")
         shown: dict[str, str] = {}
 
@@ -66,12 +67,6 @@ def run_demo(args: argparse.Namespace) -> int:
     else:
         _print(reports)
     return 0
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0))
 
 
 def _as_json(report: RunReport) -> dict:

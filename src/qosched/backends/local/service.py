@@ -21,7 +21,6 @@ workers still alive and restarts the others from their checkpoints.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import subprocess
@@ -46,6 +45,7 @@ from qosched.backends.local.protocol import (
     RESULT_FILE,
     Allocation,
     WorkerJob,
+    read_allocation,
     read_result,
     write_allocation,
     write_worker_job,
@@ -316,9 +316,6 @@ class LocalService:
         free = [c for c in self.cores if c not in held]
         if not free:
             return  # every core is finishing a job: decide when one exits
-        for live in self._live.values():
-            # The policy's clock of compute time must not count a pause in course.
-            live.state.resume_s = -math.inf
         decision = self.policy.allocate(self._view(now, len(free)))
         self._wake_at = decision.wake_at
         counts: dict[str, int] = {}
@@ -693,8 +690,6 @@ def _exit_from_event(event: ProgressEvent | None) -> int:
 
 
 def _allocation_version(job_dir: Path) -> int:
-    from qosched.backends.local.protocol import read_allocation
-
     try:
         return read_allocation(job_dir / ALLOCATION_FILE).version
     except (InputError, OSError):
