@@ -1,0 +1,79 @@
+"""The one extension point of GPU sharing: which ready kernels start now.
+
+Both the GPU simulator and the PyTorch runtime are mechanism: whenever a kernel becomes ready,
+finishes, or a requested wake-up time arrives, they build a :class:`GpuView` and ask the policy.
+Policies never see which of the two is asking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from qosched.core.errors import InputError
+from qosched.gpushare.kernel import Kernel
+from qosched.hardware import Processor
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel of one application. ``priority``: larger is more important (0 = best effort);
+    ``index`` is the kernel's position in the application's current request, so that a launch is
+    identified by ``(app, request, index)``; ``ready_s`` is when its predecessor finished."""
+
+    app: str
+    priority: int
+    request: int
+    index: int
+    kernel: Kernel
+    ready_s: float
+
+    def __post_init__(self) -> None:
+        if self.priority < 0 or self.request < 0 or self.index < 0:
+            raise InputError(
+                f"launch of {self.kernel.name!r} for app {self.app!r}: priority, request and "
+                "index must be >= 0"
+            )
+
+
+@dataclass(frozen=True)
+class Running:
+    """A kernel on the GPU: when it started and the fraction of its work still to do."""
+
+    launch: Launch
+    started_s: float
+    remaining: float
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """What a policy sees: the time, the GPU, the kernels running, and each application's next
+    ready kernel (at most one per application: kernels of one application run in order on its
+    stream), sorted by priority, most important first, then by ``ready_s``."""
+
+    now_s: float
+    gpu: Processor
+    running: tuple[Running, ...]
+    waiting: tuple[Launch, ...]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The policy's answer: launches to start now (each one of ``view.waiting``), and optionally
+    a time at which to be asked again even if nothing else happens (time slices, budgets)."""
+
+    start: tuple[Launch, ...] = ()
+    wake_at_s: float | None = None
+
+
+class SharingPolicy(Protocol):
+    """Decides kernel admission on one shared GPU.
+
+    ``decide`` is called after every kernel arrival or completion and at requested wake-ups. It must
+    not mutate the view, may keep its own state between calls (budgets, slices, counters), and must
+    only return launches from ``view.waiting``.
+    """
+
+    name: str
+
+    def decide(self, view: GpuView) -> Admission: ...
