@@ -267,6 +267,18 @@ def test_qos_does_not_preempt_a_running_job_for_a_deadline_it_cannot_make():
     }
 
 
+def test_qos_shares_an_old_best_effort_jobs_workers_with_a_new_one():
+    # "a" has all 4 GPUs when "b" (200 iterations) arrives at 100. Both drop to their smallest
+    # count and share the spare by speed-up per worker: 1 -> 2 doubles either (gain 1 per
+    # worker), 2 -> 4 gains 0.5 per worker, so each ends on 2. "b" ends at 100 + 200 / 2 = 200
+    # instead of waiting for "a"; "a" has done 400 + 200 by then and does 3400 / 4 = 850 more.
+    outcomes = run("qos", [job("a", 0, 4000), job("b", 100, 200)])
+    assert {k: (o.start_s, o.finish_s) for k, o in outcomes.items()} == {
+        "a": (0.0, 1050.0),
+        "b": (100.0, 200.0),
+    }
+
+
 # --- prediction ---------------------------------------------------------------------------------
 
 

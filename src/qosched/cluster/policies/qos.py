@@ -16,10 +16,11 @@ job's own progress and sizes it to finish in time.
   away instead), which keeps admission from collapsing under overload. Unguaranteed jobs are
   tried again when their prediction narrows or a job leaves (a few per decision).
 - Allocation, in this order: (1) each guaranteed job its planned count for now; (2) running
-  best-effort jobs their smallest count; (3) unguaranteed deadline jobs that can still make
-  it, planned by deadline on *expected* speeds on what the guarantees leave (the hopeful plan,
-  bounded per decision); (4) the rest, best effort first, running jobs before waiting ones,
-  shortest predicted time first; (5) spare workers one step at a time, best-effort jobs first,
+  best-effort jobs their smallest count (what they held beyond it is handed out again in
+  (5)); (3) unguaranteed deadline jobs that can still make it, planned by deadline on
+  *expected* speeds on what the guarantees leave (the hopeful plan, bounded per decision);
+  (4) the rest, best effort first, running jobs before waiting ones, shortest predicted time
+  first; (5) spare workers one step at a time, best-effort jobs first,
   then to the job with the largest relative speed-up per added worker, only where the time it
   saves outweighs the restart pause it costs; (6) guaranteed jobs keep workers beyond their
   plan while they fit (hysteresis: no restart without a reason). Running deadline jobs with
@@ -77,6 +78,9 @@ MAX_RESERVATION_OVERHEAD = 4.0
 #: A running deadline job with less expected slack than this many restart pauses is not moved
 #: to re-pack others.
 PIN_SLACK_PAUSES = 10
+# Classes of the jobs no plan holds, in the order they get workers: deadline jobs that can still
+# make it if they run now, best-effort jobs, deadline jobs that cannot make it any more.
+MUST_RUN_SOON, BEST_EFFORT, HOPELESS = 0, 1, 2
 
 
 @register("qos")
@@ -274,7 +278,10 @@ class QualityOfService(Policy):
                 workers[job.job_id] = need
                 free -= need
         # 2. Running best-effort jobs keep their smallest count: preempting one loses its pause
-        #    and its progress towards the only goal it has, finishing.
+        #    and its progress towards the only goal it has, finishing. What they held beyond it
+        #    is not kept: it goes back into the spare hand-out, where newer best-effort jobs
+        #    compete for it on equal terms (an old job holding many workers while a new one runs
+        #    on one costs mean completion time).
         running_best_effort = [
             j
             for j in view.jobs
@@ -293,20 +300,24 @@ class QualityOfService(Policy):
             if 0 < need <= free:
                 workers[job_id] = need
                 free -= need
-        for job in running_best_effort:  # back to what they held, where it still fits
-            held = workers.get(job.job_id, 0)
-            if held and job.workers - held <= free:
-                free -= job.workers - held
-                workers[job.job_id] = job.workers
         # A job whose reservation starts later joins the others below: workers idle now are better
         # spent on it than kept for later.
         # 4. Everyone else: best effort, then the deadline jobs no plan could fit; running jobs
         #    before waiting ones (no churn), shortest first.
+        #    Before the first deadline job no plan could fit, best-effort jobs share the spare
+        #    among themselves: what old ones held beyond their smallest count competes with the
+        #    newcomers' needs, and a hopeless deadline does not take it from them.
         others = [j for j in view.jobs if j.job_id not in workers]
         others.sort(key=lambda j: self._other_priority(j, now))
+        best_effort_shared = False
         for job in others:
             if free <= 0:
                 break
+            if not best_effort_shared and self._other_priority(job, now)[0] == HOPELESS:
+                free = self._hand_out_spare(view, workers, free, best_effort_only=True)
+                best_effort_shared = True
+                if free <= 0:
+                    break
             share = job.workers if job.workers else self._starting_share(job, view, free)
             if 0 < share <= free:
                 workers[job.job_id] = share
@@ -422,17 +433,17 @@ class QualityOfService(Policy):
         remaining_s = job.remaining_iterations / best if best > 0 else math.inf
         deadline = job.spec.deadline_s
         if deadline is None:
-            return (1, job.workers == 0, remaining_s, job.spec.submit_s)
+            return (BEST_EFFORT, job.workers == 0, remaining_s, job.spec.submit_s)
         if now + remaining_s <= deadline:
             slack = deadline - now - remaining_s
             if slack <= remaining_s + 2 * self.tick_s:
                 return (
-                    0,
+                    MUST_RUN_SOON,
                     job.workers == 0,
                     deadline,
                     job.spec.submit_s,
                 )  # can make it, must run soon
-        return (2, job.workers == 0, remaining_s, job.spec.submit_s)
+        return (HOPELESS, job.workers == 0, remaining_s, job.spec.submit_s)
 
     def _starting_share(self, job: JobState, view: ClusterView, free: int) -> int:
         """Fewest workers (within ``free``) meeting the deadline, else the best use of one step."""
@@ -447,7 +458,13 @@ class QualityOfService(Policy):
                     return g
         return counts[0]
 
-    def _hand_out_spare(self, view: ClusterView, workers: dict[str, int], free: int) -> int:
+    def _hand_out_spare(
+        self,
+        view: ClusterView,
+        workers: dict[str, int],
+        free: int,
+        best_effort_only: bool = False,
+    ) -> int:
         """One step up at a time to the job with the largest relative speed-up per added worker,
         where the time saved beats ``gain_over_pause`` restart pauses and the job was not just
         re-sized. Best-effort jobs come first: their completion time is their only goal, while
@@ -473,6 +490,8 @@ class QualityOfService(Policy):
                 heapq.heappush(heap, (has_deadline, -speedup / (step - current), position, job))
 
         for position, job in enumerate(view.jobs):
+            if best_effort_only and job.spec.deadline_s is not None:
+                continue
             if (
                 not job.has_started
                 or job.workers != workers.get(job.job_id, 0)
