@@ -91,7 +91,7 @@ class FakeApiServer:
         self._faults: list[list[Any]] = []  # [method, path regex, code, times left]
         self._uid = 0
         handler = type("Handler", (_Handler,), {"api": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _Server(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -404,6 +404,11 @@ def _route(path: str) -> tuple[str, str | None, str | None, str | None] | None:
     if match is None:
         return None
     return match["kind"], match["ns"], match["name"], match["sub"]
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # clients that hang up (a watch the scheduler stopped reading) are normal
 
 
 class _Handler(BaseHTTPRequestHandler):
