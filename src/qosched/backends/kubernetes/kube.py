@@ -21,7 +21,7 @@ def require() -> ModuleType:
     """The ``kubernetes`` package; called by every Kubernetes entry point before it needs it."""
     try:
         import kubernetes
-    except ImportError as exc:  # pragma: no cover - depends on the environment
+    except ImportError as exc:
         raise KubernetesMissing(f"the official Kubernetes client is missing; {EXTRA_HINT}") from exc
     return kubernetes
 
