@@ -79,7 +79,7 @@ class ApiError(Exception):
 class FakeApiServer:
     """The store, the event log and the HTTP server; use as a context manager."""
 
-    def __init__(self, *, watch_idle_close_s: float = 0.05) -> None:
+    def __init__(self, *, watch_idle_close_s: float = 0.02) -> None:
         self.lock = threading.Condition()
         self.objects: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
         self.events: list[tuple[int, str, str, dict]] = []  # (rv, kind, type, object)
