@@ -59,6 +59,18 @@ def merge(target: dict, patch: dict) -> dict:
     return target
 
 
+def selects(selector: str | None, obj: dict) -> bool:
+    """Equality and existence label selectors: ``a=b,c`` (all that qosched uses)."""
+    labels = obj["metadata"].get("labels") or {}
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        key, _, value = term.partition("=")
+        if key not in labels or (value and labels[key] != value):
+            return False
+    return True
+
+
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
@@ -278,10 +290,11 @@ class FakeApiServer:
             kind, namespace, name, sub = route
             key = f"{namespace}/{name}" if namespace else name
             if name is None and method == "GET":
+                selector = query.get("labelSelector")
                 items = [
                     copy.deepcopy(o)
                     for k, o in self.objects[kind].items()
-                    if namespace is None or k.startswith(namespace + "/")
+                    if (namespace is None or k.startswith(namespace + "/")) and selects(selector, o)
                 ]
                 api_version, kind_name = KINDS[kind]
                 return 200, {
@@ -359,7 +372,14 @@ class FakeApiServer:
             "code": 201,
         }
 
-    def watch_events(self, kind: str, namespace: str | None, since: int, timeout_s: float):
+    def watch_events(
+        self,
+        kind: str,
+        namespace: str | None,
+        since: int,
+        timeout_s: float,
+        selector: str | None = None,
+    ):
         """Events after ``since`` as they come, until the stream has been idle for
         ``watch_idle_close_s`` or ``timeout_s`` passed."""
         end = time.monotonic() + timeout_s
@@ -381,6 +401,7 @@ class FakeApiServer:
                     if rv > sent
                     and k == kind
                     and (namespace is None or o["metadata"].get("namespace") == namespace)
+                    and selects(selector, o)
                 ]
                 if not batch:
                     idle = min(self.watch_idle_close_s, end - time.monotonic())
@@ -454,7 +475,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for event in self.api.watch_events(kind, namespace, since, timeout_s):
+        selector = query.get("labelSelector")
+        for event in self.api.watch_events(kind, namespace, since, timeout_s, selector):
             line = json.dumps(event).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
             self.wfile.flush()

@@ -87,3 +87,12 @@ def test_only_the_leading_scheduler_binds(api):
     assert reports[0].leading
     assert reports[-1].decision == {"ml/a": 2}
     assert len(bindings(api)) == 2  # the new leader rebuilt the state: nothing bound twice
+
+
+def test_a_released_lease_is_taken_at_once(api):
+    clock = Clock(1_800_000_000.0)
+    a, b = lease(api.url, "a", clock), lease(api.url, "b", clock)
+    assert a.hold() and not b.hold()
+    a.release()  # a clean shutdown
+    assert not a.leading
+    assert b.hold()  # no need to wait out a's 15 s

@@ -194,3 +194,29 @@ def test_a_cpu_job_never_gets_more_cores_than_one_node_has(api):
     sched = scheduler(api.url, resource="cpu")
     sched.step()
     assert sched._states["ml/c"].curve.max_workers == 6  # one pod: one node's cores at most
+
+
+def test_only_labelled_statefulsets_of_this_scheduler_are_jobs(api):
+    api.add_node("n1", gpus=4)
+    unlabelled = job_set("plain")
+    del unlabelled["metadata"]["labels"]
+    other = job_set("other")
+    other["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    for sts in (unlabelled, other, job_set("mine")):
+        api.create("statefulsets", sts)
+    SCRIPT.update({"ml/plain": 1, "ml/other": 1, "ml/mine": 1})
+    reports = run(scheduler(api.url), 2)
+    assert reports[-1].decision == {"ml/mine": 1}
+    assert {p["metadata"]["name"] for p in api.list("pods") if p["spec"].get("nodeName")} == {
+        "mine-0"
+    }
+
+
+def test_a_job_with_a_bad_annotation_is_reported_and_skipped(api):
+    api.add_node("n1", gpus=4)
+    api.create("statefulsets", job_set("bad", annotations={J.DEADLINE: "tomorrow"}))
+    api.create("statefulsets", job_set("good"))
+    SCRIPT.update({"ml/bad": 1, "ml/good": 1})
+    report = scheduler(api.url).step()
+    assert report.decision == {"ml/good": 1}
+    assert any("statefulset/ml/bad" in e and J.DEADLINE in e for e in report.errors)

@@ -277,7 +277,12 @@ def job(
                                 "image": image,
                                 "command": argv,
                                 "env": env,
+                                # requests = limits: a Guaranteed pod, which an in-place
+                                # re-size of CPU (both at once) keeps Guaranteed.
                                 "resources": {"requests": requests, "limits": dict(requests)},
+                                "resizePolicy": [
+                                    {"resourceName": "cpu", "restartPolicy": "NotRequired"}
+                                ],
                                 "volumeMounts": [
                                     {"name": "checkpoint", "mountPath": "/checkpoint"}
                                 ],
