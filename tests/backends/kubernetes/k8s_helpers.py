@@ -8,17 +8,19 @@ from collections.abc import Mapping
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.kube import api_client
 from qosched.backends.kubernetes.scheduler import K8sScheduler, SchedulerConfig
-from qosched.cluster.policies.base import Policy, register
+from qosched.cluster.policies.base import Policy
 from qosched.cluster.state import ClusterView, Decision
 
 #: What the scripted policy gives each job (by namespace/name); tests set it.
 SCRIPT: dict[str, int] = {}
 
 
-@register("k8s-test-script")
 class Scripted(Policy):
     """Gives each job the count in ``SCRIPT`` (0 when absent): tests drive the backend's
-    mechanism without depending on a real policy's choices."""
+    mechanism without depending on a real policy's choices. Not registered, so the registry's
+    own tests and ``--policy all`` never see it."""
+
+    name = "scripted"
 
     def allocate(self, view: ClusterView) -> Decision:
         return Decision({j.job_id: SCRIPT[j.job_id] for j in view.jobs if SCRIPT.get(j.job_id)})
@@ -80,10 +82,12 @@ def job_set(
 
 
 def scheduler(url: str, *, clock=None, identity: str = "a", **config) -> K8sScheduler:
-    options = {"policy": "k8s-test-script", "tick_s": 1.0, "watch_timeout_s": 1}
+    options = {"policy": "scripted", "tick_s": 1.0, "watch_timeout_s": 1}
     options.update(config)
     cfg = SchedulerConfig(identity=identity, **options)
-    extra = {"clock": clock} if clock is not None else {}
+    extra: dict = {"clock": clock} if clock is not None else {}
+    if cfg.policy == "scripted":
+        extra["make_policy"] = Scripted
     return K8sScheduler(api_client(url), cfg, **extra)
 
 

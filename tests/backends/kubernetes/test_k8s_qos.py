@@ -3,9 +3,11 @@ feeding the predictor, completion."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import job_set, scheduler
+from k8s_helpers import gpus_on, job_set, scheduler
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.kube import api_client
@@ -94,3 +96,62 @@ def test_a_job_that_reports_all_its_work_is_closed(api):
     assert sts["spec"]["replicas"] == 0
     assert not api.list("pods")
     assert sched.step().decision == {}  # a finished job is never scheduled again
+
+
+@pytest.mark.parametrize("policy", ["qos", "fifo"])
+def test_policies_decide_and_the_cluster_never_overflows(policy):
+    """Real policies on unequal nodes, with pods reporting progress: every round stays within
+    each node's GPUs, and once a decision holds, each job holds what it was given."""
+    with FakeApiServer() as api:
+        api.add_node("g1", gpus=8, cpu="64", memory="256Gi")
+        api.add_node("g2", gpus=4, cpu="32", memory="128Gi")
+        api.add_node("g3", gpus=2, cpu="16", memory="64Gi")
+        jobs = {
+            "a": ("20000", "3h"),
+            "b": ("40000", "2h"),
+            "c": ("5000", None),
+            "d": ("8000", "1h"),
+        }
+        for name, (iterations, deadline) in jobs.items():
+            notes = {**RESNET, J.ITERATIONS: iterations, J.REQUESTED_WORKERS: "2"}
+            if deadline:
+                notes[J.DEADLINE] = deadline
+            api.create("statefulsets", job_set(name, annotations=notes))
+        sched = scheduler(api.url, policy=policy)
+        done = dict.fromkeys(jobs, 0)
+        decisions = []
+        for round_ in range(12):
+            report = sched.step()
+            decisions.append(report.decision)
+            assert not [e for e in report.errors if "already bound" in e]
+            for node, gpus in (("g1", 8), ("g2", 4), ("g3", 2)):
+                assert gpus_on(api, node) <= gpus
+            for pod in api.list("pods"):
+                if pod["spec"].get("nodeName") and pod["metadata"]["name"].endswith("-0"):
+                    name = pod["metadata"]["name"][:-2]
+                    done[name] += 50
+                    api.patch(
+                        "pods",
+                        pod["metadata"]["namespace"] + "/" + pod["metadata"]["name"],
+                        {
+                            "metadata": {
+                                "annotations": {
+                                    J.PROGRESS: json.dumps(
+                                        {"iteration": done[name], "active_s": 10.0 * round_}
+                                    )
+                                }
+                            }
+                        },
+                    )
+        assert decisions[-1], "jobs run"
+        assert decisions[-1] == decisions[-2], "the decision settles"
+        for key, workers in decisions[-1].items():
+            name = key.split("/")[1]
+            bound = [
+                p
+                for p in api.list("pods")
+                if p["metadata"]["name"].startswith(name + "-") and p["spec"].get("nodeName")
+            ]
+            assert len(bound) == workers, key
+        # the policy plans on 1 node of 8 GPUs: the largest node, as 8 + 4 + 2 = 14 < 2 x 8
+        assert sum(decisions[-1].values()) <= 8

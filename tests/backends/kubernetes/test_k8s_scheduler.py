@@ -220,3 +220,36 @@ def test_a_job_with_a_bad_annotation_is_reported_and_skipped(api):
     report = scheduler(api.url).step()
     assert report.decision == {"ml/good": 1}
     assert any("statefulset/ml/bad" in e and J.DEADLINE in e for e in report.errors)
+
+
+def test_a_resize_the_kubelet_finds_infeasible_becomes_a_restart(api):
+    api.add_node("c1", cpu="8")
+    api.create("statefulsets", job_set("c", resource="cpu"))
+    SCRIPT["ml/c"] = 4
+    sched = scheduler(api.url, resource="cpu")
+    run(sched, 3)
+    SCRIPT["ml/c"] = 6
+    sched.step()  # asks for 6 cores in place
+    uid = api.get("pods", "ml/c-0")["metadata"]["uid"]
+    api.patch(
+        "pods",
+        "ml/c-0",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodResizePending",
+                        "status": "True",
+                        "reason": "Infeasible",
+                        "message": "Node didn't have enough capacity",
+                    }
+                ]
+            }
+        },
+    )
+    reports = run(sched, 3)
+    assert "ml/c-0" in [p for r in reports for p in r.restarted]
+    pod = api.get("pods", "ml/c-0")
+    assert pod["metadata"]["uid"] != uid
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "6"
+    assert pod["spec"]["nodeName"] == "c1"

@@ -53,7 +53,7 @@ from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease
 from qosched.cluster.job import JobSpec
-from qosched.cluster.policies import create_policy
+from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import RESOURCES, ClusterSpec
 from qosched.cluster.state import ClusterView, Phase
 from qosched.cluster.state import JobState as ClusterJob
@@ -150,14 +150,17 @@ class K8sScheduler:
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        make_policy: Callable[[], Policy] | None = None,
     ) -> None:
         client = require().client
         self.config = config
         self.clock = clock
+        # A new policy for every leadership term; by default the registered ``config.policy``.
+        self.make_policy = make_policy or (lambda: create_policy(config.policy))
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.binding_type = (client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference)
-        self.policy = create_policy(config.policy)
+        self.policy = self.make_policy()
         self.tables = ThroughputModel.bundled(config.table_set)
         options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s, "clock": monotonic}
         if config.namespace is None:
@@ -206,7 +209,7 @@ class K8sScheduler:
         if self._term != self.lease.transitions:
             # A new term starts from the API alone: a fresh policy learns every job again.
             self._term = self.lease.transitions
-            self.policy = create_policy(self.config.policy)
+            self.policy = self.make_policy()
             self._states.clear()
         synced = [informer.sync() for informer in (self.nodes, self.pods, self.sets)]
         if not all(informer.synced for informer in (self.nodes, self.pods, self.sets)):
@@ -471,6 +474,10 @@ class K8sScheduler:
         for pod in job.pods:
             cores = math.ceil(pod_requests(pod).get("cpu", 0.0) - 1e-9)
             if cores == workers:
+                if _resize_infeasible(pod):
+                    # The kubelet refused the size the pod already asks for (its node cannot
+                    # give it): restart it at that size where it fits.
+                    self._delete_pod(pod, report.restarted, report)
                 continue
             node = pod["spec"].get("nodeName")
             if node is None:  # not running yet: the controller recreates it at the new size
@@ -645,6 +652,15 @@ def _owner(pod: dict[str, Any]) -> str | None:
 
 def _ended(pod: dict[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _resize_infeasible(pod: dict[str, Any]) -> bool:
+    """The kubelet reports an in-place re-size it cannot do (condition ``PodResizePending``
+    with reason ``Infeasible``, Kubernetes 1.33+)."""
+    return any(
+        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+        for c in pod.get("status", {}).get("conditions") or []
+    )
 
 
 def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
