@@ -141,10 +141,9 @@ def parse_deadline(text: str, created_at: float, *, source: str) -> float:
 
 
 def _int(annotations: dict[str, str], name: str, default: int | None, source: str) -> int | None:
+    """A whole number >= 1 from an annotation; ``default`` when absent."""
     value = annotations.get(name)
     if value is None:
-        if default is None and name == ITERATIONS:
-            raise InputError("required annotation is missing", source=source, field=name)
         return default
     try:
         number = int(value)
@@ -177,7 +176,8 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
     annotations = meta.get("annotations") or {}
     created_at = parse_time(meta.get("creationTimestamp")) or 0.0
     iterations = _int(annotations, ITERATIONS, None, source)
-    assert iterations is not None
+    if iterations is None:
+        raise InputError("required annotation is missing", source=source, field=ITERATIONS)
     deadline_text = annotations.get(DEADLINE)
     deadline_at = (
         parse_deadline(deadline_text, created_at, source=source) if deadline_text else None

@@ -11,8 +11,9 @@
 4. ask the policy for worker counts on a ``ClusterSpec`` derived from the nodes' room;
 5. apply them: GPU jobs change ``spec.replicas`` (elastic replicas; the training pods restart
    from their checkpoint), CPU jobs are re-sized in place through the pod ``resize``
-   subresource, or, where the cluster lacks it or the node has no room, by restarting the pod
-   at its new size from its checkpoint; a job that loses its workers is scaled to zero;
+   subresource, or, where the cluster lacks it, the node has no room or the kubelet marks the
+   re-size ``Infeasible``, by restarting the pod at its new size from its checkpoint; a job
+   that loses its workers is scaled to zero;
 6. bind pending pods, a whole job's pods together or none (Binding API), job by job in the
    decision's order.
 
