@@ -1,5 +1,6 @@
 """``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``), and the local
-service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``, ``down``)."""
+service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``, ``down``), and the
+Kubernetes backend's (``k8s``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster, demo, infer, local
+from qosched.cli import cluster, demo, infer, k8s, local
 from qosched.core.errors import QoschedError
 
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_demo(groups)
     infer.add_infer(groups)
     local.add_commands(groups)
+    k8s.add_commands(groups)
     return parser
 
 

@@ -1,0 +1,220 @@
+"""What a qosched training job is on Kubernetes: a StatefulSet with annotations.
+
+A job is a ``StatefulSet`` (``podManagementPolicy: Parallel``, ``updateStrategy: OnDelete``)
+whose pod template names ``schedulerName: qosched``. Its annotations describe the work; the
+scheduler writes its own state next to them, on the same object, so that a restarted scheduler
+rebuilds everything from the API:
+
+======================================  =================================================
+``qosched.io/iterations``               the whole work, in iterations (required)
+``qosched.io/deadline``                 a duration after the StatefulSet's creation
+                                        (``"2h30m"``) or an RFC 3339 time; absent = best
+                                        effort (no deadline)
+``qosched.io/best-effort``              ``"true"``: run even when the deadline cannot be
+                                        guaranteed (default ``"false"``: decline instead)
+``qosched.io/model``, ``/batch-size``   the speed table row the predictor starts from
+``qosched.io/requested-workers``        what request-honouring baselines (fifo) give it
+``qosched.io/max-workers``              an upper bound on the workers the policy may give
+``qosched.io/admission``  (scheduler)   ``guaranteed``, ``best-effort`` or ``declined``
+``qosched.io/state``      (scheduler)   ``succeeded`` once the work is done
+``qosched.io/progress``   (both)        ``{"iteration": n, "active_s": s}``, see below
+======================================  =================================================
+
+Progress is reported by the training pods: each patches its own pod's ``qosched.io/progress``
+annotation (:mod:`qosched.backends.kubernetes.progress`), with the iterations done and its
+compute seconds (training time across restarts, restart pauses excluded, carried in its
+checkpoint). The scheduler copies the latest value onto the StatefulSet when the job's pods go
+away (pre-emption, completion), so progress survives pods and scheduler alike.
+
+Workers: on a GPU scheduler every pod is ``gpus-per-pod`` workers (its ``nvidia.com/gpu``
+request) and the worker count changes by ``spec.replicas`` (elastic replicas, checkpoint
+restart); on a CPU scheduler a job is one pod whose CPU request (whole cores) is its worker
+count, re-sized in place.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from qosched.backends.kubernetes.kube import key_of, parse_time, quantity
+from qosched.core.errors import InputError
+
+PREFIX = "qosched.io/"
+ITERATIONS = PREFIX + "iterations"
+DEADLINE = PREFIX + "deadline"
+BEST_EFFORT = PREFIX + "best-effort"
+MODEL = PREFIX + "model"
+BATCH_SIZE = PREFIX + "batch-size"
+REQUESTED_WORKERS = PREFIX + "requested-workers"
+MAX_WORKERS = PREFIX + "max-workers"
+ADMISSION = PREFIX + "admission"
+STATE = PREFIX + "state"
+PROGRESS = PREFIX + "progress"
+#: Label on the StatefulSet and its pods naming the job, so kubectl can select them.
+JOB_LABEL = PREFIX + "job"
+
+ADMISSIONS = ("guaranteed", "best-effort", "declined")
+SUCCEEDED = "succeeded"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a training pod reports: iterations done and its compute seconds."""
+
+    iteration: int
+    active_s: float
+
+    def to_text(self) -> str:
+        return json.dumps({"iteration": self.iteration, "active_s": round(self.active_s, 3)})
+
+
+def parse_progress(text: str | None, *, source: str) -> Progress | None:
+    """The ``qosched.io/progress`` annotation; None when absent. A malformed value is an
+    ``InputError`` naming the object (the scheduler logs it and ignores that report)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        iteration, active_s = int(data["iteration"]), float(data["active_s"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InputError(
+            f'expected {{"iteration": int, "active_s": float}}, got {text!r}',
+            source=source,
+            field=PROGRESS,
+        ) from exc
+    if iteration < 0 or not math.isfinite(active_s) or active_s < 0:
+        raise InputError(f"must be non-negative, got {text!r}", source=source, field=PROGRESS)
+    return Progress(iteration, active_s)
+
+
+@dataclass(frozen=True, slots=True)
+class K8sJob:
+    """One job as its StatefulSet describes it (validated when read)."""
+
+    namespace: str
+    name: str
+    created_at: float
+    iterations: int
+    deadline_at: float | None
+    best_effort: bool
+    model: str
+    batch_size: int
+    requested_workers: int
+    max_workers: int | None
+    replicas: int
+    #: GPU jobs: workers per pod (its GPU request). CPU jobs: the template's CPU request.
+    per_pod: int
+    admission: str | None
+    succeeded: bool
+    progress: Progress | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_deadline(text: str, created_at: float, *, source: str) -> float:
+    """A duration after ``created_at`` (``"90m"``, ``"1h30m"``, ``"2d"``) or an RFC 3339 time."""
+    match = _DURATION.fullmatch(text.strip())
+    if match and any(match.groups()):
+        units = (86_400, 3_600, 60, 1)
+        return created_at + sum(int(g or 0) * u for g, u in zip(match.groups(), units, strict=True))
+    try:
+        at = parse_time(text.strip())
+    except ValueError:
+        at = None
+    if at is None or "T" not in text:
+        raise InputError(
+            f"expected a duration like '90m' or '1h30m', or an RFC 3339 time like "
+            f"'2026-11-30T12:00:00Z', got {text!r}",
+            source=source,
+            field=DEADLINE,
+        )
+    return at
+
+
+def _int(annotations: dict[str, str], name: str, default: int | None, source: str) -> int | None:
+    """A whole number >= 1 from an annotation; ``default`` when absent."""
+    value = annotations.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise InputError(
+            f"expected a whole number, got {value!r}", source=source, field=name
+        ) from None
+    if number < 1:
+        raise InputError(f"must be >= 1, got {number}", source=source, field=name)
+    return number
+
+
+def pod_template_request(template: dict[str, Any], resource: str) -> float:
+    """Sum over the template's containers of the request for ``resource`` (limits when a
+    container states no request, as the API server defaults it)."""
+    total = 0.0
+    for container in template.get("spec", {}).get("containers", []):
+        resources = container.get("resources") or {}
+        value = (resources.get("requests") or {}).get(resource)
+        if value is None:
+            value = (resources.get("limits") or {}).get(resource)
+        total += quantity(value)
+    return total
+
+
+def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
+    """The job a StatefulSet describes; ``InputError`` naming the object and annotation."""
+    source = f"statefulset/{key_of(sts)}"
+    meta = sts["metadata"]
+    annotations = meta.get("annotations") or {}
+    created_at = parse_time(meta.get("creationTimestamp")) or 0.0
+    iterations = _int(annotations, ITERATIONS, None, source)
+    if iterations is None:
+        raise InputError("required annotation is missing", source=source, field=ITERATIONS)
+    deadline_text = annotations.get(DEADLINE)
+    deadline_at = (
+        parse_deadline(deadline_text, created_at, source=source) if deadline_text else None
+    )
+    best_effort = annotations.get(BEST_EFFORT, "false").strip().lower()
+    if best_effort not in ("true", "false"):
+        raise InputError(
+            f"expected 'true' or 'false', got {best_effort!r}", source=source, field=BEST_EFFORT
+        )
+    admission = annotations.get(ADMISSION)
+    if admission is not None and admission not in ADMISSIONS:
+        admission = None  # written by someone else: decide again
+    template = sts["spec"]["template"]
+    if resource == "gpu":
+        per_pod = pod_template_request(template, GPU_RESOURCE)
+        if per_pod < 1 or per_pod != int(per_pod):
+            raise InputError(
+                f"each pod must request a whole number >= 1 of {GPU_RESOURCE}, got {per_pod:g}",
+                source=source,
+                field="spec.template.spec.containers[].resources",
+            )
+    else:
+        per_pod = max(1, math.ceil(pod_template_request(template, "cpu")))
+    return K8sJob(
+        namespace=meta.get("namespace", "default"),
+        name=meta["name"],
+        created_at=created_at,
+        iterations=iterations,
+        deadline_at=deadline_at,
+        best_effort=best_effort == "true",
+        model=annotations.get(MODEL, "unknown"),
+        batch_size=_int(annotations, BATCH_SIZE, 1, source) or 1,
+        requested_workers=_int(annotations, REQUESTED_WORKERS, 1, source) or 1,
+        max_workers=_int(annotations, MAX_WORKERS, None, source),
+        replicas=int(sts["spec"].get("replicas", 1)),
+        per_pod=int(per_pod),
+        admission=admission,
+        succeeded=annotations.get(STATE) == SUCCEEDED,
+        progress=parse_progress(annotations.get(PROGRESS), source=source),
+    )

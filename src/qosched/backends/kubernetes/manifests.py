@@ -1,0 +1,317 @@
+"""What ``qosched k8s manifests`` and ``qosched k8s job`` print: plain Kubernetes objects.
+
+:func:`deployment` is the scheduler's installation: a Namespace, a ServiceAccount, RBAC that
+grants exactly the calls the scheduler makes (and a ``qosched-trainer`` ClusterRole that lets a
+training pod patch pods, for its progress annotation, bound per namespace by the job
+manifests), a ConfigMap with the scheduler's settings and a Deployment of two replicas that
+elect a leader through a Lease.
+
+:func:`job` turns a ``TrainingJob`` spec (the local backend's YAML, so one file serves both)
+into a job StatefulSet (``Parallel`` pods, ``OnDelete`` updates, ``schedulerName: qosched``),
+its headless Service (stable pod DNS names for the workers' rendezvous) and the trainer's
+ServiceAccount and RoleBinding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from qosched.backends.kubernetes import jobs as J
+from qosched.backends.local.jobspec import TrainingJobSpec
+from qosched.core.errors import InputError
+
+SCHEDULER = "qosched-scheduler"
+TRAINER = "qosched-trainer"
+DEFAULT_IMAGE = "ghcr.io/qosched/qosched:0.1.0"
+LABELS = {"app.kubernetes.io/name": "qosched", "app.kubernetes.io/component": "scheduler"}
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+#: Every API call the scheduler makes, and nothing else.
+SCHEDULER_RULES = [
+    _rule([""], ["nodes"], ["list", "watch"]),
+    # list/watch every pod: a node's room counts other schedulers' pods too; delete: a pending
+    # pod at an old size, a restart at a new size, a half-bound gang released.
+    _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+    _rule([""], ["pods/binding"], ["create"]),
+    _rule([""], ["pods/resize"], ["patch"]),
+    _rule(["apps"], ["statefulsets"], ["list", "watch", "patch"]),
+]
+LEASE_RULES = [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])]
+TRAINER_RULES = [_rule([""], ["pods"], ["get", "patch"])]
+
+
+def scheduler_config(
+    *, resource: str, policy: str, throughputs: str | None, namespace: str
+) -> dict[str, Any]:
+    """The ConfigMap's ``config.yaml``: the fields of ``SchedulerConfig``."""
+    config: dict[str, Any] = {
+        "resource": resource,
+        "policy": policy,
+        "lease_namespace": namespace,
+        "tick_s": 5.0,
+        "lease_duration_s": 15,
+        "restart_pause_s": 30.0,
+    }
+    if throughputs is not None:
+        config["throughputs"] = throughputs
+    return config
+
+
+def deployment(
+    *,
+    namespace: str = "qosched",
+    image: str = DEFAULT_IMAGE,
+    resource: str = "gpu",
+    policy: str = "qos",
+    throughputs: str | None = None,
+    replicas: int = 2,
+) -> list[dict[str, Any]]:
+    """The scheduler's objects, in the order ``kubectl apply`` needs them."""
+    meta = {"namespace": namespace, "labels": dict(LABELS)}
+    config = scheduler_config(
+        resource=resource, policy=policy, throughputs=throughputs, namespace=namespace
+    )
+    subject = [{"kind": "ServiceAccount", "name": SCHEDULER, "namespace": namespace}]
+    container = {
+        "name": "scheduler",
+        "image": image,
+        "command": ["qosched", "k8s", "run", "--config", "/etc/qosched/config.yaml"],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"memory": "1Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "config", "mountPath": "/etc/qosched", "readOnly": True}],
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": dict(LABELS)},
+        },
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SCHEDULER, **meta}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": SCHEDULER, "labels": dict(LABELS)},
+            "rules": SCHEDULER_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": SCHEDULER, "labels": dict(LABELS)},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": SCHEDULER,
+            },
+            "subjects": subject,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": SCHEDULER, **meta},
+            "rules": LEASE_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": SCHEDULER, **meta},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SCHEDULER},
+            "subjects": subject,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": TRAINER, "labels": dict(LABELS)},
+            "rules": TRAINER_RULES,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": SCHEDULER, **meta},
+            "data": {"config.yaml": yaml.safe_dump(config, sort_keys=False)},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": SCHEDULER, **meta},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": dict(LABELS)},
+                "template": {
+                    "metadata": {"labels": dict(LABELS)},
+                    "spec": {
+                        "serviceAccountName": SCHEDULER,
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
+                        "containers": [container],
+                        "volumes": [{"name": "config", "configMap": {"name": SCHEDULER}}],
+                    },
+                },
+            },
+        },
+    ]
+
+
+def job(
+    spec: TrainingJobSpec,
+    *,
+    image: str,
+    namespace: str = "default",
+    resource: str = "gpu",
+    gpus_per_pod: int = 1,
+    replicas: int = 1,
+    model: str | None = None,
+    batch_size: int | None = None,
+    command: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """A job's objects from a ``TrainingJob`` spec. ``command`` (default: the spec's command,
+    else ``qosched`` running the spec's built-in workload) runs in every pod; ``model`` and
+    ``batch_size`` name the speed-table row (default: the spec's workload)."""
+    if replicas < 1 or gpus_per_pod < 1:
+        raise InputError("replicas and gpus per pod must be >= 1", field="replicas")
+    if resource == "cpu":
+        replicas = 1  # a CPU job is one pod, re-sized
+    argv = command or (
+        list(spec.command)
+        if spec.command
+        else [
+            "qosched",
+            "k8s",
+            "train",
+            "--workload",
+            str(spec.workload),
+            "--iterations",
+            str(spec.iterations),
+        ]
+    )
+    annotations = {
+        J.ITERATIONS: str(spec.iterations),
+        J.DEADLINE: spec.deadline.to_text(),
+        J.BEST_EFFORT: "true" if spec.best_effort else "false",
+        J.REQUESTED_WORKERS: str(spec.requested_cpus),
+    }
+    if model or spec.workload:
+        annotations[J.MODEL] = model or str(spec.workload)
+    if batch_size is None and spec.workload is not None and model is None:
+        from qosched.workloads import get_workload  # imports torch: only when needed
+
+        batch_size = get_workload(spec.workload).default_batch_size  # its speed-table row
+    if batch_size is not None:
+        annotations[J.BATCH_SIZE] = str(batch_size)
+    if spec.resources.max_cpus is not None and resource == "cpu":
+        annotations[J.MAX_WORKERS] = str(spec.resources.max_cpus)
+    requests: dict[str, str] = {"cpu": str(spec.resources.min_cpus) if resource == "cpu" else "1"}
+    if spec.resources.memory_bytes is not None:
+        requests["memory"] = str(spec.resources.memory_bytes)
+    if resource == "gpu":
+        requests[J.GPU_RESOURCE] = str(gpus_per_pod)
+    labels = {J.JOB_LABEL: spec.name}
+    meta = {"name": spec.name, "namespace": namespace, "labels": labels}
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "QOSCHED_JOB", "value": spec.name},
+    ]
+    trainer = f"{spec.name}-trainer"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": trainer, "namespace": namespace, "labels": labels},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": trainer, "namespace": namespace, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": TRAINER,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": trainer, "namespace": namespace}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "clusterIP": "None",
+                "selector": labels,
+                "ports": [{"name": "rendezvous", "port": 29500}],
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {**meta, "annotations": annotations},
+            "spec": {
+                "replicas": replicas,
+                "serviceName": spec.name,
+                "podManagementPolicy": "Parallel",
+                "updateStrategy": {"type": "OnDelete"},
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "schedulerName": "qosched",
+                        "serviceAccountName": trainer,
+                        "terminationGracePeriodSeconds": 60,  # time to write a checkpoint
+                        "containers": [
+                            {
+                                "name": "train",
+                                "image": image,
+                                "command": argv,
+                                "env": env,
+                                # requests = limits: a Guaranteed pod, which an in-place
+                                # re-size of CPU (both at once) keeps Guaranteed.
+                                "resources": {"requests": requests, "limits": dict(requests)},
+                                "resizePolicy": [
+                                    {"resourceName": "cpu", "restartPolicy": "NotRequired"}
+                                ],
+                                "volumeMounts": [
+                                    {"name": "checkpoint", "mountPath": "/checkpoint"}
+                                ],
+                            }
+                        ],
+                    },
+                },
+                # One volume per pod ordinal, kept across restarts and re-sizes: the checkpoint.
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "checkpoint"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                ],
+            },
+        },
+    ]
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes shared sub-objects out in full: no YAML anchors in files people read."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """A multi-document YAML stream, as ``kubectl apply -f -`` reads it."""
+    return yaml.dump_all(objects, Dumper=_PlainDumper, sort_keys=False)

@@ -1,0 +1,76 @@
+"""Progress reporting from inside a training pod: the pod patches its own annotation.
+
+The training loop calls :meth:`ProgressReporter.report` after its iterations; the reporter
+patches ``qosched.io/progress`` on its own pod (a JSON merge patch, at most every
+``min_interval_s``) with the iterations done and the compute seconds. The pod learns its name
+and namespace from the downward API (``POD_NAME``, ``POD_NAMESPACE``; the example manifests set
+both) and needs RBAC to patch pods in its namespace (the ``qosched-trainer`` Role of
+``qosched k8s manifests``).
+
+``active_s`` must be the job's compute clock: seconds of training across all its restarts,
+without the time spent stopped or restarting. Keep it in the checkpoint with the model and
+resume it from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from qosched.backends.kubernetes.jobs import PROGRESS, Progress
+from qosched.backends.kubernetes.kube import api_client as make_client
+from qosched.backends.kubernetes.kube import require
+from qosched.core.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+class ProgressReporter:
+    """Reports one pod's progress; see the module docstring."""
+
+    def __init__(
+        self,
+        api_client: Any = None,
+        *,
+        pod_name: str | None = None,
+        namespace: str | None = None,
+        min_interval_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pod_name = pod_name or os.environ.get("POD_NAME")
+        self.namespace = namespace or os.environ.get("POD_NAMESPACE")
+        if not self.pod_name or not self.namespace:
+            raise InputError(
+                "set POD_NAME and POD_NAMESPACE from the downward API (or pass them)",
+                field="pod_name",
+            )
+        client = require().client
+        self.core = client.CoreV1Api(api_client if api_client is not None else make_client())
+        self.min_interval_s = min_interval_s
+        self.clock = clock
+        self._last = -float("inf")
+
+    def report(self, iteration: int, active_s: float, *, force: bool = False) -> bool:
+        """Patch the annotation unless the last report was under ``min_interval_s`` ago (``force``
+        reports anyway: at a checkpoint, at the end). True when it was sent; a failure is logged
+        and never stops training."""
+        now = self.clock()
+        if not force and now - self._last < self.min_interval_s:
+            return False
+        body = {"metadata": {"annotations": {PROGRESS: Progress(iteration, active_s).to_text()}}}
+        try:
+            self.core.patch_namespaced_pod(
+                self.pod_name,
+                self.namespace,
+                body,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )
+        except Exception as exc:
+            log.warning("cannot report progress: %s", exc)
+            return False
+        self._last = now
+        return True

@@ -1,0 +1,678 @@
+"""The qosched scheduler on Kubernetes: API state in, the policy's Decision out as API calls.
+
+:meth:`K8sScheduler.step` is one round, called every ``tick_s`` by :meth:`run`:
+
+1. hold the leader Lease (a replica that does not lead does nothing);
+2. sync the caches of nodes, pods and job StatefulSets (list, then watch from the last
+   ``resourceVersion``; 410 relists, other errors back off);
+3. read every job (:mod:`.jobs`) and its pods' progress into the policy's ``JobState``\\ s;
+   finished jobs are marked ``succeeded`` and scaled to zero; new jobs are admitted or declined
+   by the policy and the answer written on the StatefulSet;
+4. ask the policy for worker counts on a ``ClusterSpec`` derived from the nodes' room;
+5. apply them: GPU jobs change ``spec.replicas`` (elastic replicas; the training pods restart
+   from their checkpoint), CPU jobs are re-sized in place through the pod ``resize``
+   subresource, or, where the cluster lacks it, the node has no room or the kubelet marks the
+   re-size ``Infeasible``, by restarting the pod at its new size from its checkpoint; a job
+   that loses its workers is scaled to zero;
+6. bind pending pods, a whole job's pods together or none (Binding API), job by job in the
+   decision's order.
+
+Nothing lives only in memory: everything a round needs is read from the API, and what the
+scheduler decides is written there (annotations, replicas, bindings) before the next round.
+A restarted or newly elected replica rebuilds it all; only the policy's learned speeds start
+again from the jobs' reported progress.
+
+Heterogeneous nodes: the policies plan on a ``ClusterSpec`` of equal nodes. The scheduler gives
+them ``workers_per_node`` = the largest number of workers any node can still give and
+``num_nodes`` = the total such workers divided by that (rounded down), so the policy never plans
+more workers than exist in all, and counts up to a node fit on at least one node. The placement
+step then fits each job's pods onto the real nodes; a job that does not fit this round waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from qosched.backends.kubernetes import jobs as J
+from qosched.backends.kubernetes.fit import (
+    Room,
+    node_rooms,
+    place_gang,
+    pod_requests,
+    take,
+    worker_capacity,
+)
+from qosched.backends.kubernetes.informer import Informer
+from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
+from qosched.backends.kubernetes.lease import LeaderLease
+from qosched.cluster.job import JobSpec
+from qosched.cluster.policies import Policy, create_policy
+from qosched.cluster.spec import RESOURCES, ClusterSpec
+from qosched.cluster.state import ClusterView, Phase
+from qosched.cluster.state import JobState as ClusterJob
+from qosched.cluster.throughput import SpeedCurve, ThroughputModel
+from qosched.core.errors import InputError
+
+log = logging.getLogger(__name__)
+
+#: Iterations/s per worker assumed for a model without a speed table, until progress arrives.
+PLACEHOLDER_RATE = 1.0
+#: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
+BIND_TRIES = 3
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """How one scheduler replica runs; validated at construction."""
+
+    scheduler_name: str = "qosched"
+    resource: str = "gpu"
+    policy: str = "qos"
+    throughputs: str | None = None  # bundled table set; default A100 for GPUs, CPU for cores
+    namespace: str | None = None  # watch one namespace; None = all
+    restart_pause_s: float = 30.0
+    tick_s: float = 5.0
+    lease_name: str = "qosched-scheduler"
+    lease_namespace: str = "qosched"
+    lease_duration_s: int = 15
+    watch_timeout_s: int = 30
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+
+    def __post_init__(self) -> None:
+        if self.resource not in RESOURCES:
+            raise InputError(
+                f"expected one of {', '.join(RESOURCES)}, got {self.resource!r}", field="resource"
+            )
+        if self.tick_s <= 0 or self.restart_pause_s < 0:
+            raise InputError("tick_s must be > 0 and restart_pause_s >= 0", field="tick_s")
+        if self.lease_duration_s <= self.tick_s:
+            raise InputError(
+                f"must exceed tick_s ({self.tick_s}) so a leader renews in time, "
+                f"got {self.lease_duration_s}",
+                field="lease_duration_s",
+            )
+
+    @property
+    def table_set(self) -> str:
+        return self.throughputs or ("A100" if self.resource == "gpu" else "CPU")
+
+
+@dataclass(slots=True)
+class StepReport:
+    """What one round did: for logs, metrics and tests."""
+
+    leading: bool = False
+    synced: bool = False
+    decision: dict[str, int] = field(default_factory=dict)
+    admitted: dict[str, str] = field(default_factory=dict)  # job -> admission
+    succeeded: list[str] = field(default_factory=list)
+    scaled: dict[str, int] = field(default_factory=dict)  # job -> replicas
+    resized: dict[str, int] = field(default_factory=dict)  # pod -> cores, in place
+    restarted: list[str] = field(default_factory=list)  # pods deleted to restart at a new size
+    bound: dict[str, str] = field(default_factory=dict)  # pod -> node
+    released: list[str] = field(default_factory=list)  # pods deleted after a failed gang
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Job:
+    """A job in this round: its description, its pods, and the policy's record of it."""
+
+    spec: J.K8sJob
+    pods: list[dict[str, Any]]
+    state: ClusterJob | None = None
+
+    @property
+    def bound(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if p["spec"].get("nodeName")]
+
+    @property
+    def pending(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if not p["spec"].get("nodeName")]
+
+
+class K8sScheduler:
+    """See the module docstring. ``api_client`` is a ``kubernetes.client.ApiClient``."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        config: SchedulerConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        make_policy: Callable[[], Policy] | None = None,
+    ) -> None:
+        client = require().client
+        self.config = config
+        self.clock = clock
+        # A new policy for every leadership term; by default the registered ``config.policy``.
+        self.make_policy = make_policy or (lambda: create_policy(config.policy))
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.binding_type = (client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference)
+        self.policy = self.make_policy()
+        self.tables = ThroughputModel.bundled(config.table_set)
+        options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s, "clock": monotonic}
+        if config.namespace is None:
+            list_pods = self.core.list_pod_for_all_namespaces
+            list_sets = self.apps.list_stateful_set_for_all_namespaces
+        else:
+            options["namespace"] = config.namespace
+            list_pods = self.core.list_namespaced_pod
+            list_sets = self.apps.list_namespaced_stateful_set
+        self.nodes = Informer(
+            self.core.list_node, watch_timeout_s=config.watch_timeout_s, clock=monotonic
+        )
+        self.pods = Informer(list_pods, **options)
+        self.sets = Informer(list_sets, label_selector=J.JOB_LABEL, **options)
+        self.lease = LeaderLease(
+            client.CoordinationV1Api(api_client),
+            name=config.lease_name,
+            namespace=config.lease_namespace,
+            identity=config.identity,
+            lease_duration_s=config.lease_duration_s,
+            clock=clock,
+        )
+        self._states: dict[str, ClusterJob] = {}  # the policy's records, rebuilt from the API
+        self.resize_supported: bool | None = None  # learnt from the first resize answer
+        self._term = 0  # the lease term the policy and states belong to
+        self._fresh: set[str] = set()  # jobs this term's policy has not been told about
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Schedule every ``tick_s`` until ``stop`` is set, then give the Lease up."""
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # a bug must not end the scheduler; the next round starts afresh
+                log.exception("scheduling round failed")
+            stop.wait(self.config.tick_s)
+        self.lease.release()
+
+    def step(self) -> StepReport:
+        """One round; see the module docstring."""
+        report = StepReport()
+        report.leading = self.lease.hold()
+        if not report.leading:
+            return report
+        if self._term != self.lease.transitions:
+            # A new term starts from the API alone: a fresh policy learns every job again.
+            self._term = self.lease.transitions
+            self.policy = self.make_policy()
+            self._states.clear()
+        synced = [informer.sync() for informer in (self.nodes, self.pods, self.sets)]
+        if not all(informer.synced for informer in (self.nodes, self.pods, self.sets)):
+            return report  # never decide on a cache that was never complete
+        report.synced = all(synced)
+        now = self.clock()
+        jobs = self._read_jobs(report)
+        rooms = node_rooms(self.nodes.objects.values(), self.pods.objects.values())
+        cluster = self._cluster(rooms, jobs)
+        live = self._update_states(jobs, cluster, now, report)
+        if cluster is None:
+            return report
+        known = [j.state for j in live.values() if j.spec.admission is not None]
+        self._admit(live, ClusterView(now, cluster, known, self.config.restart_pause_s), report)
+        admitted = {
+            k: j
+            for k, j in live.items()
+            if j.spec.admission in ("guaranteed", "best-effort")
+            or report.admitted.get(k) in ("guaranteed", "best-effort")
+        }
+        view = ClusterView(
+            now, cluster, [j.state for j in admitted.values()], self.config.restart_pause_s
+        )
+        decision = self.policy.allocate(view) if admitted else None
+        counts = dict(decision.workers) if decision is not None else {}
+        report.decision = counts
+        order = list(counts) + [k for k in admitted if k not in counts]
+        for key in order:
+            self._apply(admitted[key], counts.get(key, 0), rooms, report)
+        for key in order:
+            if counts.get(key, 0):
+                self._bind_job(admitted[key], counts[key], rooms, report)
+        return report
+
+    # -- reading the API ----------------------------------------------------------------------
+
+    def _read_jobs(self, report: StepReport) -> dict[str, _Job]:
+        jobs: dict[str, _Job] = {}
+        for sts in self.sets.objects.values():
+            template = sts.get("spec", {}).get("template", {}).get("spec", {})
+            if template.get("schedulerName") != self.config.scheduler_name:
+                continue
+            try:
+                spec = J.read_job(sts, self.config.resource)
+            except InputError as exc:
+                report.errors.append(str(exc))
+                continue
+            jobs[spec.key] = _Job(spec, [])
+        for pod in self.pods.objects.values():
+            owner = _owner(pod)
+            if owner in jobs and not pod["metadata"].get("deletionTimestamp") and not _ended(pod):
+                jobs[owner].pods.append(pod)
+        for job in jobs.values():
+            job.pods.sort(key=lambda p: p["metadata"]["name"])
+        return jobs
+
+    def _cluster(self, rooms: dict[str, Room], jobs: dict[str, _Job]) -> ClusterSpec | None:
+        """The homogeneous cluster the policy plans on (see the module docstring): workers the
+        nodes can give to qosched jobs, i.e. their room with qosched's own pods counted free."""
+        ours = {key_of(p) for job in jobs.values() for p in job.pods}
+        others = node_rooms(
+            self.nodes.objects.values(),
+            self.pods.objects.values(),
+            count=lambda pod: key_of(pod) not in ours,
+        )
+        resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
+        capacity = [c for c in worker_capacity(others, resource).values() if c > 0]
+        if not capacity:
+            return None
+        per_node = max(capacity)
+        nodes = max(1, sum(capacity) // per_node)
+        return ClusterSpec(
+            1,
+            nodes,
+            per_node,
+            resource=self.config.resource,
+            cpus_per_node=per_node if self.config.resource == "cpu" else 0,
+        )
+
+    def _progress(self, job: _Job, report: StepReport) -> J.Progress | None:
+        best = job.spec.progress
+        for pod in job.pods:
+            text = (pod["metadata"].get("annotations") or {}).get(J.PROGRESS)
+            try:
+                progress = J.parse_progress(text, source=f"pod/{key_of(pod)}")
+            except InputError as exc:
+                report.errors.append(str(exc))
+                continue
+            if progress is not None and (best is None or progress.iteration > best.iteration):
+                best = progress
+        return best
+
+    def _held(self, job: _Job) -> int:
+        if self.config.resource == "gpu":
+            return job.spec.per_pod * len(job.bound)
+        return sum(math.ceil(pod_requests(p).get("cpu", 0.0) - 1e-9) for p in job.bound)
+
+    def _update_states(
+        self, jobs: dict[str, _Job], cluster: ClusterSpec | None, now: float, report: StepReport
+    ) -> dict[str, _Job]:
+        """The policy's JobStates from the API; finished jobs are closed. Returns the jobs
+        still to decide for (declined and finished ones left out)."""
+        live: dict[str, _Job] = {}
+        for key, job in jobs.items():
+            spec = job.spec
+            if spec.succeeded or spec.admission == "declined":
+                if spec.replicas:
+                    self._patch_set(spec, {"spec": {"replicas": 0}}, report)
+                continue
+            progress = self._progress(job, report)
+            if progress is not None and progress.iteration >= spec.iterations:
+                self._patch_set(
+                    spec,
+                    {
+                        "metadata": {
+                            "annotations": {J.STATE: J.SUCCEEDED, J.PROGRESS: progress.to_text()}
+                        },
+                        "spec": {"replicas": 0},
+                    },
+                    report,
+                )
+                report.succeeded.append(key)
+                continue
+            if cluster is None:
+                continue
+            state = self._states.get(key)
+            if state is None:
+                state = ClusterJob(self._job_spec(spec), self._curve(spec, cluster))
+                self._states[key] = state
+                self._fresh.add(key)
+            if progress is not None:
+                state.iterations_done = float(min(progress.iteration, spec.iterations))
+                state.active_s = progress.active_s
+            state.workers = self._held(job)
+            state.phase = Phase.RUNNING if state.workers else Phase.PENDING
+            if state.started_s is None and (state.workers or state.active_s > 0):
+                state.started_s = now
+            state.last_update_s = now
+            job.state = state
+            live[key] = job
+        for key in [k for k in self._states if k not in live]:
+            del self._states[key]
+        return live
+
+    def _job_spec(self, spec: J.K8sJob) -> JobSpec:
+        deadline = spec.deadline_at
+        if deadline is not None and deadline <= spec.created_at:
+            deadline = spec.created_at + 1.0  # already missed: the policy sees it as overdue
+        return JobSpec(
+            job_id=spec.key,
+            submit_s=max(0.0, spec.created_at),
+            model=spec.model,
+            batch_size=spec.batch_size,
+            iterations=spec.iterations,
+            deadline_s=deadline,
+            requested_workers=spec.requested_workers,
+        )
+
+    def _curve(self, spec: J.K8sJob, cluster: ClusterSpec) -> SpeedCurve:
+        """The prior speeds on the counts this job can take: a whole number of pods on a GPU
+        cluster, one node's worth of cores on a CPU cluster (one pod), within max-workers."""
+        most = cluster.total_workers if self.config.resource == "gpu" else cluster.workers_per_node
+        if spec.max_workers is not None:
+            most = min(most, spec.max_workers)
+        if self.tables.has(spec.model, spec.batch_size):
+            table = self.tables.curve(spec.model, spec.batch_size)
+            rate = table.rate
+        else:
+            table = None
+
+            def rate(g: int) -> float:
+                return PLACEHOLDER_RATE * g
+
+        step = spec.per_pod if self.config.resource == "gpu" else 1
+        speeds = tuple(rate(g) if g and g % step == 0 else 0.0 for g in range(most + 1))
+        measured = table.measured if table is not None else tuple(range(1, most + 1))
+        return SpeedCurve(
+            spec.model, spec.batch_size, speeds, tuple(g for g in measured if g <= most)
+        )
+
+    # -- admission ------------------------------------------------------------------------------
+
+    def _admit(self, live: dict[str, _Job], view: ClusterView, report: StepReport) -> None:
+        """New jobs: the policy admits or declines each, and the answer is written on its
+        StatefulSet (a declined job is scaled to zero and never bound)."""
+        known = list(view.jobs)
+        for key, job in live.items():
+            if job.spec.admission is not None:
+                continue
+            others = ClusterView(view.now, view.cluster, list(known), view.restart_pause_s)
+            accepted = self.policy.admit(job.state, others)
+            guaranteed = bool(getattr(self.policy, "is_guaranteed", lambda _: False)(key))
+            promises = hasattr(self.policy, "is_guaranteed")
+            if accepted and (
+                not promises or guaranteed or job.spec.best_effort or job.spec.deadline_at is None
+            ):
+                admission = "guaranteed" if guaranteed else "best-effort"
+                known.append(job.state)
+            else:
+                admission = "declined"
+            patch: dict[str, Any] = {"metadata": {"annotations": {J.ADMISSION: admission}}}
+            if admission == "declined":
+                patch["spec"] = {"replicas": 0}
+            if self._patch_set(job.spec, patch, report):
+                report.admitted[key] = admission
+        # Jobs admitted in an earlier term (or by a replica that died): this term's policy
+        # learns them again, as the local service does after a restart.
+        for key, job in live.items():
+            if job.spec.admission in ("guaranteed", "best-effort") and key in self._fresh:
+                self.policy.admit(job.state, view)
+        self._fresh.clear()
+
+    # -- applying a decision ------------------------------------------------------------------
+
+    def _apply(self, job: _Job, workers: int, rooms: dict[str, Room], report: StepReport) -> None:
+        spec = job.spec
+        if self.config.resource == "gpu":
+            replicas = workers // spec.per_pod
+            if replicas != spec.replicas:
+                patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+                if replicas == 0 and job.state is not None and job.state.iterations_done:
+                    patch["metadata"] = {
+                        "annotations": {
+                            J.PROGRESS: J.Progress(
+                                int(job.state.iterations_done), job.state.active_s
+                            ).to_text()
+                        }
+                    }
+                if self._patch_set(spec, patch, report):
+                    report.scaled[spec.key] = replicas
+            return
+        if workers == 0:
+            if spec.replicas:
+                patch = {"spec": {"replicas": 0}}
+                if job.state is not None and job.state.iterations_done:
+                    patch["metadata"] = {
+                        "annotations": {
+                            J.PROGRESS: J.Progress(
+                                int(job.state.iterations_done), job.state.active_s
+                            ).to_text()
+                        }
+                    }
+                if self._patch_set(spec, patch, report):
+                    report.scaled[spec.key] = 0
+            return
+        patch = {}
+        if spec.per_pod != workers:  # OnDelete: running pods keep their size until re-sized
+            patch["spec"] = {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            _cpu_container(c["name"], workers)
+                            for c in _containers(self._set(spec))[:1]
+                        ]
+                    }
+                }
+            }
+        if spec.replicas != 1:
+            patch.setdefault("spec", {})["replicas"] = 1
+        if patch and self._patch_set(spec, patch, report) and spec.replicas != 1:
+            report.scaled[spec.key] = 1
+        for pod in job.pods:
+            cores = math.ceil(pod_requests(pod).get("cpu", 0.0) - 1e-9)
+            if cores == workers:
+                if _resize_infeasible(pod):
+                    # The kubelet refused the size the pod already asks for (its node cannot
+                    # give it): restart it at that size where it fits.
+                    self._delete_pod(pod, report.restarted, report)
+                continue
+            node = pod["spec"].get("nodeName")
+            if node is None:  # not running yet: the controller recreates it at the new size
+                self._delete_pod(pod, report.restarted, report)
+            elif self._resize(pod, workers, cores, rooms.get(node), report):
+                report.resized[key_of(pod)] = workers
+            else:  # checkpoint-restart at the new size, wherever it fits
+                self._delete_pod(pod, report.restarted, report)
+
+    def _resize(
+        self, pod: dict[str, Any], workers: int, cores: int, room: Room | None, report: StepReport
+    ) -> bool:
+        """Re-size a running pod in place; False when the cluster cannot (no ``resize``
+        subresource: before 1.33, or the feature gate off) or its node has no room."""
+        if self.resize_supported is False or room is None:
+            return False
+        if workers > cores and room.get("cpu", 0.0) + 1e-9 < workers - cores:
+            return False
+        containers = _containers(pod)
+        body = {"spec": {"containers": [_cpu_container(containers[0]["name"], workers)]}}
+        meta = pod["metadata"]
+        try:
+            response = self.core.patch_namespaced_pod_resize(
+                meta["name"],
+                meta["namespace"],
+                body,
+                _content_type=STRATEGIC_PATCH,
+                _preload_content=False,
+            )
+        except Exception as exc:
+            if status_of(exc) in (404, 405, 415):
+                log.warning(
+                    "the cluster has no pod resize subresource (%s); CPU jobs are "
+                    "re-sized by checkpoint-restart",
+                    status_of(exc),
+                )
+                self.resize_supported = False
+            else:
+                report.errors.append(f"resize of pod {key_of(pod)} failed: {exc}")
+            return False
+        self.resize_supported = True
+        updated = read_json(response)
+        self.pods.put(updated)
+        take(room, {"cpu": workers - cores})
+        return True
+
+    def _bind_job(
+        self, job: _Job, workers: int, rooms: dict[str, Room], report: StepReport
+    ) -> None:
+        """Bind the job's pending pods, all of its gang or none."""
+        spec = job.spec
+        expected = workers // spec.per_pod if self.config.resource == "gpu" else 1
+        pods = [p for p in self._pods_of(spec) if p["spec"].get("nodeName") is None]
+        present = self._pods_of(spec)
+        if not pods or len(present) != expected:
+            return  # the controller has not caught up with the replicas yet
+        if self.config.resource == "cpu" and any(
+            math.ceil(pod_requests(p).get("cpu", 0.0) - 1e-9) != workers for p in pods
+        ):
+            return  # still at its old size: it is being restarted
+        prefer = [p["spec"]["nodeName"] for p in present if p["spec"].get("nodeName")]
+        resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
+        placement = place_gang(pods, rooms, resource, prefer)
+        if placement is None:
+            return
+        bound: list[dict[str, Any]] = []
+        for pod in pods:
+            node = placement[key_of(pod)]
+            result = self._bind(pod, node, report)
+            if result is None:
+                # A half-bound gang would hold workers it cannot use: release what this round
+                # bound (the controller recreates those pods pending) and try again next round.
+                for done in bound:
+                    self._delete_pod(done, report.released, report)
+                    take(rooms[done["spec"]["nodeName"]], pod_requests(done), sign=-1.0)
+                return
+            bound.append(result)
+            take(rooms[node], pod_requests(pod))
+            report.bound[key_of(pod)] = node
+
+    def _bind(self, pod: dict[str, Any], node: str, report: StepReport) -> dict[str, Any] | None:
+        """Bind one pod; the pod as bound, or None when it could not be (after retries)."""
+        V1Binding, V1ObjectMeta, V1ObjectReference = self.binding_type
+        meta = pod["metadata"]
+        body = V1Binding(
+            metadata=V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
+            target=V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        for attempt in range(1, BIND_TRIES + 1):
+            try:
+                self.core.create_namespaced_pod_binding(
+                    meta["name"], meta["namespace"], body, _preload_content=False
+                )
+            except Exception as exc:
+                status = status_of(exc)
+                if status == 409:  # bound already (by us in an earlier round, or by another)
+                    self._refresh(pod)
+                    report.errors.append(f"pod {key_of(pod)} was already bound: {exc.reason}")
+                    return None
+                if (status is not None and status < 500 and status != 429) or attempt == BIND_TRIES:
+                    report.errors.append(f"binding pod {key_of(pod)} to {node} failed: {exc}")
+                    return None
+                time.sleep(0.05 * 2**attempt)
+                continue
+            bound = {**pod, "spec": {**pod["spec"], "nodeName": node}}
+            self.pods.put(bound)  # until the watch shows it, the cache must not offer it again
+            return bound
+        return None
+
+    # -- small API helpers --------------------------------------------------------------------
+
+    def _pods_of(self, spec: J.K8sJob) -> list[dict[str, Any]]:
+        return sorted(
+            (
+                p
+                for p in self.pods.objects.values()
+                if _owner(p) == spec.key
+                and not p["metadata"].get("deletionTimestamp")
+                and not _ended(p)
+            ),
+            key=lambda p: p["metadata"]["name"],
+        )
+
+    def _set(self, spec: J.K8sJob) -> dict[str, Any]:
+        return self.sets.objects[spec.key]
+
+    def _patch_set(self, spec: J.K8sJob, patch: dict[str, Any], report: StepReport) -> bool:
+        try:
+            response = self.apps.patch_namespaced_stateful_set(
+                spec.name,
+                spec.namespace,
+                patch,
+                _content_type=STRATEGIC_PATCH,
+                _preload_content=False,
+            )
+        except Exception as exc:
+            report.errors.append(f"patching statefulset {spec.key} failed: {exc}")
+            return False
+        self.sets.put(read_json(response))
+        return True
+
+    def _delete_pod(self, pod: dict[str, Any], into: list[str], report: StepReport) -> None:
+        meta = pod["metadata"]
+        try:
+            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], _preload_content=False)
+        except Exception as exc:
+            if status_of(exc) != 404:
+                report.errors.append(f"deleting pod {key_of(pod)} failed: {exc}")
+                return
+        self.pods.forget(key_of(pod))
+        into.append(key_of(pod))
+
+    def _refresh(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            fresh = read_json(
+                self.core.read_namespaced_pod(
+                    meta["name"], meta["namespace"], _preload_content=False
+                )
+            )
+        except Exception:
+            return
+        self.pods.put(fresh)
+
+
+def _owner(pod: dict[str, Any]) -> str | None:
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "StatefulSet":
+            return f"{pod['metadata'].get('namespace', 'default')}/{ref['name']}"
+    return None
+
+
+def _ended(pod: dict[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _resize_infeasible(pod: dict[str, Any]) -> bool:
+    """The kubelet reports an in-place re-size it cannot do (condition ``PodResizePending``
+    with reason ``Infeasible``, Kubernetes 1.33+)."""
+    return any(
+        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+        for c in pod.get("status", {}).get("conditions") or []
+    )
+
+
+def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj["spec"]
+    return (spec.get("template", {}).get("spec") or spec).get("containers", [])
+
+
+def _cpu_container(name: str, cores: int) -> dict[str, Any]:
+    """The first container's CPU at ``cores``, request and limit equal (whole cores, so the
+    kubelet's static CPU manager can pin them)."""
+    return {
+        "name": name,
+        "resources": {"requests": {"cpu": str(cores)}, "limits": {"cpu": str(cores)}},
+    }

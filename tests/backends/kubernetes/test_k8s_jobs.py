@@ -1,0 +1,138 @@
+"""Job annotations read at the boundary, and the pure node accounting and gang placement."""
+
+from __future__ import annotations
+
+import pytest
+from k8s_helpers import job_set
+
+from qosched.backends.kubernetes import jobs as J
+from qosched.backends.kubernetes.fit import node_rooms, place_gang, pod_requests
+from qosched.core.errors import InputError
+
+CREATED = "2026-11-29T20:00:00Z"
+CREATED_S = 1_795_982_400.0  # the same instant in Unix seconds
+
+
+def stateful_set(annotations: dict, **options) -> dict:
+    sts = job_set("j", annotations=annotations, **options)
+    sts["metadata"]["creationTimestamp"] = CREATED
+    return sts
+
+
+@pytest.mark.parametrize(
+    ("deadline", "expected"),
+    [
+        ("90m", CREATED_S + 5400),
+        ("1h30m", CREATED_S + 5400),
+        ("2d", CREATED_S + 172_800),
+        ("2026-11-30T12:00:00Z", CREATED_S + 16 * 3600),
+    ],
+    ids=["minutes", "hours-minutes", "days", "absolute"],
+)
+def test_deadline_is_a_duration_after_creation_or_a_time(deadline, expected):
+    job = J.read_job(stateful_set({J.DEADLINE: deadline}), "gpu")
+    assert job.deadline_at == expected
+
+
+def test_no_deadline_is_best_effort_and_defaults_apply():
+    job = J.read_job(stateful_set({}), "gpu")
+    assert job.deadline_at is None
+    assert (job.iterations, job.per_pod, job.requested_workers, job.replicas) == (1000, 1, 1, 1)
+    assert job.key == "ml/j"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field"),
+    [
+        ({J.ITERATIONS: "many"}, J.ITERATIONS),
+        ({J.ITERATIONS: "0"}, J.ITERATIONS),
+        ({J.DEADLINE: "soon"}, J.DEADLINE),
+        ({J.BEST_EFFORT: "yes"}, J.BEST_EFFORT),
+        ({J.PROGRESS: '{"iteration": -1, "active_s": 3}'}, J.PROGRESS),
+        ({J.PROGRESS: "12"}, J.PROGRESS),
+    ],
+    ids=[
+        "iterations-text",
+        "iterations-zero",
+        "deadline",
+        "best-effort",
+        "progress-neg",
+        "progress-shape",
+    ],
+)
+def test_bad_annotations_name_the_object_and_field(annotations, field):
+    with pytest.raises(InputError) as error:
+        J.read_job(stateful_set(annotations), "gpu")
+    assert error.value.field == field
+    assert error.value.source == "statefulset/ml/j"
+
+
+def test_missing_iterations_is_an_error():
+    sts = stateful_set({})
+    del sts["metadata"]["annotations"][J.ITERATIONS]
+    with pytest.raises(InputError, match="required"):
+        J.read_job(sts, "gpu")
+
+
+def test_a_gpu_job_pod_must_request_whole_gpus():
+    with pytest.raises(InputError, match=r"nvidia\.com/gpu"):
+        J.read_job(stateful_set({}, resource="cpu"), "gpu")  # a pod without GPUs
+
+
+def node(name: str, cpu: str, gpus: int = 0, memory: str = "16Gi") -> dict:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {
+        "metadata": {"name": name},
+        "spec": {},
+        "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def pod(name: str, node_name: str | None, cpu: str, gpus: int = 0, phase: str = "Running") -> dict:
+    requests = {"cpu": cpu}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    return {
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"requests": requests}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_rooms_subtract_running_pods_only():
+    nodes = [node("a", "8", 4), node("b", "4", 0)]
+    cordoned = node("c", "64", 8)
+    cordoned["spec"]["unschedulable"] = True
+    pods = [pod("p1", "a", "1500m", 1), pod("p2", "a", "2"), pod("done", "a", "4", 3, "Succeeded")]
+    rooms = node_rooms([*nodes, cordoned], pods)
+    assert set(rooms) == {"a", "b"}  # a cordoned node has no room
+    assert rooms["a"]["cpu"] == pytest.approx(4.5)
+    assert rooms["a"]["nvidia.com/gpu"] == 3
+    assert rooms["a"]["pods"] == 108
+
+
+def test_pod_requests_fall_back_to_limits():
+    p = pod("p", None, "1")
+    p["spec"]["containers"].append({"name": "side", "resources": {"limits": {"cpu": "500m"}}})
+    assert pod_requests(p) == {"pods": 1.0, "cpu": 1.5}
+
+
+def test_gang_goes_where_the_job_is_then_on_the_roomiest_node():
+    rooms = {
+        "a": {"cpu": 8, "nvidia.com/gpu": 1, "pods": 10},
+        "b": {"cpu": 8, "nvidia.com/gpu": 3, "pods": 10},
+        "c": {"cpu": 8, "nvidia.com/gpu": 2, "pods": 10},
+    }
+    gang = [pod(f"w{i}", None, "1", 1) for i in range(4)]
+    # One pod of the job already runs on c: c first (2), then the roomiest, b (2 of its 3).
+    assert place_gang(gang, rooms, "nvidia.com/gpu", prefer=["c"]) == {
+        "ml/w0": "c",
+        "ml/w1": "c",
+        "ml/w2": "b",
+        "ml/w3": "b",
+    }
+    assert rooms["c"]["nvidia.com/gpu"] == 2  # the caller's rooms are untouched
+    assert place_gang([*gang, *gang[:3]], rooms, "nvidia.com/gpu") is None  # 7 > 6 GPUs

@@ -1,0 +1,98 @@
+"""Leader election on a Lease through the real client: one leader, takeover after expiry,
+409 Conflict for the replica that wrote on a stale resourceVersion."""
+
+from __future__ import annotations
+
+import pytest
+from fake_apiserver import FakeApiServer
+from k8s_helpers import SCRIPT, Clock, bindings, job_set, scheduler
+
+from qosched.backends.kubernetes.kube import api_client, parse_time, require
+from qosched.backends.kubernetes.lease import LeaderLease
+
+
+@pytest.fixture
+def api():
+    SCRIPT.clear()
+    with FakeApiServer() as server:
+        yield server
+
+
+def lease(url: str, identity: str, clock: Clock) -> LeaderLease:
+    coordination = require().client.CoordinationV1Api(api_client(url))
+    return LeaderLease(
+        coordination,
+        name="qs",
+        namespace="qosched",
+        identity=identity,
+        lease_duration_s=15,
+        clock=clock,
+    )
+
+
+def test_one_leader_until_its_lease_expires(api):
+    clock = Clock(1_800_000_000.0)
+    a, b = lease(api.url, "a", clock), lease(api.url, "b", clock)
+    assert a.hold() and not b.hold()
+    clock.now += 10
+    assert a.hold() and not b.hold()  # renewed: b still waits
+    clock.now += 14.9
+    assert not b.hold()  # 14.9 s since a's renewal, under 15
+    clock.now += 0.2
+    assert b.hold()  # a missed its renewal: b takes over
+    assert not a.hold()  # and a steps down
+    record = api.get("leases", "qosched/qs")["spec"]
+    assert record["holderIdentity"] == "b"
+    assert record["leaseTransitions"] == 1
+    assert parse_time(record["renewTime"]) == pytest.approx(clock.now, abs=1e-3)
+
+
+def test_of_two_racing_replicas_the_stale_write_gets_a_conflict(api):
+    clock = Clock(1_800_000_000.0)
+    a, b = lease(api.url, "a", clock), lease(api.url, "b", clock)
+    assert a.hold()
+    clock.now += 60  # a's lease is long expired; b and c both see it free
+    stale = b.api.read_namespaced_lease("qs", "qosched", _preload_content=False)
+    c = lease(api.url, "c", clock)
+    assert c.hold()  # c writes first
+
+    class Stale:
+        """b's read happened before c's write."""
+
+        def read_namespaced_lease(self, *args, **kwargs):
+            return stale
+
+        def __getattr__(self, name):
+            return getattr(c.api, name)
+
+    b.api = Stale()
+    assert not b.hold()  # the API server answered 409 to b's replace
+    assert api.get("leases", "qosched/qs")["spec"]["holderIdentity"] == "c"
+
+
+def test_only_the_leading_scheduler_binds(api):
+    api.add_node("n1", gpus=4)
+    api.create("statefulsets", job_set("a"))
+    SCRIPT["ml/a"] = 2
+    clock = Clock(1_800_000_000.0)
+    first = scheduler(api.url, identity="first", clock=clock)
+    second = scheduler(api.url, identity="second", clock=clock)
+    for _ in range(3):
+        assert first.step().leading
+        report = second.step()
+        assert not report.leading and not report.bound and not report.scaled
+    assert len(bindings(api)) == 2
+    clock.now += 60  # the first replica died without releasing its lease
+    reports = [second.step() for _ in range(2)]
+    assert reports[0].leading
+    assert reports[-1].decision == {"ml/a": 2}
+    assert len(bindings(api)) == 2  # the new leader rebuilt the state: nothing bound twice
+
+
+def test_a_released_lease_is_taken_at_once(api):
+    clock = Clock(1_800_000_000.0)
+    a, b = lease(api.url, "a", clock), lease(api.url, "b", clock)
+    assert a.hold() and not b.hold()
+    a.release()  # a clean shutdown
+    assert not a.leading
+    assert b.hold()  # no need to wait out a's 15 s

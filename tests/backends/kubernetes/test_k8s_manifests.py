@@ -1,0 +1,123 @@
+"""The printed manifests: valid against the Kubernetes schemas, RBAC that covers every call
+the scheduler makes, example files in step with the generator."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from fake_apiserver import FakeApiServer
+from k8s_helpers import SCRIPT, job_set, scheduler
+
+from qosched.backends.kubernetes import manifests
+from qosched.backends.local.jobspec import load_job_spec
+from qosched.cli.main import main
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "k8s"
+#: The release where the pod resize subresource is on by default, and the newest schemas.
+VERSIONS = ("1.33", kubernetes_validate.utils.latest_version())
+
+
+def objects_of_examples() -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted(EXAMPLES.glob("*.k8s.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            found.append((f"{path.name}:{obj['kind']}/{obj['metadata']['name']}", obj))
+    return found
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("resource", ["gpu", "cpu"])
+def test_deployment_validates_strictly(resource, version):
+    for obj in manifests.deployment(resource=resource):
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("name", "obj"), objects_of_examples(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_example_objects_validate_strictly(name, obj, version):
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_validator_rejects_a_broken_object():
+    # The check above can fail: a misspelt field is refused in strict mode.
+    sts = manifests.job(load_job_spec(EXAMPLES / "cnn-cpu.yaml"), image="x", resource="cpu")[-1]
+    sts["spec"]["podManagmentPolicy"] = "Parallel"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(sts, VERSIONS[0], strict=True)
+
+
+def test_examples_are_what_the_generator_prints(capsys):
+    script = (EXAMPLES / "regenerate.sh").read_text()
+    commands = re.findall(
+        r"^qosched (.*?) > (examples/k8s/\S+)$", script.replace("\\\n", " "), flags=re.M
+    )
+    assert len(commands) == 3
+    for command, target in commands:
+        assert main(command.split()) == 0
+        printed = capsys.readouterr().out
+        assert printed == (EXAMPLES.parents[1] / target).read_text(), target
+
+
+def granted(rules: list[dict]) -> set[tuple[str, str]]:
+    return {(res, verb) for rule in rules for res in rule["resources"] for verb in rule["verbs"]}
+
+
+def call(method: str, path: str) -> tuple[str, str]:
+    """The RBAC (resource, verb) an API request needs."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts:
+        at = parts.index("namespaces")
+        parts = parts[:at] + parts[at + 2 :]
+    kind_at = next(
+        i for i, p in enumerate(parts) if p in ("pods", "nodes", "statefulsets", "leases")
+    )
+    rest = parts[kind_at + 1 :]
+    resource = parts[kind_at] + (f"/{rest[1]}" if len(rest) == 2 else "")
+    verb = {
+        ("GET", 0): "list",
+        ("GET", 1): "get",
+        ("WATCH", 0): "watch",
+        ("POST", 0): "create",
+        ("POST", 2): "create",
+        ("PATCH", 1): "patch",
+        ("PATCH", 2): "patch",
+        ("PUT", 1): "update",
+        ("DELETE", 1): "delete",
+    }[(method, len(rest))]
+    return resource, verb
+
+
+def test_rbac_grants_every_call_the_scheduler_makes():
+    SCRIPT.clear()
+    with FakeApiServer() as api:
+        api.add_node("c1", cpu="8")
+        api.create("statefulsets", job_set("c", resource="cpu"))
+        sched = scheduler(api.url, resource="cpu")
+        before = len(api.requests)
+        for workers in (2, 6, 0):  # start, re-size in place, pre-empt
+            SCRIPT["ml/c"] = workers
+            for _ in range(3):
+                sched.step()
+        api.resize_supported = False
+        for workers in (2, 4):  # restart at a new size
+            SCRIPT["ml/c"] = workers
+            for _ in range(3):
+                sched.step()
+        sched.pods.put(
+            {
+                **api.get("pods", "ml/c-0"),
+                "spec": {**api.get("pods", "ml/c-0")["spec"], "nodeName": None},
+            }
+        )
+        sched.step()  # the conflict makes it read the pod
+        used = {call(m, p) for m, p in api.requests[before:]}
+    rules = granted(manifests.SCHEDULER_RULES) | granted(manifests.LEASE_RULES)
+    assert used <= rules, used - rules
+    # and nothing granted that no call needs
+    assert rules - used == set(), rules - used
