@@ -1,5 +1,6 @@
-"""``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``), and the local
-service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``, ``down``)."""
+"""``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``, ``infer``,
+``gpu``), and the local service's commands (``up``, ``submit``, ``status``, ``logs``,
+``cancel``, ``down``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster, demo, infer, local
+from qosched.cli import cluster, demo, gpu, infer, local
 from qosched.core.errors import QoschedError
 
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_trace_generate(trace_commands)
     demo.add_demo(groups)
     infer.add_infer(groups)
+    gpu.add_commands(groups)
     local.add_commands(groups)
     return parser
 
