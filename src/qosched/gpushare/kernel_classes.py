@@ -348,17 +348,19 @@ def gemm(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
 
 @register("conv")
 def conv(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
-    """Convolution ``x (N, Cin, *S)``, ``w (Cout, Cin/g, *k)``: depthwise (Cin/g == 1 and
-    g > 1) runs a direct kernel, one thread per output element in 256-thread blocks, ~32
+    """Convolution ``x (N, Cin, *S)``, ``w (Cout, Cin/g, *k)`` (or transposed): depthwise
+    (g == Cin > 1) runs a direct kernel, one thread per output element in 256-thread blocks, ~32
     registers, memory bound; otherwise implicit GEMM with M = N * output pixels,
     N = Cout / g, K = Cin/g * kernel size, the g groups as grid.z."""
     out = _out(op)
     if out is None:
         return ()
     x, w = op.input_meta[0], op.input_meta[1]
-    groups = x.shape[1] // w.shape[1]
+    # The weight is (Cout, Cin/g, *k), or (Cin, Cout/g, *k) when transposed: either way its
+    # first two sizes multiply to Cin * Cout / g.
+    groups = max(1, x.shape[1] * out.shape[1] // (w.shape[0] * w.shape[1]))
     total = ctx.traffic(op)
-    if groups > 1 and w.shape[1] == 1:
+    if groups > 1 and groups == x.shape[1]:
         return (
             KernelPlan(
                 "conv_depthwise",
