@@ -236,3 +236,26 @@ def test_transposed_and_grouped_convolutions_find_their_groups():
     )
     (g,) = kernels(grouped)
     assert g.grid[2] == 4
+
+
+def test_thin_deep_gemm_splits_k_and_reduces():
+    # 128x128 output, K = 8192: 4 small tiles on 108 SMs -> split min(27, 8192/256=32, 16) = 16.
+    plain, split = kernels(mm(128, 8192, 128, "float16"))
+    assert (plain.name, split.name) == ("gemm_64x64", "splitk_reduce")
+    assert plain.grid == (2, 2, 16)
+    assert split.flops == 128 * 128 * 15
+    # Without the split (a K too shallow to split) the same tiles leave 104 SMs idle.
+    (shallow,) = kernels(mm(128, 255, 128, "float16"))
+    assert shallow.grid == (2, 2, 1)
+
+
+def test_splitting_k_makes_a_thin_gemm_faster_than_its_unsplit_tiles():
+    from qosched.gpushare.estimate import place_kernel
+    from qosched.gpushare.kernel_classes import Context, _tiled
+    from qosched.hardware.sm_limits import sm_limits
+
+    op = mm(128, 8192, 128, "float16")
+    ctx = Context("float16", 108, sm_limits("a100"))
+    unsplit = _tiled("gemm", "gemm", 1, 128, 128, op.flops, ctx.traffic(op), 0.75, ctx)
+    alone = place_kernel(unsplit, "mm", A100, sm_limits("a100"), "float16")
+    assert sum(k.time_s for k in kernels(op)) < alone.time_s

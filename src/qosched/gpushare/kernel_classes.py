@@ -278,15 +278,17 @@ def _tiled(
     ctx: Context,
     *,
     tf32: bool = False,
+    split: int = 1,
 ) -> KernelPlan:
     """One output tile per block. Shared memory holds the A and B tiles of one K-slice of
     64 bytes (32 float16 or 16 float32 values) per pipeline stage: 3 stages on 8.x and later
-    (``cp.async`` multistage mainloops), 2 (double buffering) before."""
+    (``cp.async`` multistage mainloops), 2 (double buffering) before. ``split`` > 1 splits K
+    over that many blocks per tile (grid.z)."""
     bm, bn, threads, regs = _tile(batch, m, n, ctx.sm_count)
     stages = 3 if float(ctx.limits.compute_capability) >= 8.0 else 2
     bk = 64 // ctx.itemsize
     shared = stages * (bm + bn) * bk * ctx.itemsize
-    grid = (_cdiv(n, bn), _cdiv(m, bm), batch)
+    grid = (_cdiv(n, bn), _cdiv(m, bm), batch * split)
     return KernelPlan(
         f"{name}_{bm}x{bn}",
         cls,
@@ -326,7 +328,9 @@ def gemm(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
 
     ``addmm`` with a single output row is not a cuBLASLt bias-epilogue case in PyTorch: it
     first copies the broadcast bias into the output (a copy kernel), then runs the GEMV that
-    accumulates onto it, so it launches two kernels."""
+    accumulates onto it, so it launches two kernels. A thin, deep GEMM splits K
+    (:func:`_split_k`): the tiled kernel writes float32 partial sums and a reduction kernel
+    adds them into the output, two kernels too."""
     out = _out(op)
     if out is None:
         return ()
@@ -343,7 +347,45 @@ def gemm(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
             total += ctx.nbytes(out)  # the GEMV reads the copied bias back
         kernels.append(_gemv("gemm", outputs, op.flops, total, ctx))
         return tuple(kernels)
-    return (_tiled("gemm", "gemm", batch, m, n, op.flops, total, GEMM_COMPUTE_EFFICIENCY, ctx),)
+    depth = max(1, round(op.flops / (2 * outputs)))
+    split = _split_k(batch, m, n, depth, ctx.sm_count)
+    if split == 1:
+        plan = _tiled("gemm", "gemm", batch, m, n, op.flops, total, GEMM_COMPUTE_EFFICIENCY, ctx)
+        return (plan,)
+    partials = outputs * split * 4  # float32 partial sums, written once and read once
+    out_bytes = ctx.nbytes(out)
+    main = _tiled(
+        "gemm",
+        "gemm",
+        batch,
+        m,
+        n,
+        op.flops,
+        total - out_bytes + partials,
+        GEMM_COMPUTE_EFFICIENCY,
+        ctx,
+        split=split,
+    )
+    reduce = _streaming(
+        "splitk_reduce", "gemm", outputs, outputs * (split - 1), partials + out_bytes, ctx
+    )
+    return (main, reduce)
+
+
+SPLIT_K_MIN_DEPTH = 256
+"""Each K split keeps at least this much of K (8 slices of 32), so that its mainloop still
+amortises the prologue and epilogue."""
+
+
+def _split_k(batch: int, m: int, n: int, depth: int, sm_count: int) -> int:
+    """cuBLAS's split-K for thin, deep problems (its ``splitKreduce_kernel`` shows up in
+    profiles): when even small tiles leave SMs idle, K is split so that tiles x splits covers
+    the SMs, at most 16 ways and each split at least ``SPLIT_K_MIN_DEPTH`` deep; 1 = no split."""
+    if batch * _cdiv(m, 128) * _cdiv(n, 128) >= sm_count:
+        return 1  # large tiles already fill the GPU
+    tiles = batch * _cdiv(m, 64) * _cdiv(n, 64)
+    split = min(_cdiv(sm_count, tiles), depth // SPLIT_K_MIN_DEPTH, 16)
+    return max(1, split)
 
 
 @register("conv")
