@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from qosched.core.errors import InputError
 from qosched.gpushare.occupancy import duration_scale, occupancy, sms_needed, wave_rate
@@ -122,3 +124,35 @@ def test_few_warps_per_sm_run_below_full_rate():
     # 10 blocks of 4 warps on 10 SMs, saturating at 8 warps: every SM at half rate.
     assert wave_rate(10, 10, 4, 8) == pytest.approx(0.5)
     assert duration_scale(10, 4, 10, 4, 8) == pytest.approx(2.0)
+
+
+@given(
+    cc=st.sampled_from(sorted(COMPUTE_CAPABILITIES)),
+    threads=st.integers(1, 1024),
+    regs=st.integers(1, 255),
+    shared=st.integers(0, 96 * 1024),
+)
+def test_resident_blocks_never_exceed_any_sm_resource(cc, threads, regs, shared):
+    limits = COMPUTE_CAPABILITIES[cc]
+    try:
+        occ = occupancy(threads, regs, shared, limits)
+    except InputError:
+        return  # a launch that cannot run at all
+    blocks, warps = occ.blocks_per_sm, occ.warps_per_block
+    assert 1 <= blocks <= limits.max_blocks_per_sm
+    assert blocks * warps <= limits.max_warps_per_sm
+    assert blocks * warps * regs * limits.warp_size <= limits.registers_per_sm
+    assert blocks * shared <= limits.shared_per_sm
+    assert 0 < occ.occupancy <= 1
+
+
+@given(
+    blocks=st.integers(1, 100_000),
+    per_sm=st.integers(1, 32),
+    sms=st.integers(1, 132),
+    warps=st.integers(1, 32),
+    saturation=st.integers(1, 64),
+)
+def test_blocks_to_sms_never_beat_the_roofline(blocks, per_sm, sms, warps, saturation):
+    assert duration_scale(blocks, per_sm, sms, warps, saturation) >= 1 - 1e-12
+    assert 1 <= sms_needed(blocks, per_sm, sms) <= sms

@@ -194,6 +194,17 @@ def test_a_policy_that_starts_a_launch_not_waiting_is_reported():
         run_apps(_apps(requests=1), StartsAStranger())
 
 
+def test_a_wake_up_that_is_not_in_the_future_is_reported():
+    class WakeNow(AdmitAll):
+        name = "wake-now"
+
+        def decide(self, view):
+            return Admission(start=view.waiting, wake_at_s=view.now_s)
+
+    with pytest.raises(SimulationError, match="not after now"):
+        run_apps(_apps(requests=1), WakeNow())
+
+
 def test_bad_applications_are_refused():
     model, _ = mlp(device="cpu")
     with pytest.raises(InputError, match="priority must be >= 0"):

@@ -154,8 +154,8 @@ def estimate_operator(
 ) -> tuple[tuple[Kernel, str], ...]:
     """The kernels ``op`` launches on ``device``, each with its class, in launch order.
 
-    ``dtype`` re-sizes the operator's floating-point tensors and picks the peak; ``None`` costs
-    the tensors as they are (what the runtime does with real operators).
+    ``dtype`` re-sizes the operator's floating-point tensors and picks the peak; ``None`` takes
+    the operator's own floating dtype (what the runtime does with real operators).
     """
     device = gpu(device) if isinstance(device, str) else device
     dtype = dtype or operator_dtype(op)

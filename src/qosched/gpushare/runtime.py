@@ -433,6 +433,12 @@ class Dispatcher:
             del s.waiting[launch.app]
             s.running[_key(launch)] = (launch, now)
             s.started[_key(launch)] = now
+        if admission.wake_at_s is not None and not admission.wake_at_s > now:
+            self._fail(
+                f"policy {self.policy.name!r} asked to be woken at {admission.wake_at_s!r} s, "
+                f"not after now ({now:.6f} s)"
+            )
+            return
         s.wake_at_s = admission.wake_at_s
         if (
             s.waiting
