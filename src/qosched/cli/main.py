@@ -1,6 +1,6 @@
-"""``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``), and the local
-service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``, ``down``), and the
-Kubernetes backend's (``k8s``)."""
+"""``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``, ``infer``,
+``gpu``), the local service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``,
+``down``), and the Kubernetes backend's (``k8s``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster, demo, infer, k8s, local
+from qosched.cli import cluster, demo, gpu, infer, k8s, local
 from qosched.core.errors import QoschedError
 
 
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_trace_generate(trace_commands)
     demo.add_demo(groups)
     infer.add_infer(groups)
+    gpu.add_commands(groups)
     local.add_commands(groups)
     k8s.add_commands(groups)
     return parser
