@@ -1,7 +1,7 @@
 """qosched's kernel-level priority admission (after FgGR, CSCWD 2025).
 
-- Kernels of the most important level present start at once, without any check: a
-  high-priority kernel never waits for a low-priority admission decision.
+- Kernels of the most important level (among the applications seen) start at once, without
+  any check: a high-priority kernel never waits for a low-priority admission decision.
 - A less important kernel starts only when (1) its interference score against the more
   important kernels running (``gpushare.interference``) is at most ``threshold``, (2) at least
   ``min_sm_fraction`` of the SMs it wants are free, and (3) the budget holds: the hand-over
@@ -22,7 +22,7 @@ import math
 from qosched.core.errors import InputError
 from qosched.gpushare.interference import CALIBRATED, InterferenceModel, wave_time_s
 from qosched.gpushare.kernel import Kernel
-from qosched.gpushare.policies.base import RequestTimes, register, top_priority
+from qosched.gpushare.policies.base import RequestTimes, register
 from qosched.gpushare.policy import Admission, GpuView, Launch
 from qosched.hardware import Processor
 
@@ -57,12 +57,15 @@ class FgGR:
         self.priorities: dict[str, int] = {}
 
     def decide(self, view: GpuView) -> Admission:
-        top = top_priority(view)
-        if top is None:
+        if not view.waiting:
             return Admission()
         self.requests.observe(view)
         for launch in view.waiting:
             self.priorities[launch.app] = launch.priority
+        # The most important level of any application seen, not just of those busy now: a
+        # less important kernel stays under the budget while the important app is between
+        # requests, since its next request may arrive at any moment.
+        top = max(self.priorities.values())
         active = [(r.launch, r.remaining) for r in view.running]
         start: list[Launch] = []
         wake: float | None = None
