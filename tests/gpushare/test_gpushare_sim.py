@@ -4,9 +4,10 @@ import pytest
 from gpushare_sim_helpers import TOY, kernel
 
 from qosched.core.errors import InputError, SimulationError
+from qosched.gpushare.interference import max_min_fair
 from qosched.gpushare.policies import create_policy, policy_names
 from qosched.gpushare.policy import Admission
-from qosched.gpushare.simulator import AppWorkload, max_min_fair, simulate, sm_targets
+from qosched.gpushare.simulator import AppWorkload, simulate, sm_targets
 
 
 class StartAll:

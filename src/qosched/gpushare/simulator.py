@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qosched.core.errors import InputError, SimulationError
-from qosched.gpushare.interference import bandwidth_share, wave_time_s
+from qosched.gpushare.interference import bandwidth_share, max_min_fair, wave_time_s
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policy import Admission, GpuView, Launch, Running, SharingPolicy
 from qosched.hardware import Processor
@@ -177,19 +177,6 @@ class _App:
     work_s: float = 0.0
     window_work_s: float | None = None
     censored: int = 0
-
-
-def max_min_fair(demands: Sequence[float], capacity: float) -> list[float]:
-    """Split ``capacity`` max-min fairly: demands below the equal share are met in full and the
-    rest is divided equally among the others. Returns the grants, in the demands' order."""
-    grants = [0.0] * len(demands)
-    order = sorted(range(len(demands)), key=lambda i: demands[i])
-    left = capacity
-    for position, i in enumerate(order):
-        share = left / (len(order) - position)
-        grants[i] = min(demands[i], share)
-        left -= grants[i]
-    return grants
 
 
 def sm_targets(wants: Sequence[float], levels: Sequence[int], sm_count: int) -> list[float]:
@@ -450,6 +437,9 @@ class _Simulation:
                 app.latencies.append(now - app.arrived_s)
                 app.active = False
                 self._next_request(app)
+        # Re-allocate before the policy starts anything: a stream's next kernel cannot start
+        # until this one has ended, and while its last wave drains, running kernels that wait
+        # for SMs (their blocks are queued in the block scheduler) take the SMs that come free.
         self._reallocate()
         self._ask()
 
@@ -655,3 +645,16 @@ def _ratio(value: float, base: float) -> float:
     if math.isnan(value) or math.isnan(base) or base <= 0:
         return math.nan
     return value / base
+
+
+def pair_slowdown(gpu: Processor, protected: Sequence[Kernel], candidate: Kernel) -> float:
+    """The ground truth the interference score predicts: the extra time ``protected`` (a
+    higher-priority kernel sequence, on a prioritised stream) takes when ``candidate`` starts
+    beside its first kernel, in units of that first kernel's time alone."""
+    apps = [
+        AppWorkload("protected", 1, tuple(protected)),
+        AppWorkload("candidate", 0, (candidate,)),
+    ]
+    result = simulate(gpu, apps, _Alone(), duration_s=1e-12, drain_factor=1e15)
+    latency = result.app("protected").latencies_s[0]
+    return (latency - sum(k.time_s for k in protected)) / protected[0].time_s
