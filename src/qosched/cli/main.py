@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster, demo, gpu_sim, infer, local
+from qosched.cli import cluster, demo, gpu, gpu_sim, infer, local
 from qosched.core.errors import QoschedError
 
 
@@ -28,8 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_trace_generate(trace_commands)
     demo.add_demo(groups)
     infer.add_infer(groups)
-    gpu = groups.add_parser("gpu", help="kernel-level sharing of one GPU by priority")
-    gpu_commands = gpu.add_subparsers(dest="command", required=True, metavar="ACTION")
+    gpu_commands = gpu.add_commands(groups)
     gpu_sim.add_gpu_sim(gpu_commands)
     local.add_commands(groups)
     return parser

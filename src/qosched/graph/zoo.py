@@ -58,6 +58,60 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
 
 
+class Bottleneck(nn.Module):
+    """ResNet-50 bottleneck: 1x1 reduce, 3x3 (carrying the stride, as in torchvision's v1.5),
+    1x1 expand by 4, each with batch norm; identity or 1x1 projection shortcut; relu."""
+
+    expansion = 4
+
+    def __init__(self, c_in: int, width: int, stride: int = 1) -> None:
+        super().__init__()
+        c_out = width * self.expansion
+        self.conv1 = nn.Conv2d(c_in, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, c_out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c_out)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return torch.relu(y + self.shortcut(x))
+
+
+class ResNet50(nn.Module):
+    """ResNet-50 for 3x224x224 ImageNet images: 7x7 stem, max pool, bottleneck stages of
+    3-4-6-3 blocks (widths 64-128-256-512, outputs 4x), global pool, 1000-way classifier."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        )
+        layers: list[nn.Module] = []
+        c = 64
+        for i, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+            for b in range(blocks):
+                layers.append(Bottleneck(c, width, stride=2 if (i > 0 and b == 0) else 1))
+                c = width * Bottleneck.expansion
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
 class DepthwiseSeparable(nn.Module):
     """MobileNet block: 3x3 depthwise conv-bn-relu6, then 1x1 pointwise conv-bn-relu6."""
 
@@ -179,6 +233,22 @@ def bert(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.T
         return Bert().eval(), (ids,)
 
 
+def resnet50(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """ResNet-50 (bottlenecks 3-4-6-3) on 3x224x224 images, ~25.6 M parameters."""
+    with torch.device(device):
+        return ResNet50().eval(), (torch.empty(batch, 3, 224, 224),)
+
+
+def bert_base(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """BERT-base encoder: 12 layers, hidden 768, 12 heads, feed-forward 3072, sequence 128,
+    WordPiece vocabulary 30522 (token and position embeddings; no segment embeddings or
+    pooler), ~110 M parameters less the segment/pooler ones."""
+    with torch.device(device):
+        ids = torch.zeros(batch, 128, dtype=torch.long)
+        model = Bert(vocab=30522, seq=128, hidden=768, heads=12, layers=12, ffn=3072)
+        return model.eval(), (ids,)
+
+
 def mlp(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Three-layer perceptron 784-512-256-10 with ReLU."""
     with torch.device(device):
@@ -188,4 +258,11 @@ def mlp(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Te
         return model.eval(), (torch.empty(batch, 784),)
 
 
-ZOO: dict[str, Factory] = {"resnet": resnet, "mobilenet": mobilenet, "bert": bert, "mlp": mlp}
+ZOO: dict[str, Factory] = {
+    "resnet": resnet,
+    "mobilenet": mobilenet,
+    "bert": bert,
+    "mlp": mlp,
+    "resnet50": resnet50,
+    "bert_base": bert_base,
+}

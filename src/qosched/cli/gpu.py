@@ -1,0 +1,110 @@
+"""``qosched gpu ...``: kernel-level GPU sharing. ``gpu estimate MODEL --gpu NAME`` lists the
+kernels a model launches on a catalog GPU, their resource needs and durations, without running it.
+
+Other modules add their commands to the group's sub-parsers (see :func:`add_gpu_group`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from qosched.gpushare.estimate import ModelEstimate, estimate_model
+
+_GROUP_ATTR = "_qosched_gpu_commands"
+
+
+def add_gpu_group(groups: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """The ``gpu`` group's sub-parsers, creating the group on first call; later calls (from
+    another module adding e.g. ``gpu sim``) get the same sub-parsers back."""
+    existing = getattr(groups, _GROUP_ATTR, None)
+    if existing is not None:
+        return existing
+    parser = groups.add_parser("gpu", help="share one GPU between applications by priority")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="ACTION")
+    setattr(groups, _GROUP_ATTR, commands)
+    return commands
+
+
+def add_commands(groups: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Create the ``gpu`` group with ``estimate``; return its sub-parsers for more commands."""
+    commands = add_gpu_group(groups)
+    parser = commands.add_parser(
+        "estimate",
+        help="a model's kernels, resources and durations on a GPU, without running it",
+        description=__doc__,
+    )
+    parser.add_argument("model", help="a zoo model name or package.module:factory")
+    parser.add_argument("--gpu", required=True, help="catalog GPU name (T4, V100, A100, ...)")
+    parser.add_argument("--batch", type=int, default=1, help="batch size (zoo models; default 1)")
+    parser.add_argument(
+        "--dtype", choices=("float32", "float16"), default="float32", help="precision costed"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run_estimate)
+    return commands
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    result = estimate_model(args.model, args.gpu, batch=args.batch, dtype=args.dtype)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        _show(result)
+    return 0
+
+
+def _show(result: ModelEstimate) -> None:
+    table = Table(
+        title=f"{result.model} on {result.gpu}, batch {result.batch}, {result.dtype}",
+        show_footer=True,
+    )
+    total_flops = sum(k.flops for k in result.kernels)
+    total_bytes = sum(k.bytes for k in result.kernels)
+    columns = [
+        ("operator", f"{len(result.kernels)} kernels"),
+        ("kernel", ""),
+        ("class", ""),
+        ("grid", ""),
+        ("block", ""),
+        ("regs", ""),
+        ("shared B", ""),
+        ("SMs", ""),
+        ("occ.", ""),
+        ("GFLOP", f"{total_flops / 1e9:.3f}"),
+        ("MB", f"{total_bytes / 1e6:.2f}"),
+        ("bound", ""),
+        ("time us", f"{result.total_time_s * 1e6:.1f}"),
+    ]
+    for header, footer in columns:
+        numeric = header not in ("operator", "kernel", "class", "grid", "block", "bound")
+        table.add_column(header, footer=footer, justify="right" if numeric else "left")
+    classes = result.kernel_classes or ("",) * len(result.kernels)
+    for k, cls in zip(result.kernels, classes, strict=True):
+        table.add_row(
+            k.op,
+            k.name,
+            cls,
+            "x".join(map(str, k.grid)),
+            "x".join(map(str, k.block)),
+            str(k.registers_per_thread),
+            str(k.shared_bytes_per_block),
+            str(k.sms),
+            f"{k.occupancy:.2f}",
+            f"{k.flops / 1e9:.3f}",
+            f"{k.bytes / 1e6:.2f}",
+            k.bound,
+            f"{k.time_s * 1e6:.1f}",
+        )
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # piped: wide enough for every column
+    console.print(table)
+    console.print(
+        f"total {result.total_time_s * 1e3:.3f} ms (one stream, kernels back to back); memory "
+        f"{result.memory_bytes / 2**20:.1f} MiB = parameters {result.param_bytes / 2**20:.1f} + "
+        f"inputs + peak activations {result.activation_bytes / 2**20:.1f}"
+    )
