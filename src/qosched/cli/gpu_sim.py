@@ -56,7 +56,8 @@ def run_sim(args: argparse.Namespace) -> int:
     table = Table(title=f"{shared.policy} on {device.name}, {spec.duration_s:g} s simulated")
     for column in ("app", "priority", "p50 lat x", "p99 lat x", "throughput x", "p99 ms",
                    "alone p99 ms", "requests", "unfinished"):  # fmt: skip
-        table.add_column(column, justify="right" if column != "app" else "left")
+        table.add_column(column, justify="left" if column == "app" else "right",
+                         no_wrap=column == "app")  # fmt: skip
     for row in rows:
         table.add_row(row.name, str(row.priority), _x(row.p50_latency_ratio),
                       _x(row.p99_latency_ratio), _x(row.throughput_ratio),
