@@ -3,6 +3,7 @@ policy against the baselines on standard mixes.
 
     python bench/gpushare_evidence.py calibrate      # seconds: fit the score to the simulator
     python bench/gpushare_evidence.py mixes [--quick] # minutes: every policy on every mix
+    python bench/gpushare_evidence.py sweep [--quick] # a minute: fggr's constants, one at a time
 
 calibrate: random pairs of a higher-priority kernel (followed on its stream by a kernel as long
 that needs every SM) and a candidate lower-priority kernel on an A100; the simulator measures
@@ -16,6 +17,9 @@ mixes: examples/gpu_apps.yaml and examples/gpu_mix_*.yaml under every registered
 a Markdown table of every app's ratios against itself alone, and writes
 docs/results/img/gpushare_tradeoff.png (high-priority p99 latency ratio against low-priority
 throughput ratio, one marker per policy and mix).
+
+sweep: fggr on examples/gpu_apps.yaml with each of its constants moved away from its default
+(the others at their defaults), to show what each trades.
 """
 
 from __future__ import annotations
@@ -119,11 +123,13 @@ def calibrate() -> InterferenceModel:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("calibrate", "mixes"))
+    parser.add_argument("what", choices=("calibrate", "mixes", "sweep"))
     parser.add_argument("--quick", action="store_true", help="shorter simulated time")
     args = parser.parse_args(argv)
     if args.what == "calibrate":
         calibrate()
+    elif args.what == "sweep":
+        sweep(quick=args.quick)
     else:
         mixes(quick=args.quick)
     return 0
@@ -206,6 +212,38 @@ def mixes(*, quick: bool) -> None:
                   f"{o.utilization:.0%} | {'yes' if o.meets else 'no'} |")  # fmt: skip
     out = plot(everything, ROOT / "docs" / "results" / "img" / "gpushare_tradeoff.png")
     print(f"\nfigure: {out.relative_to(ROOT)}")
+
+
+SWEEP = (
+    {},
+    {"threshold": 0.01},
+    {"threshold": 0.2},
+    {"budget_fraction": 0.02},
+    {"budget_fraction": 0.2},
+    {"max_wait_s": 0.005},
+    {"max_wait_s": 0.1},
+    {"min_sm_fraction": 0.1},
+    {"min_sm_fraction": 1.0},
+)
+
+
+def sweep(*, quick: bool) -> None:
+    spec = load_apps_spec(ROOT / "examples" / "gpu_apps.yaml")
+    device = gpu(spec.gpu)
+    apps = workloads(spec, device)
+    duration = 0.3 if quick else spec.duration_s
+    alone = alone_results(device, apps, duration_s=duration, seed=spec.seed)
+    lowest = min(app.priority for app in apps)
+    print("| fggr options | high-priority p99 x | low-priority throughput x | SM use |")
+    print("|---|---|---|---|")
+    for options in SWEEP:
+        result = simulate(device, apps, create_policy("fggr", **options), duration_s=duration,
+                          seed=spec.seed)  # fmt: skip
+        rows = compare(result, alone)
+        hp = max(r.p99_latency_ratio for r in rows if r.priority > lowest)
+        lp = sum(r.throughput_ratio for r in rows if r.priority == lowest)
+        label = ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
+        print(f"| {label} | {hp:.3f} | {lp:.3f} | {result.gpu_utilization:.0%} |")
 
 
 def plot(outcomes: list[Outcome], path: Path) -> Path:

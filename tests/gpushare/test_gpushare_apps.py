@@ -124,3 +124,37 @@ def test_cli_json_has_the_design_fields_and_the_trace_has_a_track_per_app(tmp_pa
 def test_cli_unknown_policy_is_a_clear_error(capsys):
     assert main(["gpu", "sim", str(EXAMPLE), "--policy", "nope"]) == 2
     assert "known policies" in capsys.readouterr().err
+
+
+MLP = """\
+gpu: A100
+duration_s: 0.01
+apps:
+  - name: serving
+    model: mlp
+    priority: 1
+    arrivals: {poisson_rps: 2000}
+  - name: batch
+    model: mlp
+    batch: 64
+    priority: 0
+    closed_loop: true
+"""
+
+
+def test_cli_runs_models_estimated_without_running_them(tmp_path, capsys):
+    spec = tmp_path / "apps.yaml"
+    spec.write_text(MLP)
+    assert main(["gpu", "sim", str(spec), "--policy", "priority-streams", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    serving, batch = result["apps"]
+    assert serving["p99_latency_ratio"] >= 1.0 - 1e-9  # sharing never makes a request faster
+    assert 0.0 < batch["throughput_ratio"] <= 1.0 + 1e-9
+
+
+def test_an_unknown_model_names_the_spec_line(tmp_path):
+    spec = tmp_path / "apps.yaml"
+    spec.write_text(MLP.replace("model: mlp\n    batch: 64", "model: nosuchmodel\n    batch: 64"))
+    with pytest.raises(InputError, match="unknown model") as error:
+        workloads(load_apps_spec(spec), A100)
+    assert (error.value.field, error.value.line) == ("apps[1].model", 9)

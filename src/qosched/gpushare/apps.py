@@ -62,7 +62,7 @@ class AppSpec:
     dtype: str
     kernels: tuple[Kernel, ...] | None
     poisson_rps: float | None  # None = closed loop
-    line: int | None = None
+    line: int | None = None  # of the model key (or the app), for errors found when estimating
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,8 @@ class _Reader:
             arrivals = self.mapping(arrivals, where, ("poisson_rps",))
             rps = self.positive(self.required(arrivals, where, "poisson_rps"),
                                 f"{where}.poisson_rps")  # fmt: skip
-        return AppSpec(name, priority, model, batch, dtype, kernels, rps, self.lines.get(path))
+        line = self.lines.get(f"{path}.model", self.lines.get(path))
+        return AppSpec(name, priority, model, batch, dtype, kernels, rps, line)
 
     def kernels(self, value: Any, path: str) -> tuple[Kernel, ...]:
         if not isinstance(value, list) or not value:
