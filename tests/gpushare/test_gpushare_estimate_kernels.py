@@ -213,3 +213,26 @@ def test_unknown_dtype_and_missing_hardware_path_raise():
 def test_duplicate_kernel_class_raises():
     with pytest.raises(InputError, match="already registered"):
         register("gemm")(lambda op, ctx: ())
+
+
+def test_transposed_and_grouped_convolutions_find_their_groups():
+    # ConvTranspose2d(32, 16, 2, stride 2): weight (Cin=32, Cout/g=16, 2, 2), one group.
+    transposed = operator(
+        "aten.convolution.default",
+        "compute",
+        [meta(1, 32, 32, 32), meta(32, 16, 2, 2)],
+        [meta(1, 16, 64, 64)],
+        flops=2 * 32 * 32 * 32 * 16 * 4,
+    )
+    (k,) = kernels(transposed)
+    assert k.name.startswith("conv_implicit_gemm") and k.grid[2] == 1
+    # Conv2d(64, 128, 3, groups=4): weight (128, 16, 3, 3) -> 4 groups on grid.z.
+    grouped = operator(
+        "aten.convolution.default",
+        "compute",
+        [meta(1, 64, 28, 28), meta(128, 16, 3, 3)],
+        [meta(1, 128, 28, 28)],
+        flops=2 * 28 * 28 * 128 * 16 * 9,
+    )
+    (g,) = kernels(grouped)
+    assert g.grid[2] == 4

@@ -19,6 +19,7 @@ along the topological order (see :func:`activation_peak_bytes`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from qosched.core.errors import InputError
@@ -264,7 +265,7 @@ def estimate_model(
         ) from e
     graph = capture(module, inputs, name=model)
     result = estimate_graph(graph, device, dtype=dtype)
-    return ModelEstimate(**{**result.__dict__, "batch": batch})
+    return dataclasses.replace(result, batch=batch)
 
 
 def _gpu_of(device: Processor | str) -> Processor:

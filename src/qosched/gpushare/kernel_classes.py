@@ -173,6 +173,10 @@ _TARGET_CLASS: Mapping[str, str] = MappingProxyType(
             "pool",
         ),
         **dict.fromkeys(("clone", "copy", "copy_", "_to_copy", "lift_fresh_copy"), "copy"),
+        **dict.fromkeys(
+            ("native_batch_norm", "_native_batch_norm_legit_no_training", "batch_norm"),
+            "batch_norm",
+        ),
     }
 )
 
@@ -344,17 +348,19 @@ def gemm(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
 
 @register("conv")
 def conv(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
-    """Convolution ``x (N, Cin, *S)``, ``w (Cout, Cin/g, *k)``: depthwise (Cin/g == 1 and
-    g > 1) runs a direct kernel, one thread per output element in 256-thread blocks, ~32
+    """Convolution ``x (N, Cin, *S)``, ``w (Cout, Cin/g, *k)`` (or transposed): depthwise
+    (g == Cin > 1) runs a direct kernel, one thread per output element in 256-thread blocks, ~32
     registers, memory bound; otherwise implicit GEMM with M = N * output pixels,
     N = Cout / g, K = Cin/g * kernel size, the g groups as grid.z."""
     out = _out(op)
     if out is None:
         return ()
     x, w = op.input_meta[0], op.input_meta[1]
-    groups = x.shape[1] // w.shape[1]
+    # The weight is (Cout, Cin/g, *k), or (Cin, Cout/g, *k) when transposed: either way its
+    # first two sizes multiply to Cin * Cout / g.
+    groups = max(1, x.shape[1] * out.shape[1] // (w.shape[0] * w.shape[1]))
     total = ctx.traffic(op)
-    if groups > 1 and w.shape[1] == 1:
+    if groups > 1 and groups == x.shape[1]:
         return (
             KernelPlan(
                 "conv_depthwise",
@@ -589,6 +595,37 @@ def elementwise(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
     if out is None:
         return ()
     return (_streaming("elementwise", "elementwise", out.numel, op.flops, ctx.traffic(op), ctx),)
+
+
+@register("batch_norm")
+def batch_norm(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
+    """Batch norm ``x (N, C, ...)``. In inference (``_native_batch_norm_legit_no_training``, or
+    empty saved statistics in outputs 2 and 3) it is ``y = x * a + b`` per channel: one
+    elementwise pass. In training it first
+    reduces each channel's mean and variance over N x spatial (one block per channel, as
+    PyTorch's ``batch_norm_collect_statistics_kernel``), then normalises elementwise."""
+    out = _out(op)
+    if out is None:
+        return ()
+    x = op.input_meta[0]
+    normalise = _streaming("batch_norm", "elementwise", out.numel, op.flops, ctx.traffic(op), ctx)
+    inference = _base(op.target) == "_native_batch_norm_legit_no_training"
+    if inference or not any(m.numel for m in op.output_meta[1:]):
+        return (normalise,)
+    channels = x.shape[1] if len(x.shape) > 1 else 1
+    stats = KernelPlan(
+        "batch_norm_stats",
+        "reduction",
+        _grid(channels),
+        (512, 1, 1),
+        32,
+        512 // 32 * 8,
+        float(x.numel),
+        float(ctx.nbytes(x)),
+        False,
+        CUDA_CORE_EFFICIENCY,
+    )
+    return (stats, normalise)
 
 
 @register("copy")

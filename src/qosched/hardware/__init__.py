@@ -1,5 +1,5 @@
 """Hardware the cost models reason about: a catalog of GPUs and links, this machine's measured
-CPU, and roofline / transfer-time formulas.
+CPU, per-SM limits of the catalog GPUs, and roofline / transfer-time formulas.
 
 Shared by operator placement (``qosched.placement``) and GPU sharing (``qosched.gpushare``);
 no PyTorch here. Every catalog number carries a ``source`` saying where it comes from.
@@ -18,8 +18,10 @@ from qosched.hardware.roofline import (
     roofline_time_s,
     transfer_time_s,
 )
+from qosched.hardware.sm_limits import COMPUTE_CAPABILITIES, SmLimits, sm_limits
 
 __all__ = [
+    "COMPUTE_CAPABILITIES",
     "DEFAULT_SYNC_OVERHEAD_S",
     "GPUS",
     "LINKS",
@@ -27,6 +29,7 @@ __all__ = [
     "Link",
     "Processor",
     "ProcessorKind",
+    "SmLimits",
     "arithmetic_intensity",
     "bound",
     "compute_time_s",
@@ -37,5 +40,6 @@ __all__ = [
     "memory_time_s",
     "ridge_point",
     "roofline_time_s",
+    "sm_limits",
     "transfer_time_s",
 ]

@@ -1,0 +1,335 @@
+"""Check the static kernel estimates against a real NVIDIA GPU, and run the sharing runtime on it.
+
+    python bench/gpu_validate.py [--models resnet50,bert_base,mobilenet,mlp] [--batches 1,16]
+                                 [--dtype float16] [--reps 5] [--requests 30] [--out FILE]
+
+On a machine with CUDA, in a few minutes:
+
+1. Per operator: each zoo model runs (random weights) at each batch size; every ATen operator
+   that launches kernels is wrapped in a ``torch.profiler.record_function`` range and its CUDA
+   kernel time (the sum of the kernels it launched, from ``torch.profiler``, median of
+   ``--reps`` forwards after warm-up) is compared with the estimate for the same call on the
+   catalog GPU matching ``torch.cuda.get_device_name()`` (closest name otherwise). Printed: per
+   kernel class and per model, the median and mean absolute relative error and the median
+   ratio estimate / measured (the bias).
+2. Per model: the estimated total (``estimate_model``, from the captured graph) against the
+   measured sum of kernel times and the measured forward time (CUDA events; includes launch
+   gaps the estimate leaves out).
+3. The runtime: a high-priority inference app (resnet50, batch 1) beside a low-priority batch
+   app (bert_base, batch 32), each alone and then together under two policies written here
+   (admit everything; hold low-priority launches while a high-priority one runs or waits):
+   p50/p99 latency ratios of the inference app and the batch app's throughput ratio.
+
+Everything is written to ``--out`` (JSON). Without CUDA it says so, runs the runtime once on the
+CPU device (small models) as a smoke check, and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from qosched.gpushare.estimate import estimate_model
+from qosched.gpushare.policy import Admission, GpuView
+from qosched.gpushare.runtime import (
+    App,
+    CallEstimator,
+    CpuDevice,
+    CudaDevice,
+    Device,
+    catalog_gpu_for,
+    run_apps,
+)
+from qosched.graph.capture import load_model
+from qosched.hardware import Processor, gpu
+
+
+class AdmitAll:
+    """Every waiting launch starts at once (plain co-location, the CUDA streams decide)."""
+
+    name = "admit-all"
+
+    def decide(self, view: GpuView) -> Admission:
+        return Admission(start=view.waiting)
+
+
+class HoldLow:
+    """High-priority launches start at once; priority-0 ones only while no higher one runs or
+    waits (the simplest priority policy; the project's own arrive through the same protocol)."""
+
+    name = "hold-low"
+
+    def decide(self, view: GpuView) -> Admission:
+        high = tuple(w for w in view.waiting if w.priority > 0)
+        if high or any(r.launch.priority > 0 for r in view.running):
+            return Admission(start=high)
+        return Admission(start=view.waiting)
+
+
+# ---- per-operator validation ---------------------------------------------------------------
+
+
+class _Annotate(TorchDispatchMode):
+    """Wraps each kernel-launching operator in a named profiler range and notes its estimate."""
+
+    def __init__(self, estimator: CallEstimator, rep: int) -> None:
+        super().__init__()
+        self.estimator, self.rep = estimator, rep
+        self.calls: list[tuple[str, str, float, str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        pairs = self.estimator.classified(func, args, kwargs)
+        if not pairs:
+            return func(*args, **kwargs)
+        label = f"qop{self.rep}_{len(self.calls)}"
+        cls = max(pairs, key=lambda p: p[0].time_s)[1]
+        self.calls.append((label, str(func), sum(k.time_s for k, _ in pairs), cls))
+        with torch.profiler.record_function(label):
+            return func(*args, **kwargs)
+
+
+def _device_us(event) -> float:
+    total = getattr(event, "device_time_total", None)
+    return float(total if total is not None else event.cuda_time_total)
+
+
+def _cast(inputs: tuple, dtype: torch.dtype) -> tuple:
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+
+
+def validate_model(name: str, batch: int, dtype: str, reps: int, catalog: Processor) -> dict:
+    torch_dtype = getattr(torch, dtype)
+    model, inputs = load_model(name, batch=batch, device="cuda")
+    model = model.to(torch_dtype)
+    inputs = _cast(inputs, torch_dtype)
+    estimator = CallEstimator(catalog)
+    with torch.no_grad():
+        for _ in range(3):  # warm-up: cuDNN/cuBLAS heuristics, allocator
+            model(*inputs)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            model(*inputs)
+        end.record()
+        torch.cuda.synchronize()
+        forward_s = start.elapsed_time(end) / 1e3 / reps
+        modes = [_Annotate(estimator, rep) for rep in range(reps)]
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as prof:
+            for mode in modes:
+                with mode:
+                    model(*inputs)
+            torch.cuda.synchronize()
+    measured_us = {e.name: _device_us(e) for e in prof.events() if e.name.startswith("qop")}
+    ops = []
+    for i, (_, target, estimated, cls) in enumerate(modes[0].calls):
+        times = [measured_us.get(m.calls[i][0], 0.0) for m in modes if i < len(m.calls)]
+        measured = statistics.median(times) / 1e6
+        ops.append(
+            {
+                "index": i,
+                "target": target,
+                "class": cls,
+                "estimated_s": estimated,
+                "measured_s": measured,
+            }
+        )
+    graph_estimate = estimate_model(name, catalog, batch=batch, dtype=dtype)
+    kernel_sum = sum(o["measured_s"] for o in ops)
+    return {
+        "model": name,
+        "batch": batch,
+        "ops": ops,
+        "estimated_total_s": graph_estimate.total_time_s,
+        "estimated_op_sum_s": sum(o["estimated_s"] for o in ops),
+        "measured_kernel_sum_s": kernel_sum,
+        "measured_forward_s": forward_s,
+        "total_ratio": graph_estimate.total_time_s / kernel_sum if kernel_sum else None,
+        "estimated_memory_bytes": graph_estimate.memory_bytes,
+    }
+
+
+def _errors(pairs: list[tuple[float, float]]) -> dict:
+    pairs = [(e, m) for e, m in pairs if m > 0]
+    if not pairs:
+        return {"n": 0}
+    errs = [abs(e / m - 1) for e, m in pairs]
+    return {
+        "n": len(pairs),
+        "median_abs_rel_error": statistics.median(errs),
+        "mean_abs_rel_error": statistics.fmean(errs),
+        "median_ratio": statistics.median(e / m for e, m in pairs),
+    }
+
+
+def summarise(models: list[dict]) -> dict:
+    by_class: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_model: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for m in models:
+        for o in m.get("ops", ()):
+            by_class[o["class"]].append((o["estimated_s"], o["measured_s"]))
+            by_model[f"{m['model']}@{m['batch']}"].append((o["estimated_s"], o["measured_s"]))
+    return {
+        "per_class": {c: _errors(p) for c, p in sorted(by_class.items())},
+        "per_model": {k: _errors(p) for k, p in by_model.items()},
+    }
+
+
+# ---- the runtime ---------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def runtime_check(device: Device, hi: App, lo: App) -> dict:
+    """Each app alone, then both under each policy: latency and throughput ratios. A first
+    request of each warms the estimator's cache (and cuDNN/cuBLAS) and is not measured."""
+    estimator = CallEstimator(
+        catalog_gpu_for(device.name) if isinstance(device, CudaDevice) else gpu("a100")
+    )
+    warm = [App(a.name, a.priority, a.model, a.inputs[:1]) for a in (hi, lo)]
+    run_apps(warm, AdmitAll(), device=device, estimator=estimator)
+    alone_hi = run_apps([hi], AdmitAll(), device=device, estimator=estimator).app(hi.name)
+    alone_lo = run_apps([lo], AdmitAll(), device=device, estimator=estimator).app(lo.name)
+    base_p50 = _percentile(list(alone_hi.latencies_s), 0.5)
+    base_p99 = _percentile(list(alone_hi.latencies_s), 0.99)
+    base_tput = len(alone_lo.latencies_s) / sum(alone_lo.latencies_s)
+    report = {"alone": {"hi_p50_s": base_p50, "hi_p99_s": base_p99, "lo_throughput_rps": base_tput}}
+    for policy in (AdmitAll(), HoldLow()):
+        result = run_apps([hi, lo], policy, device=device, estimator=estimator)
+        h, low = result.app(hi.name), result.app(lo.name)
+        report[policy.name] = {
+            "hi_p50_latency_ratio": _percentile(list(h.latencies_s), 0.5) / base_p50,
+            "hi_p99_latency_ratio": _percentile(list(h.latencies_s), 0.99) / base_p99,
+            "lo_throughput_ratio": (len(low.latencies_s) / sum(low.latencies_s)) / base_tput,
+            "operators": len(result.records),
+            "wall_s": result.wall_s,
+        }
+    return report
+
+
+def _apps(
+    hi_spec: str,
+    hi_batch: int,
+    lo_spec: str,
+    lo_batch: int,
+    requests: int,
+    device: str,
+    dtype: torch.dtype,
+) -> tuple[App, App]:
+    torch.manual_seed(0)
+    hi_model, hi_inputs = load_model(hi_spec, batch=hi_batch, device=device)
+    lo_model, lo_inputs = load_model(lo_spec, batch=lo_batch, device=device)
+    hi_model, lo_model = hi_model.to(dtype), lo_model.to(dtype)
+    hi_inputs, lo_inputs = _cast(hi_inputs, dtype), _cast(lo_inputs, dtype)
+    if device == "cpu":  # the zoo leaves inputs uninitialised: give them values
+        hi_inputs = tuple(torch.randn_like(t) if t.is_floating_point() else t for t in hi_inputs)
+        lo_inputs = tuple(torch.randn_like(t) if t.is_floating_point() else t for t in lo_inputs)
+    hi = App("inference", 1, hi_model, (hi_inputs,) * requests)
+    lo = App("batch", 0, lo_model, (lo_inputs,) * max(1, requests // 3))
+    return hi, lo
+
+
+def _print_table(title: str, rows: dict) -> None:
+    print(f"\n{title}")
+    print(f"  {'':<22}{'n':>6}{'median |err|':>15}{'mean |err|':>13}{'median est/meas':>18}")
+    for key, r in rows.items():
+        if r.get("n"):
+            print(
+                f"  {key:<22}{r['n']:>6}{r['median_abs_rel_error']:>15.1%}"
+                f"{r['mean_abs_rel_error']:>13.1%}{r['median_ratio']:>18.2f}"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet50,bert_base,mobilenet,mlp")
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--dtype", choices=("float32", "float16"), default="float16")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--out", default="gpu_validate.json")
+    args = parser.parse_args(argv)
+
+    if not torch.cuda.is_available():
+        print(
+            "gpu_validate: no CUDA GPU on this machine (torch.cuda.is_available() is False); "
+            "nothing to measure. Running the sharing runtime once on the CPU device as a smoke "
+            "check."
+        )
+        hi, lo = _apps("mlp", 8, "resnet", 2, min(args.requests, 6), "cpu", torch.float32)
+        began = time.perf_counter()
+        report = runtime_check(CpuDevice(), hi, lo)
+        for name, row in report.items():
+            print(f"  {name}: {json.dumps(row)}")
+        print(
+            f"CPU smoke check done in {time.perf_counter() - began:.1f} s (CPU timings say "
+            "nothing about GPU sharing; they only show the path runs end to end)."
+        )
+        return 0
+
+    device_name = torch.cuda.get_device_name()
+    catalog = catalog_gpu_for(device_name)
+    print(f"GPU {device_name!r} -> catalog {catalog.name}; dtype {args.dtype}")
+    models = []
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            began = time.perf_counter()
+            try:
+                m = validate_model(name, batch, args.dtype, args.reps, catalog)
+            except Exception as e:  # keep going: one model's failure is a result too
+                print(f"  {name} batch {batch}: FAILED {type(e).__name__}: {e}")
+                models.append({"model": name, "batch": batch, "error": f"{type(e).__name__}: {e}"})
+                continue
+            models.append(m)
+            print(
+                f"  {name:<10} batch {batch:<4} ops {len(m['ops']):>4}  estimated "
+                f"{m['estimated_total_s'] * 1e3:8.3f} ms  measured kernels "
+                f"{m['measured_kernel_sum_s'] * 1e3:8.3f} ms  forward "
+                f"{m['measured_forward_s'] * 1e3:8.3f} ms  ({time.perf_counter() - began:.0f} s)"
+            )
+    summary = summarise(models)
+    _print_table("per kernel class (operator level)", summary["per_class"])
+    _print_table("per model (operator level)", summary["per_model"])
+
+    runtime: dict = {}
+    try:
+        hi, lo = _apps(
+            "resnet50", 1, "bert_base", 32, args.requests, "cuda", getattr(torch, args.dtype)
+        )
+        runtime = runtime_check(CudaDevice(), hi, lo)
+        print("\nruntime (resnet50 b1 priority 1 beside bert_base b32 priority 0):")
+        for name, row in runtime.items():
+            print(f"  {name}: {json.dumps(row)}")
+    except Exception as e:
+        runtime = {"error": f"{type(e).__name__}: {e}"}
+        print(f"runtime check FAILED: {runtime['error']}")
+
+    out = {
+        "device": device_name,
+        "catalog_gpu": catalog.name,
+        "dtype": args.dtype,
+        "torch": torch.__version__,
+        "models": models,
+        "summary": summary,
+        "runtime": runtime,
+    }
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
