@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster, demo, gpu, infer, k8s, local
+from qosched.cli import cluster, demo, gpu, gpu_sim, infer, k8s, local
 from qosched.core.errors import QoschedError
 
 
@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_trace_generate(trace_commands)
     demo.add_demo(groups)
     infer.add_infer(groups)
-    gpu.add_commands(groups)
+    gpu_commands = gpu.add_commands(groups)
+    gpu_sim.add_gpu_sim(gpu_commands)
     local.add_commands(groups)
     k8s.add_commands(groups)
     return parser

@@ -72,6 +72,10 @@ class SharingPolicy(Protocol):
     ``decide`` is called after every kernel arrival or completion and at requested wake-ups. It must
     not mutate the view, may keep its own state between calls (budgets, slices, counters), and must
     only return launches from ``view.waiting``.
+
+    Optional: a class attribute ``stream_priorities`` (default True when absent). True means the
+    backend runs each application on a CUDA stream of its priority, so the block scheduler hands
+    free SMs to important kernels first; False means equal-priority streams (as under MPS).
     """
 
     name: str

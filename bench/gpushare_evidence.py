@@ -1,0 +1,288 @@
+"""Evidence for GPU sharing by priority: the interference score's calibration, and qosched's
+policy against the baselines on standard mixes.
+
+    python bench/gpushare_evidence.py calibrate      # seconds: fit the score to the simulator
+    python bench/gpushare_evidence.py mixes [--quick] # minutes: every policy on every mix
+    python bench/gpushare_evidence.py sweep [--quick] # a minute: fggr's constants, one at a time
+
+calibrate: random pairs of a higher-priority kernel (followed on its stream by a kernel as long
+that needs every SM) and a candidate lower-priority kernel on an A100; the simulator measures
+the extra time the candidate costs the protected stream (``simulator.pair_slowdown``), the
+score's four features are computed from the static estimates only, and non-negative least
+squares fits the weights on 600 pairs; the fit is checked on 300 other pairs (Spearman rank
+correlation, mean absolute error, and how often the score and the simulator agree that a pair
+is under the 5 % threshold).
+
+mixes: examples/gpu_apps.yaml and examples/gpu_mix_*.yaml under every registered policy; prints
+a Markdown table of every app's ratios against itself alone, and writes
+docs/results/img/gpushare_tradeoff.png (high-priority p99 latency ratio against low-priority
+throughput ratio, one marker per policy and mix).
+
+sweep: fggr on examples/gpu_apps.yaml with each of its constants moved away from its default
+(the others at their defaults), to show what each trades.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib import rcParams
+from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+from matplotlib.ticker import ScalarFormatter
+from scipy.optimize import nnls
+from scipy.stats import spearmanr
+
+from qosched.gpushare.apps import load_apps_spec, workloads
+from qosched.gpushare.estimate import estimate_model
+from qosched.gpushare.interference import CALIBRATED, FEATURES, InterferenceModel, features
+from qosched.gpushare.kernel import Kernel
+from qosched.gpushare.policies import create_policy, policy_names
+from qosched.gpushare.simulator import (
+    AppComparison,
+    alone_results,
+    compare,
+    pair_slowdown,
+    simulate,
+)
+from qosched.hardware import Processor, gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def random_kernel(rng: np.random.Generator, device: Processor, name: str) -> Kernel:
+    """A kernel of random size, duration, bandwidth share and number of waves."""
+    sm_count = device.sm_count or 1
+    sms = int(rng.integers(4, sm_count + 1))
+    time_s = float(10 ** rng.uniform(-5, -3))  # 10 us .. 1 ms
+    share = float(rng.uniform(0.02, 0.95))
+    waves = int(rng.integers(1, 9))
+    # 256-thread blocks at occupancy 0.25 on a 64-warp SM: 2 resident blocks per SM.
+    return Kernel(
+        name=name,
+        op=name,
+        grid=(sms * 2 * waves, 1, 1),
+        block=(256, 1, 1),
+        registers_per_thread=128,
+        shared_bytes_per_block=0,
+        sms=sms,
+        occupancy=0.25,
+        flops=1.0,
+        bytes=share * device.memory_bandwidth * time_s,
+        bound="memory" if share >= 0.5 else "compute",
+        time_s=time_s,
+    )
+
+
+def probe(first: Kernel, device: Processor) -> Kernel:
+    """The protected stream's next kernel: as long as ``first``, every SM, one wave, no DRAM
+    traffic, so the extra time it adds is the wait for SMs the candidate holds."""
+    sm_count = device.sm_count or 1
+    return Kernel("next", "next", (2 * sm_count, 1, 1), (256, 1, 1), 128, 0, sm_count, 0.25,
+                  1.0, 0.0, "compute", first.time_s)  # fmt: skip
+
+
+def pairs(n: int, seed: int, device: Processor) -> tuple[np.ndarray, np.ndarray]:
+    """Features and simulated slowdowns of ``n`` random (protected pair, candidate) cases."""
+    rng = np.random.default_rng(seed)
+    rows, truth = [], []
+    for i in range(n):
+        first = random_kernel(rng, device, f"p{i}")
+        candidate = random_kernel(rng, device, f"c{i}")
+        rows.append(features(candidate, [first], device))
+        truth.append(pair_slowdown(device, [first, probe(first, device)], candidate))
+    return np.asarray(rows), np.asarray(truth)
+
+
+def calibrate() -> InterferenceModel:
+    device = gpu("A100")
+    x_fit, y_fit = pairs(600, 1, device)
+    weights, _ = nnls(x_fit, y_fit)
+    model = InterferenceModel(*(float(round(w, 3)) for w in weights))
+    x_test, y_test = pairs(300, 2, device)
+    print(f"fitted on 600 random pairs on {device.name}, checked on 300 others\n")
+    print("| feature | weight (fitted) | weight (in CALIBRATED) |")
+    print("|---|---|---|")
+    for name, w, current in zip(FEATURES, model.weights, CALIBRATED.weights, strict=True):
+        print(f"| {name} | {w:.3f} | {current:.3f} |")
+    for label, candidate in (("fitted", model), ("CALIBRATED", CALIBRATED)):
+        predicted = x_test @ np.asarray(candidate.weights)
+        rho = spearmanr(predicted, y_test).statistic
+        mae = float(np.mean(np.abs(predicted - y_test)))
+        agree = float(np.mean((predicted <= 0.05) == (y_test <= 0.05)))
+        print(
+            f"\n{label}: Spearman {rho:.3f}, mean absolute error {mae:.3f} "
+            f"(simulated slowdowns: median {np.median(y_test):.3f}, mean {np.mean(y_test):.3f}), "
+            f"same side of the 0.05 threshold in {agree:.1%} of pairs"
+        )
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("calibrate", "mixes", "sweep"))
+    parser.add_argument("--quick", action="store_true", help="shorter simulated time")
+    args = parser.parse_args(argv)
+    if args.what == "calibrate":
+        calibrate()
+    elif args.what == "sweep":
+        sweep(quick=args.quick)
+    else:
+        mixes(quick=args.quick)
+    return 0
+
+
+MIXES = ("gpu_apps.yaml", "gpu_mix_bert.yaml", "gpu_mix_three.yaml", "gpu_mix_four.yaml")
+HP_P99_TARGET = 1.10
+LP_THROUGHPUT_TARGET = 0.5
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One mix under one policy: the worst p99 latency ratio over the apps above the lowest
+    priority, and the throughput ratio of the lowest-priority apps added up (each alone would
+    have the whole GPU, so two best-effort apps sharing it can reach 1.0 together)."""
+
+    mix: str
+    policy: str
+    hp_p99: float
+    lp_throughput: float
+    rows: tuple[AppComparison, ...]
+    utilization: float
+
+    @property
+    def meets(self) -> bool:
+        return self.hp_p99 <= HP_P99_TARGET and self.lp_throughput >= LP_THROUGHPUT_TARGET
+
+
+def run_mix(path: Path, duration_s: float | None, estimates: dict) -> list[Outcome]:
+    spec = load_apps_spec(path)
+    device = gpu(spec.gpu)
+
+    def estimate(model: str, gpu_: Processor, *, batch: int, dtype: str):
+        key = (model, gpu_.name, batch, dtype)
+        if key not in estimates:
+            estimates[key] = estimate_model(model, gpu_, batch=batch, dtype=dtype)
+        return estimates[key]
+
+    apps = workloads(spec, device, estimate=estimate)
+    duration = duration_s or spec.duration_s
+    alone = alone_results(device, apps, duration_s=duration, seed=spec.seed)
+    lowest = min(app.priority for app in apps)
+    outcomes = []
+    for name in policy_names():
+        result = simulate(device, apps, create_policy(name), duration_s=duration, seed=spec.seed)
+        rows = compare(result, alone)
+        outcomes.append(
+            Outcome(
+                mix=path.stem,
+                policy=name,
+                hp_p99=max(r.p99_latency_ratio for r in rows if r.priority > lowest),
+                lp_throughput=sum(r.throughput_ratio for r in rows if r.priority == lowest),
+                rows=rows,
+                utilization=result.gpu_utilization,
+            )
+        )
+    return outcomes
+
+
+def mixes(*, quick: bool) -> None:
+    estimates: dict = {}
+    duration = 0.3 if quick else None
+    everything: list[Outcome] = []
+    for mix in MIXES:
+        outcomes = run_mix(ROOT / "examples" / mix, duration, estimates)
+        everything += outcomes
+        print(f"\n### {mix}\n")
+        print("| policy | app (priority) | p50 latency x | p99 latency x | throughput x |")
+        print("|---|---|---|---|---|")
+        for outcome in outcomes:
+            for row in outcome.rows:
+                print(f"| {outcome.policy} | {row.name} ({row.priority}) | "
+                      f"{row.p50_latency_ratio:.3f} | {row.p99_latency_ratio:.3f} | "
+                      f"{row.throughput_ratio:.3f} |")  # fmt: skip
+        print("\n| policy | worst high-priority p99 x | low-priority throughput x | SM use "
+              f"| p99 <= {HP_P99_TARGET} and throughput >= {LP_THROUGHPUT_TARGET} |")  # fmt: skip
+        print("|---|---|---|---|---|")
+        for o in outcomes:
+            print(f"| {o.policy} | {o.hp_p99:.3f} | {o.lp_throughput:.3f} | "
+                  f"{o.utilization:.0%} | {'yes' if o.meets else 'no'} |")  # fmt: skip
+    out = plot(everything, ROOT / "docs" / "results" / "img" / "gpushare_tradeoff.png")
+    print(f"\nfigure: {out.relative_to(ROOT)}")
+
+
+SWEEP = (
+    {},
+    {"threshold": 0.01},
+    {"threshold": 0.2},
+    {"budget_fraction": 0.02},
+    {"budget_fraction": 0.2},
+    {"max_wait_s": 0.005},
+    {"max_wait_s": 0.1},
+    {"min_sm_fraction": 0.1},
+    {"min_sm_fraction": 1.0},
+)
+
+
+def sweep(*, quick: bool) -> None:
+    spec = load_apps_spec(ROOT / "examples" / "gpu_apps.yaml")
+    device = gpu(spec.gpu)
+    apps = workloads(spec, device)
+    duration = 0.3 if quick else spec.duration_s
+    alone = alone_results(device, apps, duration_s=duration, seed=spec.seed)
+    lowest = min(app.priority for app in apps)
+    print("| fggr options | high-priority p99 x | low-priority throughput x | SM use |")
+    print("|---|---|---|---|")
+    for options in SWEEP:
+        result = simulate(device, apps, create_policy("fggr", **options), duration_s=duration,
+                          seed=spec.seed)  # fmt: skip
+        rows = compare(result, alone)
+        hp = max(r.p99_latency_ratio for r in rows if r.priority > lowest)
+        lp = sum(r.throughput_ratio for r in rows if r.priority == lowest)
+        label = ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
+        print(f"| {label} | {hp:.3f} | {lp:.3f} | {result.gpu_utilization:.0%} |")
+
+
+def plot(outcomes: list[Outcome], path: Path) -> Path:
+    """High-priority p99 ratio against low-priority throughput ratio, a panel per mix."""
+    mixes_seen = list(dict.fromkeys(o.mix for o in outcomes))
+    policies = list(dict.fromkeys(o.policy for o in outcomes))
+    colors = rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = "osD^vP*X"
+    fig = Figure(figsize=(4.2 * len(mixes_seen), 4.2))
+    axes = fig.subplots(1, len(mixes_seen), squeeze=False)[0]
+    for ax, mix in zip(axes, mixes_seen, strict=True):
+        ax.axhspan(0.9, HP_P99_TARGET, xmin=0, xmax=1, color="0.92", zorder=0)
+        ax.axhline(HP_P99_TARGET, color="0.5", lw=0.8, ls="--")
+        ax.axvline(LP_THROUGHPUT_TARGET, color="0.5", lw=0.8, ls="--")
+        for i, policy in enumerate(policies):
+            for o in outcomes:
+                if o.mix == mix and o.policy == policy:
+                    ax.scatter(o.lp_throughput, o.hp_p99, color=colors[i % len(colors)],
+                               marker=markers[i % len(markers)], s=60, label=policy,
+                               zorder=3)  # fmt: skip
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.set_title(mix, fontsize=10)
+        ax.set_xlabel("low-priority throughput / alone")
+        ax.set_xlim(0, 1.1)
+    axes[0].set_ylabel("worst high-priority p99 latency / alone (log)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(policies), fontsize=9)
+    fig.suptitle(
+        f"target: p99 <= {HP_P99_TARGET}x alone (shaded) with throughput >= "
+        f"{LP_THROUGHPUT_TARGET}x alone (right of the dashed line)",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

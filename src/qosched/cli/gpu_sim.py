@@ -1,0 +1,82 @@
+"""``qosched gpu sim SPEC --policy NAME``: applications of several priorities sharing one GPU,
+kernel by kernel, in the GPU simulator; each compared with itself running alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from qosched.gpushare.apps import load_apps_spec, workloads
+from qosched.gpushare.policies import create_policy, policy_names
+from qosched.gpushare.simulator import alone_results, compare, simulate
+from qosched.hardware import gpu
+from qosched.report.trace import write_chrome_trace
+
+
+def add_gpu_sim(commands: argparse._SubParsersAction) -> None:
+    """Add ``sim`` to the ``gpu`` command group's sub-commands."""
+    parser = commands.add_parser("sim", help="simulate applications sharing one GPU",
+                                 description=__doc__)  # fmt: skip
+    parser.add_argument("spec", help="YAML: gpu, duration_s, seed and apps (see examples/)")
+    parser.add_argument("--policy", required=True,
+                        help=f"sharing policy: {', '.join(policy_names())}")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--trace", metavar="OUT.json",
+                        help="write a Chrome/Perfetto timeline of kernels per stream")  # fmt: skip
+    parser.set_defaults(run=run_sim)
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    spec = load_apps_spec(args.spec)
+    policy = create_policy(args.policy)  # an unknown name fails before any estimation
+    device = gpu(spec.gpu)
+    apps = workloads(spec, device)
+    shared = simulate(device, apps, policy, duration_s=spec.duration_s, seed=spec.seed,
+                      record=bool(args.trace))  # fmt: skip
+    alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed)
+    rows = compare(shared, alone)
+    result = {
+        "policy": shared.policy,
+        "gpu_utilization": shared.gpu_utilization,
+        "wall_s": shared.wall_s,
+        "gpu": device.name,
+        "duration_s": spec.duration_s,
+        "bandwidth_utilization": shared.bandwidth_utilization,
+        "apps": [_finite(row.to_dict()) for row in rows],
+    }
+    if args.trace:
+        write_chrome_trace(shared.spans, args.trace)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    table = Table(title=f"{shared.policy} on {device.name}, {spec.duration_s:g} s simulated")
+    for column in ("app", "priority", "p50 lat x", "p99 lat x", "throughput x", "p99 ms",
+                   "alone p99 ms", "requests", "unfinished"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "app" else "right",
+                         no_wrap=column == "app")  # fmt: skip
+    for row in rows:
+        table.add_row(row.name, str(row.priority), _x(row.p50_latency_ratio),
+                      _x(row.p99_latency_ratio), _x(row.throughput_ratio),
+                      f"{row.p99_latency_s * 1e3:.3f}", f"{row.alone_p99_latency_s * 1e3:.3f}",
+                      str(row.completed), str(row.unfinished))  # fmt: skip
+    console = Console(width=max(Console().width, 110))
+    console.print(table)
+    console.print(
+        f"SM utilisation {shared.gpu_utilization:.1%}, bandwidth "
+        f"{shared.bandwidth_utilization:.1%}, simulated in {shared.wall_s:.2f} s"
+        + (f"; timeline in {args.trace}" if args.trace else "")
+    )
+    return 0
+
+
+def _x(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
+
+
+def _finite(row: dict[str, object]) -> dict[str, object]:
+    # JSON has no NaN: an app that completed no request has no latency ratio.
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}

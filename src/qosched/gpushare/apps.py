@@ -1,0 +1,316 @@
+"""``qosched gpu sim SPEC``: applications sharing one GPU, as a YAML file.
+
+```yaml
+gpu: A100                # a catalog GPU (hardware.catalog)
+duration_s: 2.0          # simulated time in which requests start
+seed: 1                  # Poisson arrivals are drawn from it
+dtype: float32           # optional default for models (float32, float16, bfloat16)
+apps:
+  - name: resnet50-serving
+    model: resnet50      # a zoo name or package.module:factory, estimated without running it
+    batch: 1             # optional (default 1)
+    priority: 2          # whole number >= 0, larger = more important
+    arrivals: {poisson_rps: 200}   # open loop ...
+  - name: bert-batch
+    model: bert_base
+    batch: 32
+    priority: 0
+    closed_loop: true    # ... or back-to-back requests
+  - name: custom
+    priority: 1
+    closed_loop: true
+    kernels:             # instead of a model: the request's kernels, as gpushare.kernel.Kernel
+      - {name: gemm, op: mm, grid: [64, 1, 1], block: [256, 1, 1], registers_per_thread: 128,
+         shared_bytes_per_block: 32768, sms: 64, occupancy: 0.25, flops: 1.0e9, bytes: 2.0e7,
+         bound: compute, time_s: 1.0e-4}
+```
+
+Every error names the file, the line and the field (``apps[1].batch``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from qosched.core.errors import InputError
+from qosched.gpushare.kernel import Kernel
+from qosched.gpushare.simulator import AppWorkload
+from qosched.hardware import Processor
+
+_TOP = ("gpu", "duration_s", "seed", "dtype", "apps")
+_APP = ("name", "model", "batch", "dtype", "priority", "arrivals", "closed_loop", "kernels")
+_KERNEL = tuple(Kernel.__dataclass_fields__)
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    """One application as written: a model (or explicit kernels), a priority, arrivals."""
+
+    name: str
+    priority: int
+    model: str | None
+    batch: int
+    dtype: str
+    kernels: tuple[Kernel, ...] | None
+    poisson_rps: float | None  # None = closed loop
+    line: int | None = None  # of the model key (or the app), for errors found when estimating
+
+
+@dataclass(frozen=True)
+class AppsSpec:
+    gpu: str
+    duration_s: float
+    seed: int
+    apps: tuple[AppSpec, ...]
+    source: str = "<spec>"
+
+
+def load_apps_spec(path: str | Path) -> AppsSpec:
+    """Read and validate a spec file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read apps spec: {exc.strerror}", source=path) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from exc
+    return parse_apps_spec(text, source=path)
+
+
+def parse_apps_spec(text: str, *, source: str | Path = "<spec>") -> AppsSpec:
+    """Validate a spec's text; InputError names the file, line and field of the first problem."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"not valid YAML: {problem}", source=source, line=line) from exc
+    finally:
+        loader.dispose()
+    lines: dict[str, int] = {}
+    if node is not None:
+        _record_lines(node, "", lines, source)
+    return _Reader(str(source), lines).read(data)
+
+
+def workloads(
+    spec: AppsSpec,
+    gpu: Processor,
+    *,
+    estimate: Callable[..., Any] | None = None,
+) -> list[AppWorkload]:
+    """The spec's applications with their kernels: explicit ones as written, models estimated
+    by ``estimate`` (default ``qosched.gpushare.estimate.estimate_model``; no model runs)."""
+    result = []
+    for index, app in enumerate(spec.apps):
+        kernels = app.kernels
+        if kernels is None:
+            if estimate is None:
+                from qosched.gpushare.estimate import estimate_model as estimate
+            try:
+                kernels = tuple(estimate(app.model, gpu, batch=app.batch, dtype=app.dtype).kernels)
+            except InputError as exc:
+                raise InputError(
+                    exc.reason, source=spec.source, line=app.line, field=f"apps[{index}].model"
+                ) from exc
+        result.append(AppWorkload(app.name, app.priority, kernels, app.poisson_rps))
+    return result
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _record_lines(node: yaml.Node, path: str, lines: dict[str, int], source: str | Path) -> None:
+    """Map each dotted path to its 1-based line; refuse duplicate keys (YAML keeps the last)."""
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            child = _join(path, key_node.value)
+            if key_node.value in seen:
+                raise InputError(
+                    f"duplicate key {key_node.value!r}; YAML would silently keep only the last",
+                    source=source,
+                    line=key_node.start_mark.line + 1,
+                    field=child,
+                )
+            seen.add(key_node.value)
+            lines[child] = key_node.start_mark.line + 1
+            _record_lines(value_node, child, lines, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _record_lines(item, f"{path}[{index}]", lines, source)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class _Reader:
+    """Walks the loaded document; every error carries the dotted path and its line."""
+
+    def __init__(self, source: str, lines: Mapping[str, int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    def error(self, path: str, message: str) -> InputError:
+        probe = path
+        while probe and probe not in self.lines:  # a missing key: its nearest enclosing line
+            probe = probe.rpartition(".")[0]
+        return InputError(message, source=self.source, line=self.lines.get(probe),
+                          field=path or None)  # fmt: skip
+
+    def mapping(self, value: Any, path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.error(path, f"expected a mapping, got {_show(value)}")
+        for key in value:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise self.error(
+                    _join(path, str(key)), f"unknown key{hint} (valid: {', '.join(allowed)})"
+                )
+        return value
+
+    def required(self, data: dict[str, Any], path: str, key: str) -> Any:
+        if data.get(key) is None:
+            raise self.error(_join(path, key), "required; it is missing or null")
+        return data[key]
+
+    def text(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(path, f"expected a non-empty string, got {_show(value)}")
+        return value
+
+    def whole(self, value: Any, path: str, minimum: int) -> int:
+        if not _is_int(value) or value < minimum:
+            raise self.error(path, f"expected a whole number >= {minimum}, got {_show(value)}")
+        return value
+
+    def positive(self, value: Any, path: str) -> float:
+        if not _is_number(value) or value <= 0:
+            raise self.error(path, f"expected a positive number, got {_show(value)}")
+        return float(value)
+
+    def number(self, value: Any, path: str) -> float:
+        # PyYAML reads 1.0e9 (no exponent sign) as a string: accept what float() accepts.
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if not _is_number(value):
+            raise self.error(path, f"expected a number, got {_show(value)}")
+        return float(value)
+
+    def dtype(self, value: Any, path: str) -> str:
+        if value not in _DTYPES:
+            raise self.error(path, f"expected one of {', '.join(_DTYPES)}, got {_show(value)}")
+        return value
+
+    def read(self, data: Any) -> AppsSpec:
+        if data is None:
+            raise InputError("empty spec; expected gpu, duration_s and apps", source=self.source,
+                             line=1)  # fmt: skip
+        top = self.mapping(data, "", _TOP)
+        gpu = self.text(self.required(top, "", "gpu"), "gpu")
+        duration = self.positive(self.required(top, "", "duration_s"), "duration_s")
+        seed = self.whole(top.get("seed", 0), "seed", 0)
+        dtype = self.dtype(top.get("dtype", "float32"), "dtype")
+        items = self.required(top, "", "apps")
+        if not isinstance(items, list) or not items:
+            raise self.error("apps", f"expected a non-empty list, got {_show(items)}")
+        apps = tuple(self.app(item, f"apps[{i}]", dtype) for i, item in enumerate(items))
+        seen: dict[str, int] = {}
+        for i, app in enumerate(apps):
+            if app.name in seen:
+                raise self.error(f"apps[{i}].name", f"duplicate app name {app.name!r} "
+                                 f"(also apps[{seen[app.name]}])")  # fmt: skip
+            seen[app.name] = i
+        return AppsSpec(gpu, duration, seed, apps, self.source)
+
+    def app(self, value: Any, path: str, default_dtype: str) -> AppSpec:
+        app = self.mapping(value, path, _APP)
+        name = self.text(self.required(app, path, "name"), f"{path}.name")
+        priority = self.whole(self.required(app, path, "priority"), f"{path}.priority", 0)
+        has_model, has_kernels = app.get("model") is not None, app.get("kernels") is not None
+        if has_model == has_kernels:
+            raise self.error(path, "give exactly one of model (estimated) or kernels (explicit)")
+        model = self.text(app["model"], f"{path}.model") if has_model else None
+        batch = self.whole(app.get("batch", 1), f"{path}.batch", 1)
+        dtype = self.dtype(app.get("dtype", default_dtype), f"{path}.dtype")
+        if has_kernels and ("batch" in app or "dtype" in app):
+            raise self.error(f"{path}.kernels", "batch and dtype apply to a model, not kernels")
+        kernels = self.kernels(app["kernels"], f"{path}.kernels") if has_kernels else None
+        closed = app.get("closed_loop", False)
+        if not isinstance(closed, bool):
+            raise self.error(f"{path}.closed_loop", f"expected true or false, got {_show(closed)}")
+        arrivals = app.get("arrivals")
+        if closed == (arrivals is not None):
+            raise self.error(path, "give exactly one of arrivals: {poisson_rps: R} (open loop) "
+                             "or closed_loop: true")  # fmt: skip
+        rps = None
+        if arrivals is not None:
+            where = f"{path}.arrivals"
+            arrivals = self.mapping(arrivals, where, ("poisson_rps",))
+            rps = self.positive(self.required(arrivals, where, "poisson_rps"),
+                                f"{where}.poisson_rps")  # fmt: skip
+        line = self.lines.get(f"{path}.model", self.lines.get(path))
+        return AppSpec(name, priority, model, batch, dtype, kernels, rps, line)
+
+    def kernels(self, value: Any, path: str) -> tuple[Kernel, ...]:
+        if not isinstance(value, list) or not value:
+            raise self.error(path, f"expected a non-empty list of kernels, got {_show(value)}")
+        result = []
+        for i, item in enumerate(value):
+            where = f"{path}[{i}]"
+            fields = self.mapping(item, where, _KERNEL)
+            for key in _KERNEL:
+                self.required(fields, where, key)
+            values = dict(fields)
+            for key in ("grid", "block"):
+                dims = fields[key]
+                if not isinstance(dims, list) or len(dims) != 3 or not all(map(_is_int, dims)):
+                    raise self.error(f"{where}.{key}", "expected a list of three whole numbers, "
+                                     f"got {_show(dims)}")  # fmt: skip
+                values[key] = tuple(dims)
+            for key in ("registers_per_thread", "shared_bytes_per_block", "sms"):
+                values[key] = self.whole(fields[key], f"{where}.{key}", 0)
+            for key in ("flops", "bytes", "time_s", "occupancy"):
+                values[key] = self.number(fields[key], f"{where}.{key}")
+            for key in ("name", "op", "bound"):
+                values[key] = self.text(fields[key], f"{where}.{key}")
+            try:
+                result.append(Kernel(**values))
+            except InputError as exc:
+                raise self.error(where, exc.reason) from exc
+        return tuple(result)

@@ -1,0 +1,77 @@
+"""The registry of GPU-sharing policies, and small helpers they share.
+
+Every policy implements ``qosched.gpushare.policy.SharingPolicy``; the GPU simulator and the
+runtime construct one by name through :func:`create_policy` and call only ``decide``. A policy
+class may set ``stream_priorities = False`` to say its kernels all go to equal-priority streams
+(the hardware then does not favour important kernels when handing out SMs); the default is True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from qosched.core.errors import InputError
+from qosched.gpushare.policy import GpuView, Launch, SharingPolicy
+
+_REGISTRY: dict[str, Callable[..., SharingPolicy]] = {}
+
+
+def register(name: str) -> Callable[[type], type]:
+    """Class decorator: make a policy constructible by name. A duplicate name raises."""
+
+    def decorator(cls: type) -> type:
+        if name in _REGISTRY:
+            raise ValueError(f"GPU-sharing policy {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def create_policy(name: str, **options: object) -> SharingPolicy:
+    """A new policy by registered name; an unknown name lists the known ones."""
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise InputError(
+            f"unknown GPU-sharing policy {name!r}; known policies: {', '.join(policy_names())}",
+            field="policy",
+        ) from None
+    return factory(**options)
+
+
+def top_priority(view: GpuView) -> int | None:
+    """The highest priority among running and waiting kernels (None when the GPU is idle)."""
+    priorities = [r.launch.priority for r in view.running] + [w.priority for w in view.waiting]
+    return max(priorities, default=None)
+
+
+def sms_in_use(launches: Iterable[Launch]) -> int:
+    """SMs the given kernels want (each at most the whole GPU is counted by the caller)."""
+    return sum(launch.kernel.sms for launch in launches)
+
+
+class RequestTimes:
+    """Learns each application's request duration alone (the sum of its kernels' ``time_s``)
+    from the launches a policy is offered; policies that budget relative to a request use it."""
+
+    def __init__(self) -> None:
+        self.longest: dict[str, float] = {}
+        self._last: dict[str, tuple[int, int]] = {}
+        self._sum: dict[str, float] = {}
+
+    def observe(self, view: GpuView) -> None:
+        """Called at the start of ``decide``: every launch is offered before it starts."""
+        for launch in view.waiting:
+            key = (launch.request, launch.index)
+            if self._last.get(launch.app) == key:
+                continue
+            self._last[launch.app] = key
+            before = 0.0 if launch.index == 0 else self._sum.get(launch.app, 0.0)
+            self._sum[launch.app] = before + launch.kernel.time_s
+            self.longest[launch.app] = max(self.longest.get(launch.app, 0.0), self._sum[launch.app])

@@ -1,0 +1,160 @@
+import json
+from pathlib import Path
+
+import pytest
+from gpushare_sim_helpers import A100, kernel
+
+from qosched.cli.main import main
+from qosched.core.errors import InputError
+from qosched.gpushare.apps import load_apps_spec, parse_apps_spec, workloads
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu_apps_kernels.yaml"
+
+GOOD = """\
+gpu: A100
+duration_s: 0.5
+seed: 3
+apps:
+  - name: serving
+    model: resnet50
+    priority: 2
+    arrivals: {poisson_rps: 200}
+  - name: batch
+    model: bert_base
+    batch: 32
+    dtype: float16
+    priority: 0
+    closed_loop: true
+"""
+
+
+def test_a_good_spec_reads_as_written():
+    spec = parse_apps_spec(GOOD, source="apps.yaml")
+    assert (spec.gpu, spec.duration_s, spec.seed) == ("A100", 0.5, 3)
+    serving, batch = spec.apps
+    assert (serving.model, serving.batch, serving.priority, serving.poisson_rps) == (
+        "resnet50", 1, 2, 200.0,
+    )  # fmt: skip
+    assert (batch.batch, batch.dtype, batch.poisson_rps) == (32, "float16", None)
+
+
+def test_models_are_estimated_through_the_given_estimator_with_batch_and_dtype():
+    calls = []
+
+    class Estimate:
+        def __init__(self, kernels):
+            self.kernels = kernels
+
+    def estimate(model, gpu, *, batch, dtype):
+        calls.append((model, gpu.name, batch, dtype))
+        return Estimate((kernel(model),))
+
+    apps = workloads(parse_apps_spec(GOOD), A100, estimate=estimate)
+    assert calls == [
+        ("resnet50", A100.name, 1, "float32"),
+        ("bert_base", A100.name, 32, "float16"),
+    ]
+    assert [a.kernels[0].name for a in apps] == ["resnet50", "bert_base"]
+
+
+@pytest.mark.parametrize(
+    ("change", "line", "field", "message"),
+    [
+        (("priority: 2", "priority: -1"), 7, "apps[0].priority", "whole number >= 0"),
+        (("batch: 32", "batch: 0"), 11, "apps[1].batch", "whole number >= 1"),
+        (("poisson_rps: 200", "poisson_rps: fast"), 8, "apps[0].arrivals.poisson_rps",
+         "positive number"),
+        (("    closed_loop: true\n", ""), 9, "apps[1]", "exactly one of arrivals"),
+        (("model: bert_base", "modle: bert_base"), 10, "apps[1].modle", "did you mean 'model'"),
+        (("dtype: float16", "dtype: int8"), 12, "apps[1].dtype", "float32, float16"),
+        (("name: batch", "name: serving"), 9, "apps[1].name", "duplicate app name"),
+        (("duration_s: 0.5", "duration_s: 0"), 2, "duration_s", "positive number"),
+        (("gpu: A100\n", ""), None, "gpu", "required"),
+    ],
+    ids=["priority", "batch", "rps", "no-arrivals", "typo", "dtype", "duplicate", "duration",
+         "no-gpu"],
+)  # fmt: skip
+def test_bad_specs_name_the_line_and_field(change, line, field, message):
+    old, new = change
+    assert old in GOOD
+    with pytest.raises(InputError, match=message) as error:
+        parse_apps_spec(GOOD.replace(old, new, 1), source="apps.yaml")
+    assert error.value.field == field
+    assert error.value.source == "apps.yaml"
+    if line is not None:
+        assert error.value.line == line
+
+
+def test_a_duplicate_key_is_refused_with_its_line():
+    with pytest.raises(InputError, match="duplicate key") as error:
+        parse_apps_spec(GOOD.replace("seed: 3\n", "seed: 3\nseed: 4\n"))
+    assert error.value.line == 4
+
+
+def test_explicit_kernels_are_checked_field_by_field():
+    text = EXAMPLE.read_text().replace("sms: 64", "sms: lots", 1)
+    with pytest.raises(InputError, match="whole number") as error:
+        parse_apps_spec(text, source="k.yaml")
+    assert error.value.field == "apps[0].kernels[0].sms"
+    assert error.value.line is not None
+
+
+def test_the_example_with_explicit_kernels_loads():
+    spec = load_apps_spec(EXAMPLE)
+    assert [len(a.kernels) for a in spec.apps] == [3, 1, 2]
+    assert spec.apps[0].kernels[0].flops == 2.0e9  # written 2.0e9, which YAML reads as text
+
+
+def test_cli_json_has_the_design_fields_and_the_trace_has_a_track_per_app(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    code = main(["gpu", "sim", str(EXAMPLE), "--policy", "fggr", "--json", "--trace", str(trace)])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"policy", "gpu_utilization", "wall_s", "apps"} <= set(result)
+    assert result["policy"] == "fggr"
+    for app in result["apps"]:
+        assert {"name", "priority", "p50_latency_ratio", "p99_latency_ratio",
+                "throughput_ratio"} <= set(app)  # fmt: skip
+    assert [a["name"] for a in result["apps"]] == ["serving", "analytics", "batch"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert tracks == {"serving (priority 2)", "analytics (priority 1)", "batch (priority 0)"}
+
+
+def test_cli_unknown_policy_is_a_clear_error(capsys):
+    assert main(["gpu", "sim", str(EXAMPLE), "--policy", "nope"]) == 2
+    assert "known policies" in capsys.readouterr().err
+
+
+MLP = """\
+gpu: A100
+duration_s: 0.01
+apps:
+  - name: serving
+    model: mlp
+    priority: 1
+    arrivals: {poisson_rps: 2000}
+  - name: batch
+    model: mlp
+    batch: 64
+    priority: 0
+    closed_loop: true
+"""
+
+
+def test_cli_runs_models_estimated_without_running_them(tmp_path, capsys):
+    spec = tmp_path / "apps.yaml"
+    spec.write_text(MLP)
+    assert main(["gpu", "sim", str(spec), "--policy", "priority-streams", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    serving, batch = result["apps"]
+    assert serving["p99_latency_ratio"] >= 1.0 - 1e-9  # sharing never makes a request faster
+    assert 0.0 < batch["throughput_ratio"] <= 1.0 + 1e-9
+
+
+def test_an_unknown_model_names_the_spec_line(tmp_path):
+    spec = tmp_path / "apps.yaml"
+    spec.write_text(MLP.replace("model: mlp\n    batch: 64", "model: nosuchmodel\n    batch: 64"))
+    with pytest.raises(InputError, match="unknown model") as error:
+        workloads(load_apps_spec(spec), A100)
+    assert (error.value.field, error.value.line) == ("apps[1].model", 9)
