@@ -39,7 +39,8 @@ from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from qosched.gpushare.estimate import estimate_model
-from qosched.gpushare.policy import Admission, GpuView
+from qosched.gpushare.live import compare_run
+from qosched.gpushare.policies import create_policy
 from qosched.gpushare.runtime import (
     App,
     CallEstimator,
@@ -47,32 +48,13 @@ from qosched.gpushare.runtime import (
     CudaDevice,
     Device,
     catalog_gpu_for,
-    run_apps,
 )
 from qosched.graph.capture import load_model
 from qosched.hardware import Processor, gpu
 
-
-class AdmitAll:
-    """Every waiting launch starts at once (plain co-location, the CUDA streams decide)."""
-
-    name = "admit-all"
-
-    def decide(self, view: GpuView) -> Admission:
-        return Admission(start=view.waiting)
-
-
-class HoldLow:
-    """High-priority launches start at once; priority-0 ones only while no higher one runs or
-    waits (the simplest priority policy; the project's own arrive through the same protocol)."""
-
-    name = "hold-low"
-
-    def decide(self, view: GpuView) -> Admission:
-        high = tuple(w for w in view.waiting if w.priority > 0)
-        if high or any(r.launch.priority > 0 for r in view.running):
-            return Admission(start=high)
-        return Admission(start=view.waiting)
+#: The policies the runtime check compares: plain co-location, stream priorities, Orion's rule
+#: and qosched's.
+RUNTIME_POLICIES = ("naive", "priority-streams", "orion", "fggr")
 
 
 # ---- per-operator validation ---------------------------------------------------------------
@@ -196,34 +178,25 @@ def summarise(models: list[dict]) -> dict:
 # ---- the runtime ---------------------------------------------------------------------------
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def runtime_check(device: Device, hi: App, lo: App) -> dict:
-    """Each app alone, then both under each policy: latency and throughput ratios. A first
-    request of each warms the estimator's cache (and cuDNN/cuBLAS) and is not measured."""
+    """Both apps alone, then together under each sharing policy (``gpushare.live``): latency
+    ratios of the high-priority app, throughput ratio of the low-priority one while the other
+    is busy. A first request of each warms the estimator's cache (and cuDNN/cuBLAS)."""
     estimator = CallEstimator(
         catalog_gpu_for(device.name) if isinstance(device, CudaDevice) else gpu("a100")
     )
-    warm = [App(a.name, a.priority, a.model, a.inputs[:1]) for a in (hi, lo)]
-    run_apps(warm, AdmitAll(), device=device, estimator=estimator)
-    alone_hi = run_apps([hi], AdmitAll(), device=device, estimator=estimator).app(hi.name)
-    alone_lo = run_apps([lo], AdmitAll(), device=device, estimator=estimator).app(lo.name)
-    base_p50 = _percentile(list(alone_hi.latencies_s), 0.5)
-    base_p99 = _percentile(list(alone_hi.latencies_s), 0.99)
-    base_tput = len(alone_lo.latencies_s) / sum(alone_lo.latencies_s)
-    report = {"alone": {"hi_p50_s": base_p50, "hi_p99_s": base_p99, "lo_throughput_rps": base_tput}}
-    for policy in (AdmitAll(), HoldLow()):
-        result = run_apps([hi, lo], policy, device=device, estimator=estimator)
-        h, low = result.app(hi.name), result.app(lo.name)
-        report[policy.name] = {
-            "hi_p50_latency_ratio": _percentile(list(h.latencies_s), 0.5) / base_p50,
-            "hi_p99_latency_ratio": _percentile(list(h.latencies_s), 0.99) / base_p99,
-            "lo_throughput_ratio": (len(low.latencies_s) / sum(low.latencies_s)) / base_tput,
-            "operators": len(result.records),
-            "wall_s": result.wall_s,
+    report = {}
+    for name in RUNTIME_POLICIES:
+        rows, shared = compare_run([hi, lo], create_policy(name), device=device,
+                                   estimator=estimator)  # fmt: skip
+        by_name = {row.name: row for row in rows}
+        report[name] = {
+            "hi_p50_latency_ratio": by_name[hi.name].p50_latency_ratio,
+            "hi_p99_latency_ratio": by_name[hi.name].p99_latency_ratio,
+            "lo_throughput_ratio": by_name[lo.name].throughput_ratio,
+            "hi_alone_p99_s": by_name[hi.name].alone_p99_latency_s,
+            "operators": len(shared.records),
+            "wall_s": shared.wall_s,
         }
     return report
 

@@ -19,7 +19,7 @@ def test_gpu_validate_without_cuda_runs_the_cpu_smoke_check(capsys):
     assert module.main(["--requests", "2"]) == 0
     out = capsys.readouterr().out
     assert "no CUDA GPU" in out
-    assert "hold-low" in out and "hi_p50_latency_ratio" in out
+    assert "fggr" in out and "orion" in out and "hi_p50_latency_ratio" in out
 
 
 def test_summary_errors_are_computed_per_class():

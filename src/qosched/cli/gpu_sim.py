@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from qosched.gpushare.apps import load_apps_spec, workloads
 from qosched.gpushare.policies import create_policy, policy_names
-from qosched.gpushare.simulator import alone_results, compare, simulate
+from qosched.gpushare.simulator import AppComparison, alone_results, compare, simulate
 from qosched.hardware import gpu
 from qosched.report.trace import write_chrome_trace
 
@@ -46,14 +47,26 @@ def run_sim(args: argparse.Namespace) -> int:
         "gpu": device.name,
         "duration_s": spec.duration_s,
         "bandwidth_utilization": shared.bandwidth_utilization,
-        "apps": [_finite(row.to_dict()) for row in rows],
+        "apps": [finite(row.to_dict()) for row in rows],
     }
     if args.trace:
         write_chrome_trace(shared.spans, args.trace)
     if args.json:
         print(json.dumps(result))
         return 0
-    table = Table(title=f"{shared.policy} on {device.name}, {spec.duration_s:g} s simulated")
+    print_comparison(
+        f"{shared.policy} on {device.name}, {spec.duration_s:g} s simulated",
+        rows,
+        f"SM utilisation {shared.gpu_utilization:.1%}, bandwidth "
+        f"{shared.bandwidth_utilization:.1%}, simulated in {shared.wall_s:.2f} s"
+        + (f"; timeline in {args.trace}" if args.trace else ""),
+    )
+    return 0
+
+
+def print_comparison(title: str, rows: Sequence[AppComparison], footer: str) -> None:
+    """The readable table of applications shared against alone (``gpu sim`` and ``gpu run``)."""
+    table = Table(title=title)
     for column in ("app", "priority", "p50 lat x", "p99 lat x", "throughput x", "p99 ms",
                    "alone p99 ms", "requests", "unfinished"):  # fmt: skip
         table.add_column(column, justify="left" if column == "app" else "right",
@@ -65,18 +78,13 @@ def run_sim(args: argparse.Namespace) -> int:
                       str(row.completed), str(row.unfinished))  # fmt: skip
     console = Console(width=max(Console().width, 110))
     console.print(table)
-    console.print(
-        f"SM utilisation {shared.gpu_utilization:.1%}, bandwidth "
-        f"{shared.bandwidth_utilization:.1%}, simulated in {shared.wall_s:.2f} s"
-        + (f"; timeline in {args.trace}" if args.trace else "")
-    )
-    return 0
+    console.print(footer)
 
 
 def _x(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.3f}"
 
 
-def _finite(row: dict[str, object]) -> dict[str, object]:
+def finite(row: dict[str, object]) -> dict[str, object]:
     # JSON has no NaN: an app that completed no request has no latency ratio.
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}

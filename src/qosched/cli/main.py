@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from qosched import __version__
-from qosched.cli import cluster, demo, gpu, gpu_sim, infer, k8s, local
+from qosched.cli import cluster, demo, gpu, gpu_run, gpu_sim, infer, k8s, local
 from qosched.core.errors import QoschedError
 
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_infer(groups)
     gpu_commands = gpu.add_commands(groups)
     gpu_sim.add_gpu_sim(gpu_commands)
+    gpu_run.add_gpu_run(gpu_commands)
     local.add_commands(groups)
     k8s.add_commands(groups)
     return parser

@@ -217,13 +217,13 @@ class Bert(nn.Module):
 def resnet(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """ResNet-style CNN on 3x32x32 images (~2.8 M parameters, 6 residual blocks)."""
     with torch.device(device):
-        return ResNet().eval(), (torch.empty(batch, 3, 32, 32),)
+        return ResNet().eval(), (torch.randn(batch, 3, 32, 32),)
 
 
 def mobilenet(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """MobileNet-v1-style CNN on 3x128x128 images (depthwise-separable blocks)."""
     with torch.device(device):
-        return MobileNet().eval(), (torch.empty(batch, 3, 128, 128),)
+        return MobileNet().eval(), (torch.randn(batch, 3, 128, 128),)
 
 
 def bert(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -236,7 +236,7 @@ def bert(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.T
 def resnet50(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """ResNet-50 (bottlenecks 3-4-6-3) on 3x224x224 images, ~25.6 M parameters."""
     with torch.device(device):
-        return ResNet50().eval(), (torch.empty(batch, 3, 224, 224),)
+        return ResNet50().eval(), (torch.randn(batch, 3, 224, 224),)
 
 
 def bert_base(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -255,7 +255,7 @@ def mlp(batch: int = 1, device: str = "meta") -> tuple[nn.Module, tuple[torch.Te
         model = nn.Sequential(
             nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10)
         )
-        return model.eval(), (torch.empty(batch, 784),)
+        return model.eval(), (torch.randn(batch, 784),)
 
 
 ZOO: dict[str, Factory] = {

@@ -1,0 +1,93 @@
+"""``qosched gpu run`` and gpushare.live: the spec's models really run through the runtime."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from qosched.cli.main import main
+from qosched.core.errors import InputError
+from qosched.gpushare.apps import parse_apps_spec
+from qosched.gpushare.live import build_apps, compare_run, request_finishes
+from qosched.gpushare.policies import create_policy
+from qosched.gpushare.runtime import CallEstimator, CpuDevice
+from qosched.hardware import gpu
+
+SPEC = """
+gpu: A100
+duration_s: 0.1
+apps:
+  - name: serving
+    model: mlp
+    batch: 2
+    priority: 1
+    closed_loop: true
+  - name: batch
+    model: mlp
+    batch: 4
+    priority: 0
+    closed_loop: true
+"""
+
+
+def test_every_request_is_served_with_the_models_own_outputs():
+    spec = parse_apps_spec(SPEC)
+    apps = build_apps(spec, device="cpu", requests=3)
+    rows, shared = compare_run(
+        apps, create_policy("fggr"), device=CpuDevice(), estimator=CallEstimator(gpu("a100"))
+    )
+    assert [r.name for r in rows] == ["serving", "batch"]
+    for app in apps:
+        expected = app.model(*app.inputs[0])
+        assert all(torch.equal(out, expected) for out in shared.app(app.name).outputs)
+        finishes = request_finishes(shared, app.name)
+        assert len(finishes) == 3 and finishes == sorted(finishes)
+    serving = rows[0]
+    # The top-priority application defines the window, so all its requests fall inside it.
+    assert (serving.completed, serving.unfinished) == (3, 0)
+    assert serving.p99_latency_ratio > 0 and serving.throughput_ratio > 0
+
+
+def test_apps_written_as_kernels_cannot_run():
+    spec = parse_apps_spec(
+        """
+gpu: A100
+duration_s: 0.1
+apps:
+  - name: k
+    priority: 0
+    closed_loop: true
+    kernels:
+      - {name: gemv, op: mv, grid: [216, 1, 1], block: [256, 1, 1], registers_per_thread: 64,
+         shared_bytes_per_block: 0, sms: 108, occupancy: 0.5, flops: 1.0e8, bytes: 6.0e8,
+         bound: memory, time_s: 4.0e-4}
+""",
+        source="apps.yaml",
+    )
+    with pytest.raises(InputError, match="only models can run"):
+        build_apps(spec, device="cpu", requests=1)
+
+
+def test_cli_json_on_the_cpu_device(tmp_path, capsys):
+    path = tmp_path / "apps.yaml"
+    path.write_text(SPEC)
+    trace = tmp_path / "run.json"
+    argv = ["gpu", "run", str(path), "--policy", "naive", "--device", "cpu", "--requests", "2"]
+    assert main([*argv, "--json", "--trace", str(trace)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "naive" and out["device"] == "cpu"
+    assert [a["name"] for a in out["apps"]] == ["serving", "batch"]
+    assert {"p50_latency_ratio", "p99_latency_ratio", "throughput_ratio"} <= set(out["apps"][0])
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
+def test_cli_refuses_cuda_without_a_gpu(tmp_path, capsys):
+    path = tmp_path / "apps.yaml"
+    path.write_text(SPEC)
+    assert main(["gpu", "run", str(path), "--policy", "fggr"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
