@@ -12,7 +12,7 @@ from qosched.core.errors import InputError
 from qosched.gpushare.apps import parse_apps_spec
 from qosched.gpushare.live import build_apps, compare_run, request_finishes
 from qosched.gpushare.policies import create_policy
-from qosched.gpushare.runtime import CallEstimator, CpuDevice
+from qosched.gpushare.runtime import CallEstimator, CpuDevice, run_apps
 from qosched.hardware import gpu
 
 SPEC = """
@@ -91,3 +91,25 @@ def test_cli_refuses_cuda_without_a_gpu(tmp_path, capsys):
     path.write_text(SPEC)
     assert main(["gpu", "run", str(path), "--policy", "fggr"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+class RecordingDevice(CpuDevice):
+    """The CPU device, noting which applications were given a high-priority stream."""
+
+    def __init__(self) -> None:
+        self.high: dict[str, bool] = {}
+
+    def stream(self, app, high_priority):
+        self.high[app.name] = high_priority
+        return super().stream(app, high_priority)
+
+
+@pytest.mark.parametrize(
+    ("policy", "serving_high"), [("fggr", True), ("naive", False)], ids=["fggr", "naive"]
+)
+def test_streams_follow_the_policys_stream_priorities(policy, serving_high):
+    apps = build_apps(parse_apps_spec(SPEC), device="cpu", requests=1)
+    device = RecordingDevice()
+    run_apps(apps, create_policy(policy), device=device)
+    # naive is MPS-like: equal-priority streams; the best-effort app never gets a high one.
+    assert device.high == {"serving": serving_high, "batch": False}

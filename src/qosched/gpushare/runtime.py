@@ -556,8 +556,11 @@ def run_apps(
         gpu_model = catalog_gpu_for(device.name) if isinstance(device, CudaDevice) else "a100"
     processor = gpu(gpu_model) if isinstance(gpu_model, str) else gpu_model
     top = max(a.priority for a in apps)
+    # A policy may ask for equal-priority streams (``stream_priorities = False``, as under MPS).
+    prioritised = bool(getattr(policy, "stream_priorities", True))
     streams = {
-        a.name: device.stream(a, high_priority=(a.priority == top and a.priority > 0)) for a in apps
+        a.name: device.stream(a, high_priority=prioritised and a.priority == top and a.priority > 0)
+        for a in apps
     }
     if estimator is None:
         estimator = CallEstimator(processor)
