@@ -22,7 +22,8 @@ VALID = {
 
 def test_a_valid_spec_reads_back_with_defaults_and_units():
     spec = parse_inference_spec(VALID)
-    assert (spec.gpu, spec.link, spec.max_switches) == ("T4", "PCIe3-x16", 2)
+    assert (spec.platform.gpu, spec.platform.link, spec.max_switches) == ("T4", "PCIe3-x16", 2)
+    assert spec.platform.name == "roofline" and spec.seed == 0
     assert spec.tenants == (TenantSpec("a", "mlp", 4, 0.005), TenantSpec("b", "mlp", 1, None))
 
 

@@ -97,11 +97,6 @@ def tenant_from_graph(
     transfer_s = [costs.copy_s(nbytes) for nbytes in crossing]
     inputs = sum(v.meta.bytes for v in g.inputs if v.kind == "input")
     outputs = sum(sum(m.bytes for m in g[n].output_meta) for n in g.outputs if n in g)
-    boundaries = tuple(
-        i
-        for i in range(len(units) - 1)
-        if _top_module(g[units[i][-1]]) != _top_module(g[units[i + 1][0]])
-    )
     return TenantGraph(
         name=name or graph.name,
         unit_ids=tuple(unit[0] for unit in units),
@@ -111,7 +106,16 @@ def tenant_from_graph(
         input_to_gpu_s=costs.copy_s(inputs),
         output_from_gpu_s=costs.copy_s(outputs),
         latency_goal_s=latency_goal_s,
-        layer_boundaries=boundaries,
+        layer_boundaries=layer_boundaries(g, units),
+    )
+
+
+def layer_boundaries(graph: Graph, units: Sequence[Sequence[str]]) -> tuple[int, ...]:
+    """Cuts between units where the top-level module changes (the layer-level baseline's)."""
+    return tuple(
+        i
+        for i in range(len(units) - 1)
+        if _top_module(graph[units[i][-1]]) != _top_module(graph[units[i + 1][0]])
     )
 
 
