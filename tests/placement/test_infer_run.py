@@ -175,6 +175,7 @@ def _plan_file(tmp_path, change):
                 "transfer_s": [1e-4],
                 "input_to_gpu_s": 0,
                 "output_from_gpu_s": 0,
+                "copy_share": 0.5,
             }
         ],
     }
@@ -186,9 +187,10 @@ def _plan_file(tmp_path, change):
 
 def test_a_good_plan_file_reads_back_and_is_rescored(tmp_path):
     stored = read_plan(_plan_file(tmp_path, lambda d: None))
-    # cpu 1 ms + gpu 2 ms + one copy 0.1 ms; the gpu is the bottleneck
+    # cpu 1 ms + gpu 2 ms + one copy 0.1 ms, half of which each end also spends;
+    # the gpu is the bottleneck at 2.05 ms
     assert stored.plan.tenants[0].latency_s == pytest.approx(3.1e-3)
-    assert stored.plan.throughput_rps == pytest.approx(500.0)
+    assert stored.plan.throughput_rps == pytest.approx(1 / 2.05e-3)
 
 
 @pytest.mark.parametrize(
@@ -206,6 +208,7 @@ def test_a_good_plan_file_reads_back_and_is_rescored(tmp_path):
         (lambda d: d["tenants"][0].update(cpu_s=[1, -1]), "tenants[0].cpu_s", ">= 0"),
         (lambda d: d["tenants"][0].update(gpu_s=[1, "x"]), "tenants[0].gpu_s", "seconds"),
         (lambda d: d["tenants"][0].pop("batch"), "tenants[0].batch", "missing"),
+        (lambda d: d["tenants"][0].update(copy_share=0.9), "tenants[0].copy_share", "copy share"),
         (lambda d: d.update(tenants=[]), "tenants", "at least one"),
     ],
 )
@@ -247,3 +250,11 @@ def test_a_plan_whose_units_are_not_the_models_is_refused(tmp_path, capsys):
     plan = _plan_file(tmp_path, lambda d: None)  # units u0, u1: not mlp's three
     assert main(["infer", "run", str(_spec(tmp_path)), "--plan", str(plan)]) == 2
     assert "units are not the model's" in capsys.readouterr().err
+
+
+def test_the_roofline_platform_takes_a_gpu_calibration_factor():
+    machine = {"gpu": "T4", "link": "PCIe3-x16", "gpu_calibration": 1.7}
+    assert parse_platform(machine).gpu_calibration == 1.7
+    with pytest.raises(InputError, match="positive factor") as caught:
+        parse_platform({**machine, "gpu_calibration": 0})
+    assert caught.value.field == "machine.gpu_calibration"

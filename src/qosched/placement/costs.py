@@ -10,9 +10,11 @@ with ``bytes`` the operator's reads plus writes. A cut costs one copy of the ten
 over the CPU-GPU link (``hardware.roofline.transfer_time_s``); the graph's inputs go to the GPU
 and its outputs come back the same way.
 
-What this leaves out, on purpose for now: measured per-operator CPU times (the roofline runs on
-the CPU's *measured* peak and bandwidth, ``hardware.measure``, but not per operator), caches
-(every byte is counted from memory), and a GPU's calibration against measured kernels.
+A calibration factor per processor (measured / roofline, default 1) scales every estimate: the
+GPU's comes from ``bench/placement_gpu.py`` on that GPU, the CPU's from
+``bench/placement_evidence.py``. Where both processors exist, costs are measured instead
+(``placement.measured``). What this leaves out: caches (every byte is counted from memory) and
+any per-operator-kind calibration (one factor per processor).
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class CostModel:
     gpu_efficiency: float = DEFAULT_EFFICIENCY
     cpu_overhead_s: float = DEFAULT_CPU_OVERHEAD_S
     gpu_overhead_s: float = DEFAULT_GPU_OVERHEAD_S
+    #: Measured / roofline time on each processor (1.0: the roofline as it is). A spec sets the
+    #: GPU's from ``bench/placement_gpu.py`` run on that GPU; ``bench/placement_evidence.py``
+    #: prints the CPU's on this machine.
+    cpu_calibration: float = 1.0
+    gpu_calibration: float = 1.0
 
     def __post_init__(self) -> None:
         if self.cpu.kind != "cpu" or self.gpu.kind != "gpu":
@@ -58,16 +65,21 @@ class CostModel:
         for name in ("cpu_overhead_s", "gpu_overhead_s"):
             if not getattr(self, name) >= 0:
                 raise InputError(f"must be >= 0, got {getattr(self, name)!r}", field=name)
+        for name in ("cpu_calibration", "gpu_calibration"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InputError(f"expected a positive factor, got {value!r}", field=name)
 
     def operator_s(self, op: Operator, on: str) -> float:
         """Seconds for ``op`` on the ``"cpu"`` or the ``"gpu"``."""
-        processor, efficiency, overhead = (
-            (self.cpu, self.cpu_efficiency, self.cpu_overhead_s)
+        processor, efficiency, overhead, factor = (
+            (self.cpu, self.cpu_efficiency, self.cpu_overhead_s, self.cpu_calibration)
             if on == "cpu"
-            else (self.gpu, self.gpu_efficiency, self.gpu_overhead_s)
+            else (self.gpu, self.gpu_efficiency, self.gpu_overhead_s, self.gpu_calibration)
         )
         moved = op.bytes_read + op.bytes_written
-        return roofline_time_s(op.flops, moved, processor, self.dtype, efficiency) + overhead
+        roofline = roofline_time_s(op.flops, moved, processor, self.dtype, efficiency)
+        return factor * (roofline + overhead)
 
     def copy_s(self, nbytes: int) -> float:
         return transfer_time_s(nbytes, self.link)

@@ -12,7 +12,9 @@ them (pickled through a pipe; to and from the device on CUDA). Cached like opera
 
 Contention, as the plan's cost model states it (``placement.ir``): a processor runs one unit at
 a time, so tenants sharing it add up (its load is the sum of theirs), and the two processors do
-not slow each other down. ``bench/placement_evidence.py`` checks both against runs.
+not slow each other down. The worker processes copy the tensors themselves (the sender packs,
+the receiver unpacks), so every copy also occupies each end for half its time
+(``COPY_SHARE``). ``bench/placement_evidence.py`` checks all of this against runs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from qosched.placement.profile import DEFAULT_REPEATS, ProfileCache, TenantProfi
 from qosched.placement.program import UnitProgram, build_model, export_program
 from qosched.placement.runtime import pack, to_device, unpack
 
+#: Share of a copy's time spent by each of the two workers (``TenantGraph.copy_share``).
+COPY_SHARE = 0.5
 CHANNEL_SIZES = (4 * 2**10, 64 * 2**10, 512 * 2**10, 4 * 2**20)
 CHANNEL_REPEATS = 15
 
@@ -208,4 +212,5 @@ def measured_tenant(
         output_from_gpu_s=channel.copy_s(cpu.profile.output_bytes),
         latency_goal_s=latency_goal_s,
         layer_boundaries=cpu.boundaries,
+        copy_share=COPY_SHARE,
     )

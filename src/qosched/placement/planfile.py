@@ -7,7 +7,8 @@
  "tenants": [{"name": "vision", "model": "resnet", "batch": 1,
               "unit_ids": ["convolution", ...], "assignment": ["cpu", "gpu", ...],
               "cpu_s": [...], "gpu_s": [...], "transfer_s": [...],
-              "input_to_gpu_s": 1e-4, "output_from_gpu_s": 1e-4, "latency_s": 0.012}]}
+              "input_to_gpu_s": 1e-4, "output_from_gpu_s": 1e-4, "copy_share": 0.5,
+              "latency_s": 0.012}]}
 ```
 
 The costs the plan was made with travel in the file, so a run is compared with exactly the
@@ -71,6 +72,7 @@ def plan_to_dict(
                 "transfer_s": [_number(x) for x in tenant.transfer_s],
                 "input_to_gpu_s": tenant.input_to_gpu_s,
                 "output_from_gpu_s": tenant.output_from_gpu_s,
+                "copy_share": tenant.copy_share,
                 "latency_goal_s": tenant.latency_goal_s,
                 "latency_s": planned.latency_s,
             }
@@ -169,6 +171,7 @@ def read_plan(path: str | Path) -> PlanFile:
                 input_to_gpu_s=_field(item, "input_to_gpu_s", (int, float), where, path),
                 output_from_gpu_s=_field(item, "output_from_gpu_s", (int, float), where, path),
                 latency_goal_s=goal,
+                copy_share=item.get("copy_share", 0.0),
             )
         except InputError as exc:
             if exc.source is not None:

@@ -3,8 +3,10 @@
 A spec's ``machine`` mapping names a platform (``platform:``, default ``roofline``); each is a
 registered constructor (``@register_platform``) that validates its own keys:
 
-- ``roofline``: ``{gpu: T4, link: PCIe3-x16}``: a catalog GPU that need not exist here; unit
-  costs are roofline estimates (``placement.costs``). Plans only; nothing to run on.
+- ``roofline``: ``{gpu: T4, link: PCIe3-x16, gpu_calibration: 1.0}``: a catalog GPU that need
+  not exist here; unit costs are roofline estimates (``placement.costs``), the GPU's scaled by
+  the optional calibration factor (measured / roofline, from ``bench/placement_gpu.py`` on such
+  a GPU). Plans only; nothing to run on.
 - ``cpu-sets``: ``{cpu: [0], gpu: [1]}``: two disjoint sets of this machine's cores play the two
   processors. A real, if modest, heterogeneous platform: costs are measured on each set and
   plans run for real. Sets of any size work ({0} and {1, 2, 3}); a worker on a set of n cores
@@ -145,16 +147,24 @@ def check_available(cores: tuple[int, ...], field: str) -> None:
 class RooflinePlatform:
     gpu: str
     link: str
+    gpu_calibration: float = 1.0
     name: ClassVar[str] = "roofline"
     runnable: ClassVar[bool] = False
 
     @classmethod
     def parse(cls, machine: Mapping[str, Any], source: str) -> RooflinePlatform:
-        _keys(machine, ("gpu", "link"), source, "roofline")
+        _keys(machine, ("gpu", "link", "gpu_calibration"), source, "roofline")
         for key in ("gpu", "link"):
             if not isinstance(machine.get(key), str) or not machine[key]:
                 raise InputError("expected a name", source=source, field=f"machine.{key}")
-        return cls(machine["gpu"], machine["link"])
+        factor = machine.get("gpu_calibration", 1.0)
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0:
+            raise InputError(
+                f"expected a positive factor (measured / roofline), got {factor!r}",
+                source=source,
+                field="machine.gpu_calibration",
+            )
+        return cls(machine["gpu"], machine["link"], float(factor))
 
     def workers(self) -> tuple[Worker, Worker]:
         raise InputError(
@@ -164,7 +174,10 @@ class RooflinePlatform:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"platform": self.name, "gpu": self.gpu, "link": self.link}
+        data: dict[str, Any] = {"platform": self.name, "gpu": self.gpu, "link": self.link}
+        if self.gpu_calibration != 1.0:
+            data["gpu_calibration"] = self.gpu_calibration
+        return data
 
     def describe(self) -> str:
         return f"this CPU + {self.gpu} (roofline) over {self.link}"

@@ -247,9 +247,14 @@ def run(
     warmup: int = 2,
     depth: int = 2,
     expected: Sequence[Sequence[torch.Tensor]] | None = None,
+    tolerance: float | None = None,
 ) -> RunResult:
     """Run ``rounds`` measured rounds (after ``warmup`` more) of every tenant on ``workers``
-    (the cpu worker, the gpu worker); ``expected[i]`` are tenant i's outputs run unsplit."""
+    (the cpu worker, the gpu worker); ``expected[i]`` are tenant i's outputs run unsplit.
+
+    Results must equal ``expected`` bit for bit (``torch.equal``), or, with ``tolerance``, be
+    within it (``torch.allclose`` with that relative and absolute tolerance: a GPU's kernels do
+    not round like the CPU's)."""
     if not tenants:
         raise InputError("expected at least one tenant", field="tenants")
     for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0), ("depth", depth, 1)):
@@ -270,7 +275,9 @@ def run(
     for process in processes:
         process.start()
     try:
-        return _coordinate(tenants, processes, inboxes, done, rounds, warmup, depth, expected)
+        return _coordinate(
+            tenants, processes, inboxes, done, rounds, warmup, depth, expected, tolerance
+        )
     finally:
         for process in processes:
             process.join(timeout=10)
@@ -298,7 +305,15 @@ def _get(done: Any, processes: list, timeout: float) -> tuple:
         return message
 
 
-def _coordinate(tenants, processes, inboxes, done, rounds, warmup, depth, expected) -> RunResult:
+def _same(a: torch.Tensor, b: torch.Tensor, tolerance: float | None) -> bool:
+    if tolerance is None:
+        return torch.equal(a, b)
+    return a.shape == b.shape and torch.allclose(a, b, rtol=tolerance, atol=tolerance)
+
+
+def _coordinate(
+    tenants, processes, inboxes, done, rounds, warmup, depth, expected, tolerance
+) -> RunResult:
     for _ in processes:
         _get(done, processes, READY_TIMEOUT_S)
     total = warmup + rounds
@@ -323,7 +338,7 @@ def _coordinate(tenants, processes, inboxes, done, rounds, warmup, depth, expect
         if expected is not None:
             outputs = unpack(data)["outputs"]
             same = len(outputs) == len(expected[t]) and all(
-                torch.equal(a, b) for a, b in zip(outputs, expected[t], strict=False)
+                _same(a, b, tolerance) for a, b in zip(outputs, expected[t], strict=False)
             )
             equal[t] = equal[t] and same
         remaining[r] -= 1
