@@ -2,7 +2,7 @@
 the error of the measured per-operator costs.
 
     PYTHONPATH=src python bench/placement_evidence.py [--requests 20] [--repeats 3] \
-        [--out evidence.json] [--picture docs/results/placement_plan.png]
+        [--out evidence.json] [--picture docs/results/img/placement_plan.png]
 
 Platform: two core sets of this machine play the two processors (``cpu-sets``: core 0 is the
 "cpu", core 1 the "gpu"). For each tenant mix, every operator is measured on both sets (cached),
