@@ -40,6 +40,7 @@ def _spec(tmp_path, tenants=({"name": "a", "model": "mlp"},), machine=CORE_SETS)
         ({"platform": "cpu-sets", "cpu": [0], "gpu": [1], "link": "x"}, "machine.link", "valid"),
         ({"platform": "cuda", "gpu": -1}, "machine.gpu", "index"),
         ({"gpu": "T4"}, "machine.link", "expected a name"),
+        ({"gpu": "T4", "link": "PCIe3-x16", "cpu_costs": "guess"}, "machine.cpu_costs", "measured"),
     ],
 )
 def test_bad_machines_name_the_field(machine, field, message):

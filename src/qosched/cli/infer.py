@@ -2,9 +2,10 @@
 
 ``plan`` places every operator of several inference models on the "cpu" or the "gpu" of the
 spec's platform with COS's two-phase search, against the single-processor and model/layer-level
-baselines and the LP upper bound. On the roofline platform the models are captured without
-weights and costed by roofline; on a runnable platform (``cpu-sets``, ``cuda``) every operator is
-measured on both processors. ``--out`` keeps the plan for ``run``.
+baselines and the LP upper bound. On the roofline platform the GPU is costed by roofline and the
+CPU measured on this machine (or estimated too, with ``cpu_costs: roofline``); on a runnable
+platform (``cpu-sets``, ``cuda``) every operator is measured on both processors. ``--out`` keeps
+the plan for ``run``.
 
 ``run`` executes a plan for real on a runnable platform (one pinned worker process per
 processor, all tenants served round-robin) and compares the measured throughput and latency
@@ -17,6 +18,7 @@ import argparse
 import itertools
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,9 +34,9 @@ from qosched.placement import baselines
 from qosched.placement.bound import lp_bound
 from qosched.placement.costs import CostModel, tenant_from_graph
 from qosched.placement.ir import Plan, Problem, TenantGraph
-from qosched.placement.measured import TenantModel, measure, measured_tenant
+from qosched.placement.measured import TenantModel, measure, measured_tenant, profile_job
 from qosched.placement.planfile import plan_to_dict, read_plan, write_plan
-from qosched.placement.platform import RooflinePlatform
+from qosched.placement.platform import RooflinePlatform, Worker, run_pinned, usable_cores
 from qosched.placement.program import build_model, export_program, model_units, save_program
 from qosched.placement.runtime import RunResult, TenantRun, run
 from qosched.placement.search import plan
@@ -71,8 +73,9 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
     runner.set_defaults(run=run_run)
 
 
-def roofline_problem(spec: InferenceSpec) -> tuple[Problem, str]:
-    """Tenants captured without weights and costed by roofline on the spec's catalog GPU."""
+def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
+    """Tenants on the spec's catalog GPU: GPU costs by roofline (times the calibration factor),
+    CPU costs measured on this machine's usable cores unless the spec asks for roofline."""
     platform = spec.platform
     assert isinstance(platform, RooflinePlatform)
     costs = CostModel(
@@ -89,9 +92,25 @@ def roofline_problem(spec: InferenceSpec) -> tuple[Problem, str]:
         tenants.append(
             tenant_from_graph(graph, costs, name=tenant.name, latency_goal_s=tenant.latency_goal_s)
         )
-    return Problem(
-        tuple(tenants)
-    ), f"COS on {costs.cpu.name} + {costs.gpu.name} over {platform.link}"
+    cpu_note = "roofline"
+    if platform.cpu_costs == "measured":
+        host = Worker("cpu", usable_cores())
+        models = [TenantModel(t.name, t.model, t.batch) for t in spec.tenants]
+        found, _, _ = run_pinned(host, profile_job, host, models, spec.seed, cache, 5)
+        for i, (estimated, measured) in enumerate(zip(tenants, found, strict=True)):
+            if tuple(u[0] for u in measured.units) != estimated.unit_ids:
+                raise InputError(
+                    f"tenant {estimated.name!r}: the model with weights cuts into other units "
+                    "than the model captured without them",
+                    field=f"tenants[{i}].model",
+                )
+            tenants[i] = replace(estimated, cpu_s=measured.profile.unit_s)
+        cpu_note = f"measured on {len(host.cores)} cores"
+    title = (
+        f"COS on {costs.cpu.name} ({cpu_note}) + {costs.gpu.name} (roofline x "
+        f"{platform.gpu_calibration:g}) over {platform.link}"
+    )
+    return Problem(tuple(tenants)), title
 
 
 def measured_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
@@ -116,7 +135,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if spec.platform.runnable:
         problem, title = measured_problem(spec, args.profile_cache)
     else:
-        problem, title = roofline_problem(spec)
+        problem, title = roofline_problem(spec, args.profile_cache)
     started = time.perf_counter()
     cos = plan(problem, max_switches=spec.max_switches)
     search_s = time.perf_counter() - started

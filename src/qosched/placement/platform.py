@@ -3,10 +3,12 @@
 A spec's ``machine`` mapping names a platform (``platform:``, default ``roofline``); each is a
 registered constructor (``@register_platform``) that validates its own keys:
 
-- ``roofline``: ``{gpu: T4, link: PCIe3-x16, gpu_calibration: 1.0}``: a catalog GPU that need
-  not exist here; unit costs are roofline estimates (``placement.costs``), the GPU's scaled by
-  the optional calibration factor (measured / roofline, from ``bench/placement_gpu.py`` on such
-  a GPU). Plans only; nothing to run on.
+- ``roofline``: ``{gpu: T4, link: PCIe3-x16, gpu_calibration: 1.0, cpu_costs: measured}``: a
+  catalog GPU that need not exist here. GPU unit costs are roofline estimates
+  (``placement.costs``) scaled by the optional calibration factor (measured / roofline, from
+  ``bench/placement_gpu.py`` on such a GPU); CPU unit costs are measured on every usable core of
+  this machine (``cpu_costs: roofline`` estimates them too, without building the models). Plans
+  only; nothing to run on.
 - ``cpu-sets``: ``{cpu: [0], gpu: [1]}``: two disjoint sets of this machine's cores play the two
   processors. A real, if modest, heterogeneous platform: costs are measured on each set and
   plans run for real. Sets of any size work ({0} and {1, 2, 3}); a worker on a set of n cores
@@ -148,12 +150,20 @@ class RooflinePlatform:
     gpu: str
     link: str
     gpu_calibration: float = 1.0
+    cpu_costs: str = "measured"
     name: ClassVar[str] = "roofline"
     runnable: ClassVar[bool] = False
 
     @classmethod
     def parse(cls, machine: Mapping[str, Any], source: str) -> RooflinePlatform:
-        _keys(machine, ("gpu", "link", "gpu_calibration"), source, "roofline")
+        _keys(machine, ("gpu", "link", "gpu_calibration", "cpu_costs"), source, "roofline")
+        cpu_costs = machine.get("cpu_costs", "measured")
+        if cpu_costs not in ("measured", "roofline"):
+            raise InputError(
+                f"expected 'measured' or 'roofline', got {cpu_costs!r}",
+                source=source,
+                field="machine.cpu_costs",
+            )
         for key in ("gpu", "link"):
             if not isinstance(machine.get(key), str) or not machine[key]:
                 raise InputError("expected a name", source=source, field=f"machine.{key}")
@@ -164,7 +174,7 @@ class RooflinePlatform:
                 source=source,
                 field="machine.gpu_calibration",
             )
-        return cls(machine["gpu"], machine["link"], float(factor))
+        return cls(machine["gpu"], machine["link"], float(factor), cpu_costs)
 
     def workers(self) -> tuple[Worker, Worker]:
         raise InputError(
@@ -177,6 +187,8 @@ class RooflinePlatform:
         data: dict[str, Any] = {"platform": self.name, "gpu": self.gpu, "link": self.link}
         if self.gpu_calibration != 1.0:
             data["gpu_calibration"] = self.gpu_calibration
+        if self.cpu_costs != "measured":
+            data["cpu_costs"] = self.cpu_costs
         return data
 
     def describe(self) -> str:
