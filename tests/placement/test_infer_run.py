@@ -146,6 +146,9 @@ def test_plan_out_then_run_end_to_end_with_a_valid_trace(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     (tenant,) = report["tenants"]
     assert tenant["outputs_equal"] is True and tenant["measured_rps"] > 0
+    # one tenant: the total is that tenant's
+    assert report["measured_rps"] == pytest.approx(tenant["measured_rps"])
+    assert report["mean_latency_s"] == pytest.approx(tenant["mean_latency_s"])
     assert tenant["predicted_rps"] == pytest.approx(planned["throughput_rps"])
     trace = json.loads(trace_path.read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -256,6 +257,7 @@ def run_report(result: RunResult, predicted: Plan) -> dict:
         "predicted_rps": predicted.throughput_rps * len(predicted.tenants),
         "measured_rps": result.total_throughput_rps,
         "ratio": result.total_throughput_rps / (predicted.throughput_rps * len(predicted.tenants)),
+        "mean_latency_s": statistics.fmean(x for t in result.tenants for x in t.latency_s),
         "requests": result.rounds,
         "depth": result.depth,
         "wall_s": result.wall_s,
@@ -325,6 +327,7 @@ def run_run(args: argparse.Namespace) -> int:
     Console().print(table)
     Console().print(
         f"total {report['measured_rps']:.1f} req/s measured, "
-        f"{report['predicted_rps']:.1f} predicted ({report['ratio']:.2f}x)"
+        f"{report['predicted_rps']:.1f} predicted ({report['ratio']:.2f}x); mean latency "
+        f"{report['mean_latency_s'] * 1e3:.2f} ms"
     )
     return 0
