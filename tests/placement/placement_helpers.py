@@ -1,6 +1,8 @@
 import itertools
 
 import numpy as np
+import torch
+from torch import nn
 
 from qosched.placement.ir import Problem, TenantGraph, loads, switches
 
@@ -43,3 +45,26 @@ def brute_best(problem, k):
     for combo in itertools.product(*per):
         best = min(best, max(sum(c[r] for c in combo) for r in range(3)))
     return best
+
+
+class Residual(nn.Module):
+    """Two branches joined by an add, then a head: a cut can fall only outside the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x)) + self.b(x)
+        return self.head(torch.tanh(y))
+
+
+def residual(batch: int = 2) -> tuple[nn.Module, tuple]:
+    return Residual(), (torch.empty(batch, 16),)
+
+
+def meta_model() -> tuple[nn.Module, tuple]:
+    with torch.device("meta"):
+        return nn.Linear(2, 2), (torch.empty(1, 2),)

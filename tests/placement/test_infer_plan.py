@@ -22,7 +22,8 @@ VALID = {
 
 def test_a_valid_spec_reads_back_with_defaults_and_units():
     spec = parse_inference_spec(VALID)
-    assert (spec.gpu, spec.link, spec.max_switches) == ("T4", "PCIe3-x16", 2)
+    assert (spec.platform.gpu, spec.platform.link, spec.max_switches) == ("T4", "PCIe3-x16", 2)
+    assert spec.platform.name == "roofline" and spec.seed == 0
     assert spec.tenants == (TenantSpec("a", "mlp", 4, 0.005), TenantSpec("b", "mlp", 1, None))
 
 
@@ -66,8 +67,10 @@ def test_json_output_has_exactly_the_contract_keys_and_cos_beats_no_baseline(tmp
         "machine: {gpu: T4, link: PCIe3-x16}\n"
         "tenants:\n  - {name: a, model: mlp}\n  - {name: b, model: mlp, batch: 8}\n"
     )
-    assert main(["infer", "plan", str(path), "--json"]) == 0
+    cache = tmp_path / "profile.json"
+    assert main(["infer", "plan", str(path), "--json", "--profile-cache", str(cache)]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert cache.exists()  # the CPU was measured, the T4 estimated
     assert set(out) == {"throughput_rps", "bound_rps", "search_s", "baselines", "tenants"}
     assert set(out["baselines"]) == {"all_cpu", "all_gpu", "model_level", "layer_level"}
     assert [t["name"] for t in out["tenants"]] == ["a", "b"]
@@ -76,3 +79,15 @@ def test_json_output_has_exactly_the_contract_keys_and_cos_beats_no_baseline(tmp
     for rps in out["baselines"].values():
         assert out["throughput_rps"] >= rps * (1 - 1e-9)
     assert out["bound_rps"] >= out["throughput_rps"] * (1 - 1e-9)
+
+
+def test_cpu_costs_roofline_measures_nothing(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "machine: {gpu: T4, link: PCIe3-x16, cpu_costs: roofline}\n"
+        "tenants:\n  - {name: a, model: mlp}\n"
+    )
+    cache = tmp_path / "profile.json"
+    assert main(["infer", "plan", str(path), "--json", "--profile-cache", str(cache)]) == 0
+    assert json.loads(capsys.readouterr().out)["throughput_rps"] > 0
+    assert not cache.exists()

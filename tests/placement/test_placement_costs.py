@@ -122,3 +122,19 @@ def test_zoo_models_become_tenants_that_keep_their_flops_and_can_be_planned(mode
     single = min(sum(tenant.cpu_s), sum(tenant.gpu_s) + tenant.input_to_gpu_s
                  + tenant.output_from_gpu_s)  # fmt: skip
     assert result.bottleneck_s <= single * (1 + 1e-9)
+
+
+def test_a_calibration_factor_scales_one_processor_and_nothing_else():
+    from dataclasses import replace
+
+    graph = capture(*ZOO["mlp"](), name="mlp")
+    plain = tenant_from_graph(graph, EXACT)
+    scaled = tenant_from_graph(graph, replace(EXACT, gpu_calibration=2.5))
+    assert scaled.gpu_s == pytest.approx([2.5 * g for g in plain.gpu_s])
+    assert scaled.cpu_s == plain.cpu_s and scaled.transfer_s == plain.transfer_s
+
+
+@pytest.mark.parametrize("factor", [0, -1.0, True, "2"])
+def test_a_calibration_factor_must_be_positive(factor):
+    with pytest.raises(InputError, match="positive factor"):
+        CostModel(CPU, GPU, LINK, gpu_calibration=factor)

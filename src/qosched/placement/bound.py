@@ -3,7 +3,8 @@
 Unit ``i`` of a tenant runs a fraction ``x_i`` on the GPU and ``1 - x_i`` on the CPU; the cut
 between ``i`` and ``i + 1`` is charged ``transfer_s[i] * z_i`` with ``z_i >= |x_i - x_{i+1}|``
 (two linear inequalities); host transfers are charged ``input_to_gpu_s * x_0`` and
-``output_from_gpu_s * x_{n-1}``. The LP minimises ``t`` with every summed load ``<= t``. Every
+``output_from_gpu_s * x_{n-1}``; each copy also charges ``copy_share`` of its time to the CPU and
+the GPU loads (``placement.ir``). The LP minimises ``t`` with every summed load ``<= t``. Every
 integral assignment is feasible, so ``1 / t*`` bounds the throughput of every plan, whatever its
 switch count, latency goals ignored (the bound also covers baselines that miss goals).
 Unsupported units fix ``x_i``; infinite transfers force ``z_i = 0``.
@@ -56,7 +57,7 @@ def lp_bound(problem: Problem) -> Bound:
             if math.isinf(t.transfer_s[i]):
                 bounds[zi + i] = (0.0, 0.0)
             else:
-                load[2, zi + i] += t.transfer_s[i]
+                load[:, zi + i] += t.transfer_s[i] * np.array([t.copy_share, t.copy_share, 1.0])
             for sign in (1.0, -1.0):
                 row = np.zeros(nv)
                 row[xi + i], row[xi + i + 1], row[zi + i] = sign, -sign, -1.0
@@ -65,7 +66,7 @@ def lp_bound(problem: Problem) -> Bound:
             if math.isinf(cost):
                 bounds[idx] = (0.0, 0.0) if bounds[idx] != (1.0, 1.0) else bounds[idx]
             else:
-                load[2, idx] += cost
+                load[:, idx] += cost * np.array([t.copy_share, t.copy_share, 1.0])
         xi += t.n_units
         zi += t.n_units - 1
     for r in range(3):

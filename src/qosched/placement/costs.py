@@ -10,9 +10,11 @@ with ``bytes`` the operator's reads plus writes. A cut costs one copy of the ten
 over the CPU-GPU link (``hardware.roofline.transfer_time_s``); the graph's inputs go to the GPU
 and its outputs come back the same way.
 
-What this leaves out, on purpose for now: measured per-operator CPU times (the roofline runs on
-the CPU's *measured* peak and bandwidth, ``hardware.measure``, but not per operator), caches
-(every byte is counted from memory), and a GPU's calibration against measured kernels.
+A calibration factor per processor (measured / roofline, default 1) scales every estimate: the
+GPU's comes from ``bench/placement_gpu.py`` on that GPU, the CPU's from
+``bench/placement_evidence.py``. Where both processors exist, costs are measured instead
+(``placement.measured``). What this leaves out: caches (every byte is counted from memory) and
+any per-operator-kind calibration (one factor per processor).
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class CostModel:
     gpu_efficiency: float = DEFAULT_EFFICIENCY
     cpu_overhead_s: float = DEFAULT_CPU_OVERHEAD_S
     gpu_overhead_s: float = DEFAULT_GPU_OVERHEAD_S
+    #: Measured / roofline time on each processor (1.0: the roofline as it is). A spec sets the
+    #: GPU's from ``bench/placement_gpu.py`` run on that GPU; ``bench/placement_evidence.py``
+    #: prints the CPU's on this machine.
+    cpu_calibration: float = 1.0
+    gpu_calibration: float = 1.0
 
     def __post_init__(self) -> None:
         if self.cpu.kind != "cpu" or self.gpu.kind != "gpu":
@@ -58,16 +65,21 @@ class CostModel:
         for name in ("cpu_overhead_s", "gpu_overhead_s"):
             if not getattr(self, name) >= 0:
                 raise InputError(f"must be >= 0, got {getattr(self, name)!r}", field=name)
+        for name in ("cpu_calibration", "gpu_calibration"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InputError(f"expected a positive factor, got {value!r}", field=name)
 
     def operator_s(self, op: Operator, on: str) -> float:
         """Seconds for ``op`` on the ``"cpu"`` or the ``"gpu"``."""
-        processor, efficiency, overhead = (
-            (self.cpu, self.cpu_efficiency, self.cpu_overhead_s)
+        processor, efficiency, overhead, factor = (
+            (self.cpu, self.cpu_efficiency, self.cpu_overhead_s, self.cpu_calibration)
             if on == "cpu"
-            else (self.gpu, self.gpu_efficiency, self.gpu_overhead_s)
+            else (self.gpu, self.gpu_efficiency, self.gpu_overhead_s, self.gpu_calibration)
         )
         moved = op.bytes_read + op.bytes_written
-        return roofline_time_s(op.flops, moved, processor, self.dtype, efficiency) + overhead
+        roofline = roofline_time_s(op.flops, moved, processor, self.dtype, efficiency)
+        return factor * (roofline + overhead)
 
     def copy_s(self, nbytes: int) -> float:
         return transfer_time_s(nbytes, self.link)
@@ -97,11 +109,6 @@ def tenant_from_graph(
     transfer_s = [costs.copy_s(nbytes) for nbytes in crossing]
     inputs = sum(v.meta.bytes for v in g.inputs if v.kind == "input")
     outputs = sum(sum(m.bytes for m in g[n].output_meta) for n in g.outputs if n in g)
-    boundaries = tuple(
-        i
-        for i in range(len(units) - 1)
-        if _top_module(g[units[i][-1]]) != _top_module(g[units[i + 1][0]])
-    )
     return TenantGraph(
         name=name or graph.name,
         unit_ids=tuple(unit[0] for unit in units),
@@ -111,7 +118,16 @@ def tenant_from_graph(
         input_to_gpu_s=costs.copy_s(inputs),
         output_from_gpu_s=costs.copy_s(outputs),
         latency_goal_s=latency_goal_s,
-        layer_boundaries=boundaries,
+        layer_boundaries=layer_boundaries(g, units),
+    )
+
+
+def layer_boundaries(graph: Graph, units: Sequence[Sequence[str]]) -> tuple[int, ...]:
+    """Cuts between units where the top-level module changes (the layer-level baseline's)."""
+    return tuple(
+        i
+        for i in range(len(units) - 1)
+        if _top_module(graph[units[i][-1]]) != _top_module(graph[units[i + 1][0]])
     )
 
 

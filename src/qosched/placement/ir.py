@@ -13,6 +13,11 @@ Cost model (one request of one tenant, executed sequentially):
 - Loads per request: CPU = sum of the CPU units' costs, GPU = sum of the GPU units' costs, link =
   every transfer paid. Transfers occupy the link resource *and* add to latency, so
   ``latency = cpu + gpu + link`` (one request runs its units one after the other).
+- A copy can also occupy the two processors: with ``copy_share`` s (0 <= s <= 0.5), every copy
+  paid adds ``s * its time`` to the CPU load and to the GPU load (each end spends that long
+  packing or unpacking it, as the processes of a core-set platform do; 0, the default, for DMA
+  copies that leave the processors free). Latency still counts each copy once:
+  ``latency = cpu units + gpu units + link``.
 - All tenants are served round-robin at an equal rate: one request of every tenant per round.
   A round keeps each resource busy for the sum over tenants of its per-request load, so the round
   length is the *bottleneck* ``max(total cpu, total gpu, total link)`` and every tenant gets
@@ -66,6 +71,7 @@ class TenantGraph:
     output_from_gpu_s: float = 0.0
     latency_goal_s: float | None = None
     layer_boundaries: tuple[int, ...] | None = None
+    copy_share: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"tenant {self.name!r}"
@@ -96,6 +102,11 @@ class TenantGraph:
             raise InputError(
                 f"{where}: expected a positive finite latency goal, got {goal!r}",
                 field="latency_goal_s",
+            )
+        share = self.copy_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 0.5:
+            raise InputError(
+                f"{where}: expected a copy share in [0, 0.5], got {share!r}", field="copy_share"
             )
         if self.layer_boundaries is not None:
             lb = self.layer_boundaries
@@ -182,12 +193,21 @@ def loads(tenant: TenantGraph, assignment: Sequence[str]) -> tuple[float, float,
         link += tenant.input_to_gpu_s
     if assignment[-1] == "gpu":
         link += tenant.output_from_gpu_s
-    return cpu, gpu, link
+    share = tenant.copy_share * link if tenant.copy_share else 0.0  # 0 * inf would be nan
+    return cpu + share, gpu + share, link
+
+
+def latency_of(tenant: TenantGraph, loaded: tuple[float, float, float]) -> float:
+    """Sequential latency from ``loads``: the units plus every copy once (see the module doc)."""
+    cpu, gpu, link = loaded
+    if tenant.copy_share == 0 or math.isinf(link):
+        return cpu + gpu + link
+    return cpu + gpu + link * (1 - 2 * tenant.copy_share)
 
 
 def latency_s(tenant: TenantGraph, assignment: Sequence[str]) -> float:
     """Sequential latency of one request: unit costs on their processors plus every transfer."""
-    return sum(loads(tenant, assignment))
+    return latency_of(tenant, loads(tenant, assignment))
 
 
 @dataclass(frozen=True)
@@ -262,10 +282,9 @@ def evaluate(
     plans = []
     for tenant, a in zip(problem.tenants, assignments, strict=True):
         cpu, gpu, link = loads(tenant, a)
+        latency = latency_of(tenant, (cpu, gpu, link))
         plans.append(
-            TenantPlan(
-                tenant.name, tuple(a), cpu, gpu, link, cpu + gpu + link, tenant.latency_goal_s
-            )
+            TenantPlan(tenant.name, tuple(a), cpu, gpu, link, latency, tenant.latency_goal_s)
         )
     cpu = sum(p.cpu_s for p in plans)
     gpu = sum(p.gpu_s for p in plans)

@@ -56,10 +56,11 @@ class Candidate:
     cpu_s: float
     gpu_s: float
     link_s: float
+    copy_share: float = 0.0
 
     @property
     def latency_s(self) -> float:
-        return self.cpu_s + self.gpu_s + self.link_s
+        return self.cpu_s + self.gpu_s + self.link_s * (1 - 2 * self.copy_share)
 
     @property
     def switches(self) -> int:
@@ -129,6 +130,12 @@ def pareto_candidates(
     goal = tenant.latency_goal_s if respect_goal else None
     limit = math.inf if goal is None else goal * (1 + _GOAL_SLACK) + _GOAL_SLACK
     unit_cost = (tenant.cpu_s, tenant.gpu_s)
+    share = tenant.copy_share
+
+    def copy(seconds: float) -> np.ndarray:
+        """What a copy adds to the (cpu, gpu, link) loads."""
+        return np.array([share * seconds, share * seconds, seconds])
+
     cell = resolution * sum(min(c, g) for c, g in zip(*unit_cost, strict=True))
 
     def key(pts: np.ndarray) -> np.ndarray:
@@ -148,7 +155,7 @@ def pareto_candidates(
     def within(pts: np.ndarray, tag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if goal is None or len(pts) == 0:
             return pts, tag
-        ok = pts.sum(1) <= limit
+        ok = pts[:, 0] + pts[:, 1] + pts[:, 2] * (1 - 2 * share) <= limit
         return pts[ok], tag[ok]
 
     def tagged(pts: np.ndarray, *cols: int) -> np.ndarray:
@@ -165,8 +172,8 @@ def pareto_candidates(
         c = unit_cost[p][0]
         link = 0.0 if p == 0 else tenant.input_to_gpu_s
         if math.isfinite(c) and math.isfinite(link):
-            pt = np.zeros((1, 3))
-            pt[0, p], pt[0, 2] = c, link
+            pt = copy(link).reshape(1, 3)
+            pt[0, p] += c
             layer[p][0] = within(pt, np.zeros((1, 2), dtype=np.int64))
     history.append(layer)
     for i in range(1, n):
@@ -185,7 +192,7 @@ def pareto_candidates(
                 move = nothing
                 if s > 0 and can_cut:
                     b_pts = prev[1 - p][s - 1][0]
-                    move = (b_pts + step + np.array([0.0, 0.0, cut]), tagged(b_pts, 1))
+                    move = (b_pts + step + copy(cut), tagged(b_pts, 1))
                 layer[p][s] = union(stay, move)
         history.append(layer)
 
@@ -197,7 +204,7 @@ def pareto_candidates(
             continue
         for s in range(k + 1):
             g_pts = layer[p][s][0]
-            ends = union(ends, (g_pts + np.array([0.0, 0.0, out]), tagged(g_pts, p, s)))
+            ends = union(ends, (g_pts + copy(out), tagged(g_pts, p, s)))
     tag = ends[1]
 
     result = []
@@ -210,7 +217,7 @@ def pareto_candidates(
                 p, s = 1 - p, s - 1
             j = int(parent)
         assignment: Assignment = tuple(reversed(procs))
-        cand = Candidate(assignment, *loads(tenant, assignment))
+        cand = Candidate(assignment, *loads(tenant, assignment), tenant.copy_share)
         if goal is None or cand.latency_s <= goal:
             result.append(cand)
     result.sort(key=lambda c: (max(c.loads), c.latency_s, c.assignment))
@@ -373,7 +380,7 @@ def _with_whole_model(tenant: TenantGraph, candidates: list[Candidate]) -> list[
         assignment: Assignment = (processor,) * tenant.n_units
         if assignment in present:
             continue
-        candidate = Candidate(assignment, *loads(tenant, assignment))
+        candidate = Candidate(assignment, *loads(tenant, assignment), tenant.copy_share)
         finite = all(math.isfinite(x) for x in (candidate.cpu_s, candidate.gpu_s, candidate.link_s))
         goal = tenant.latency_goal_s
         if finite and (goal is None or candidate.latency_s <= goal):

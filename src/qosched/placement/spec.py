@@ -2,9 +2,11 @@
 
 ```yaml
 machine:
+  platform: roofline    # optional, the default; see placement.platform for cpu-sets and cuda
   gpu: T4               # a catalog GPU (hardware.catalog)
   link: PCIe3-x16       # the CPU-GPU link (hardware.catalog)
 max_switches: 4         # optional: processor switches allowed per tenant (default 4)
+seed: 0                 # optional: seeds the models' weights and inputs where they really run
 tenants:
   - name: vision
     model: resnet       # a zoo name, or package.module:factory returning (module, inputs)
@@ -14,7 +16,9 @@ tenants:
     model: bert
 ```
 
-The CPU is this machine's, measured once and cached (``hardware.measure``).
+On the roofline platform the CPU is this machine's, measured once and cached
+(``hardware.measure``). On a runnable platform (``cpu-sets``: two core sets of this machine;
+``cuda``) every operator is measured on both processors (``placement.measured``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ from typing import Any
 import yaml
 
 from qosched.core.errors import InputError
+from qosched.placement.platform import Platform, parse_platform
 
-_TOP = ("machine", "max_switches", "tenants")
-_MACHINE = ("gpu", "link")
+_TOP = ("machine", "max_switches", "seed", "tenants")
 _TENANT = ("name", "model", "batch", "latency_goal_ms")
 
 
@@ -43,10 +47,10 @@ class TenantSpec:
 
 @dataclass(frozen=True)
 class InferenceSpec:
-    gpu: str
-    link: str
+    platform: Platform
     tenants: tuple[TenantSpec, ...]
     max_switches: int = 4
+    seed: int = 0
 
 
 def load_inference_spec(path: str | Path) -> InferenceSpec:
@@ -70,11 +74,11 @@ def parse_inference_spec(data: Any, *, source: str | Path = "<spec>") -> Inferen
     for key in ("machine", "tenants"):
         if key not in top:
             raise InputError("missing", source=source, field=key)
-    machine = _mapping(top["machine"], "machine", source)
-    _known_keys(machine, _MACHINE, "machine", source)
-    for key in _MACHINE:
-        if not isinstance(machine.get(key), str) or not machine[key]:
-            raise InputError("expected a name", source=source, field=f"machine.{key}")
+    platform = parse_platform(_mapping(top["machine"], "machine", source), source)
+    seed = top.get("seed", 0)
+    if not _whole(seed) or seed < 0:
+        raise InputError(f"expected a whole number >= 0, got {seed!r}", source=source,
+                         field="seed")  # fmt: skip
     switches = top.get("max_switches", 4)
     if not _whole(switches) or switches < 0:
         raise InputError(f"expected a whole number >= 0, got {switches!r}", source=source,
@@ -114,7 +118,7 @@ def parse_inference_spec(data: Any, *, source: str | Path = "<spec>") -> Inferen
     if duplicates:
         raise InputError(f"duplicate tenant names: {', '.join(duplicates)}", source=source,
                          field="tenants")  # fmt: skip
-    return InferenceSpec(machine["gpu"], machine["link"], tuple(tenants), switches)
+    return InferenceSpec(platform, tuple(tenants), switches, seed)
 
 
 def _mapping(value: Any, where: str, source: str | Path) -> dict[str, Any]:

@@ -1,0 +1,283 @@
+"""COS on this machine, predicted and measured: plans vs baselines vs the bound, search time, and
+the error of the measured per-operator costs.
+
+    PYTHONPATH=src python bench/placement_evidence.py [--requests 20] [--repeats 3] \
+        [--out evidence.json] [--picture docs/results/img/placement_plan.png]
+
+Platform: two core sets of this machine play the two processors (``cpu-sets``: core 0 is the
+"cpu", core 1 the "gpu"). For each tenant mix, every operator is measured on both sets (cached),
+COS plans, the four baselines and the LP bound are scored by the cost model, and every plan is
+run for real ``--repeats`` times (interleaved, so a disturbance hits all plans alike; the median
+is reported). Then:
+
+* per-unit cost error: each run's segments (a run of consecutive units on one worker) timed in
+  the run against the sum of their units' isolated per-operator costs;
+* contention: each processor's busy time in a run against the plan's predicted load;
+* search time: four captured BERT-style tenants of 300+ operators each (roofline costs, no
+  weights), and four synthetic tenants of 300 units each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from qosched.graph.capture import capture
+from qosched.graph.zoo import ZOO, Bert
+from qosched.hardware.catalog import gpu, link
+from qosched.hardware.measure import measure_cpu
+from qosched.placement import baselines
+from qosched.placement.bound import lp_bound
+from qosched.placement.costs import CostModel, tenant_from_graph
+from qosched.placement.ir import Plan, Problem, TenantGraph
+from qosched.placement.measured import TenantModel, measure, measured_tenant
+from qosched.placement.platform import CoreSetsPlatform
+from qosched.placement.program import build_model, export_program, model_units, save_program
+from qosched.placement.runtime import TenantRun, run
+from qosched.placement.search import plan
+from qosched.report.placement_plots import plot_plan
+
+MIXES: dict[str, list[TenantModel]] = {
+    "vision+text": [
+        TenantModel("vision", "resnet"),
+        TenantModel("mobile", "mobilenet"),
+        TenantModel("text", "bert"),
+    ],
+    "text-heavy": [
+        TenantModel("text1", "bert"),
+        TenantModel("text2", "bert", batch=2),
+        TenantModel("tabular", "mlp", batch=8),
+    ],
+    "four-vision": [
+        TenantModel("r1", "resnet"),
+        TenantModel("r2", "resnet", batch=2),
+        TenantModel("m1", "mobilenet"),
+        TenantModel("m2", "mobilenet", batch=2),
+    ],
+}
+PLATFORM = CoreSetsPlatform((0,), (1,))
+
+
+def plans_for(problem: Problem) -> tuple[dict[str, Plan], float, float]:
+    started = time.perf_counter()
+    cos = plan(problem, max_switches=4)
+    search_s = time.perf_counter() - started
+    found = {
+        "cos": cos,
+        "all_cpu": baselines.all_cpu(problem),
+        "all_gpu": baselines.all_gpu(problem),
+        "model_level": baselines.model_level(problem),
+        "layer_level": baselines.layer_level(problem, 4),
+    }
+    return found, lp_bound(problem).throughput_rps, search_s
+
+
+def segment_errors(result, problem: Problem) -> list[tuple[float, float]]:
+    """(predicted, measured) seconds of every segment a run timed."""
+    tenants = {t.name: t for t in problem.tenants}
+    pairs = []
+    for span in result.spans:
+        if "units" not in span.args:
+            continue
+        tenant = tenants[span.args["tenant"]]
+        lo, hi = span.args["units"]
+        costs = tenant.cpu_s if span.track == "cpu" else tenant.gpu_s
+        pairs.append((sum(costs[lo:hi]), span.duration_s))
+    return pairs
+
+
+def roofline_ratios(models: list[TenantModel], found) -> list[float]:
+    """Measured / roofline CPU time per unit on one core (the roofline on the measured CPU's
+    peak per core and its whole-machine bandwidth, efficiency 0.5 as in ``placement.costs``)."""
+    cpu = measure_cpu()
+    one_core = dataclasses.replace(
+        cpu, peak_flops={k: v / cpu.cores for k, v in cpu.peak_flops.items()}, cores=1
+    )
+    costs = CostModel(one_core, gpu("T4"), link("PCIe3-x16"))
+    ratios = []
+    for tenant, measured in zip(models, found.cpu, strict=True):
+        model, inputs = ZOO[tenant.model](batch=tenant.batch)
+        estimate = tenant_from_graph(capture(model, inputs, name=tenant.name), costs)
+        pairs = zip(measured.profile.unit_s, estimate.cpu_s, strict=True)
+        ratios += [m / e for m, e in pairs if e > 0]
+    return ratios
+
+
+def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace) -> dict:
+    workers = PLATFORM.workers()
+    found = measure(models, workers, seed=0, cache_path=args.cache)
+    problem = Problem(
+        tuple(
+            measured_tenant(c, g, found.channel, None)
+            for c, g in zip(found.cpu, found.gpu, strict=True)
+        )
+    )
+    plans, bound_rps, search_s = plans_for(problem)
+    if args.picture and name == next(iter(MIXES)):
+        plot_plan(problem, plans["cos"], args.picture, title=f"COS, mix {name}")
+    programs, expected = [], []
+    for tenant in models:
+        model, inputs = build_model(tenant.model, batch=tenant.batch, seed=0)
+        units = tuple(map(tuple, model_units(model, inputs, tenant.name)))
+        with torch.no_grad():
+            expected.append([model(*inputs)])
+        programs.append((save_program(export_program(model, inputs)), units, inputs))
+    measured: dict[str, list[float]] = {p: [] for p in plans}
+    busy: dict[str, list[tuple[float, float, float, float]]] = {p: [] for p in plans}
+    pairs: list[tuple[float, float]] = []
+    equal = True
+    for _ in range(args.repeats):
+        for plan_name, chosen in plans.items():
+            runs = [
+                TenantRun(t.name, prog, units, inputs, chosen.assignment(t.name))
+                for t, (prog, units, inputs) in zip(models, programs, strict=True)
+            ]
+            result = run(runs, workers, rounds=args.requests, warmup=2, expected=expected)
+            print(f"{name} {plan_name}: {result.total_throughput_rps:.1f} req/s", flush=True)
+            equal = equal and all(t.outputs_equal for t in result.tenants)
+            measured[plan_name].append(result.total_throughput_rps)
+            busy[plan_name].append(
+                (
+                    result.busy_s.get("cpu", 0.0),
+                    chosen.cpu_s * args.requests,
+                    result.busy_s.get("gpu", 0.0),
+                    chosen.gpu_s * args.requests,
+                )
+            )
+            pairs += segment_errors(result, problem)
+    n = len(models)
+    ratios = [m / p for p, m in pairs if p > 0]
+    roofline = roofline_ratios(models, found)
+    factor = statistics.median(roofline)
+    return {
+        "mix": name,
+        "tenants": [f"{t.name}={t.model}x{t.batch}" for t in models],
+        "units": [t.n_units for t in problem.tenants],
+        "channel": {"latency_s": found.channel.latency_s, "bandwidth": found.channel.bandwidth},
+        "bound_rps": bound_rps * n,
+        "search_s": search_s,
+        "outputs_equal": equal,
+        "plans": {
+            p: {
+                "predicted_rps": chosen.throughput_rps * n,
+                "measured_rps": statistics.median(measured[p]),
+                "measured_all": measured[p],
+                "busy_vs_predicted": [
+                    (c / pc if pc else None, g / pg if pg else None) for c, pc, g, pg in busy[p]
+                ],
+            }
+            for p, chosen in plans.items()
+        },
+        "roofline_cpu": {
+            "units": len(roofline),
+            "median_measured_over_roofline": factor,
+            "p10": float(np.percentile(roofline, 10)),
+            "p90": float(np.percentile(roofline, 90)),
+            "mean_abs_error_calibrated": statistics.fmean(abs(r / factor - 1) for r in roofline),
+        },
+        "segments": {
+            "count": len(ratios),
+            "median_ratio": statistics.median(ratios),
+            "p10_ratio": float(np.percentile(ratios, 10)),
+            "p90_ratio": float(np.percentile(ratios, 90)),
+            "mean_abs_error": statistics.fmean(abs(r - 1) for r in ratios),
+        },
+    }
+
+
+def deep_bert(layers: int):
+    with torch.device("meta"):
+        return Bert(layers=layers).eval(), (torch.zeros(1, 128, dtype=torch.long),)
+
+
+def search_times() -> dict:
+    """Search time on four captured tenants of 300+ operators and on 4 x 300 synthetic units."""
+    costs = CostModel(measure_cpu(), gpu("T4"), link("PCIe3-x16"))
+    captured = []
+    for i, layers in enumerate((6, 8, 10, 12)):
+        graph = capture(*deep_bert(layers), name=f"bert{layers}")
+        captured.append((len(graph), tenant_from_graph(graph, costs, name=f"t{i}")))
+    problem = Problem(tuple(t for _, t in captured))
+    started = time.perf_counter()
+    plan(problem, max_switches=4)
+    real_s = time.perf_counter() - started
+    rng = np.random.default_rng(0)
+    synthetic = Problem(
+        tuple(
+            TenantGraph.from_costs(
+                f"s{i}",
+                rng.uniform(0.1, 2.0, 300),
+                rng.uniform(0.01, 1.0, 300),
+                rng.uniform(0.0, 0.5, 299),
+            )
+            for i in range(4)
+        )
+    )
+    started = time.perf_counter()
+    plan(synthetic, max_switches=4)
+    synthetic_s = time.perf_counter() - started
+    return {
+        "captured_operators": [n for n, _ in captured],
+        "captured_units": [t.n_units for _, t in captured],
+        "captured_search_s": real_s,
+        "synthetic_units": [300] * 4,
+        "synthetic_search_s": synthetic_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", help="write every number as JSON here")
+    parser.add_argument("--picture", help="draw the first mix's COS plan here")
+    parser.add_argument("--cache", help="profile cache (default ~/.cache/qosched/op_profile.json)")
+    parser.add_argument("--mixes", nargs="*", default=list(MIXES), choices=list(MIXES))
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    results = {"load_before": load_before, "mixes": [], "search": search_times()}
+    for name in args.mixes:
+        results["mixes"].append(evaluate_mix(name, MIXES[name], args))
+    results["load_after"] = os.getloadavg()
+    for mix in results["mixes"]:
+        print(f"\n## {mix['mix']}: {', '.join(mix['tenants'])} (units {mix['units']})")
+        print(f"outputs equal to the models' bit for bit: {mix['outputs_equal']}")
+        print("| plan | predicted req/s | measured req/s (median) | measured/predicted |")
+        print("|---|---|---|---|")
+        for name, p in mix["plans"].items():
+            ratio = p["measured_rps"] / p["predicted_rps"]
+            print(f"| {name} | {p['predicted_rps']:.1f} | {p['measured_rps']:.1f} | {ratio:.2f} |")
+        print(f"| LP bound | {mix['bound_rps']:.1f} | | |")
+        s = mix["segments"]
+        print(
+            f"segments measured/predicted: median {s['median_ratio']:.2f}, p10 "
+            f"{s['p10_ratio']:.2f}, p90 {s['p90_ratio']:.2f} over {s['count']}; search "
+            f"{mix['search_s'] * 1e3:.1f} ms"
+        )
+        r = mix["roofline_cpu"]
+        print(
+            f"CPU units measured/roofline: median {r['median_measured_over_roofline']:.2f}, p10 "
+            f"{r['p10']:.2f}, p90 {r['p90']:.2f} over {r['units']}; mean |error| after "
+            f"calibrating by the median {r['mean_abs_error_calibrated']:.2f}"
+        )
+    search = results["search"]
+    print(
+        f"\nsearch: captured {search['captured_operators']} operators "
+        f"({search['captured_units']} units): {search['captured_search_s']:.3f} s; "
+        f"synthetic 4 x 300 units: {search['synthetic_search_s']:.3f} s"
+    )
+    print(f"load average before {load_before}, after {results['load_after']}")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

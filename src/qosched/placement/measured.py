@@ -1,0 +1,216 @@
+"""Tenants costed by measurement on a runnable platform (core sets, or a CPU and a CUDA GPU).
+
+Called by ``qosched infer plan`` when the spec's platform is runnable. For each processor, a
+fresh process pinned to its cores builds every tenant's model with real weights, exports it and
+profiles each operator in isolation (``placement.profile``, cached); a unit costs the sum of
+its operators. The two processors are profiled one after the other, so neither disturbs the
+other's measurement.
+
+The link: a cut costs ``latency + bytes / bandwidth``, both fitted by least squares to one-way
+times of tensors of several sizes bounced between the two workers exactly as the runtime moves
+them (pickled through a pipe; to and from the device on CUDA). Cached like operator times.
+
+Contention, as the plan's cost model states it (``placement.ir``): a processor runs one unit at
+a time, so tenants sharing it add up (its load is the sum of theirs), and the two processors do
+not slow each other down. The worker processes copy the tensors themselves (the sender packs,
+the receiver unpacks), so every copy also occupies each end for half its time
+(``COPY_SHARE``). ``bench/placement_evidence.py`` checks all of this against runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from qosched.core.errors import InputError
+from qosched.graph.capture import capture
+from qosched.graph.passes import coarsen, linearize
+from qosched.placement.costs import layer_boundaries
+from qosched.placement.ir import TenantGraph
+from qosched.placement.platform import Worker, pin, process_context, run_pinned
+from qosched.placement.profile import DEFAULT_REPEATS, ProfileCache, TenantProfile, profile_tenant
+from qosched.placement.program import UnitProgram, build_model, export_program
+from qosched.placement.runtime import pack, to_device, unpack
+
+#: Share of a copy's time spent by each of the two workers (``TenantGraph.copy_share``).
+COPY_SHARE = 0.5
+CHANNEL_SIZES = (4 * 2**10, 64 * 2**10, 512 * 2**10, 4 * 2**20)
+CHANNEL_REPEATS = 15
+
+
+@dataclass(frozen=True)
+class TenantModel:
+    """A tenant as far as measurement needs it: its name, model (zoo name or import path) and
+    batch."""
+
+    name: str
+    model: str
+    batch: int = 1
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One copy across the cut between the two workers: ``latency_s + bytes / bandwidth``."""
+
+    latency_s: float
+    bandwidth: float
+
+    def copy_s(self, nbytes: int) -> float:
+        return self.latency_s + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True)
+class MeasuredTenant:
+    """A tenant's profile on one processor plus its units and layer boundaries."""
+
+    profile: TenantProfile
+    units: tuple[tuple[str, ...], ...]
+    boundaries: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Everything measured for a problem: per-processor profiles, the channel, cache use."""
+
+    cpu: tuple[MeasuredTenant, ...]
+    gpu: tuple[MeasuredTenant, ...]
+    channel: Channel
+    cache_hits: int
+    cache_misses: int
+
+
+def profile_job(
+    worker: Worker,
+    tenants: Sequence[TenantModel],
+    seed: int,
+    cache_path: str | None,
+    repeats: int,
+) -> tuple[list[MeasuredTenant], int, int]:
+    """Run in a process pinned to ``worker``: profile every tenant; returns the profiles and the
+    cache's hits and misses. Saves the cache."""
+    cache = ProfileCache(cache_path)
+    device = torch.device(worker.device)
+    key = worker.cost_key()
+    result = []
+    for tenant in tenants:
+        model, inputs = build_model(tenant.model, batch=tenant.batch, seed=seed)
+        graph = coarsen(capture(model, inputs, name=tenant.name))
+        units = linearize(graph)
+        program = UnitProgram(export_program(model, inputs), units, tenant.name).to(device)
+        on_device = [t.to(device) for t in inputs]
+        profile = profile_tenant(program, on_device, cache, key, device=device, repeats=repeats)
+        result.append(
+            MeasuredTenant(profile, tuple(map(tuple, units)), layer_boundaries(graph, units))
+        )
+    cache.save()
+    return result, cache.hits, cache.misses
+
+
+def _echo(worker: Worker, inbox: Any, outbox: Any) -> None:
+    pin(worker.cores)
+    device = torch.device(worker.device)
+    while True:
+        data = inbox.get()
+        if data is None:
+            return
+        values = to_device(unpack(data), device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        outbox.put(pack(to_device(values, torch.device("cpu"))))
+
+
+def _ping(
+    worker: Worker, sizes: Sequence[int], repeats: int, to_echo: Any, from_echo: Any, out: Any
+) -> None:
+    pin(worker.cores)
+    one_way = []
+    for size in sizes:
+        values = {"x": torch.ones(size // 4, dtype=torch.float32)}
+        times = []
+        for i in range(repeats + 2):
+            start = time.perf_counter()
+            to_echo.put(pack(values))
+            unpack(from_echo.get())
+            if i >= 2:  # two warm-up bounces
+                times.append((time.perf_counter() - start) / 2)
+        one_way.append(statistics.median(times))
+    to_echo.put(None)
+    out.put(one_way)
+
+
+def measure_channel(a: Worker, b: Worker, cache: ProfileCache) -> Channel:
+    """The fitted channel from ``a`` to ``b`` (see the module doc), measured once and cached."""
+    device = f"channel|v2|{a.cost_key()}|{a.device}->{b.cost_key()}|{b.device}"
+    latency = cache.get(device, "latency_s")
+    bandwidth = cache.get(device, "bandwidth")
+    if latency is not None and bandwidth is not None:
+        return Channel(latency, bandwidth)
+    context = process_context()
+    to_echo, from_echo, out = context.Queue(), context.Queue(), context.Queue()
+    echo = context.Process(target=_echo, args=(b, to_echo, from_echo), daemon=True)
+    ping = context.Process(
+        target=_ping,
+        args=(a, CHANNEL_SIZES, CHANNEL_REPEATS, to_echo, from_echo, out),
+        daemon=True,
+    )
+    echo.start()
+    ping.start()
+    one_way = out.get(timeout=300)
+    ping.join()
+    echo.join()
+    slope, intercept = np.polyfit(np.array(CHANNEL_SIZES, dtype=float), np.array(one_way), 1)
+    # A fit can dip below zero when the latency is tiny; a copy never costs less than nothing.
+    channel = Channel(max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15))
+    cache.put(device, "latency_s", channel.latency_s)
+    cache.put(device, "bandwidth", channel.bandwidth)
+    cache.save()
+    return channel
+
+
+def measure(
+    tenants: Sequence[TenantModel],
+    workers: tuple[Worker, Worker],
+    *,
+    seed: int = 0,
+    cache_path: str | Path | None = None,
+    repeats: int = DEFAULT_REPEATS,
+) -> Measurement:
+    """Profile ``tenants`` on both workers (one after the other) and measure the channel."""
+    path = None if cache_path is None else str(cache_path)
+    cpu, cpu_hits, cpu_misses = run_pinned(
+        workers[0], profile_job, workers[0], tenants, seed, path, repeats
+    )
+    gpu, gpu_hits, gpu_misses = run_pinned(
+        workers[1], profile_job, workers[1], tenants, seed, path, repeats
+    )
+    channel = measure_channel(workers[0], workers[1], ProfileCache(path))
+    return Measurement(
+        tuple(cpu), tuple(gpu), channel, cpu_hits + gpu_hits, cpu_misses + gpu_misses
+    )
+
+
+def measured_tenant(
+    cpu: MeasuredTenant, gpu: MeasuredTenant, channel: Channel, latency_goal_s: float | None
+) -> TenantGraph:
+    """The plan's view of one tenant from its two profiles and the channel."""
+    if cpu.units != gpu.units:
+        raise InputError(f"tenant {cpu.profile.name!r}: the two processors saw different units")
+    return TenantGraph(
+        name=cpu.profile.name,
+        unit_ids=tuple(unit[0] for unit in cpu.units),
+        cpu_s=cpu.profile.unit_s,
+        gpu_s=gpu.profile.unit_s,
+        transfer_s=tuple(channel.copy_s(b) for b in cpu.profile.cut_bytes),
+        input_to_gpu_s=channel.copy_s(cpu.profile.input_bytes),
+        output_from_gpu_s=channel.copy_s(cpu.profile.output_bytes),
+        latency_goal_s=latency_goal_s,
+        layer_boundaries=cpu.boundaries,
+        copy_share=COPY_SHARE,
+    )

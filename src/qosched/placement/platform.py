@@ -1,0 +1,313 @@
+"""Where the two placement processors ("cpu" and "gpu") really are, and how work is pinned there.
+
+A spec's ``machine`` mapping names a platform (``platform:``, default ``roofline``); each is a
+registered constructor (``@register_platform``) that validates its own keys:
+
+- ``roofline``: ``{gpu: T4, link: PCIe3-x16, gpu_calibration: 1.0, cpu_costs: measured}``: a
+  catalog GPU that need not exist here. GPU unit costs are roofline estimates
+  (``placement.costs``) scaled by the optional calibration factor (measured / roofline, from
+  ``bench/placement_gpu.py`` on such a GPU); CPU unit costs are measured on every usable core of
+  this machine (``cpu_costs: roofline`` estimates them too, without building the models). Plans
+  only; nothing to run on.
+- ``cpu-sets``: ``{cpu: [0], gpu: [1]}``: two disjoint sets of this machine's cores play the two
+  processors. A real, if modest, heterogeneous platform: costs are measured on each set and
+  plans run for real. Sets of any size work ({0} and {1, 2, 3}); a worker on a set of n cores
+  runs PyTorch with n threads.
+- ``cuda``: ``{cpu: [0, ..., 14], gpu: 0, gpu_host: [15]}``: the CPU cores (default: every
+  usable core but the last) and a CUDA device driven by a process on ``gpu_host`` (default: the
+  last usable core).
+
+A :class:`Worker` is one processor as the runtime and the profiler see it: its cores, its torch
+device, and the key its measured costs are cached under.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from multiprocessing.context import BaseContext
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from qosched.core.errors import InputError
+from qosched.hardware.measure import cpu_model_name
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One processor of a platform: ``processor`` is ``"cpu"`` or ``"gpu"`` (its role in a plan),
+    ``cores`` the CPU cores its process is pinned to, ``device`` the torch device it computes
+    on."""
+
+    processor: str
+    cores: tuple[int, ...]
+    device: str = "cpu"
+
+    def cost_key(self) -> str:
+        """What a measured operator time depends on besides the operator itself."""
+        if self.device.startswith("cuda"):
+            import torch
+
+            return f"cuda|{torch.cuda.get_device_name(torch.device(self.device))}"
+        return f"cpu|{cpu_model_name()}|{len(self.cores)} threads"
+
+
+class Platform(Protocol):
+    """A ``machine`` of a spec. ``runnable`` says whether plans can run (and costs be
+    measured); ``workers`` is called only then and returns the cpu worker and the gpu worker."""
+
+    name: str
+    runnable: bool
+
+    def workers(self) -> tuple[Worker, Worker]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def describe(self) -> str: ...
+
+
+_PLATFORMS: dict[str, Callable[[Mapping[str, Any], str], Platform]] = {}
+
+
+def register_platform(name: str) -> Callable[[type], type]:
+    """Class decorator: ``cls.parse(mapping, source)`` builds the platform ``name``."""
+
+    def add(cls: type) -> type:
+        if name in _PLATFORMS:
+            raise ValueError(f"platform {name!r} is already registered")
+        _PLATFORMS[name] = cls.parse  # type: ignore[attr-defined]
+        return cls
+
+    return add
+
+
+def platform_names() -> list[str]:
+    return sorted(_PLATFORMS)
+
+
+def parse_platform(machine: Any, source: str | Path = "<spec>") -> Platform:
+    """The platform of a spec's ``machine`` mapping; InputError naming the field otherwise."""
+    if not isinstance(machine, Mapping):
+        raise InputError(
+            f"expected a mapping, got {type(machine).__name__}", source=source, field="machine"
+        )
+    name = machine.get("platform", "roofline")
+    if name not in _PLATFORMS:
+        raise InputError(
+            f"unknown platform {name!r} (known: {', '.join(platform_names())})",
+            source=source,
+            field="machine.platform",
+        )
+    return _PLATFORMS[name](machine, str(source))
+
+
+def _keys(machine: Mapping[str, Any], allowed: tuple[str, ...], source: str, name: str) -> None:
+    for key in machine:
+        if key != "platform" and key not in allowed:
+            raise InputError(
+                f"unknown key for platform {name} (valid: platform, {', '.join(allowed)})",
+                source=source,
+                field=f"machine.{key}",
+            )
+
+
+def _cores(value: Any, source: str, field: str) -> tuple[int, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value)
+    ):
+        raise InputError(
+            f"expected a non-empty list of core numbers, got {value!r}", source=source, field=field
+        )
+    if len(set(value)) != len(value):
+        raise InputError(f"a core is listed twice in {value!r}", source=source, field=field)
+    return tuple(value)
+
+
+def usable_cores() -> tuple[int, ...]:
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def check_available(cores: tuple[int, ...], field: str) -> None:
+    """Raise InputError unless this process may run on every core of ``cores``."""
+    usable = set(usable_cores())
+    missing = sorted(set(cores) - usable)
+    if missing:
+        raise InputError(
+            f"cores {missing} are not usable here (usable: {sorted(usable)})", field=field
+        )
+
+
+@register_platform("roofline")
+@dataclass(frozen=True)
+class RooflinePlatform:
+    gpu: str
+    link: str
+    gpu_calibration: float = 1.0
+    cpu_costs: str = "measured"
+    name: ClassVar[str] = "roofline"
+    runnable: ClassVar[bool] = False
+
+    @classmethod
+    def parse(cls, machine: Mapping[str, Any], source: str) -> RooflinePlatform:
+        _keys(machine, ("gpu", "link", "gpu_calibration", "cpu_costs"), source, "roofline")
+        cpu_costs = machine.get("cpu_costs", "measured")
+        if cpu_costs not in ("measured", "roofline"):
+            raise InputError(
+                f"expected 'measured' or 'roofline', got {cpu_costs!r}",
+                source=source,
+                field="machine.cpu_costs",
+            )
+        for key in ("gpu", "link"):
+            if not isinstance(machine.get(key), str) or not machine[key]:
+                raise InputError("expected a name", source=source, field=f"machine.{key}")
+        factor = machine.get("gpu_calibration", 1.0)
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0:
+            raise InputError(
+                f"expected a positive factor (measured / roofline), got {factor!r}",
+                source=source,
+                field="machine.gpu_calibration",
+            )
+        return cls(machine["gpu"], machine["link"], float(factor), cpu_costs)
+
+    def workers(self) -> tuple[Worker, Worker]:
+        raise InputError(
+            f"platform roofline models a {self.gpu} that is not here: nothing to run on; use "
+            "platform cpu-sets (or cuda on a CUDA machine) to run plans",
+            field="machine.platform",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"platform": self.name, "gpu": self.gpu, "link": self.link}
+        if self.gpu_calibration != 1.0:
+            data["gpu_calibration"] = self.gpu_calibration
+        if self.cpu_costs != "measured":
+            data["cpu_costs"] = self.cpu_costs
+        return data
+
+    def describe(self) -> str:
+        return f"this CPU + {self.gpu} (roofline) over {self.link}"
+
+
+@register_platform("cpu-sets")
+@dataclass(frozen=True)
+class CoreSetsPlatform:
+    cpu: tuple[int, ...]
+    gpu: tuple[int, ...]
+    name: ClassVar[str] = "cpu-sets"
+    runnable: ClassVar[bool] = True
+
+    @classmethod
+    def parse(cls, machine: Mapping[str, Any], source: str) -> CoreSetsPlatform:
+        _keys(machine, ("cpu", "gpu"), source, "cpu-sets")
+        for key in ("cpu", "gpu"):
+            if key not in machine:
+                raise InputError("missing: a list of cores", source=source, field=f"machine.{key}")
+        cpu = _cores(machine["cpu"], source, "machine.cpu")
+        gpu = _cores(machine["gpu"], source, "machine.gpu")
+        shared = sorted(set(cpu) & set(gpu))
+        if shared:
+            raise InputError(
+                f"the two core sets must be disjoint; both have {shared}",
+                source=source,
+                field="machine.gpu",
+            )
+        return cls(cpu, gpu)
+
+    def workers(self) -> tuple[Worker, Worker]:
+        check_available(self.cpu, "machine.cpu")
+        check_available(self.gpu, "machine.gpu")
+        return Worker("cpu", self.cpu), Worker("gpu", self.gpu)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"platform": self.name, "cpu": list(self.cpu), "gpu": list(self.gpu)}
+
+    def describe(self) -> str:
+        return f"core set {list(self.cpu)} as 'cpu' + core set {list(self.gpu)} as 'gpu'"
+
+
+@register_platform("cuda")
+@dataclass(frozen=True)
+class CudaPlatform:
+    cpu: tuple[int, ...] | None = None
+    gpu: int = 0
+    gpu_host: tuple[int, ...] | None = None
+    name: ClassVar[str] = "cuda"
+    runnable: ClassVar[bool] = True
+
+    @classmethod
+    def parse(cls, machine: Mapping[str, Any], source: str) -> CudaPlatform:
+        _keys(machine, ("cpu", "gpu", "gpu_host"), source, "cuda")
+        cpu = _cores(machine["cpu"], source, "machine.cpu") if "cpu" in machine else None
+        host = (
+            _cores(machine["gpu_host"], source, "machine.gpu_host")
+            if "gpu_host" in machine
+            else None
+        )
+        index = machine.get("gpu", 0)
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise InputError(
+                f"expected a CUDA device index >= 0, got {index!r}",
+                source=source,
+                field="machine.gpu",
+            )
+        return cls(cpu, index, host)
+
+    def workers(self) -> tuple[Worker, Worker]:
+        import torch
+
+        if not torch.cuda.is_available() or self.gpu >= torch.cuda.device_count():
+            raise InputError(f"platform cuda: no CUDA device {self.gpu} here", field="machine.gpu")
+        usable = usable_cores()
+        if len(usable) < 2 and (self.cpu is None or self.gpu_host is None):
+            raise InputError(
+                "platform cuda needs two usable cores (one drives the GPU)", field="machine.cpu"
+            )
+        host = self.gpu_host or usable[-1:]
+        cpu = self.cpu or tuple(c for c in usable if c not in host)
+        check_available(cpu, "machine.cpu")
+        check_available(host, "machine.gpu_host")
+        return Worker("cpu", cpu), Worker("gpu", host, f"cuda:{self.gpu}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"platform": self.name, "gpu": self.gpu}
+        if self.cpu is not None:
+            data["cpu"] = list(self.cpu)
+        if self.gpu_host is not None:
+            data["gpu_host"] = list(self.gpu_host)
+        return data
+
+    def describe(self) -> str:
+        return f"this CPU + CUDA device {self.gpu}"
+
+
+def pin(cores: tuple[int, ...]) -> None:
+    """Pin this process to ``cores`` and give PyTorch one thread per core."""
+    import torch
+
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(len(cores))
+
+
+def process_context() -> BaseContext:
+    """Where worker processes come from: a fork server that has imported PyTorch and the
+    placement modules once but run nothing (so no thread pool is inherited), which makes each
+    new worker cost a fork instead of a fresh interpreter importing PyTorch."""
+    context = get_context("forkserver")
+    context.set_forkserver_preload(["torch", "qosched.placement.measured"])
+    return context
+
+
+def run_pinned(worker: Worker, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a new process pinned to ``worker.cores`` (see :func:`process_context`);
+    ``fn`` must be importable at module level."""
+    with ProcessPoolExecutor(
+        1, mp_context=process_context(), initializer=pin, initargs=(worker.cores,)
+    ) as pool:
+        return pool.submit(fn, *args).result()

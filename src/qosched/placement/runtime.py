@@ -1,0 +1,383 @@
+"""The multi-tenant runtime: a plan executed for real, one worker process per processor.
+
+Each worker is a process pinned to its processor's cores (``placement.platform.Worker``) with
+one PyTorch thread per core (on a CUDA platform the gpu worker computes on the device). It holds
+every tenant's program (``placement.program.UnitProgram``, the exported model with its real
+weights) and serves one inbox, first come first served, one piece of work at a time:
+
+- a *segment* is a maximal run of consecutive units a plan puts on one processor. A worker runs
+  a segment, then sends the values live across the cut (``UnitProgram.live_after``) to the other
+  worker's inbox: pickled into bytes and sent through a pipe (the core-set platform's "link"),
+  moved to or from the device on a CUDA platform;
+- requests start and end on the cpu worker (the host owns the inputs and receives the results),
+  so a plan that starts or ends on the gpu pays the copy there, as the cost model says.
+
+The coordinator (the calling process) serves all tenants round-robin at one rate, as the cost
+model of ``placement.ir`` assumes: a round is one request of every tenant; up to ``depth`` rounds
+are in flight (2 lets both processors work on different rounds at once), and round ``r + depth``
+is admitted when round ``r`` has finished. The first ``warmup`` rounds are not measured. Every
+result is compared with the tenant's program run unsplit in the coordinator (``torch.equal``).
+
+Times come from ``time.perf_counter`` (CLOCK_MONOTONIC on Linux, the same clock in every
+process), so the workers' spans line up on one timeline.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue as queue_module
+import statistics
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from qosched.core.errors import InputError, QoschedError
+from qosched.placement.platform import Worker, pin, process_context
+from qosched.placement.program import UnitProgram, load_program
+from qosched.report.trace import Span
+
+READY_TIMEOUT_S = 600.0
+RESULT_TIMEOUT_S = 600.0
+
+
+class RuntimeFailure(QoschedError, RuntimeError):
+    """A worker process failed; the message carries its traceback."""
+
+
+@dataclass(frozen=True)
+class TenantRun:
+    """What a worker needs to run one tenant: the saved exported program, the units (operator
+    names of each), the request's inputs and the plan's processor per unit."""
+
+    name: str
+    program: bytes
+    units: tuple[tuple[str, ...], ...]
+    inputs: tuple[torch.Tensor, ...]
+    assignment: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.assignment) != len(self.units):
+            raise InputError(
+                f"tenant {self.name!r}: the plan has {len(self.assignment)} units, the model "
+                f"{len(self.units)}",
+                field="assignment",
+            )
+        bad = [p for p in self.assignment if p not in ("cpu", "gpu")]
+        if bad:
+            raise InputError(
+                f"tenant {self.name!r}: unknown processor {bad[0]!r}", field="assignment"
+            )
+
+
+def segments(assignment: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(processor, first unit, one past the last unit)`` of each maximal same-processor run."""
+    result: list[tuple[str, int, int]] = []
+    for i, p in enumerate(assignment):
+        if result and result[-1][0] == p:
+            result[-1] = (p, result[-1][1], i + 1)
+        else:
+            result.append((p, i, i + 1))
+    return result
+
+
+def _flat(value: Any) -> Any:
+    # A contiguous tensor crosses as its raw bytes (5x faster than pickling the tensor, which
+    # goes through torch.save); any other value, strided tensors included, is pickled whole.
+    if isinstance(value, torch.Tensor) and value.is_contiguous() and value.device.type == "cpu":
+        raw = value.reshape(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b""
+        return ("tensor", str(value.dtype).removeprefix("torch."), tuple(value.shape), raw)
+    return ("object", value)
+
+
+def _unflat(item: Any) -> Any:
+    if item[0] == "object":
+        return item[1]
+    _, dtype, shape, raw = item
+    dtype = getattr(torch, dtype)
+    if not raw:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def pack(values: dict[str, Any]) -> bytes:
+    """The bytes that cross a cut: the live values by name (dtype, shape and data kept)."""
+    return pickle.dumps({k: _flat(v) for k, v in values.items()}, protocol=5)
+
+
+def unpack(data: bytes) -> dict[str, Any]:
+    """The values :func:`pack` packed, as fresh tensors owned by this process."""
+    return {k: _unflat(v) for k, v in pickle.loads(data).items()}
+
+
+def to_device(values: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+
+
+def _worker_main(
+    worker: Worker,
+    tenants: Sequence[TenantRun],
+    inboxes: dict[str, Any],
+    done: Any,
+) -> None:
+    try:
+        _serve(worker, tenants, inboxes, done)
+    except BaseException:
+        done.put(("error", worker.processor, traceback.format_exc()))
+
+
+def _serve(
+    worker: Worker, tenants: Sequence[TenantRun], inboxes: dict[str, Any], done: Any
+) -> None:
+    pin(worker.cores)
+    me = worker.processor
+    other = "gpu" if me == "cpu" else "cpu"
+    device = torch.device(worker.device)
+    host = torch.device("cpu")
+    programs = [UnitProgram(load_program(t.program), t.units, t.name).to(device) for t in tenants]
+    plans = [segments(t.assignment) for t in tenants]
+    spans: list[tuple[str, str, float, float, dict]] = []
+    inbox = inboxes[me]
+    done.put(("ready", me, time.perf_counter()))
+
+    def send(t: int, r: int, seg: int, values: dict[str, Any], to: str) -> None:
+        start = time.perf_counter()
+        if device.type != "cpu":
+            values = to_device(values, host)
+        inboxes[to].put(("data", t, r, seg, pack(values)))
+        spans.append((f"send {tenants[t].name}#{r}", me, start, time.perf_counter(), {"to": to}))
+
+    def finish(t: int, r: int, values: dict[str, Any]) -> None:
+        outputs = [values[n] for n in programs[t].output_names]
+        done.put(("done", t, r, time.perf_counter(), pack({"outputs": outputs})))
+
+    def advance(t: int, r: int, seg: int, values: dict[str, Any]) -> None:
+        plan = plans[t]
+        if seg == len(plan):  # the result is back on the host
+            finish(t, r, values)
+            return
+        processor, lo, hi = plan[seg]
+        if processor != me:
+            send(t, r, seg, values, other)
+            return
+        start = time.perf_counter()
+        values = programs[t].run_units(values, lo, hi)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        end = time.perf_counter()
+        spans.append(
+            (
+                f"{tenants[t].name}#{r} units {lo}-{hi - 1}",
+                me,
+                start,
+                end,
+                {"tenant": tenants[t].name, "request": r, "units": [lo, hi]},
+            )
+        )
+        live = {v: values[v] for v in programs[t].live_after(hi - 1)}
+        if seg + 1 < len(plan) or me != "cpu":
+            send(t, r, seg + 1, live, other)
+        else:
+            finish(t, r, live)
+
+    while True:
+        message = inbox.get()
+        kind = message[0]
+        if kind == "stop":
+            done.put(("spans", me, spans))
+            return
+        if kind == "start":
+            _, t, r = message
+            advance(t, r, 0, programs[t].start_env(tenants[t].inputs))
+        elif kind == "data":
+            _, t, r, seg, data = message
+            start = time.perf_counter()
+            values = to_device(unpack(data), device)
+            spans.append((f"receive {tenants[t].name}#{r}", me, start, time.perf_counter(), {}))
+            advance(t, r, seg, values)
+
+
+@dataclass(frozen=True)
+class TenantResult:
+    """One tenant's measured requests: throughput over the measured rounds and latency
+    (submission to result) per request; ``outputs_equal`` is whether every result equalled
+    the unsplit program's output bit for bit."""
+
+    name: str
+    requests: int
+    throughput_rps: float
+    latency_s: tuple[float, ...]
+    outputs_equal: bool
+
+    @property
+    def mean_latency_s(self) -> float:
+        return statistics.fmean(self.latency_s)
+
+    @property
+    def p95_latency_s(self) -> float:
+        ordered = sorted(self.latency_s)
+        return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run: per-tenant results, the measured window, and the timeline."""
+
+    tenants: tuple[TenantResult, ...]
+    rounds: int
+    warmup: int
+    depth: int
+    wall_s: float
+    busy_s: dict[str, float]
+    spans: tuple[Span, ...] = field(repr=False)
+
+    @property
+    def total_throughput_rps(self) -> float:
+        return sum(t.throughput_rps for t in self.tenants)
+
+
+def run(
+    tenants: Sequence[TenantRun],
+    workers: tuple[Worker, Worker],
+    *,
+    rounds: int = 20,
+    warmup: int = 2,
+    depth: int = 2,
+    expected: Sequence[Sequence[torch.Tensor]] | None = None,
+    tolerance: float | None = None,
+) -> RunResult:
+    """Run ``rounds`` measured rounds (after ``warmup`` more) of every tenant on ``workers``
+    (the cpu worker, the gpu worker); ``expected[i]`` are tenant i's outputs run unsplit.
+
+    Results must equal ``expected`` bit for bit (``torch.equal``), or, with ``tolerance``, be
+    within it (``torch.allclose`` with that relative and absolute tolerance: a GPU's kernels do
+    not round like the CPU's)."""
+    if not tenants:
+        raise InputError("expected at least one tenant", field="tenants")
+    for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0), ("depth", depth, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise InputError(f"expected a whole number >= {low}, got {value!r}", field=name)
+    context = process_context()
+    inboxes = {w.processor: context.Queue() for w in workers}
+    done = context.Queue()
+    processes = [
+        context.Process(
+            target=_worker_main,
+            args=(w, list(tenants), inboxes, done),
+            name=f"qosched-{w.processor}",
+            daemon=True,
+        )
+        for w in workers
+    ]
+    for process in processes:
+        process.start()
+    try:
+        return _coordinate(
+            tenants, processes, inboxes, done, rounds, warmup, depth, expected, tolerance
+        )
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.terminate()
+                process.join()
+
+
+def _get(done: Any, processes: list, timeout: float) -> tuple:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            message = done.get(timeout=1.0)
+        except queue_module.Empty:
+            dead = [p for p in processes if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeFailure(
+                    f"worker {dead[0].name} exited with code {dead[0].exitcode}"
+                ) from None
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"no word from the workers for {timeout:.0f} s") from None
+            continue
+        if message[0] == "error":
+            raise RuntimeFailure(f"the {message[1]} worker failed:\n{message[2]}")
+        return message
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, tolerance: float | None) -> bool:
+    if tolerance is None:
+        return torch.equal(a, b)
+    return a.shape == b.shape and torch.allclose(a, b, rtol=tolerance, atol=tolerance)
+
+
+def _coordinate(
+    tenants, processes, inboxes, done, rounds, warmup, depth, expected, tolerance
+) -> RunResult:
+    for _ in processes:
+        _get(done, processes, READY_TIMEOUT_S)
+    total = warmup + rounds
+    n = len(tenants)
+    submitted: dict[tuple[int, int], float] = {}
+    finished: dict[tuple[int, int], float] = {}
+    equal = [True] * n
+    remaining = [n] * total
+    origin = time.perf_counter()
+
+    def submit(r: int) -> None:
+        for t in range(n):
+            submitted[t, r] = time.perf_counter()
+            inboxes["cpu"].put(("start", t, r))
+
+    for r in range(min(depth, total)):
+        submit(r)
+    next_round = min(depth, total)
+    while len(finished) < n * total:
+        _, t, r, at, data = _get(done, processes, RESULT_TIMEOUT_S)
+        finished[t, r] = at
+        if expected is not None:
+            outputs = unpack(data)["outputs"]
+            same = len(outputs) == len(expected[t]) and all(
+                _same(a, b, tolerance) for a, b in zip(outputs, expected[t], strict=False)
+            )
+            equal[t] = equal[t] and same
+        remaining[r] -= 1
+        if remaining[r] == 0 and next_round < total:
+            submit(next_round)
+            next_round += 1
+    for inbox in inboxes.values():
+        inbox.put(("stop",))
+    raw: list[tuple[str, str, float, float, dict]] = []
+    for _ in processes:
+        message = _get(done, processes, RESULT_TIMEOUT_S)
+        raw.extend(message[2])
+    start = min(submitted[t, warmup] for t in range(n)) if rounds else origin
+    results = []
+    for t, tenant in enumerate(tenants):
+        measured = range(warmup, total)
+        last = max(finished[t, r] for r in measured)
+        results.append(
+            TenantResult(
+                name=tenant.name,
+                requests=rounds,
+                throughput_rps=rounds / (last - start),
+                latency_s=tuple(finished[t, r] - submitted[t, r] for r in measured),
+                outputs_equal=equal[t] if expected is not None else False,
+            )
+        )
+    end = max(finished.values())
+    busy: dict[str, float] = {}
+    spans = []
+    for name, track, s, e, args in raw:
+        spans.append(Span(name, "qosched infer run", track, max(0.0, s - origin), e - s, args))
+        if s >= start and not name.startswith(("send", "receive")):
+            busy[track] = busy.get(track, 0.0) + (e - s)
+    return RunResult(
+        tenants=tuple(results),
+        rounds=rounds,
+        warmup=warmup,
+        depth=depth,
+        wall_s=end - start,
+        busy_s=busy,
+        spans=tuple(sorted(spans, key=lambda s: s.start_s)),
+    )

@@ -1,0 +1,264 @@
+"""``qosched infer plan --out`` and ``qosched infer run``: core-set platforms, plan files, runs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+import yaml
+
+from qosched.cli.main import main
+from qosched.core.errors import InputError
+from qosched.placement.planfile import read_plan
+from qosched.placement.platform import CoreSetsPlatform, Worker, parse_platform
+from qosched.placement.program import build_model, export_program, model_units, save_program
+from qosched.placement.runtime import TenantRun, run
+from qosched.placement.spec import parse_inference_spec
+
+TWO_CORES = len(os.sched_getaffinity(0)) >= 2
+needs_two_cores = pytest.mark.skipif(not TWO_CORES, reason="a run needs two usable cores")
+CORE_SETS = {"platform": "cpu-sets", "cpu": [0], "gpu": [1]}
+
+
+def _spec(tmp_path, tenants=({"name": "a", "model": "mlp"},), machine=CORE_SETS):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"machine": machine, "tenants": list(tenants)}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("machine", "field", "message"),
+    [
+        ({"platform": "tpu"}, "machine.platform", "known: cpu-sets, cuda, roofline"),
+        ({"platform": "cpu-sets", "cpu": [0]}, "machine.gpu", "missing"),
+        ({"platform": "cpu-sets", "cpu": [0, 1], "gpu": [1]}, "machine.gpu", "disjoint"),
+        ({"platform": "cpu-sets", "cpu": [], "gpu": [1]}, "machine.cpu", "non-empty list"),
+        ({"platform": "cpu-sets", "cpu": [0, 0], "gpu": [1]}, "machine.cpu", "twice"),
+        ({"platform": "cpu-sets", "cpu": ["0"], "gpu": [1]}, "machine.cpu", "core numbers"),
+        ({"platform": "cpu-sets", "cpu": [0], "gpu": [1], "link": "x"}, "machine.link", "valid"),
+        ({"platform": "cuda", "gpu": -1}, "machine.gpu", "index"),
+        ({"gpu": "T4"}, "machine.link", "expected a name"),
+        ({"gpu": "T4", "link": "PCIe3-x16", "cpu_costs": "guess"}, "machine.cpu_costs", "measured"),
+    ],
+)
+def test_bad_machines_name_the_field(machine, field, message):
+    with pytest.raises(InputError, match=message) as caught:
+        parse_platform(machine, "spec.yaml")
+    assert caught.value.field == field
+
+
+def test_core_sets_of_any_size_are_accepted_and_checked_against_this_machine():
+    platform = parse_inference_spec(
+        {
+            "machine": {"platform": "cpu-sets", "cpu": [0], "gpu": [1, 2, 3]},
+            "tenants": [{"name": "a", "model": "mlp"}],
+        }
+    ).platform
+    assert platform == CoreSetsPlatform((0,), (1, 2, 3))
+    far = CoreSetsPlatform((0,), (100_000,))
+    with pytest.raises(InputError, match="not usable here") as caught:
+        far.workers()
+    assert caught.value.field == "machine.gpu"
+
+
+def test_the_roofline_platform_cannot_run_plans():
+    platform = parse_platform({"gpu": "T4", "link": "PCIe3-x16"})
+    with pytest.raises(InputError, match="nothing to run on"):
+        platform.workers()
+
+
+@needs_two_cores
+def test_a_plan_runs_on_two_core_sets_with_outputs_checked_against_the_model(tmp_path):
+    tenants, expected = [], []
+    for name, seed in (("a", 1), ("b", 2)):
+        model, inputs = build_model("mlp", seed=seed)
+        units = model_units(model, inputs, name)
+        with torch.no_grad():
+            # b is told to expect zeros: a wrong output must be reported, not hidden
+            expected.append([model(*inputs) if name == "a" else torch.zeros(1, 10)])
+        # every kind of plan: starts on the gpu, switches twice, ends on the gpu
+        assignment = ("gpu", "cpu", "gpu") if name == "a" else ("cpu", "cpu", "cpu")
+        program = save_program(export_program(model, inputs))
+        tenants.append(TenantRun(name, program, tuple(map(tuple, units)), inputs, assignment))
+    result = run(
+        tenants,
+        (Worker("cpu", (0,)), Worker("gpu", (1,))),
+        rounds=3,
+        warmup=1,
+        depth=2,
+        expected=expected,
+    )
+    assert [t.outputs_equal for t in result.tenants] == [True, False]
+    assert all(len(t.latency_s) == 3 and t.throughput_rps > 0 for t in result.tenants)
+    # tenant a's units alternate processors: 4 rounds x 2 gpu segments, b never uses the gpu
+    on_gpu = [s for s in result.spans if s.track == "gpu" and "units" in s.name]
+    assert len(on_gpu) == 4 * 2 and all(s.args["tenant"] == "a" for s in on_gpu)
+
+
+@needs_two_cores
+def test_plan_out_then_run_end_to_end_with_a_valid_trace(tmp_path, capsys):
+    spec = _spec(tmp_path)
+    plan_path, trace_path = tmp_path / "plan.json", tmp_path / "run.json"
+    cache = tmp_path / "profile.json"
+    assert (
+        main(
+            [
+                "infer",
+                "plan",
+                str(spec),
+                "--json",
+                "--out",
+                str(plan_path),
+                "--picture",
+                str(tmp_path / "plan.png"),
+                "--profile-cache",
+                str(cache),
+            ]
+        )
+        == 0
+    )
+    planned = json.loads(capsys.readouterr().out)
+    assert set(planned) == {"throughput_rps", "bound_rps", "search_s", "baselines", "tenants"}
+    assert (tmp_path / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    stored = read_plan(plan_path)
+    assert stored.plan.throughput_rps == pytest.approx(planned["throughput_rps"])
+    assert (
+        main(
+            [
+                "infer",
+                "run",
+                str(spec),
+                "--plan",
+                str(plan_path),
+                "--requests",
+                "3",
+                "--warmup",
+                "1",
+                "--json",
+                "--trace",
+                str(trace_path),
+            ]
+        )
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    (tenant,) = report["tenants"]
+    assert tenant["outputs_equal"] is True and tenant["measured_rps"] > 0
+    # one tenant: the total is that tenant's
+    assert report["measured_rps"] == pytest.approx(tenant["measured_rps"])
+    assert report["mean_latency_s"] == pytest.approx(tenant["mean_latency_s"])
+    assert tenant["predicted_rps"] == pytest.approx(planned["throughput_rps"])
+    trace = json.loads(trace_path.read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    named = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert {"cpu", "gpu"} & named and spans
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 and {"pid", "tid"} <= set(e) for e in spans)
+    units_run = sum(1 for e in spans if "units" in e["name"])
+    assert units_run >= 4  # 4 requests, at least one segment each
+
+
+def _plan_file(tmp_path, change):
+    data = {
+        "format": "qosched-placement-plan",
+        "version": 1,
+        "machine": CORE_SETS,
+        "seed": 0,
+        "max_switches": 4,
+        "method": "cos",
+        "tenants": [
+            {
+                "name": "a",
+                "model": "mlp",
+                "batch": 1,
+                "unit_ids": ["u0", "u1"],
+                "assignment": ["cpu", "gpu"],
+                "cpu_s": [1e-3, 1e-3],
+                "gpu_s": [1e-3, 2e-3],
+                "transfer_s": [1e-4],
+                "input_to_gpu_s": 0,
+                "output_from_gpu_s": 0,
+                "copy_share": 0.5,
+            }
+        ],
+    }
+    change(data)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_good_plan_file_reads_back_and_is_rescored(tmp_path):
+    stored = read_plan(_plan_file(tmp_path, lambda d: None))
+    # cpu 1 ms + gpu 2 ms + one copy 0.1 ms, half of which each end also spends;
+    # the gpu is the bottleneck at 2.05 ms
+    assert stored.plan.tenants[0].latency_s == pytest.approx(3.1e-3)
+    assert stored.plan.throughput_rps == pytest.approx(1 / 2.05e-3)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (lambda d: d.update(format="other"), None, "not a plan file"),
+        (lambda d: d.update(version=2), "version", "expected version 1"),
+        (lambda d: d.pop("machine"), "machine", "missing"),
+        (lambda d: d["tenants"][0].update(assignment=["cpu"]), "tenants[0].assignment", "per unit"),
+        (
+            lambda d: d["tenants"][0].update(assignment=["cpu", "tpu"]),
+            "tenants[0].assignment",
+            "'tpu'",
+        ),
+        (lambda d: d["tenants"][0].update(cpu_s=[1, -1]), "tenants[0].cpu_s", ">= 0"),
+        (lambda d: d["tenants"][0].update(gpu_s=[1, "x"]), "tenants[0].gpu_s", "seconds"),
+        (lambda d: d["tenants"][0].pop("batch"), "tenants[0].batch", "missing"),
+        (lambda d: d["tenants"][0].update(copy_share=0.9), "tenants[0].copy_share", "copy share"),
+        (lambda d: d.update(tenants=[]), "tenants", "at least one"),
+    ],
+)
+def test_bad_plan_files_name_the_file_and_field(tmp_path, change, field, message):
+    path = _plan_file(tmp_path, change)
+    with pytest.raises(InputError, match=message) as caught:
+        read_plan(path)
+    assert caught.value.field == field and caught.value.source == str(path)
+
+
+def test_a_plan_file_that_is_not_json_names_the_line(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text('{\n "format":\n')
+    with pytest.raises(InputError, match="not valid JSON") as caught:
+        read_plan(path)
+    assert caught.value.line is not None
+
+
+@pytest.mark.parametrize(
+    ("machine", "tenants", "message"),
+    [
+        (
+            {"platform": "cpu-sets", "cpu": [1], "gpu": [0]},
+            [{"name": "a", "model": "mlp"}],
+            "made for machine",
+        ),
+        (CORE_SETS, [{"name": "b", "model": "mlp"}], "not the spec's"),
+    ],
+    ids=["other-machine", "other-tenants"],
+)
+def test_a_plan_for_another_spec_is_refused(tmp_path, capsys, machine, tenants, message):
+    plan = _plan_file(tmp_path, lambda d: None)
+    spec = _spec(tmp_path, tenants, machine)
+    assert main(["infer", "run", str(spec), "--plan", str(plan)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_plan_whose_units_are_not_the_models_is_refused(tmp_path, capsys):
+    plan = _plan_file(tmp_path, lambda d: None)  # units u0, u1: not mlp's three
+    assert main(["infer", "run", str(_spec(tmp_path)), "--plan", str(plan)]) == 2
+    assert "units are not the model's" in capsys.readouterr().err
+
+
+def test_the_roofline_platform_takes_a_gpu_calibration_factor():
+    machine = {"gpu": "T4", "link": "PCIe3-x16", "gpu_calibration": 1.7}
+    assert parse_platform(machine).gpu_calibration == 1.7
+    with pytest.raises(InputError, match="positive factor") as caught:
+        parse_platform({**machine, "gpu_calibration": 0})
+    assert caught.value.field == "machine.gpu_calibration"

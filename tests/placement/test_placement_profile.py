@@ -1,0 +1,79 @@
+"""Measured operator costs: keys, reuse of the cache, and unit costs as sums."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from qosched.core.errors import InputError
+from qosched.placement.profile import ProfileCache, profile_tenant, signature
+from qosched.placement.program import UnitProgram, build_model, export_program, model_units
+
+add = torch.ops.aten.add.Tensor
+
+
+def _mlp():
+    model, inputs = build_model("mlp")
+    return UnitProgram(export_program(model, inputs), model_units(model, inputs, "m"), "m"), inputs
+
+
+@pytest.mark.parametrize(
+    ("other", "same"),
+    [
+        ((add, (torch.zeros(2, 3), torch.ones(2, 3)), {}), True),  # values do not matter
+        ((add, (torch.zeros(3, 2), torch.ones(3, 2)), {}), False),  # shape
+        ((add, (torch.zeros(3, 2).t(), torch.ones(2, 3)), {}), False),  # strides
+        ((add, (torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3)), {}), False),  # dtype
+        ((add, (torch.zeros(2, 3), torch.ones(2, 3)), {"alpha": 2}), False),  # a scalar arg
+        ((torch.ops.aten.mul.Tensor, (torch.zeros(2, 3), torch.ones(2, 3)), {}), False),
+    ],
+    ids=["same-call", "shape", "strides", "dtype", "keyword", "target"],
+)
+def test_a_signature_keys_on_everything_but_tensor_values(other, same):
+    base = signature(add, (torch.randn(2, 3), torch.randn(2, 3)), {})
+    assert (signature(*other) == base) is same
+
+
+def test_measured_costs_are_cached_per_device_and_reused(tmp_path):
+    path = tmp_path / "profile.json"
+    program, inputs = _mlp()
+    first_cache = ProfileCache(path)
+    first = profile_tenant(program, inputs, first_cache, "cpu|test|1 threads", repeats=2)
+    assert first_cache.misses > 0
+    first_cache.save()
+    on_disk = json.loads(path.read_text())["devices"]["cpu|test|1 threads"]
+    assert len(on_disk) == first_cache.misses  # one entry per distinct operator call
+
+    again = ProfileCache(path)
+    second = profile_tenant(program, inputs, again, "cpu|test|1 threads", repeats=2)
+    assert (again.hits, again.misses) == (first_cache.hits + first_cache.misses, 0)
+    assert second.unit_s == first.unit_s  # nothing re-measured: the cached times come back
+
+    other_device = ProfileCache(path)
+    profile_tenant(program, inputs, other_device, "cpu|test|2 threads", repeats=2)
+    assert other_device.hits == 0  # another device key never reuses these times
+
+
+def test_a_unit_costs_the_sum_of_its_operators_and_cuts_carry_real_bytes(tmp_path):
+    program, inputs = _mlp()
+    profile = profile_tenant(program, inputs, ProfileCache(tmp_path / "p.json"), "k", repeats=1)
+    for unit in range(program.n_units):
+        names = [s.name for s in program.steps(unit)]
+        assert profile.unit_s[unit] == pytest.approx(sum(profile.node_s[n] for n in names))
+    assert all(t > 0 for t in profile.unit_s)
+    # batch 1, float32: 512 and 256 activations cross the two cuts; 784 in, 10 out
+    assert profile.cut_bytes == (512 * 4, 256 * 4)
+    assert (profile.input_bytes, profile.output_bytes) == (784 * 4, 10 * 4)
+
+
+@pytest.mark.parametrize(
+    "text", ["not json", '{"format": 99, "devices": {}}', '{"format": 1, "devices": []}']
+)
+def test_a_broken_cache_file_is_an_error_that_names_it(tmp_path, text):
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match="profile") as caught:
+        ProfileCache(path)
+    assert caught.value.source == str(path)
