@@ -38,9 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from qosched.core.errors import InputError
+from qosched.core.yaml_lines import join_path, load_with_lines, show_value
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor
@@ -88,20 +87,7 @@ def load_apps_spec(path: str | Path) -> AppsSpec:
 
 def parse_apps_spec(text: str, *, source: str | Path = "<spec>") -> AppsSpec:
     """Validate a spec's text; InputError names the file, line and field of the first problem."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"not valid YAML: {problem}", source=source, line=line) from exc
-    finally:
-        loader.dispose()
-    lines: dict[str, int] = {}
-    if node is not None:
-        _record_lines(node, "", lines, source)
+    data, lines = load_with_lines(text, source)
     return _Reader(str(source), lines).read(data)
 
 
@@ -129,46 +115,6 @@ def workloads(
     return result
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _record_lines(node: yaml.Node, path: str, lines: dict[str, int], source: str | Path) -> None:
-    """Map each dotted path to its 1-based line; refuse duplicate keys (YAML keeps the last)."""
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                continue
-            child = _join(path, key_node.value)
-            if key_node.value in seen:
-                raise InputError(
-                    f"duplicate key {key_node.value!r}; YAML would silently keep only the last",
-                    source=source,
-                    line=key_node.start_mark.line + 1,
-                    field=child,
-                )
-            seen.add(key_node.value)
-            lines[child] = key_node.start_mark.line + 1
-            _record_lines(value_node, child, lines, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _record_lines(item, f"{path}[{index}]", lines, source)
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -193,34 +139,34 @@ class _Reader:
 
     def mapping(self, value: Any, path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.error(path, f"expected a mapping, got {_show(value)}")
+            raise self.error(path, f"expected a mapping, got {show_value(value)}")
         for key in value:
             if key not in allowed:
                 close = difflib.get_close_matches(str(key), allowed, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise self.error(
-                    _join(path, str(key)), f"unknown key{hint} (valid: {', '.join(allowed)})"
+                    join_path(path, str(key)), f"unknown key{hint} (valid: {', '.join(allowed)})"
                 )
         return value
 
     def required(self, data: dict[str, Any], path: str, key: str) -> Any:
         if data.get(key) is None:
-            raise self.error(_join(path, key), "required; it is missing or null")
+            raise self.error(join_path(path, key), "required; it is missing or null")
         return data[key]
 
     def text(self, value: Any, path: str) -> str:
         if not isinstance(value, str) or not value.strip():
-            raise self.error(path, f"expected a non-empty string, got {_show(value)}")
+            raise self.error(path, f"expected a non-empty string, got {show_value(value)}")
         return value
 
     def whole(self, value: Any, path: str, minimum: int) -> int:
         if not _is_int(value) or value < minimum:
-            raise self.error(path, f"expected a whole number >= {minimum}, got {_show(value)}")
+            raise self.error(path, f"expected a whole number >= {minimum}, got {show_value(value)}")
         return value
 
     def positive(self, value: Any, path: str) -> float:
         if not _is_number(value) or value <= 0:
-            raise self.error(path, f"expected a positive number, got {_show(value)}")
+            raise self.error(path, f"expected a positive number, got {show_value(value)}")
         return float(value)
 
     def number(self, value: Any, path: str) -> float:
@@ -229,12 +175,12 @@ class _Reader:
             with contextlib.suppress(ValueError):
                 value = float(value)
         if not _is_number(value):
-            raise self.error(path, f"expected a number, got {_show(value)}")
+            raise self.error(path, f"expected a number, got {show_value(value)}")
         return float(value)
 
     def dtype(self, value: Any, path: str) -> str:
         if value not in _DTYPES:
-            raise self.error(path, f"expected one of {', '.join(_DTYPES)}, got {_show(value)}")
+            raise self.error(path, f"expected one of {', '.join(_DTYPES)}, got {show_value(value)}")
         return value
 
     def read(self, data: Any) -> AppsSpec:
@@ -248,7 +194,7 @@ class _Reader:
         dtype = self.dtype(top.get("dtype", "float32"), "dtype")
         items = self.required(top, "", "apps")
         if not isinstance(items, list) or not items:
-            raise self.error("apps", f"expected a non-empty list, got {_show(items)}")
+            raise self.error("apps", f"expected a non-empty list, got {show_value(items)}")
         apps = tuple(self.app(item, f"apps[{i}]", dtype) for i, item in enumerate(items))
         seen: dict[str, int] = {}
         for i, app in enumerate(apps):
@@ -273,7 +219,9 @@ class _Reader:
         kernels = self.kernels(app["kernels"], f"{path}.kernels") if has_kernels else None
         closed = app.get("closed_loop", False)
         if not isinstance(closed, bool):
-            raise self.error(f"{path}.closed_loop", f"expected true or false, got {_show(closed)}")
+            raise self.error(
+                f"{path}.closed_loop", f"expected true or false, got {show_value(closed)}"
+            )
         arrivals = app.get("arrivals")
         if closed == (arrivals is not None):
             raise self.error(path, "give exactly one of arrivals: {poisson_rps: R} (open loop) "
@@ -289,7 +237,7 @@ class _Reader:
 
     def kernels(self, value: Any, path: str) -> tuple[Kernel, ...]:
         if not isinstance(value, list) or not value:
-            raise self.error(path, f"expected a non-empty list of kernels, got {_show(value)}")
+            raise self.error(path, f"expected a non-empty list of kernels, got {show_value(value)}")
         result = []
         for i, item in enumerate(value):
             where = f"{path}[{i}]"
@@ -301,7 +249,7 @@ class _Reader:
                 dims = fields[key]
                 if not isinstance(dims, list) or len(dims) != 3 or not all(map(_is_int, dims)):
                     raise self.error(f"{where}.{key}", "expected a list of three whole numbers, "
-                                     f"got {_show(dims)}")  # fmt: skip
+                                     f"got {show_value(dims)}")  # fmt: skip
                 values[key] = tuple(dims)
             for key in ("registers_per_thread", "shared_bytes_per_block", "sms"):
                 values[key] = self.whole(fields[key], f"{where}.{key}", 0)

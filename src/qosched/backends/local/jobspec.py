@@ -32,9 +32,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from qosched.core.errors import InputError
+from qosched.core.yaml_lines import join_path, load_with_lines, show_value
 
 API_VERSION = "qosched/v1"
 KIND = "TrainingJob"
@@ -221,24 +220,9 @@ def parse_job_spec(
     iterations_per_epoch: Mapping[str, int] = ITERATIONS_PER_EPOCH,
 ) -> TrainingJobSpec:
     """Validate a YAML spec; ``now`` (Unix seconds, default the clock) rejects past deadlines."""
-    loader = yaml.SafeLoader(text)
-    try:
-        # Compose and construct in one pass (what yaml.safe_load does), keeping the node tree
-        # for line numbers.
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"not valid YAML: {problem}", source=source, line=line) from exc
-    finally:
-        loader.dispose()
+    data, lines = load_with_lines(text, source)
     if data is None:
         raise InputError(f"empty spec; expected a {KIND} document", source=source, line=1)
-    lines: dict[str, int] = {}
-    if node is not None:
-        _record_lines(node, "", lines, source)
     current = time.time() if now is None else now
     return _SpecReader(source, lines).read(
         data, now=current, iterations_per_epoch=iterations_per_epoch
@@ -268,48 +252,6 @@ def read_spec_text(path: str | Path) -> str:
         raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from exc
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _record_lines(node: yaml.Node, path: str, lines: dict[str, int], source: str | Path) -> None:
-    """Map each dotted path to its 1-based line; reject duplicate keys, which YAML would drop."""
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                continue  # a non-string key is reported by the reader, which sees its value
-            key = key_node.value
-            child = _join(path, key)
-            if key in seen and key != "<<":
-                raise InputError(
-                    f"duplicate key {key!r}; YAML would silently keep only the last one",
-                    source=source,
-                    line=key_node.start_mark.line + 1,
-                    field=child,
-                )
-            seen.add(key)
-            lines[child] = key_node.start_mark.line + 1
-            _record_lines(value_node, child, lines, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _record_lines(item, f"{path}[{index}]", lines, source)
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def _is_int(value: Any) -> bool:
     # YAML's true/false load as bool, a subclass of int; a count of true iterations is a typo.
     return isinstance(value, int) and not isinstance(value, bool)
@@ -333,22 +275,22 @@ class _SpecReader:
 
     def mapping(self, value: Any, path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.error(path, f"expected a mapping, got {_show(value)}")
+            raise self.error(path, f"expected a mapping, got {show_value(value)}")
         for key in value:
             if not isinstance(key, str):
-                raise self.error(path, f"keys must be strings, got {_show(key)}")
+                raise self.error(path, f"keys must be strings, got {show_value(key)}")
             if key not in allowed:
-                raise self.error(_join(path, key), _unknown_key_message(key, allowed))
+                raise self.error(join_path(path, key), _unknown_key_message(key, allowed))
         return value
 
     def required(self, data: dict[str, Any], path: str, key: str) -> Any:
         if data.get(key) is None:
-            raise self.error(_join(path, key), "required; it is missing or null")
+            raise self.error(join_path(path, key), "required; it is missing or null")
         return data[key]
 
     def integer(self, value: Any, path: str, minimum: int) -> int:
         if not _is_int(value):
-            raise self.error(path, f"expected a whole number >= {minimum}, got {_show(value)}")
+            raise self.error(path, f"expected a whole number >= {minimum}, got {show_value(value)}")
         if value < minimum:
             raise self.error(path, f"expected a whole number >= {minimum}, got {value}")
         return value
@@ -359,10 +301,12 @@ class _SpecReader:
         top = self.mapping(data, "", _TOP_KEYS)
         api_version = self.required(top, "", "apiVersion")
         if api_version != API_VERSION:
-            raise self.error("apiVersion", f"expected {API_VERSION!r}, got {_show(api_version)}")
+            raise self.error(
+                "apiVersion", f"expected {API_VERSION!r}, got {show_value(api_version)}"
+            )
         kind = self.required(top, "", "kind")
         if kind != KIND:
-            raise self.error("kind", f"expected {KIND!r}, got {_show(kind)}")
+            raise self.error("kind", f"expected {KIND!r}, got {show_value(kind)}")
         metadata = self.mapping(self.required(top, "", "metadata"), "metadata", _METADATA_KEYS)
         name = self.name(self.required(metadata, "metadata", "name"), "metadata.name")
         spec = self.mapping(self.required(top, "", "spec"), "spec", _SPEC_KEYS)
@@ -374,7 +318,9 @@ class _SpecReader:
 
         best_effort = spec.get("bestEffort", False)
         if not isinstance(best_effort, bool):
-            raise self.error("spec.bestEffort", f"expected true or false, got {_show(best_effort)}")
+            raise self.error(
+                "spec.bestEffort", f"expected true or false, got {show_value(best_effort)}"
+            )
         seed = self.integer(spec.get("seed", 0), "spec.seed", 0)
         requested = self.integer(
             spec.get("requestedCpus", resources.min_cpus), "spec.requestedCpus", 1
@@ -402,12 +348,12 @@ class _SpecReader:
 
     def name(self, value: Any, path: str) -> str:
         if not isinstance(value, str):
-            raise self.error(path, f"expected a string, got {_show(value)}")
+            raise self.error(path, f"expected a string, got {show_value(value)}")
         if len(value) > MAX_NAME_LENGTH or not _NAME.fullmatch(value):
             raise self.error(
                 path,
                 f"expected at most {MAX_NAME_LENGTH} lowercase letters, digits and '-', "
-                f"starting and ending with a letter or digit, got {_show(value)}",
+                f"starting and ending with a letter or digit, got {show_value(value)}",
             )
         return value
 
@@ -424,19 +370,20 @@ class _SpecReader:
             if workload not in BUILTIN_WORKLOADS:
                 raise self.error(
                     "spec.workload",
-                    f"unknown workload {_show(workload)}; known: {', '.join(BUILTIN_WORKLOADS)}",
+                    f"unknown workload {show_value(workload)}; "
+                    f"known: {', '.join(BUILTIN_WORKLOADS)}",
                 )
             return workload, None
         command = spec["command"]
         if not isinstance(command, list) or not command:
             raise self.error(
-                "spec.command", f"expected a non-empty list of strings, got {_show(command)}"
+                "spec.command", f"expected a non-empty list of strings, got {show_value(command)}"
             )
         for index, item in enumerate(command):
             if not isinstance(item, str):
                 raise self.error(
                     f"spec.command[{index}]",
-                    f"expected a string, got {_show(item)}; quote it in the YAML",
+                    f"expected a string, got {show_value(item)}; quote it in the YAML",
                 )
         if not command[0]:
             raise self.error("spec.command[0]", "expected the program to run, got ''")
@@ -487,9 +434,9 @@ class _SpecReader:
                 raise self.error(path, f"expected {_DEADLINE_FORMATS}, got {value!r}") from None
         elif isinstance(value, date) or _is_int(value) or isinstance(value, float):
             hint = "; write '600s' for seconds" if _is_int(value) else ""
-            raise self.error(path, f"expected {_DEADLINE_FORMATS}, got {_show(value)}{hint}")
+            raise self.error(path, f"expected {_DEADLINE_FORMATS}, got {show_value(value)}{hint}")
         else:
-            raise self.error(path, f"expected {_DEADLINE_FORMATS}, got {_show(value)}")
+            raise self.error(path, f"expected {_DEADLINE_FORMATS}, got {show_value(value)}")
         if moment.tzinfo is None:
             raise self.error(
                 path,
@@ -527,7 +474,7 @@ class _SpecReader:
             return value
         match = _MEMORY.fullmatch(value) if isinstance(value, str) else None
         if match is None:
-            raise self.error(path, f"expected {expected}, got {_show(value)}")
+            raise self.error(path, f"expected {expected}, got {show_value(value)}")
         # Decimal, not float: '1.5Gi' must come out as exact bytes.
         size = Decimal(match.group(1)) * _MEMORY_UNITS[match.group(2)]
         if size != size.to_integral_value():

@@ -9,11 +9,11 @@ knows which backend runs it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import ClassVar
 
 from qosched.cluster.state import ClusterView, Decision, JobState
-from qosched.core.errors import InputError
+from qosched.core.registry import Registry
 
 
 class Policy(ABC):
@@ -58,33 +58,9 @@ def greedy_requested(jobs: Iterable[JobState], capacity: int) -> dict[str, int]:
     return workers
 
 
-_REGISTRY: dict[str, Callable[..., Policy]] = {}
-
-
-def register(name: str) -> Callable[[type[Policy]], type[Policy]]:
-    """Class decorator: make a policy constructible by name. A duplicate name raises."""
-
-    def decorator(cls: type[Policy]) -> type[Policy]:
-        if name in _REGISTRY:
-            raise ValueError(f"policy {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
-
-
-def policy_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
-
-
-def create_policy(name: str, **options: object) -> Policy:
-    """A new policy by registered name; an unknown name lists the known ones."""
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise InputError(
-            f"unknown policy {name!r}; known policies: {', '.join(policy_names())}",
-            field="policy",
-        ) from None
-    return factory(**options)
+_POLICIES: Registry[Policy] = Registry("policy")
+#: Class decorator: make a policy constructible by name. A duplicate name raises.
+register = _POLICIES.register
+policy_names = _POLICIES.names
+#: A new policy by registered name; an unknown name lists the known ones.
+create_policy = _POLICIES.create

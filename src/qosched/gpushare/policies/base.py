@@ -8,41 +8,17 @@ class may set ``stream_priorities = False`` to say its kernels all go to equal-p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from qosched.core.errors import InputError
+from qosched.core.registry import Registry
 from qosched.gpushare.policy import GpuView, Launch, SharingPolicy
 
-_REGISTRY: dict[str, Callable[..., SharingPolicy]] = {}
-
-
-def register(name: str) -> Callable[[type], type]:
-    """Class decorator: make a policy constructible by name. A duplicate name raises."""
-
-    def decorator(cls: type) -> type:
-        if name in _REGISTRY:
-            raise ValueError(f"GPU-sharing policy {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
-
-
-def policy_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
-
-
-def create_policy(name: str, **options: object) -> SharingPolicy:
-    """A new policy by registered name; an unknown name lists the known ones."""
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise InputError(
-            f"unknown GPU-sharing policy {name!r}; known policies: {', '.join(policy_names())}",
-            field="policy",
-        ) from None
-    return factory(**options)
+_POLICIES: Registry[SharingPolicy] = Registry("GPU-sharing policy")
+#: Class decorator: make a policy constructible by name. A duplicate name raises.
+register = _POLICIES.register
+policy_names = _POLICIES.names
+#: A new policy by registered name; an unknown name lists the known ones.
+create_policy = _POLICIES.create
 
 
 def top_priority(view: GpuView) -> int | None:
