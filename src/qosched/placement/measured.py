@@ -6,9 +6,10 @@ profiles each operator in isolation (``placement.profile``, cached); a unit cost
 its operators. The two processors are profiled one after the other, so neither disturbs the
 other's measurement.
 
-The link: a cut costs ``latency + bytes / bandwidth``, both fitted by least squares to one-way
-times of tensors of several sizes bounced between the two workers exactly as the runtime moves
-them (pickled through a pipe; to and from the device on CUDA). Cached like operator times.
+The link: a cut costs ``latency + bytes / bandwidth``, both fitted by least squares on relative
+error to one-way times of tensors of several sizes bounced between the two workers exactly as
+the runtime moves them (pickled through a pipe; to and from the device on CUDA). Cached like
+operator times.
 
 Contention, as the plan's cost model states it (``placement.ir``): a processor runs one unit at
 a time, so tenants sharing it add up (its load is the sum of theirs), and the two processors do
@@ -41,7 +42,7 @@ from qosched.placement.runtime import pack, to_device, unpack
 
 #: Share of a copy's time spent by each of the two workers (``TenantGraph.copy_share``).
 COPY_SHARE = 0.5
-CHANNEL_SIZES = (4 * 2**10, 64 * 2**10, 512 * 2**10, 4 * 2**20)
+CHANNEL_SIZES = (256, 4 * 2**10, 64 * 2**10, 512 * 2**10, 4 * 2**20)
 CHANNEL_REPEATS = 15
 
 
@@ -147,7 +148,7 @@ def _ping(
 
 def measure_channel(a: Worker, b: Worker, cache: ProfileCache) -> Channel:
     """The fitted channel from ``a`` to ``b`` (see the module doc), measured once and cached."""
-    device = f"channel|v2|{a.cost_key()}|{a.device}->{b.cost_key()}|{b.device}"
+    device = f"channel|v3|{a.cost_key()}|{a.device}->{b.cost_key()}|{b.device}"
     latency = cache.get(device, "latency_s")
     bandwidth = cache.get(device, "bandwidth")
     if latency is not None and bandwidth is not None:
@@ -165,7 +166,11 @@ def measure_channel(a: Worker, b: Worker, cache: ProfileCache) -> Channel:
     one_way = out.get(timeout=300)
     ping.join()
     echo.join()
-    slope, intercept = np.polyfit(np.array(CHANNEL_SIZES, dtype=float), np.array(one_way), 1)
+    # Weighted by 1 / time, so every size counts by its relative error: unweighted, the largest
+    # copies' noise (tens of microseconds on tens of milliseconds) swamps the per-copy latency,
+    # which is what a plan with many small cuts pays most.
+    times = np.array(one_way)
+    slope, intercept = np.polyfit(np.array(CHANNEL_SIZES, dtype=float), times, 1, w=1.0 / times)
     # A fit can dip below zero when the latency is tiny; a copy never costs less than nothing.
     channel = Channel(max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15))
     cache.put(device, "latency_s", channel.latency_s)

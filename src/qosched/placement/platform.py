@@ -24,6 +24,7 @@ device, and the key its measured costs are cached under.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -293,6 +294,9 @@ def pin(cores: tuple[int, ...]) -> None:
 
     os.sched_setaffinity(0, cores)
     torch.set_num_threads(len(cores))
+    # Unpickling an exported program's pytree specs trips a deprecation inside PyTorch itself
+    # (copyreg builds a LeafSpec), once per tensor tree: noise the user can do nothing about.
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
 
 
 def process_context() -> BaseContext:
