@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import operator
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -168,7 +169,11 @@ def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) ->
     model.eval()
     try:
         inputs = _as_fake_inputs(model, example_inputs)
-        program = torch.export.export(model, inputs).run_decompositions()
+        with warnings.catch_warnings():
+            # run_decompositions deep-copies pytree specs, which trips a deprecation inside
+            # PyTorch itself (copyreg builds a LeafSpec): noise the user can do nothing about.
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            program = torch.export.export(model, inputs).run_decompositions()
     except Exception as e:
         raise InputError(
             f"model {name!r}: torch.export could not capture it: {type(e).__name__}: "
