@@ -112,6 +112,18 @@ def test_qos_guarantees_a_lone_job_only_if_every_worker_can_meet_its_deadline(sp
     assert policy._jobs["a"].guaranteed is guaranteed
 
 
+def test_qos_drops_a_guarantee_it_can_no_longer_keep_and_does_not_renew_it():
+    # At 0, "a" (100 iterations by 100) fits on 2 GPUs at the pessimistic 1.63/s. At 90, with
+    # nothing done, even 4 GPUs (3.27/s) do 33 of 100 in the 10 s left: the guarantee is
+    # dropped, and retrying it must not restore it because the plan in force failed it too.
+    policy = QualityOfService()
+    a = state(job("a", 0, 100, deadline=100))
+    assert policy.admit(a, ClusterView(0.0, ONE_NODE, ()))
+    assert policy.is_guaranteed("a")
+    policy.allocate(ClusterView(90.0, ONE_NODE, (a,)))
+    assert not policy.is_guaranteed("a")
+
+
 @pytest.mark.parametrize(
     ("decline_to_best_effort", "admitted"), [(True, True), (False, False)], ids=["default", "off"]
 )

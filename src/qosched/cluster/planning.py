@@ -231,13 +231,19 @@ class Demand:
     ladder: Ladder
     remaining: float
     start: float  # when it can progress (after a restart pause in course)
-    deadline: float
+    deadline: float  # to finish by when its count changes (a restart pause earlier)
     order: tuple = ()  # sort key among demands; earliest first
+    held: int = 0  # workers it holds now
+    held_deadline: float = 0.0  # to finish by when it keeps ``held`` throughout (no pause)
 
     @classmethod
-    def of_job(cls, job: JobState, ladder: Ladder, view: ClusterView) -> Demand:
+    def of_job(
+        cls, job: JobState, ladder: Ladder, view: ClusterView, *, keep_held: bool = False
+    ) -> Demand:
         """A deadline job planned in deadline order. It can progress once a restart pause in
-        course ends, and one that ran before loses one more pause, since re-sizing it costs one."""
+        course ends, and one that ran before loses one more pause, since re-sizing it costs one.
+        With ``keep_held``, a plan that keeps it on the count it holds throughout is charged no
+        pause (a policy's choice: ElasticFlow's planning charges one either way)."""
         pause = view.restart_pause_s if job.has_started else 0.0
         return cls(
             job_id=job.job_id,
@@ -246,7 +252,38 @@ class Demand:
             start=max(view.now, job.resume_s),
             deadline=job.spec.deadline_s - pause,
             order=(job.spec.deadline_s, job.spec.submit_s),
+            held=job.workers if keep_held else 0,
+            held_deadline=job.spec.deadline_s if keep_held else job.spec.deadline_s - pause,
         )
+
+    def delivered_by(self, reservation: Reservation) -> bool:
+        """Whether the reservation does the work in time, counting a pause unless it keeps the
+        job on the count it holds throughout."""
+        if delivers(self.ladder, reservation, self.remaining, self.start, self.deadline):
+            return True
+        return (
+            self.held_deadline > self.deadline
+            and bool(reservation)
+            and all(count == self.held for _, _, count in reservation)
+            and delivers(self.ladder, reservation, self.remaining, self.start, self.held_deadline)
+        )
+
+    def keep_held(self, p: FreeProfile, now: float) -> float | None:
+        """When the job finishes if it keeps the count it holds, on workers free from ``now``
+        throughout, with no pause; None if that is too late or the workers are not free."""
+        held = self.held
+        if not held or self.held_deadline <= self.deadline or self.ladder.within(held) != held:
+            return None
+        finish = finish_time(self.ladder, held, self.remaining, self.start, self.held_deadline, p)
+        if finish is None:
+            return None
+        first = bisect.bisect_right(p.starts, now) - 1
+        for index in range(max(first, 0), len(p.starts)):
+            if p.starts[index] >= finish:
+                break
+            if p.free[index] < held:
+                return None
+        return finish
 
 
 def leftover(plan: Plan, now: float, capacity: int) -> FreeProfile:
@@ -286,9 +323,7 @@ def plan_demands(
             reservation = keep.get(demand.job_id)
             if (
                 reservation is not None
-                and delivers(
-                    demand.ladder, reservation, demand.remaining, demand.start, demand.deadline
-                )
+                and demand.delivered_by(reservation)
                 and take(reservation, now, profile)
             ):
                 plan.reservations[demand.job_id] = reservation
@@ -298,6 +333,10 @@ def plan_demands(
         found = minimum_share(
             demand.ladder, demand.remaining, demand.start, demand.deadline, profile
         )
+        if found is None:
+            # A re-size would cost a pause it cannot afford; staying on its count costs none.
+            finish = demand.keep_held(profile, now)
+            found = None if finish is None else (demand.held, finish)
         if found is None:
             plan.failed.append(demand.job_id)
             continue

@@ -172,7 +172,8 @@ class QualityOfService(Policy):
     ) -> Plan:
         """Deadline order on pessimistic predicted speeds: the safety margin."""
         demands = [
-            Demand.of_job(job, self._ladders(job, self._track(job, view))[1], view) for job in jobs
+            Demand.of_job(job, self._ladders(job, self._track(job, view))[1], view, keep_held=True)
+            for job in jobs
         ]
         return plan_demands(demands, view.now, view.cluster.total_workers, keep)
 
@@ -212,8 +213,11 @@ class QualityOfService(Policy):
         tracked = self._jobs[job.job_id]
         plan = self._best_plan([*guaranteed, job], view)
         reservation = plan.reservations.get(job.job_id)
-        if set(plan.failed) - self._failed or (
-            reservation is not None and not self._worth_it(job, reservation)
+        # A job the plan cannot meet is no guarantee, even when the plan in force failed it too.
+        if (
+            reservation is None
+            or set(plan.failed) - self._failed
+            or not self._worth_it(job, reservation)
         ):
             tracked.tried_on = (tracked.ladders_at_active_s, self._departed)
             return False
@@ -374,7 +378,7 @@ class QualityOfService(Policy):
             tracked = self._jobs[job.job_id]
             if job.spec.deadline_s is None or tracked.guaranteed or job.spec.deadline_s <= now:
                 continue
-            demands.append(Demand.of_job(job, self._ladders(job, tracked)[0], view))
+            demands.append(Demand.of_job(job, self._ladders(job, tracked)[0], view, keep_held=True))
         # Earliest deadlines first, and a bounded number per decision: planning a job that
         # cannot fit walks the whole profile, and the rest get their turn at later decisions.
         demands = heapq.nsmallest(HOPEFUL_PER_DECISION, demands, key=lambda d: d.order)
