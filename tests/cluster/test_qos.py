@@ -291,6 +291,18 @@ def test_qos_shares_an_old_best_effort_jobs_workers_with_a_new_one():
     }
 
 
+def test_qos_lets_a_best_effort_job_close_to_done_finish_on_its_workers():
+    # "a" (400 iterations) runs alone on 4 GPUs from 0. When "b" arrives at 50, "a" has 200
+    # left, 50 s on its 4 GPUs, less than ten 30 s pauses: a re-size would cost it more than
+    # the workers could give "b". It keeps them, ends at 100; "b" then starts (its first start
+    # is free) and does 400 on 4 GPUs by 200.
+    outcomes = run("qos", [job("a", 0, 400), job("b", 50, 400)], pause=30.0)
+    assert {k: (o.start_s, o.finish_s, o.reallocations) for k, o in outcomes.items()} == {
+        "a": (0.0, 100.0, 0),
+        "b": (100.0, 200.0, 0),
+    }
+
+
 # --- prediction ---------------------------------------------------------------------------------
 
 

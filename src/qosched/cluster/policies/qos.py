@@ -16,15 +16,17 @@ job's own progress and sizes it to finish in time.
   away instead), which keeps admission from collapsing under overload. Unguaranteed jobs are
   tried again when their prediction narrows or a job leaves (a few per decision).
 - Allocation, in this order: (1) each guaranteed job its planned count for now; (2) running
-  best-effort jobs their smallest count (what they held beyond it is handed out again in
-  (5)); (3) unguaranteed deadline jobs that can still make it, planned by deadline on
-  *expected* speeds on what the guarantees leave (the hopeful plan, bounded per decision);
-  (4) the rest, best effort first, running jobs before waiting ones, shortest predicted time
-  first; (5) spare workers one step at a time, best-effort jobs first,
-  then to the job with the largest relative speed-up per added worker, only where the time it
-  saves outweighs the restart pause it costs; (6) guaranteed jobs keep workers beyond their
-  plan while they fit (hysteresis: no restart without a reason). Running deadline jobs with
-  little slack are pinned: the backend does not move them to re-pack others.
+  best-effort jobs their smallest count (what they held beyond it is handed out again in (5)),
+  or their whole count when they are about done (``FINISHING_PAUSES``); (3) unguaranteed
+  deadline jobs that can still make it, planned by deadline on *expected* speeds on what the
+  guarantees leave (the hopeful plan, bounded per decision); (4) the rest, best effort first,
+  running jobs before waiting ones, shortest predicted time first; (5) spare workers one step at
+  a time, best-effort jobs first, then to the job with the largest relative speed-up per added
+  worker (for best-effort jobs divided by the square root of their remaining time: shorter ones
+  first, softly), only where the time it saves outweighs the restart pause it costs; (6)
+  guaranteed jobs keep workers beyond their plan while they fit (hysteresis: no restart without
+  a reason). Running deadline jobs with little slack are pinned: the backend does not move them
+  to re-pack others.
 - Autoscaling: the policy re-plans at arrivals, completions, when a plan changes counts, and
   every ``tick_s``; a job is not re-sized again within ``min_interval_s`` of its last change
   unless its guarantee needs it.
@@ -78,6 +80,9 @@ MAX_RESERVATION_OVERHEAD = 4.0
 #: A running deadline job with less expected slack than this many restart pauses is not moved
 #: to re-pack others.
 PIN_SLACK_PAUSES = 10
+#: A running best-effort job with less work left than this many restart pauses keeps its count:
+#: re-sizing it would cost it a pause that is a large share of its remaining time.
+FINISHING_PAUSES = 10
 # Classes of the jobs no plan holds, in the order they get workers: deadline jobs that can still
 # make it if they run now, best-effort jobs, deadline jobs that cannot make it any more.
 MUST_RUN_SOON, BEST_EFFORT, HOPELESS = 0, 1, 2
@@ -292,10 +297,13 @@ class QualityOfService(Policy):
             if j.spec.deadline_s is None and j.workers and j.job_id not in workers
         ]
         for job in running_best_effort:
-            smallest = self._ladders(job, self._jobs[job.job_id])[0].counts[:1]
-            if smallest and smallest[0] <= free:
-                workers[job.job_id] = smallest[0]
-                free -= smallest[0]
+            expected = self._ladders(job, self._jobs[job.job_id])[0]
+            keep = expected.counts[0] if expected.counts else 0
+            if job.workers <= free and self._finishing(job, expected, view):
+                keep = job.workers  # a pause would cost it more than its workers give others
+            if keep and keep <= free:
+                workers[job.job_id] = keep
+                free -= keep
         # 3. Unguaranteed deadline jobs, planned by deadline on what the guarantees leave and on
         #    *expected* speeds: no promise, but the best hope of meeting them.
         hopeful = self._hopeful_plan(guaranteed, plan, view)
@@ -423,6 +431,12 @@ class QualityOfService(Policy):
                 tight.add(job.job_id)
         return frozenset(tight)
 
+    def _finishing(self, job: JobState, expected: Ladder, view: ClusterView) -> bool:
+        """Less work left at its current count than ``FINISHING_PAUSES`` restart pauses."""
+        rate = expected.rate(job.workers)
+        left = job.remaining_iterations / rate if rate > 0 else math.inf
+        return left < FINISHING_PAUSES * view.restart_pause_s
+
     def _calm(self, job: JobState, view: ClusterView) -> bool:
         """Not re-sized within ``min_interval_s`` (default: ten restart pauses)."""
         interval = self.min_interval_s
@@ -491,7 +505,12 @@ class QualityOfService(Policy):
             if saving - pays > self.gain_over_pause * pause:
                 speedup = expected.rate(step) / expected.rate(current) - 1.0
                 has_deadline = job.spec.deadline_s is not None
-                heapq.heappush(heap, (has_deadline, -speedup / (step - current), position, job))
+                gain = speedup / (step - current)
+                if not has_deadline:
+                    # Mean completion time: shorter best-effort jobs first, softly (a strict
+                    # shortest-first piles workers on one job past where they pay off).
+                    gain /= math.sqrt(max(job.remaining_iterations / expected.rate(current), 1.0))
+                heapq.heappush(heap, (has_deadline, -gain, position, job))
 
         for position, job in enumerate(view.jobs):
             if best_effort_only and job.spec.deadline_s is not None:
