@@ -22,6 +22,7 @@ tensor passed twice counted twice); ``bytes_written`` the sum of the bytes of ev
 
 from __future__ import annotations
 
+import functools
 import importlib
 import operator
 import warnings
@@ -35,6 +36,7 @@ from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import flop_registry
 
 from qosched.core.errors import InputError
+from qosched.graph import hf
 from qosched.graph.ir import (
     COMPUTE,
     ELEMENTWISE,
@@ -255,13 +257,17 @@ def _operator(node: fx.Node, val: Any, alias: dict[str, str], param_names: set[s
 
 
 def load_model(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
-    """Model and example inputs from a zoo name or an import path ``package.module:factory``.
+    """Model and example inputs from a zoo name, ``hf:<model_type>`` (Hugging Face
+    ``transformers`` from a default configuration, see :mod:`qosched.graph.hf`) or an import path
+    ``package.module:factory``.
 
-    ``kwargs`` go to the factory (zoo factories take ``batch`` and ``device``).
+    ``kwargs`` go to the factory (zoo and ``hf:`` factories take ``batch`` and ``device``).
     """
     factory: Callable[..., Any]
     if spec in ZOO:
         factory = ZOO[spec]
+    elif spec.startswith(hf.PREFIX):
+        factory = functools.partial(hf.hf_model, spec)
     elif ":" in spec:
         module_name, _, attr = spec.partition(":")
         if not module_name or not attr:
@@ -282,7 +288,8 @@ def load_model(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
             raise InputError(f"model {spec!r}: {attr!r} is not callable", field="model")
     else:
         raise InputError(
-            f"unknown model {spec!r}: expected one of {sorted(ZOO)} or 'package.module:factory'",
+            f"unknown model {spec!r}: expected one of {sorted(ZOO)}, 'hf:<model_type>' or "
+            "'package.module:factory'",
             field="model",
         )
     result = factory(**kwargs)
