@@ -9,8 +9,10 @@ weights) and serves one inbox, first come first served, one piece of work at a t
   a segment, then sends the values live across the cut (``UnitProgram.live_after``) to the other
   worker's inbox: pickled into bytes and sent through a pipe (the core-set platform's "link"),
   moved to or from the device on a CUDA platform;
-- requests start and end on the cpu worker (the host owns the inputs and receives the results),
-  so a plan that starts or ends on the gpu pays the copy there, as the cost model says.
+- the host (the calling process) owns the inputs and receives the results: it hands each request
+  to the worker of its first unit (packed, so a plan that starts on the gpu pays the copy there,
+  as the cost model says), and a plan that ends on the gpu sends its result back through the
+  cpu worker.
 
 The coordinator (the calling process) serves all tenants round-robin at one rate, as the cost
 model of ``placement.ir`` assumes: a round is one request of every tenant; up to ``depth`` rounds
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from qosched.core.errors import InputError, QoschedError
 from qosched.placement.platform import Worker, pin, process_context
@@ -192,6 +195,14 @@ def _serve(
         if kind == "start":
             _, t, r = message
             advance(t, r, 0, programs[t].start_env(tenants[t].inputs))
+        elif kind == "input":  # from the host, for a request whose first unit runs here
+            _, t, r, data = message
+            start = time.perf_counter()
+            leaves = unpack(data)
+            values = to_device(programs[t].start_env([leaves[k] for k in sorted(leaves, key=int)]),
+                               device)  # fmt: skip
+            spans.append((f"receive {tenants[t].name}#{r}", me, start, time.perf_counter(), {}))
+            advance(t, r, 0, values)
         elif kind == "data":
             _, t, r, seg, data = message
             start = time.perf_counter()
@@ -325,9 +336,17 @@ def _coordinate(
     origin = time.perf_counter()
 
     def submit(r: int) -> None:
-        for t in range(n):
+        # The host hands each request to the worker of its first unit: routed through the cpu
+        # worker, a request starting on the gpu would wait behind whatever the cpu worker is
+        # computing, and the gpu would sit idle meanwhile.
+        for t, tenant in enumerate(tenants):
             submitted[t, r] = time.perf_counter()
-            inboxes["cpu"].put(("start", t, r))
+            if tenant.assignment[0] == "cpu":
+                inboxes["cpu"].put(("start", t, r))
+            else:
+                leaves = pytree.tree_leaves(tuple(tenant.inputs))
+                inputs = {str(i): x for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)}
+                inboxes[tenant.assignment[0]].put(("input", t, r, pack(inputs)))
 
     for r in range(min(depth, total)):
         submit(r)
