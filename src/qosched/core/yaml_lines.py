@@ -14,6 +14,18 @@ import yaml
 from qosched.core.errors import InputError
 
 
+def read_spec_file(path: str | Path, what: str) -> str:
+    """A spec file's text; InputError naming the file (and ``what`` it is) when it cannot be
+    read as UTF-8."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", source=path) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from exc
+
+
 def join_path(path: str, key: str) -> str:
     """``a.b`` from ``a`` and ``b``; the key alone at the top."""
     return f"{path}.{key}" if path else key

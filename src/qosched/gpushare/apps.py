@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from qosched.core.errors import InputError
-from qosched.core.yaml_lines import join_path, load_with_lines, show_value
+from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file, show_value
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor
@@ -76,13 +76,7 @@ class AppsSpec:
 def load_apps_spec(path: str | Path) -> AppsSpec:
     """Read and validate a spec file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read apps spec: {exc.strerror}", source=path) from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from exc
-    return parse_apps_spec(text, source=path)
+    return parse_apps_spec(read_spec_file(path, "apps spec"), source=path)
 
 
 def parse_apps_spec(text: str, *, source: str | Path = "<spec>") -> AppsSpec:

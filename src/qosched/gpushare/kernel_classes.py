@@ -251,6 +251,15 @@ def _streaming(
     )
 
 
+def _per_output(name: str, cls: str, outputs: int, flops: float, nbytes: float) -> KernelPlan:
+    """One thread per output element in 256-thread blocks, ~32 registers, no shared memory, on
+    CUDA cores: PyTorch's simple kernels (pooling, depthwise convolution, short reductions)."""
+    return KernelPlan(
+        name, cls, _grid(_cdiv(outputs, 256)), (256, 1, 1), 32, 0, flops, nbytes, False,
+        CUDA_CORE_EFFICIENCY,
+    )  # fmt: skip
+
+
 # ---- GEMM and convolution (tiled, implicit GEMM for convolutions) --------------------------
 
 # Tile variants: (rows, cols, threads, registers/thread). 128x128 with 256 threads (8 warps, each
@@ -403,20 +412,7 @@ def conv(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
     groups = max(1, x.shape[1] * out.shape[1] // (w.shape[0] * w.shape[1]))
     total = ctx.traffic(op)
     if groups > 1 and groups == x.shape[1]:
-        return (
-            KernelPlan(
-                "conv_depthwise",
-                "conv",
-                _grid(_cdiv(out.numel, 256)),
-                (256, 1, 1),
-                32,
-                0,
-                op.flops,
-                total,
-                False,
-                CUDA_CORE_EFFICIENCY,
-            ),
-        )
+        return (_per_output("conv_depthwise", "conv", out.numel, op.flops, total),)
     m = out.shape[0] * math.prod(out.shape[2:])
     n = out.shape[1] // groups
     plan = _tiled(
@@ -555,20 +551,7 @@ def reduction(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
     k = max(1, x.numel // out.numel)
     total = ctx.traffic(op)
     if k < 32:
-        return (
-            KernelPlan(
-                "reduce_thread",
-                "reduction",
-                _grid(_cdiv(out.numel, 256)),
-                (256, 1, 1),
-                32,
-                0,
-                op.flops,
-                total,
-                False,
-                CUDA_CORE_EFFICIENCY,
-            ),
-        )
+        return (_per_output("reduce_thread", "reduction", out.numel, op.flops, total),)
     per_output = min(512, max(32, _pow2(_cdiv(k, 4))))
     outputs_per_block = 512 // per_output
     blocks = _cdiv(out.numel, outputs_per_block)
@@ -614,20 +597,7 @@ def pool(op: Operator, ctx: Context) -> tuple[KernelPlan, ...]:
     out = _out(op)
     if out is None:
         return ()
-    return (
-        KernelPlan(
-            "pool",
-            "pool",
-            _grid(_cdiv(out.numel, 256)),
-            (256, 1, 1),
-            32,
-            0,
-            op.flops,
-            ctx.traffic(op),
-            False,
-            CUDA_CORE_EFFICIENCY,
-        ),
-    )
+    return (_per_output("pool", "pool", out.numel, op.flops, ctx.traffic(op)),)
 
 
 @register("elementwise")

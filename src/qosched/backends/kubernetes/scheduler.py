@@ -431,28 +431,15 @@ class K8sScheduler:
             replicas = workers // spec.per_pod
             if replicas != spec.replicas:
                 patch: dict[str, Any] = {"spec": {"replicas": replicas}}
-                if replicas == 0 and job.state is not None and job.state.iterations_done:
-                    patch["metadata"] = {
-                        "annotations": {
-                            J.PROGRESS: J.Progress(
-                                int(job.state.iterations_done), job.state.active_s
-                            ).to_text()
-                        }
-                    }
+                if replicas == 0:
+                    _keep_progress(patch, job)
                 if self._patch_set(spec, patch, report):
                     report.scaled[spec.key] = replicas
             return
         if workers == 0:
             if spec.replicas:
                 patch = {"spec": {"replicas": 0}}
-                if job.state is not None and job.state.iterations_done:
-                    patch["metadata"] = {
-                        "annotations": {
-                            J.PROGRESS: J.Progress(
-                                int(job.state.iterations_done), job.state.active_s
-                            ).to_text()
-                        }
-                    }
+                _keep_progress(patch, job)
                 if self._patch_set(spec, patch, report):
                     report.scaled[spec.key] = 0
             return
@@ -676,3 +663,11 @@ def _cpu_container(name: str, cores: int) -> dict[str, Any]:
         "name": name,
         "resources": {"requests": {"cpu": str(cores)}, "limits": {"cpu": str(cores)}},
     }
+
+
+def _keep_progress(patch: dict[str, Any], job: _Job) -> None:
+    """Add the job's last progress to a patch that scales it to zero: with no pods left, the
+    StatefulSet's annotation is where its progress survives."""
+    if job.state is not None and job.state.iterations_done:
+        progress = J.Progress(int(job.state.iterations_done), job.state.active_s)
+        patch["metadata"] = {"annotations": {J.PROGRESS: progress.to_text()}}

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from qosched.core.errors import InputError
-from qosched.core.yaml_lines import join_path, load_with_lines, show_value
+from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file, show_value
 
 API_VERSION = "qosched/v1"
 KIND = "TrainingJob"
@@ -242,14 +242,8 @@ def load_job_spec(
 
 
 def read_spec_text(path: str | Path) -> str:
-    """A spec file's text; InputError naming the file when it cannot be read as UTF-8."""
-    path = Path(path)
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read job spec: {exc.strerror}", source=path) from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from exc
+    """A job spec file's text; InputError naming the file when it cannot be read as UTF-8."""
+    return read_spec_file(path, "job spec")
 
 
 def _is_int(value: Any) -> bool:
