@@ -1,3 +1,4 @@
+import itertools
 import math
 import time
 
@@ -7,7 +8,7 @@ from placement_helpers import brute_assignments, brute_best, random_problem, ran
 
 from qosched.core.errors import InputError
 from qosched.placement.ir import InfeasibleError, Problem, TenantGraph, loads, switches
-from qosched.placement.search import pareto_candidates, plan
+from qosched.placement.search import _flipped_loads, pareto_candidates, plan
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -90,3 +91,40 @@ def test_smoke_four_tenants_300_units():
     assert len(got.tenants) == 4
     assert all(switches(tp.assignment) <= 4 for tp in got.tenants)
     assert 0 < got.throughput_rps < math.inf
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flipped_loads_equal_loads_recomputed(seed):
+    # The constant-time flip of refine_flips against loads() of the flipped assignment, with
+    # host copies, copy shares, units one processor cannot run and cuts that are forbidden.
+    rng = np.random.default_rng(seed)
+    n = 7
+    cpu = rng.uniform(0.1, 2.0, n)
+    gpu = rng.uniform(0.1, 2.0, n)
+    cut = rng.uniform(0.0, 0.5, n - 1)
+    cpu[rng.integers(1, n - 1)] = math.inf
+    cut[rng.integers(n - 1)] = math.inf
+    t = TenantGraph.from_costs(
+        "t",
+        cpu,
+        gpu,
+        cut,
+        input_to_gpu_s=0.3,
+        output_from_gpu_s=math.inf if seed % 2 else 0.2,
+        copy_share=0.25 * (seed % 3),
+    )
+    checked = 0
+    for a in itertools.product(("cpu", "gpu"), repeat=n):
+        before = loads(t, a)
+        if not all(math.isfinite(x) for x in before):
+            continue
+        for u in range(n):
+            flipped = (*a[:u], "gpu" if a[u] == "cpu" else "cpu", *a[u + 1 :])
+            want = loads(t, flipped)
+            got = _flipped_loads(t, a, u, before)
+            if all(math.isfinite(x) for x in want):
+                assert got == pytest.approx(want, abs=1e-12)
+                checked += 1
+            else:
+                assert got is None
+    assert checked > 20
