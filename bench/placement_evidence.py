@@ -1,7 +1,7 @@
 """COS on this machine, predicted and measured: plans vs baselines vs the bound, search time, and
 the error of the measured per-operator costs.
 
-    PYTHONPATH=src python bench/placement_evidence.py [--requests 20] [--repeats 3] \
+    PYTHONPATH=src python bench/placement_evidence.py [--requests 40] [--repeats 3] \
         [--out evidence.json] [--picture docs/results/img/placement_plan.png]
 
 Platform: two core sets of this machine play the two processors (``cpu-sets``: core 0 is the
@@ -13,6 +13,9 @@ is reported). Then:
 * per-unit cost error: each run's segments (a run of consecutive units on one worker) timed in
   the run against the sum of their units' isolated per-operator costs;
 * contention: each processor's busy time in a run against the plan's predicted load;
+* the runtime model (``placement.replay``): every plan replayed through the runtime's protocol,
+  with the default model (overlap only) and with the model fitted to the *other* mixes' runs
+  (per-message overhead, operator slow-down, contention), against measured;
 * search time: four captured BERT-style tenants of 300+ operators each (roofline costs, no
   weights), and four synthetic tenants of 300 units each.
 """
@@ -40,6 +43,7 @@ from qosched.placement.ir import Plan, Problem, TenantGraph
 from qosched.placement.measured import TenantModel, measure, measured_tenant
 from qosched.placement.platform import CoreSetsPlatform
 from qosched.placement.program import build_model, export_program, model_units, save_program
+from qosched.placement.replay import RuntimeModel, fit_runtime_model, message_samples, replay
 from qosched.placement.runtime import TenantRun, run
 from qosched.placement.search import plan
 from qosched.report.placement_plots import plot_plan
@@ -132,6 +136,7 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
     measured: dict[str, list[float]] = {p: [] for p in plans}
     busy: dict[str, list[tuple[float, float, float, float]]] = {p: [] for p in plans}
     pairs: list[tuple[float, float]] = []
+    samples = []
     equal = True
     for _ in range(args.repeats):
         for plan_name, chosen in plans.items():
@@ -152,12 +157,19 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
                 )
             )
             pairs += segment_errors(result, problem)
+            assignments = [tp.assignment for tp in chosen.tenants]
+            samples += message_samples(result.spans, problem, assignments)
     n = len(models)
     ratios = [m / p for p, m in pairs if p > 0]
     roofline = roofline_ratios(models, found)
     factor = statistics.median(roofline)
+    default = RuntimeModel()
     return {
         "mix": name,
+        "problem": problem,  # for the replays after every mix has run; not written out
+        "assignments": {p: [tp.assignment for tp in c.tenants] for p, c in plans.items()},
+        "message_samples": samples,  # likewise
+        "rounds": args.requests,
         "tenants": [f"{t.name}={t.model}x{t.batch}" for t in models],
         "units": [t.n_units for t in problem.tenants],
         "channel": {"latency_s": found.channel.latency_s, "bandwidth": found.channel.bandwidth},
@@ -167,6 +179,12 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
         "plans": {
             p: {
                 "predicted_rps": chosen.throughput_rps * n,
+                "replayed_default_rps": replay(
+                    problem,
+                    [tp.assignment for tp in chosen.tenants],
+                    default,
+                    rounds=args.requests,
+                ).total_throughput_rps,
                 "measured_rps": statistics.median(measured[p]),
                 "measured_all": measured[p],
                 "busy_vs_predicted": [
@@ -190,6 +208,24 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
             "mean_abs_error": statistics.fmean(abs(r - 1) for r in ratios),
         },
     }
+
+
+def explain_with_other_mixes(mixes: list[dict]) -> None:
+    """Fit the runtime model to every other mix's runs (and, for reference, to the mix's own),
+    and replay each plan with it; the problem and samples are dropped from the record after."""
+    for mix in mixes:
+        others = [s for m in mixes if m is not mix for s in m["message_samples"]]
+        own = fit_runtime_model(mix["message_samples"])
+        mix["runtime_model_own"] = dataclasses.asdict(own)
+        if not others:
+            continue
+        fitted = fit_runtime_model(others)
+        mix["runtime_model_others"] = dataclasses.asdict(fitted)
+        for name, assignments in mix["assignments"].items():
+            replayed = replay(mix["problem"], assignments, fitted, rounds=mix["rounds"])
+            mix["plans"][name]["replayed_fitted_rps"] = replayed.total_throughput_rps
+    for mix in mixes:
+        del mix["problem"], mix["message_samples"]
 
 
 def deep_bert(layers: int):
@@ -220,21 +256,26 @@ def search_times() -> dict:
             for i in range(4)
         )
     )
-    started = time.perf_counter()
-    plan(synthetic, max_switches=4)
-    synthetic_s = time.perf_counter() - started
+    # The median of three: on a shared 2-core machine one run can be off by a third.
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        plan(synthetic, max_switches=4)
+        times.append(time.perf_counter() - started)
+    synthetic_s = statistics.median(times)
     return {
         "captured_operators": [n for n, _ in captured],
         "captured_units": [t.n_units for _, t in captured],
         "captured_search_s": real_s,
         "synthetic_units": [300] * 4,
         "synthetic_search_s": synthetic_s,
+        "synthetic_search_all_s": times,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", help="write every number as JSON here")
     parser.add_argument("--picture", help="draw the first mix's COS plan here")
@@ -246,15 +287,30 @@ def main() -> None:
     for name in args.mixes:
         results["mixes"].append(evaluate_mix(name, MIXES[name], args))
     results["load_after"] = os.getloadavg()
+    explain_with_other_mixes(results["mixes"])
     for mix in results["mixes"]:
         print(f"\n## {mix['mix']}: {', '.join(mix['tenants'])} (units {mix['units']})")
         print(f"outputs equal to the models' bit for bit: {mix['outputs_equal']}")
-        print("| plan | predicted req/s | measured req/s (median) | measured/predicted |")
-        print("|---|---|---|---|")
+        print(
+            "| plan | cost model | replayed: protocol only | replayed: fitted to the other mixes "
+            "| measured (median) | measured / cost model | measured / replayed, fitted |"
+        )
+        print("|---|---|---|---|---|---|---|")
         for name, p in mix["plans"].items():
-            ratio = p["measured_rps"] / p["predicted_rps"]
-            print(f"| {name} | {p['predicted_rps']:.1f} | {p['measured_rps']:.1f} | {ratio:.2f} |")
-        print(f"| LP bound | {mix['bound_rps']:.1f} | | |")
+            fitted = p.get("replayed_fitted_rps", float("nan"))
+            print(
+                f"| {name} | {p['predicted_rps']:.1f} | {p['replayed_default_rps']:.1f} | "
+                f"{fitted:.1f} | {p['measured_rps']:.1f} | "
+                f"{p['measured_rps'] / p['predicted_rps']:.2f} | {p['measured_rps'] / fitted:.2f} |"
+            )
+        print(f"| LP bound | {mix['bound_rps']:.1f} | | | | | |")
+        for key in ("runtime_model_others", "runtime_model_own"):
+            if key in mix:
+                m = mix[key]
+                print(
+                    f"{key}: {m['message_overhead_s'] * 1e6:.0f} us per message, scale "
+                    f"{m['compute_scale']:.2f}, contention {m['contention']:.2f}"
+                )
         s = mix["segments"]
         print(
             f"segments measured/predicted: median {s['median_ratio']:.2f}, p10 "

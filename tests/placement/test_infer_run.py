@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 
 import pytest
 import torch
@@ -12,7 +13,12 @@ import yaml
 from qosched.cli.main import main
 from qosched.core.errors import InputError
 from qosched.placement.planfile import read_plan
-from qosched.placement.platform import CoreSetsPlatform, Worker, parse_platform
+from qosched.placement.platform import (
+    CoreSetsPlatform,
+    Worker,
+    keep_freed_memory,
+    parse_platform,
+)
 from qosched.placement.program import build_model, export_program, model_units, save_program
 from qosched.placement.runtime import TenantRun, run
 from qosched.placement.spec import parse_inference_spec
@@ -95,6 +101,20 @@ def test_a_plan_runs_on_two_core_sets_with_outputs_checked_against_the_model(tmp
     # tenant a's units alternate processors: 4 rounds x 2 gpu segments, b never uses the gpu
     on_gpu = [s for s in result.spans if s.track == "gpu" and "units" in s.name]
     assert len(on_gpu) == 4 * 2 and all(s.args["tenant"] == "a" for s in on_gpu)
+    # One message span around everything a worker does per message, one message at a time:
+    # a takes 3 segments plus its result's way back through the cpu worker, b one segment.
+    messages = [s for s in result.spans if s.name.startswith("message")]
+    per_tenant = {n: sum(s.args["tenant"] == n for s in messages) for n in "ab"}
+    assert per_tenant == {"a": 4 * 4, "b": 4 * 1}
+    for track in ("cpu", "gpu"):
+        mine = sorted((s for s in messages if s.track == track), key=lambda s: s.start_s)
+        ends = [s.start_s + s.duration_s for s in mine]
+        assert all(b.start_s >= end for end, b in zip(ends, mine[1:], strict=False))
+        for inner in (s for s in result.spans if s.track == track and s not in mine):
+            assert any(
+                m.start_s <= inner.start_s and inner.start_s + inner.duration_s <= e + 1e-9
+                for m, e in zip(mine, ends, strict=True)
+            ), inner.name
 
 
 @needs_two_cores
@@ -150,6 +170,10 @@ def test_plan_out_then_run_end_to_end_with_a_valid_trace(tmp_path, capsys):
     assert report["measured_rps"] == pytest.approx(tenant["measured_rps"])
     assert report["mean_latency_s"] == pytest.approx(tenant["mean_latency_s"])
     assert tenant["predicted_rps"] == pytest.approx(planned["throughput_rps"])
+    # the run's own runtime model, fitted to its messages, and the plan replayed with it
+    explained = report["explained"]
+    assert explained["compute_scale"] > 0 and explained["contention"] >= 1
+    assert explained["message_overhead_s"] >= 0 and explained["replayed_rps"] > 0
     trace = json.loads(trace_path.read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     named = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
@@ -262,3 +286,10 @@ def test_the_roofline_platform_takes_a_gpu_calibration_factor():
     with pytest.raises(InputError, match="positive factor") as caught:
         parse_platform({**machine, "gpu_calibration": 0})
     assert caught.value.field == "machine.gpu_calibration"
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_workers_can_keep_freed_memory_on_glibc():
+    # Profiles and runs both start with it (pin); a False here would leave runs paying fresh
+    # pages for every request's activations while the isolated profile does not.
+    assert keep_freed_memory() is True

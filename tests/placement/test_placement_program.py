@@ -34,6 +34,18 @@ def test_units_run_in_order_equal_the_model_bit_for_bit(spec):
     assert torch.equal(program.outputs(env)[0], expected)
 
 
+@pytest.mark.parametrize("spec", ["bert", "placement_helpers:residual"])
+def test_a_unit_run_keeps_only_what_is_read_later(spec):
+    # Values are dropped after their last read, so the environment after unit k holds what
+    # crosses the cut after k and nothing else (values never read excepted: there are none here).
+    model, inputs = build_model(spec, seed=3)
+    program = UnitProgram(export_program(model, inputs), model_units(model, inputs, "t"), "t")
+    env = program.start_env(inputs)
+    for k in range(program.n_units):
+        env = program.run_units(env, k, k + 1)
+        assert set(env) == set(program.live_after(k))
+
+
 def test_the_mlp_is_a_chain_of_three_units_with_one_tensor_per_cut():
     model, inputs = build_model("mlp")
     program = UnitProgram(export_program(model, inputs), model_units(model, inputs, "m"), "m")

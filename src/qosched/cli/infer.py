@@ -39,6 +39,7 @@ from qosched.placement.measured import TenantModel, measure, measured_tenant, pr
 from qosched.placement.planfile import plan_to_dict, read_plan, write_plan
 from qosched.placement.platform import RooflinePlatform, Worker, run_pinned, usable_cores
 from qosched.placement.program import build_model, export_program, model_units, save_program
+from qosched.placement.replay import RuntimeModel, fit_runtime_model, message_samples, replay
 from qosched.placement.runtime import RunResult, TenantRun, run
 from qosched.placement.search import plan
 from qosched.placement.spec import InferenceSpec, load_inference_spec
@@ -202,9 +203,12 @@ def _show(cos: Plan, compared: dict[str, Plan], result: dict, title: str) -> Non
     console.print(f"search {result['search_s']:.2f} s")
 
 
-def prepare_run(spec: InferenceSpec, plan_path: str | Path) -> tuple[list[TenantRun], list, Plan]:
-    """The tenants of ``spec`` ready to run ``plan_path``'s plan, their outputs run unsplit, and
-    the plan as scored by its own costs. InputError when the plan does not fit the spec."""
+def prepare_run(
+    spec: InferenceSpec, plan_path: str | Path
+) -> tuple[list[TenantRun], list, Plan, Problem]:
+    """The tenants of ``spec`` ready to run ``plan_path``'s plan, their outputs run unsplit, the
+    plan as scored by its own costs, and those costs. InputError when the plan does not fit the
+    spec."""
     planned = read_plan(plan_path)
     if planned.machine != spec.platform.to_dict():
         raise InputError(
@@ -247,10 +251,35 @@ def prepare_run(spec: InferenceSpec, plan_path: str | Path) -> tuple[list[Tenant
                 scored.assignment,
             )
         )
-    return tenants, expected, planned.plan
+    return tenants, expected, planned.plan, planned.problem
 
 
-def run_report(result: RunResult, predicted: Plan) -> dict:
+def explain(result: RunResult, predicted: Plan, problem: Problem) -> dict | None:
+    """The runtime model fitted to this run's own messages, and the throughput the replay of the
+    plan gives with it: how much of the gap between predicted and measured the protocol, the
+    per-message overhead, the slower operators and the workers' contention account for. ``None``
+    when the run timed too few messages to fit."""
+    assignments = [t.assignment for t in predicted.tenants]
+    try:
+        model = fit_runtime_model(
+            message_samples(result.spans, problem, assignments), depth=result.depth
+        )
+    except InputError:
+        return None
+    replayed = replay(problem, assignments, model, rounds=result.rounds, warmup=result.warmup)
+    return {
+        "message_overhead_s": model.message_overhead_s,
+        "compute_scale": model.compute_scale,
+        "contention": model.contention,
+        "replayed_rps": replayed.total_throughput_rps,
+        "replayed_default_rps": replay(
+            problem, assignments, RuntimeModel(depth=result.depth), rounds=result.rounds,
+            warmup=result.warmup,
+        ).total_throughput_rps,
+    }  # fmt: skip
+
+
+def run_report(result: RunResult, predicted: Plan, problem: Problem) -> dict:
     """The ``infer run --json`` object: measured against predicted, per tenant and in total."""
     latency = {t.name: t.latency_s for t in predicted.tenants}
     return {
@@ -266,6 +295,7 @@ def run_report(result: RunResult, predicted: Plan) -> dict:
             "cpu": predicted.cpu_s * result.rounds,
             "gpu": predicted.gpu_s * result.rounds,
         },
+        "explained": explain(result, predicted, problem),
         "tenants": [
             {
                 "name": t.name,
@@ -284,7 +314,7 @@ def run_report(result: RunResult, predicted: Plan) -> dict:
 def run_run(args: argparse.Namespace) -> int:
     spec = load_inference_spec(args.spec)
     workers = spec.platform.workers()
-    tenants, expected, predicted = prepare_run(spec, args.plan)
+    tenants, expected, predicted, problem = prepare_run(spec, args.plan)
     # A GPU's kernels round differently from the CPU's: there, results are checked to 1e-3.
     tolerance = 1e-3 if any(w.device != "cpu" for w in workers) else None
     result = run(
@@ -296,7 +326,7 @@ def run_run(args: argparse.Namespace) -> int:
         depth=args.depth,
         expected=expected,
     )
-    report = run_report(result, predicted)
+    report = run_report(result, predicted, problem)
     if args.trace:
         write_chrome_trace(result.spans, args.trace)
     if args.json:
@@ -330,4 +360,13 @@ def run_run(args: argparse.Namespace) -> int:
         f"{report['predicted_rps']:.1f} predicted ({report['ratio']:.2f}x); mean latency "
         f"{report['mean_latency_s'] * 1e3:.2f} ms"
     )
+    explained = report["explained"]
+    if explained is not None:
+        Console().print(
+            f"this run's runtime model: {explained['message_overhead_s'] * 1e6:.0f} us per "
+            f"message, operators {explained['compute_scale']:.2f}x their isolated times, "
+            f"{explained['contention']:.2f}x slower while both workers are busy; replayed with "
+            f"it, the plan gives {explained['replayed_rps']:.1f} req/s (the protocol alone: "
+            f"{explained['replayed_default_rps']:.1f})"
+        )
     return 0

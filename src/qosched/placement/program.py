@@ -20,6 +20,7 @@ runtime must move when consecutive units run on different processors.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ class _Step:
     target: Any
     args: tuple
     kwargs: dict
+    frees: tuple[str, ...] = ()  # values read for the last time here (dropped after it)
 
 
 class UnitProgram:
@@ -192,6 +194,26 @@ class UnitProgram:
             for k in range(self.n_units)
         ]
         self._nodes = {n.name: n for n in nodes}
+        self._free_after_last_read()
+
+    def _free_after_last_read(self) -> None:
+        """Mark each value to be dropped after the step that reads it last, in execution order
+        (unit by unit): a request then holds only the activations still to be read, as eager
+        PyTorch would, instead of freeing all of them at once when it ends (which a worker pays
+        between requests, outside any segment's time)."""
+        kept = set(self.output_names) | set(self.constants)
+        last: dict[str, tuple[int, int]] = {}
+        for unit, steps in enumerate(self._steps):
+            for i, step in enumerate(steps):
+                for dep in self._nodes[step.name].all_input_nodes:
+                    if dep.name not in kept:
+                        last[dep.name] = (unit, i)
+        frees: dict[tuple[int, int], list[str]] = {}
+        for name, at in last.items():
+            frees.setdefault(at, []).append(name)
+        for (unit, i), names in frees.items():
+            step = self._steps[unit][i]
+            self._steps[unit][i] = dataclasses.replace(step, frees=tuple(names))
 
     def to(self, device: torch.device | str) -> UnitProgram:
         """Move the constants to ``device`` and make nodes that create tensors (a ``device=``
@@ -201,9 +223,7 @@ class UnitProgram:
         for steps in self._steps:
             for i, step in enumerate(steps):
                 if isinstance(step.kwargs.get("device"), torch.device):
-                    steps[i] = _Step(
-                        step.name, step.target, step.args, {**step.kwargs, "device": device}
-                    )
+                    steps[i] = dataclasses.replace(step, kwargs={**step.kwargs, "device": device})
         return self
 
     def steps(self, unit: int) -> list[_Step]:
@@ -224,7 +244,8 @@ class UnitProgram:
         return dict(zip(self.input_names, leaves, strict=True))
 
     def run_units(self, env: Env, start: int, stop: int) -> Env:
-        """Execute units ``start`` .. ``stop - 1`` on ``env`` (updated in place and returned)."""
+        """Execute units ``start`` .. ``stop - 1`` on ``env``: the values after them (those read
+        for the last time on the way dropped)."""
         scope = {**self.constants, **env}
         with torch.no_grad():
             for unit in range(start, stop):
@@ -232,8 +253,9 @@ class UnitProgram:
                     args = fx.node.map_arg(step.args, lambda n: scope[n.name])
                     kwargs = fx.node.map_arg(step.kwargs, lambda n: scope[n.name])
                     scope[step.name] = step.target(*args, **kwargs)
-        env.update({k: v for k, v in scope.items() if k not in self.constants})
-        return env
+                    for name in step.frees:
+                        del scope[name]
+        return {k: v for k, v in scope.items() if k not in self.constants}
 
     def live_after(self, unit: int) -> tuple[str, ...]:
         """Names of the values that must cross the cut after ``unit`` (all outputs after the

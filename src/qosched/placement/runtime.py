@@ -9,16 +9,25 @@ weights) and serves one inbox, first come first served, one piece of work at a t
   a segment, then sends the values live across the cut (``UnitProgram.live_after``) to the other
   worker's inbox: pickled into bytes and sent through a pipe (the core-set platform's "link"),
   moved to or from the device on a CUDA platform;
-- the host (the calling process) owns the inputs and receives the results: it hands each request
-  to the worker of its first unit (packed, so a plan that starts on the gpu pays the copy there,
-  as the cost model says), and a plan that ends on the gpu sends its result back through the
-  cpu worker.
+- the host owns the inputs and the results. The cost model's host is the cpu worker: a result
+  there is delivered (a plan that ends on the gpu sends its result back to it), and the calling
+  process hands each request to the worker of its first unit (packed, so a plan that starts on
+  the gpu pays the copy there, as the cost model says).
+
+Every message between processes goes through a ``SimpleQueue``, written in the sender's thread
+and drained on the other side by a thread of its own (see ``_drained``). Workers keep freed
+memory for reuse (``placement.platform.keep_freed_memory``), as the isolated profile does.
 
 The coordinator (the calling process) serves all tenants round-robin at one rate, as the cost
 model of ``placement.ir`` assumes: a round is one request of every tenant; up to ``depth`` rounds
 are in flight (2 lets both processors work on different rounds at once), and round ``r + depth``
-is admitted when round ``r`` has finished. The first ``warmup`` rounds are not measured. Every
-result is compared with the tenant's program run unsplit in the coordinator (``torch.equal``).
+is admitted when round ``r`` has finished. The first ``warmup`` rounds are not measured. The
+cpu worker compares every result with the tenant's program run unsplit (``torch.equal``) and
+tells the coordinator when it finished and whether it was equal.
+
+Besides a span per segment, copy and unpack, each worker records one ``message`` span around
+everything it does for a message: its busy time, overheads included, which
+``placement.replay.message_samples`` fits the runtime model to.
 
 Times come from ``time.perf_counter`` (CLOCK_MONOTONIC on Linux, the same clock in every
 process), so the workers' spans line up on one timeline.
@@ -29,6 +38,7 @@ from __future__ import annotations
 import pickle
 import queue as queue_module
 import statistics
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -120,20 +130,45 @@ def to_device(values: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
 
 
+def _drained(source: Any, *, until: str) -> queue_module.Queue:
+    """A local queue that a thread fills from ``source`` (a ``SimpleQueue``), up to and with the
+    first message of kind ``until``.
+
+    Every message between processes goes through a ``SimpleQueue``, whose ``put`` writes to the
+    pipe in the caller's thread. A ``Queue`` hands the bytes to a feeder thread instead, which
+    shares the sender's core with its computing main thread: runs showed messages arriving
+    0.5-2 ms late, a round's worth of idle time per few rounds. A synchronous write blocks while
+    the pipe is full, so the reading side drains its pipe in a thread of its own; no two workers
+    can then block each other by sending at once.
+    """
+    local: queue_module.Queue = queue_module.Queue()
+
+    def drain() -> None:
+        while True:
+            message = source.get()
+            local.put(message)
+            if message[0] == until:
+                return
+
+    threading.Thread(target=drain, name="qosched-inbox", daemon=True).start()
+    return local
+
+
 def _worker_main(
     worker: Worker,
     tenants: Sequence[TenantRun],
     inboxes: dict[str, Any],
     done: Any,
+    check: _Check,
 ) -> None:
     try:
-        _serve(worker, tenants, inboxes, done)
+        _serve(worker, tenants, inboxes, done, check)
     except BaseException:
         done.put(("error", worker.processor, traceback.format_exc()))
 
 
 def _serve(
-    worker: Worker, tenants: Sequence[TenantRun], inboxes: dict[str, Any], done: Any
+    worker: Worker, tenants: Sequence[TenantRun], inboxes: dict[str, Any], done: Any, check: _Check
 ) -> None:
     pin(worker.cores)
     me = worker.processor
@@ -143,7 +178,7 @@ def _serve(
     programs = [UnitProgram(load_program(t.program), t.units, t.name).to(device) for t in tenants]
     plans = [segments(t.assignment) for t in tenants]
     spans: list[tuple[str, str, float, float, dict]] = []
-    inbox = inboxes[me]
+    inbox = _drained(inboxes[me], until="stop")
     done.put(("ready", me, time.perf_counter()))
 
     def send(t: int, r: int, seg: int, values: dict[str, Any], to: str) -> None:
@@ -154,8 +189,11 @@ def _serve(
         spans.append((f"send {tenants[t].name}#{r}", me, start, time.perf_counter(), {"to": to}))
 
     def finish(t: int, r: int, values: dict[str, Any]) -> None:
-        outputs = [values[n] for n in programs[t].output_names]
-        done.put(("done", t, r, time.perf_counter(), pack({"outputs": outputs})))
+        # The result is on the host (the cpu worker): delivered. The coordinator only learns
+        # when and whether it was right; shipping the tensors on to it would cost this worker a
+        # copy the plan's costs do not have.
+        at = time.perf_counter()
+        done.put(("done", t, r, at, check.same(t, [values[n] for n in programs[t].output_names])))
 
     def advance(t: int, r: int, seg: int, values: dict[str, Any]) -> None:
         plan = plans[t]
@@ -192,6 +230,11 @@ def _serve(
         if kind == "stop":
             done.put(("spans", me, spans))
             return
+        # One span per message as well, around everything the worker does for it (unpacking,
+        # the segment, packing, finishing): what the worker is busy with, overheads included.
+        t, r = message[1], message[2]
+        seg = message[3] if kind == "data" else 0
+        handled = time.perf_counter()
         if kind == "start":
             _, t, r = message
             advance(t, r, 0, programs[t].start_env(tenants[t].inputs))
@@ -209,6 +252,8 @@ def _serve(
             values = to_device(unpack(data), device)
             spans.append((f"receive {tenants[t].name}#{r}", me, start, time.perf_counter(), {}))
             advance(t, r, seg, values)
+        args = {"tenant": tenants[t].name, "request": r, "segment": seg}
+        spans.append((f"message {tenants[t].name}#{r}", me, handled, time.perf_counter(), args))
 
 
 @dataclass(frozen=True)
@@ -271,13 +316,14 @@ def run(
     for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0), ("depth", depth, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise InputError(f"expected a whole number >= {low}, got {value!r}", field=name)
+    check = _Check(None if expected is None else tuple(tuple(e) for e in expected), tolerance)
     context = process_context()
-    inboxes = {w.processor: context.Queue() for w in workers}
-    done = context.Queue()
+    inboxes = {w.processor: context.SimpleQueue() for w in workers}
+    done = context.SimpleQueue()
     processes = [
         context.Process(
             target=_worker_main,
-            args=(w, list(tenants), inboxes, done),
+            args=(w, list(tenants), inboxes, done, check),
             name=f"qosched-{w.processor}",
             daemon=True,
         )
@@ -285,11 +331,13 @@ def run(
     ]
     for process in processes:
         process.start()
+    results = _drained(done, until="closed")
     try:
         return _coordinate(
-            tenants, processes, inboxes, done, rounds, warmup, depth, expected, tolerance
+            tenants, processes, inboxes, results, rounds, warmup, depth, expected, tolerance
         )
     finally:
+        done.put(("closed",))
         for process in processes:
             process.join(timeout=10)
             if process.is_alive():
@@ -314,6 +362,24 @@ def _get(done: Any, processes: list, timeout: float) -> tuple:
         if message[0] == "error":
             raise RuntimeFailure(f"the {message[1]} worker failed:\n{message[2]}")
         return message
+
+
+@dataclass(frozen=True)
+class _Check:
+    """What the finishing worker compares each result with: tenant i's outputs run unsplit
+    (``None``: nothing to compare), bit for bit or within ``tolerance``."""
+
+    expected: tuple[tuple[torch.Tensor, ...], ...] | None
+    tolerance: float | None
+
+    def same(self, t: int, outputs: Sequence[Any]) -> bool | None:
+        if self.expected is None:
+            return None
+        want = self.expected[t]
+        return len(outputs) == len(want) and all(
+            isinstance(a, torch.Tensor) and _same(a.cpu(), b, self.tolerance)
+            for a, b in zip(outputs, want, strict=False)
+        )
 
 
 def _same(a: torch.Tensor, b: torch.Tensor, tolerance: float | None) -> bool:
@@ -352,14 +418,10 @@ def _coordinate(
         submit(r)
     next_round = min(depth, total)
     while len(finished) < n * total:
-        _, t, r, at, data = _get(done, processes, RESULT_TIMEOUT_S)
+        _, t, r, at, same = _get(done, processes, RESULT_TIMEOUT_S)
         finished[t, r] = at
         if expected is not None:
-            outputs = unpack(data)["outputs"]
-            same = len(outputs) == len(expected[t]) and all(
-                _same(a, b, tolerance) for a, b in zip(outputs, expected[t], strict=False)
-            )
-            equal[t] = equal[t] and same
+            equal[t] = equal[t] and bool(same)
         remaining[r] -= 1
         if remaining[r] == 0 and next_round < total:
             submit(next_round)
@@ -389,7 +451,7 @@ def _coordinate(
     spans = []
     for name, track, s, e, args in raw:
         spans.append(Span(name, "qosched infer run", track, max(0.0, s - origin), e - s, args))
-        if s >= start and not name.startswith(("send", "receive")):
+        if s >= start and name.startswith("message"):
             busy[track] = busy.get(track, 0.0) + (e - s)
     return RunResult(
         tenants=tuple(results),

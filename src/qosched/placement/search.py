@@ -172,10 +172,15 @@ def pareto_candidates(
         ok = pts[:, 0] + pts[:, 1] + pts[:, 2] * (1 - 2 * share) <= limit
         return pts[ok], tag[ok]
 
+    tags: dict[tuple[int, ...], np.ndarray] = {}  # read only: indexing them makes copies
+
     def tagged(pts: np.ndarray, *cols: int) -> np.ndarray:
-        tag = np.empty((len(pts), len(cols) + 1), np.int64)
-        tag[:, :-1] = cols
-        tag[:, -1] = np.arange(len(pts))
+        tag = tags.get((len(pts), *cols))
+        if tag is None:
+            tag = np.empty((len(pts), len(cols) + 1), np.int64)
+            tag[:, :-1] = cols
+            tag[:, -1] = np.arange(len(pts))
+            tags[(len(pts), *cols)] = tag
         return tag
 
     empty = np.zeros((0, 3))

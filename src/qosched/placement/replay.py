@@ -1,0 +1,326 @@
+"""What the runtime does with a plan, replayed in simulated time: throughput with the overlap
+the round-robin cost model of ``placement.ir`` takes for granted.
+
+The cost model scores a plan by its busiest resource per round, as if the two processors always
+found work. The runtime (``placement.runtime``) cannot always give them work: a request's
+segments follow each other, each worker serves its inbox first come first served, and only
+``depth`` rounds are in flight (round ``r + depth`` is admitted when round ``r`` has finished).
+:func:`replay` plays exactly that protocol on the plan's costs, event by event:
+
+- the host hands each request of a round, tenant by tenant, to the worker of its first unit
+  (a request starting on the gpu pays the input copy there);
+- a worker takes one message at a time: it unpacks the values (its share of the copy), runs
+  the segment (``message_overhead_s + compute_scale * the units' costs``) and packs the live
+  values for the other worker (its share of the next copy); the part of a copy neither end
+  spends (``1 - 2 * copy_share``) is in flight;
+- a request whose plan ends on the gpu comes back through the cpu worker, which finishes it.
+
+:class:`RuntimeModel` holds what isolated operator timings miss, each fitted to a run's own
+spans by :func:`fit_runtime_model`: a fixed cost per message (the worker's dispatch, the
+interpreter), a scale on the isolated costs (operators run cold in a run, hot when profiled),
+and ``contention``: how much slower a worker computes while the other one is busy too (the two
+processors share caches and memory bandwidth on one machine). With the defaults (no overhead,
+scale 1, no contention) the replay differs from the cost model only by the overlap it loses.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qosched.core.errors import InputError
+from qosched.placement.ir import PROCESSORS, Problem, TenantGraph, check_assignment
+from qosched.report.trace import Span
+
+_EPS = 1e-15
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """How the runtime executes a plan beyond the isolated costs (see the module doc)."""
+
+    depth: int = 2
+    message_overhead_s: float = 0.0
+    compute_scale: float = 1.0
+    contention: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
+            raise InputError(f"expected a depth >= 1, got {self.depth!r}", field="depth")
+        for name, low in (("message_overhead_s", 0.0), ("compute_scale", 0.0), ("contention", 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputError(f"expected a number, got {value!r}", field=name)
+            if not low <= value < math.inf or (name == "compute_scale" and value == 0):
+                raise InputError(f"expected a finite {name} >= {low}, got {value!r}", field=name)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The outcome of a replay: requests per second of each tenant (in problem order) over the
+    measured rounds, and the fraction of the measured window each processor was busy."""
+
+    throughput_rps: tuple[float, ...]
+    busy_fraction: dict[str, float]
+
+    @property
+    def total_throughput_rps(self) -> float:
+        return sum(self.throughput_rps)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One message's work on one worker: unpack, run a segment (or nothing), pack."""
+
+    receive_s: float
+    compute_s: float
+    send_s: float
+    in_flight_s: float  # of the copy that follows, after the pack
+    finishes: bool  # the request is done when this step ends
+
+
+def _steps(
+    tenant: TenantGraph, assignment: Sequence[str], model: RuntimeModel
+) -> tuple[float, list[tuple[str, _Step]]]:
+    """The host's delay before the first message arrives, and ``(processor, step)`` for every
+    message of one request, in order."""
+    check_assignment(tenant, assignment)
+    share = tenant.copy_share
+    segments: list[tuple[str, int, int]] = []
+    for i, p in enumerate(assignment):
+        if segments and segments[-1][0] == p:
+            segments[-1] = (p, segments[-1][1], i + 1)
+        else:
+            segments.append((p, i, i + 1))
+    # The copy before each segment (None: a request starting on the cpu has none), then the
+    # result's way back when the last segment runs on the gpu.
+    copies: list[float | None] = [tenant.input_to_gpu_s if assignment[0] == "gpu" else None]
+    copies += [tenant.transfer_s[lo - 1] for _, lo, _ in segments[1:]]
+    if segments[-1][0] == "gpu":
+        copies.append(tenant.output_from_gpu_s)
+    steps = []
+    for j, (p, lo, hi) in enumerate(segments):
+        costs = tenant.cpu_s if p == "cpu" else tenant.gpu_s
+        before = copies[j]
+        after = copies[j + 1] if j + 1 < len(copies) else None
+        step = _Step(
+            receive_s=0.0 if before is None else share * before,
+            compute_s=model.message_overhead_s + model.compute_scale * sum(costs[lo:hi]),
+            send_s=0.0 if after is None else share * after,
+            in_flight_s=0.0 if after is None else (1 - 2 * share) * after,
+            finishes=after is None,
+        )
+        steps.append((p, step))
+    if segments[-1][0] == "gpu":  # the cpu worker unpacks the result and finishes the request
+        back = _Step(share * tenant.output_from_gpu_s, model.message_overhead_s, 0.0, 0.0, True)
+        steps.append(("cpu", back))
+    if any(not math.isfinite(s.receive_s + s.compute_s + s.send_s) for _, s in steps):
+        raise InputError(
+            f"tenant {tenant.name!r}: the plan runs a unit or a copy the platform cannot run",
+            field="assignment",
+        )
+    first = copies[0]
+    host_delay = 0.0 if first is None else (1 - share) * first  # the host packs; in flight
+    return host_delay, steps
+
+
+def _busy_within(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> float:
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in intervals)
+
+
+def replay(
+    problem: Problem,
+    assignments: Sequence[Sequence[str]],
+    model: RuntimeModel = RuntimeModel(),
+    *,
+    rounds: int = 20,
+    warmup: int = 2,
+) -> Replayed:
+    """Play ``warmup + rounds`` rounds of every tenant through the runtime's protocol; measure
+    as the runtime does, from the first submission of round ``warmup`` to each tenant's last
+    result."""
+    if len(assignments) != len(problem.tenants):
+        raise InputError(
+            f"expected {len(problem.tenants)} assignments, got {len(assignments)}",
+            field="assignments",
+        )
+    for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InputError(f"expected a whole number >= {low}, got {value!r}", field=name)
+    plans = [_steps(t, a, model) for t, a in zip(problem.tenants, assignments, strict=True)]
+    n, total = len(plans), warmup + rounds
+    # Messages on their way (time, order, processor, tenant, round, step) and waiting in each
+    # worker's inbox (arrival, order, tenant, round, step): both first come first served.
+    arrivals: list[tuple[float, int, str, int, int, int]] = []
+    inbox: dict[str, list[tuple[float, int, int, int, int]]] = {p: [] for p in PROCESSORS}
+    current: dict[str, list | None] = {p: None for p in PROCESSORS}  # [work left, t, r, k]
+    busy: dict[str, list[tuple[float, float]]] = {p: [] for p in PROCESSORS}
+    submitted: dict[tuple[int, int], float] = {}
+    finished: dict[tuple[int, int], float] = {}
+    remaining = [n] * total
+    order = 0
+    now = 0.0
+
+    def send(at: float, processor: str, t: int, r: int, k: int) -> None:
+        nonlocal order
+        heapq.heappush(arrivals, (at, order, processor, t, r, k))
+        order += 1
+
+    def submit(r: int) -> None:
+        for t, (host_delay, steps) in enumerate(plans):
+            submitted[t, r] = now
+            send(now + host_delay, steps[0][0], t, r, 0)
+
+    for r in range(min(model.depth, total)):
+        submit(r)
+    next_round = min(model.depth, total)
+    while len(finished) < n * total:
+        while arrivals and arrivals[0][0] <= now + _EPS:
+            at, o, p, t, r, k = heapq.heappop(arrivals)
+            heapq.heappush(inbox[p], (at, o, t, r, k))
+        for p in PROCESSORS:
+            if current[p] is None and inbox[p]:
+                _, _, t, r, k = heapq.heappop(inbox[p])
+                step = plans[t][1][k][1]
+                current[p] = [step.receive_s + step.compute_s + step.send_s, t, r, k]
+        working = [p for p in PROCESSORS if current[p] is not None]
+        rate = 1.0 / model.contention if len(working) == 2 else 1.0
+        dt = min((current[p][0] / rate for p in working), default=math.inf)
+        if arrivals:
+            dt = min(dt, arrivals[0][0] - now)
+        if math.isinf(dt):  # nothing running, nothing on its way: a bug, not bad input
+            raise AssertionError("replay stalled with requests outstanding")
+        dt = max(dt, 0.0)
+        for p in working:
+            busy[p].append((now, now + dt))
+        now += dt
+        for p in working:
+            work = current[p]
+            work[0] -= dt * rate
+            if work[0] > _EPS:
+                continue
+            current[p] = None
+            _, t, r, k = work
+            steps = plans[t][1]
+            step = steps[k][1]
+            if not step.finishes:
+                send(now + step.in_flight_s, steps[k + 1][0], t, r, k + 1)
+                continue
+            finished[t, r] = now
+            remaining[r] -= 1
+            if remaining[r] == 0 and next_round < total:
+                submit(next_round)
+                next_round += 1
+    start = min(submitted[t, warmup] for t in range(n))
+    end = max(finished.values())
+    rates = []
+    for t in range(n):
+        last = max(finished[t, r] for r in range(warmup, total))
+        rates.append(rounds / (last - start) if last > start else math.inf)
+    window = end - start
+    fraction = {
+        p: _busy_within(busy[p], start, end) / window if window > 0 else 0.0 for p in PROCESSORS
+    }
+    return Replayed(tuple(rates), fraction)
+
+
+@dataclass(frozen=True)
+class MessageSample:
+    """One message a worker handled in a run: the isolated cost of the units it ran (0 for a
+    result coming back), the copies' shares it spent by the cost model, how long it took, and
+    the fraction of that time the other worker was busy too."""
+
+    isolated_s: float
+    copies_s: float
+    measured_s: float
+    overlap: float
+
+
+def message_samples(
+    spans: Iterable[Span], problem: Problem, assignments: Sequence[Sequence[str]]
+) -> list[MessageSample]:
+    """The messages of a run's timeline (``RunResult.spans``, one ``message`` span each) against
+    the costs and the plan (``assignments`` in problem order) the run executed."""
+    if len(assignments) != len(problem.tenants):
+        raise InputError(
+            f"expected {len(problem.tenants)} assignments, got {len(assignments)}",
+            field="assignments",
+        )
+    plans = {
+        t.name: (t, _steps(t, a, RuntimeModel())[1])
+        for t, a in zip(problem.tenants, assignments, strict=True)
+    }
+    messages = [s for s in spans if s.name.startswith("message") and s.track in PROCESSORS]
+    busy: dict[str, list[tuple[float, float]]] = {p: [] for p in PROCESSORS}
+    for span in messages:
+        busy[span.track].append((span.start_s, span.start_s + span.duration_s))
+    samples = []
+    for span in messages:
+        name = str(span.args["tenant"])
+        if name not in plans:
+            raise InputError(f"the run has a tenant {name!r} the problem has not")
+        _, steps = plans[name]
+        k = int(span.args["segment"])  # type: ignore[arg-type]
+        if not 0 <= k < len(steps) or steps[k][0] != span.track:
+            raise InputError(
+                f"tenant {name!r}: message {k} on the {span.track} worker does not fit the plan",
+                field="assignments",
+            )
+        step = steps[k][1]
+        other = "gpu" if span.track == "cpu" else "cpu"
+        end = span.start_s + span.duration_s
+        overlap = _busy_within(busy[other], span.start_s, end)
+        samples.append(
+            MessageSample(
+                isolated_s=step.compute_s,  # the default model: the units' isolated costs
+                copies_s=step.receive_s + step.send_s,
+                measured_s=span.duration_s,
+                overlap=min(1.0, overlap / span.duration_s) if span.duration_s > 0 else 0.0,
+            )
+        )
+    return samples
+
+
+def fit_runtime_model(samples: Sequence[MessageSample], *, depth: int = 2) -> RuntimeModel:
+    """``measured - copies = overhead + scale * isolated * (1 + (contention - 1) * overlap)``,
+    fitted by least squares on relative error (short and long messages weigh alike).
+
+    Linear in ``(overhead, scale, scale * (contention - 1))``. A term that comes out below its
+    range (a negative overhead, or contention below 1) is dropped and the rest refitted, so the
+    model never makes a worker faster with company than alone.
+    """
+    usable = [s for s in samples if s.measured_s > 0 and math.isfinite(s.isolated_s + s.copies_s)]
+    if len(usable) < 3:
+        raise InputError(f"expected at least 3 timed messages, got {len(usable)}", field="samples")
+    y = np.array([s.measured_s - s.copies_s for s in usable])
+    iso = np.array([s.isolated_s for s in usable])
+    ovl = np.array([s.overlap for s in usable])
+    weight = 1.0 / np.array([s.measured_s for s in usable])
+    columns = {"overhead": np.ones_like(y), "scale": iso, "extra": iso * ovl}
+
+    def solve(names: list[str]) -> dict[str, float]:
+        a = np.column_stack([columns[n] for n in names]) * weight[:, None]
+        coef, *_ = np.linalg.lstsq(a, y * weight, rcond=None)
+        return dict(zip(names, (float(c) for c in coef), strict=True))
+
+    names = ["overhead", "scale", "extra"]
+    fitted = solve(names)
+    for _ in range(2):
+        bad = [n for n in ("overhead", "extra") if n in fitted and fitted[n] < 0]
+        if not bad:
+            break
+        names = [n for n in names if n not in bad]
+        fitted = solve(names)
+    scale = fitted.get("scale", 0.0)
+    if not scale > 0:
+        raise InputError("the timed messages do not grow with their isolated cost", field="samples")
+    return RuntimeModel(
+        depth=depth,
+        message_overhead_s=fitted.get("overhead", 0.0),
+        compute_scale=scale,
+        contention=1.0 + fitted.get("extra", 0.0) / scale,
+    )
