@@ -10,6 +10,9 @@ COS plans, the four baselines and the LP bound are scored by the cost model, and
 run for real ``--repeats`` times (interleaved, so a disturbance hits all plans alike; the median
 is reported). Then:
 
+* calibration: the two whole-model plans are run first and every tenant's costs on each
+  processor scaled by how much slower it ran than profiled (``placement.calibrate``); all plans
+  are made and predicted on the calibrated costs (COS on the isolated costs is run too);
 * per-unit cost error: each run's segments (a run of consecutive units on one worker) timed in
   the run against the sum of their units' isolated per-operator costs;
 * contention: each processor's busy time in a run against the plan's predicted load;
@@ -38,8 +41,9 @@ from qosched.hardware.catalog import gpu, link
 from qosched.hardware.measure import measure_cpu
 from qosched.placement import baselines
 from qosched.placement.bound import lp_bound
+from qosched.placement.calibrate import calibrated, measure_scales, merge
 from qosched.placement.costs import CostModel, tenant_from_graph
-from qosched.placement.ir import Plan, Problem, TenantGraph
+from qosched.placement.ir import Plan, Problem, TenantGraph, evaluate
 from qosched.placement.measured import TenantModel, measure, measured_tenant
 from qosched.placement.platform import CoreSetsPlatform
 from qosched.placement.program import build_model, export_program, model_units, save_program
@@ -117,15 +121,12 @@ def roofline_ratios(models: list[TenantModel], found) -> list[float]:
 def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace) -> dict:
     workers = PLATFORM.workers()
     found = measure(models, workers, seed=0, cache_path=args.cache)
-    problem = Problem(
+    isolated = Problem(
         tuple(
             measured_tenant(c, g, found.channel, None)
             for c, g in zip(found.cpu, found.gpu, strict=True)
         )
     )
-    plans, bound_rps, search_s = plans_for(problem)
-    if args.picture and name == next(iter(MIXES)):
-        plot_plan(problem, plans["cos"], args.picture, title=f"COS, mix {name}")
     programs, expected = [], []
     for tenant in models:
         model, inputs = build_model(tenant.model, batch=tenant.batch, seed=0)
@@ -133,6 +134,28 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
         with torch.no_grad():
             expected.append([model(*inputs)])
         programs.append((save_program(export_program(model, inputs)), units, inputs))
+
+    def execute(chosen: Plan):
+        runs = [
+            TenantRun(t.name, prog, units, inputs, chosen.assignment(t.name))
+            for t, (prog, units, inputs) in zip(models, programs, strict=True)
+        ]
+        return run(runs, workers, rounds=args.requests, warmup=2, expected=expected)
+
+    # Calibration: every tenant alone on each processor (the two whole-model plans), then every
+    # plan below is made and predicted on the calibrated costs.
+    calibration = merge(
+        measure_scales(execute(base).spans, isolated, PLATFORM.to_dict())
+        for base in (baselines.all_cpu(isolated), baselines.all_gpu(isolated))
+    )
+    problem = calibrated(isolated, calibration)
+    plans, bound_rps, search_s = plans_for(problem)
+    uncalibrated = plan(isolated, max_switches=4)
+    plans["cos_uncalibrated"] = evaluate(
+        problem, [tp.assignment for tp in uncalibrated.tenants], method="cos_uncalibrated"
+    )
+    if args.picture and name == next(iter(MIXES)):
+        plot_plan(problem, plans["cos"], args.picture, title=f"COS, mix {name}")
     measured: dict[str, list[float]] = {p: [] for p in plans}
     busy: dict[str, list[tuple[float, float, float, float]]] = {p: [] for p in plans}
     pairs: list[tuple[float, float]] = []
@@ -140,11 +163,7 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
     equal = True
     for _ in range(args.repeats):
         for plan_name, chosen in plans.items():
-            runs = [
-                TenantRun(t.name, prog, units, inputs, chosen.assignment(t.name))
-                for t, (prog, units, inputs) in zip(models, programs, strict=True)
-            ]
-            result = run(runs, workers, rounds=args.requests, warmup=2, expected=expected)
+            result = execute(chosen)
             print(f"{name} {plan_name}: {result.total_throughput_rps:.1f} req/s", flush=True)
             equal = equal and all(t.outputs_equal for t in result.tenants)
             measured[plan_name].append(result.total_throughput_rps)
@@ -156,7 +175,7 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
                     chosen.gpu_s * args.requests,
                 )
             )
-            pairs += segment_errors(result, problem)
+            pairs += segment_errors(result, isolated)
             assignments = [tp.assignment for tp in chosen.tenants]
             samples += message_samples(result.spans, problem, assignments)
     n = len(models)
@@ -172,6 +191,7 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
         "rounds": args.requests,
         "tenants": [f"{t.name}={t.model}x{t.batch}" for t in models],
         "units": [t.n_units for t in problem.tenants],
+        "calibration": {t: dict(per) for t, per in calibration.scales.items()},
         "channel": {"latency_s": found.channel.latency_s, "bandwidth": found.channel.bandwidth},
         "bound_rps": bound_rps * n,
         "search_s": search_s,
@@ -179,6 +199,10 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
         "plans": {
             p: {
                 "predicted_rps": chosen.throughput_rps * n,
+                "predicted_uncalibrated_rps": evaluate(
+                    isolated, [tp.assignment for tp in chosen.tenants], method=p
+                ).throughput_rps
+                * n,
                 "replayed_default_rps": replay(
                     problem,
                     [tp.assignment for tp in chosen.tenants],
@@ -291,19 +315,25 @@ def main() -> None:
     for mix in results["mixes"]:
         print(f"\n## {mix['mix']}: {', '.join(mix['tenants'])} (units {mix['units']})")
         print(f"outputs equal to the models' bit for bit: {mix['outputs_equal']}")
-        print(
-            "| plan | cost model | replayed: protocol only | replayed: fitted to the other mixes "
-            "| measured (median) | measured / cost model | measured / replayed, fitted |"
+        scales = ", ".join(
+            f"{t} " + "/".join(f"{per[p]:.2f}" for p in ("cpu", "gpu") if p in per)
+            for t, per in mix["calibration"].items()
         )
-        print("|---|---|---|---|---|---|---|")
+        print(f"calibration (measured / isolated, cpu/gpu): {scales}")
+        print(
+            "| plan | cost model, isolated costs | cost model, calibrated | replayed: protocol "
+            "only | replayed: fitted to the other mixes | measured (median) | measured / cost "
+            "model | measured / replayed, fitted |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
         for name, p in mix["plans"].items():
             fitted = p.get("replayed_fitted_rps", float("nan"))
             print(
-                f"| {name} | {p['predicted_rps']:.1f} | {p['replayed_default_rps']:.1f} | "
-                f"{fitted:.1f} | {p['measured_rps']:.1f} | "
+                f"| {name} | {p['predicted_uncalibrated_rps']:.1f} | {p['predicted_rps']:.1f} | "
+                f"{p['replayed_default_rps']:.1f} | {fitted:.1f} | {p['measured_rps']:.1f} | "
                 f"{p['measured_rps'] / p['predicted_rps']:.2f} | {p['measured_rps'] / fitted:.2f} |"
             )
-        print(f"| LP bound | {mix['bound_rps']:.1f} | | | | | |")
+        print(f"| LP bound | | {mix['bound_rps']:.1f} | | | | | |")
         for key in ("runtime_model_others", "runtime_model_own"):
             if key in mix:
                 m = mix[key]

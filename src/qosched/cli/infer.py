@@ -33,6 +33,13 @@ from qosched.hardware.catalog import gpu, link
 from qosched.hardware.measure import measure_cpu
 from qosched.placement import baselines
 from qosched.placement.bound import lp_bound
+from qosched.placement.calibrate import (
+    calibrated,
+    measure_scales,
+    merge,
+    read_calibration,
+    write_calibration,
+)
 from qosched.placement.costs import CostModel, tenant_from_graph
 from qosched.placement.ir import Plan, Problem, TenantGraph
 from qosched.placement.measured import TenantModel, measure, measured_tenant, profile_job
@@ -61,6 +68,13 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
         "--profile-cache",
         help="measured operator times (default: ~/.cache/qosched/op_profile.json)",
     )
+    parser.add_argument(
+        "--calibration",
+        nargs="+",
+        metavar="FILE",
+        help="scale each tenant's costs by what runs measured (files from infer run "
+        "--calibration-out, merged)",
+    )
     parser.set_defaults(run=run_plan)
     runner = commands.add_parser(
         "run", help="run a plan for real and compare with its prediction", description=__doc__
@@ -72,6 +86,16 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
     runner.add_argument("--depth", type=int, default=2, help="rounds in flight at once")
     runner.add_argument("--trace", help="write a Chrome-trace/Perfetto timeline here")
     runner.add_argument("--json", action="store_true", help="print one JSON object")
+    runner.add_argument(
+        "--calibration-out",
+        metavar="FILE",
+        help="write how much slower each tenant's operators ran than profiled (for infer plan "
+        "--calibration; best from whole-model plans, where nothing else is in the way)",
+    )
+    runner.add_argument(
+        "--profile-cache",
+        help="with --calibration-out: the operator times the plan was made from",
+    )
     runner.set_defaults(run=run_run)
 
 
@@ -138,6 +162,17 @@ def run_plan(args: argparse.Namespace) -> int:
         problem, title = measured_problem(spec, args.profile_cache)
     else:
         problem, title = roofline_problem(spec, args.profile_cache)
+    if args.calibration:
+        calibration = merge(read_calibration(path) for path in args.calibration)
+        if dict(calibration.machine) != spec.platform.to_dict():
+            raise InputError(
+                f"the calibration was measured on machine {dict(calibration.machine)}, the "
+                f"spec has {spec.platform.to_dict()}",
+                source=args.calibration[0],
+                field="machine",
+            )
+        problem = calibrated(problem, calibration)
+        title += f"; calibrated by {len(args.calibration)} run(s)"
     started = time.perf_counter()
     cos = plan(problem, max_switches=spec.max_switches)
     search_s = time.perf_counter() - started
@@ -327,6 +362,13 @@ def run_run(args: argparse.Namespace) -> int:
         expected=expected,
     )
     report = run_report(result, predicted, problem)
+    if args.calibration_out:
+        # Against the isolated profile (cached), not the plan's costs: those may be calibrated
+        # already, and a calibration always scales the isolated costs.
+        isolated, _ = measured_problem(spec, args.profile_cache)
+        write_calibration(
+            measure_scales(result.spans, isolated, spec.platform.to_dict()), args.calibration_out
+        )
     if args.trace:
         write_chrome_trace(result.spans, args.trace)
     if args.json:
