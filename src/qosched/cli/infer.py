@@ -41,7 +41,7 @@ from qosched.placement.calibrate import (
     write_calibration,
 )
 from qosched.placement.costs import CostModel, tenant_from_graph
-from qosched.placement.ir import Plan, Problem, TenantGraph
+from qosched.placement.ir import PROCESSORS, Plan, Problem, TenantGraph
 from qosched.placement.measured import TenantModel, measure, measured_tenant, profile_job
 from qosched.placement.planfile import plan_to_dict, read_plan, write_plan
 from qosched.placement.platform import RooflinePlatform, Worker, run_pinned, usable_cores
@@ -173,6 +173,16 @@ def run_plan(args: argparse.Namespace) -> int:
             )
         problem = calibrated(problem, calibration)
         title += f"; calibrated by {len(args.calibration)} run(s)"
+        # A pair no run measured keeps its isolated (optimistic) costs, which draws the plan
+        # towards it: say so rather than guess a scale.
+        missing = [
+            f"{t.name} on the {p}"
+            for t in problem.tenants
+            for p in PROCESSORS
+            if p not in calibration.scales.get(t.name, {})
+        ]
+        if missing:
+            title += f" (not calibrated: {', '.join(missing)})"
     started = time.perf_counter()
     cos = plan(problem, max_switches=spec.max_switches)
     search_s = time.perf_counter() - started
