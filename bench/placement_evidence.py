@@ -10,9 +10,9 @@ COS plans, the four baselines and the LP bound are scored by the cost model, and
 run for real ``--repeats`` times (interleaved, so a disturbance hits all plans alike; the median
 is reported). Then:
 
-* calibration: the two whole-model plans are run first and every tenant's costs on each
-  processor scaled by how much slower it ran than profiled (``placement.calibrate``); all plans
-  are made and predicted on the calibrated costs (COS on the isolated costs is run too);
+* calibration: the two whole-model plans are run first and every unit's time in them replaces
+  its isolated cost (``placement.calibrate``); all plans are made and predicted on the
+  calibrated costs (COS on the isolated costs is run too);
 * per-unit cost error: each run's segments (a run of consecutive units on one worker) timed in
   the run against the sum of their units' isolated per-operator costs;
 * contention: each processor's busy time in a run against the plan's predicted load;
@@ -41,7 +41,7 @@ from qosched.hardware.catalog import gpu, link
 from qosched.hardware.measure import measure_cpu
 from qosched.placement import baselines
 from qosched.placement.bound import lp_bound
-from qosched.placement.calibrate import calibrated, measure_scales, merge
+from qosched.placement.calibrate import calibrated, measure_unit_times, merge, scales
 from qosched.placement.costs import CostModel, tenant_from_graph
 from qosched.placement.ir import Plan, Problem, TenantGraph, evaluate
 from qosched.placement.measured import TenantModel, measure, measured_tenant
@@ -142,10 +142,10 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
         ]
         return run(runs, workers, rounds=args.requests, warmup=2, expected=expected)
 
-    # Calibration: every tenant alone on each processor (the two whole-model plans), then every
-    # plan below is made and predicted on the calibrated costs.
+    # Calibration: every tenant alone on each processor (the two whole-model plans) times each
+    # unit; every plan below is made and predicted on those unit times.
     calibration = merge(
-        measure_scales(execute(base).spans, isolated, PLATFORM.to_dict())
+        measure_unit_times(execute(base).spans, isolated, PLATFORM.to_dict())
         for base in (baselines.all_cpu(isolated), baselines.all_gpu(isolated))
     )
     problem = calibrated(isolated, calibration)
@@ -191,7 +191,7 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
         "rounds": args.requests,
         "tenants": [f"{t.name}={t.model}x{t.batch}" for t in models],
         "units": [t.n_units for t in problem.tenants],
-        "calibration": {t: dict(per) for t, per in calibration.scales.items()},
+        "calibration": scales(isolated, calibration),
         "channel": {"latency_s": found.channel.latency_s, "bandwidth": found.channel.bandwidth},
         "bound_rps": bound_rps * n,
         "search_s": search_s,
@@ -315,11 +315,11 @@ def main() -> None:
     for mix in results["mixes"]:
         print(f"\n## {mix['mix']}: {', '.join(mix['tenants'])} (units {mix['units']})")
         print(f"outputs equal to the models' bit for bit: {mix['outputs_equal']}")
-        scales = ", ".join(
+        summary = ", ".join(
             f"{t} " + "/".join(f"{per[p]:.2f}" for p in ("cpu", "gpu") if p in per)
             for t, per in mix["calibration"].items()
         )
-        print(f"calibration (measured / isolated, cpu/gpu): {scales}")
+        print(f"calibration (measured / isolated, cpu/gpu): {summary}")
         print(
             "| plan | cost model, isolated costs | cost model, calibrated | replayed: protocol "
             "only | replayed: fitted to the other mixes | measured (median) | measured / cost "

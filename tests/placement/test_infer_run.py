@@ -120,8 +120,7 @@ def test_a_plan_runs_on_two_core_sets_with_outputs_checked_against_the_model(tmp
 
 @needs_two_cores
 def test_plan_out_then_run_end_to_end_with_a_valid_trace(tmp_path, capsys):
-    # batch 512: units long enough (> MIN_ISOLATED_S) for the run to calibrate them
-    spec = _spec(tmp_path, tenants=({"name": "a", "model": "mlp", "batch": 512},))
+    spec = _spec(tmp_path)
     plan_path, trace_path = tmp_path / "plan.json", tmp_path / "run.json"
     cache = tmp_path / "profile.json"
     assert (
@@ -187,21 +186,28 @@ def test_plan_out_then_run_end_to_end_with_a_valid_trace(tmp_path, capsys):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 and {"pid", "tid"} <= set(e) for e in spans)
     units_run = sum(1 for e in spans if "units" in e["name"])
     assert units_run >= 4  # 4 requests, at least one segment each
-    # The run's calibration plans again: a processor's unit costs scale by what the run
-    # measured there (copies do not), which the all-on-one-processor baselines show by hand.
+    # The run's calibration plans again: every unit the run timed costs what it took there, the
+    # others of that tenant and processor scale alike (copies do not), which the
+    # all-on-one-processor baselines show by hand.
     calibration = read_calibration(tmp_path / "cal.json")
-    assert set(calibration.scales) == {"a"} and calibration.machine == CORE_SETS
+    assert set(calibration.unit_s) == {"a"} and calibration.machine == CORE_SETS
     replan = ["infer", "plan", str(spec), "--json", "--profile-cache", str(cache)]
     assert main([*replan, "--calibration", str(tmp_path / "cal.json")]) == 0
     again = json.loads(capsys.readouterr().out)
     (costs,) = stored.problem.tenants  # the costs the first plan was made with
-    scales = calibration.scales["a"]
-    if "cpu" in scales:
-        want = 1 / (sum(costs.cpu_s) * scales["cpu"])
+
+    def total(isolated, measured):
+        done = [(i, m) for i, m in zip(isolated, measured, strict=True) if m is not None]
+        ratio = sum(m for _, m in done) / sum(i for i, _ in done)
+        return sum(i * ratio if m is None else m for i, m in zip(isolated, measured, strict=True))
+
+    measured = calibration.unit_s["a"]
+    if "cpu" in measured:
+        want = 1 / total(costs.cpu_s, measured["cpu"])
         assert again["baselines"]["all_cpu"] == pytest.approx(want)
-    if "gpu" in scales:
+    if "gpu" in measured:
         copies = costs.input_to_gpu_s + costs.output_from_gpu_s
-        gpu_load = sum(costs.gpu_s) * scales["gpu"] + costs.copy_share * copies
+        gpu_load = total(costs.gpu_s, measured["gpu"]) + costs.copy_share * copies
         assert again["baselines"]["all_gpu"] == pytest.approx(1 / max(gpu_load, copies))
 
 

@@ -35,7 +35,7 @@ from qosched.placement import baselines
 from qosched.placement.bound import lp_bound
 from qosched.placement.calibrate import (
     calibrated,
-    measure_scales,
+    measure_unit_times,
     merge,
     read_calibration,
     write_calibration,
@@ -89,8 +89,8 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
     runner.add_argument(
         "--calibration-out",
         metavar="FILE",
-        help="write how much slower each tenant's operators ran than profiled (for infer plan "
-        "--calibration; best from whole-model plans, where nothing else is in the way)",
+        help="write how long each unit the run timed took (for infer plan --calibration; "
+        "whole-model plans measure whole tenants)",
     )
     runner.add_argument(
         "--profile-cache",
@@ -179,7 +179,7 @@ def run_plan(args: argparse.Namespace) -> int:
             f"{t.name} on the {p}"
             for t in problem.tenants
             for p in PROCESSORS
-            if p not in calibration.scales.get(t.name, {})
+            if p not in calibration.unit_s.get(t.name, {})
         ]
         if missing:
             title += f" (not calibrated: {', '.join(missing)})"
@@ -377,7 +377,8 @@ def run_run(args: argparse.Namespace) -> int:
         # already, and a calibration always scales the isolated costs.
         isolated, _ = measured_problem(spec, args.profile_cache)
         write_calibration(
-            measure_scales(result.spans, isolated, spec.platform.to_dict()), args.calibration_out
+            measure_unit_times(result.spans, isolated, spec.platform.to_dict()),
+            args.calibration_out,
         )
     if args.trace:
         write_chrome_trace(result.spans, args.trace)

@@ -1,16 +1,24 @@
-"""Unit costs calibrated by runs: each tenant's operators on each processor, scaled by how much
-slower (or faster) they ran in a real run than when profiled in isolation.
+"""Unit costs calibrated by runs: each tenant's units on each processor as long as they took in
+a real run, not as the sum of their operators profiled in isolation.
 
-Isolated profiling times every operator hot: its weights and inputs in cache, repeated back to
-back. In a run the requests of several tenants alternate on a worker, and how much that costs
-depends on the model: on the core-set platform a MobileNet ran 1.2-1.3x its isolated time and a
-ResNet 1.03-1.1x, so a plan balanced on isolated costs was not balanced in the run. A run of a
-whole-model plan (every tenant on one processor: nothing else in the way) measures each tenant's
-factor on that processor; :func:`calibrated` applies it to the tenant's unit costs there, and the
-search then plans on what the runtime really spends.
+Isolated profiling times every operator hot (its weights and inputs in cache, repeated back to
+back) and as a bare ATen call. In a run the requests of several tenants alternate on a worker
+and every node pays the interpreter's dispatch, and how much that adds depends on the unit: on
+the core-set platform a ResNet ran 1.1x its isolated time as a whole and MobileNet 1.4x, while
+a MobileNet unit of a few tiny operators took 2-8x. A plan balanced on isolated costs was not
+balanced in the run, and the units it moved for balance were often the small ones, the most
+underestimated. The runtime times every unit of every segment it runs (on the CPU, where
+operators run synchronously); :func:`measure_unit_times` keeps each unit's median,
+:func:`calibrated` puts them in place of the isolated costs.
+
+A run measures only the units its plan put on each processor: a whole-model plan (every tenant
+on one processor) measures whole tenants. Units a run did not measure keep their isolated cost
+times the ratio measured over isolated of the tenant's measured units on that processor; a
+tenant with no unit measured on a processor keeps its costs there (``qosched infer plan`` names
+such pairs).
 
 ``qosched infer run --calibration-out`` writes a :class:`Calibration`; ``qosched infer plan
---calibration`` reads one or more (their tenant/processor pairs merged).
+--calibration`` reads one or more (merged: the mean where several measured a unit).
 """
 
 from __future__ import annotations
@@ -18,84 +26,93 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from qosched.core.errors import InputError
-from qosched.placement.ir import PROCESSORS, Problem
+from qosched.placement.ir import PROCESSORS, Problem, TenantGraph
 from qosched.report.trace import Span
 
 FORMAT = "qosched-placement-calibration"
 VERSION = 1
-#: Segments shorter than this (isolated) are left out: there the fixed cost of a message, which
-#: the runtime model holds, would pass for a slow operator.
-MIN_ISOLATED_S = 2e-4
+
+UnitTimes = tuple[float | None, ...]  # one per unit; None: not measured
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Measured over isolated time, per tenant and processor, on one machine (its spec dict)."""
+    """Measured seconds per unit, per tenant and processor, on one machine (its spec dict)."""
 
     machine: Mapping[str, object]
-    scales: Mapping[str, Mapping[str, float]]
+    unit_s: Mapping[str, Mapping[str, UnitTimes]]
 
     def __post_init__(self) -> None:
-        for tenant, per in self.scales.items():
-            for processor, scale in per.items():
+        for tenant, per in self.unit_s.items():
+            for processor, times in per.items():
                 if processor not in PROCESSORS:
                     raise InputError(
-                        f"tenant {tenant!r}: unknown processor {processor!r}", field="scales"
+                        f"tenant {tenant!r}: unknown processor {processor!r}", field="unit_s"
                     )
-                if isinstance(scale, bool) or not isinstance(scale, int | float):
+                if not isinstance(times, Sequence) or isinstance(times, str):
                     raise InputError(
-                        f"tenant {tenant!r}: expected a number for {processor}, got {scale!r}",
-                        field="scales",
+                        f"tenant {tenant!r}: expected a list of seconds for {processor}",
+                        field="unit_s",
                     )
-                if not 0 < scale < math.inf:
-                    raise InputError(
-                        f"tenant {tenant!r}: expected a positive finite scale for {processor}, "
-                        f"got {scale!r}",
-                        field="scales",
-                    )
+                for i, value in enumerate(times):
+                    if value is None:
+                        continue
+                    if isinstance(value, bool) or not isinstance(value, int | float):
+                        raise InputError(
+                            f"tenant {tenant!r}: unit {i} on the {processor}: expected seconds "
+                            f"or null, got {value!r}",
+                            field="unit_s",
+                        )
+                    if not 0 < value < math.inf:
+                        raise InputError(
+                            f"tenant {tenant!r}: unit {i} on the {processor}: expected a "
+                            f"positive finite time, got {value!r}",
+                            field="unit_s",
+                        )
 
 
-def measure_scales(
+def measure_unit_times(
     spans: Iterable[Span], problem: Problem, machine: Mapping[str, object]
 ) -> Calibration:
-    """Per tenant and processor, the run's segment time over the same units' isolated cost
-    (sums over every segment of at least ``MIN_ISOLATED_S``, so long segments weigh most)."""
+    """Each unit's median time over the run's segments that timed it (``unit_s`` in a segment
+    span's args; a segment without them, as on a CUDA device, is left out)."""
     tenants = {t.name: t for t in problem.tenants}
-    measured: dict[tuple[str, str], float] = {}
-    isolated: dict[tuple[str, str], float] = {}
+    samples: dict[tuple[str, str, int], list[float]] = {}
     for span in spans:
-        if "units" not in span.args or span.track not in PROCESSORS:
+        times = span.args.get("unit_s")
+        if "units" not in span.args or span.track not in PROCESSORS or not times:
             continue
         name = str(span.args["tenant"])
         if name not in tenants:
             raise InputError(f"the run has a tenant {name!r} the problem has not")
         lo, hi = span.args["units"]  # type: ignore[misc]
-        tenant = tenants[name]
-        cost = sum((tenant.cpu_s if span.track == "cpu" else tenant.gpu_s)[lo:hi])
-        if cost < MIN_ISOLATED_S or not math.isfinite(cost):
-            continue
-        key = (name, span.track)
-        measured[key] = measured.get(key, 0.0) + span.duration_s
-        isolated[key] = isolated.get(key, 0.0) + cost
-    scales: dict[str, dict[str, float]] = {}
-    for (name, processor), total in isolated.items():
-        scales.setdefault(name, {})[processor] = measured[name, processor] / total
-    return Calibration(dict(machine), scales)
+        if len(times) != hi - lo or hi > tenants[name].n_units:  # type: ignore[arg-type]
+            raise InputError(f"tenant {name!r}: a segment's unit times do not fit its units")
+        for k, seconds in zip(range(lo, hi), times, strict=True):  # type: ignore[call-overload]
+            samples.setdefault((name, span.track, k), []).append(float(seconds))
+    unit_s: dict[str, dict[str, list[float | None]]] = {}
+    for (name, processor, k), values in samples.items():
+        row = unit_s.setdefault(name, {}).setdefault(processor, [None] * tenants[name].n_units)
+        row[k] = max(statistics.median(values), 1e-9)  # a unit of views can time at zero
+    return Calibration(
+        dict(machine), {t: {p: tuple(v) for p, v in per.items()} for t, per in unit_s.items()}
+    )
 
 
 def merge(calibrations: Iterable[Calibration]) -> Calibration:
-    """One calibration from several of the same machine; a tenant/processor pair measured more
-    than once gets the mean of its scales."""
+    """One calibration from several of the same machine; a unit measured more than once gets the
+    mean of its times."""
     calibrations = list(calibrations)
     if not calibrations:
         raise InputError("expected at least one calibration")
     machine = calibrations[0].machine
-    seen: dict[tuple[str, str], list[float]] = {}
+    seen: dict[tuple[str, str], list[list[float]]] = {}
     for calibration in calibrations:
         if calibration.machine != machine:
             raise InputError(
@@ -103,35 +120,68 @@ def merge(calibrations: Iterable[Calibration]) -> Calibration:
                 f"{dict(calibration.machine)}",
                 field="machine",
             )
-        for tenant, per in calibration.scales.items():
-            for processor, scale in per.items():
-                seen.setdefault((tenant, processor), []).append(scale)
-    scales: dict[str, dict[str, float]] = {}
-    for (tenant, processor), values in seen.items():
-        scales.setdefault(tenant, {})[processor] = sum(values) / len(values)
-    return Calibration(machine, scales)
+        for tenant, per in calibration.unit_s.items():
+            for processor, times in per.items():
+                rows = seen.setdefault((tenant, processor), [[] for _ in times])
+                if len(rows) != len(times):
+                    raise InputError(
+                        f"tenant {tenant!r}: calibrations with {len(rows)} and {len(times)} "
+                        "units: not the same model",
+                        field="unit_s",
+                    )
+                for row, value in zip(rows, times, strict=True):
+                    if value is not None:
+                        row.append(value)
+    unit_s: dict[str, dict[str, UnitTimes]] = {}
+    for (tenant, processor), rows in seen.items():
+        unit_s.setdefault(tenant, {})[processor] = tuple(
+            sum(row) / len(row) if row else None for row in rows
+        )
+    return Calibration(machine, unit_s)
+
+
+def _calibrated_costs(isolated: Sequence[float], measured: UnitTimes) -> tuple[float, ...]:
+    pairs = [(i, m) for i, m in zip(isolated, measured, strict=True) if m is not None]
+    total = sum(i for i, _ in pairs if math.isfinite(i))
+    ratio = sum(m for _, m in pairs) / total if total > 0 else 1.0
+    return tuple(i * ratio if m is None else m for i, m in zip(isolated, measured, strict=True))
 
 
 def calibrated(problem: Problem, calibration: Calibration) -> Problem:
-    """``problem`` with each tenant's unit costs on each processor times its scale (pairs the
-    calibration has no scale for are left as they are; tenants it names that the problem has
-    not are an error, most likely a calibration of another spec)."""
+    """``problem`` with measured unit times in place of isolated costs (see the module doc).
+    Tenants the calibration names that the problem has not, or with another number of units,
+    are an error: most likely a calibration of another spec."""
     names = {t.name for t in problem.tenants}
-    unknown = sorted(set(calibration.scales) - names)
+    unknown = sorted(set(calibration.unit_s) - names)
     if unknown:
-        raise InputError(f"the calibration has tenants {unknown} the spec has not", field="scales")
-    tenants = []
+        raise InputError(f"the calibration has tenants {unknown} the spec has not", field="unit_s")
+    tenants: list[TenantGraph] = []
     for tenant in problem.tenants:
-        per = calibration.scales.get(tenant.name, {})
-        cpu, gpu = per.get("cpu", 1.0), per.get("gpu", 1.0)
-        tenants.append(
-            dataclasses.replace(
-                tenant,
-                cpu_s=tuple(c * cpu for c in tenant.cpu_s),
-                gpu_s=tuple(g * gpu for g in tenant.gpu_s),
-            )
-        )
+        per = calibration.unit_s.get(tenant.name, {})
+        costs = {"cpu": tenant.cpu_s, "gpu": tenant.gpu_s}
+        for processor, measured in per.items():
+            if len(measured) != tenant.n_units:
+                raise InputError(
+                    f"tenant {tenant.name!r}: the calibration has {len(measured)} units, the "
+                    f"model {tenant.n_units}",
+                    field="unit_s",
+                )
+            costs[processor] = _calibrated_costs(costs[processor], measured)
+        tenants.append(dataclasses.replace(tenant, cpu_s=costs["cpu"], gpu_s=costs["gpu"]))
     return dataclasses.replace(problem, tenants=tuple(tenants))
+
+
+def scales(problem: Problem, calibration: Calibration) -> dict[str, dict[str, float]]:
+    """Per tenant and processor, measured over isolated time of the units measured there."""
+    result: dict[str, dict[str, float]] = {}
+    for tenant in problem.tenants:
+        for processor, measured in calibration.unit_s.get(tenant.name, {}).items():
+            isolated = tenant.cpu_s if processor == "cpu" else tenant.gpu_s
+            pairs = [(i, m) for i, m in zip(isolated, measured, strict=True) if m is not None]
+            total = sum(i for i, _ in pairs)
+            if total > 0:
+                result.setdefault(tenant.name, {})[processor] = sum(m for _, m in pairs) / total
+    return result
 
 
 def write_calibration(calibration: Calibration, path: str | Path) -> None:
@@ -139,7 +189,9 @@ def write_calibration(calibration: Calibration, path: str | Path) -> None:
         "format": FORMAT,
         "version": VERSION,
         "machine": dict(calibration.machine),
-        "scales": {t: dict(per) for t, per in calibration.scales.items()},
+        "unit_s": {
+            t: {p: list(times) for p, times in per.items()} for t, per in calibration.unit_s.items()
+        },
     }
     Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
@@ -160,14 +212,22 @@ def read_calibration(path: str | Path) -> Calibration:
         raise InputError(
             f"expected version {VERSION}, got {data.get('version')!r}", source=path, field="version"
         )
-    machine, scales = data.get("machine"), data.get("scales")
+    machine, unit_s = data.get("machine"), data.get("unit_s")
     if not isinstance(machine, dict):
         raise InputError("expected a machine object", source=path, field="machine")
-    if not isinstance(scales, dict) or not all(isinstance(v, dict) for v in scales.values()):
+    if not isinstance(unit_s, dict) or not all(isinstance(v, dict) for v in unit_s.values()):
         raise InputError(
-            "expected scales as {tenant: {processor: scale}}", source=path, field="scales"
+            "expected unit_s as {tenant: {processor: [seconds or null per unit]}}",
+            source=path,
+            field="unit_s",
         )
     try:
-        return Calibration(machine, scales)
+        return Calibration(
+            machine,
+            {
+                t: {p: tuple(v) if isinstance(v, list) else v for p, v in per.items()}
+                for t, per in unit_s.items()
+            },
+        )
     except InputError as error:
         raise InputError(error.reason, source=path, field=error.field) from None

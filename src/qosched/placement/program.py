@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -243,18 +244,22 @@ class UnitProgram:
             )
         return dict(zip(self.input_names, leaves, strict=True))
 
-    def run_units(self, env: Env, start: int, stop: int) -> Env:
+    def run_units(self, env: Env, start: int, stop: int, unit_s: list[float] | None = None) -> Env:
         """Execute units ``start`` .. ``stop - 1`` on ``env``: the values after them (those read
-        for the last time on the way dropped)."""
+        for the last time on the way dropped). With ``unit_s``, each unit's wall time is
+        appended to it (meaningful where operators run synchronously: on the CPU)."""
         scope = {**self.constants, **env}
         with torch.no_grad():
             for unit in range(start, stop):
+                began = time.perf_counter()
                 for step in self._steps[unit]:
                     args = fx.node.map_arg(step.args, lambda n: scope[n.name])
                     kwargs = fx.node.map_arg(step.kwargs, lambda n: scope[n.name])
                     scope[step.name] = step.target(*args, **kwargs)
                     for name in step.frees:
                         del scope[name]
+                if unit_s is not None:
+                    unit_s.append(time.perf_counter() - began)
         return {k: v for k, v in scope.items() if k not in self.constants}
 
     def live_after(self, unit: int) -> tuple[str, ...]:

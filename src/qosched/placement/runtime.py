@@ -205,7 +205,8 @@ def _serve(
             send(t, r, seg, values, other)
             return
         start = time.perf_counter()
-        values = programs[t].run_units(values, lo, hi)
+        unit_s: list[float] | None = [] if device.type == "cpu" else None
+        values = programs[t].run_units(values, lo, hi, unit_s)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         end = time.perf_counter()
@@ -215,7 +216,7 @@ def _serve(
                 me,
                 start,
                 end,
-                {"tenant": tenants[t].name, "request": r, "units": [lo, hi]},
+                {"tenant": tenants[t].name, "request": r, "units": [lo, hi], "unit_s": unit_s},
             )
         )
         live = {v: values[v] for v in programs[t].live_after(hi - 1)}
