@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from qosched.core.errors import InputError
+from qosched.placement.ir import segments
 from qosched.placement.program import (
     UnitProgram,
     build_model,
@@ -14,7 +15,7 @@ from qosched.placement.program import (
     model_units,
     save_program,
 )
-from qosched.placement.runtime import pack, segments, unpack
+from qosched.placement.runtime import pack, unpack
 
 
 @pytest.mark.parametrize("spec", ["mlp", "bert", "placement_helpers:residual"])

@@ -15,6 +15,14 @@ from torch import nn
 Factory = Callable[..., tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
 
+def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
+    """A residual block's shortcut: identity, or a strided 1x1 projection with batch norm where
+    the shape changes."""
+    if stride == 1 and c_in == c_out:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+
 class BasicBlock(nn.Module):
     """ResNet basic block: conv-bn-relu-conv-bn, plus identity (or 1x1 projection), then relu."""
 
@@ -24,11 +32,7 @@ class BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(c_out)
         self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(c_out)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)
-            )
+        self.shortcut = _shortcut(c_in, c_out, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn1(self.conv1(x)))
@@ -73,11 +77,7 @@ class Bottleneck(nn.Module):
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = nn.Conv2d(width, c_out, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(c_out)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)
-            )
+        self.shortcut = _shortcut(c_in, c_out, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn1(self.conv1(x)))

@@ -140,10 +140,15 @@ def merge(calibrations: Iterable[Calibration]) -> Calibration:
     return Calibration(machine, unit_s)
 
 
-def _calibrated_costs(isolated: Sequence[float], measured: UnitTimes) -> tuple[float, ...]:
+def _ratio(isolated: Sequence[float], measured: UnitTimes) -> float | None:
+    """Measured over isolated time of the units measured (``None``: none with a cost)."""
     pairs = [(i, m) for i, m in zip(isolated, measured, strict=True) if m is not None]
     total = sum(i for i, _ in pairs if math.isfinite(i))
-    ratio = sum(m for _, m in pairs) / total if total > 0 else 1.0
+    return sum(m for _, m in pairs) / total if total > 0 else None
+
+
+def _calibrated_costs(isolated: Sequence[float], measured: UnitTimes) -> tuple[float, ...]:
+    ratio = _ratio(isolated, measured) or 1.0
     return tuple(i * ratio if m is None else m for i, m in zip(isolated, measured, strict=True))
 
 
@@ -177,10 +182,9 @@ def scales(problem: Problem, calibration: Calibration) -> dict[str, dict[str, fl
     for tenant in problem.tenants:
         for processor, measured in calibration.unit_s.get(tenant.name, {}).items():
             isolated = tenant.cpu_s if processor == "cpu" else tenant.gpu_s
-            pairs = [(i, m) for i, m in zip(isolated, measured, strict=True) if m is not None]
-            total = sum(i for i, _ in pairs)
-            if total > 0:
-                result.setdefault(tenant.name, {})[processor] = sum(m for _, m in pairs) / total
+            ratio = _ratio(isolated, measured)
+            if ratio is not None:
+                result.setdefault(tenant.name, {})[processor] = ratio
     return result
 
 

@@ -181,6 +181,17 @@ def switches(assignment: Sequence[str]) -> int:
     return sum(1 for a, b in itertools.pairwise(assignment) if a != b)
 
 
+def segments(assignment: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(processor, first unit, one past the last unit)`` of each maximal same-processor run."""
+    result: list[tuple[str, int, int]] = []
+    for i, p in enumerate(assignment):
+        if result and result[-1][0] == p:
+            result[-1] = (p, result[-1][1], i + 1)
+        else:
+            result.append((p, i, i + 1))
+    return result
+
+
 def loads(tenant: TenantGraph, assignment: Sequence[str]) -> tuple[float, float, float]:
     """Per-request ``(cpu_s, gpu_s, link_s)`` load of ``tenant`` under ``assignment``."""
     check_assignment(tenant, assignment)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qosched.core.errors import InputError
-from qosched.placement.ir import PROCESSORS, Problem, TenantGraph, check_assignment
+from qosched.placement.ir import PROCESSORS, Problem, TenantGraph, check_assignment, segments
 from qosched.report.trace import Span
 
 _EPS = 1e-15
@@ -90,20 +90,15 @@ def _steps(
     message of one request, in order."""
     check_assignment(tenant, assignment)
     share = tenant.copy_share
-    segments: list[tuple[str, int, int]] = []
-    for i, p in enumerate(assignment):
-        if segments and segments[-1][0] == p:
-            segments[-1] = (p, segments[-1][1], i + 1)
-        else:
-            segments.append((p, i, i + 1))
+    runs = segments(assignment)
     # The copy before each segment (None: a request starting on the cpu has none), then the
     # result's way back when the last segment runs on the gpu.
     copies: list[float | None] = [tenant.input_to_gpu_s if assignment[0] == "gpu" else None]
-    copies += [tenant.transfer_s[lo - 1] for _, lo, _ in segments[1:]]
-    if segments[-1][0] == "gpu":
+    copies += [tenant.transfer_s[lo - 1] for _, lo, _ in runs[1:]]
+    if runs[-1][0] == "gpu":
         copies.append(tenant.output_from_gpu_s)
     steps = []
-    for j, (p, lo, hi) in enumerate(segments):
+    for j, (p, lo, hi) in enumerate(runs):
         costs = tenant.cpu_s if p == "cpu" else tenant.gpu_s
         before = copies[j]
         after = copies[j + 1] if j + 1 < len(copies) else None
@@ -115,7 +110,7 @@ def _steps(
             finishes=after is None,
         )
         steps.append((p, step))
-    if segments[-1][0] == "gpu":  # the cpu worker unpacks the result and finishes the request
+    if runs[-1][0] == "gpu":  # the cpu worker unpacks the result and finishes the request
         back = _Step(share * tenant.output_from_gpu_s, model.message_overhead_s, 0.0, 0.0, True)
         steps.append(("cpu", back))
     if any(not math.isfinite(s.receive_s + s.compute_s + s.send_s) for _, s in steps):

@@ -49,6 +49,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from qosched.core.errors import InputError, QoschedError
+from qosched.placement.ir import segments
 from qosched.placement.platform import Worker, pin, process_context
 from qosched.placement.program import UnitProgram, load_program
 from qosched.report.trace import Span
@@ -84,17 +85,6 @@ class TenantRun:
             raise InputError(
                 f"tenant {self.name!r}: unknown processor {bad[0]!r}", field="assignment"
             )
-
-
-def segments(assignment: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(processor, first unit, one past the last unit)`` of each maximal same-processor run."""
-    result: list[tuple[str, int, int]] = []
-    for i, p in enumerate(assignment):
-        if result and result[-1][0] == p:
-            result[-1] = (p, result[-1][1], i + 1)
-        else:
-            result.append((p, i, i + 1))
-    return result
 
 
 def _flat(value: Any) -> Any:
