@@ -1,0 +1,1 @@
+"""Callbacks that make the trainers people use report to qosched (optional extras)."""
