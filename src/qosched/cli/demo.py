@@ -13,7 +13,13 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from qosched.backends.local.demo import RunReport, bundled_jobs, median_or_none, run_workload
+from qosched.backends.local.demo import (
+    DemoPlan,
+    RunReport,
+    calibrated_plan,
+    median_or_none,
+    run_workload,
+)
 from qosched.backends.local.service import LocalService
 from qosched.cli import cluster
 
@@ -33,7 +39,10 @@ def add_demo(groups: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="qosched-out", help="(--simulate) plots and CSVs")
     parser.add_argument("--cpus", help="cores to use, e.g. 0,1 (default: all this process may)")
     parser.add_argument(
-        "--scale", type=float, default=1.0, help="multiply the work and deadlines (default 1)"
+        "--measure-s",
+        type=float,
+        default=4.0,
+        help="seconds each workload is measured for before the deadlines are set (default 4)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_demo)
@@ -44,10 +53,15 @@ def run_demo(args: argparse.Namespace) -> int:
         return cluster.run_demo(args)
     cpus = tuple(int(c) for c in args.cpus.split(",")) if args.cpus else None
     console = Console(stderr=True)
+    cores = cpus or tuple(sorted(os.sched_getaffinity(0)))
+    console.print(f"[bold]calibrating[/] the workloads on cores {list(cores)}")
+    plan = calibrated_plan(
+        cores, seconds=args.measure_s, on_progress=lambda line: console.print(f"  {line}")
+    )
+    _print_plan(console, plan)
     reports = []
     for policy in POLICIES:
-        jobs = bundled_jobs(len(cpus or os.sched_getaffinity(0)), args.scale)
-        console.print(f"[bold]{policy}[/]: {len(jobs)} real training jobs")
+        console.print(f"[bold]{policy}[/]: {len(plan.jobs)} real training jobs")
         shown: dict[str, str] = {}
 
         def tick(service: LocalService, elapsed: float, shown: dict[str, str] = shown) -> None:
@@ -59,14 +73,38 @@ def run_demo(args: argparse.Namespace) -> int:
                 state_key = f"{job['state']} {job['cpus']}"
                 if shown.get(job["id"]) != state_key:
                     shown[job["id"]] = state_key
-                    console.print(f"  {elapsed:6.1f} s  {job['name']:<14} {line}")
+                    console.print(f"  {elapsed:6.1f} s  {job['name']:<20} {line}")
 
-        reports.append(run_workload(policy, jobs, cpus=cpus, on_tick=tick))
+        reports.append(run_workload(policy, plan.jobs, cpus=cpus, on_tick=tick))
     if args.json:
         print(json.dumps([_as_json(report) for report in reports], indent=2))
     else:
         _print(reports)
     return 0
+
+
+def _print_plan(console: Console, plan: DemoPlan) -> None:
+    table = Table(title=f"the workload, calibrated on {plan.cores} cores of this machine")
+    for column in ("job", "arrives", "iterations", "deadline", "side by side", "one after another"):
+        table.add_column(column)
+    for job in plan.jobs:
+        name = job.spec.name
+        deadline = plan.deadline_s(name)
+        after = plan.one_after_another_s[name]
+        mark = " [red]misses[/]" if after > deadline else ""
+        table.add_row(
+            name,
+            f"{job.offset_s:.0f} s",
+            str(job.spec.iterations),
+            f"{deadline} s",
+            f"{plan.side_by_side_s[name]:.0f} s on {plan.lane_cores} core(s)",
+            f"{after:.0f} s on {plan.cores} cores{mark}",
+        )
+    console.print(table)
+    console.print(
+        f"  deadline = 1.5 x the time side by side + two starts ({plan.startup_s:.1f} s each, "
+        "measured) + a decision tick"
+    )
 
 
 def _as_json(report: RunReport) -> dict:

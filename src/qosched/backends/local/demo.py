@@ -3,21 +3,29 @@
 Each job is a real PyTorch training process. Users of a request-based scheduler over-provision
 (each asks for every core), so ``fifo`` runs them one after another; ``qos`` is told only the
 deadlines and sizes each job itself. The same jobs, arriving at the same offsets, run under both.
+
+The deadlines are not fixed seconds: the workloads' speeds are measured on this machine first
+(``calibrate``), and each deadline is set so that running the jobs side by side meets it with a
+margin while running them one after another cannot. Two pairs arrive one after the other: a
+long job, then, two seconds later, a short urgent one that must not wait behind it.
 """
 
 from __future__ import annotations
 
+import math
 import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qosched.backends.local.calibrate import Measurement, measure_side_by_side_and_alone
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.store import JobState
+from qosched.core.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,29 +36,128 @@ class DemoJob:
     spec: TrainingJobSpec
 
 
-def bundled_jobs(cores: int, scale: float = 1.0) -> list[DemoJob]:
-    """Four jobs whose deadlines a scheduler meets only by running them side by side on one core
-    each; ``scale`` multiplies the work and the deadlines (tests use a small one)."""
+#: The two pairs of the workload: a long job, then a short urgent one arriving just after it.
+PAIRS = (("cnn", "transformer"), ("transformer", "cnn"))
+#: A long job's work is this many times its short partner's (in seconds side by side).
+LONG_OVER_SHORT = 3.0
+#: Seconds a short job's work takes side by side, tried in order: the first that makes running
+#: the jobs one after another clearly miss is chosen (shorter keeps the demo short).
+SHORT_S_CHOICES = tuple(range(10, 41, 2))
+#: Running one after another must miss a short job's deadline by this factor at least.
+CLEAR_MISS = 1.2
 
-    def job(name: str, workload: str, iterations: int, deadline_s: float, offset: float):
-        return DemoJob(
-            offset * scale,
-            TrainingJobSpec(
-                name=name,
-                iterations=max(1, round(iterations * scale)),
-                deadline=Deadline(relative_s=max(1, round(deadline_s * scale)), absolute_at=None),
-                workload=workload,
-                resources=Resources(min_cpus=1, max_cpus=cores),
-                requested_cpus=cores,  # what an over-provisioning user asks for
-            ),
+
+@dataclass(frozen=True, slots=True)
+class DemoPlan:
+    """The calibrated workload and what each way of running it is expected to give.
+
+    Side by side: every job on ``lane_cores`` cores from its arrival (what ``qos`` can do).
+    One after another: each job on all cores in arrival order (what ``fifo`` does with
+    over-provisioned requests). Times are seconds from each job's arrival.
+    """
+
+    jobs: tuple[DemoJob, ...]
+    cores: int
+    lane_cores: int
+    startup_s: float
+    side_by_side_s: dict[str, float]
+    one_after_another_s: dict[str, float]
+
+    def deadline_s(self, name: str) -> int:
+        job = next(job for job in self.jobs if job.spec.name == name)
+        assert job.spec.deadline.relative_s is not None
+        return job.spec.deadline.relative_s
+
+
+def plan_jobs(
+    speeds: Mapping[tuple[str, int], Measurement],
+    cores: int,
+    *,
+    margin: float = 1.5,
+    tick_s: float = 2.0,
+    gap_s: float = 2.0,
+) -> DemoPlan:
+    """Deadlines that running the jobs side by side meets with ``margin`` to spare and running
+    them one after another misses, from speeds measured on this machine.
+
+    A deadline is ``margin`` x the job's time side by side plus an allowance of two starts
+    (a start and a restart) and one decision tick. ``speeds`` holds each workload of ``PAIRS``
+    at ``cores // 2`` cores (measured side by side) and at ``cores`` cores (alone).
+    """
+    if cores < 2:
+        raise InputError(
+            f"the demo runs jobs side by side and needs at least 2 cores, got {cores}",
+            field="cpus",
         )
+    lane = cores // 2
+    startup = max(found.startup_s for found in speeds.values())
+    allowance = 2 * startup + tick_s
 
-    return [
-        job("cnn-a", "cnn", 500, 45, 0),
-        job("transformer-a", "transformer", 700, 65, 5),
-        job("cnn-b", "cnn", 400, 45, 15),
-        job("transformer-b", "transformer", 500, 40, 25),
-    ]
+    def rate(workload: str, count: int) -> float:
+        return speeds[(workload, count)].rate
+
+    def build(short_s: float) -> DemoPlan:
+        jobs: list[DemoJob] = []
+        side: dict[str, float] = {}
+        sequential: dict[str, float] = {}
+        offset = 0.0
+        for index, (long_workload, short_workload) in enumerate(PAIRS):
+            long_name = f"{long_workload}-long-{index + 1}"
+            short_name = f"{short_workload}-urgent-{index + 1}"
+            long_work = max(1, round(LONG_OVER_SHORT * short_s * rate(long_workload, lane)))
+            short_work = max(1, round(short_s * rate(short_workload, lane)))
+            side[long_name] = long_work / rate(long_workload, lane) + startup
+            side[short_name] = short_work / rate(short_workload, lane) + startup
+            long_alone = startup + long_work / rate(long_workload, cores)
+            short_alone = startup + short_work / rate(short_workload, cores)
+            sequential[long_name] = long_alone
+            sequential[short_name] = long_alone + short_alone - gap_s
+            for name, workload, work, at in (
+                (long_name, long_workload, long_work, offset),
+                (short_name, short_workload, short_work, offset + gap_s),
+            ):
+                deadline = math.ceil(margin * (side[name] - startup) + allowance)
+                jobs.append(DemoJob(at, _demo_spec(name, workload, work, deadline, cores)))
+            # The next pair comes once this one is done side by side, with a start to spare.
+            offset += max(side[long_name], gap_s + side[short_name]) + allowance
+        return DemoPlan(tuple(jobs), cores, lane, startup, side, sequential)
+
+    plan = build(SHORT_S_CHOICES[-1])
+    for short_s in SHORT_S_CHOICES:
+        candidate = build(short_s)
+        if all(
+            candidate.one_after_another_s[job.spec.name]
+            > CLEAR_MISS * candidate.deadline_s(job.spec.name)
+            for job in candidate.jobs
+            if "urgent" in job.spec.name
+        ):
+            plan = candidate
+            break
+    return plan
+
+
+def _demo_spec(name: str, workload: str, iterations: int, deadline_s: int, cores: int):
+    return TrainingJobSpec(
+        name=name,
+        iterations=iterations,
+        deadline=Deadline(relative_s=deadline_s),
+        workload=workload,
+        resources=Resources(min_cpus=1, max_cpus=cores),
+        requested_cpus=cores,  # what an over-provisioning user asks for
+    )
+
+
+def calibrated_plan(
+    cpus: tuple[int, ...], *, seconds: float = 4.0, on_progress: Callable[[str], None] | None = None
+) -> DemoPlan:
+    """Measure the workloads on ``cpus`` (about half a minute), then plan the demo on them."""
+    if len(cpus) < 2:
+        plan_jobs({}, len(cpus))  # raises the InputError that explains why
+    workloads = tuple(dict.fromkeys(workload for pair in PAIRS for workload in pair))
+    speeds = measure_side_by_side_and_alone(
+        workloads, cpus, len(cpus) // 2, seconds=seconds, on_progress=on_progress
+    )
+    return plan_jobs({key: found for key, found in speeds.items()}, len(cpus))
 
 
 @dataclass(frozen=True, slots=True)
