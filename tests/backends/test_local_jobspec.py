@@ -194,7 +194,12 @@ REJECTIONS = [
     ("kind", edited(("kind", "Job")), "kind", "TrainingJob"),
     ("no-metadata", edited(("metadata", DELETE)), "metadata", "required"),
     ("no-name", edited(("metadata.name", DELETE)), "metadata.name", "required"),
-    ("name-not-string", edited(("metadata.name", 12)), "metadata.name", "expected a string"),
+    (
+        "name-not-string",
+        edited(("metadata.name", 12)),
+        "metadata.name",
+        "expected a non-empty string",
+    ),
     ("name-uppercase", edited(("metadata.name", "CNN")), "metadata.name", "lowercase"),
     ("name-underscore", edited(("metadata.name", "cnn_small")), "metadata.name", "lowercase"),
     ("name-leading-dash", edited(("metadata.name", "-cnn")), "metadata.name", "lowercase"),
@@ -471,7 +476,9 @@ def test_from_dict_errors_name_the_source():
 
 
 _names = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
-_args = st.lists(st.text(min_size=1, max_size=8), min_size=0, max_size=3)
+# Text a command line can carry: no NUL, no lone surrogate (the spec refuses both).
+_arg_chars = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
+_args = st.lists(st.text(_arg_chars, min_size=1, max_size=8), min_size=0, max_size=3)
 _programs = st.one_of(
     st.tuples(st.sampled_from(BUILTIN_WORKLOADS), st.none()),
     st.tuples(st.none(), st.builds(lambda head, rest: (head, *rest), st.just("python"), _args)),
