@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from qosched.backends.local.jobspec import (
     load_job_spec,
     parse_job_spec,
 )
+from qosched.core.bounds import LATEST_TIME_S
 from qosched.core.errors import InputError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
@@ -370,6 +372,93 @@ def test_rejections_name_the_field(text, field, phrase):
     assert phrase in message
 
 
+DAYS_LEFT = int(LATEST_TIME_S - NOW) // 86_400  # whole days from NOW to the end of year 9999
+
+# Each case: id, the document's text, the field named, a phrase of the message. Before the shared
+# reader, each of these passed parsing (and broke the service later) or raised another exception.
+OUT_OF_BOUNDS = [
+    ("iterations-401-digits", edited(("spec.work.iterations", 10**400)), "spec.work.iterations",
+     "below 2**53"),
+    ("iterations-2^53", edited(("spec.work.iterations", 2**53)), "spec.work.iterations",
+     "below 2**53"),
+    ("epochs-times-size", edited(("spec.work", {"epochs": 2**50})), "spec.work.epochs",
+     "fewer than 2**53"),
+    ("seed-2^53", edited(("spec.seed", 2**53)), "spec.seed", "below 2**53"),
+    ("max-cpus-2^53", edited(("spec.resources.maxCpus", 2**53)), "spec.resources.maxCpus",
+     "below 2**53"),
+    ("memory-2^53", edited(("spec.resources.memory", 2**53)), "spec.resources.memory",
+     "below 2**53"),
+    ("memory-huge-ti", edited(("spec.resources.memory", "99999999Ti")), "spec.resources.memory",
+     "below 2**53"),
+    ("deadline-400-digits", edited(("spec.deadline", "9" * 400 + "s")), "spec.deadline",
+     "end of year 9999 UTC"),
+    ("deadline-past-9999-from-now", edited(("spec.deadline", f"{DAYS_LEFT + 1}d")),
+     "spec.deadline", "end of year 9999 UTC"),
+    ("deadline-offset-past-9999",
+     VALID.replace("deadline: 10m", "deadline: 9999-12-31T23:00:00-12:00"), "spec.deadline",
+     "outside 1970..9999 UTC"),
+    ("deadline-offset-past-9999-quoted",
+     VALID.replace("deadline: 10m", "deadline: '9999-12-31T23:00:00-12:00'"), "spec.deadline",
+     "outside 1970..9999 UTC"),
+    ("command-nul", edited(("spec.workload", DELETE), ("spec.command", ["python", "a\x00b"])),
+     "spec.command[1]", "NUL"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "phrase"),
+    [case[1:] for case in OUT_OF_BOUNDS],
+    ids=[case[0] for case in OUT_OF_BOUNDS],
+)
+def test_values_out_of_bounds_are_refused_naming_the_field(text, field, phrase):
+    with pytest.raises(InputError) as caught:
+        parse(text)
+    assert caught.value.field == field
+    assert str(caught.value).startswith(f"{SOURCE}:")
+    assert phrase in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        (VALID.replace("seed: 7", "seed: &s 7\n  requestedCpus: *s").replace(
+            "  requestedCpus: 2\n", ""), "anchors and aliases"),
+        (VALID + "extra: &x [*x]\n", "anchors and aliases"),
+        (VALID.replace("seed: 7", "seed: " + "[" * 5000 + "]" * 5000), "nest"),
+        ("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+         "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+         "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+         "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n",
+         "anchors and aliases"),
+    ],
+    ids=["alias", "recursive-alias", "5000-deep", "laughs"],
+)  # fmt: skip
+def test_yaml_that_could_blow_up_is_refused_naming_the_file(text, phrase):
+    with pytest.raises(InputError, match=phrase) as caught:
+        parse(text)
+    assert caught.value.source == SOURCE
+
+
+def test_the_largest_counts_are_accepted():
+    spec = parse(
+        edited(
+            ("spec.work.iterations", 2**53 - 1),
+            ("spec.seed", 2**53 - 1),
+            ("spec.resources.maxCpus", 2**53 - 1),
+            ("spec.resources.memory", "8191Ti"),
+        )
+    )
+    assert (spec.iterations, spec.seed, spec.resources.max_cpus) == (2**53 - 1,) * 3
+
+
+def test_a_relative_deadline_may_end_in_the_last_second_of_9999():
+    latest = int(LATEST_TIME_S - NOW)
+    spec = parse(edited(("spec.deadline", f"{latest}s")))
+    assert spec.deadline_at(NOW) == LATEST_TIME_S
+    with pytest.raises(InputError, match="year 9999"):
+        parse(edited(("spec.deadline", f"{latest + 1}s")))
+
+
 @pytest.mark.parametrize(
     ("old", "new", "field", "line"),
     [
@@ -417,6 +506,18 @@ def test_load_job_spec_uses_the_clock_when_now_is_not_given(tmp_path):
         lambda: Deadline(),
         lambda: Deadline(relative_s=5, absolute_at=5.0),
         lambda: Resources(min_cpus=2, max_cpus=1),
+        lambda: TrainingJobSpec("a", 2**53, Deadline(relative_s=1), workload="cnn"),
+        lambda: TrainingJobSpec("a", 10**400, Deadline(relative_s=1), workload="cnn"),
+        lambda: TrainingJobSpec("a", True, Deadline(relative_s=1), workload="cnn"),
+        lambda: TrainingJobSpec("a", 1, Deadline(relative_s=1), workload="cnn", seed=2**53),
+        lambda: TrainingJobSpec("a", 1, Deadline(relative_s=1), command=("x", "a\x00")),
+        lambda: Deadline(relative_s=10**400),
+        lambda: Deadline(absolute_at=math.inf),
+        lambda: Deadline(absolute_at=LATEST_TIME_S + 1),
+        lambda: Deadline(absolute_at=-1.0),
+        lambda: Deadline(relative_s=int(LATEST_TIME_S)).at(NOW),
+        lambda: Resources(memory_bytes=2**53),
+        lambda: Resources(min_cpus=2**53),
     ],
     ids=[
         "no-program",
@@ -427,6 +528,18 @@ def test_load_job_spec_uses_the_clock_when_now_is_not_given(tmp_path):
         "no-deadline",
         "two-deadlines",
         "min-above-max",
+        "iterations-2^53",
+        "iterations-401-digits",
+        "iterations-bool",
+        "seed-2^53",
+        "command-nul",
+        "relative-401-digits",
+        "absolute-inf",
+        "absolute-past-9999",
+        "absolute-before-1970",
+        "relative-ends-past-9999",
+        "memory-2^53",
+        "min-cpus-2^53",
     ],
 )
 def test_constructors_check_their_invariants(build):

@@ -6,7 +6,9 @@ gives them the data and a map from each dotted path to its 1-based line.
 A spec may come from anyone who can reach the API, so reading one costs time linear in its size:
 anchors and aliases are refused (a few hundred bytes of nested aliases expand to billions of
 nodes, and a recursive one never ends), nesting is limited to ``MAX_DEPTH`` (the composer
-recurses once per level), and the text to ``MAX_SPEC_CHARS``.
+recurses once per level), and the text to ``MAX_SPEC_CHARS``. Explicit tags (``!!timestamp``,
+``!!set``) are refused too: no spec needs one, and PyYAML's constructors fail on odd tagged
+values with exceptions of every kind.
 """
 
 from __future__ import annotations
@@ -37,17 +39,18 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
-        except ValueError as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             # A scalar YAML resolves but Python refuses: 2026-13-45, a +99:00 offset, an integer
-            # of over 4300 digits.
+            # of over 4300 digits. (PyYAML's constructors raise the other kinds for explicitly
+            # tagged values, which _check_events refuses first.)
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot read {node.value!r:.60}: {exc}", node.start_mark
             ) from exc
 
 
 def _check_events(text: str) -> None:
-    """Refuse anchors, aliases and deep nesting from the parser's events, before composing:
-    iteratively, so neither a recursive alias nor 5,000 levels can recurse."""
+    """Refuse anchors, aliases, explicit tags and deep nesting from the parser's events, before
+    composing: iteratively, so neither a recursive alias nor 5,000 levels can recurse."""
     depth = 0
     for event in yaml.parse(text, Loader=_BaseLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
@@ -56,6 +59,14 @@ def _check_events(text: str) -> None:
                 None,
                 "anchors and aliases (&name, *name) are not accepted in a spec; "
                 "write the value out in full",
+                event.start_mark,
+            )
+        if getattr(event, "tag", None) is not None:
+            tag = event.tag.replace("tag:yaml.org,2002:", "!!")
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"tags ({tag}) are not accepted in a spec; quote a value to make it text",
                 event.start_mark,
             )
         if isinstance(event, yaml.CollectionStartEvent):
@@ -104,6 +115,13 @@ def load_with_lines(text: str, source: str | Path) -> tuple[Any, dict[str, int]]
     MAX_SPEC_CHARS."""
     if len(text) > MAX_SPEC_CHARS:
         raise _too_long(source)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A lone surrogate (from a JSON escape like \ud800, or a str built in code): no parser
+        # can read it, and libyaml's fails with this error rather than a YAML one.
+        line = text.count("\n", 0, exc.start) + 1
+        raise InputError(f"not valid Unicode text: {exc.reason}", source=source, line=line) from exc
     loader = _Loader(text)
     try:
         _check_events(text)
