@@ -111,7 +111,7 @@ _bodies = st.one_of(
 
 @given(_bodies)
 @settings(
-    max_examples=120,
+    max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

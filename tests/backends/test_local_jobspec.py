@@ -547,6 +547,22 @@ def test_constructors_check_their_invariants(build):
         build()
 
 
+def test_whole_floats_built_in_code_are_stored_as_ints():
+    spec = TrainingJobSpec(
+        "a",
+        12.0,
+        Deadline(relative_s=60.0),
+        workload="cnn",
+        resources=Resources(min_cpus=2.0, max_cpus=4.0, memory_bytes=1024.0),
+        seed=3.0,
+        requested_cpus=2.0,
+    )
+    numbers = (spec.iterations, spec.deadline.relative_s, spec.seed, spec.requested_cpus)
+    assert numbers == (12, 60, 3, 2) and all(type(n) is int for n in numbers)
+    assert spec.to_dict()["spec"]["deadline"] == "1m"
+    assert spec.resources == Resources(min_cpus=2, max_cpus=4, memory_bytes=1024)
+
+
 # --- round trip -------------------------------------------------------------------------------
 
 

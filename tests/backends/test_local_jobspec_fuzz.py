@@ -13,7 +13,7 @@ from qosched.core.bounds import COUNT_LIMIT, LATEST_TIME_S
 from qosched.core.errors import InputError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def parse_or_refuse(text: str) -> TrainingJobSpec | None:

@@ -83,7 +83,10 @@ class Deadline:
         if (self.relative_s is None) == (self.absolute_at is None):
             raise InputError("set exactly one of relative_s and absolute_at", field="deadline")
         if self.relative_s is not None:
-            check_count(self.relative_s, field="deadline", minimum=1, maximum=MAX_DURATION_S)
+            seconds = check_count(
+                self.relative_s, field="deadline", minimum=1, maximum=MAX_DURATION_S
+            )
+            object.__setattr__(self, "relative_s", seconds)  # 12.0 -> 12: written back as "12s"
         if self.absolute_at is not None:
             check_time(self.absolute_at, field="deadline")
 
@@ -118,11 +121,11 @@ class Resources:
     memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        check_count(self.min_cpus, field="min_cpus", minimum=1)
+        _set_count(self, "min_cpus", minimum=1)
         if self.max_cpus is not None:
-            check_count(self.max_cpus, field="max_cpus", minimum=self.min_cpus)
+            _set_count(self, "max_cpus", minimum=self.min_cpus)
         if self.memory_bytes is not None:
-            check_count(self.memory_bytes, field="memory_bytes", minimum=1)
+            _set_count(self, "memory_bytes", minimum=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +162,12 @@ class TrainingJobSpec:
                 problem = "not a string" if not isinstance(arg, str) else text_problem(arg)
                 if problem is not None:
                     raise InputError(problem, field=f"command[{index}]")
-        check_count(self.iterations, field="iterations", minimum=1)
-        check_count(self.seed, field="seed")
+        _set_count(self, "iterations", minimum=1)
+        _set_count(self, "seed")
         low, high = self.resources.min_cpus, self.resources.max_cpus
-        check_count(
-            self.requested_cpus,
-            field="requested_cpus",
+        _set_count(
+            self,
+            "requested_cpus",
             minimum=low,
             maximum=high if high is not None else COUNT_LIMIT - 1,
         )
@@ -206,6 +209,15 @@ class TrainingJobSpec:
         An absolute deadline already in the past is accepted: a stored job keeps its deadline.
         """
         return _read(SpecReader(source), data, now=None, iterations_per_epoch=ITERATIONS_PER_EPOCH)
+
+
+def _set_count(
+    spec: object, name: str, *, minimum: int = 0, maximum: int = COUNT_LIMIT - 1
+) -> None:
+    """Check a frozen dataclass's count field, storing it as an int (a whole float such as
+    12.0 is accepted, and must be written back as 12)."""
+    value = check_count(getattr(spec, name), field=name, minimum=minimum, maximum=maximum)
+    object.__setattr__(spec, name, value)
 
 
 def parse_job_spec(
