@@ -20,8 +20,9 @@ import yaml
 
 from qosched.core.errors import InputError
 
-#: The most characters a spec may have: specs are a few kilobytes, and reading the largest costs
-#: about a second (the API accepts bodies of up to 1 MiB, the limit of every route).
+#: The most characters a spec may have. Specs are a few kilobytes; the costliest shape of this
+#: size (bench/spec_yaml_cost.py) takes about 3 s to read on a busy 2-core machine. (The API's
+#: body limit, 1 MiB, is every route's.)
 MAX_SPEC_CHARS = 1 << 18
 #: The deepest nesting of mappings and lists a spec may have (the specs need about five).
 MAX_DEPTH = 100
