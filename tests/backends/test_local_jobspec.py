@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from qosched.backends.local.jobspec import (
     load_job_spec,
     parse_job_spec,
 )
+from qosched.core.bounds import LATEST_TIME_S
 from qosched.core.errors import InputError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
@@ -194,7 +196,12 @@ REJECTIONS = [
     ("kind", edited(("kind", "Job")), "kind", "TrainingJob"),
     ("no-metadata", edited(("metadata", DELETE)), "metadata", "required"),
     ("no-name", edited(("metadata.name", DELETE)), "metadata.name", "required"),
-    ("name-not-string", edited(("metadata.name", 12)), "metadata.name", "expected a string"),
+    (
+        "name-not-string",
+        edited(("metadata.name", 12)),
+        "metadata.name",
+        "expected a non-empty string",
+    ),
     ("name-uppercase", edited(("metadata.name", "CNN")), "metadata.name", "lowercase"),
     ("name-underscore", edited(("metadata.name", "cnn_small")), "metadata.name", "lowercase"),
     ("name-leading-dash", edited(("metadata.name", "-cnn")), "metadata.name", "lowercase"),
@@ -365,6 +372,93 @@ def test_rejections_name_the_field(text, field, phrase):
     assert phrase in message
 
 
+DAYS_LEFT = int(LATEST_TIME_S - NOW) // 86_400  # whole days from NOW to the end of year 9999
+
+# Each case: id, the document's text, the field named, a phrase of the message. Before the shared
+# reader, each of these passed parsing (and broke the service later) or raised another exception.
+OUT_OF_BOUNDS = [
+    ("iterations-401-digits", edited(("spec.work.iterations", 10**400)), "spec.work.iterations",
+     "below 2**53"),
+    ("iterations-2^53", edited(("spec.work.iterations", 2**53)), "spec.work.iterations",
+     "below 2**53"),
+    ("epochs-times-size", edited(("spec.work", {"epochs": 2**50})), "spec.work.epochs",
+     "fewer than 2**53"),
+    ("seed-2^53", edited(("spec.seed", 2**53)), "spec.seed", "below 2**53"),
+    ("max-cpus-2^53", edited(("spec.resources.maxCpus", 2**53)), "spec.resources.maxCpus",
+     "below 2**53"),
+    ("memory-2^53", edited(("spec.resources.memory", 2**53)), "spec.resources.memory",
+     "below 2**53"),
+    ("memory-huge-ti", edited(("spec.resources.memory", "99999999Ti")), "spec.resources.memory",
+     "below 2**53"),
+    ("deadline-400-digits", edited(("spec.deadline", "9" * 400 + "s")), "spec.deadline",
+     "end of year 9999 UTC"),
+    ("deadline-past-9999-from-now", edited(("spec.deadline", f"{DAYS_LEFT + 1}d")),
+     "spec.deadline", "end of year 9999 UTC"),
+    ("deadline-offset-past-9999",
+     VALID.replace("deadline: 10m", "deadline: 9999-12-31T23:00:00-12:00"), "spec.deadline",
+     "outside 1970..9999 UTC"),
+    ("deadline-offset-past-9999-quoted",
+     VALID.replace("deadline: 10m", "deadline: '9999-12-31T23:00:00-12:00'"), "spec.deadline",
+     "outside 1970..9999 UTC"),
+    ("command-nul", edited(("spec.workload", DELETE), ("spec.command", ["python", "a\x00b"])),
+     "spec.command[1]", "NUL"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "phrase"),
+    [case[1:] for case in OUT_OF_BOUNDS],
+    ids=[case[0] for case in OUT_OF_BOUNDS],
+)
+def test_values_out_of_bounds_are_refused_naming_the_field(text, field, phrase):
+    with pytest.raises(InputError) as caught:
+        parse(text)
+    assert caught.value.field == field
+    assert str(caught.value).startswith(f"{SOURCE}:")
+    assert phrase in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        (VALID.replace("seed: 7", "seed: &s 7\n  requestedCpus: *s").replace(
+            "  requestedCpus: 2\n", ""), "anchors and aliases"),
+        (VALID + "extra: &x [*x]\n", "anchors and aliases"),
+        (VALID.replace("seed: 7", "seed: " + "[" * 5000 + "]" * 5000), "nest"),
+        ("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+         "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+         "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+         "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n",
+         "anchors and aliases"),
+    ],
+    ids=["alias", "recursive-alias", "5000-deep", "laughs"],
+)  # fmt: skip
+def test_yaml_that_could_blow_up_is_refused_naming_the_file(text, phrase):
+    with pytest.raises(InputError, match=phrase) as caught:
+        parse(text)
+    assert caught.value.source == SOURCE
+
+
+def test_the_largest_counts_are_accepted():
+    spec = parse(
+        edited(
+            ("spec.work.iterations", 2**53 - 1),
+            ("spec.seed", 2**53 - 1),
+            ("spec.resources.maxCpus", 2**53 - 1),
+            ("spec.resources.memory", "8191Ti"),
+        )
+    )
+    assert (spec.iterations, spec.seed, spec.resources.max_cpus) == (2**53 - 1,) * 3
+
+
+def test_a_relative_deadline_may_end_in_the_last_second_of_9999():
+    latest = int(LATEST_TIME_S - NOW)
+    spec = parse(edited(("spec.deadline", f"{latest}s")))
+    assert spec.deadline_at(NOW) == LATEST_TIME_S
+    with pytest.raises(InputError, match="year 9999"):
+        parse(edited(("spec.deadline", f"{latest + 1}s")))
+
+
 @pytest.mark.parametrize(
     ("old", "new", "field", "line"),
     [
@@ -412,6 +506,18 @@ def test_load_job_spec_uses_the_clock_when_now_is_not_given(tmp_path):
         lambda: Deadline(),
         lambda: Deadline(relative_s=5, absolute_at=5.0),
         lambda: Resources(min_cpus=2, max_cpus=1),
+        lambda: TrainingJobSpec("a", 2**53, Deadline(relative_s=1), workload="cnn"),
+        lambda: TrainingJobSpec("a", 10**400, Deadline(relative_s=1), workload="cnn"),
+        lambda: TrainingJobSpec("a", True, Deadline(relative_s=1), workload="cnn"),
+        lambda: TrainingJobSpec("a", 1, Deadline(relative_s=1), workload="cnn", seed=2**53),
+        lambda: TrainingJobSpec("a", 1, Deadline(relative_s=1), command=("x", "a\x00")),
+        lambda: Deadline(relative_s=10**400),
+        lambda: Deadline(absolute_at=math.inf),
+        lambda: Deadline(absolute_at=LATEST_TIME_S + 1),
+        lambda: Deadline(absolute_at=-1.0),
+        lambda: Deadline(relative_s=int(LATEST_TIME_S)).at(NOW),
+        lambda: Resources(memory_bytes=2**53),
+        lambda: Resources(min_cpus=2**53),
     ],
     ids=[
         "no-program",
@@ -422,11 +528,39 @@ def test_load_job_spec_uses_the_clock_when_now_is_not_given(tmp_path):
         "no-deadline",
         "two-deadlines",
         "min-above-max",
+        "iterations-2^53",
+        "iterations-401-digits",
+        "iterations-bool",
+        "seed-2^53",
+        "command-nul",
+        "relative-401-digits",
+        "absolute-inf",
+        "absolute-past-9999",
+        "absolute-before-1970",
+        "relative-ends-past-9999",
+        "memory-2^53",
+        "min-cpus-2^53",
     ],
 )
 def test_constructors_check_their_invariants(build):
     with pytest.raises(InputError):
         build()
+
+
+def test_whole_floats_built_in_code_are_stored_as_ints():
+    spec = TrainingJobSpec(
+        "a",
+        12.0,
+        Deadline(relative_s=60.0),
+        workload="cnn",
+        resources=Resources(min_cpus=2.0, max_cpus=4.0, memory_bytes=1024.0),
+        seed=3.0,
+        requested_cpus=2.0,
+    )
+    numbers = (spec.iterations, spec.deadline.relative_s, spec.seed, spec.requested_cpus)
+    assert numbers == (12, 60, 3, 2) and all(type(n) is int for n in numbers)
+    assert spec.to_dict()["spec"]["deadline"] == "1m"
+    assert spec.resources == Resources(min_cpus=2, max_cpus=4, memory_bytes=1024)
 
 
 # --- round trip -------------------------------------------------------------------------------
@@ -471,7 +605,9 @@ def test_from_dict_errors_name_the_source():
 
 
 _names = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
-_args = st.lists(st.text(min_size=1, max_size=8), min_size=0, max_size=3)
+# Text a command line can carry: no NUL, no lone surrogate (the spec refuses both).
+_arg_chars = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
+_args = st.lists(st.text(_arg_chars, min_size=1, max_size=8), min_size=0, max_size=3)
 _programs = st.one_of(
     st.tuples(st.sampled_from(BUILTIN_WORKLOADS), st.none()),
     st.tuples(st.none(), st.builds(lambda head, rest: (head, *rest), st.just("python"), _args)),

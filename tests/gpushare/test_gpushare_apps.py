@@ -158,3 +158,39 @@ def test_an_unknown_model_names_the_spec_line(tmp_path):
     with pytest.raises(InputError, match="unknown model") as error:
         workloads(load_apps_spec(spec), A100)
     assert (error.value.field, error.value.line) == ("apps[1].model", 9)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (("priority: 2", "priority: " + "9" * 401), "apps[0].priority", "below 2**53"),
+        (("batch: 32", "batch: 9007199254740992"), "apps[1].batch", "below 2**53"),
+        (("seed: 3", "seed: 9007199254740992"), "seed", "below 2**53"),
+        (("duration_s: 0.5", "duration_s: .inf"), "duration_s", "positive number"),
+        (("poisson_rps: 200", "poisson_rps: .nan"), "apps[0].arrivals.poisson_rps",
+         "positive number"),
+    ],
+    ids=["priority-401-digits", "batch-2^53", "seed-2^53", "duration-inf", "rps-nan"],
+)  # fmt: skip
+def test_numbers_out_of_bounds_are_refused(change, field, message):
+    old, new = change
+    with pytest.raises(InputError, match=message.replace("*", r"\*")) as error:
+        parse_apps_spec(GOOD.replace(old, new, 1), source="apps.yaml")
+    assert error.value.field == field
+
+
+def test_a_kernel_dimension_out_of_bounds_names_its_index():
+    text = EXAMPLE.read_text()
+    assert "grid: [" in text
+    start = text.index("grid: [") + len("grid: [")
+    text = text[:start] + "9" * 401 + text[text.index(",", start) :]
+    with pytest.raises(InputError, match=r"below 2\*\*53") as error:
+        parse_apps_spec(text, source="k.yaml")
+    assert error.value.field == "apps[0].kernels[0].grid[0]"
+
+
+def test_an_alias_is_refused_with_its_line():
+    text = GOOD.replace("priority: 2", "priority: &p 2").replace("priority: 0", "priority: *p")
+    with pytest.raises(InputError, match="anchors and aliases") as error:
+        parse_apps_spec(text, source="apps.yaml")
+    assert error.value.line == 7

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -91,3 +92,39 @@ def test_cpu_costs_roofline_measures_nothing(tmp_path, capsys):
     assert main(["infer", "plan", str(path), "--json", "--profile-cache", str(cache)]) == 0
     assert json.loads(capsys.readouterr().out)["throughput_rps"] > 0
     assert not cache.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d["tenants"][0].update(batch=10**400), "tenants[0].batch"),
+        (lambda d: d.update(seed=2**53), "seed"),
+        (lambda d: d.update(max_switches=2**53), "max_switches"),
+        (lambda d: d["tenants"][0].update(latency_goal_ms=math.inf), "tenants[0].latency_goal_ms"),
+        (lambda d: d["tenants"][0].update(latency_goal_ms=math.nan), "tenants[0].latency_goal_ms"),
+    ],
+    ids=["batch-401-digits", "seed-2^53", "switches-2^53", "goal-inf", "goal-nan"],
+)
+def test_numbers_out_of_bounds_are_refused(change, field):
+    data = json.loads(json.dumps(VALID))
+    change(data)
+    with pytest.raises(InputError) as caught:
+        parse_inference_spec(data, source="spec.yaml")
+    assert caught.value.field == field
+
+
+def test_a_spec_file_error_names_its_line(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("machine: {gpu: T4, link: PCIe3-x16}\ntenants:\n  - {name: a, model: mlp}\n"
+                    "  - {name: b, model: mlp, batch: 0}\n")  # fmt: skip
+    with pytest.raises(InputError, match=">= 1") as caught:
+        load_inference_spec(path)
+    assert (caught.value.field, caught.value.line) == ("tenants[1].batch", 4)
+
+
+def test_a_spec_file_with_an_alias_is_refused(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("machine: &m {gpu: T4, link: PCIe3-x16}\ntenants: [*m]\n")
+    with pytest.raises(InputError, match="anchors and aliases") as caught:
+        load_inference_spec(path)
+    assert caught.value.line == 1

@@ -42,16 +42,17 @@ def check_count(
     """
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if not is_whole(value):
+    if not is_whole(value) or value < minimum:
         raise InputError(
-            f"expected a whole number in [{minimum}, {maximum}], got {_show(value)}",
+            f"expected {_whole_range(minimum, maximum)}, got {show_value(value)}",
             source=source,
             line=line,
             field=field,
         )
-    if not minimum <= value <= maximum:
+    if value > maximum:
+        limit = "below 2**53" if maximum == COUNT_LIMIT - 1 else f"<= {maximum}"
         raise InputError(
-            f"expected a whole number in [{minimum}, {maximum}], got {_show(value)}",
+            f"expected a whole number {limit}, got {show_value(value)}",
             source=source,
             line=line,
             field=field,
@@ -65,22 +66,31 @@ def check_number(
     field: str,
     minimum: float = -math.inf,
     maximum: float = math.inf,
+    positive: bool = False,
     source: str | Path | None = None,
     line: int | None = None,
 ) -> float:
-    """``value`` as a finite float in ``[minimum, maximum]``; InputError naming ``field``.
-    Booleans are refused; an int too large for a float is refused, not rounded."""
+    """``value`` as a finite float in ``[minimum, maximum]`` (and ``> 0`` when ``positive``);
+    InputError naming ``field``. Booleans are refused; an int too large for a float is refused,
+    not rounded."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(
-            f"expected a number, got {_show(value)}", source=source, line=line, field=field
+            f"expected {_number_range(minimum, maximum, positive)}, got {show_value(value)}",
+            source=source,
+            line=line,
+            field=field,
         )
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
-    if not math.isfinite(number) or not minimum <= number <= maximum:
+    if (
+        not math.isfinite(number)
+        or not minimum <= number <= maximum
+        or (positive and not number > 0)
+    ):
         raise InputError(
-            f"expected a finite number in [{minimum:g}, {maximum:g}], got {_show(value)}",
+            f"expected {_number_range(minimum, maximum, positive)}, got {show_value(value)}",
             source=source,
             line=line,
             field=field,
@@ -124,6 +134,37 @@ def check_datetime(
     return seconds
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A value as an error message shows it: YAML and JSON words for null and booleans, the kind
+    of a mapping or list, otherwise its repr cut at 60 characters (a 400-digit number included)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if is_whole(value) and abs(value) >= 10**60:
+        # repr() of an int over 4300 digits raises ValueError; its size is what matters here.
+        digits = len(str(abs(value))) if abs(value) < 10**4000 else "thousands of"
+        return f"a {digits}-digit number"
     text = repr(value)
     return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _whole_range(minimum: int, maximum: int) -> str:
+    if maximum == COUNT_LIMIT - 1:
+        return f"a whole number >= {minimum}"
+    return f"a whole number in [{minimum}, {maximum}]"
+
+
+def _number_range(minimum: float, maximum: float, positive: bool) -> str:
+    low = "a positive" if positive and minimum <= 0 else "a finite"
+    if minimum > -math.inf and not (positive and minimum <= 0):
+        if maximum < math.inf:
+            return f"{low} number in [{minimum:g}, {maximum:g}]"
+        return f"{low} number >= {minimum:g}"
+    if maximum < math.inf:
+        return f"{low} number <= {maximum:g}"
+    return f"{low} number"

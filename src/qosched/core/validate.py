@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from qosched.core.bounds import COUNT_LIMIT
 from qosched.core.errors import InputError
 
 
@@ -47,11 +48,19 @@ def parse_int(
     line: int | None = None,
     minimum: int | None = None,
 ) -> int:
-    """An integer; ``'12.0'`` is accepted (traces write counts as floats), ``'12.5'`` is not."""
+    """An integer; ``'12.0'`` is accepted (traces write counts as floats), ``'12.5'`` is not,
+    nor anything at or beyond 2**53 (where a float no longer holds every whole number)."""
     value = parse_float(text, field=field, source=source, line=line)
     if value != int(value):
         raise InputError(
             f"expected a whole number, got {text!r}", source=source, line=line, field=field
+        )
+    if abs(value) >= COUNT_LIMIT:
+        raise InputError(
+            f"expected a whole number below 2**53, got {text!r}",
+            source=source,
+            line=line,
+            field=field,
         )
     result = int(value)
     if minimum is not None and result < minimum:

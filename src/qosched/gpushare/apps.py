@@ -30,16 +30,15 @@ Every error names the file, the line and the field (``apps[1].batch``).
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qosched.core.bounds import show_value
 from qosched.core.errors import InputError
-from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file, show_value
+from qosched.core.spec_reader import SpecReader
+from qosched.core.yaml_lines import load_with_lines, read_spec_file
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor
@@ -109,68 +108,8 @@ def workloads(
     return result
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-class _Reader:
+class _Reader(SpecReader):
     """Walks the loaded document; every error carries the dotted path and its line."""
-
-    def __init__(self, source: str, lines: Mapping[str, int]) -> None:
-        self.source = source
-        self.lines = lines
-
-    def error(self, path: str, message: str) -> InputError:
-        probe = path
-        while probe and probe not in self.lines:  # a missing key: its nearest enclosing line
-            probe = probe.rpartition(".")[0]
-        return InputError(message, source=self.source, line=self.lines.get(probe),
-                          field=path or None)  # fmt: skip
-
-    def mapping(self, value: Any, path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.error(path, f"expected a mapping, got {show_value(value)}")
-        for key in value:
-            if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise self.error(
-                    join_path(path, str(key)), f"unknown key{hint} (valid: {', '.join(allowed)})"
-                )
-        return value
-
-    def required(self, data: dict[str, Any], path: str, key: str) -> Any:
-        if data.get(key) is None:
-            raise self.error(join_path(path, key), "required; it is missing or null")
-        return data[key]
-
-    def text(self, value: Any, path: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.error(path, f"expected a non-empty string, got {show_value(value)}")
-        return value
-
-    def whole(self, value: Any, path: str, minimum: int) -> int:
-        if not _is_int(value) or value < minimum:
-            raise self.error(path, f"expected a whole number >= {minimum}, got {show_value(value)}")
-        return value
-
-    def positive(self, value: Any, path: str) -> float:
-        if not _is_number(value) or value <= 0:
-            raise self.error(path, f"expected a positive number, got {show_value(value)}")
-        return float(value)
-
-    def number(self, value: Any, path: str) -> float:
-        # PyYAML reads 1.0e9 (no exponent sign) as a string: accept what float() accepts.
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if not _is_number(value):
-            raise self.error(path, f"expected a number, got {show_value(value)}")
-        return float(value)
 
     def dtype(self, value: Any, path: str) -> str:
         if value not in _DTYPES:
@@ -241,10 +180,11 @@ class _Reader:
             values = dict(fields)
             for key in ("grid", "block"):
                 dims = fields[key]
-                if not isinstance(dims, list) or len(dims) != 3 or not all(map(_is_int, dims)):
+                if not isinstance(dims, list) or len(dims) != 3:
                     raise self.error(f"{where}.{key}", "expected a list of three whole numbers, "
                                      f"got {show_value(dims)}")  # fmt: skip
-                values[key] = tuple(dims)
+                values[key] = tuple(self.whole(d, f"{where}.{key}[{j}]", 1)
+                                    for j, d in enumerate(dims))  # fmt: skip
             for key in ("registers_per_thread", "shared_bytes_per_block", "sms"):
                 values[key] = self.whole(fields[key], f"{where}.{key}", 0)
             for key in ("flops", "bytes", "time_s", "occupancy"):

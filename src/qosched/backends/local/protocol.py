@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from qosched.backends.local.atomic import atomic_write_json
+from qosched.core.bounds import check_count, is_whole
 from qosched.core.errors import InputError
 
 JOB_FILE = "job.json"
@@ -42,22 +43,6 @@ ENV_JOB_DIR = "QOSCHED_JOB_DIR"
 ENV_ALLOCATION_FILE = "QOSCHED_ALLOCATION_FILE"
 
 _SEED_LIMIT = 2**63
-
-
-def _is_int(value: object) -> bool:
-    # JSON true/false arrive as bool, which Python counts as int; a flag is never a count.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _whole(data: dict[str, Any], name: str, source: str | Path | None, minimum: int) -> int:
-    value = data[name]
-    if not _is_int(value) or value < minimum:
-        raise InputError(
-            f"expected a whole number >= {minimum}, got {json.dumps(value)}",
-            source=source,
-            field=name,
-        )
-    return value
 
 
 def _load_json_object(path: Path, what: str) -> dict[str, Any]:
@@ -171,15 +156,17 @@ def parse_worker_job(data: object, *, source: str | Path | None = None) -> Worke
                 field="command",
             )
         argv = tuple(command)
-    iterations = _whole(data, "iterations", source, minimum=1)
+    iterations = check_count(data["iterations"], field="iterations", minimum=1, source=source)
     seed = data["seed"]
-    if not _is_int(seed) or not 0 <= seed < _SEED_LIMIT:
+    if not is_whole(seed) or not 0 <= seed < _SEED_LIMIT:
         raise InputError(
             f"expected a whole number in [0, 2**63), got {json.dumps(seed)}",
             source=source,
             field="seed",
         )
-    checkpoint_every = _whole(data, "checkpoint_every", source, minimum=1)
+    checkpoint_every = check_count(
+        data["checkpoint_every"], field="checkpoint_every", minimum=1, source=source
+    )
     batch_size = data.get("batch_size")
     if batch_size is not None:
         if command is not None:
@@ -188,7 +175,7 @@ def parse_worker_job(data: object, *, source: str | Path | None = None) -> Worke
                 source=source,
                 field="batch_size",
             )
-        batch_size = _whole(data, "batch_size", source, minimum=1)
+        batch_size = check_count(batch_size, field="batch_size", minimum=1, source=source)
     return WorkerJob(job_id, workload, argv, iterations, seed, checkpoint_every, batch_size)
 
 
@@ -222,7 +209,7 @@ def parse_allocation(
     _check_keys(data, required=("cpus", "version"), optional=(), source=source)
     count = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     cpus = data["cpus"]
-    if not isinstance(cpus, list) or not cpus or not all(_is_int(cpu) for cpu in cpus):
+    if not isinstance(cpus, list) or not cpus or not all(is_whole(cpu) for cpu in cpus):
         raise InputError(
             f"expected a non-empty list of core ids, got {json.dumps(cpus)}",
             source=source,
@@ -237,7 +224,7 @@ def parse_allocation(
         )
     if len(set(cpus)) != len(cpus):
         raise InputError(f"duplicate core ids in {cpus}", source=source, field="cpus")
-    version = _whole(data, "version", source, minimum=0)
+    version = check_count(data["version"], field="version", source=source)
     return Allocation(tuple(cpus), version)
 
 
