@@ -17,7 +17,7 @@ import service_fakes
 from service_fakes import FakeLocalService, Running, fake_service_module, running_service, spec_text
 
 from qosched.backends.local.home import ENDPOINT_FILE, LOG_FILE, read_endpoint
-from qosched.cli import local
+from qosched.cli import local, options
 from qosched.cli.main import main
 
 WAIT_S = 15.0
@@ -86,7 +86,7 @@ def test_submit_reports_a_declined_job(
         return {**job, "state": "declined"}
 
     running.service.submit = declining  # type: ignore[method-assign]
-    assert qosched(running.home, "submit", *write_specs(tmp_path, "tight")) == 0
+    assert qosched(running.home, "submit", *write_specs(tmp_path, "tight")) == local.Exit.DECLINED
     captured = capsys.readouterr()
     assert captured.out == "j-000001\n"
     assert "j-000001 (tight) was declined" in captured.err
@@ -342,7 +342,7 @@ def test_up_detach_reports_a_service_that_dies_at_start(
     [("0", (0,)), ("0,1", (0, 1)), ("0-3,6", (0, 1, 2, 3, 6)), ("5, 2", (2, 5))],
 )
 def test_cpu_list(text: str, cores: tuple[int, ...]) -> None:
-    assert local._cpu_list(text) == cores
+    assert options.cpu_list(text) == cores
 
 
 @pytest.mark.parametrize("text", ["", "a", "1-", "3-1", "0,0", "0-2,1", "-1"])

@@ -58,7 +58,11 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
     infer = groups.add_parser("infer", help="multi-tenant inference on one CPU+GPU machine")
     commands = infer.add_subparsers(dest="command", required=True, metavar="ACTION")
     parser = commands.add_parser(
-        "plan", help="operator-level CPU/GPU placement (COS)", description=__doc__
+        "plan",
+        help="operator-level CPU/GPU placement (COS)",
+        description="Place every operator of several inference models on the CPU or the GPU "
+        "of the spec's platform with a two-phase search, against the single-processor and "
+        "model/layer-level baselines and an LP upper bound. --out keeps the plan for infer run.",
     )
     parser.add_argument("spec", help="YAML: machine (platform, ...) and tenants (name, model, ...)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -77,7 +81,11 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
     )
     parser.set_defaults(run=run_plan)
     runner = commands.add_parser(
-        "run", help="run a plan for real and compare with its prediction", description=__doc__
+        "run",
+        help="run a plan for real and compare with its prediction",
+        description="Execute a plan on a runnable platform (one pinned worker process per "
+        "processor, every tenant served round-robin) and compare the measured throughput and "
+        "latency with the plan's prediction.",
     )
     runner.add_argument("spec", help="the spec the plan was made from")
     runner.add_argument("--plan", required=True, help="a plan file from infer plan --out")

@@ -1,0 +1,47 @@
+"""Argument types shared by several ``qosched`` commands: each turns one command-line value into
+a checked Python value or raises ``argparse.ArgumentTypeError`` (a usage error naming the flag)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cpu_list(text: str) -> tuple[int, ...]:
+    """``0,1`` or ``0-3,6`` -> sorted core ids; duplicates and reversed ranges are errors."""
+    cores: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        low, dash, high = part.partition("-")
+        if not low.isdecimal() or (dash and not high.isdecimal()):
+            raise argparse.ArgumentTypeError(f"expected core ids like 0,1 or 0-3,6, got {text!r}")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise argparse.ArgumentTypeError(f"range {part!r} runs backwards")
+        cores.extend(range(first, last + 1))
+    duplicates = sorted({core for core in cores if cores.count(core) > 1})
+    if duplicates:
+        raise argparse.ArgumentTypeError(f"cores listed twice: {duplicates}")
+    return tuple(sorted(cores))
+
+
+def port(text: str) -> int:
+    if not text.isdecimal() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text!r}")
+    return int(text)
+
+
+def count(text: str) -> int:
+    if not text.isdecimal():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def seconds(text: str) -> float:
+    """A finite duration in seconds, > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
