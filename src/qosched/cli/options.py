@@ -1,9 +1,24 @@
-"""Argument types shared by several ``qosched`` commands: each turns one command-line value into
-a checked Python value or raises ``argparse.ArgumentTypeError`` (a usage error naming the flag)."""
+"""What several ``qosched`` commands share when their parsers are built: argument types (each
+turns one command-line value into a checked Python value or raises
+``argparse.ArgumentTypeError``, a usage error naming the flag), and ``deferred`` run functions.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
+
+
+def deferred(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """A command's run function that imports ``module`` only when the command runs, so that
+    building the parser (``--help`` included) never pays for what the command needs."""
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), function)(args)
+
+    run.__qualname__ = f"deferred({module}:{function})"
+    return run
 
 
 def cpu_list(text: str) -> tuple[int, ...]:
