@@ -131,6 +131,33 @@ def test_status_shows_a_table_of_jobs(
         assert expected in third, (expected, third)
 
 
+def test_status_job_shows_a_running_jobs_history_prediction_and_slack(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "submit", *write_specs(tmp_path, "alpha")) == 0
+    service = running.service
+    now = time.time()
+    service.update("j-000001", state="running", cpus=[0], iterations_done=40)
+    service.update(
+        "j-000001",
+        cpus=[0, 1, 2],
+        predicted_finish_at=now + 120,
+        predicted_finish_band=[now + 100, now + 150],
+    )
+    capsys.readouterr()
+    assert qosched(running.home, "status", "j-000001") == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "j-000001 (alpha)" in rows["job"] and "10% 40/400" in rows["progress"]
+    assert rows["cpus"].split()[1] == "0-2"
+    assert "in 2m (1m40s–2m30s)" in rows["finish"]
+    assert "8m to spare (predicted)" in rows["slack"]  # a 10m deadline, finishing in 2m
+    allocations = out.split("allocations", 1)[1].split("events", 1)[0].splitlines()
+    history = [line.split() for line in allocations if line.strip()][1:]  # under the header
+    assert [(row[1], row[-1]) for row in history] == [(history[1][0], "0"), ("now", "0-2")]
+    assert "queued -> running on cores 0" in out and "re-sized from cores 0 to 0-2" in out
+
+
 def test_status_without_jobs_says_how_to_submit(
     running: Running, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -345,7 +372,7 @@ def test_cpu_list(text: str, cores: tuple[int, ...]) -> None:
     assert options.cpu_list(text) == cores
 
 
-@pytest.mark.parametrize("text", ["", "a", "1-", "3-1", "0,0", "0-2,1", "-1"])
+@pytest.mark.parametrize("text", ["", "a", "1-", "3-1", "0,0", "0-2,1", "-1", "٣"])
 def test_a_bad_cpu_list_is_a_usage_error(
     tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

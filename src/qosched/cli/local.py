@@ -388,8 +388,10 @@ def run_submit(args: argparse.Namespace) -> int:
         raise InputError(f"{STDIN} (standard input) can be given once", field="specs")
     specs: list[tuple[str, str]] = []
     for name in args.specs:
-        source, text = ("<stdin>", sys.stdin.read()) if name == STDIN else (name, None)
-        text = read_spec_text(Path(name)) if text is None else text
+        if name == STDIN:
+            source, text = "<stdin>", sys.stdin.read()
+        else:
+            source, text = name, read_spec_text(Path(name))
         # Every spec is checked before any is sent, so a typo in the third submits nothing.
         parse_job_spec(text, source)
         specs.append((source, text))
@@ -435,11 +437,8 @@ def wait_for_jobs(
             return list(latest.values())
         time.sleep(poll_s)
         for job_id in pending:
-            job = client.job(job_id)
-            if (job["state"], job.get("cpus")) != (
-                latest[job_id]["state"],
-                latest[job_id].get("cpus"),
-            ):
+            job, before = client.job(job_id), latest[job_id]
+            if (job["state"], job.get("cpus")) != (before["state"], before.get("cpus")):
                 cores = f" on cores {cpu_ranges(job['cpus'])}" if job.get("cpus") else ""
                 print(f"{job_id} {job['state']}{cores}", file=sys.stderr, flush=True)
             latest[job_id] = job
@@ -634,13 +633,10 @@ def job_view(job: dict[str, Any], now: float) -> RenderableType:
     facts.add_row("finish", _predicted(job, now))
     slack = job.get("slack_s")
     if slack is not None:
-        facts.add_row(
-            "slack",
-            Text(
-                f"{_duration(slack)}" if slack >= 0 else f"-{_duration(slack)} (late)",
-                style="" if slack >= 0 else "red",
-            ),
-        )
+        words = f"{_duration(slack)} to spare" if slack >= 0 else f"{_duration(slack)} late"
+        if job.get("finished_at") is None:
+            words += " (predicted)"
+        facts.add_row("slack", Text(words, style="" if slack >= 0 else "red"))
     facts.add_row("qos", _qos(job))
     facts.add_row("attempts", str(job.get("attempts", 0)))
     if job.get("error"):

@@ -27,7 +27,7 @@ def cpu_list(text: str) -> tuple[int, ...]:
     for part in text.split(","):
         part = part.strip()
         low, dash, high = part.partition("-")
-        if not low.isdecimal() or (dash and not high.isdecimal()):
+        if not _digits(low) or (dash and not _digits(high)):
             raise argparse.ArgumentTypeError(f"expected core ids like 0,1 or 0-3,6, got {text!r}")
         first, last = int(low), int(high) if dash else int(low)
         if last < first:
@@ -40,13 +40,13 @@ def cpu_list(text: str) -> tuple[int, ...]:
 
 
 def port(text: str) -> int:
-    if not text.isdecimal() or int(text) > 65535:
+    if not _digits(text) or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text!r}")
     return int(text)
 
 
 def count(text: str) -> int:
-    if not text.isdecimal():
+    if not _digits(text):
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)
 
@@ -60,3 +60,8 @@ def seconds(text: str) -> float:
     if not (0 < value < float("inf")):
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
     return value
+
+
+def _digits(text: str) -> bool:
+    # ASCII only: str.isdecimal() also accepts other scripts' digits ("٣"), which int() reads.
+    return text.isascii() and text.isdecimal()
