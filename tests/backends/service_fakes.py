@@ -196,20 +196,28 @@ class FakeLocalService(FakeService):
 
     opened: ClassVar[list[FakeLocalService]] = []
 
-    def __init__(self, home: Path, cpus: tuple[int, ...] | None, policy: str) -> None:
+    def __init__(
+        self, home: Path, cpus: tuple[int, ...] | None, policy: str, tick_s: float = 5.0
+    ) -> None:
         super().__init__(capacity_cpus=len(cpus) if cpus else 2)
         self.home = home
         self.cpus = cpus
         self.policy = policy
+        self.tick_s = tick_s
         self.running = threading.Event()
         self.stopped = False
         self.closed = False
 
     @classmethod
     def open(
-        cls, home: Path, *, cpus: tuple[int, ...] | None = None, policy: str = "qos"
+        cls,
+        home: Path,
+        *,
+        cpus: tuple[int, ...] | None = None,
+        policy: str = "qos",
+        tick_s: float = 5.0,
     ) -> FakeLocalService:
-        service = cls(home, cpus, policy)
+        service = cls(home, cpus, policy, tick_s)
         cls.opened.append(service)
         return service
 

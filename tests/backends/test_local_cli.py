@@ -18,7 +18,7 @@ from service_fakes import FakeLocalService, Running, fake_service_module, runnin
 
 from qosched.backends.local.home import ENDPOINT_FILE, LOG_FILE, read_endpoint
 from qosched.cli import local, options
-from qosched.cli.main import main
+from qosched.cli.main import build_parser, main
 
 WAIT_S = 15.0
 
@@ -292,13 +292,16 @@ def test_up_serves_until_down_then_cleans_up(
     home = tmp_path / "home"
     codes: list[int] = []
     thread = threading.Thread(
-        target=lambda: codes.append(qosched(home, "up", "--cpus", "0-1", "--policy", "fifo"))
+        target=lambda: codes.append(
+            qosched(home, "up", "--cpus", "0-1", "--policy", "fifo", "--tick", "0.5")
+        )
     )
     thread.start()
     try:
         wait_for(lambda: (home / ENDPOINT_FILE).exists(), "service.json")
         (service,) = fake_local_service
         assert (service.home, service.cpus, service.policy) == (home, (0, 1), "fifo")
+        assert service.tick_s == 0.5
         endpoint = read_endpoint(home)
         assert endpoint.pid == os.getpid()
         assert qosched(home, "submit", *write_specs(tmp_path, "alpha")) == 0
@@ -348,6 +351,17 @@ def test_up_detach_starts_a_background_service(
         assert qosched(home, "down") == 0
     log = (home / LOG_FILE).read_text()
     assert "listening on" in log and "qosched service stopped" in log
+
+
+def test_a_detached_up_runs_a_foreground_up_with_the_same_options(tmp_path: Path) -> None:
+    given = ["up", "--cpus", "0-1,3", "--policy", "fifo", "--port", "8123", "--tick", "0.25"]
+    args = build_parser("up").parse_args([*given, "--detach"])
+    argv = local._service_argv(tmp_path, args)
+    assert argv[:3] == [sys.executable, "-m", "qosched.cli.main"]
+    again = build_parser("up").parse_args(argv[3:])
+    chosen = ("cpus", "policy", "port", "tick")
+    assert [getattr(again, n) for n in chosen] == [(0, 1, 3), "fifo", 8123, 0.25]
+    assert (again.home, again.detach) == (str(tmp_path), False)
 
 
 def test_up_detach_reports_a_service_that_dies_at_start(

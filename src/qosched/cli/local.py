@@ -121,6 +121,13 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "--port", type=port, default=0, help="API port on 127.0.0.1 (default: any free port)"
     )
     up.add_argument(
+        "--tick",
+        type=seconds,
+        metavar="S",
+        help="seconds between scheduling rounds when nothing changes, also how often progress "
+        "is read; at most 1 s passes between two checks for finished jobs (default: 5)",
+    )
+    up.add_argument(
         "--detach",
         action="store_true",
         help="run in the background (output to HOME/service.log) and return once it answers",
@@ -217,7 +224,8 @@ def run_up(args: argparse.Namespace) -> int:
         # Imported here: the service pulls in the cluster policies, which no client needs.
         from qosched.backends.local.service import LocalService
 
-        service = LocalService.open(home, cpus=args.cpus, policy=args.policy)
+        tick = {} if args.tick is None else {"tick_s": args.tick}
+        service = LocalService.open(home, cpus=args.cpus, policy=args.policy, **tick)
         stop = threading.Event()
         try:
             with (
@@ -272,6 +280,8 @@ def _service_argv(home: Path, args: argparse.Namespace) -> list[str]:
     argv += ["--policy", args.policy, "--port", str(args.port)]
     if args.cpus:
         argv += ["--cpus", ",".join(map(str, args.cpus))]
+    if args.tick is not None:
+        argv += ["--tick", repr(args.tick)]
     return argv
 
 
