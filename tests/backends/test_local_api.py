@@ -470,6 +470,8 @@ BAD_STATUS = [
     ("huge-running", {"running": 2**60}, "running"),
     ("fraction-core", {"capacity": {"cpus": [0.5], "gpus": []}}, "capacity.cpus"),
     ("bool-outcome", {"outcomes": {"met": True}}, "outcomes.met"),
+    ("negative-core-held", {"allocated": {"j-1": {"cpus": [-1]}}}, "allocated.j-1.cpus"),
+    ("no-cores-held", {"allocated": {"j-1": {}}}, "allocated.j-1.cpus"),
 ]
 
 

@@ -199,7 +199,10 @@ class ServiceStatus:
             queued=check_count(data.get("queued"), field="queued", source=source),
             running=check_count(data.get("running"), field="running", source=source),
             allocated={
-                str(job_id): ids(member(held, "cpus", list, f"allocated.{job_id}.cpus"), "cpus")
+                str(job_id): ids(
+                    member(held, "cpus", list, f"allocated.{job_id}.cpus"),
+                    f"allocated.{job_id}.cpus",
+                )
                 for job_id, held in allocated.items()
             },
             outcomes={
