@@ -231,9 +231,18 @@ def test_cancel_prints_the_outcome_and_refuses_twice(
     assert "already cancelled" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [("logs", "j-000404"), ("cancel", "j-000404")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("logs", "j-000404"),
+        ("logs", "j-000404", "--follow"),
+        ("cancel", "j-000404"),
+        ("status", "j-000404"),
+    ],
+    ids=" ".join,
+)
 def test_an_unknown_job_is_an_error(
-    running: Running, command: tuple[str, str], capsys: pytest.CaptureFixture[str]
+    running: Running, command: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert qosched(running.home, *command) == 2
     assert "no job 'j-000404'" in capsys.readouterr().err
