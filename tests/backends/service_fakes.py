@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import tempfile
 import threading
 import time
 import types
@@ -14,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from qosched.backends.local.api import OUTCOMES, ApiServer, Metrics, serve
+from qosched.backends.local.api import OUTCOMES, ApiServer, LogChunk, Metrics, ServiceStatus, serve
+from qosched.backends.local.detail import job_detail, read_log_chunk
 from qosched.backends.local.home import Endpoint, ensure_token, remove_endpoint, write_endpoint
 from qosched.backends.local.jobspec import parse_job_spec
-from qosched.backends.local.store import UnknownJobError
+from qosched.backends.local.store import Event, UnknownJobError
 from qosched.core.errors import InputError
 
 FINAL = ("succeeded", "failed", "cancelled", "declined")
@@ -41,13 +43,20 @@ spec:
 
 
 class FakeService:
-    """Jobs in a list; nothing runs unless a test says so with ``update``."""
+    """Jobs in a list; nothing runs unless a test says so with ``update``. Logs are files under
+    ``log_dir`` (a new temporary folder by default), read as ``LocalService`` reads its workers'."""
 
-    def __init__(self, capacity_cpus: int = 4, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        capacity_cpus: int = 4,
+        clock: Callable[[], float] = time.time,
+        log_dir: Path | None = None,
+    ) -> None:
         self.capacity_cpus = capacity_cpus
         self.clock = clock
         self._jobs: dict[str, dict[str, Any]] = {}
-        self._logs: dict[str, str] = {}
+        self._events: dict[str, list[Event]] = {}
+        self._log_dir = log_dir
         self._lock = threading.Lock()
         self.submitted_sources: list[str] = []
 
@@ -75,7 +84,8 @@ class FakeService:
                 "attempts": 0,
                 "error": None,
             }
-            self._logs[job_id] = ""
+            self._log_path(job_id).write_bytes(b"")
+            self._events[job_id] = [Event(job_id, now, "submitted", {"name": spec.name})]
             return copy.deepcopy(self._jobs[job_id])
 
     def jobs(self) -> list[dict[str, Any]]:
@@ -86,21 +96,45 @@ class FakeService:
         with self._lock:
             return copy.deepcopy(self._get(job_id))
 
+    def job_detail(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            return job_detail(copy.deepcopy(self._get(job_id)), list(self._events[job_id]))
+
     def logs(self, job_id: str, tail_lines: int | None = None) -> str:
         with self._lock:
             self._get(job_id)
-            lines = self._logs[job_id].splitlines(keepends=True)
+        lines = self._log_path(job_id).read_text().splitlines(keepends=True)
         if tail_lines is not None:
             lines = lines[-tail_lines:] if tail_lines else []
         return "".join(lines)
+
+    def read_log(self, job_id: str, offset: int, limit: int) -> LogChunk:
+        with self._lock:
+            state = self._get(job_id)["state"]
+        return read_log_chunk(self._log_path(job_id), offset, limit, state=state)
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         with self._lock:
             job = self._get(job_id)
             if job["state"] in FINAL:
                 raise InputError(f"job {job_id} is already {job['state']}", field="job")
-            job.update(state="cancelled", finished_at=self.clock(), cpus=[])
+            self._change(job, state="cancelled", finished_at=self.clock(), cpus=[])
             return copy.deepcopy(job)
+
+    def status(self) -> ServiceStatus:
+        metrics = self.metrics()
+        with self._lock:
+            allocated = {
+                job["id"]: tuple(job["cpus"]) for job in self._jobs.values() if job["cpus"]
+            }
+        return ServiceStatus(
+            policy="qos",
+            cpus=tuple(range(self.capacity_cpus)),
+            queued=metrics.queued,
+            running=metrics.running,
+            allocated=allocated,
+            outcomes=metrics.outcomes,
+        )
 
     def metrics(self) -> Metrics:
         with self._lock:
@@ -122,12 +156,33 @@ class FakeService:
     # --- test controls ---------------------------------------------------------------------------
 
     def update(self, job_id: str, **changes: Any) -> None:
+        """Change a job as the service would, logging state and allocation changes as events."""
         with self._lock:
-            self._get(job_id).update(changes)
+            self._change(self._get(job_id), **changes)
 
     def write_log(self, job_id: str, text: str) -> None:
-        with self._lock:
-            self._logs[job_id] += text
+        with self._lock, self._log_path(job_id).open("a") as log:
+            log.write(text)
+
+    def _change(self, job: dict[str, Any], **changes: Any) -> None:
+        old_state, old_cpus = job["state"], job["cpus"]
+        job.update(changes)
+        now = self.clock()
+        events = self._events[job["id"]]
+        if job["state"] != old_state:
+            detail: dict[str, Any] = {"from": old_state, "to": job["state"]}
+            if job["state"] == "running":
+                detail["cpus"] = list(job["cpus"])
+            events.append(Event(job["id"], now, "state", detail))
+        elif job["state"] == "running" and job["cpus"] != old_cpus:
+            events.append(
+                Event(job["id"], now, "allocation", {"from": old_cpus, "to": job["cpus"]})
+            )
+
+    def _log_path(self, job_id: str) -> Path:
+        if self._log_dir is None:
+            self._log_dir = Path(tempfile.mkdtemp(prefix="qosched-fake-logs-"))
+        return self._log_dir / f"{job_id}.log"
 
     def _get(self, job_id: str) -> dict[str, Any]:
         try:
@@ -141,20 +196,28 @@ class FakeLocalService(FakeService):
 
     opened: ClassVar[list[FakeLocalService]] = []
 
-    def __init__(self, home: Path, cpus: tuple[int, ...] | None, policy: str) -> None:
+    def __init__(
+        self, home: Path, cpus: tuple[int, ...] | None, policy: str, tick_s: float = 5.0
+    ) -> None:
         super().__init__(capacity_cpus=len(cpus) if cpus else 2)
         self.home = home
         self.cpus = cpus
         self.policy = policy
+        self.tick_s = tick_s
         self.running = threading.Event()
         self.stopped = False
         self.closed = False
 
     @classmethod
     def open(
-        cls, home: Path, *, cpus: tuple[int, ...] | None = None, policy: str = "qos"
+        cls,
+        home: Path,
+        *,
+        cpus: tuple[int, ...] | None = None,
+        policy: str = "qos",
+        tick_s: float = 5.0,
     ) -> FakeLocalService:
-        service = cls(home, cpus, policy)
+        service = cls(home, cpus, policy, tick_s)
         cls.opened.append(service)
         return service
 
@@ -179,7 +242,7 @@ class Running:
 def running_service(home: Path, service: FakeService | None = None) -> Iterator[Running]:
     """Serve ``service`` as ``qosched up`` would: token, ``service.json`` with this process's
     pid, and ``service.json`` removed once ``POST /shutdown`` arrives."""
-    service = service if service is not None else FakeService()
+    service = service if service is not None else FakeService(log_dir=home)
     token = ensure_token(home)
     server = serve(service, token=token, poll_interval_s=0.01)
     pid = os.getpid()

@@ -12,18 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_parser,
+)
+from prometheus_client.parser import text_string_to_metric_families
 from service_fakes import FakeService, Running, running_service, spec_text
 
 from qosched.backends.local.api import (
     MAX_BODY_BYTES,
+    MAX_LOG_CHUNK,
+    OUTCOMES,
     PROMETHEUS_CONTENT_TYPE,
+    LogChunk,
     Metrics,
+    ServiceStatus,
     is_loopback,
-    parse_metrics,
-    render_metrics,
     serve,
 )
 from qosched.backends.local.client import Client
+from qosched.backends.local.prometheus import exposition
 from qosched.backends.local.store import UnknownJobError
 from qosched.core.errors import InputError, QoschedError
 
@@ -76,6 +83,9 @@ def submit(running: Running, text: str | None = None, source: str = "job.yaml") 
 # --- the token -----------------------------------------------------------------------------------
 
 PROTECTED = [
+    ("GET", "/status"),
+    ("GET", "/jobs/j-000001/detail"),
+    ("GET", "/jobs/j-000001/logs?offset=0"),
     ("GET", "/jobs"),
     ("POST", "/jobs"),
     ("GET", "/jobs/j-000001"),
@@ -343,31 +353,26 @@ def test_serve_uses_the_given_shutdown_event(tmp_path: Path) -> None:
 
 # --- metrics -------------------------------------------------------------------------------------
 
-EXPECTED_METRICS = """\
-# HELP qosched_queue_length Jobs waiting for CPUs (queued or preempted).
-# TYPE qosched_queue_length gauge
-qosched_queue_length 2
-# HELP qosched_running_jobs Jobs running now.
-# TYPE qosched_running_jobs gauge
-qosched_running_jobs 2
-# HELP qosched_capacity_cpus CPU cores the service schedules.
-# TYPE qosched_capacity_cpus gauge
-qosched_capacity_cpus 4
-# HELP qosched_allocated_cpus CPU cores each running job holds now.
-# TYPE qosched_allocated_cpus gauge
-qosched_allocated_cpus{job="j-000001"} 3
-qosched_allocated_cpus{job="j-000002"} 1
-# HELP qosched_job_outcomes_total Finished jobs by outcome.
-# TYPE qosched_job_outcomes_total counter
-qosched_job_outcomes_total{outcome="met"} 1
-qosched_job_outcomes_total{outcome="missed"} 1
-qosched_job_outcomes_total{outcome="failed"} 0
-qosched_job_outcomes_total{outcome="cancelled"} 1
-qosched_job_outcomes_total{outcome="declined"} 0
-"""
+
+def scrape(running: Running, accept: str | None = None) -> tuple[str, dict[tuple, float]]:
+    """``GET /metrics`` without a token, read by prometheus_client's own parser: the content
+    type and every sample as ``{(name, sorted labels): value}``."""
+    headers = {} if accept is None else {"Accept": accept}
+    status, response, body = call(running, "GET", "/metrics", token=None, headers=headers)
+    assert status == 200
+    content_type = response.getheader("Content-Type")
+    parse = openmetrics_parser if "openmetrics" in content_type else text_string_to_metric_families
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in parse(body.decode())
+        for sample in family.samples
+    }
+    return content_type, samples
 
 
-def test_metrics_route_serves_prometheus_text(running: Running) -> None:
+def busy_service(running: Running) -> None:
+    """Two running jobs (3 cores and 1), one pre-empted, one met, one missed, one cancelled,
+    one queued."""
     service = running.service
     jobs = [submit(running, spec_text(name=f"job-{n}")) for n in range(7)]
     service.update(jobs[0]["id"], state="running", cpus=[0, 1, 2])
@@ -377,37 +382,173 @@ def test_metrics_route_serves_prometheus_text(running: Running) -> None:
     service.update(jobs[3]["id"], state="succeeded", finished_at=finished_at)
     service.update(jobs[4]["id"], state="succeeded", finished_at=finished_at + 1)
     service.cancel(jobs[5]["id"])
-    status, response, body = call(running, "GET", "/metrics", token=None)
+
+
+EXPECTED_SAMPLES = {
+    ("qosched_queue_length", ()): 2,
+    ("qosched_running_jobs", ()): 2,
+    ("qosched_capacity_cpus", ()): 4,
+    ("qosched_allocated_cpus", (("job_id", "j-000001"),)): 3,
+    ("qosched_allocated_cpus", (("job_id", "j-000002"),)): 1,
+    ("qosched_job_outcomes_total", (("outcome", "met"),)): 1,
+    ("qosched_job_outcomes_total", (("outcome", "missed"),)): 1,
+    ("qosched_job_outcomes_total", (("outcome", "failed"),)): 0,
+    ("qosched_job_outcomes_total", (("outcome", "cancelled"),)): 1,
+    ("qosched_job_outcomes_total", (("outcome", "declined"),)): 0,
+}
+
+
+def test_metrics_route_serves_prometheus_text_labelled_job_id(running: Running) -> None:
+    busy_service(running)
+    content_type, samples = scrape(running)
+    assert content_type == PROMETHEUS_CONTENT_TYPE
+    assert samples == EXPECTED_SAMPLES
+    # `job` is the label Prometheus gives every scraped series; ours must not collide with it.
+    assert not any(name == "job" for _, labels in samples for name, _ in labels)
+
+
+def test_metrics_route_speaks_openmetrics_when_asked(running: Running) -> None:
+    busy_service(running)
+    content_type, samples = scrape(running, "application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert samples == EXPECTED_SAMPLES
+
+
+def test_metrics_with_no_jobs_still_lists_every_outcome(running: Running) -> None:
+    _, samples = scrape(running)
+    assert samples == {
+        ("qosched_queue_length", ()): 0,
+        ("qosched_running_jobs", ()): 0,
+        ("qosched_capacity_cpus", ()): 4,
+        **{("qosched_job_outcomes_total", (("outcome", o),)): 0 for o in OUTCOMES},
+    }
+
+
+def test_metrics_labels_survive_quotes_backslashes_and_newlines() -> None:
+    odd = 'odd"id\\x\n'
+    body, _ = exposition(Metrics(capacity_cpus=8, queued=0, running=1, allocated_cpus={odd: 2}))
+    families = text_string_to_metric_families(body.decode())
+    (family,) = [f for f in families if f.name == "qosched_allocated_cpus"]
+    assert [(s.labels, s.value) for s in family.samples] == [({"job_id": odd}, 2)]
+
+
+# --- status, detail and logs by offset -----------------------------------------------------------
+
+
+def test_status_route_describes_capacity_allocations_and_outcomes(running: Running) -> None:
+    busy_service(running)
+    status, _, body = call(running, "GET", "/status")
     assert status == 200
-    assert response.getheader("Content-Type") == PROMETHEUS_CONTENT_TYPE
-    assert body.decode() == EXPECTED_METRICS
+    assert json.loads(body) == {
+        "policy": "qos",
+        "capacity": {"cpus": [0, 1, 2, 3], "gpus": []},
+        "queued": 2,
+        "running": 2,
+        "allocated": {
+            "j-000001": {"cpus": [0, 1, 2], "gpus": []},
+            "j-000002": {"cpus": [3], "gpus": []},
+        },
+        "outcomes": {"met": 1, "missed": 1, "failed": 0, "cancelled": 1, "declined": 0},
+    }
 
 
-def test_metrics_with_no_jobs_still_lists_every_family() -> None:
-    text = render_metrics(Metrics(capacity_cpus=2, queued=0, running=0))
-    assert "# TYPE qosched_allocated_cpus gauge\n# HELP qosched_job_outcomes_total" in text
-    assert 'qosched_job_outcomes_total{outcome="declined"} 0\n' in text
-    assert text.endswith("\n")
-
-
-def test_metrics_parse_back_with_escaped_labels() -> None:
-    metrics = Metrics(
-        capacity_cpus=8,
+def test_status_json_reads_back_as_the_same_status() -> None:
+    status = ServiceStatus(
+        policy="fifo",
+        cpus=(0, 2),
         queued=1,
-        running=2,
-        allocated_cpus={'odd"id\\x\n': 2, "j-000002": 6},
-        outcomes={"met": 3, "missed": 0, "failed": 1, "cancelled": 0, "declined": 2},
+        running=1,
+        allocated={"j-000003": (2,)},
+        outcomes=dict.fromkeys(OUTCOMES, 0) | {"met": 2},
     )
-    text = render_metrics(metrics)
-    assert 'qosched_allocated_cpus{job="odd\\"id\\\\x\\n"} 2' in text
-    assert parse_metrics(text) == metrics
+    assert ServiceStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
 
 
-def test_parse_metrics_rejects_what_is_not_prometheus_text() -> None:
-    with pytest.raises(QoschedError, match="line 1"):
-        parse_metrics("not a metric line at all {\n")
-    with pytest.raises(QoschedError, match="missing qosched_capacity_cpus"):
-        parse_metrics("qosched_queue_length 0\nqosched_running_jobs 0\n")
+BAD_STATUS = [
+    ("no-capacity", {"capacity": None}, "capacity"),
+    ("negative-queue", {"queued": -1}, "queued"),
+    ("huge-running", {"running": 2**60}, "running"),
+    ("fraction-core", {"capacity": {"cpus": [0.5], "gpus": []}}, "capacity.cpus"),
+    ("bool-outcome", {"outcomes": {"met": True}}, "outcomes.met"),
+    ("negative-core-held", {"allocated": {"j-1": {"cpus": [-1]}}}, "allocated.j-1.cpus"),
+    ("no-cores-held", {"allocated": {"j-1": {}}}, "allocated.j-1.cpus"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"), [c[1:] for c in BAD_STATUS], ids=[c[0] for c in BAD_STATUS]
+)
+def test_a_status_document_out_of_bounds_names_the_field(change: dict, field: str) -> None:
+    good = ServiceStatus("qos", (0,), 0, 0, {}, dict.fromkeys(OUTCOMES, 0)).to_json()
+    with pytest.raises(InputError) as caught:
+        ServiceStatus.from_json(good | change)
+    assert caught.value.field == field
+
+
+def test_detail_route_adds_allocation_history_events_and_slack(running: Running) -> None:
+    job = submit(running)
+    service = running.service
+    service.update(job["id"], state="running", cpus=[0])
+    service.update(job["id"], cpus=[0, 1], predicted_finish_at=job["deadline_at"] - 30)
+    status, _, body = call(running, "GET", f"/jobs/{job['id']}/detail")
+    assert status == 200
+    detail = json.loads(body)
+    assert {k: detail[k] for k in job if k not in ("state", "cpus", "predicted_finish_at")} == {
+        k: job[k] for k in job if k not in ("state", "cpus", "predicted_finish_at")
+    }
+    first, second = detail["allocations"]
+    assert (first["cpus"], second["cpus"], second["until"]) == ([0], [0, 1], None)
+    assert first["until"] == second["from"]
+    assert [e["kind"] for e in detail["events"]] == ["submitted", "state", "allocation"]
+    assert detail["slack_s"] == pytest.approx(30)
+
+
+def test_logs_by_offset_return_raw_bytes_and_where_to_go_on(running: Running) -> None:
+    job = submit(running)
+    running.service.write_log(job["id"], "héllo\nworld\n")  # é is two bytes
+    size = len("héllo\nworld\n".encode())
+    status, response, body = call(running, "GET", f"/jobs/{job['id']}/logs?offset=2&limit=4")
+    assert (status, body) == (200, "héllo\n".encode()[2:6])
+    assert response.getheader("Content-Type") == "application/octet-stream"
+    assert response.getheader("X-Qosched-Log-Offset") == "6"
+    assert response.getheader("X-Qosched-Log-Complete") == "false"  # the job is still queued
+    status, response, body = call(running, "GET", f"/jobs/{job['id']}/logs?offset=6")
+    assert body == "héllo\nworld\n".encode()[6:]
+    assert response.getheader("X-Qosched-Log-Offset") == str(size)
+
+
+def test_logs_by_offset_are_complete_once_the_job_ended_and_all_is_read(running: Running) -> None:
+    job = submit(running)
+    running.service.write_log(job["id"], "one\ntwo\n")
+    running.service.cancel(job["id"])
+    _, response, _ = call(running, "GET", f"/jobs/{job['id']}/logs?offset=0&limit=3")
+    assert response.getheader("X-Qosched-Log-Complete") == "false"  # more bytes remain
+    _, response, body = call(running, "GET", f"/jobs/{job['id']}/logs?offset=3")
+    assert (body, response.getheader("X-Qosched-Log-Complete")) == (b"\ntwo\n", "true")
+
+
+BAD_LOG_QUERIES = [
+    ("offset-past-end", "offset=99", "offset"),
+    ("negative-offset", "offset=-1", "offset"),
+    ("huge-offset", f"offset={2**64}", "offset"),
+    ("zero-limit", "offset=0&limit=0", "limit"),
+    ("limit-over-chunk", f"offset=0&limit={MAX_LOG_CHUNK + 1}", "limit"),
+    ("tail-and-offset", "offset=0&tail=2", "tail"),
+    ("non-ascii-digits", "offset=%D9%A3", "offset"),
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"), [c[1:] for c in BAD_LOG_QUERIES], ids=[c[0] for c in BAD_LOG_QUERIES]
+)
+def test_a_bad_log_offset_or_limit_is_a_400_naming_it(
+    running: Running, query: str, field: str
+) -> None:
+    job = submit(running)
+    running.service.write_log(job["id"], "short\n")
+    status, _, body = call(running, "GET", f"/jobs/{job['id']}/logs?{query}")
+    assert status == 400
+    assert json.loads(body)["field"] == field
 
 
 # --- the client ----------------------------------------------------------------------------------
@@ -417,12 +558,15 @@ def test_client_mirrors_every_route(running: Running, client: Client) -> None:
     job = client.submit(spec_text(name="via-client"), "job.yaml")
     assert client.jobs() == [job]
     assert client.job(job["id"]) == job
+    assert client.job_detail(job["id"])["events"][0]["kind"] == "submitted"
     running.service.write_log(job["id"], "a\nb\n")
     assert client.logs(job["id"]) == "a\nb\n"
     assert client.logs(job["id"], tail_lines=1) == "b\n"
-    assert client.metrics().queued == 1
+    assert client.read_log(job["id"], 1, limit=2) == LogChunk(b"\nb", 3, False)
+    assert client.status().queued == 1
     assert client.metrics_text().startswith("# HELP qosched_queue_length")
     assert client.cancel(job["id"])["state"] == "cancelled"
+    assert client.read_log(job["id"], 4) == LogChunk(b"", 4, True)
     assert client.healthz()["status"] == "ok"
     client.shutdown()
     assert running.server.shutdown_requested.wait(5)

@@ -17,8 +17,8 @@ import service_fakes
 from service_fakes import FakeLocalService, Running, fake_service_module, running_service, spec_text
 
 from qosched.backends.local.home import ENDPOINT_FILE, LOG_FILE, read_endpoint
-from qosched.cli import local
-from qosched.cli.main import main
+from qosched.cli import local, options
+from qosched.cli.main import build_parser, main
 
 WAIT_S = 15.0
 
@@ -86,7 +86,7 @@ def test_submit_reports_a_declined_job(
         return {**job, "state": "declined"}
 
     running.service.submit = declining  # type: ignore[method-assign]
-    assert qosched(running.home, "submit", *write_specs(tmp_path, "tight")) == 0
+    assert qosched(running.home, "submit", *write_specs(tmp_path, "tight")) == local.Exit.DECLINED
     captured = capsys.readouterr()
     assert captured.out == "j-000001\n"
     assert "j-000001 (tight) was declined" in captured.err
@@ -129,6 +129,33 @@ def test_status_shows_a_table_of_jobs(
     third = lines["j-000003"]
     for expected in ("gamma", "queued", "0% 0/400"):
         assert expected in third, (expected, third)
+
+
+def test_status_job_shows_a_running_jobs_history_prediction_and_slack(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert qosched(running.home, "submit", *write_specs(tmp_path, "alpha")) == 0
+    service = running.service
+    now = time.time()
+    service.update("j-000001", state="running", cpus=[0], iterations_done=40)
+    service.update(
+        "j-000001",
+        cpus=[0, 1, 2],
+        predicted_finish_at=now + 120,
+        predicted_finish_band=[now + 100, now + 150],
+    )
+    capsys.readouterr()
+    assert qosched(running.home, "status", "j-000001") == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "j-000001 (alpha)" in rows["job"] and "10% 40/400" in rows["progress"]
+    assert rows["cpus"].split()[1] == "0-2"
+    assert "in 2m (1m40s–2m30s)" in rows["finish"]
+    assert "8m to spare (predicted)" in rows["slack"]  # a 10m deadline, finishing in 2m
+    allocations = out.split("allocations", 1)[1].split("events", 1)[0].splitlines()
+    history = [line.split() for line in allocations if line.strip()][1:]  # under the header
+    assert [(row[1], row[-1]) for row in history] == [(history[1][0], "0"), ("now", "0-2")]
+    assert "queued -> running on cores 0" in out and "re-sized from cores 0 to 0-2" in out
 
 
 def test_status_without_jobs_says_how_to_submit(
@@ -204,9 +231,18 @@ def test_cancel_prints_the_outcome_and_refuses_twice(
     assert "already cancelled" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [("logs", "j-000404"), ("cancel", "j-000404")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("logs", "j-000404"),
+        ("logs", "j-000404", "--follow"),
+        ("cancel", "j-000404"),
+        ("status", "j-000404"),
+    ],
+    ids=" ".join,
+)
 def test_an_unknown_job_is_an_error(
-    running: Running, command: tuple[str, str], capsys: pytest.CaptureFixture[str]
+    running: Running, command: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert qosched(running.home, *command) == 2
     assert "no job 'j-000404'" in capsys.readouterr().err
@@ -265,13 +301,16 @@ def test_up_serves_until_down_then_cleans_up(
     home = tmp_path / "home"
     codes: list[int] = []
     thread = threading.Thread(
-        target=lambda: codes.append(qosched(home, "up", "--cpus", "0-1", "--policy", "fifo"))
+        target=lambda: codes.append(
+            qosched(home, "up", "--cpus", "0-1", "--policy", "fifo", "--tick", "0.5")
+        )
     )
     thread.start()
     try:
         wait_for(lambda: (home / ENDPOINT_FILE).exists(), "service.json")
         (service,) = fake_local_service
         assert (service.home, service.cpus, service.policy) == (home, (0, 1), "fifo")
+        assert service.tick_s == 0.5
         endpoint = read_endpoint(home)
         assert endpoint.pid == os.getpid()
         assert qosched(home, "submit", *write_specs(tmp_path, "alpha")) == 0
@@ -323,6 +362,17 @@ def test_up_detach_starts_a_background_service(
     assert "listening on" in log and "qosched service stopped" in log
 
 
+def test_a_detached_up_runs_a_foreground_up_with_the_same_options(tmp_path: Path) -> None:
+    given = ["up", "--cpus", "0-1,3", "--policy", "fifo", "--port", "8123", "--tick", "0.25"]
+    args = build_parser("up").parse_args([*given, "--detach"])
+    argv = local._service_argv(tmp_path, args)
+    assert argv[:3] == [sys.executable, "-m", "qosched.cli.main"]
+    again = build_parser("up").parse_args(argv[3:])
+    chosen = ("cpus", "policy", "port", "tick")
+    assert [getattr(again, n) for n in chosen] == [(0, 1, 3), "fifo", 8123, 0.25]
+    assert (again.home, again.detach) == (str(tmp_path), False)
+
+
 def test_up_detach_reports_a_service_that_dies_at_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -342,10 +392,10 @@ def test_up_detach_reports_a_service_that_dies_at_start(
     [("0", (0,)), ("0,1", (0, 1)), ("0-3,6", (0, 1, 2, 3, 6)), ("5, 2", (2, 5))],
 )
 def test_cpu_list(text: str, cores: tuple[int, ...]) -> None:
-    assert local._cpu_list(text) == cores
+    assert options.cpu_list(text) == cores
 
 
-@pytest.mark.parametrize("text", ["", "a", "1-", "3-1", "0,0", "0-2,1", "-1"])
+@pytest.mark.parametrize("text", ["", "a", "1-", "3-1", "0,0", "0-2,1", "-1", "٣"])
 def test_a_bad_cpu_list_is_a_usage_error(
     tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

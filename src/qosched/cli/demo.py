@@ -9,19 +9,15 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+from qosched.cli.options import cpu_list
 
-from qosched.backends.local.demo import (
-    DemoPlan,
-    RunReport,
-    calibrated_plan,
-    median_or_none,
-    run_workload,
-)
-from qosched.backends.local.service import LocalService
-from qosched.cli import cluster
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from qosched.backends.local.demo import DemoPlan, RunReport
+    from qosched.backends.local.service import LocalService
 
 #: The two policies compared: qosched's own, and the default scheduler with users' requests.
 POLICIES = ("qos", "fifo")
@@ -31,13 +27,20 @@ def add_demo(groups: argparse._SubParsersAction) -> None:
     parser = groups.add_parser(
         "demo",
         help="run the bundled real training workload under qos and fifo and compare",
-        description=__doc__,
+        description="Run the bundled real training workload on this machine under qos and "
+        "under fifo, and report each job's completion time against its deadline. --simulate "
+        "runs the simulated cluster demo instead (the bundled trace under every policy).",
     )
     parser.add_argument(
         "--simulate", action="store_true", help="the simulated cluster demo instead"
     )
     parser.add_argument("--out", default="qosched-out", help="(--simulate) plots and CSVs")
-    parser.add_argument("--cpus", help="cores to use, e.g. 0,1 (default: all this process may)")
+    parser.add_argument(
+        "--cpus",
+        type=cpu_list,
+        metavar="LIST",
+        help="cores to use, like 0,1 or 0-3,6 (default: every core this process may use)",
+    )
     parser.add_argument(
         "--measure-s",
         type=float,
@@ -50,8 +53,15 @@ def add_demo(groups: argparse._SubParsersAction) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     if args.simulate:
+        from qosched.cli import cluster
+
         return cluster.run_demo(args)
-    cpus = tuple(int(c) for c in args.cpus.split(",")) if args.cpus else None
+    # Imported here: the real workload needs PyTorch, which `qosched --help` must not load.
+    from rich.console import Console
+
+    from qosched.backends.local.demo import calibrated_plan, run_workload
+
+    cpus = args.cpus
     console = Console(stderr=True)
     cores = cpus or tuple(sorted(os.sched_getaffinity(0)))
     console.print(f"[bold]calibrating[/] the workloads on cores {list(cores)}")
@@ -84,6 +94,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _print_plan(console: Console, plan: DemoPlan) -> None:
+    from rich.table import Table
+
     table = Table(title=f"the workload, calibrated on {plan.cores} cores of this machine")
     for column in ("job", "arrives", "iterations", "deadline", "side by side", "one after another"):
         table.add_column(column)
@@ -108,6 +120,8 @@ def _print_plan(console: Console, plan: DemoPlan) -> None:
 
 
 def _as_json(report: RunReport) -> dict:
+    from qosched.backends.local.demo import median_or_none
+
     return {
         "policy": report.policy,
         "deadlines_met": report.met,
@@ -130,6 +144,11 @@ def _as_json(report: RunReport) -> dict:
 
 
 def _print(reports: list[RunReport]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from qosched.backends.local.demo import median_or_none
+
     console = Console()
     table = Table(title="bundled real workload: each job's completion time against its deadline")
     table.add_column("job")

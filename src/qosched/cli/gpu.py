@@ -1,18 +1,17 @@
 """``qosched gpu ...``: kernel-level GPU sharing. ``gpu estimate MODEL --gpu NAME`` lists the
 kernels a model launches on a catalog GPU, their resource needs and durations, without running it.
 
-Other modules add their commands to the group's sub-parsers (see :func:`add_gpu_group`).
+Other modules add their commands to the group's sub-parsers (see ``add_gpu_group``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from qosched.gpushare.estimate import ModelEstimate, estimate_model
+if TYPE_CHECKING:
+    from qosched.gpushare.estimate import ModelEstimate
 
 _GROUP_ATTR = "_qosched_gpu_commands"
 
@@ -35,7 +34,8 @@ def add_commands(groups: argparse._SubParsersAction) -> argparse._SubParsersActi
     parser = commands.add_parser(
         "estimate",
         help="a model's kernels, resources and durations on a GPU, without running it",
-        description=__doc__,
+        description="List the kernels a model launches on a catalog GPU, their resource needs "
+        "and durations, estimated without running the model.",
     )
     parser.add_argument("model", help="a zoo model name or package.module:factory")
     parser.add_argument("--gpu", required=True, help="catalog GPU name (T4, V100, A100, ...)")
@@ -49,6 +49,9 @@ def add_commands(groups: argparse._SubParsersAction) -> argparse._SubParsersActi
 
 
 def run_estimate(args: argparse.Namespace) -> int:
+    # Imported here: estimating captures the model with PyTorch, which parsing must not load.
+    from qosched.gpushare.estimate import estimate_model
+
     result = estimate_model(args.model, args.gpu, batch=args.batch, dtype=args.dtype)
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -58,6 +61,9 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 
 def _show(result: ModelEstimate) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(
         title=f"{result.model} on {result.gpu}, batch {result.batch}, {result.dtype}",
         show_footer=True,

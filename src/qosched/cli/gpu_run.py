@@ -12,21 +12,21 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
 from qosched.cli.gpu_sim import finite, print_comparison
 from qosched.core.errors import InputError
-from qosched.gpushare.apps import load_apps_spec
-from qosched.gpushare.live import build_apps, compare_run
 from qosched.gpushare.policies import create_policy, policy_names
-from qosched.gpushare.runtime import CallEstimator, CpuDevice, CudaDevice, catalog_gpu_for
-from qosched.hardware import gpu
 
 
 def add_gpu_run(commands: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``gpu`` command group's sub-commands."""
-    parser = commands.add_parser("run", help="run applications together on the real runtime",
-                                 description=__doc__)  # fmt: skip
+    parser = commands.add_parser(
+        "run",
+        help="run applications together on the real runtime",
+        description="Run the spec's applications together on the PyTorch runtime, every "
+        "operator admitted by the policy, and compare each with itself running alone. On a CUDA "
+        "machine they share the GPU through one stream each; --device cpu runs the same path on "
+        "the CPU, which shows the path works but shares no GPU.",
+    )
     parser.add_argument("spec", help="YAML apps spec (models only; see examples/)")
     parser.add_argument("--policy", required=True,
                         help=f"sharing policy: {', '.join(policy_names())}")  # fmt: skip
@@ -41,6 +41,14 @@ def add_gpu_run(commands: argparse._SubParsersAction) -> None:
 
 
 def run_live(args: argparse.Namespace) -> int:
+    # Imported here: the runtime needs PyTorch, which `qosched gpu --help` must not load.
+    import torch
+
+    from qosched.gpushare.apps import load_apps_spec
+    from qosched.gpushare.live import build_apps, compare_run
+    from qosched.gpushare.runtime import CallEstimator, CpuDevice, CudaDevice, catalog_gpu_for
+    from qosched.hardware import gpu
+
     spec = load_apps_spec(args.spec)
     policy = create_policy(args.policy)
     if args.device == "cuda":

@@ -7,21 +7,22 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from qosched.gpushare.apps import load_apps_spec, workloads
 from qosched.gpushare.policies import create_policy, policy_names
-from qosched.gpushare.simulator import AppComparison, alone_results, compare, simulate
-from qosched.hardware import gpu
-from qosched.report.trace import write_chrome_trace
+
+if TYPE_CHECKING:
+    from qosched.gpushare.simulator import AppComparison
 
 
 def add_gpu_sim(commands: argparse._SubParsersAction) -> None:
     """Add ``sim`` to the ``gpu`` command group's sub-commands."""
-    parser = commands.add_parser("sim", help="simulate applications sharing one GPU",
-                                 description=__doc__)  # fmt: skip
+    parser = commands.add_parser(
+        "sim",
+        help="simulate applications sharing one GPU",
+        description="Simulate applications of several priorities sharing one GPU, kernel by "
+        "kernel, and compare each with itself running alone.",
+    )
     parser.add_argument("spec", help="YAML: gpu, duration_s, seed and apps (see examples/)")
     parser.add_argument("--policy", required=True,
                         help=f"sharing policy: {', '.join(policy_names())}")  # fmt: skip
@@ -32,6 +33,12 @@ def add_gpu_sim(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    # Imported here, not at parse time: `qosched gpu --help` must stay fast.
+    from qosched.gpushare.apps import load_apps_spec, workloads
+    from qosched.gpushare.simulator import alone_results, compare, simulate
+    from qosched.hardware import gpu
+    from qosched.report.trace import write_chrome_trace
+
     spec = load_apps_spec(args.spec)
     policy = create_policy(args.policy)  # an unknown name fails before any estimation
     device = gpu(spec.gpu)
@@ -66,6 +73,9 @@ def run_sim(args: argparse.Namespace) -> int:
 
 def print_comparison(title: str, rows: Sequence[AppComparison], footer: str) -> None:
     """The readable table of applications shared against alone (``gpu sim`` and ``gpu run``)."""
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=title)
     for column in ("app", "priority", "p50 lat x", "p99 lat x", "throughput x", "p99 ms",
                    "alone p99 ms", "requests", "unfinished"):  # fmt: skip

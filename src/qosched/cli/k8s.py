@@ -35,7 +35,9 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         description="Print the objects that install the qosched scheduler; apply them with "
         "`qosched k8s manifests | kubectl apply -f -`.",
     )
-    manifests.add_argument("--namespace", default="qosched")
+    manifests.add_argument(
+        "--namespace", default="qosched", help="the namespace to install into (default qosched)"
+    )
     manifests.add_argument("--image", default=None, help="the scheduler's container image")
     manifests.add_argument(
         "--resource",
@@ -43,7 +45,9 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         default="gpu",
         help="what a worker is: one GPU or one CPU core (default gpu)",
     )
-    manifests.add_argument("--policy", default="qos")
+    manifests.add_argument(
+        "--policy", default="qos", help="the scheduling policy the scheduler runs (default qos)"
+    )
     manifests.add_argument(
         "--throughputs",
         default=None,
@@ -63,14 +67,27 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         description="Turn a TrainingJob YAML (the same file `qosched submit` takes) into the "
         "objects of a qosched job on Kubernetes.",
     )
-    job.add_argument("spec", type=Path, metavar="SPEC")
+    job.add_argument("spec", type=Path, metavar="SPEC", help="a TrainingJob YAML spec")
     job.add_argument("--image", required=True, help="the training container image")
-    job.add_argument("--namespace", default="default")
-    job.add_argument("--resource", choices=RESOURCES, default="gpu")
-    job.add_argument("--gpus-per-pod", type=int, default=1)
+    job.add_argument(
+        "--namespace",
+        default="default",
+        help="the namespace of the job's objects (default default)",
+    )
+    job.add_argument(
+        "--resource",
+        choices=RESOURCES,
+        default="gpu",
+        help="what a worker is: one GPU or one CPU core (default gpu)",
+    )
+    job.add_argument(
+        "--gpus-per-pod", type=int, default=1, help="GPUs each pod asks for (default 1)"
+    )
     job.add_argument("--replicas", type=int, default=1, help="pods to start with (GPU jobs)")
     job.add_argument("--model", default=None, help="speed-table model (default: the workload)")
-    job.add_argument("--batch-size", type=int, default=None)
+    job.add_argument(
+        "--batch-size", type=int, default=None, help="batch size (default: the workload's own)"
+    )
     job.set_defaults(run=_job)
 
     run = commands.add_parser(
@@ -85,7 +102,9 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         default=None,
         help="YAML of scheduler settings (the ConfigMap's config.yaml)",
     )
-    run.add_argument("--kubeconfig", default=None)
+    run.add_argument(
+        "--kubeconfig", default=None, help="a kubeconfig file (default: in-cluster, else ~/.kube)"
+    )
     run.add_argument(
         "--host", default=None, help="an API server URL without credentials (kubectl proxy)"
     )
@@ -101,10 +120,17 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "train",
         help="train a built-in workload as a job's pod (reports progress, checkpoints)",
     )
-    train.add_argument("--workload", required=True)
-    train.add_argument("--iterations", type=int, required=True)
-    train.add_argument("--checkpoint-dir", type=Path, default=Path("/checkpoint"))
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--workload", required=True, help="the built-in workload: cnn or transformer"
+    )
+    train.add_argument("--iterations", type=int, required=True, help="the whole work")
+    train.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=Path("/checkpoint"),
+        help="where checkpoints are kept across restarts (default /checkpoint)",
+    )
+    train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     train.set_defaults(run=_train)
 
 

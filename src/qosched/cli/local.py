@@ -15,17 +15,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from qosched.backends.local.api import Metrics, serve
+from qosched.backends.local.api import MAX_LOG_CHUNK, ServiceStatus, serve
 from qosched.backends.local.client import Client
 from qosched.backends.local.home import (
     LOCK_FILE,
@@ -45,13 +47,48 @@ from qosched.backends.local.home import (
     write_endpoint,
 )
 from qosched.backends.local.jobspec import format_duration, parse_job_spec, read_spec_text
+from qosched.backends.local.store import UnknownJobError
+from qosched.cli.options import count, cpu_list, port, seconds
 from qosched.core.errors import InputError, QoschedError
 
 POLICIES = ("qos", "fifo")
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 30.0
 WATCH_INTERVAL_S = 1.0
+WAIT_POLL_S = 0.5  # submit --wait asks for its jobs' states this often
+FOLLOW_POLL_S = 0.5  # logs --follow asks for new output this often once caught up
+FINAL = frozenset({"succeeded", "failed", "cancelled", "declined"})
 _POLL_S = 0.1
+
+
+class Exit(IntEnum):
+    """Exit codes of the local-service commands. ``submit --wait`` exits with the code of the
+    first job (in submission order) that did not succeed by its deadline; ``submit`` alone
+    exits ``DECLINED`` when a job was declined."""
+
+    SUCCEEDED = 0  # every job succeeded by its deadline (or, without --wait, was accepted)
+    ERROR = 2  # bad input, no service, a job that cannot be cancelled
+    FAILED = 3  # the job failed (its worker kept crashing, or exceeded its memory)
+    DECLINED = 4  # its deadline could not be guaranteed and it did not allow best effort
+    DEADLINE_MISSED = 5  # it succeeded, after its deadline
+    CANCELLED = 6  # it was cancelled while being waited for
+    INTERRUPTED = 130  # Ctrl-C while waiting; the jobs go on
+
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0    every job succeeded by its deadline (without --wait: every job was accepted)
+  2    a spec or an argument is wrong, or the service cannot be reached
+  3    a job failed
+  4    a job was declined: its deadline cannot be guaranteed (spec.bestEffort allows it)
+  5    a job succeeded after its deadline
+  6    a job was cancelled
+  130  interrupted (Ctrl-C) while waiting; the jobs keep running
+With several jobs, the code is that of the first one, in submission order, that did not
+succeed by its deadline."""
+
+#: ``qosched submit -`` reads a spec from standard input.
+STDIN = "-"
 
 
 def add_commands(groups: argparse._SubParsersAction) -> None:
@@ -73,7 +110,7 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     )
     up.add_argument(
         "--cpus",
-        type=_cpu_list,
+        type=cpu_list,
         metavar="LIST",
         help="the cores it may use, like 0,1 or 0-3,6 (default: every core this process may use)",
     )
@@ -81,7 +118,14 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "--policy", choices=POLICIES, default="qos", help="scheduling policy (default: qos)"
     )
     up.add_argument(
-        "--port", type=_port, default=0, help="API port on 127.0.0.1 (default: any free port)"
+        "--port", type=port, default=0, help="API port on 127.0.0.1 (default: any free port)"
+    )
+    up.add_argument(
+        "--tick",
+        type=seconds,
+        metavar="S",
+        help="seconds between scheduling rounds when nothing changes, also how often progress "
+        "is read; at most 1 s passes between two checks for finished jobs (default: 5)",
     )
     up.add_argument(
         "--detach",
@@ -94,23 +138,62 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "submit",
         parents=[home],
         help="submit training jobs (YAML specs) to the local service",
-        description="Check every spec, then submit them in order; prints one job id a line.",
+        description="Check every spec, then submit them in order; prints one job id a line. "
+        "With --wait, follow the jobs until each has ended; the exit code says how.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    submit.add_argument("specs", nargs="+", type=Path, metavar="JOB.yaml")
+    submit.add_argument(
+        "specs",
+        nargs="+",
+        metavar="JOB.yaml",
+        help=f"TrainingJob spec files; {STDIN} reads one from standard input",
+    )
+    submit.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until every job has ended; the exit code says how (see below)",
+    )
     submit.set_defaults(run=run_submit)
 
-    status = groups.add_parser("status", parents=[home], help="show the local service's jobs")
+    status = groups.add_parser(
+        "status",
+        parents=[home],
+        help="show the local service's jobs, or one job in detail",
+        description="Without JOB: the service's capacity and a table of every job. With JOB: "
+        "that job's progress, allocation history, predicted finish, deadline, slack and events.",
+    )
+    status.add_argument(
+        "job", nargs="?", metavar="JOB", help="a job id, like j-000001, to show in detail"
+    )
     status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
-    status.add_argument("--json", action="store_true", help="print the job list as JSON")
+    status.add_argument("--json", action="store_true", help="print the same as JSON")
     status.set_defaults(run=run_status)
 
-    logs = groups.add_parser("logs", parents=[home], help="print a job's output")
+    logs = groups.add_parser(
+        "logs",
+        parents=[home],
+        help="print a job's output, or follow it as it grows",
+        description="Print what a job's worker wrote so far; with --follow, keep printing what "
+        "it writes until the job has ended.",
+    )
     logs.add_argument("job", metavar="JOB", help="job id, like j-000001")
-    logs.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
+    logs.add_argument("--tail", type=count, metavar="N", help="only the last N lines")
+    logs.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing new output until the job has ended (Ctrl-C stops early)",
+    )
     logs.set_defaults(run=run_logs)
 
-    cancel = groups.add_parser("cancel", parents=[home], help="cancel a job")
-    cancel.add_argument("job", metavar="JOB", help="job id, like j-000001")
+    cancel = groups.add_parser(
+        "cancel",
+        parents=[home],
+        help="cancel jobs",
+        description="Cancel each job named and report each; exit 2 if any could not be.",
+    )
+    cancel.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, like j-000001")
     cancel.set_defaults(run=run_cancel)
 
     down = groups.add_parser(
@@ -120,45 +203,12 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     )
     down.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=STOP_TIMEOUT_S,
         metavar="S",
         help=f"seconds to wait for it to stop (default: {STOP_TIMEOUT_S:g})",
     )
     down.set_defaults(run=run_down)
-
-
-# --- argument types ------------------------------------------------------------------------------
-
-
-def _cpu_list(text: str) -> tuple[int, ...]:
-    """``0,1`` or ``0-3,6`` -> sorted core ids; duplicates and reversed ranges are errors."""
-    cores: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        low, dash, high = part.partition("-")
-        if not low.isdecimal() or (dash and not high.isdecimal()):
-            raise argparse.ArgumentTypeError(f"expected core ids like 0,1 or 0-3,6, got {text!r}")
-        first, last = int(low), int(high) if dash else int(low)
-        if last < first:
-            raise argparse.ArgumentTypeError(f"range {part!r} runs backwards")
-        cores.extend(range(first, last + 1))
-    duplicates = sorted({core for core in cores if cores.count(core) > 1})
-    if duplicates:
-        raise argparse.ArgumentTypeError(f"cores listed twice: {duplicates}")
-    return tuple(sorted(cores))
-
-
-def _port(text: str) -> int:
-    if not text.isdecimal() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text!r}")
-    return int(text)
-
-
-def _count(text: str) -> int:
-    if not text.isdecimal():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return int(text)
 
 
 # --- up and down ---------------------------------------------------------------------------------
@@ -174,7 +224,8 @@ def run_up(args: argparse.Namespace) -> int:
         # Imported here: the service pulls in the cluster policies, which no client needs.
         from qosched.backends.local.service import LocalService
 
-        service = LocalService.open(home, cpus=args.cpus, policy=args.policy)
+        tick = {} if args.tick is None else {"tick_s": args.tick}
+        service = LocalService.open(home, cpus=args.cpus, policy=args.policy, **tick)
         stop = threading.Event()
         try:
             with (
@@ -229,6 +280,8 @@ def _service_argv(home: Path, args: argparse.Namespace) -> list[str]:
     argv += ["--policy", args.policy, "--port", str(args.port)]
     if args.cpus:
         argv += ["--cpus", ",".join(map(str, args.cpus))]
+    if args.tick is not None:
+        argv += ["--tick", repr(args.tick)]
     return argv
 
 
@@ -341,15 +394,21 @@ def _lock_free(home: Path) -> bool:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    specs: list[tuple[Path, str]] = []
-    for path in args.specs:
-        text = read_spec_text(path)
-        # Every file is checked before any is sent, so a typo in the third submits nothing.
-        parse_job_spec(text, path)
-        specs.append((path, text))
+    if args.specs.count(STDIN) > 1:
+        raise InputError(f"{STDIN} (standard input) can be given once", field="specs")
+    specs: list[tuple[str, str]] = []
+    for name in args.specs:
+        if name == STDIN:
+            source, text = "<stdin>", sys.stdin.read()
+        else:
+            source, text = name, read_spec_text(Path(name))
+        # Every spec is checked before any is sent, so a typo in the third submits nothing.
+        parse_job_spec(text, source)
+        specs.append((source, text))
     client = Client.from_home(resolve_home(args.home))
-    for path, text in specs:
-        job = client.submit(text, str(path))
+    jobs = []
+    for source, text in specs:
+        job = client.submit(text, source)
         print(job["id"], flush=True)
         if job.get("state") == "declined":
             print(
@@ -357,7 +416,65 @@ def run_submit(args: argparse.Namespace) -> int:
                 "guaranteed and its spec does not allow best effort (spec.bestEffort)",
                 file=sys.stderr,
             )
-    return 0
+        jobs.append(job)
+    if not args.wait:
+        declined = any(job.get("state") == "declined" for job in jobs)
+        return Exit.DECLINED if declined else Exit.SUCCEEDED
+    try:
+        ended = wait_for_jobs(client, jobs)
+    except KeyboardInterrupt:
+        ids = " ".join(job["id"] for job in jobs)
+        print(
+            f"qosched: stopped waiting; the jobs go on (cancel them with `qosched cancel {ids}`)",
+            file=sys.stderr,
+        )
+        return Exit.INTERRUPTED
+    codes = [outcome_code(job) for job in ended]
+    for job, code in zip(ended, codes, strict=True):
+        print(f"{job['id']} ({job['name']}): {_outcome_text(job, code)}", file=sys.stderr)
+    return next((code for code in codes if code != Exit.SUCCEEDED), Exit.SUCCEEDED)
+
+
+def wait_for_jobs(
+    client: Client, jobs: Sequence[dict[str, Any]], poll_s: float = WAIT_POLL_S
+) -> list[dict[str, Any]]:
+    """Poll until every job is in a final state, telling each change of state on stderr; the
+    jobs as they ended, in the order given."""
+    latest = {job["id"]: job for job in jobs}
+    while True:
+        pending = [job_id for job_id, job in latest.items() if job["state"] not in FINAL]
+        if not pending:
+            return list(latest.values())
+        time.sleep(poll_s)
+        for job_id in pending:
+            job, before = client.job(job_id), latest[job_id]
+            if (job["state"], job.get("cpus")) != (before["state"], before.get("cpus")):
+                cores = f" on cores {cpu_ranges(job['cpus'])}" if job.get("cpus") else ""
+                print(f"{job_id} {job['state']}{cores}", file=sys.stderr, flush=True)
+            latest[job_id] = job
+
+
+def outcome_code(job: dict[str, Any]) -> Exit:
+    """How a job in a final state ended, as ``submit --wait`` exits."""
+    state = job["state"]
+    if state == "succeeded":
+        met = job.get("finished_at") is not None and job["finished_at"] <= job["deadline_at"]
+        return Exit.SUCCEEDED if met else Exit.DEADLINE_MISSED
+    codes = {"failed": Exit.FAILED, "declined": Exit.DECLINED, "cancelled": Exit.CANCELLED}
+    if state not in codes:
+        raise QoschedError(f"job {job.get('id')} is {state!r}, not in a final state")
+    return codes[state]
+
+
+def _outcome_text(job: dict[str, Any], code: Exit) -> str:
+    if code is Exit.SUCCEEDED:
+        return (
+            f"succeeded, {_duration(job['deadline_at'] - job['finished_at'])} before its deadline"
+        )
+    if code is Exit.DEADLINE_MISSED:
+        return f"succeeded {_duration(job['finished_at'] - job['deadline_at'])} after its deadline"
+    error = str(job.get("error") or "").strip().splitlines()
+    return job["state"] + (f": {error[-1]}" if error else "")
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -365,16 +482,19 @@ def run_status(args: argparse.Namespace) -> int:
         raise InputError("give --watch or --json, not both", field="--watch")
     client = Client.from_home(resolve_home(args.home))
     if args.json:
-        print(json.dumps(client.jobs(), indent=2))
-        return 0
-    console = Console()
-    if not args.watch:
-        console.print(status_view(client.jobs(), client.metrics(), time.time()))
+        value = client.job_detail(args.job) if args.job else client.jobs()
+        print(json.dumps(value, indent=2))
         return 0
 
     def view() -> RenderableType:
-        return status_view(client.jobs(), client.metrics(), time.time())
+        if args.job:
+            return job_view(client.job_detail(args.job), time.time())
+        return status_view(client.jobs(), client.status(), time.time())
 
+    console = Console()
+    if not args.watch:
+        console.print(view())
+        return 0
     with Live(view(), console=console, auto_refresh=False) as live:
         try:
             while True:
@@ -386,19 +506,72 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    text = Client.from_home(resolve_home(args.home)).logs(args.job, args.tail)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    client = Client.from_home(resolve_home(args.home))
+    if not args.follow:
+        sys.stdout.write(client.logs(args.job, args.tail))
+        sys.stdout.flush()
+        return 0
+    with contextlib.suppress(KeyboardInterrupt):  # seen enough: the job goes on
+        follow_log(client, args.job, sys.stdout.buffer, tail_lines=args.tail)
     return 0
+
+
+def follow_log(
+    client: Client,
+    job_id: str,
+    out: BinaryIO,
+    *,
+    tail_lines: int | None = None,
+    poll_s: float = FOLLOW_POLL_S,
+) -> None:
+    """Write the job's output to ``out`` as it grows (only its last ``tail_lines`` lines of what
+    is there now, when given) until the service says the job has ended and all is written."""
+    offset = 0
+    if tail_lines is not None:
+        # Read up to the end as it is now, keeping only the last lines, then follow from there.
+        kept: deque[bytes] = deque(maxlen=tail_lines)
+        partial = b""
+        while True:
+            chunk = client.read_log(job_id, offset)
+            offset = chunk.offset
+            lines = (partial + chunk.data).splitlines(keepends=True)
+            partial = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+            kept.extend(lines)
+            if chunk.complete or len(chunk.data) < MAX_LOG_CHUNK:
+                break
+        if partial and tail_lines:
+            kept.append(partial)
+        out.write(b"".join(kept))
+        out.flush()
+        if chunk.complete:
+            return
+    while True:
+        chunk = client.read_log(job_id, offset)
+        if chunk.data:
+            out.write(chunk.data)
+            out.flush()
+        offset = chunk.offset
+        if chunk.complete:
+            return
+        if len(chunk.data) < MAX_LOG_CHUNK:  # caught up: wait for more
+            time.sleep(poll_s)
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    job = Client.from_home(resolve_home(args.home)).cancel(args.job)
-    if job["state"] == "cancelled":
-        print(f"{job['id']} cancelled")
-    else:
-        print(f"{job['id']} is being cancelled (its worker is stopping)")
-    return 0
+    client = Client.from_home(resolve_home(args.home))
+    failed = False
+    for job_id in args.jobs:
+        try:
+            job = client.cancel(job_id)
+        except (InputError, UnknownJobError) as exc:  # this job's trouble: the others still go
+            print(f"qosched: error: {exc}", file=sys.stderr, flush=True)
+            failed = True
+            continue
+        if job["state"] == "cancelled":
+            print(f"{job['id']} cancelled", flush=True)
+        else:
+            print(f"{job['id']} is being cancelled (its worker is stopping)", flush=True)
+    return Exit.ERROR if failed else Exit.SUCCEEDED
 
 
 # --- the status view -----------------------------------------------------------------------------
@@ -414,13 +587,16 @@ _STATE_STYLES = {
 }
 
 
-def status_view(jobs: Sequence[dict[str, Any]], metrics: Metrics, now: float) -> RenderableType:
+def status_view(
+    jobs: Sequence[dict[str, Any]], status: ServiceStatus, now: float
+) -> RenderableType:
     """The ``qosched status`` screen: a one-line summary and a table of the jobs."""
-    allocated = sum(metrics.allocated_cpus.values())
-    outcomes = ", ".join(f"{name} {count}" for name, count in metrics.outcomes.items() if count)
+    allocated = sum(len(cpus) for cpus in status.allocated.values())
+    outcomes = ", ".join(f"{name} {count}" for name, count in status.outcomes.items() if count)
+    gpus = f", {len(status.gpus)} GPUs" if status.gpus else ""
     summary = Text(
-        f"{metrics.capacity_cpus} CPUs, {allocated} allocated · {metrics.running} running · "
-        f"{metrics.queued} waiting" + (f" · finished: {outcomes}" if outcomes else "")
+        f"{len(status.cpus)} CPUs{gpus}, {allocated} allocated · {status.running} running · "
+        f"{status.queued} waiting" + (f" · finished: {outcomes}" if outcomes else "")
     )
     if not jobs:
         return Group(summary, Text("no jobs yet; submit one with `qosched submit JOB.yaml`"))
@@ -446,6 +622,103 @@ def status_view(jobs: Sequence[dict[str, Any]], metrics: Metrics, now: float) ->
             _qos(job),
         )
     return Group(summary, table)
+
+
+def job_view(job: dict[str, Any], now: float) -> RenderableType:
+    """The ``qosched status JOB`` screen: one job's facts, allocation history and events."""
+    state = str(job["state"])
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold", no_wrap=True)
+    facts.add_column(overflow="fold")
+    facts.add_row("job", f"{job['id']} ({job['name']})")
+    facts.add_row("state", Text(state, style=_STATE_STYLES.get(state, "")))
+    facts.add_row("progress", _progress(job))
+    facts.add_row("cpus", cpu_ranges(job.get("cpus") or []))
+    facts.add_row(
+        "submitted", f"{_clock(job['submitted_at'], now)} ({_relative(job['submitted_at'], now)})"
+    )
+    facts.add_row(
+        "deadline", Text(_clock(job["deadline_at"], now) + " (") + _deadline(job, now) + ")"
+    )
+    facts.add_row("finish", _predicted(job, now))
+    slack = job.get("slack_s")
+    if slack is not None:
+        words = f"{_duration(slack)} to spare" if slack >= 0 else f"{_duration(slack)} late"
+        if job.get("finished_at") is None:
+            words += " (predicted)"
+        facts.add_row("slack", Text(words, style="" if slack >= 0 else "red"))
+    facts.add_row("qos", _qos(job))
+    facts.add_row("attempts", str(job.get("attempts", 0)))
+    if job.get("error"):
+        facts.add_row("error", Text(str(job["error"]), style="red"))
+    parts: list[RenderableType] = [facts]
+    history = job.get("allocations") or []
+    if history:
+        table = Table(
+            title="allocations", title_justify="left", box=None, pad_edge=False, header_style="bold"
+        )
+        for header in ("FROM", "UNTIL", "HELD", "CPUS"):
+            table.add_column(header, no_wrap=True)
+        for held in history:
+            until = held.get("until")
+            table.add_row(
+                _clock(held["from"], now),
+                "now" if until is None else _clock(until, now),
+                _duration((now if until is None else until) - held["from"]),
+                cpu_ranges(held.get("cpus") or []),
+            )
+        parts.append(table)
+    events = job.get("events") or []
+    if events:
+        table = Table(
+            title="events", title_justify="left", box=None, pad_edge=False, header_style="bold"
+        )
+        table.add_column("AT", no_wrap=True)
+        table.add_column("EVENT", no_wrap=True)
+        table.add_column("DETAIL", overflow="fold")
+        for event in events:
+            table.add_row(
+                _clock(event["t"], now),
+                str(event["kind"]),
+                event_text(event["kind"], event.get("detail") or {}),
+            )
+        parts.append(table)
+    return Group(*parts)
+
+
+def event_text(kind: str, detail: Mapping[str, Any]) -> str:
+    """One audit-log entry (``qosched.backends.local.store.Event``) in words."""
+    if kind == "state":
+        text = f"{detail.get('from')} -> {detail.get('to')}"
+        if detail.get("cpus"):
+            text += f" on cores {cpu_ranges(detail['cpus'])}"
+        return text + (f": {detail['error']}" if detail.get("error") else "")
+    if kind == "allocation":
+        old, new = cpu_ranges(detail.get("from") or []), cpu_ranges(detail.get("to") or [])
+        return f"re-sized from cores {old} to {new}"
+    if kind == "launched":
+        cores = cpu_ranges(detail.get("cores") or [])
+        pid, attempt = detail.get("pid"), detail.get("attempt")
+        return f"worker started (pid {pid}, attempt {attempt}) on cores {cores}"
+    if kind == "admitted":
+        promise = (
+            "deadline guaranteed" if detail.get("guaranteed") else "not guaranteed (best effort)"
+        )
+        return f"by {detail.get('policy')}: {promise}"
+    if kind == "stopped":
+        return str(detail.get("why", ""))
+    if kind == "re-adopted":
+        return f"worker (pid {detail.get('pid')}) re-adopted by a restarted service"
+    if kind == "submitted":
+        return ""
+    return ", ".join(f"{key} {value}" for key, value in sorted(detail.items()))
+
+
+def _clock(at: float, now: float) -> str:
+    """Local time of day, with the date when it is not today's."""
+    moment = datetime.fromtimestamp(at)
+    same_day = moment.date() == datetime.fromtimestamp(now).date()
+    return moment.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
 
 
 def cpu_ranges(cpus: Sequence[int]) -> str:

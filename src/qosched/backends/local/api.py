@@ -3,17 +3,24 @@
 Routes (JSON unless said otherwise; every one but ``GET /metrics`` and ``GET /healthz`` needs
 ``Authorization: Bearer <token>``):
 
-=========================  ====================================================================
-``POST /jobs``             body: a TrainingJob spec (YAML, UTF-8); header ``X-Qosched-Source``:
-                           its file name, percent-encoded, for error messages -> 201, the job
-``GET /jobs``              every job, in submission order
-``GET /jobs/{id}``         one job
-``GET /jobs/{id}/logs``    its output as ``text/plain``; ``?tail=N`` keeps the last N lines
-``DELETE /jobs/{id}``      cancel it -> the job
-``POST /shutdown``         ask the service to stop -> 202
-``GET /metrics``           Prometheus text exposition format 0.0.4
-``GET /healthz``           ``{"status": "ok", "pid": ...}``
-=========================  ====================================================================
+==========================  ===================================================================
+``POST /jobs``              body: a TrainingJob spec (YAML, UTF-8); header ``X-Qosched-Source``:
+                            its file name, percent-encoded, for error messages -> 201, the job
+``GET /jobs``               every job, in submission order
+``GET /jobs/{id}``          one job
+``GET /jobs/{id}/detail``   one job with its allocation history, events and slack
+``GET /jobs/{id}/logs``     its output as ``text/plain``; ``?tail=N`` keeps the last N lines;
+                            ``?offset=N[&limit=M]`` gives the raw bytes from byte N on
+                            (``application/octet-stream``, at most M, default and most 1 MiB)
+                            with headers ``X-Qosched-Log-Offset`` (where the next read starts)
+                            and ``X-Qosched-Log-Complete`` (``true``: the job is finished and
+                            nothing more will be written), for following a log as it grows
+``DELETE /jobs/{id}``       cancel it -> the job
+``GET /status``             the service: capacity, allocations, queue, outcomes (``ServiceStatus``)
+``POST /shutdown``          ask the service to stop -> 202
+``GET /metrics``            Prometheus exposition (text 0.0.4, or OpenMetrics if asked for)
+``GET /healthz``            ``{"status": "ok", "pid": ...}``
+==========================  ===================================================================
 
 Errors are ``{"error": message}``: 400 bad input (with ``reason``, ``source``, ``line``,
 ``field`` when known), 401 no or wrong token, 404 unknown job or route, 405 wrong method,
@@ -26,7 +33,6 @@ import hmac
 import ipaddress
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -39,13 +45,18 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from qosched.backends.local.store import UnknownJobError
+from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError, QoschedError
 
 MAX_BODY_BYTES = 1 << 20
 # A body this much over the limit is still read (and dropped) so the client sees the 413 rather
 # than a connection reset; a bigger one is cut off.
 _MAX_DRAIN_BYTES = 8 * MAX_BODY_BYTES
+#: The most bytes of a log one ``?offset=`` request returns.
+MAX_LOG_CHUNK = 1 << 20
 SOURCE_HEADER = "X-Qosched-Source"
+LOG_OFFSET_HEADER = "X-Qosched-Log-Offset"
+LOG_COMPLETE_HEADER = "X-Qosched-Log-Complete"
 DEFAULT_SOURCE = "<request>"
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("met", "missed", "failed", "cancelled", "declined")
@@ -76,6 +87,17 @@ class Service(Protocol):
         """One job; raises ``UnknownJobError`` if there is none with this id."""
         ...
 
+    def job_detail(self, job_id: str) -> dict[str, Any]:
+        """One job in detail (``GET /jobs/{id}/detail``, ``qosched status JOB``): the keys of
+        ``job`` plus ``allocations`` (every allocation it held, oldest first:
+        ``{"from", "until", "cpus", "gpus"}``, ``until`` None while held), ``events`` (its
+        audit log: ``{"t", "kind", "detail"}``) and ``slack_s`` (its deadline minus its finish,
+        or minus its predicted finish while unfinished; None when neither is known).
+
+        Raises ``UnknownJobError``.
+        """
+        ...
+
     def logs(self, job_id: str, tail_lines: int | None = None) -> str:
         """The job's output so far, only its last ``tail_lines`` lines when given.
 
@@ -83,9 +105,22 @@ class Service(Protocol):
         """
         ...
 
+    def read_log(self, job_id: str, offset: int, limit: int) -> LogChunk:
+        """At most ``limit`` bytes of the job's output from byte ``offset`` on, called again and
+        again by a client following the log. The job's state must be read before the bytes, so
+        that ``complete`` is never claimed while output may still be written.
+
+        Raises ``UnknownJobError``, and ``InputError`` for an offset past the end of the output.
+        """
+        ...
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Stop the job for good and return it; ``UnknownJobError`` if there is none,
         ``InputError`` if it has already finished."""
+        ...
+
+    def status(self) -> ServiceStatus:
+        """A snapshot for ``GET /status`` (and ``qosched status``)."""
         ...
 
     def metrics(self) -> Metrics:
@@ -102,93 +137,89 @@ class Metrics:
     outcomes: dict[str, int] = field(default_factory=dict)  # OUTCOMES -> finished jobs
 
 
-# --- Prometheus text format ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ServiceStatus:
+    """The service as a whole: what it schedules, who holds what now, how jobs ended.
 
-_GAUGES = (
-    ("qosched_queue_length", "Jobs waiting for CPUs (queued or preempted).", "queued"),
-    ("qosched_running_jobs", "Jobs running now.", "running"),
-    ("qosched_capacity_cpus", "CPU cores the service schedules.", "capacity_cpus"),
-)
-_ALLOCATED = "qosched_allocated_cpus"
-_OUTCOMES_TOTAL = "qosched_job_outcomes_total"
+    JSON (``to_json``, ``GET /status``)::
 
+        {"policy": str, "capacity": {"cpus": [core ids], "gpus": [gpu ids]},
+         "queued": n, "running": n,
+         "allocated": {job id: {"cpus": [core ids], "gpus": [gpu ids]}},
+         "outcomes": {"met": n, "missed": n, "failed": n, "cancelled": n, "declined": n}}
 
-def render_metrics(metrics: Metrics) -> str:
-    """``metrics`` in the Prometheus text exposition format 0.0.4."""
-    lines: list[str] = []
-    for name, help_text, attribute in _GAUGES:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        lines.append(f"{name} {int(getattr(metrics, attribute))}")
-    lines += [
-        f"# HELP {_ALLOCATED} CPU cores each running job holds now.",
-        f"# TYPE {_ALLOCATED} gauge",
-    ]
-    for job_id in sorted(metrics.allocated_cpus):
-        lines.append(
-            f'{_ALLOCATED}{{job="{_escape_label(job_id)}"}} {int(metrics.allocated_cpus[job_id])}'
+    ``queued`` counts jobs waiting for resources (queued or pre-empted). GPUs are not scheduled
+    yet: their lists are empty.
+    """
+
+    policy: str
+    cpus: tuple[int, ...]
+    queued: int
+    running: int
+    allocated: Mapping[str, tuple[int, ...]]  # job id -> the cores it holds now
+    outcomes: Mapping[str, int]
+    gpus: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "capacity": {"cpus": list(self.cpus), "gpus": list(self.gpus)},
+            "queued": self.queued,
+            "running": self.running,
+            "allocated": {
+                job_id: {"cpus": list(cpus), "gpus": []}
+                for job_id, cpus in sorted(self.allocated.items())
+            },
+            "outcomes": {outcome: self.outcomes.get(outcome, 0) for outcome in OUTCOMES},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "GET /status") -> ServiceStatus:
+        """Read back ``to_json``'s document (a client's view of the answer), checking every
+        field: InputError naming it when the document is not one."""
+
+        def member(container: Any, key: str, kind: type, where: str) -> Any:
+            value = container.get(key) if isinstance(container, dict) else None
+            if not isinstance(value, kind):
+                raise InputError(f"expected a {kind.__name__}", source=source, field=where)
+            return value
+
+        def ids(values: Any, where: str) -> tuple[int, ...]:
+            if not isinstance(values, list):
+                raise InputError("expected a list of ids", source=source, field=where)
+            return tuple(check_count(v, field=where, source=source) for v in values)
+
+        capacity = member(data, "capacity", dict, "capacity")
+        allocated = member(data, "allocated", dict, "allocated")
+        outcomes = member(data, "outcomes", dict, "outcomes")
+        return cls(
+            policy=member(data, "policy", str, "policy"),
+            cpus=ids(capacity.get("cpus"), "capacity.cpus"),
+            gpus=ids(capacity.get("gpus"), "capacity.gpus"),
+            queued=check_count(data.get("queued"), field="queued", source=source),
+            running=check_count(data.get("running"), field="running", source=source),
+            allocated={
+                str(job_id): ids(
+                    member(held, "cpus", list, f"allocated.{job_id}.cpus"),
+                    f"allocated.{job_id}.cpus",
+                )
+                for job_id, held in allocated.items()
+            },
+            outcomes={
+                str(name): check_count(count, field=f"outcomes.{name}", source=source)
+                for name, count in outcomes.items()
+            },
         )
-    lines += [
-        f"# HELP {_OUTCOMES_TOTAL} Finished jobs by outcome.",
-        f"# TYPE {_OUTCOMES_TOTAL} counter",
-    ]
-    extra = sorted(set(metrics.outcomes) - set(OUTCOMES))
-    for outcome in (*OUTCOMES, *extra):
-        count = int(metrics.outcomes.get(outcome, 0))
-        lines.append(f'{_OUTCOMES_TOTAL}{{outcome="{_escape_label(outcome)}"}} {count}')
-    return "\n".join(lines) + "\n"
 
 
-_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Bytes of a job's output: ``data`` read from some offset, ``offset`` where the next read
+    starts, ``complete`` when the job is finished and ``data`` reaches the end of its output."""
 
-
-def parse_metrics(text: str) -> Metrics:
-    """Read back what ``render_metrics`` wrote (the subset of the format it uses)."""
-    gauges: dict[str, int] = {}
-    allocated: dict[str, int] = {}
-    outcomes: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        match = _SAMPLE.fullmatch(line.strip())
-        if match is None:
-            raise QoschedError(f"metrics line {number}: not a Prometheus sample: {line!r}")
-        name, label_text, value_text = match.groups()
-        try:
-            value = int(float(value_text))
-        except ValueError as exc:
-            raise QoschedError(f"metrics line {number}: bad value {value_text!r}") from exc
-        labels = _parse_labels(label_text or "", number)
-        if name == _ALLOCATED:
-            allocated[labels["job"]] = value
-        elif name == _OUTCOMES_TOTAL:
-            outcomes[labels["outcome"]] = value
-        else:
-            gauges[name] = value
-    missing = [name for name, _, _ in _GAUGES if name not in gauges]
-    if missing:
-        raise QoschedError(f"metrics: missing {', '.join(missing)}")
-    values = {attribute: gauges[name] for name, _, attribute in _GAUGES}
-    return Metrics(**values, allocated_cpus=allocated, outcomes=outcomes)
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _parse_labels(text: str, number: int) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    position = 0
-    while position < len(text):
-        match = _LABEL.match(text, position)
-        if match is None:
-            raise QoschedError(f"metrics line {number}: bad labels {text!r}")
-        raw = match.group(2)
-        labels[match.group(1)] = re.sub(
-            r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), raw
-        )
-        position = match.end()
-    return labels
+    data: bytes
+    offset: int
+    complete: bool
 
 
 # --- the server ----------------------------------------------------------------------------------
@@ -357,7 +388,14 @@ class _Handler(BaseHTTPRequestHandler):
         return _json_reply({"status": "ok", "pid": os.getpid()})
 
     def _metrics(self, args: list[str]) -> _Reply:
-        return _text_reply(render_metrics(self.server.service.metrics()), PROMETHEUS_CONTENT_TYPE)
+        # Imported here: only the service serves metrics, and its clients import this module.
+        from qosched.backends.local.prometheus import exposition
+
+        body, content_type = exposition(self.server.service.metrics(), self.headers.get("Accept"))
+        return _Reply(HTTPStatus.OK, body, content_type)
+
+    def _status(self, args: list[str]) -> _Reply:
+        return _json_reply(self.server.service.status().to_json())
 
     def _list_jobs(self, args: list[str]) -> _Reply:
         return _json_reply(self.server.service.jobs())
@@ -374,17 +412,28 @@ class _Handler(BaseHTTPRequestHandler):
     def _get_job(self, args: list[str]) -> _Reply:
         return _json_reply(self.server.service.job(args[0]))
 
+    def _job_detail(self, args: list[str]) -> _Reply:
+        return _json_reply(self.server.service.job_detail(args[0]))
+
     def _cancel(self, args: list[str]) -> _Reply:
         return _json_reply(self.server.service.cancel(args[0]))
 
     def _logs(self, args: list[str]) -> _Reply:
         query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
-        tail: int | None = None
-        if "tail" in query:
-            text = query["tail"][-1]
-            if not text.isdecimal():
-                raise InputError(f"expected a whole number >= 0, got {text!r}", field="tail")
-            tail = int(text)
+        if "offset" in query:
+            if "tail" in query:
+                raise InputError("give tail or offset, not both", field="tail")
+            offset = _query_count(query, "offset")
+            limit = MAX_LOG_CHUNK
+            if "limit" in query:
+                limit = _query_count(query, "limit", minimum=1, maximum=MAX_LOG_CHUNK)
+            chunk = self.server.service.read_log(args[0], offset, limit)
+            headers = {
+                LOG_OFFSET_HEADER: str(chunk.offset),
+                LOG_COMPLETE_HEADER: "true" if chunk.complete else "false",
+            }
+            return _Reply(HTTPStatus.OK, chunk.data, "application/octet-stream", headers)
+        tail = _query_count(query, "tail") if "tail" in query else None
         return _text_reply(self.server.service.logs(args[0], tail))
 
     def _shutdown(self, args: list[str]) -> _Reply:
@@ -397,7 +446,9 @@ class _Handler(BaseHTTPRequestHandler):
         (("metrics",), {"GET": _metrics}),
         (("jobs",), {"GET": _list_jobs, "POST": _submit}),
         (("jobs", "{id}"), {"GET": _get_job, "DELETE": _cancel}),
+        (("jobs", "{id}", "detail"), {"GET": _job_detail}),
         (("jobs", "{id}", "logs"), {"GET": _logs}),
+        (("status",), {"GET": _status}),
         (("shutdown",), {"POST": _shutdown}),
     )
     _OPEN = frozenset({("GET", ("healthz",)), ("GET", ("metrics",))})
@@ -517,6 +568,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"qosched api: {self.address_string()} {format % args}\n")
+
+
+def _query_count(
+    query: Mapping[str, list[str]],
+    name: str,
+    *,
+    minimum: int = 0,
+    maximum: int = COUNT_LIMIT - 1,
+) -> int:
+    """A whole-number query parameter (the last one given) within bounds; 400 naming it."""
+    text = query[name][-1]
+    if not (text.isascii() and text.isdecimal()) or len(text) > 20:
+        raise InputError(f"expected a whole number >= {minimum}, got {text!r}", field=name)
+    return check_count(int(text), field=name, minimum=minimum, maximum=maximum)
 
 
 def _match(pattern: tuple[str, ...], parts: tuple[str, ...]) -> list[str] | None:

@@ -10,13 +10,21 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from qosched.backends.local.api import SOURCE_HEADER, Metrics, parse_metrics
+from qosched.backends.local.api import (
+    LOG_COMPLETE_HEADER,
+    LOG_OFFSET_HEADER,
+    SOURCE_HEADER,
+    LogChunk,
+    ServiceStatus,
+)
 from qosched.backends.local.home import read_endpoint, read_token
 from qosched.backends.local.store import UnknownJobError
+from qosched.core.bounds import check_count
 from qosched.core.errors import InputError, QoschedError
 
 # The service is on this machine; a proxy from the environment (http_proxy) must not see it.
@@ -52,6 +60,9 @@ class Client:
     def job(self, job_id: str) -> dict[str, Any]:
         return self._json("GET", _job_path(job_id), job_id=job_id)
 
+    def job_detail(self, job_id: str) -> dict[str, Any]:
+        return self._json("GET", _job_path(job_id) + "/detail", job_id=job_id)
+
     def logs(self, job_id: str, tail_lines: int | None = None) -> str:
         if tail_lines is not None and tail_lines < 0:
             raise InputError(f"expected a whole number >= 0, got {tail_lines}", field="tail")
@@ -60,11 +71,34 @@ class Client:
             path += f"?tail={tail_lines}"
         return self._request("GET", path, job_id=job_id).decode("utf-8", errors="replace")
 
+    def read_log(self, job_id: str, offset: int, limit: int | None = None) -> LogChunk:
+        """The job's output from byte ``offset`` on (see ``GET /jobs/{id}/logs?offset=``)."""
+        path = f"{_job_path(job_id)}/logs?offset={check_count(offset, field='offset')}"
+        if limit is not None:
+            path += f"&limit={check_count(limit, field='limit', minimum=1)}"
+        data, headers = self._exchange("GET", path, job_id=job_id)
+        source = f"GET {self.url}{path}"
+        try:
+            next_offset = check_count(int(headers.get(LOG_OFFSET_HEADER, "")), field="offset")
+        except ValueError as exc:  # InputError is a ValueError too
+            raise QoschedError(f"{source}: bad or missing {LOG_OFFSET_HEADER}: {exc}") from exc
+        if next_offset != offset + len(data):
+            raise QoschedError(
+                f"{source}: {len(data)} bytes from {offset} cannot end at {next_offset}"
+            )
+        complete = headers.get(LOG_COMPLETE_HEADER, "")
+        if complete not in ("true", "false"):
+            raise QoschedError(f"{source}: bad or missing {LOG_COMPLETE_HEADER}: {complete!r}")
+        return LogChunk(data, next_offset, complete == "true")
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         return self._json("DELETE", _job_path(job_id), job_id=job_id)
 
-    def metrics(self) -> Metrics:
-        return parse_metrics(self.metrics_text())
+    def status(self) -> ServiceStatus:
+        try:
+            return ServiceStatus.from_json(self._json("GET", "/status"), f"{self.url}/status")
+        except InputError as exc:
+            raise QoschedError(f"the service's status cannot be read: {exc}") from exc
 
     def metrics_text(self) -> str:
         """``GET /metrics`` as served: Prometheus text."""
@@ -86,7 +120,10 @@ class Client:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise QoschedError(f"{method} {self.url}{path}: the answer is not JSON: {exc}") from exc
 
-    def _request(
+    def _request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        return self._exchange(method, path, **kwargs)[0]
+
+    def _exchange(
         self,
         method: str,
         path: str,
@@ -95,7 +132,8 @@ class Client:
         headers: dict[str, str] | None = None,
         job_id: str | None = None,
         auth: bool = True,
-    ) -> bytes:
+    ) -> tuple[bytes, Mapping[str, str]]:
+        """One request; the answer's body and headers."""
         request = urllib.request.Request(
             self.url + path, data=body, method=method, headers=dict(headers or {})
         )
@@ -103,7 +141,7 @@ class Client:
             request.add_header("Authorization", f"Bearer {self._token}")
         try:
             with _OPENER.open(request, timeout=self.timeout_s) as response:
-                return response.read()
+                return response.read(), response.headers
         except urllib.error.HTTPError as exc:
             with exc:
                 raise self._error(exc.code, exc.read(), job_id) from None

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qosched.backends.local.api import Metrics
+from qosched.backends.local import detail
+from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
@@ -599,6 +600,30 @@ class LocalService:
             now + remaining / prediction.rate,
             [now + remaining / prediction.rate_high, now + remaining / prediction.rate_low],
         )
+
+    # -- the API's newer views (see qosched.backends.local.api.Service) --------------------------
+
+    def status(self) -> ServiceStatus:
+        with self._lock:
+            metrics = self.metrics()
+            return ServiceStatus(
+                policy=self.policy_name,
+                cpus=self.cores,
+                queued=metrics.queued,
+                running=metrics.running,
+                allocated={j: live.cores for j, live in self._live.items() if live.cores},
+                outcomes=metrics.outcomes,
+            )
+
+    def job_detail(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            return detail.job_detail(self.job(job_id), self.store.events(job_id))
+
+    def read_log(self, job_id: str, offset: int, limit: int) -> LogChunk:
+        with self._lock:
+            state = self.store.get(job_id).state  # before the bytes: see read_log_chunk
+        path = self.home / "jobs" / job_id / WORKER_LOG
+        return detail.read_log_chunk(path, offset, limit, state=state)
 
 
 def assign_cores(
