@@ -152,7 +152,12 @@ class FakeLocalService(FakeService):
 
     @classmethod
     def open(
-        cls, home: Path, *, cpus: tuple[int, ...] | None = None, policy: str = "qos"
+        cls,
+        home: Path,
+        *,
+        cpus: tuple[int, ...] | None = None,
+        policy: str = "qos",
+        grace_s: float = 30.0,
     ) -> FakeLocalService:
         service = cls(home, cpus, policy)
         cls.opened.append(service)

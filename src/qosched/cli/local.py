@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -48,6 +49,9 @@ from qosched.backends.local.jobspec import format_duration, parse_job_spec, read
 from qosched.core.errors import InputError, QoschedError
 
 POLICIES = ("qos", "fifo")
+# The service's default, without importing it (it pulls in the policies); the same value.
+GRACE_S = 30.0
+MAX_GRACE_S = 86400.0
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 30.0
 WATCH_INTERVAL_S = 1.0
@@ -82,6 +86,14 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     )
     up.add_argument(
         "--port", type=_port, default=0, help="API port on 127.0.0.1 (default: any free port)"
+    )
+    up.add_argument(
+        "--grace-s",
+        type=_grace,
+        default=GRACE_S,
+        metavar="S",
+        help="seconds a job's process has to stop after SIGTERM (cancel, pre-emption, down) "
+        f"before its process group is killed (default: {GRACE_S:g})",
     )
     up.add_argument(
         "--detach",
@@ -149,6 +161,16 @@ def _cpu_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(cores))
 
 
+def _grace(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_GRACE_S:
+        raise argparse.ArgumentTypeError(f"expected seconds in [0, {MAX_GRACE_S:g}], got {text!r}")
+    return seconds
+
+
 def _port(text: str) -> int:
     if not text.isdecimal() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text!r}")
@@ -174,7 +196,7 @@ def run_up(args: argparse.Namespace) -> int:
         # Imported here: the service pulls in the cluster policies, which no client needs.
         from qosched.backends.local.service import LocalService
 
-        service = LocalService.open(home, cpus=args.cpus, policy=args.policy)
+        service = LocalService.open(home, cpus=args.cpus, policy=args.policy, grace_s=args.grace_s)
         stop = threading.Event()
         try:
             with (
@@ -226,7 +248,7 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 def _service_argv(home: Path, args: argparse.Namespace) -> list[str]:
     """The command a detached ``up`` runs: a foreground ``up`` with the same options."""
     argv = [sys.executable, "-m", "qosched.cli.main", "up", "--home", str(home)]
-    argv += ["--policy", args.policy, "--port", str(args.port)]
+    argv += ["--policy", args.policy, "--port", str(args.port), "--grace-s", repr(args.grace_s)]
     if args.cpus:
         argv += ["--cpus", ",".join(map(str, args.cpus))]
     return argv

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -109,6 +110,7 @@ from qosched.backends.local.protocol import (
     load_worker_job,
     read_allocation,
 )
+from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_int
 
@@ -395,16 +397,19 @@ class CommandProgress:
             return None
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:  # bad JSON, bad UTF-8, or an integer of over 4300 digits
             return f"not valid JSON: {raw[:80]!r}"
         if not isinstance(data, dict):
             return "expected a JSON object"
-        iteration = data.get("iteration")
-        if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
-            return f"field 'iteration': expected a whole number >= 0, got {iteration!r}"
+        try:
+            iteration = check_count(data.get("iteration"), field="iteration")
+        except InputError as exc:
+            return str(exc)
         loss = data.get("loss")
         if loss is not None and (not isinstance(loss, int | float) or isinstance(loss, bool)):
-            return f"field 'loss': expected a number, got {loss!r}"
+            return f"field 'loss': expected a number, got {_short(loss)}"
+        if isinstance(loss, int) and not -COUNT_LIMIT < loss < COUNT_LIMIT:
+            loss = math.inf  # float() would raise on a huge int; reported as null like any inf
         now = time.monotonic()
         self.iteration = iteration
         self.loss = float(loss) if loss is not None else self.loss
@@ -417,6 +422,11 @@ class CommandProgress:
         if self.first is None or self.last is None or self.last[0] <= self.first[0]:
             return None
         return (self.last[1] - self.first[1]) / (self.last[0] - self.first[0])
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _die_with_parent() -> Callable[[], None]:
@@ -511,6 +521,8 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         problems = progress.read()
         log.note(progress.iteration, progress.loss)
         for problem in problems:
+            # In the job's log too, where its user looks first.
+            print(f"qosched worker: warning: {problem}", file=sys.stderr, flush=True)
             log.write(
                 WorkerEvent.WARNING,
                 iteration=progress.iteration,
