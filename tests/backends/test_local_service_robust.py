@@ -302,3 +302,66 @@ def test_an_unknown_fault_point_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(service_module.FAULT_ENV, "nowhere:1")
     with pytest.raises(InputError, match="unknown fault point 'nowhere'"):
         open_service(tmp_path)
+
+
+# -- nothing runs twice, nothing is left behind ---------------------------------------------------
+
+
+def test_a_job_that_completed_while_the_service_was_down_is_recorded_done_not_run_again(
+    tmp_path,
+):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("quick", iterations=10))["id"]
+    job_dir = tmp_path / "jobs" / job_id
+    wait_for_file_while_stepping(service, job_dir / "runs.jsonl")
+    service.close()  # the service dies; the worker finishes on its own
+    deadline = time.monotonic() + WAIT_S
+    while find_workers().get(str(job_dir)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reopened = open_service(tmp_path)
+    job = reopened.job(job_id)
+    assert (job["state"], job["iterations_done"]) == ("succeeded", 10)
+    assert [r["kind"] for r in runs(job_dir)] == ["start", "end"]
+    reopened.close()
+
+
+LEAVES_A_CHILD = """
+    import os, subprocess
+    child = subprocess.Popen(["sleep", "60"])
+    with open(os.path.join(os.environ["QOSCHED_JOB_DIR"], "leftover.pid"), "w") as out:
+        out.write(str(child.pid))
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write('{"iteration": 1}\\n')
+"""
+
+
+def test_processes_a_job_leaves_behind_are_killed_before_its_core_is_handed_on(tmp_path):
+    service = open_service(tmp_path, cpus=CORES[:1])
+    first = service.submit_spec(python_spec("leaves-a-child", LEAVES_A_CHILD, iterations=1))["id"]
+    pid_file = tmp_path / "jobs" / first / "leftover.pid"
+    leftover = int(wait_for_file_while_stepping(service, pid_file))
+    second = service.submit_spec(counting_spec("next"))["id"]
+    overlap = []
+    deadline = time.monotonic() + WAIT_S
+    while not service.idle() and time.monotonic() < deadline:
+        service.step()
+        if pid_alive(leftover) and service.job(second)["state"] == "running":
+            overlap.append(service.job(second))
+        time.sleep(0.05)
+    assert service.idle()
+    assert not overlap
+    assert not pid_alive(leftover)
+    assert service.job(first)["state"] == "succeeded"
+    assert service.job(second)["state"] == "succeeded"
+    service.close()
+
+
+def test_up_takes_the_grace_period():
+    from qosched.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["up"]).grace_s == service_module.GRACE_S
+    assert parser.parse_args(["up", "--grace-s", "2.5"]).grace_s == 2.5
+    for bad in ("-1", "nan", "inf", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["up", "--grace-s", bad])

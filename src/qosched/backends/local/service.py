@@ -228,7 +228,8 @@ class LocalService:
     ) -> LocalService:
         """Open (or create) the service's state under ``home`` and re-adopt unfinished jobs; a job
         it cannot track is failed with the reason, never a reason not to start."""
-        home = Path(home)
+        # Absolute: workers are found again by the job folder on their command line.
+        home = Path(home).absolute()
         (home / "jobs").mkdir(parents=True, exist_ok=True)
         allowed = tuple(sorted(os.sched_getaffinity(0)))
         cores = tuple(sorted(cpus)) if cpus else allowed
@@ -403,7 +404,8 @@ class LocalService:
                 (self._read_progress_of, "reading its progress"),
             ):
                 for live in list(self._live.values()):
-                    self._isolated(live, doing, action)
+                    if live.failing is None or action != self._read_progress_of:
+                        self._isolated(live, doing, action)
             now = self.clock()
             due = now >= self._next_decision or (self._wake_at is not None and now >= self._wake_at)
             if self._dirty or due:
