@@ -24,9 +24,10 @@ from command_jobs import CORES, counting_spec
 
 from qosched.backends.local.service import LocalService
 
-#: The workload: three short jobs that complete, and one long one cancelled once it runs.
+#: The workload: a job that runs alone on every core first, then three more arrive (it shrinks
+#: to make room); three complete, and the long one is cancelled once it runs.
 WORKLOAD = (
-    ("first", 4),
+    ("first", 12),
     ("second", 4),
     ("third", 4),
 )
@@ -38,17 +39,20 @@ def run_once(home: Path, fault: str | None) -> int:
     service = LocalService.open(
         home, cpus=CORES, policy="qos", tick_s=0.1, grace_s=5.0, faults=fault or ""
     )
-    if not service.store.list():
-        for name, iterations in (*WORKLOAD, VICTIM):
-            service.submit_spec(counting_spec(name, iterations=iterations, sleep_s=0.03))
-    victim = next(job["id"] for job in service.jobs() if job["name"] == VICTIM[0])
+    jobs = (*WORKLOAD, VICTIM)
+    ids = {job["name"]: job["id"] for job in service.jobs()}
     cancelled = False
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not service.idle():
+    while len(ids) < len(jobs) or not service.idle():
         if time.monotonic() > deadline:
             return 1
+        if not ids or (len(ids) < len(jobs) and service.job(ids["first"])["state"] != "queued"):
+            for name, iterations in jobs[len(ids) : len(ids) + 1 if not ids else None]:
+                spec = counting_spec(name, iterations=iterations, sleep_s=0.03, max_cpus=2)
+                ids[name] = service.submit_spec(spec)["id"]
         service.step()
-        if not cancelled and service.job(victim)["state"] == "running":
+        victim = ids.get(VICTIM[0])
+        if victim and not cancelled and service.job(victim)["state"] == "running":
             service.cancel(victim)
             cancelled = True
         time.sleep(0.02)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +18,14 @@ from qosched.backends.local.process import WorkerProcess, find_workers, start_ti
 WAIT_S = 30.0
 
 
-@pytest.fixture
-def worker(tmp_path: Path) -> Iterator[tuple[WorkerProcess, Path]]:
-    import sys
+def no_pidfd(pid: int) -> int:
+    raise OSError(errno.ENOSYS, "Function not implemented")
 
+
+@pytest.fixture(params=["pidfd", "identity-checks"])
+def worker(request, tmp_path: Path, monkeypatch) -> Iterator[tuple[WorkerProcess, Path]]:
+    if request.param == "identity-checks":  # a kernel or sandbox without pidfds
+        monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     job_dir = make_job_dir(tmp_path, workload=None, command=["sleep", "60"], cpus=None)
     with open(job_dir / "worker.log", "ab") as log:
         started = WorkerProcess.start(sys.executable, job_dir, log=log, env={})

@@ -66,6 +66,7 @@ CASES = {
     "after-launch-commit": ["launched:1"],
     "after-second-launch-commit": ["launched:2"],
     "after-progress-commit": ["progress:1"],
+    "after-resize-commit": ["resize:1"],
     "after-result-commit": ["result:1"],
     "after-sigterm": ["signal:1"],
     "after-reap-commit": ["reaped:1"],

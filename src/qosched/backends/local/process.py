@@ -4,9 +4,12 @@ A pid alone names whatever process has that number now; after the worker exits t
 be given to an unrelated process, which a later ``os.kill`` would hit and a liveness check would
 call "running". A pidfd (``os.pidfd_open``, Linux >= 5.3) names one process for good: once that
 process exits, polling the pidfd says so and ``pidfd_send_signal`` fails instead of reaching a
-stranger. A worker is adopted only after its identity is checked (its command line names the
-worker module and this job's folder, and its start time matches when one was recorded), and
-with the pidfd opened *before* that check, so the check is about the process the pidfd holds.
+stranger. Where the kernel (or a sandbox) refuses pidfds, the process's identity (pid and start
+time) is re-checked on every use instead.
+
+A worker is adopted only after its identity is checked (its command line names the worker
+module and this job's folder, and its start time matches when one was recorded), with the pidfd
+opened *before* that check, so the check is about the process the pidfd holds.
 
 Workers run in their own session and process group (``start_new_session``), so a command job's
 children are reached through the group: ``kill_group`` signals every process of it, and ``gone``
@@ -17,10 +20,12 @@ cgroup could hold it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
@@ -29,6 +34,8 @@ from typing import IO
 WORKER_MODULE = "qosched.backends.local.worker"
 
 _PROC = Path("/proc")
+_PF_KTHREAD = 0x00200000
+_EXEC_RETRIES = 20
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -50,15 +57,45 @@ def start_ticks(pid: int) -> int | None:
 
 def worker_folder(pid: int) -> str | None:
     """The job folder ``pid`` is a worker for, or None when it is no worker (or gone)."""
-    try:
-        argv = (_PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
+    for _ in range(_EXEC_RETRIES):
+        try:
+            raw = (_PROC / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            return None
+        if raw or not _execing(pid):
+            break
+        # A process in the middle of exec shows an empty command line for a moment.
+        time.sleep(0.005)
+    argv = raw.split(b"\0")
     if argv and argv[-1] == b"":
         argv.pop()
     if len(argv) != 4 or argv[1] != b"-m" or argv[2] != WORKER_MODULE.encode():
         return None
     return os.fsdecode(argv[3])
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``; None where pidfds are not available. ``ProcessLookupError`` when
+    ``pid`` does not exist."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            return None
+        raise
+
+
+def _execing(pid: int) -> bool:
+    """An empty command line may mean a process in mid-exec; or a zombie or a kernel thread
+    (flag PF_KTHREAD in field 9), which stay empty."""
+    fields = _stat_fields(pid)
+    return (
+        fields is not None
+        and fields[0] not in ("Z", "X")
+        and not (int(fields[9 - 3]) & _PF_KTHREAD)
+    )
 
 
 def find_workers() -> dict[str, list[int]]:
@@ -96,11 +133,12 @@ class WorkerProcess:
     code is then known; an adopted worker's is read from its last progress event)."""
 
     def __init__(
-        self, pid: int, ticks: int, pidfd: int, popen: subprocess.Popen | None = None
+        self, pid: int, ticks: int, pidfd: int | None, popen: subprocess.Popen | None = None
     ) -> None:
         self.pid = pid
         self.start_ticks = ticks
-        self._pidfd: int | None = pidfd
+        self._pidfd = pidfd  # None: no pidfds here; identity is re-checked on every use
+        self._closed = False
         self.popen = popen
 
     @classmethod
@@ -123,7 +161,7 @@ class WorkerProcess:
             start_new_session=True,
         )
         # Our child is not reaped until we wait for it, so its pid cannot be reused yet.
-        pidfd = os.pidfd_open(popen.pid)
+        pidfd = _open_pidfd(popen.pid)
         ticks = start_ticks(popen.pid)
         return cls(popen.pid, ticks if ticks is not None else -1, pidfd, popen)
 
@@ -139,11 +177,11 @@ class WorkerProcess:
         """The worker ``pid`` of ``job_dir`` if that is what ``pid`` is now (and, given
         ``ticks``, started then); None otherwise."""
         try:
-            pidfd = os.pidfd_open(pid)
-        except (ProcessLookupError, PermissionError, OSError):
+            pidfd = _open_pidfd(pid)
+        except OSError:  # gone, or not ours to see
             return None
-        worker = cls(pid, -1, pidfd, popen)
         now_ticks = start_ticks(pid)
+        worker = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen)
         same = (
             now_ticks is not None
             and (ticks is None or ticks == now_ticks)
@@ -158,13 +196,22 @@ class WorkerProcess:
 
     def running(self) -> bool:
         """The worker itself has not exited (its children may have: see ``gone``)."""
-        if self.popen is not None and self.popen.poll() is not None:
+        if self._closed or (self.popen is not None and self.popen.poll() is not None):
             return False
         if self._pidfd is None:
-            return False
+            return self._same_process()
         poller = select.poll()
         poller.register(self._pidfd, select.POLLIN)
         return not poller.poll(0)  # readable once the process has exited
+
+    def _same_process(self) -> bool:
+        """``pid`` is still the process that started at ``start_ticks`` and has not exited."""
+        fields = _stat_fields(self.pid)
+        return (
+            fields is not None
+            and fields[0] not in ("Z", "X")
+            and int(fields[22 - 3]) == self.start_ticks
+        )
 
     def exit_code(self) -> int | None:
         """The exit code when this service started the worker and it exited; else None."""
@@ -172,10 +219,15 @@ class WorkerProcess:
 
     def send(self, signum: int) -> bool:
         """Send ``signum`` to the worker; False when it has exited (nothing else is hit)."""
-        if self._pidfd is None:
+        if self._closed:
             return False
         try:
-            signal.pidfd_send_signal(self._pidfd, signum)
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            elif self._same_process():  # without a pidfd, checked just before
+                os.kill(self.pid, signum)
+            else:
+                return False
         except ProcessLookupError:
             return False
         return True
@@ -199,6 +251,7 @@ class WorkerProcess:
         return not self.running() and not group_members(self.pid)
 
     def close(self) -> None:
+        self._closed = True
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None

@@ -212,6 +212,7 @@ class LocalService:
         self._live: dict[str, _Live] = {}
         self._dirty = True  # something changed since the last decision
         self._stale = False  # store trouble: memory may be ahead of the store
+        self._popens: dict[int, subprocess.Popen] = {}  # our workers while memory is rebuilt
         self._next_decision = 0.0
         self._wake_at: float | None = None
 
@@ -255,11 +256,19 @@ class LocalService:
                 self.step()
             except StoreUnavailableError as exc:
                 log.warning("store trouble; retrying the round in %g s: %s", backoff, exc)
-                stop.wait(backoff)
-                backoff = min(2 * backoff, STORE_RETRY_MAX_S)
+            except Exception:
+                # A fault no job could be blamed for (the policy itself raised): the service
+                # stays up, and the retry starts from the store, where recovery fails each job
+                # it cannot track.
+                log.exception("the scheduling round failed; retrying in %g s", backoff)
+                with self._lock:
+                    self._stale = True
+            else:
+                backoff = STORE_RETRY_S
+                stop.wait(min(1.0, self.tick_s))
                 continue
-            backoff = STORE_RETRY_S
-            stop.wait(min(1.0, self.tick_s))
+            stop.wait(backoff)
+            backoff = min(2 * backoff, STORE_RETRY_MAX_S)
         self.stop_workers()
 
     def stop_workers(self, grace_s: float | None = None) -> None:
@@ -526,18 +535,18 @@ class LocalService:
         }
         assignment = assign_cores(counts, current, free)
         changes = [
-            (live, assignment.get(job_id, ()))
+            (live, cores, not cores or (live.worker is not None and len(cores) < len(live.cores)))
             for job_id, live in self._live.items()
-            if not self._holding(live) and assignment.get(job_id, ()) != live.cores
+            if not self._holding(live) and (cores := assignment.get(job_id, ())) != live.cores
         ]
         # Cores are given up before any is handed on: pre-emptions and shrinks first.
-        for live, cores in changes:
-            if not cores:
+        for live, cores, giving_up in changes:
+            if giving_up and not cores:
                 self._isolated(live, "pre-empting it", self._preempt)
-            elif live.worker is not None and len(cores) < len(live.cores):
+            elif giving_up:
                 self._isolated(live, "re-sizing it", self._resize, cores, now)
-        for live, cores in changes:
-            if not cores or (live.worker is not None and len(cores) < len(live.cores)):
+        for live, cores, giving_up in changes:
+            if giving_up or self._live.get(live.record.id) is not live:
                 continue
             others = {c for other in self._live.values() if other is not live for c in other.cores}
             if others.intersection(cores):
@@ -797,7 +806,9 @@ class LocalService:
     def _resync(self) -> None:
         """After store trouble: forget memory and rebuild it from the store, as a restart
         would (live workers are found again by their job folders)."""
-        popens: dict[int, subprocess.Popen] = {}
+        # Our own children, to be reaped and their exit codes known once adopted again; kept
+        # across attempts, since a resync may itself meet store trouble half-way.
+        popens = self._popens
         for live in self._live.values():
             if live.worker is not None:
                 if live.worker.popen is not None:
@@ -806,6 +817,7 @@ class LocalService:
         self._live.clear()
         self.policy = create_policy(self.policy_name)
         self._recover(popens)
+        popens.clear()
         self._stale = False
 
     def _recover(self, popens: dict[int, subprocess.Popen] | None = None) -> None:
