@@ -5,6 +5,7 @@ stopped job's cores are handed on only once its processes are gone."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -124,7 +125,14 @@ def test_bad_lines_from_a_command_are_warnings_and_the_job_goes_on(tmp_path):
     service.close()
 
 
-def test_a_stored_spec_that_no_longer_reads_fails_that_job_and_the_service_starts(tmp_path):
+@pytest.mark.parametrize(
+    ("iterations", "unreadable"),
+    [(0, True), (10**400, False)],
+    ids=["refused-by-a-stricter-reader", "401-digits"],
+)
+def test_a_stored_spec_that_cannot_be_tracked_fails_that_job_and_the_service_starts(
+    tmp_path, iterations, unreadable
+):
     service = open_service(tmp_path)
     broken = service.submit_spec(counting_spec("broken"))["id"]
     fine = service.submit_spec(counting_spec("fine"))["id"]
@@ -132,17 +140,94 @@ def test_a_stored_spec_that_no_longer_reads_fails_that_job_and_the_service_start
     with sqlite3.connect(tmp_path / "state.db") as db:
         (text,) = db.execute("SELECT spec_json FROM jobs WHERE id = ?", (broken,)).fetchone()
         spec = json.loads(text)
-        spec["spec"]["work"]["iterations"] = 0  # what a stricter reader would now refuse
+        spec["spec"]["work"]["iterations"] = iterations
         db.execute("UPDATE jobs SET spec_json = ? WHERE id = ?", (json.dumps(spec), broken))
     reopened = open_service(tmp_path)  # does not raise
     job = reopened.job(broken)
     assert job["state"] == "failed"
-    assert "cannot be tracked: " in job["error"] and "iterations" in job["error"]
-    assert job["iterations"] is None
+    assert job["error"].startswith("cannot be tracked: "), job["error"]
+    if unreadable:
+        assert "iterations" in job["error"] and job["iterations"] is None
     assert {j["id"] for j in reopened.jobs()} == {broken, fine}  # listing still works
     assert idle(reopened)
     assert reopened.job(fine)["state"] == "succeeded"
     reopened.close()
+
+
+def test_a_bad_stored_event_fails_that_job_at_open(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("odd"))["id"]
+    service.store.add_event(job_id, time.time(), "launching", {"attempt": "many"})
+    service.close()
+    reopened = open_service(tmp_path)
+    assert reopened.job(job_id)["state"] == "failed"
+    assert "cannot be tracked: ValueError" in reopened.job(job_id)["error"]
+    reopened.close()
+
+
+def fill_with_a_directory(job_dir: Path) -> None:
+    (job_dir / "progress.jsonl").mkdir()
+
+
+def fill_with_a_huge_iteration(job_dir: Path) -> None:
+    line = {"t": time.time(), "event": "progress", "iteration": 1e20, "cpus": 1}
+    (job_dir / "progress.jsonl").write_text(json.dumps(line) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("fill", "reason"),
+    [
+        (fill_with_a_directory, "IsADirectoryError"),
+        (fill_with_a_huge_iteration, "progress.jsonl:1: field 'iteration'"),
+    ],
+    ids=["unreadable", "iteration-1e20"],
+)
+def test_a_job_folder_that_cannot_be_read_at_open_fails_that_job(tmp_path, fill, reason):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("unreadable"))["id"]
+    fine = service.submit_spec(counting_spec("fine"))["id"]
+    job_dir = tmp_path / "jobs" / job_id
+    job_dir.mkdir(parents=True)
+    fill(job_dir)
+    # It ran, and its worker died with the service.
+    service.store.record_launch_intent(job_id, time.time(), str(job_dir), [CORES[0]])
+    service.store.record_launched(
+        job_id, time.time(), cpus=[CORES[0]], pid=os.getpid(), start_ticks=0, attempt=1
+    )
+    service.close()
+    reopened = open_service(tmp_path)
+    job = reopened.job(job_id)
+    assert job["state"] == "failed"
+    assert job["error"].startswith("cannot be tracked: ") and reason in job["error"]
+    assert idle(reopened)
+    assert reopened.job(fine)["state"] == "succeeded"
+    reopened.close()
+
+
+def test_a_round_that_raises_keeps_the_service_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(service_module, "STORE_RETRY_S", 0.05)
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("survivor"))["id"]
+    calls = []
+
+    def broken_allocate(view):
+        calls.append(view)
+        raise RuntimeError("a policy bug")
+
+    service.policy.allocate = broken_allocate  # the rebuilt service gets a fresh policy
+    stop = threading.Event()
+    runner = threading.Thread(target=service.run, args=(stop,))
+    runner.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not service.idle() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        runner.join()
+    assert len(calls) == 1
+    assert service.job(job_id)["state"] == "succeeded"
+    service.close()
 
 
 # -- store trouble is the service's, retried ------------------------------------------------------
