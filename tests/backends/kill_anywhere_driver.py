@@ -2,8 +2,8 @@
 
 ``python kill_anywhere_driver.py`` imports the service once, then reads one JSON request a line
 on stdin, ``{"home": DIR, "fault": "POINT:N" | null}``, and for each forks a process that opens
-the service on ``home`` (submitting the workload if the store is empty), steps it until no job
-is left, and exits 0; with ``fault`` set the service SIGKILLs itself there (see
+the service on ``home``, runs it (submitting the workload as it goes) until no job is left, and
+exits 0; with ``fault`` set the service SIGKILLs itself there (see
 ``qosched.backends.local.service.FAULT_ENV``). One JSON line answers each request:
 ``{"exit": code}`` or ``{"signal": number}``. Forking from one process that has imported the
 service keeps the test within seconds (the import alone takes about two).
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -36,26 +37,34 @@ RUN_TIMEOUT_S = 60.0
 
 
 def run_once(home: Path, fault: str | None) -> int:
+    """The service's own run loop in a thread, as ``qosched up`` runs it; this thread plays the
+    user, submitting through the same methods the HTTP API calls."""
     service = LocalService.open(
         home, cpus=CORES, policy="qos", tick_s=0.1, grace_s=5.0, faults=fault or ""
     )
+    stop = threading.Event()
+    runner = threading.Thread(target=service.run, args=(stop,))
+    runner.start()
     jobs = (*WORKLOAD, VICTIM)
     ids = {job["name"]: job["id"] for job in service.jobs()}
     cancelled = False
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while len(ids) < len(jobs) or not service.idle():
-        if time.monotonic() > deadline:
-            return 1
-        if not ids or (len(ids) < len(jobs) and service.job(ids["first"])["state"] != "queued"):
-            for name, iterations in jobs[len(ids) : len(ids) + 1 if not ids else None]:
-                spec = counting_spec(name, iterations=iterations, sleep_s=0.03, max_cpus=2)
-                ids[name] = service.submit_spec(spec)["id"]
-        service.step()
-        victim = ids.get(VICTIM[0])
-        if victim and not cancelled and service.job(victim)["state"] == "running":
-            service.cancel(victim)
-            cancelled = True
-        time.sleep(0.02)
+    try:
+        while len(ids) < len(jobs) or not service.idle():
+            if time.monotonic() > deadline or not runner.is_alive():
+                return 1
+            if not ids or (len(ids) < len(jobs) and service.job(ids["first"])["state"] != "queued"):
+                for name, iterations in jobs[len(ids) : len(ids) + 1 if not ids else None]:
+                    spec = counting_spec(name, iterations=iterations, sleep_s=0.03, max_cpus=2)
+                    ids[name] = service.submit_spec(spec)["id"]
+            victim = ids.get(VICTIM[0])
+            if victim and not cancelled and service.job(victim)["state"] == "running":
+                service.cancel(victim)
+                cancelled = True
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        runner.join()
     service.close()
     return 0
 

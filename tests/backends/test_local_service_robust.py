@@ -21,6 +21,7 @@ import qosched.backends.local.service as service_module
 from qosched.backends.local.process import find_workers
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.store import Store
+from qosched.cluster.state import Decision
 from qosched.core.errors import InputError
 
 WAIT_S = 60.0  # generous: the machine may be busy with other test runs
@@ -363,6 +364,43 @@ def wait_for_file_while_stepping(service: LocalService, path: Path) -> str:
         service.step()
         time.sleep(0.05)
     return path.read_text()
+
+
+class NewestFirst:
+    """A policy that gives every core to the newest job: the one before it is pre-empted."""
+
+    def admit(self, job, view) -> bool:
+        return True
+
+    def allocate(self, view) -> Decision:
+        if not view.jobs:
+            return Decision({})
+        newest = max(view.jobs, key=lambda job: job.spec.submit_s)
+        return Decision({newest.spec.job_id: view.cluster.total_workers})
+
+
+def test_a_preempted_job_ignoring_sigterm_keeps_its_core_until_it_is_killed(tmp_path):
+    service = open_service(tmp_path, cpus=CORES[:1], grace_s=1.0)
+    service.policy = NewestFirst()
+    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN))["id"]
+    child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
+    newer = service.submit_spec(counting_spec("newer"), now=time.time() + 1)["id"]
+    overlap = []
+    deadline = time.monotonic() + WAIT_S
+    while service.job(newer)["state"] != "succeeded" and time.monotonic() < deadline:
+        service.step()
+        if pid_alive(child) and service.job(newer)["state"] == "running":
+            overlap.append(service.job(newer))
+        time.sleep(0.05)
+    assert service.job(newer)["state"] == "succeeded"
+    assert not overlap, "the core was handed on while the pre-empted job still ran"
+    assert not pid_alive(child)
+    assert "killed" in kinds(service, stubborn)
+    stopped = [e.detail["why"] for e in service.store.events(stubborn) if e.kind == "stopped"]
+    assert stopped[0] == "did not stop within 1 s of SIGTERM; killed"
+    service.cancel(stubborn)
+    assert idle(service)
+    service.close()
 
 
 def test_down_kills_a_job_ignoring_sigterm_after_the_grace_and_records_it_preempted(tmp_path):
