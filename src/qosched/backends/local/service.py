@@ -311,6 +311,8 @@ class LocalService:
 
     def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> dict[str, Any]:
         with self._lock, self._marking_stale():
+            if self._stale:
+                self._resync()
             now = self.clock() if now is None else now
             job_id = self.store.submit(spec, now)
             try:
@@ -363,6 +365,8 @@ class LocalService:
         """SIGTERM the job's worker (SIGKILL after the grace); the job is cancelled, and its
         cores free, once no process of it is left."""
         with self._lock, self._marking_stale():
+            if self._stale:  # memory may not know a worker of this job yet
+                self._resync()
             record = self.store.get(job_id)
             if record.state not in (JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED):
                 raise InputError(f"job {job_id} is already {record.state.value}", field="job")

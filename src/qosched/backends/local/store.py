@@ -181,7 +181,11 @@ _JOB_COLUMNS = (
 class Store:
     """The scheduler's database file; safe to share between threads (see ``__init__``)."""
 
-    def __init__(self, path: str | Path, *, fsync_every_commit: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, fsync_every_commit: bool = False, busy_timeout_s: float = 10.0
+    ) -> None:
+        """``busy_timeout_s``: how long a call waits for another process's write lock before it
+        raises ``StoreUnavailableError``."""
         self.path = Path(path)
         # One connection behind one lock, rather than a connection per thread: SQLite lets only
         # one writer in at a time anyway, our transactions take microseconds, and one connection
@@ -191,7 +195,10 @@ class Store:
         try:
             # isolation_level=None: no implicit transactions; _write() issues BEGIN IMMEDIATE.
             self._db = sqlite3.connect(
-                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+                self.path,
+                timeout=busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
             )
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
@@ -371,13 +378,6 @@ class Store:
             )
             row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._record(row)
-
-    def increment_attempts(self, job_id: str) -> int:
-        """Count one more launch of the job; returns the new count."""
-        with self._write() as db:
-            self._state(db, job_id)
-            db.execute("UPDATE jobs SET attempts = attempts + 1 WHERE id = ?", (job_id,))
-            return db.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
 
     # --- progress and events -------------------------------------------------------------------
 
