@@ -44,7 +44,8 @@ def wait_until(condition) -> None:
 
 def test_a_started_worker_is_found_by_its_job_folder(worker):
     process, job_dir = worker
-    assert find_workers()[str(job_dir)] == [process.pid]
+    # A scan right after the start may catch it in mid-exec, its command line still empty.
+    wait_until(lambda: find_workers().get(str(job_dir)) == [process.pid])
     assert process.running() and not process.gone()
     assert process.start_ticks == start_ticks(process.pid)
 

@@ -55,16 +55,17 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[22 - 3]) if fields is not None else None
 
 
-def worker_folder(pid: int) -> str | None:
-    """The job folder ``pid`` is a worker for, or None when it is no worker (or gone)."""
-    for _ in range(_EXEC_RETRIES):
+def worker_folder(pid: int, *, wait_for_exec: bool = False) -> str | None:
+    """The job folder ``pid`` is a worker for, or None when it is no worker (or gone).
+    ``wait_for_exec``: a process in mid-exec shows an empty command line for a moment; wait
+    for it (a scan need not: the workers it looks for were started long before)."""
+    for _ in range(_EXEC_RETRIES if wait_for_exec else 1):
         try:
             raw = (_PROC / str(pid) / "cmdline").read_bytes()
         except OSError:
             return None
         if raw or not _execing(pid):
             break
-        # A process in the middle of exec shows an empty command line for a moment.
         time.sleep(0.005)
     argv = raw.split(b"\0")
     if argv and argv[-1] == b"":
@@ -79,6 +80,8 @@ def _open_pidfd(pid: int) -> int | None:
     ``pid`` does not exist."""
     try:
         return os.pidfd_open(pid)
+    except AttributeError:  # not built for Linux
+        return None
     except ProcessLookupError:
         raise
     except OSError as exc:
@@ -185,7 +188,7 @@ class WorkerProcess:
         same = (
             now_ticks is not None
             and (ticks is None or ticks == now_ticks)
-            and worker_folder(pid) == str(job_dir)
+            and worker_folder(pid, wait_for_exec=True) == str(job_dir)
             and worker.running()  # checked last: the pidfd is about the process just checked
         )
         if not same:

@@ -56,7 +56,7 @@ from typing import Any
 
 from qosched.backends.local.api import Metrics
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
-from qosched.backends.local.process import WorkerProcess, find_workers
+from qosched.backends.local.process import WorkerProcess, find_workers, worker_folder
 from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
@@ -829,6 +829,10 @@ class LocalService:
         each job that cannot be tracked (with the reason) instead of refusing to start."""
         now = self.clock()
         workers = find_workers()
+        for pid in popens or {}:  # ours, maybe started a moment ago: wait out an exec
+            folder = worker_folder(pid, wait_for_exec=True)
+            if folder is not None and pid not in workers.get(folder, []):
+                workers.setdefault(folder, []).append(pid)
         for job_id in self.store.unfinished_ids():
             try:
                 self._recover_one(job_id, now, workers, popens or {})
