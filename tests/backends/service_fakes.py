@@ -216,6 +216,7 @@ class FakeLocalService(FakeService):
         cpus: tuple[int, ...] | None = None,
         policy: str = "qos",
         tick_s: float = 5.0,
+        grace_s: float = 30.0,
     ) -> FakeLocalService:
         service = cls(home, cpus, policy, tick_s)
         cls.opened.append(service)

@@ -24,6 +24,7 @@ from qosched.backends.local.store import (
     ProgressSample,
     Store,
     StoreError,
+    StoreUnavailableError,
     UnknownJobError,
 )
 from qosched.core.errors import InputError
@@ -218,10 +219,67 @@ def test_bad_allocation(store, cpus):
         store.set_allocation(job_id, cpus, now=2.0)
 
 
-def test_increment_attempts(store):
+def test_each_launch_intent_counts_an_attempt_and_names_the_folder(store):
     job_id = store.submit(SPEC, now=0.0)
-    assert [store.increment_attempts(job_id) for _ in range(3)] == [1, 2, 3]
+    attempts = [store.record_launch_intent(job_id, 1.0, "/jobs/x", [1, 0]) for _ in range(3)]
+    assert attempts == [1, 2, 3]
     assert store.get(job_id).attempts == 3
+    intents = [e for e in store.events(job_id) if e.kind == "launching"]
+    assert [dict(e.detail) for e in intents] == [
+        {"dir": "/jobs/x", "attempt": n, "cpus": [0, 1]} for n in (1, 2, 3)
+    ]
+
+
+def test_a_launch_record_makes_the_job_running_with_its_pid_in_one_commit(store):
+    job_id = store.submit(SPEC, now=0.0)
+    store.record_launch_intent(job_id, 1.0, "/jobs/x", [0])
+    record = store.record_launched(
+        job_id, 2.0, cpus=[1, 0], pid=4242, start_ticks=99, attempt=1, guaranteed=True
+    )
+    assert (record.state, record.allocation, record.started_at) == (JobState.RUNNING, (0, 1), 2.0)
+    assert record.guaranteed
+    launched = store.events(job_id)[-1]
+    assert (launched.kind, dict(launched.detail)) == (
+        "launched",
+        {"pid": 4242, "start_ticks": 99, "cpus": [0, 1], "attempt": 1},
+    )
+    # A worker adopted again: the job stays running and the event says so.
+    again = store.record_launched(
+        job_id, 3.0, cpus=[0, 1], pid=4242, start_ticks=99, attempt=1, kind="re-adopted"
+    )
+    assert again.state is JobState.RUNNING and store.events(job_id)[-1].kind == "re-adopted"
+
+
+def test_a_write_that_cannot_get_the_lock_is_unavailable_and_changes_nothing(tmp_path):
+    path = tmp_path / "qosched.db"
+    with Store(path, busy_timeout_s=0.05) as store:
+        job_id = store.submit(SPEC, now=0.0)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        try:
+            with pytest.raises(StoreUnavailableError, match="locked"):
+                store.record_launch_intent(job_id, 1.0, "/jobs/x", [0])
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert store.get(job_id).attempts == 0
+        assert [e.kind for e in store.events(job_id)] == ["submitted"]
+        assert store.record_launch_intent(job_id, 2.0, "/jobs/x", [0]) == 1  # later, it works
+
+
+def test_a_stored_spec_that_does_not_read_is_listed_without_a_spec(tmp_path):
+    path = tmp_path / "qosched.db"
+    with Store(path) as store:
+        job_id = store.submit(SPEC, now=0.0)
+    with sqlite3.connect(path) as db:
+        db.execute('UPDATE jobs SET spec_json = \'{"kind": "Nothing"}\'')
+    with Store(path) as store:
+        (record,) = store.list()
+        assert (record.id, record.spec) == (job_id, None)
+        assert record.spec_error is not None and "apiVersion" in record.spec_error
+        assert store.unfinished_ids() == (job_id,)
+        failed = store.record_failure(job_id, "cannot be tracked", now=1.0)
+        assert (failed.state, failed.error) == (JobState.FAILED, "cannot be tracked")
 
 
 # --- progress and events ----------------------------------------------------------------------

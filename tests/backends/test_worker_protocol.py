@@ -194,3 +194,54 @@ def test_malformed_progress_line_is_an_error(tmp_path: Path) -> None:
 def test_progress_log_refuses_unknown_fields(tmp_path: Path) -> None:
     with ProgressLog(tmp_path / "p.jsonl") as log, pytest.raises(TypeError, match="lose"):
         log.write(WorkerEvent.PROGRESS, iteration=1, loss=0.5, lose=1)
+
+
+def test_a_restarted_worker_cuts_the_line_its_killed_predecessor_left_unfinished(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "progress.jsonl"
+    with ProgressLog(path) as log:
+        log.write(WorkerEvent.START, iteration=0, loss=None)
+    with open(path, "a") as handle:
+        handle.write('{"t": 1, "event": "prog')  # killed in mid-write
+    with ProgressLog(path) as log:
+        log.write(WorkerEvent.PROGRESS, iteration=4, loss=None)
+    assert [(e.event, e.iteration) for e in read_progress(path)] == [
+        (WorkerEvent.START, 0),
+        (WorkerEvent.PROGRESS, 4),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('{"t": 1, "event": "progress", "cpus": 1, "iteration": 1e20}', "field 'iteration'"),
+        ('{"t": 1, "event": "progress", "cpus": 1, "iteration": 2.5}', "field 'iteration'"),
+        ('{"t": 1, "event": "progress", "cpus": 1, "iteration": true}', "field 'iteration'"),
+        ('{"t": 1e300, "event": "progress", "cpus": 1}', "field 't'"),
+        ('{"t": 1, "event": "progress", "cpus": -1}', "field 'cpus'"),
+        ('{"t": 1, "event": "progress", "cpus": 1, "loss": NaN}', "field 'loss'"),
+        ('{"t": 1, "event": "start", "cpus": 1, "cpu_ids": [0, -2]}', "field 'cpu_ids'"),
+        ('{"t": 1, "event": "done", "cpus": 1, "exit_code": 1e9}', "field 'exit_code'"),
+        ('{"t": 1, "event": "progress", "cpus": 1, "iteration": ' + "9" * 5000 + "}", "JSON"),
+    ],
+    ids=[
+        "iteration-1e20",
+        "iteration-fraction",
+        "iteration-bool",
+        "time-past-9999",
+        "cpus-negative",
+        "loss-nan",
+        "cpu-id-negative",
+        "exit-code-huge",
+        "iteration-5000-digits",
+    ],
+)
+def test_a_progress_line_out_of_bounds_is_an_error_naming_the_line(
+    tmp_path: Path, line: str, expected: str
+) -> None:
+    path = tmp_path / "progress.jsonl"
+    path.write_text('{"t": 1, "event": "start", "cpus": 1}\n' + line + "\n")
+    with pytest.raises(InputError, match=r"progress\.jsonl:2: ") as info:
+        read_progress(path)
+    assert expected in str(info.value)

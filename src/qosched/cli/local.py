@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -52,8 +53,13 @@ from qosched.cli.options import count, cpu_list, port, seconds
 from qosched.core.errors import InputError, QoschedError
 
 POLICIES = ("qos", "fifo")
+# The service's default, without importing it (it pulls in the policies); the same value.
+GRACE_S = 30.0
+MAX_GRACE_S = 86400.0
 START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 30.0
+# A job ignoring SIGTERM holds `down` for the whole grace period; the service then needs a few
+# seconds to record it. With a longer `up --grace-s`, pass a longer `down --timeout`.
+STOP_TIMEOUT_S = GRACE_S + 30.0
 WATCH_INTERVAL_S = 1.0
 WAIT_POLL_S = 0.5  # submit --wait asks for its jobs' states this often
 FOLLOW_POLL_S = 0.5  # logs --follow asks for new output this often once caught up
@@ -126,6 +132,14 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         metavar="S",
         help="seconds between scheduling rounds when nothing changes, also how often progress "
         "is read; at most 1 s passes between two checks for finished jobs (default: 5)",
+    )
+    up.add_argument(
+        "--grace-s",
+        type=_grace,
+        default=GRACE_S,
+        metavar="S",
+        help="seconds a job's process has to stop after SIGTERM (cancel, pre-emption, down) "
+        f"before its process group is killed (default: {GRACE_S:g})",
     )
     up.add_argument(
         "--detach",
@@ -211,6 +225,19 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     down.set_defaults(run=run_down)
 
 
+# --- argument types ------------------------------------------------------------------------------
+
+
+def _grace(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_GRACE_S:
+        raise argparse.ArgumentTypeError(f"expected seconds in [0, {MAX_GRACE_S:g}], got {text!r}")
+    return seconds
+
+
 # --- up and down ---------------------------------------------------------------------------------
 
 
@@ -225,7 +252,9 @@ def run_up(args: argparse.Namespace) -> int:
         from qosched.backends.local.service import LocalService
 
         tick = {} if args.tick is None else {"tick_s": args.tick}
-        service = LocalService.open(home, cpus=args.cpus, policy=args.policy, **tick)
+        service = LocalService.open(
+            home, cpus=args.cpus, policy=args.policy, grace_s=args.grace_s, **tick
+        )
         stop = threading.Event()
         try:
             with (
@@ -277,7 +306,7 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 def _service_argv(home: Path, args: argparse.Namespace) -> list[str]:
     """The command a detached ``up`` runs: a foreground ``up`` with the same options."""
     argv = [sys.executable, "-m", "qosched.cli.main", "up", "--home", str(home)]
-    argv += ["--policy", args.policy, "--port", str(args.port)]
+    argv += ["--policy", args.policy, "--port", str(args.port), "--grace-s", repr(args.grace_s)]
     if args.cpus:
         argv += ["--cpus", ",".join(map(str, args.cpus))]
     if args.tick is not None:

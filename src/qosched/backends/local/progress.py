@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -11,6 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from qosched.backends.local.protocol import finite_or_none
+from qosched.core.bounds import check_count, check_number, check_time
 from qosched.core.errors import InputError
 
 
@@ -51,6 +53,7 @@ class ProgressLog:
     of the worker loses nothing that was already reported (a crash of the machine may)."""
 
     def __init__(self, path: str | Path) -> None:
+        _drop_torn_line(Path(path))
         # Append mode: a restarted worker continues the same file after its predecessor's lines.
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self.cpus = 0
@@ -101,42 +104,109 @@ class ProgressLog:
         self.close()
 
 
+def _drop_torn_line(path: Path) -> None:
+    """Cut a last line without its newline: a predecessor killed in mid-write left it, and the
+    next line appended to it would make one line that is not JSON. Only one worker of a job
+    runs at a time, so nobody else is writing it now."""
+    try:
+        with open(path, "rb+") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            handle.seek(max(0, size - _TAIL_BYTES))
+            tail = handle.read()
+            if tail.endswith(b"\n"):
+                return
+            cut = tail.rfind(b"\n")
+            if cut < 0 and size > _TAIL_BYTES:
+                return  # one huge torn line: leave it for the reader to report
+            handle.truncate(size - len(tail) + cut + 1)
+    except FileNotFoundError:
+        return
+
+
+_TAIL_BYTES = 1 << 16
+
+
+def _whole_or_none(data: dict[str, Any], name: str, source: Path, line: int) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    return check_count(value, field=name, source=source, line=line)
+
+
 def _parse_event(data: object, source: Path, line: int) -> ProgressEvent:
+    """One line, with every number bounded: counts whole in [0, 2**53), times within year
+    9999, losses finite (or null)."""
     if not isinstance(data, dict):
         raise InputError("expected a JSON object", source=source, line=line)
+    for name in ("t", "event", "cpus"):
+        if name not in data:
+            raise InputError("missing required field", source=source, line=line, field=name)
     try:
         event = WorkerEvent(data["event"])
-        values = {name: data.get(name) for name in _OPTIONAL}
-        if values["cpu_ids"] is not None:
-            values["cpu_ids"] = tuple(values["cpu_ids"])
-        return ProgressEvent(
-            t=float(data["t"]),
-            event=event,
-            iteration=data.get("iteration"),
-            cpus=int(data["cpus"]),
-            loss=data.get("loss"),
-            **values,
-        )
-    except KeyError as exc:
+    except (TypeError, ValueError):
+        known = ", ".join(e.value for e in WorkerEvent)
         raise InputError(
-            "missing required field", source=source, line=line, field=exc.args[0]
+            f"unknown event {data['event']!r}; known: {known}",
+            source=source,
+            line=line,
+            field="event",
         ) from None
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"malformed progress line: {exc}", source=source, line=line) from None
+    loss = data.get("loss")
+    cpu_ids = data.get("cpu_ids")
+    if cpu_ids is not None:
+        if not isinstance(cpu_ids, list):
+            raise InputError(
+                f"expected a list of core ids, got {cpu_ids!r}"[:120],
+                source=source,
+                line=line,
+                field="cpu_ids",
+            )
+        cpu_ids = tuple(
+            check_count(cpu, field="cpu_ids", source=source, line=line) for cpu in cpu_ids
+        )
+    message = data.get("message")
+    fatal = data.get("fatal")
+    exit_code = data.get("exit_code")
+    if exit_code is not None:
+        # A child's exit code: 0..255, or negative for a signal, as Popen reports it.
+        exit_code = int(
+            check_number(
+                exit_code, field="exit_code", minimum=-255, maximum=255, source=source, line=line
+            )
+        )
+    return ProgressEvent(
+        t=check_time(data["t"], field="t", source=source, line=line),
+        event=event,
+        iteration=_whole_or_none(data, "iteration", source, line),
+        cpus=check_count(data["cpus"], field="cpus", source=source, line=line),
+        loss=None if loss is None else check_number(loss, field="loss", source=source, line=line),
+        resumed_from=_whole_or_none(data, "resumed_from", source, line),
+        cpu_ids=cpu_ids,
+        threads=_whole_or_none(data, "threads", source, line),
+        version=_whole_or_none(data, "version", source, line),
+        message=None if message is None else str(message),
+        fatal=None if fatal is None else bool(fatal),
+        exit_code=exit_code,
+    )
 
 
 def read_progress(path: str | Path) -> list[ProgressEvent]:
     """Every complete line of ``progress.jsonl`` (a missing file reads as no events).
 
     A last line without its newline is being written right now and is left for the next read;
-    any other malformed line is an error. Fields this version does not know are ignored, so a
-    newer worker's file still reads.
+    any other malformed line, or a number out of bounds, is an ``InputError`` naming the line
+    (the file is the worker's own report: a line it did not write means it cannot be trusted).
+    Fields this version does not know are ignored, so a newer worker's file still reads.
     """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from None
     lines = text.split("\n")
     events = []
     for number, line in enumerate(lines[:-1], start=1):  # lines[-1] is "" or still being written
@@ -144,7 +214,8 @@ def read_progress(path: str | Path) -> list[ProgressEvent]:
             continue
         try:
             data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc.msg}", source=path, line=number) from None
+        except ValueError as exc:  # a JSONDecodeError, or an integer of over 4300 digits
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise InputError(f"not valid JSON: {reason}", source=path, line=number) from None
         events.append(_parse_event(data, path, number))
     return events

@@ -4,23 +4,45 @@ The same cluster policies the simulator runs (``qos`` by default, ``fifo`` for c
 here, on a one-node "cluster" whose workers are this machine's cores. Each round of
 :meth:`LocalService.step`:
 
-1. reaps worker processes that exited (done, pre-empted, crashed: retried from the last
-   checkpoint up to ``MAX_ATTEMPTS``, then failed with the worker's error);
-2. reads each worker's ``progress.jsonl`` into the job's state (and the store, for the
+1. kills what must stop: a job over its memory limit at once, a worker still running
+   ``grace_s`` after its SIGTERM (cancel, pre-emption, a failed job) with SIGKILL to its whole
+   process group;
+2. reaps worker processes that exited (done, pre-empted, crashed: retried from the last
+   checkpoint up to ``MAX_ATTEMPTS``, then failed with the worker's error); a job's cores are
+   free only once no process of its group is left;
+3. reads each worker's ``progress.jsonl`` into the job's state (and the store, for the
    predictor and for ``qosched status``);
-3. asks the policy for core counts when anything changed or the tick is due, maps counts onto
+4. asks the policy for core counts when anything changed or the tick is due, maps counts onto
    concrete cores (a job keeps its cores when its count is unchanged), and applies them:
-   launches workers, re-sizes running ones in place by rewriting ``allocation.json``, pre-empts
-   the ones that lost their cores with SIGTERM (they checkpoint and exit).
+   pre-empts the jobs that lost their cores with SIGTERM (they checkpoint and exit), re-sizes
+   running ones in place by rewriting ``allocation.json``, and launches workers on cores no
+   other job holds.
 
-Durability: every job and every state change is in the SQLite store before it is acted on, and
-workers run in their own session, so killing the service loses nothing; :meth:`open` re-adopts
-workers still alive and restarts the others from their checkpoints.
+One job's trouble is that job's failure: an exception while handling one job in any of these
+steps (a progress line that is not the worker's, a number out of bounds, a launch that cannot
+start) fails that job with the reason in the store, and the round goes on for the others. Store
+trouble (``StoreUnavailableError``: a full disk, a lock held too long) is the service's: the
+round stops, the run loop backs off and retries, and the next round first rebuilds memory from
+the store as a restart would, so nothing is left half-applied.
+
+Durability: every job and every state change is in the SQLite store before it is acted on; a
+launch is committed as an intent (``launching``, with the job folder) before the process starts
+and as ``launched`` (pid and start time) after. Workers run in their own session, so killing the
+service loses nothing: :meth:`open` finds live workers by their job folder (a process running
+``python -m qosched.backends.local.worker JOB_DIR``), adopts them, and restarts the others from
+their checkpoints; a job whose worker completed while the service was down is recorded done,
+never run again. Workers are held by pidfd (``process.WorkerProcess``), so a reused pid is never
+taken for a worker or sent a signal.
+
+Fault injection (tests): ``QOSCHED_FAULT_AT=POINT:N[,POINT:N...]`` makes the service SIGKILL
+itself the N-th time it passes ``POINT``, one of ``FAULT_POINTS``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import os
 import signal
 import subprocess
@@ -35,6 +57,7 @@ from typing import Any
 from qosched.backends.local import detail
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
+from qosched.backends.local.process import WorkerProcess, find_workers, worker_folder
 from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
@@ -52,13 +75,23 @@ from qosched.backends.local.protocol import (
     write_worker_job,
 )
 from qosched.backends.local.speeds import prior_curve
-from qosched.backends.local.store import JobRecord, JobState, Store, UnknownJobError
+from qosched.backends.local.store import (
+    IllegalTransitionError,
+    JobRecord,
+    JobState,
+    Store,
+    StoreUnavailableError,
+    UnknownJobError,
+)
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Phase
 from qosched.cluster.state import JobState as ClusterJob
 from qosched.core.errors import InputError
+from qosched.core.validate import parse_int
+
+log = logging.getLogger(__name__)
 
 #: A job whose worker failed this many times is marked failed with the last error.
 MAX_ATTEMPTS = 3
@@ -72,6 +105,57 @@ RESIZE_PAUSE_S = 1.0
 CHECKPOINT_EVERY = 50
 #: Where a log line for each job's worker goes, inside its job directory.
 WORKER_LOG = "worker.log"
+#: Seconds a worker has between SIGTERM (cancel, pre-emption, ``down``, a failed job) and
+#: SIGKILL of its whole process group. A built-in workload checkpoints within one iteration.
+GRACE_S = 30.0
+#: After SIGKILL, how long ``stop_workers`` waits for the processes to go.
+KILL_WAIT_S = 10.0
+#: After store trouble the run loop waits this long, doubling up to ``STORE_RETRY_MAX_S``.
+STORE_RETRY_S = 1.0
+STORE_RETRY_MAX_S = 30.0
+
+#: ``QOSCHED_FAULT_AT=POINT:N``: the service SIGKILLs itself the N-th time it passes POINT.
+FAULT_ENV = "QOSCHED_FAULT_AT"
+FAULT_POINTS = (
+    "intent",  # a launch intent committed; the worker not started yet
+    "popen",  # the worker started; its launch not committed yet
+    "launched",  # the launch committed
+    "progress",  # a job's new progress samples committed
+    "resize",  # allocation.json rewritten and the re-size committed
+    "signal",  # SIGTERM sent to a worker (pre-emption, cancel, a failed job)
+    "result",  # a completed job's result committed
+    "reaped",  # an exited worker's job committed pre-empted, failed or cancelled
+    "adopted",  # a live worker committed as its job's (after a restart)
+)
+
+
+class _Faults:
+    """The fault points armed by ``FAULT_ENV``; unknown points are refused, so a misspelt
+    test cannot pass by never firing."""
+
+    def __init__(self, text: str | None) -> None:
+        self._at: dict[str, int] = {}
+        self._seen: dict[str, int] = {}
+        for part in (text or "").split(","):
+            point, _, count = part.strip().partition(":")
+            if not point:
+                continue
+            if point not in FAULT_POINTS:
+                raise InputError(
+                    f"unknown fault point {point!r}; known: {', '.join(FAULT_POINTS)}",
+                    source="environment",
+                    field=FAULT_ENV,
+                )
+            self._at[point] = parse_int(
+                count or "1", field=FAULT_ENV, source="environment", minimum=1
+            )
+
+    def passed(self, point: str) -> None:
+        if point not in self._at:
+            return
+        self._seen[point] = self._seen.get(point, 0) + 1
+        if self._seen[point] == self._at[point]:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(slots=True)
@@ -79,17 +163,20 @@ class _Live:
     """What the service keeps in memory about one unfinished job."""
 
     record: JobRecord
+    spec: TrainingJobSpec  # record.spec, known to read
     state: ClusterJob
     job_dir: Path
-    process: subprocess.Popen | None = None
-    pid: int | None = None  # a worker re-adopted after a service restart (not our child)
+    worker: WorkerProcess | None = None
     events_read: int = 0
     last_sample: tuple[float, int] | None = None  # (t, iteration) of the last progress sample
+    stored_until: float = -math.inf  # what the worker reported up to this time is stored
     cores: tuple[int, ...] = ()
     version: int = 0
-    stopping: bool = False  # SIGTERM sent: expect EXIT_PREEMPTED
+    stopping: bool = False  # the worker must stop; its cores stay held until it is gone
+    term_at: float | None = None  # time.monotonic() of the SIGTERM
+    killed: bool = False  # SIGKILL sent to its process group
     cancelling: bool = False
-    last_error: str | None = None
+    failing: str | None = None  # the job failed (why); its worker is being stopped
     over_memory: str | None = None  # why the job was killed for its memory use
 
 
@@ -106,7 +193,11 @@ class LocalService:
         clock: Callable[[], float] = time.time,
         tick_s: float = TICK_S,
         python: str = sys.executable,
+        grace_s: float = GRACE_S,
+        faults: str | None = None,
     ) -> None:
+        if not 0 <= grace_s < math.inf:
+            raise InputError(f"expected seconds >= 0, got {grace_s}", field="grace_s")
         self.home = home
         self.store = store
         self.cores = cores
@@ -116,9 +207,13 @@ class LocalService:
         self.clock = clock
         self.tick_s = tick_s
         self.python = python
+        self.grace_s = grace_s
+        self._faults = _Faults(os.environ.get(FAULT_ENV) if faults is None else faults)
         self._lock = threading.RLock()
         self._live: dict[str, _Live] = {}
         self._dirty = True  # something changed since the last decision
+        self._stale = False  # store trouble: memory may be ahead of the store
+        self._popens: dict[int, subprocess.Popen] = {}  # our workers while memory is rebuilt
         self._next_decision = 0.0
         self._wake_at: float | None = None
 
@@ -133,8 +228,10 @@ class LocalService:
         policy: str = "qos",
         **options: Any,
     ) -> LocalService:
-        """Open (or create) the service's state under ``home`` and re-adopt unfinished jobs."""
-        home = Path(home)
+        """Open (or create) the service's state under ``home`` and re-adopt unfinished jobs; a job
+        it cannot track is failed with the reason, never a reason not to start."""
+        # Absolute: workers are found again by the job folder on their command line.
+        home = Path(home).absolute()
         (home / "jobs").mkdir(parents=True, exist_ok=True)
         allowed = tuple(sorted(os.sched_getaffinity(0)))
         cores = tuple(sorted(cpus)) if cpus else allowed
@@ -144,32 +241,67 @@ class LocalService:
                 f"cores {unknown} are not available here (have {allowed})", field="cpus"
             )
         service = cls(home, Store(home / "state.db"), cores, policy, **options)
-        service._recover()
+        try:
+            service._recover()
+        except BaseException:
+            service.close()
+            raise
         return service
 
     def run(self, stop: threading.Event) -> None:
-        """Schedule until ``stop`` is set, then pre-empt running workers and wait for them."""
+        """Schedule until ``stop`` is set, then stop running workers and wait for them. Store
+        trouble in a round is logged and the round retried, with a growing pause."""
+        backoff = STORE_RETRY_S
         while not stop.is_set():
-            self.step()
-            stop.wait(min(1.0, self.tick_s))
+            try:
+                self.step()
+            except StoreUnavailableError as exc:
+                log.warning("store trouble; retrying the round in %g s: %s", backoff, exc)
+            except Exception:
+                # A fault no job could be blamed for (the policy itself raised): the service
+                # stays up, and the retry starts from the store, where recovery fails each job
+                # it cannot track.
+                log.exception("the scheduling round failed; retrying in %g s", backoff)
+                with self._lock:
+                    self._stale = True
+            else:
+                backoff = STORE_RETRY_S
+                stop.wait(min(1.0, self.tick_s))
+                continue
+            stop.wait(backoff)
+            backoff = min(2 * backoff, STORE_RETRY_MAX_S)
         self.stop_workers()
 
-    def stop_workers(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM every running worker (each checkpoints and exits) and record them pre-empted."""
+    def stop_workers(self, grace_s: float | None = None) -> None:
+        """SIGTERM every running worker (each checkpoints and exits), SIGKILL the process groups
+        of those still running ``grace_s`` later (default: the service's), and record them
+        pre-empted: they resume from their checkpoints at the next start."""
+        grace = self.grace_s if grace_s is None else grace_s
         with self._lock:
-            for live in self._live.values():
-                if self._alive(live):
-                    self._signal(live, signal.SIGTERM)
-                    live.stopping = True
-            deadline = time.monotonic() + timeout_s
-            while any(self._alive(live) for live in self._live.values()):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            self._reap()
+            for live in list(self._live.values()):
+                if live.worker is not None and not live.worker.gone():
+                    self._stop(live)
+            for wait_s, kill in ((grace, True), (KILL_WAIT_S, False)):
+                deadline = time.monotonic() + wait_s
+                while time.monotonic() < deadline and not self._workers_gone():
+                    time.sleep(0.05)
+                if kill:
+                    for live in self._live.values():
+                        if live.worker is not None and not live.worker.gone():
+                            live.worker.kill_group(signal.SIGKILL)
+                            live.killed = True
+            try:
+                self._reap()
+            except StoreUnavailableError as exc:  # recovery at the next start sorts them out
+                log.warning("cannot record the stopped workers: %s", exc)
 
     def close(self) -> None:
-        self.store.close()
+        """Let go of the workers (they keep running) and of the store."""
+        with self._lock:
+            for live in self._live.values():
+                if live.worker is not None:
+                    live.worker.close()
+            self.store.close()
 
     # -- the API (see qosched.backends.local.api.Service) ---------------------------------------
 
@@ -179,12 +311,21 @@ class LocalService:
         return self.submit_spec(spec, now)
 
     def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> dict[str, Any]:
-        with self._lock:
+        with self._lock, self._marking_stale():
+            if self._stale:
+                self._resync()
             now = self.clock() if now is None else now
             job_id = self.store.submit(spec, now)
-            record = self.store.get(job_id)
-            live = self._track(record)
-            accepted = self.policy.admit(live.state, self._view(now))
+            try:
+                record = self.store.get(job_id)
+                live = self._track(record)
+                accepted = self.policy.admit(live.state, self._view(now))
+            except StoreUnavailableError:
+                raise
+            except Exception as exc:  # the policy could not take it: this job's failure
+                self._forget(job_id)
+                self.store.record_failure(job_id, f"cannot be scheduled: {_reason(exc)}", now)
+                return self.job(job_id)
             # Policies that promise deadlines say which jobs they guarantee; a job they do not
             # runs only if its user allowed best effort. Other policies promise nothing.
             promises = hasattr(self.policy, "is_guaranteed")
@@ -222,15 +363,21 @@ class LocalService:
         return "\n".join(lines) + ("\n" if lines else "")
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        with self._lock:
+        """SIGTERM the job's worker (SIGKILL after the grace); the job is cancelled, and its
+        cores free, once no process of it is left."""
+        with self._lock, self._marking_stale():
+            if self._stale:  # memory may not know a worker of this job yet
+                self._resync()
             record = self.store.get(job_id)
             if record.state not in (JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED):
                 raise InputError(f"job {job_id} is already {record.state.value}", field="job")
             live = self._live.get(job_id)
-            if live is not None and self._alive(live):
-                live.cancelling = True
-                live.stopping = True
-                self._signal(live, signal.SIGTERM)
+            if live is not None and live.worker is not None and not live.worker.gone():
+                if not live.cancelling:
+                    # First in the store: a restarted service finishes the cancel.
+                    self.store.add_event(job_id, self.clock(), "cancelling", {})
+                    live.cancelling = True
+                self._stop(live)
             else:
                 self._finish(job_id, JobState.CANCELLED)
             self._dirty = True
@@ -259,10 +406,20 @@ class LocalService:
     # -- one scheduling round ---------------------------------------------------------------------
 
     def step(self) -> None:
-        with self._lock:
-            self._enforce_memory()
-            self._reap()
-            self._read_progress()
+        """One round (see the module docstring). Raises ``StoreUnavailableError`` when the store
+        cannot be used; the next call first rebuilds memory from the store."""
+        with self._lock, self._marking_stale():
+            if self._stale:
+                self._resync()
+            for action, doing in (
+                (self._enforce_memory_of, "checking its memory use"),
+                (self._escalate, "stopping its worker"),
+                (self._reap_one, "reaping its worker"),
+                (self._read_progress_of, "reading its progress"),
+            ):
+                for live in list(self._live.values()):
+                    if live.failing is None or action != self._read_progress_of:
+                        self._isolated(live, doing, action)
             now = self.clock()
             due = now >= self._next_decision or (self._wake_at is not None and now >= self._wake_at)
             if self._dirty or due:
@@ -275,8 +432,57 @@ class LocalService:
 
     # -- internals --------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _marking_stale(self) -> Any:
+        """Store trouble leaves memory possibly ahead of the store: rebuild it next round."""
+        try:
+            yield
+        except StoreUnavailableError:
+            self._stale = True
+            raise
+
+    def _isolated(self, live: _Live, doing: str, action: Callable[..., Any], *args: Any) -> None:
+        """``action(live, *args)``; any exception but store trouble fails this job alone."""
+        if self._live.get(live.record.id) is not live:
+            return  # finished earlier in this round
+        try:
+            action(live, *args)
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:
+            log.warning("job %s failed while %s", live.record.id, doing, exc_info=True)
+            self._fail(live, f"{doing}: {_reason(exc)}")
+
+    def _fail(self, live: _Live, reason: str) -> None:
+        """The job failed: recorded at once as ``failing``, and ``failed`` (with ``reason``) once
+        no process of its worker is left; its cores stay held until then."""
+        job_id = live.record.id
+        if live.failing is None:
+            live.failing = reason
+            self.store.add_event(job_id, self.clock(), "failing", {"why": reason})
+        if live.worker is not None and not live.worker.gone():
+            self._stop(live)
+            return
+        try:
+            self._record_final(live, JobState.FAILED, error=live.failing)
+        except (IllegalTransitionError, UnknownJobError):
+            self._forget(job_id)  # it reached a final state before the trouble
+
+    def _record_final(
+        self,
+        live: _Live,
+        state: JobState,
+        *,
+        error: str | None = None,
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
+        self._forget(live.record.id)
+
     def _track(self, record: JobRecord) -> _Live:
         spec = record.spec
+        if spec is None:
+            raise InputError(record.spec_error or "its stored spec does not read", field="spec")
         workload = spec.workload or "command"
         job = JobSpec(
             job_id=record.id,
@@ -290,7 +496,7 @@ class LocalService:
         curve = prior_curve(spec, len(self.cores))
         state = ClusterJob(job, curve)
         state.last_update_s = record.submitted_at
-        live = _Live(record, state, self.home / "jobs" / record.id)
+        live = _Live(record, spec, state, self.home / "jobs" / record.id)
         self._live[record.id] = live
         return live
 
@@ -300,29 +506,29 @@ class LocalService:
 
     def _view(self, now: float, cores: int | None = None) -> ClusterView:
         """The jobs the policy decides for, on ``cores`` cores (default: all the service's).
-        A job that has done all its iterations is writing its result: it keeps its cores until
-        it exits, and the policy does not see it."""
-        jobs = [live.state for live in self._live.values() if not self._finishing(live)]
+        A job that holds cores it cannot be given back yet (it has done all its iterations and
+        is writing its result, or its worker is stopping) is not among them."""
+        jobs = [live.state for live in self._live.values() if not self._holding(live)]
         cluster = self.cluster if cores is None else ClusterSpec.cpu(1, cores)
         return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
 
     @staticmethod
-    def _finishing(live: _Live) -> bool:
-        return bool(live.cores) and live.state.remaining_iterations <= 0
+    def _holding(live: _Live) -> bool:
+        return bool(live.cores) and (live.stopping or live.state.remaining_iterations <= 0)
 
     def _decide(self, now: float) -> None:
         self._dirty = False
         self._next_decision = now + self.tick_s
-        held = {c for live in self._live.values() if self._finishing(live) for c in live.cores}
+        held = {c for live in self._live.values() if self._holding(live) for c in live.cores}
         free = [c for c in self.cores if c not in held]
         if not free:
-            return  # every core is finishing a job: decide when one exits
+            return  # every core is held by a job finishing or stopping: decide when one exits
         decision = self.policy.allocate(self._view(now, len(free)))
         self._wake_at = decision.wake_at
         counts: dict[str, int] = {}
         room = len(free)
         for job_id, count in decision.workers.items():  # in the policy's priority order
-            bounds = self._live[job_id].record.spec.resources
+            bounds = self._live[job_id].spec.resources
             count = max(bounds.min_cpus, min(count, bounds.max_cpus or count)) if count else 0
             if 0 < count <= room:  # a job whose minimum no longer fits waits
                 counts[job_id] = count
@@ -330,28 +536,47 @@ class LocalService:
         current = {
             job_id: live.cores
             for job_id, live in self._live.items()
-            if live.cores and not self._finishing(live)
+            if live.cores and not self._holding(live)
         }
         assignment = assign_cores(counts, current, free)
-        for job_id, live in list(self._live.items()):
-            cores = assignment.get(job_id, ())
-            if cores == live.cores or live.stopping or self._finishing(live):
+        changes = [
+            (live, cores, not cores or (live.worker is not None and len(cores) < len(live.cores)))
+            for job_id, live in self._live.items()
+            if not self._holding(live) and (cores := assignment.get(job_id, ())) != live.cores
+        ]
+        # Cores are given up before any is handed on: pre-emptions and shrinks first.
+        for live, cores, giving_up in changes:
+            if giving_up and not cores:
+                self._isolated(live, "pre-empting it", self._preempt)
+            elif giving_up:
+                self._isolated(live, "re-sizing it", self._resize, cores, now)
+        for live, cores, giving_up in changes:
+            if giving_up or self._live.get(live.record.id) is not live:
                 continue
-            if not cores:
-                self._preempt(live)
-            elif self._alive(live):
-                self._resize(live, cores, now)
+            others = {c for other in self._live.values() if other is not live for c in other.cores}
+            if others.intersection(cores):
+                continue  # its holder is still stopping; the next round, once it is gone
+            if live.worker is not None:
+                self._isolated(live, "re-sizing it", self._resize, cores, now)
             else:
-                self._launch(live, cores, now)
+                self._isolated(live, "launching it", self._launch, cores, now)
 
     def _launch(self, live: _Live, cores: tuple[int, ...], now: float) -> None:
-        record = self.store.get(live.record.id)
+        """Intent (committed), worker, launch (committed): a service killed in between finds
+        the worker by its job folder at the next start."""
+        job_id = live.record.id
+        # Never two workers for one job: one may run from a launch whose record was lost.
+        for pid in find_workers().get(str(live.job_dir), []):
+            worker = WorkerProcess.adopt(pid, live.job_dir)
+            if worker is not None:
+                self._take_over(live, worker, now, self.store.get(job_id).attempts)
+                return
         live.job_dir.mkdir(parents=True, exist_ok=True)
-        spec = record.spec
+        spec = live.spec
         write_worker_job(
             live.job_dir / JOB_FILE,
             WorkerJob(
-                job_id=record.id,
+                job_id=job_id,
                 workload=spec.workload,
                 command=spec.command,
                 iterations=spec.iterations,
@@ -361,40 +586,56 @@ class LocalService:
         )
         live.version += 1
         write_allocation(live.job_dir / ALLOCATION_FILE, Allocation(cores, live.version))
-        log = (live.job_dir / WORKER_LOG).open("ab")
+        attempt = self.store.record_launch_intent(job_id, now, str(live.job_dir), cores)
+        self._faults.passed("intent")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        live.process = subprocess.Popen(
-            [self.python, "-m", "qosched.backends.local.worker", str(live.job_dir)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # survives the service: a restart re-adopts it
-        )
-        log.close()
-        live.pid = None
+        env.pop(FAULT_ENV, None)
+        with (live.job_dir / WORKER_LOG).open("ab") as worker_log:
+            worker = WorkerProcess.start(self.python, live.job_dir, log=worker_log, env=env)
+        live.worker = worker
         live.cores = cores
-        live.stopping = False
-        attempts = self.store.increment_attempts(record.id)
-        live.record = self.store.transition(
-            record.id,
-            JobState.RUNNING,
+        live.stopping, live.term_at, live.killed = False, None, False
+        self._faults.passed("popen")
+        live.record = self.store.record_launched(
+            job_id,
             now,
-            allocation=cores,
-            guaranteed=self._guaranteed(record.id),
+            cpus=cores,
+            pid=worker.pid,
+            start_ticks=worker.start_ticks,
+            attempt=attempt,
+            guaranteed=self._guaranteed(job_id),
         )
-        self.store.add_event(
-            record.id,
-            now,
-            "launched",
-            {"pid": live.process.pid, "cores": list(cores), "attempt": attempts},
-        )
+        self._faults.passed("launched")
         live.state.phase = Phase.RUNNING
         live.state.workers = len(cores)
         if live.state.started_s is None:
             live.state.started_s = now
         live.state.reallocations += live.state.started_s != now
+
+    def _take_over(self, live: _Live, worker: WorkerProcess, now: float, attempt: int) -> None:
+        """Adopt a live worker of this job: it holds the cores its ``allocation.json`` gives."""
+        live.worker = worker
+        allocation = read_allocation(live.job_dir / ALLOCATION_FILE)
+        live.cores = tuple(sorted(allocation.cpus))
+        live.version = allocation.version
+        record = self.store.get(live.record.id)
+        if record.state is JobState.RUNNING and tuple(record.allocation) != live.cores:
+            self.store.set_allocation(record.id, live.cores, now)
+        live.record = self.store.record_launched(
+            record.id,
+            now,
+            cpus=live.cores,
+            pid=worker.pid,
+            start_ticks=worker.start_ticks,
+            attempt=attempt,
+            guaranteed=self._guaranteed(record.id),
+            kind="re-adopted",
+        )
+        self._faults.passed("adopted")
+        live.state.workers = len(live.cores)
+        live.state.phase = Phase.RUNNING
+        live.state.started_s = live.record.started_at
 
     def _resize(self, live: _Live, cores: tuple[int, ...], now: float) -> None:
         live.version += 1
@@ -404,88 +645,116 @@ class LocalService:
         live.state.reallocations += 1
         live.last_sample = None  # an interval of progress must not span two allocations
         self.store.set_allocation(live.record.id, cores, now)
+        self._faults.passed("resize")
 
     def _preempt(self, live: _Live) -> None:
-        if self._alive(live):
-            live.stopping = True
-            self._signal(live, signal.SIGTERM)
+        if live.worker is not None:
+            self._stop(live)
+        else:
+            live.cores = ()
 
-    def _alive(self, live: _Live) -> bool:
-        if live.process is not None:
-            return live.process.poll() is None
-        if live.pid is not None:
-            return _pid_alive(live.pid)
-        return False
+    def _stop(self, live: _Live) -> None:
+        """SIGTERM the worker once (it checkpoints and exits); ``_escalate`` SIGKILLs its group
+        after the grace. Its cores stay held until it is gone."""
+        live.stopping = True
+        if live.term_at is None and live.worker is not None:
+            live.worker.send(signal.SIGTERM)
+            live.term_at = time.monotonic()
+            self._faults.passed("signal")
 
-    @staticmethod
-    def _signal(live: _Live, signum: int) -> None:
-        pid = live.process.pid if live.process is not None else live.pid
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+    def _escalate(self, live: _Live) -> None:
+        worker = live.worker
+        if worker is None or live.term_at is None or live.killed:
+            return
+        if time.monotonic() - live.term_at < self.grace_s or worker.gone():
+            return
+        worker.kill_group(signal.SIGKILL)
+        live.killed = True
+        self.store.add_event(
+            live.record.id,
+            self.clock(),
+            "killed",
+            {"pid": worker.pid, "why": f"still running {self.grace_s:g} s after SIGTERM"},
+        )
+
+    def _workers_gone(self) -> bool:
+        return all(live.worker is None or live.worker.gone() for live in self._live.values())
 
     def _reap(self) -> None:
-        """Act on workers that exited since the last round."""
-        for job_id, live in list(self._live.items()):
-            if live.process is None and live.pid is None:
-                continue
-            if self._alive(live):
-                continue
-            code = live.process.returncode if live.process is not None else None
-            self._read_progress_of(live)
-            last = self._last_event(live)
+        for live in list(self._live.values()):
+            self._isolated(live, "reaping its worker", self._reap_one)
+
+    def _reap_one(self, live: _Live) -> None:
+        """Act on a worker that exited since the last round."""
+        worker = live.worker
+        if worker is None or worker.running():
+            return
+        if not worker.gone():
+            # The worker exited but processes of its group live on (a command's children),
+            # still on the job's cores: they go first.
+            worker.kill_group(signal.SIGKILL)
+            return
+        code = worker.exit_code()
+        worker.close()
+        live.worker = None
+        self._dirty = True
+        now = self.clock()
+        if live.failing is not None:
+            self._record_final(live, JobState.FAILED, error=live.failing)
+            self._faults.passed("reaped")
+            return
+        events = self._read_progress_of(live)
+        last = events[-1] if events else None
+        if (live.job_dir / RESULT_FILE).exists():  # it completed, whatever else was asked
+            result = read_result(live.job_dir / RESULT_FILE)
+            self._record_final(live, JobState.SUCCEEDED, result=result.to_json())
+            self._faults.passed("result")
+            return
+        if live.cancelling:
+            self._record_final(live, JobState.CANCELLED)
+        elif live.over_memory is not None:  # killed for it: a retry would do the same
+            self._record_final(live, JobState.FAILED, error=live.over_memory)
+        else:
             if code is None:  # a re-adopted worker: its last event says how it ended
                 code = _exit_from_event(last)
-            live.process, live.pid = None, None
-            now = self.clock()
-            self._dirty = True
-            if code == EXIT_DONE and (live.job_dir / RESULT_FILE).exists():
-                result = read_result(live.job_dir / RESULT_FILE)
-                self.store.record_result(job_id, result.to_json(), now)
-                self._forget(job_id)
-                continue
-            if live.cancelling:
-                self._finish(job_id, JobState.CANCELLED)
-                continue
-            if live.over_memory is not None:  # killed for it: a retry would do the same
-                self.store.record_failure(job_id, live.over_memory, now)
-                self._forget(job_id)
-                continue
-            if code == EXIT_PREEMPTED and live.stopping:
+            stopped = last is not None and last.event is WorkerEvent.PREEMPTED
+            if live.killed:
+                why = f"did not stop within {self.grace_s:g} s of SIGTERM; killed"
+                self._mark_preempted(live, now, why)
+            elif (live.stopping and code == EXIT_PREEMPTED) or stopped:
                 self._mark_preempted(live, now, "pre-empted by the scheduler")
-                continue
-            message = (last.message if last is not None and last.message else None) or (
-                f"worker exited with code {code}"
-            )
-            attempts = self.store.get(job_id).attempts
-            if code == EXIT_INPUT_ERROR or attempts >= MAX_ATTEMPTS:
-                self.store.record_failure(job_id, message, now)
-                self._forget(job_id)
             else:
-                self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
+                message = (last.message if last is not None and last.message else None) or (
+                    f"worker exited with code {code}"
+                )
+                attempts = self.store.get(live.record.id).attempts
+                if code == EXIT_INPUT_ERROR or attempts >= MAX_ATTEMPTS:
+                    self._record_final(live, JobState.FAILED, error=message)
+                else:
+                    self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
+        self._faults.passed("reaped")
 
-    def _enforce_memory(self) -> None:
+    def _enforce_memory_of(self, live: _Live) -> None:
         """Kill a job whose processes use more resident memory than its spec allows (what a
         cgroup limit would do, without needing one): the worker's whole process group, since a
         command job's own children count too."""
-        for live in self._live.values():
-            limit = live.record.spec.resources.memory_bytes
-            pid = live.process.pid if live.process is not None else live.pid
-            if limit is None or pid is None or live.over_memory is not None:
-                continue
-            used = resident_bytes(pid)
-            if used > limit:
-                live.over_memory = (
-                    f"exceeded its memory limit of {limit / 2**20:.0f} MiB "
-                    f"(resident {used / 2**20:.0f} MiB)"
-                )
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+        limit = live.spec.resources.memory_bytes
+        worker = live.worker
+        if limit is None or worker is None or live.over_memory is not None:
+            return
+        used = resident_bytes(worker.pid)
+        if used > limit and worker.running():  # still ours: the pid was not reused meanwhile
+            live.over_memory = (
+                f"exceeded its memory limit of {limit / 2**20:.0f} MiB "
+                f"(resident {used / 2**20:.0f} MiB)"
+            )
+            worker.kill_group(signal.SIGKILL)
+            live.stopping, live.killed = True, True
 
     def _mark_preempted(self, live: _Live, now: float, why: str) -> None:
         live.record = self.store.transition(live.record.id, JobState.PREEMPTED, now)
         self.store.add_event(live.record.id, now, "stopped", {"why": why})
-        live.cores, live.stopping = (), False
+        live.cores, live.stopping, live.term_at, live.killed = (), False, None, False
         live.state.workers = 0
         live.state.phase = Phase.PENDING
         live.last_sample = None
@@ -498,23 +767,26 @@ class LocalService:
         live = self._live.pop(job_id, None)
         if live is not None:
             live.state.phase = Phase.FINISHED
+            if live.worker is not None:
+                live.worker.close()
 
-    def _last_event(self, live: _Live) -> ProgressEvent | None:
+    def _read_progress_of(self, live: _Live) -> list[ProgressEvent]:
+        """Take in the worker's new events; an unreadable line or a number out of bounds is
+        an ``InputError`` naming the line (the caller fails the job)."""
         events = read_progress(live.job_dir / PROGRESS_FILE)
-        return events[-1] if events else None
-
-    def _read_progress(self) -> None:
-        for live in self._live.values():
-            self._read_progress_of(live)
-
-    def _read_progress_of(self, live: _Live) -> None:
-        try:
-            events = read_progress(live.job_dir / PROGRESS_FILE)
-        except InputError as exc:
-            live.last_error = str(exc)
-            return
         state = live.state
+        stored = False
         for event in events[live.events_read :]:
+            fresh = event.t > live.stored_until  # not stored before a restart
+            if event.event is WorkerEvent.WARNING or (
+                event.event is WorkerEvent.ERROR and not event.fatal
+            ):
+                if fresh:
+                    self.store.add_event(
+                        live.record.id, event.t, "worker-warning", {"message": event.message}
+                    )
+                    stored = True
+                continue
             if event.iteration is None:
                 continue
             if event.event in (WorkerEvent.START, WorkerEvent.RESIZE):
@@ -522,46 +794,134 @@ class LocalService:
             elif live.last_sample is not None and event.t > live.last_sample[0]:
                 state.active_s += event.t - live.last_sample[0]
                 live.last_sample = (event.t, event.iteration)
-            state.iterations_done = float(min(event.iteration, state.spec.iterations))
+            state.iterations_done = float(min(event.iteration, live.spec.iterations))
             state.last_update_s = event.t
-            if event.event in (WorkerEvent.PROGRESS, WorkerEvent.CHECKPOINT, WorkerEvent.DONE):
+            if fresh and event.event in (
+                WorkerEvent.PROGRESS,
+                WorkerEvent.CHECKPOINT,
+                WorkerEvent.DONE,
+            ):
                 self.store.add_progress(live.record.id, event.t, event.iteration, event.cpus)
+                stored = True
         live.events_read = len(events)
+        if stored:
+            self._faults.passed("progress")
+        return events
 
-    def _recover(self) -> None:
-        """Rebuild memory from the store: re-adopt live workers, queue the rest again."""
+    def _resync(self) -> None:
+        """After store trouble: forget memory and rebuild it from the store, as a restart
+        would (live workers are found again by their job folders)."""
+        # Our own children, to be reaped and their exit codes known once adopted again; kept
+        # across attempts, since a resync may itself meet store trouble half-way.
+        popens = self._popens
+        for live in self._live.values():
+            if live.worker is not None:
+                if live.worker.popen is not None:
+                    popens[live.worker.pid] = live.worker.popen
+                live.worker.close()
+        self._live.clear()
+        self.policy = create_policy(self.policy_name)
+        self._recover(popens)
+        popens.clear()
+        self._stale = False
+
+    def _recover(self, popens: dict[int, subprocess.Popen] | None = None) -> None:
+        """Rebuild memory from the store: adopt live workers, queue the rest again, and fail
+        each job that cannot be tracked (with the reason) instead of refusing to start."""
         now = self.clock()
-        for record in self.store.unfinished():
-            live = self._track(record)
-            self.policy.admit(
-                live.state, self._view(now)
-            )  # accepted before: the policy re-learns it
-            pid = self._launched_pid(record.id)
-            self._read_progress_of(live)
-            if record.state is JobState.RUNNING and pid is not None and _is_worker(pid, live):
-                live.pid = pid
-                live.cores = record.allocation
-                live.state.workers = len(live.cores)
-                live.state.phase = Phase.RUNNING
-                live.state.started_s = record.started_at
-                live.version = _allocation_version(live.job_dir)
-                self.store.add_event(record.id, now, "re-adopted", {"pid": pid})
-            elif record.state is JobState.RUNNING:
-                self._mark_preempted(live, now, "the worker did not survive a service restart")
+        workers = find_workers()
+        for pid in popens or {}:  # ours, maybe started a moment ago: wait out an exec
+            folder = worker_folder(pid, wait_for_exec=True)
+            if folder is not None and pid not in workers.get(folder, []):
+                workers.setdefault(folder, []).append(pid)
+        for job_id in self.store.unfinished_ids():
+            try:
+                self._recover_one(job_id, now, workers, popens or {})
+            except StoreUnavailableError:
+                raise
+            except Exception as exc:
+                log.warning("job %s cannot be tracked", job_id, exc_info=True)
+                self._untrackable(job_id, f"cannot be tracked: {_reason(exc)}", workers)
         self._dirty = True
 
-    def _launched_pid(self, job_id: str) -> int | None:
-        launches = [e for e in self.store.events(job_id) if e.kind == "launched"]
-        return int(launches[-1].detail["pid"]) if launches else None
+    def _untrackable(self, job_id: str, reason: str, workers: dict[str, list[int]]) -> None:
+        live = self._live.get(job_id)
+        if live is not None:
+            self._fail(live, reason)
+            return
+        # Never tracked, so never given cores: a worker of it must not run on them.
+        job_dir = self.home / "jobs" / job_id
+        for pid in workers.get(str(job_dir), []):
+            worker = WorkerProcess.adopt(pid, job_dir)
+            if worker is not None:
+                worker.kill_group(signal.SIGKILL)
+                worker.close()
+        with contextlib.suppress(IllegalTransitionError, UnknownJobError):
+            self.store.record_failure(job_id, reason, self.clock())
+
+    def _recover_one(
+        self,
+        job_id: str,
+        now: float,
+        workers: dict[str, list[int]],
+        popens: dict[int, subprocess.Popen],
+    ) -> None:
+        record = self.store.get(job_id)
+        live = self._track(record)
+        self.policy.admit(live.state, self._view(now))  # accepted before: the policy re-learns it
+        intent_attempt, launched = record.attempts, None
+        for event in self.store.events(job_id):
+            if event.kind == "launching":
+                intent_attempt, launched = int(event.detail["attempt"]), None
+            elif event.kind in ("launched", "re-adopted"):
+                launched = event
+            elif event.kind == "cancelling":
+                live.cancelling = True
+            elif event.kind == "failing":
+                live.failing = str(event.detail.get("why"))
+            elif event.kind == "worker-warning":
+                live.stored_until = max(live.stored_until, event.t)
+        samples = self.store.progress(job_id)
+        if samples:
+            live.stored_until = max(live.stored_until, samples[-1].t)
+        found = [
+            worker
+            for pid in workers.get(str(live.job_dir), [])
+            if (worker := WorkerProcess.adopt(pid, live.job_dir, popen=popens.get(pid)))
+        ]
+        if launched is not None:  # the recorded one first, then the oldest
+            recorded = (launched.detail.get("pid"), launched.detail.get("start_ticks"))
+            found.sort(key=lambda w: ((w.pid, w.start_ticks) != recorded, w.start_ticks))
+        for extra in found[1:]:  # never two workers for one job: keep one
+            extra.kill_group(signal.SIGKILL)
+            self.store.add_event(job_id, now, "killed", {"pid": extra.pid, "why": "a 2nd worker"})
+            extra.close()
+        if found:
+            self._take_over(live, found[0], now, intent_attempt)
+            self._read_progress_of(live)
+            if live.cancelling or live.failing is not None:
+                self._stop(live)
+            return
+        self._read_progress_of(live)
+        if live.failing is not None:
+            self._record_final(live, JobState.FAILED, error=live.failing)
+        elif (live.job_dir / RESULT_FILE).exists():  # it completed while the service was down
+            result = read_result(live.job_dir / RESULT_FILE)
+            self._record_final(live, JobState.SUCCEEDED, result=result.to_json())
+        elif live.cancelling:
+            self._record_final(live, JobState.CANCELLED)
+        elif record.state is JobState.RUNNING:
+            self._mark_preempted(live, now, "the worker did not survive a service restart")
 
     def _describe(self, record: JobRecord) -> dict[str, Any]:
         live = self._live.get(record.id)
+        total = record.spec.iterations if record.spec is not None else None
         done = live.state.iterations_done if live is not None else None
         if done is None:
             samples = self.store.progress(record.id)
             done = samples[-1].iteration if samples else 0
-            if record.state is JobState.SUCCEEDED:
-                done = record.spec.iterations
+            if record.state is JobState.SUCCEEDED and total is not None:
+                done = total
         predicted = band = None
         if live is not None:
             predicted, band = self._predict_finish(live)
@@ -573,7 +933,7 @@ class LocalService:
             "deadline_at": record.deadline_at,
             "started_at": record.started_at,
             "finished_at": record.finished_at,
-            "iterations": record.spec.iterations,
+            "iterations": total,
             "iterations_done": int(done),
             "cpus": list(live.cores if live is not None else record.allocation),
             "predicted_finish_at": predicted,
@@ -679,29 +1039,12 @@ def resident_bytes(pid: int) -> int:
     return total
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); it is not running.
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    return True
-
-
-def _is_worker(pid: int, live: _Live) -> bool:
-    """The process is still this job's worker (a pid can be reused after a reboot)."""
-    if not _pid_alive(pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(live.job_dir).encode() in cmdline
+def _reason(exc: BaseException) -> str:
+    """An error as a job's recorded reason: an ``InputError``'s message names what was wrong;
+    anything else also says what kind of error it was."""
+    if isinstance(exc, InputError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _exit_from_event(event: ProgressEvent | None) -> int:
@@ -712,13 +1055,6 @@ def _exit_from_event(event: ProgressEvent | None) -> int:
     if event.event is WorkerEvent.PREEMPTED:
         return EXIT_PREEMPTED
     return 1
-
-
-def _allocation_version(job_dir: Path) -> int:
-    try:
-        return read_allocation(job_dir / ALLOCATION_FILE).version
-    except (InputError, OSError):
-        return 0
 
 
 def wait_until_idle(service: LocalService, timeout_s: float, poll_s: float = 0.5) -> bool:

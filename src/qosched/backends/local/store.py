@@ -27,6 +27,11 @@ class StoreError(QoschedError):
     """The store was misused or its database cannot be used."""
 
 
+class StoreUnavailableError(StoreError):
+    """The database cannot be used right now (a full disk, a lock held past the timeout, an
+    I/O error); the call changed nothing, and the same call may succeed later."""
+
+
 class UnknownJobError(StoreError, LookupError):
     """No job has this id."""
 
@@ -83,11 +88,16 @@ UNFINISHED_STATES = frozenset(JobState) - FINAL_STATES
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """One job as stored; ``allocation`` is the CPU ids it holds now (empty unless running)."""
+    """One job as stored; ``allocation`` is the CPU ids it holds now (empty unless running).
+
+    ``spec`` is None when the stored spec no longer reads (a newer qosched is stricter than the
+    one that stored it, or the file was edited); ``spec_error`` then says why, and the job can
+    be listed and failed but not run.
+    """
 
     id: str
     name: str
-    spec: TrainingJobSpec
+    spec: TrainingJobSpec | None
     state: JobState
     submitted_at: float
     deadline_at: float
@@ -99,6 +109,7 @@ class JobRecord:
     result: Mapping[str, Any] | None
     best_effort: bool
     guaranteed: bool
+    spec_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +181,11 @@ _JOB_COLUMNS = (
 class Store:
     """The scheduler's database file; safe to share between threads (see ``__init__``)."""
 
-    def __init__(self, path: str | Path, *, fsync_every_commit: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, fsync_every_commit: bool = False, busy_timeout_s: float = 10.0
+    ) -> None:
+        """``busy_timeout_s``: how long a call waits for another process's write lock before it
+        raises ``StoreUnavailableError``."""
         self.path = Path(path)
         # One connection behind one lock, rather than a connection per thread: SQLite lets only
         # one writer in at a time anyway, our transactions take microseconds, and one connection
@@ -180,7 +195,10 @@ class Store:
         try:
             # isolation_level=None: no implicit transactions; _write() issues BEGIN IMMEDIATE.
             self._db = sqlite3.connect(
-                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+                self.path,
+                timeout=busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
             )
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
@@ -265,6 +283,16 @@ class Store:
         """Jobs a restarted service must adopt again: queued, running or preempted."""
         return self.list(UNFINISHED_STATES)
 
+    def unfinished_ids(self) -> tuple[str, ...]:
+        """The ids of ``unfinished()``, without reading the jobs (one may not read)."""
+        states = tuple(state.value for state in UNFINISHED_STATES)
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT id FROM jobs WHERE state IN ({', '.join('?' * len(states))}) ORDER BY seq",
+                states,
+            ).fetchall()
+        return tuple(row[0] for row in rows)
+
     def transition(
         self,
         job_id: str,
@@ -281,40 +309,8 @@ class Store:
         Entering ``running`` the first time sets ``started_at``; entering a final state sets
         ``finished_at``. Any state but ``running`` holds no CPUs, so its allocation is cleared.
         """
-        target = JobState(new_state)
-        cpus = None if allocation is None else _check_cpus(allocation)
-        if cpus and target is not JobState.RUNNING:
-            raise StoreError(f"job {job_id}: a {target.value} job holds no CPUs, got {cpus}")
         with self._write() as db:
-            current = self._state(db, job_id)
-            if target not in TRANSITIONS[current]:
-                raise IllegalTransitionError(job_id, current, target)
-            updates: dict[str, Any] = {"state": target.value}
-            if target is JobState.RUNNING:
-                db.execute(
-                    "UPDATE jobs SET started_at = ? WHERE id = ? AND started_at IS NULL",
-                    (now, job_id),
-                )
-                if cpus is not None:
-                    updates["allocation_json"] = json.dumps(cpus)
-            else:
-                updates["allocation_json"] = "[]"
-            if target in FINAL_STATES:
-                updates["finished_at"] = now
-            if error is not None:
-                updates["error"] = error
-            if result is not None:
-                updates["result_json"] = json.dumps(dict(result), sort_keys=True)
-            if guaranteed is not None:
-                updates["guaranteed"] = int(guaranteed)
-            assignments = ", ".join(f"{column} = ?" for column in updates)
-            db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*updates.values(), job_id))
-            detail: dict[str, Any] = {"from": current.value, "to": target.value}
-            if cpus is not None:
-                detail["cpus"] = cpus
-            if error is not None:
-                detail["error"] = error
-            self._insert_event(db, job_id, now, "state", detail)
+            self._transition(db, job_id, new_state, now, allocation, error, result, guaranteed)
             row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._record(row)
 
@@ -339,12 +335,49 @@ class Store:
             )
             self._insert_event(db, job_id, now, "allocation", {"from": old, "to": new})
 
-    def increment_attempts(self, job_id: str) -> int:
-        """Count one more launch of the job; returns the new count."""
+    def record_launch_intent(
+        self, job_id: str, now: float, job_dir: str, cpus: Sequence[int]
+    ) -> int:
+        """Before a worker is started: count the attempt and log a ``launching`` event naming the
+        job folder, in one commit, so a service killed before it records the start finds the
+        worker by its folder instead of starting another. Returns the attempt number."""
+        cores = _check_cpus(cpus)
         with self._write() as db:
             self._state(db, job_id)
             db.execute("UPDATE jobs SET attempts = attempts + 1 WHERE id = ?", (job_id,))
-            return db.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+            attempt = db.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+            self._insert_event(
+                db, job_id, now, "launching", {"dir": job_dir, "attempt": attempt, "cpus": cores}
+            )
+        return attempt
+
+    def record_launched(
+        self,
+        job_id: str,
+        now: float,
+        *,
+        cpus: Sequence[int],
+        pid: int,
+        start_ticks: int,
+        attempt: int,
+        guaranteed: bool | None = None,
+        kind: str = "launched",
+    ) -> JobRecord:
+        """The worker of a launch intent is running: the job becomes running on ``cpus`` and a
+        ``kind`` event records its pid and start time (``/proc/PID/stat`` field 22), in one
+        commit. A job already running (re-adopted) only gets the event."""
+        with self._write() as db:
+            if self._state(db, job_id) is not JobState.RUNNING:
+                self._transition(db, job_id, JobState.RUNNING, now, cpus, None, None, guaranteed)
+            self._insert_event(
+                db,
+                job_id,
+                now,
+                kind,
+                {"pid": pid, "start_ticks": start_ticks, "cpus": sorted(cpus), "attempt": attempt},
+            )
+            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return self._record(row)
 
     # --- progress and events -------------------------------------------------------------------
 
@@ -398,12 +431,62 @@ class Store:
 
     # --- internals -----------------------------------------------------------------------------
 
+    def _transition(
+        self,
+        db: sqlite3.Connection,
+        job_id: str,
+        new_state: JobState | str,
+        now: float,
+        allocation: Sequence[int] | None,
+        error: str | None,
+        result: Mapping[str, Any] | None,
+        guaranteed: bool | None,
+    ) -> None:
+        target = JobState(new_state)
+        cpus = None if allocation is None else _check_cpus(allocation)
+        if cpus and target is not JobState.RUNNING:
+            raise StoreError(f"job {job_id}: a {target.value} job holds no CPUs, got {cpus}")
+        current = self._state(db, job_id)
+        if target not in TRANSITIONS[current]:
+            raise IllegalTransitionError(job_id, current, target)
+        updates: dict[str, Any] = {"state": target.value}
+        if target is JobState.RUNNING:
+            db.execute(
+                "UPDATE jobs SET started_at = ? WHERE id = ? AND started_at IS NULL",
+                (now, job_id),
+            )
+            if cpus is not None:
+                updates["allocation_json"] = json.dumps(cpus)
+        else:
+            updates["allocation_json"] = "[]"
+        if target in FINAL_STATES:
+            updates["finished_at"] = now
+        if error is not None:
+            updates["error"] = error
+        if result is not None:
+            updates["result_json"] = json.dumps(dict(result), sort_keys=True)
+        if guaranteed is not None:
+            updates["guaranteed"] = int(guaranteed)
+        assignments = ", ".join(f"{column} = ?" for column in updates)
+        db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*updates.values(), job_id))
+        detail: dict[str, Any] = {"from": current.value, "to": target.value}
+        if cpus is not None:
+            detail["cpus"] = cpus
+        if error is not None:
+            detail["error"] = error
+        self._insert_event(db, job_id, now, "state", detail)
+
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             if self._db is None:
                 raise StoreError(f"{self.path}: the store is closed")
-            yield self._db
+            try:
+                yield self._db
+            except sqlite3.OperationalError as exc:
+                # Locked past the timeout, disk full, I/O error: the file is fine, the moment
+                # is not. Callers retry; the transaction (if any) was rolled back.
+                raise StoreUnavailableError(f"{self.path}: {exc}") from exc
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -414,10 +497,14 @@ class Store:
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
+                self._commit(db)
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
+
+    def _commit(self, db: sqlite3.Connection) -> None:
+        db.execute("COMMIT")
 
     def _migrate(self) -> None:
         with self._write() as db:
@@ -470,7 +557,15 @@ class Store:
             best_effort,
             guaranteed,
         ) = row
-        spec = TrainingJobSpec.from_dict(json.loads(spec_json), source=f"{self.path}: job {job_id}")
+        spec: TrainingJobSpec | None = None
+        spec_error = None
+        try:
+            spec = TrainingJobSpec.from_dict(
+                json.loads(spec_json), source=f"{self.path}: job {job_id}"
+            )
+        except (InputError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # Listed and failed, never run; the other jobs are not held back by it.
+            spec_error = f"its stored spec does not read: {exc}"
         result = None if result_json is None else MappingProxyType(json.loads(result_json))
         return JobRecord(
             id=job_id,
@@ -487,6 +582,7 @@ class Store:
             result=result,
             best_effort=bool(best_effort),
             guaranteed=bool(guaranteed),
+            spec_error=spec_error,
         )
 
 

@@ -24,8 +24,9 @@ pinned instead; its thread count is its own. An invalid allocation (an unknown c
 gives a non-fatal ``error`` event and the old allocation stays. With no ``allocation.json`` at
 start, the worker uses the affinity it inherited.
 
-``progress.jsonl`` (``PROGRESS_FILE``, appended by the worker, one JSON object a line, flushed
-each line)::
+``progress.jsonl`` (``PROGRESS_FILE``, appended by the worker and by nothing else, one JSON
+object a line, flushed each line; a restarted worker first cuts a last line its killed
+predecessor left without its newline)::
 
     {"t": unix time, "event": str, "iteration": done so far | null, "cpus": cores applied,
      "loss": latest loss | null, ...event fields}
@@ -35,7 +36,11 @@ Events (``progress.WorkerEvent``): ``start`` (``resumed_from``, ``cpu_ids``, ``t
 ``threads``, ``version``), ``checkpoint``, ``preempted``, ``done``, ``error`` (``message``;
 ``fatal`` says whether the worker exits because of it), ``warning`` (``message``); a command
 job's ``preempted``, ``done`` and fatal ``error`` carry the child's ``exit_code``. A loss that
-is not finite is written as null. ``progress.read_progress`` parses the file into typed events.
+is not finite is written as null. ``progress.read_progress`` parses the file into typed events,
+with every number bounded (counts whole in [0, 2**53), times within year 9999 UTC); the
+scheduler fails a job whose file holds a line that is not such an event, naming the line
+(``progress.jsonl:N: ...``): the file is the worker's own report, and a line it did not write
+means the job can no longer be followed.
 
 ``checkpoint.pt`` (``CHECKPOINT_FILE``): written every ``checkpoint_every`` iterations, at
 completion and on SIGTERM, atomically (temp file, fsync, ``os.replace``), so a kill at any moment
@@ -51,7 +56,10 @@ the current iteration finishes, a checkpoint is written, restart to resume).
 
 Command jobs run ``command`` as a child process, pinned to the allocation from its first
 instruction, with ``QOSCHED_PROGRESS_FILE`` (``JOB_DIR/command_progress.jsonl``: append
-``{"iteration": n}`` or ``{"iteration": n, "loss": x}`` lines, flushed; the worker relays them),
+``{"iteration": n}`` or ``{"iteration": n, "loss": x}`` lines, flushed, ``n`` whole in
+[0, 2**53); the worker relays them. A line it cannot use (not JSON, a stray ``print``, a number
+out of bounds) is skipped with a ``warning`` event and a line in the job's log, and the job goes
+on: a training script should not die of one bad line),
 ``QOSCHED_CPUS`` (comma-separated core ids), ``OMP_NUM_THREADS``, ``QOSCHED_ITERATIONS``,
 ``QOSCHED_JOB_DIR`` and ``QOSCHED_ALLOCATION_FILE`` (to follow later re-sizes itself). SIGTERM to
 the worker is forwarded to the child; the child gets SIGTERM too if the worker dies. The
@@ -71,6 +79,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -109,6 +118,7 @@ from qosched.backends.local.protocol import (
     load_worker_job,
     read_allocation,
 )
+from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_int
 
@@ -395,16 +405,19 @@ class CommandProgress:
             return None
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:  # bad JSON, bad UTF-8, or an integer of over 4300 digits
             return f"not valid JSON: {raw[:80]!r}"
         if not isinstance(data, dict):
             return "expected a JSON object"
-        iteration = data.get("iteration")
-        if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
-            return f"field 'iteration': expected a whole number >= 0, got {iteration!r}"
+        try:
+            iteration = check_count(data.get("iteration"), field="iteration")
+        except InputError as exc:
+            return str(exc)
         loss = data.get("loss")
         if loss is not None and (not isinstance(loss, int | float) or isinstance(loss, bool)):
-            return f"field 'loss': expected a number, got {loss!r}"
+            return f"field 'loss': expected a number, got {_short(loss)}"
+        if isinstance(loss, int) and not -COUNT_LIMIT < loss < COUNT_LIMIT:
+            loss = math.inf  # float() would raise on a huge int; reported as null like any inf
         now = time.monotonic()
         self.iteration = iteration
         self.loss = float(loss) if loss is not None else self.loss
@@ -417,6 +430,11 @@ class CommandProgress:
         if self.first is None or self.last is None or self.last[0] <= self.first[0]:
             return None
         return (self.last[1] - self.first[1]) / (self.last[0] - self.first[0])
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _die_with_parent() -> Callable[[], None]:
@@ -511,6 +529,8 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         problems = progress.read()
         log.note(progress.iteration, progress.loss)
         for problem in problems:
+            # In the job's log too, where its user looks first.
+            print(f"qosched worker: warning: {problem}", file=sys.stderr, flush=True)
             log.write(
                 WorkerEvent.WARNING,
                 iteration=progress.iteration,

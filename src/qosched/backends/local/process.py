@@ -1,0 +1,262 @@
+"""A job's worker process as the service holds it: found by its job folder, held by a pidfd.
+
+A pid alone names whatever process has that number now; after the worker exits the number can
+be given to an unrelated process, which a later ``os.kill`` would hit and a liveness check would
+call "running". A pidfd (``os.pidfd_open``, Linux >= 5.3) names one process for good: once that
+process exits, polling the pidfd says so and ``pidfd_send_signal`` fails instead of reaching a
+stranger. Where the kernel (or a sandbox) refuses pidfds, the process's identity (pid and start
+time) is re-checked on every use instead.
+
+A worker is adopted only after its identity is checked (its command line names the worker
+module and this job's folder, and its start time matches when one was recorded), with the pidfd
+opened *before* that check, so the check is about the process the pidfd holds.
+
+Workers run in their own session and process group (``start_new_session``), so a command job's
+children are reached through the group: ``kill_group`` signals every process of it, and ``gone``
+is true only when none is left. A process that leaves the group (``setsid``) escapes; only a
+cgroup could hold it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+#: The module a worker runs: ``python -m WORKER_MODULE JOB_DIR``.
+WORKER_MODULE = "qosched.backends.local.worker"
+
+_PROC = Path("/proc")
+_PF_KTHREAD = 0x00200000
+_EXEC_RETRIES = 20
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` fields from field 3 (state) on; None when the process is gone."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
+        return None
+    # Field 2, the command name, is in parentheses and may hold spaces and parentheses.
+    return text.rsplit(")", 1)[1].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22): with the
+    pid, it names one process for the life of the machine."""
+    fields = _stat_fields(pid)
+    return int(fields[22 - 3]) if fields is not None else None
+
+
+def worker_folder(pid: int, *, wait_for_exec: bool = False) -> str | None:
+    """The job folder ``pid`` is a worker for, or None when it is no worker (or gone).
+    ``wait_for_exec``: a process in mid-exec shows an empty command line for a moment; wait
+    for it (a scan need not: the workers it looks for were started long before)."""
+    for _ in range(_EXEC_RETRIES if wait_for_exec else 1):
+        try:
+            raw = (_PROC / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            return None
+        if raw or not _execing(pid):
+            break
+        time.sleep(0.005)
+    argv = raw.split(b"\0")
+    if argv and argv[-1] == b"":
+        argv.pop()
+    if len(argv) != 4 or argv[1] != b"-m" or argv[2] != WORKER_MODULE.encode():
+        return None
+    return os.fsdecode(argv[3])
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``; None where pidfds are not available. ``ProcessLookupError`` when
+    ``pid`` does not exist."""
+    try:
+        return os.pidfd_open(pid)
+    except AttributeError:  # not built for Linux
+        return None
+    except ProcessLookupError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            return None
+        raise
+
+
+def _execing(pid: int) -> bool:
+    """An empty command line may mean a process in mid-exec; or a zombie or a kernel thread
+    (flag PF_KTHREAD in field 9), which stay empty."""
+    fields = _stat_fields(pid)
+    return (
+        fields is not None
+        and fields[0] not in ("Z", "X")
+        and not (int(fields[9 - 3]) & _PF_KTHREAD)
+    )
+
+
+def find_workers() -> dict[str, list[int]]:
+    """Every live worker on this machine by job folder (zombies excluded)."""
+    found: dict[str, list[int]] = {}
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        folder = worker_folder(pid)
+        if folder is None:
+            continue
+        fields = _stat_fields(pid)
+        if fields is None or fields[0] in ("Z", "X"):
+            continue
+        found.setdefault(folder, []).append(pid)
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes (not zombies) in process group ``pgid``."""
+    members = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        # Field 5 is the process group; field 3 the state.
+        if fields is not None and fields[0] not in ("Z", "X") and int(fields[5 - 3]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+class WorkerProcess:
+    """One worker, held by a pidfd; ``popen`` is set when this service started it (its exit
+    code is then known; an adopted worker's is read from its last progress event)."""
+
+    def __init__(
+        self, pid: int, ticks: int, pidfd: int | None, popen: subprocess.Popen | None = None
+    ) -> None:
+        self.pid = pid
+        self.start_ticks = ticks
+        self._pidfd = pidfd  # None: no pidfds here; identity is re-checked on every use
+        self._closed = False
+        self.popen = popen
+
+    @classmethod
+    def start(
+        cls,
+        python: str,
+        job_dir: Path,
+        *,
+        log: IO[bytes],
+        env: Mapping[str, str],
+    ) -> WorkerProcess:
+        """Start ``python -m WORKER_MODULE job_dir`` in a session of its own (it outlives the
+        service, which re-adopts it after a restart)."""
+        popen = subprocess.Popen(
+            [python, "-m", WORKER_MODULE, str(job_dir)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
+        )
+        # Our child is not reaped until we wait for it, so its pid cannot be reused yet.
+        pidfd = _open_pidfd(popen.pid)
+        ticks = start_ticks(popen.pid)
+        return cls(popen.pid, ticks if ticks is not None else -1, pidfd, popen)
+
+    @classmethod
+    def adopt(
+        cls,
+        pid: int,
+        job_dir: Path,
+        *,
+        ticks: int | None = None,
+        popen: subprocess.Popen | None = None,
+    ) -> WorkerProcess | None:
+        """The worker ``pid`` of ``job_dir`` if that is what ``pid`` is now (and, given
+        ``ticks``, started then); None otherwise."""
+        try:
+            pidfd = _open_pidfd(pid)
+        except OSError:  # gone, or not ours to see
+            return None
+        now_ticks = start_ticks(pid)
+        worker = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen)
+        same = (
+            now_ticks is not None
+            and (ticks is None or ticks == now_ticks)
+            and worker_folder(pid, wait_for_exec=True) == str(job_dir)
+            and worker.running()  # checked last: the pidfd is about the process just checked
+        )
+        if not same:
+            worker.close()
+            return None
+        worker.start_ticks = now_ticks
+        return worker
+
+    def running(self) -> bool:
+        """The worker itself has not exited (its children may have: see ``gone``)."""
+        if self._closed or (self.popen is not None and self.popen.poll() is not None):
+            return False
+        if self._pidfd is None:
+            return self._same_process()
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        return not poller.poll(0)  # readable once the process has exited
+
+    def _same_process(self) -> bool:
+        """``pid`` is still the process that started at ``start_ticks`` and has not exited."""
+        fields = _stat_fields(self.pid)
+        return (
+            fields is not None
+            and fields[0] not in ("Z", "X")
+            and int(fields[22 - 3]) == self.start_ticks
+        )
+
+    def exit_code(self) -> int | None:
+        """The exit code when this service started the worker and it exited; else None."""
+        return None if self.popen is None else self.popen.poll()
+
+    def send(self, signum: int) -> bool:
+        """Send ``signum`` to the worker; False when it has exited (nothing else is hit)."""
+        if self._closed:
+            return False
+        try:
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            elif self._same_process():  # without a pidfd, checked just before
+                os.kill(self.pid, signum)
+            else:
+                return False
+        except ProcessLookupError:
+            return False
+        return True
+
+    def kill_group(self, signum: int = signal.SIGKILL) -> None:
+        """Send ``signum`` to every process of the worker's group. While the worker lives its
+        group id is its pid; after it exits, a group that still has members keeps its id (the
+        kernel does not reuse an id in use as a group id), so the members found are its own."""
+        if self.running():
+            fields = _stat_fields(self.pid)
+            if fields is None or int(fields[5 - 3]) != self.pid:
+                self.send(signum)  # not a group leader (not started by a service): itself only
+                return
+        elif not group_members(self.pid):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    def gone(self) -> bool:
+        """No process of the worker's group is left: its cores may be handed on."""
+        return not self.running() and not group_members(self.pid)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self.popen is not None:
+            self.popen.poll()  # reap it if it has exited

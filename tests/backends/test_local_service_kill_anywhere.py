@@ -1,0 +1,122 @@
+"""Kill the service anywhere: SIGKILL at every step boundary of a small real workload, restart,
+and check that every job completes exactly once, no job ever has two workers, no core is held by
+two jobs, and nothing is lost from the store."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from command_jobs import runs
+from kill_anywhere_driver import VICTIM, WORKLOAD
+
+from qosched.backends.local.process import find_workers
+from qosched.backends.local.protocol import RESULT_FILE, read_result
+from qosched.backends.local.store import JobState, Store
+
+DRIVER = Path(__file__).with_name("kill_anywhere_driver.py")
+
+
+class Driver:
+    """The driver process: one request, one service run, one answer."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(DRIVER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, home: Path, fault: str | None) -> dict[str, int]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"home": str(home), "fault": fault}) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        assert answer, "the driver died"
+        return json.loads(answer)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Driver]:
+    started = Driver()
+    yield started
+    started.close()
+
+
+KILLED = {"signal": signal.SIGKILL}
+DONE = {"exit": 0}
+
+# Each case: the faults of successive runs (the last run has none and must finish the work).
+CASES = {
+    "after-launch-intent": ["intent:1"],
+    "after-second-launch-intent": ["intent:2"],
+    "after-popen": ["popen:1"],
+    "after-second-popen": ["popen:2"],
+    "after-launch-commit": ["launched:1"],
+    "after-second-launch-commit": ["launched:2"],
+    "after-progress-commit": ["progress:1"],
+    "after-resize-commit": ["resize:1"],
+    "after-result-commit": ["result:1"],
+    "after-sigterm": ["signal:1"],
+    "after-reap-commit": ["reaped:1"],
+    "after-popen-then-after-adoption": ["popen:1", "adopted:1"],
+}
+
+
+@pytest.mark.parametrize("faults", CASES.values(), ids=CASES.keys())
+def test_a_service_killed_anywhere_runs_every_job_exactly_once(tmp_path, driver, faults):
+    for fault in faults:
+        assert driver.run(tmp_path, fault) == KILLED, f"{fault} never fired"
+    assert driver.run(tmp_path, None) == DONE
+    check_invariants(tmp_path)
+
+
+def check_invariants(home: Path) -> None:
+    with Store(home / "state.db") as store:
+        records = {record.name: record for record in store.list()}
+        events = store.events()
+    # Nothing lost: every submitted job is there, in the state its files say.
+    assert set(records) == {name for name, _ in (*WORKLOAD, VICTIM)}
+    for name, iterations in WORKLOAD:
+        record = records[name]
+        assert record.state is JobState.SUCCEEDED, (name, record.state, record.error)
+        job_dir = home / "jobs" / record.id
+        assert read_result(job_dir / RESULT_FILE).iterations == iterations
+        assert record.result is not None and record.result["iterations"] == iterations
+    assert records[VICTIM[0]].state is JobState.CANCELLED
+    # Exactly once: one run to the end for each job, a new start only after a recorded stop,
+    # and never two runs of one job at the same time (each run holds a lock on its job folder).
+    for record in records.values():
+        kinds = [run["kind"] for run in runs(home / "jobs" / record.id)]
+        stops = sum(e.kind == "stopped" and e.job_id == record.id for e in events)
+        assert "overlap" not in kinds, (record.name, kinds)
+        if record.state is JobState.SUCCEEDED:
+            assert kinds.count("start") == 1 + stops, (record.name, kinds, stops)
+            assert kinds.count("end") == 1, (record.name, kinds)
+        else:  # cancelled once running: its command may not have started yet
+            assert kinds.count("start") <= 1 + stops, (record.name, kinds, stops)
+            assert kinds.count("end") == 0, (record.name, kinds)
+    # No core held by two jobs at once, replaying what the service handed out, in order.
+    held: dict[str, set[int]] = {}
+    for event in events:
+        if event.kind in ("launched", "re-adopted"):
+            held[event.job_id] = set(event.detail["cpus"])
+        elif event.kind == "allocation":
+            held[event.job_id] = set(event.detail["to"])
+        elif event.kind == "state" and event.detail["to"] != "running":
+            held.pop(event.job_id, None)
+        cores = [core for cpus in held.values() for core in cpus]
+        assert len(cores) == len(set(cores)), (event, held)
+    # Every worker is gone.
+    assert not [folder for folder in find_workers() if folder.startswith(str(home))]

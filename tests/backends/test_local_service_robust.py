@@ -1,0 +1,490 @@
+"""The local service under trouble: one job's bad input fails that job alone, recovery never
+refuses to start, store trouble is retried, a reused pid is never taken for a worker, and a
+stopped job's cores are handed on only once its processes are gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from command_jobs import CORES, counting_spec, python_spec, runs
+
+import qosched.backends.local.service as service_module
+from qosched.backends.local.process import find_workers
+from qosched.backends.local.service import LocalService, wait_until_idle
+from qosched.backends.local.store import Store
+from qosched.cluster.state import Decision
+from qosched.core.errors import InputError
+
+WAIT_S = 60.0  # generous: the machine may be busy with other test runs
+
+
+def open_service(home: Path, **options) -> LocalService:
+    options.setdefault("tick_s", 0.2)
+    options.setdefault("grace_s", 2.0)
+    return LocalService.open(home, **options)
+
+
+def idle(service: LocalService) -> bool:
+    return wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.05)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def kinds(service: LocalService, job_id: str) -> list[str]:
+    return [event.kind for event in service.store.events(job_id)]
+
+
+# -- one job's trouble is that job's failure ------------------------------------------------------
+
+# Writes into the worker's own progress file, which only the worker may write.
+FOREIGN_LINE = """
+    import os, time
+    with open(os.path.join(os.environ["QOSCHED_JOB_DIR"], "progress.jsonl"), "a") as out:
+        out.write({line!r} + "\\n")
+    time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("this is not JSON", r"progress\.jsonl:\d+: not valid JSON"),
+        (
+            json.dumps({"t": time.time(), "event": "progress", "iteration": 1e20, "cpus": 1}),
+            r"progress\.jsonl:\d+: field 'iteration': expected a whole number in "
+            r"\[0, 9007199254740991\]",
+        ),
+        (
+            json.dumps({"t": 1e300, "event": "progress", "iteration": 3, "cpus": 1}),
+            r"progress\.jsonl:\d+: field 't': expected a finite number in \[0, ",
+        ),
+    ],
+    ids=["not-json", "iteration-1e20", "time-past-year-9999"],
+)
+def test_a_bad_line_in_the_workers_progress_file_fails_that_job_alone(tmp_path, line, reason):
+    service = open_service(tmp_path)
+    bad = service.submit_spec(python_spec("bad", FOREIGN_LINE.format(line=line)))["id"]
+    good = service.submit_spec(counting_spec("good"))["id"]
+    assert idle(service)  # step() never raised, and both jobs reached a final state
+    failed = service.job(bad)
+    assert failed["state"] == "failed"
+    assert failed["error"].startswith("reading its progress: ")
+    assert re.search(reason, failed["error"]), failed["error"]
+    assert "failing" in kinds(service, bad)
+    assert service.job(good)["state"] == "succeeded"
+    assert not find_workers().get(str(tmp_path / "jobs" / bad))  # its worker was stopped
+    service.close()
+
+
+BAD_COMMAND_LINES = """
+    import json, os, time
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write("hello from print()\\n")
+        out.write('{"iteration": 1e20}\\n')
+        out.write('{"iteration": 100000000000000000000}\\n')
+        out.write('{"iteration": -1}\\n')
+        for i in range(1, 6):
+            out.write(json.dumps({"iteration": i}) + "\\n")
+            out.flush()
+            time.sleep(0.02)
+"""
+
+
+def test_bad_lines_from_a_command_are_warnings_and_the_job_goes_on(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(python_spec("chatty", BAD_COMMAND_LINES))["id"]
+    assert idle(service)
+    job = service.job(job_id)
+    assert (job["state"], job["iterations_done"]) == ("succeeded", 5)
+    warnings = [
+        event.detail["message"]
+        for event in service.store.events(job_id)
+        if event.kind == "worker-warning"
+    ]
+    assert [w.split(": ", 1)[0] for w in warnings] == [
+        f"command_progress.jsonl:{n}" for n in (1, 2, 3, 4)
+    ]
+    assert "not valid JSON" in warnings[0]
+    assert all("[0, 9007199254740991]" in w for w in warnings[1:])
+    log = service.logs(job_id)
+    assert "warning: command_progress.jsonl:1: not valid JSON" in log
+    service.close()
+
+
+@pytest.mark.parametrize(
+    ("iterations", "unreadable"),
+    [(0, True), (10**400, False)],
+    ids=["refused-by-a-stricter-reader", "401-digits"],
+)
+def test_a_stored_spec_that_cannot_be_tracked_fails_that_job_and_the_service_starts(
+    tmp_path, iterations, unreadable
+):
+    service = open_service(tmp_path)
+    broken = service.submit_spec(counting_spec("broken"))["id"]
+    fine = service.submit_spec(counting_spec("fine"))["id"]
+    service.close()
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        (text,) = db.execute("SELECT spec_json FROM jobs WHERE id = ?", (broken,)).fetchone()
+        spec = json.loads(text)
+        spec["spec"]["work"]["iterations"] = iterations
+        db.execute("UPDATE jobs SET spec_json = ? WHERE id = ?", (json.dumps(spec), broken))
+    reopened = open_service(tmp_path)  # does not raise
+    job = reopened.job(broken)
+    assert job["state"] == "failed"
+    assert job["error"].startswith("cannot be tracked: "), job["error"]
+    if unreadable:
+        assert "iterations" in job["error"] and job["iterations"] is None
+    assert {j["id"] for j in reopened.jobs()} == {broken, fine}  # listing still works
+    assert idle(reopened)
+    assert reopened.job(fine)["state"] == "succeeded"
+    reopened.close()
+
+
+def test_a_bad_stored_event_fails_that_job_at_open(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("odd"))["id"]
+    service.store.add_event(job_id, time.time(), "launching", {"attempt": "many"})
+    service.close()
+    reopened = open_service(tmp_path)
+    assert reopened.job(job_id)["state"] == "failed"
+    assert "cannot be tracked: ValueError" in reopened.job(job_id)["error"]
+    reopened.close()
+
+
+def fill_with_a_directory(job_dir: Path) -> None:
+    (job_dir / "progress.jsonl").mkdir()
+
+
+def fill_with_a_huge_iteration(job_dir: Path) -> None:
+    line = {"t": time.time(), "event": "progress", "iteration": 1e20, "cpus": 1}
+    (job_dir / "progress.jsonl").write_text(json.dumps(line) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("fill", "reason"),
+    [
+        (fill_with_a_directory, "IsADirectoryError"),
+        (fill_with_a_huge_iteration, "progress.jsonl:1: field 'iteration'"),
+    ],
+    ids=["unreadable", "iteration-1e20"],
+)
+def test_a_job_folder_that_cannot_be_read_at_open_fails_that_job(tmp_path, fill, reason):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("unreadable"))["id"]
+    fine = service.submit_spec(counting_spec("fine"))["id"]
+    job_dir = tmp_path / "jobs" / job_id
+    job_dir.mkdir(parents=True)
+    fill(job_dir)
+    # It ran, and its worker died with the service.
+    service.store.record_launch_intent(job_id, time.time(), str(job_dir), [CORES[0]])
+    service.store.record_launched(
+        job_id, time.time(), cpus=[CORES[0]], pid=os.getpid(), start_ticks=0, attempt=1
+    )
+    service.close()
+    reopened = open_service(tmp_path)
+    job = reopened.job(job_id)
+    assert job["state"] == "failed"
+    assert job["error"].startswith("cannot be tracked: ") and reason in job["error"]
+    assert idle(reopened)
+    assert reopened.job(fine)["state"] == "succeeded"
+    reopened.close()
+
+
+def test_a_round_that_raises_keeps_the_service_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(service_module, "STORE_RETRY_S", 0.05)
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("survivor"))["id"]
+    calls = []
+
+    def broken_allocate(view):
+        calls.append(view)
+        raise RuntimeError("a policy bug")
+
+    service.policy.allocate = broken_allocate  # the rebuilt service gets a fresh policy
+    stop = threading.Event()
+    runner = threading.Thread(target=service.run, args=(stop,))
+    runner.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not service.idle() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        runner.join()
+    assert len(calls) == 1
+    assert service.job(job_id)["state"] == "succeeded"
+    service.close()
+
+
+# -- store trouble is the service's, retried ------------------------------------------------------
+
+
+class FlakyStore(Store):
+    """A real store whose commits number ``fail_at`` (counted once armed) fail as a full disk
+    does: the transaction is rolled back and ``sqlite3.OperationalError`` raised."""
+
+    def __init__(self, path: Path, fail_at: set[int]) -> None:
+        self.fail_at = fail_at
+        self.armed = False
+        self.commits = 0
+        self.failed = 0
+        super().__init__(path)
+
+    def _commit(self, db: sqlite3.Connection) -> None:
+        if self.armed:
+            self.commits += 1
+            if self.commits in self.fail_at:
+                self.failed += 1
+                raise sqlite3.OperationalError("database or disk is full")
+        super()._commit(db)
+
+
+@pytest.mark.parametrize(
+    "fail_at",
+    [{1}, {2}, {2, 3, 4}, {3}, {5, 6}],
+    ids=["launch-intent", "launch-record", "launch-record-thrice", "first-sample", "later"],
+)
+def test_store_trouble_in_a_round_is_retried_and_runs_the_job_once(tmp_path, monkeypatch, fail_at):
+    monkeypatch.setattr(service_module, "STORE_RETRY_S", 0.05)
+    (tmp_path / "jobs").mkdir()
+    store = FlakyStore(tmp_path / "state.db", fail_at)
+    service = LocalService(tmp_path, store, CORES, "qos", tick_s=0.2, grace_s=2.0)
+    job_id = service.submit_spec(counting_spec("once", iterations=8))["id"]
+    store.armed = True
+    stop = threading.Event()
+    runner = threading.Thread(target=service.run, args=(stop,))
+    runner.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not service.idle() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        runner.join()
+    assert store.failed == len(fail_at)  # every injected failure happened
+    job = service.job(job_id)
+    assert (job["state"], job["iterations_done"]) == ("succeeded", 8)
+    records = runs(tmp_path / "jobs" / job_id)
+    assert [r["kind"] for r in records] == ["start", "end"]  # once, never two at a time
+    service.close()
+
+
+# -- a worker is known by a pidfd and its job folder, never by a pid alone -----------------------
+
+
+def test_a_reused_pid_is_not_adopted_and_never_signalled(tmp_path):
+    service = open_service(tmp_path, cpus=CORES[:1])
+    job_id = service.submit_spec(counting_spec("reused", iterations=1000, sleep_s=0.02))["id"]
+    job_dir = tmp_path / "jobs" / job_id
+    # What the store says after the worker died and its pid went to another process (one that
+    # even names the job folder on its command line).
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(job_dir)],
+        start_new_session=True,
+    )
+    try:
+        core = CORES[0]
+        service.store.record_launch_intent(job_id, time.time(), str(job_dir), [core])
+        service.store.record_launched(
+            job_id, time.time(), cpus=[core], pid=stranger.pid, start_ticks=0, attempt=1
+        )
+        service.close()
+        reopened = open_service(tmp_path, cpus=CORES[:1], grace_s=0.5)
+        assert "re-adopted" not in kinds(reopened, job_id)
+        assert reopened.job(job_id)["state"] == "preempted"  # to run again from its checkpoint
+        deadline = time.monotonic() + WAIT_S
+        while not runs(job_dir) and time.monotonic() < deadline:
+            reopened.step()
+            time.sleep(0.05)
+        reopened.cancel(job_id)
+        assert idle(reopened)
+        assert reopened.job(job_id)["state"] == "cancelled"
+        assert stranger.poll() is None  # never signalled
+        reopened.close()
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+# -- stop means stopped ---------------------------------------------------------------------------
+
+STUBBORN = """
+    import os, signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(os.path.join(os.environ["QOSCHED_JOB_DIR"], "child.pid"), "w") as out:
+        out.write(str(os.getpid()))
+    time.sleep(60)
+"""
+
+
+def test_cancel_kills_a_job_ignoring_sigterm_after_the_grace_and_only_then_hands_on_its_core(
+    tmp_path,
+):
+    service = open_service(tmp_path, cpus=CORES[:1], grace_s=1.0)
+    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN))["id"]
+    child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
+    waiting = service.submit_spec(counting_spec("waiting"))["id"]
+    cancelled_at = time.monotonic()
+    service.cancel(stubborn)
+    overlap = []
+    deadline = time.monotonic() + WAIT_S
+    while not service.idle() and time.monotonic() < deadline:
+        service.step()
+        if pid_alive(child) and service.job(waiting)["state"] == "running":
+            overlap.append(time.monotonic() - cancelled_at)
+        time.sleep(0.05)
+    assert service.idle()
+    assert not overlap, f"the core was handed on while the cancelled job ran: {overlap}"
+    assert service.job(stubborn)["state"] == "cancelled"
+    assert not pid_alive(child)
+    assert "killed" in kinds(service, stubborn)
+    assert service.job(waiting)["state"] == "succeeded"
+    service.close()
+
+
+def wait_for_file_while_stepping(service: LocalService, path: Path) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while not path.exists() or not path.read_text().strip():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        service.step()
+        time.sleep(0.05)
+    return path.read_text()
+
+
+class NewestFirst:
+    """A policy that gives every core to the newest job: the one before it is pre-empted."""
+
+    def admit(self, job, view) -> bool:
+        return True
+
+    def allocate(self, view) -> Decision:
+        if not view.jobs:
+            return Decision({})
+        newest = max(view.jobs, key=lambda job: job.spec.submit_s)
+        return Decision({newest.spec.job_id: view.cluster.total_workers})
+
+
+def test_a_preempted_job_ignoring_sigterm_keeps_its_core_until_it_is_killed(tmp_path):
+    service = open_service(tmp_path, cpus=CORES[:1], grace_s=1.0)
+    service.policy = NewestFirst()
+    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN))["id"]
+    child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
+    newer = service.submit_spec(counting_spec("newer"), now=time.time() + 1)["id"]
+    overlap = []
+    deadline = time.monotonic() + WAIT_S
+    while service.job(newer)["state"] != "succeeded" and time.monotonic() < deadline:
+        service.step()
+        if pid_alive(child) and service.job(newer)["state"] == "running":
+            overlap.append(service.job(newer))
+        time.sleep(0.05)
+    assert service.job(newer)["state"] == "succeeded"
+    assert not overlap, "the core was handed on while the pre-empted job still ran"
+    assert not pid_alive(child)
+    assert "killed" in kinds(service, stubborn)
+    stopped = [e.detail["why"] for e in service.store.events(stubborn) if e.kind == "stopped"]
+    assert stopped[0] == "did not stop within 1 s of SIGTERM; killed"
+    service.cancel(stubborn)
+    assert idle(service)
+    service.close()
+
+
+def test_down_kills_a_job_ignoring_sigterm_after_the_grace_and_records_it_preempted(tmp_path):
+    service = open_service(tmp_path, cpus=CORES[:1], grace_s=0.5)
+    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN))["id"]
+    child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
+    service.stop_workers()
+    assert not pid_alive(child)
+    job = service.job(stubborn)
+    assert job["state"] == "preempted"  # it resumes at the next start
+    stopped = [e for e in service.store.events(stubborn) if e.kind == "stopped"]
+    assert "did not stop within 0.5 s of SIGTERM; killed" in stopped[-1].detail["why"]
+    service.close()
+
+
+def test_the_grace_period_is_checked(tmp_path):
+    with pytest.raises(InputError, match="grace_s"):
+        open_service(tmp_path, grace_s=-1.0)
+
+
+def test_an_unknown_fault_point_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(service_module.FAULT_ENV, "nowhere:1")
+    with pytest.raises(InputError, match="unknown fault point 'nowhere'"):
+        open_service(tmp_path)
+
+
+# -- nothing runs twice, nothing is left behind ---------------------------------------------------
+
+
+def test_a_job_that_completed_while_the_service_was_down_is_recorded_done_not_run_again(
+    tmp_path,
+):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("quick", iterations=10))["id"]
+    job_dir = tmp_path / "jobs" / job_id
+    wait_for_file_while_stepping(service, job_dir / "runs.jsonl")
+    service.close()  # the service dies; the worker finishes on its own
+    deadline = time.monotonic() + WAIT_S
+    while find_workers().get(str(job_dir)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reopened = open_service(tmp_path)
+    job = reopened.job(job_id)
+    assert (job["state"], job["iterations_done"]) == ("succeeded", 10)
+    assert [r["kind"] for r in runs(job_dir)] == ["start", "end"]
+    reopened.close()
+
+
+LEAVES_A_CHILD = """
+    import os, subprocess
+    child = subprocess.Popen(["sleep", "60"])
+    with open(os.path.join(os.environ["QOSCHED_JOB_DIR"], "leftover.pid"), "w") as out:
+        out.write(str(child.pid))
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write('{"iteration": 1}\\n')
+"""
+
+
+def test_processes_a_job_leaves_behind_are_killed_before_its_core_is_handed_on(tmp_path):
+    service = open_service(tmp_path, cpus=CORES[:1])
+    first = service.submit_spec(python_spec("leaves-a-child", LEAVES_A_CHILD, iterations=1))["id"]
+    pid_file = tmp_path / "jobs" / first / "leftover.pid"
+    leftover = int(wait_for_file_while_stepping(service, pid_file))
+    second = service.submit_spec(counting_spec("next"))["id"]
+    overlap = []
+    deadline = time.monotonic() + WAIT_S
+    while not service.idle() and time.monotonic() < deadline:
+        service.step()
+        if pid_alive(leftover) and service.job(second)["state"] == "running":
+            overlap.append(service.job(second))
+        time.sleep(0.05)
+    assert service.idle()
+    assert not overlap
+    assert not pid_alive(leftover)
+    assert service.job(first)["state"] == "succeeded"
+    assert service.job(second)["state"] == "succeeded"
+    service.close()
+
+
+def test_up_takes_the_grace_period():
+    from qosched.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["up"]).grace_s == service_module.GRACE_S
+    assert parser.parse_args(["up", "--grace-s", "2.5"]).grace_s == 2.5
+    for bad in ("-1", "nan", "inf", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["up", "--grace-s", bad])
