@@ -138,6 +138,6 @@ def test_a_job_of_the_largest_iterations_is_scheduled_without_error(tmp_path, po
         service.cancel(job["id"])
         service.step()
     finally:
-        service.stop_workers(timeout_s=10)
+        service.stop_workers(grace_s=10)
         service.close()
     LocalService.open(tmp_path, policy=policy).close()

@@ -66,8 +66,7 @@ FOREIGN_LINE = """
         ("this is not JSON", r"progress\.jsonl:\d+: not valid JSON"),
         (
             json.dumps({"t": time.time(), "event": "progress", "iteration": 1e20, "cpus": 1}),
-            r"progress\.jsonl:\d+: field 'iteration': expected a whole number in "
-            r"\[0, 9007199254740991\]",
+            r"progress\.jsonl:\d+: field 'iteration': expected a whole number below 2\*\*53",
         ),
         (
             json.dumps({"t": 1e300, "event": "progress", "iteration": 3, "cpus": 1}),
@@ -120,7 +119,8 @@ def test_bad_lines_from_a_command_are_warnings_and_the_job_goes_on(tmp_path):
         f"command_progress.jsonl:{n}" for n in (1, 2, 3, 4)
     ]
     assert "not valid JSON" in warnings[0]
-    assert all("[0, 9007199254740991]" in w for w in warnings[1:])
+    assert all("expected a whole number below 2**53" in w for w in warnings[1:3])
+    assert "expected a whole number >= 0, got -1" in warnings[3]
     log = service.logs(job_id)
     assert "warning: command_progress.jsonl:1: not valid JSON" in log
     service.close()
@@ -482,7 +482,7 @@ def test_processes_a_job_leaves_behind_are_killed_before_its_core_is_handed_on(t
 def test_up_takes_the_grace_period():
     from qosched.cli.main import build_parser
 
-    parser = build_parser()
+    parser = build_parser("up")
     assert parser.parse_args(["up"]).grace_s == service_module.GRACE_S
     assert parser.parse_args(["up", "--grace-s", "2.5"]).grace_s == 2.5
     for bad in ("-1", "nan", "inf", "soon"):
