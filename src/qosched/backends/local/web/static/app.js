@@ -173,9 +173,9 @@ function renderTimeline(data) {
   const rows = [...data.cpus.map((c) => ["cpu", c]), ...data.gpus.map((g) => ["gpu", g])];
   const width = Math.max(host.clientWidth || 800, 400), left = 60, right = 10, rowHeight = 22;
   const height = rows.length * rowHeight + 30;
-  const starts = data.segments.map((s) => s.from);
+  // From the first allocation on (at least the last 20 s, at most the last hour).
   const end = data.now;
-  const start = Math.min(end - 60, ...starts);
+  const start = Math.max(end - 3600, Math.min(end - 20, ...data.segments.map((s) => s.from)));
   const x = (t) => left + ((t - start) / Math.max(end - start, 1e-9)) * (width - left - right);
   const chart = svg("svg", { width, height, role: "img", "aria-label": "allocations over time" });
   rows.forEach(([kind, id], index) => {
@@ -186,7 +186,8 @@ function renderTimeline(data) {
   const rowOf = new Map(rows.map(([kind, id], index) => [`${kind}${id}`, index]));
   const names = new Map(data.jobs.map((j) => [j.id, j.name]));
   for (const segment of data.segments) {
-    const x0 = x(segment.from), x1 = x(segment.until ?? end);
+    if ((segment.until ?? end) < start) continue;
+    const x0 = x(Math.max(segment.from, start)), x1 = x(segment.until ?? end);
     const held = [...segment.cpus.map((c) => `cpu${c}`), ...(segment.gpus || []).map((g) => `gpu${g}`)];
     for (const key of held) {
       const index = rowOf.get(key);
