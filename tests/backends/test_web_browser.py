@@ -22,12 +22,14 @@ from typing import Any
 
 import pytest
 import yaml
+from service_fakes import FakeService, running_service, spec_text
 
 from qosched.backends.local.api import ApiServer, serve
 from qosched.backends.local.client import Client
 from qosched.backends.local.home import Endpoint, ensure_token, write_endpoint
 from qosched.backends.local.service import LocalService
-from qosched.backends.local.web import auth
+from qosched.backends.local.store import ProgressSample
+from qosched.backends.local.web import auth, views
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -354,3 +356,55 @@ def test_a_cross_site_form_post_is_refused(page: Any, live: Live) -> None:
         httpd.shutdown()
         httpd.server_close()
     assert len(live.client.jobs()) == before
+
+
+# --- the timeline's marks and the speed chart, from known facts -------------------------------
+
+
+class FakeDashboard(FakeService):
+    """The in-memory service with the page's views, built by the same functions as
+    ``LocalService``'s from the fake's events, and a known speed curve."""
+
+    def timeline(self) -> dict[str, Any]:
+        events = [event for job in self.jobs() for event in self.job_detail_events(job["id"])]
+        return views.timeline(self.jobs(), events, now=self.clock(), cpus=range(4))
+
+    def job_detail_events(self, job_id: str) -> list[Any]:
+        with self._lock:
+            return list(self._events[job_id])
+
+    def job_speed(self, job_id: str) -> dict[str, Any]:
+        samples = [ProgressSample(10.0 * n, 20 * n, 1) for n in range(3)]
+        allocations = [{"from": 0.0, "until": None, "cpus": [0], "gpus": []}]
+        predicted = {1: (2.0, 1.5, 2.5), 2: (3.5, 3.0, 4.0), 3: (4.5, 3.5, 5.5)}
+        speed = views.job_speed(job_id, [], [], predicted)
+        return {**speed, "measured": views.measured_speeds(samples, allocations)}
+
+    def usage(self) -> dict[str, Any]:
+        held = {j["id"]: {"cpus": len(j["cpus"]), "cpu_s": 0.0} for j in self.jobs() if j["cpus"]}
+        return {"t": self.clock(), "cpus": 4, "jobs": held}
+
+
+def test_the_timeline_marks_resizes_preemptions_restarts_and_ends(
+    page: Any, tmp_path: Path
+) -> None:
+    service = FakeDashboard()
+    with running_service(tmp_path, service) as running:
+        job_id = service.submit(spec_text("marked"), "marked.yaml")["id"]
+        service.update(job_id, state="running", cpus=[0, 1])
+        service.update(job_id, cpus=[0])  # re-sized in place
+        service.update(job_id, state="preempted", cpus=[])
+        service.update(job_id, state="running", cpus=[2])  # restarted elsewhere
+        service.update(job_id, state="succeeded", cpus=[], finished_at=service.clock())
+        assert page.goto(running.server.login_url()).status == 200
+        for kind in ("resize", "preempt", "restart", "succeeded"):
+            page.locator(f"#timeline text.mark.{kind}").wait_for()
+        bars = page.locator(f'#timeline rect[data-job="{job_id}"]')
+        assert bars.count() == 4  # cores 0 and 1, then 0, then 2
+        row(page, job_id).click()
+        page.locator("#events td", has_text="re-sized from cores 0-1 to 0").wait_for()
+        # The predictor's line and band over 1-3 cores, and one measured speed: 2 it/s on 1 core.
+        page.locator("#speed polygon.band").wait_for()
+        assert page.locator("#speed circle.measured").count() == 1
+        title = page.locator("#speed circle.measured title").text_content()
+        assert title.startswith("2.00 it/s on 1 cores")
