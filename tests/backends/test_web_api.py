@@ -146,6 +146,13 @@ def test_the_cookie_opens_the_json_api_for_reading(running: Running, path: str) 
     assert call(running, "GET", path, headers=cookie)[0] == 200
 
 
+def test_the_cookie_is_found_among_other_local_apps_cookies(running: Running) -> None:
+    cookie, _ = sign_in(running)
+    # What another app on 127.0.0.1 may have set, malformed by the strict rules or not.
+    header = f'_xsrf=2|ab|cd|1; odd"name=1; {cookie["Cookie"]}; other=x'
+    assert call(running, "GET", "/jobs", headers={"Cookie": header})[0] == 200
+
+
 def test_a_made_up_or_foreign_ports_cookie_opens_nothing(running: Running) -> None:
     cookie, _ = sign_in(running)
     value = cookie["Cookie"].split("=", 1)[1]

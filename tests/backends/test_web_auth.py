@@ -70,13 +70,6 @@ def test_the_session_secret_is_neither_the_code_nor_its_csrf_token() -> None:
     assert sessions.session(session.csrf) is None
 
 
-def test_ending_a_session_closes_it() -> None:
-    sessions = auth.Sessions()
-    secret, _ = sessions.redeem(sessions.new_code()) or ("", None)
-    sessions.end(secret)
-    assert sessions.session(secret) is None
-
-
 def test_the_oldest_codes_expire_past_the_limit() -> None:
     sessions = auth.Sessions()
     codes = [sessions.new_code() for _ in range(auth.MAX_CODES + 1)]

@@ -54,7 +54,6 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
-from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -656,16 +655,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _session(self) -> auth.Session | None:
         """The session the request's cookie opens, if any."""
-        header = self.headers.get("Cookie")
-        if not header:
-            return None
-        cookies: SimpleCookie = SimpleCookie()
-        try:
-            cookies.load(header)
-        except CookieError:
-            return None
-        morsel = cookies.get(auth.cookie_name(self.server.server_port))
-        return self.server.sessions.session(morsel.value if morsel is not None else None)
+        wanted = auth.cookie_name(self.server.server_port)
+        # Split by hand: other local apps' cookies ride along (browsers share them between a
+        # host's ports), and http.cookies stops at the first one it finds malformed.
+        for header in self.headers.get_all("Cookie") or ():
+            for pair in header.split(";"):
+                name, _, value = pair.strip().partition("=")
+                if name == wanted:
+                    return self.server.sessions.session(value.strip().strip('"'))
+        return None
 
     def _check_token(self) -> None:
         scheme, _, credentials = (self.headers.get("Authorization") or "").partition(" ")

@@ -113,12 +113,6 @@ class Sessions:
         with self._lock:
             return self._sessions.get(_digest(secret))
 
-    def end(self, secret: str | None) -> None:
-        """Sign a session out (its cookie no longer opens anything)."""
-        if secret:
-            with self._lock:
-                self._sessions.pop(_digest(secret), None)
-
 
 def csrf_matches(session: Session, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(

@@ -13,7 +13,7 @@ const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948
   "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 
 const csrf = document.querySelector('meta[name="qosched-csrf"]').content;
-const state = { selected: null, usage: [], lastCpu: null, timeline: null };
+const state = { selected: null, usage: [], lastCpu: null };
 
 // --- talking to the service ---------------------------------------------------------------------
 
