@@ -157,6 +157,17 @@ def row(page: Any, job_id: str) -> Any:
     return page.locator(f'#jobs tbody tr[data-job="{job_id}"]')
 
 
+def wait_for_progress(page: Any, job_id: str, total: int) -> None:
+    """Until the page shows the job part done: more than none, less than ``total``."""
+    page.wait_for_function(
+        f"""() => {{
+            const cell = document.querySelector('tr[data-job="{job_id}"] td.progress');
+            const done = cell && parseInt(cell.textContent, 10);
+            return done > 0 && done < {total};
+        }}"""
+    )
+
+
 def iterations_shown(page: Any, job_id: str) -> int:
     text = row(page, job_id).locator("td.progress").inner_text()
     return int(text.split("/")[0])
@@ -192,14 +203,7 @@ def test_the_login_url_opens_the_page_and_works_once(page: Any, browser: Any, li
 def test_a_job_appears_and_its_progress_moves_to_the_end(page: Any, live: Live) -> None:
     signed_in(page, live)
     job_id = live.submit("moving", iterations=60)
-    row(page, job_id).wait_for()
-    page.wait_for_function(
-        f"""() => {{
-            const cell = document.querySelector('tr[data-job="{job_id}"] td.progress');
-            const done = cell && parseInt(cell.textContent, 10);
-            return done > 0 && done < 60;
-        }}"""
-    )
+    wait_for_progress(page, job_id, 60)
     first = iterations_shown(page, job_id)
     row(page, job_id).locator("td.state", has_text="succeeded").wait_for()
     assert first < iterations_shown(page, job_id) == 60
@@ -226,6 +230,19 @@ def test_one_job_shows_its_reasons_speed_allocations_and_log(page: Any, live: Li
         page.locator(f'#timeline rect[data-job="{other}"]').first.wait_for()
         page.wait_for_timeout(3000)  # a few points of machine use, bars long enough to read
         page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+
+
+def test_machine_use_counts_the_cores_held_and_the_cpu_time_used(page: Any, live: Live) -> None:
+    signed_in(page, live)
+    job_id = live.submit("used", iterations=100)
+    wait_for_progress(page, job_id, 100)
+    usage = live.service.usage()
+    assert usage["cpus"] == len(live.service.cores)
+    # A Python process has spent CPU time starting up (tens of ms) by the time it reports.
+    assert usage["jobs"][job_id]["cpus"] == 1 and usage["jobs"][job_id]["cpu_s"] > 0
+    page.locator("#use-summary", has_text="CPU in use").wait_for()
+    assert page.locator("#usage polyline.allocated").count() == 1
+    live.client.cancel(job_id)
 
 
 # --- actions -------------------------------------------------------------------------------------
