@@ -425,3 +425,23 @@ def test_the_timeline_marks_resizes_preemptions_restarts_and_ends(
         assert page.locator("#speed circle.measured").count() == 1
         title = page.locator("#speed circle.measured title").text_content()
         assert title.startswith("2.00 it/s on 1 cores")
+
+
+# --- without a browser -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ci", "outcome"),
+    [("true", pytest.fail.Exception), (None, pytest.skip.Exception)],
+    ids=["ci-fails", "developer-skips"],
+)
+def test_a_missing_chromium_fails_under_ci_and_skips_elsewhere(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ci: str | None, outcome: type
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="apt-get install -y chromium"):
+        _playwright()
