@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import re
 import sys
@@ -11,9 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import service_fakes
 from service_fakes import FakeLocalService, fake_service_module
 
 from qosched.backends.local.home import ENDPOINT_FILE, read_endpoint
+from qosched.cli import local
 from qosched.cli.main import main
 
 WAIT_S = 30.0
@@ -57,6 +60,27 @@ def test_up_prints_a_login_url_and_web_prints_fresh_ones(
     finally:
         assert main(["down", "--home", str(home)]) == 0
         thread.join(WAIT_S)
+
+
+def test_up_detach_prints_a_login_url_of_the_background_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = local._service_argv
+
+    def fake_argv(home: Path, args: argparse.Namespace) -> list[str]:
+        # The background service runs the fake LocalService (see service_fakes' __main__).
+        argv = original(home, args)
+        return [argv[0], service_fakes.__file__, *argv[3:]]
+
+    monkeypatch.setattr(local, "_service_argv", fake_argv)
+    home = tmp_path / "home"
+    assert main(["up", "--detach", "--home", str(home)]) == 0
+    try:
+        (printed,) = re.findall(r"watch it in a browser: (\S+)", capsys.readouterr().out)
+        assert printed.startswith(f"{read_endpoint(home).url}/login?code=")
+        assert [opens(printed), opens(printed)] == [303, 401]
+    finally:
+        assert main(["down", "--home", str(home)]) == 0
 
 
 def test_web_without_a_service_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
