@@ -8,6 +8,7 @@ writes the page to ``docs/img/`` for the README.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -30,6 +31,7 @@ from qosched.backends.local.home import Endpoint, ensure_token, write_endpoint
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.store import ProgressSample
 from qosched.backends.local.web import auth, views
+from qosched.core.errors import InputError
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -230,6 +232,9 @@ def test_one_job_shows_its_reasons_speed_allocations_and_log(page: Any, live: Li
         page.locator(f'#timeline rect[data-job="{other}"]').first.wait_for()
         page.wait_for_timeout(3000)  # a few points of machine use, bars long enough to read
         page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+    for done_with in (job_id, other):  # free the cores for the next tests
+        with contextlib.suppress(InputError):  # it finished already: its core is free too
+            live.client.cancel(done_with)
 
 
 def test_machine_use_counts_the_cores_held_and_the_cpu_time_used(page: Any, live: Live) -> None:
