@@ -224,6 +224,15 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     )
     down.set_defaults(run=run_down)
 
+    web = groups.add_parser(
+        "web",
+        parents=[home],
+        help="print a new login URL for the local service's web page",
+        description="Print a URL that opens the running service's live page in a browser; "
+        "each URL signs in once (`qosched up` prints the first).",
+    )
+    web.set_defaults(run=run_web)
+
 
 # --- argument types ------------------------------------------------------------------------------
 
@@ -267,6 +276,7 @@ def run_up(args: argparse.Namespace) -> int:
                     "stop it with Ctrl-C or `qosched down`",
                     flush=True,
                 )
+                print(f"watch it in a browser: {server.login_url()}", flush=True)
                 service.run(stop)
         finally:
             service.close()
@@ -353,6 +363,8 @@ def _up_detached(args: argparse.Namespace, home: Path) -> int:
                     f"qosched service running at {endpoint.url} (pid {pid}, home {home}, "
                     f"log {log_path})"
                 )
+                login = Client(endpoint.url, token, timeout_s=2.0).login_url()
+                print(f"watch it in a browser: {login}")
                 return 0
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
@@ -362,6 +374,11 @@ def _up_detached(args: argparse.Namespace, home: Path) -> int:
                 f"was asked to stop; see {log_path}"
             )
         time.sleep(_POLL_S)
+
+
+def run_web(args: argparse.Namespace) -> int:
+    print(Client.from_home(resolve_home(args.home)).login_url())
+    return 0
 
 
 def _quietly(function: Any, *args: Any) -> Any:

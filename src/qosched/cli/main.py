@@ -1,6 +1,6 @@
 """``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``, ``infer``,
 ``gpu``), the local service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``,
-``down``), and the Kubernetes backend's (``k8s``).
+``down``, ``web``), and the Kubernetes backend's (``k8s``).
 
 Start-up stays fast because only the command that runs is built: ``build_parser(command)``
 imports the module of that one command and lists every other by name and help line alone, so
@@ -82,7 +82,7 @@ _MODULES = (
     _Module(("demo",), _add_demo),
     _Module(("infer",), _add_infer),
     _Module(("gpu",), _add_gpu),
-    _Module(("up", "submit", "status", "logs", "cancel", "down"), _add_local),
+    _Module(("up", "submit", "status", "logs", "cancel", "down", "web"), _add_local),
     _Module(("k8s",), _add_k8s),
 )
 
@@ -100,6 +100,7 @@ HELP = {
     "logs": "print a job's output, or follow it as it grows",
     "cancel": "cancel jobs",
     "down": "stop the local service (running jobs are checkpointed and resume at the next up)",
+    "web": "print a new login URL for the local service's web page",
     "k8s": "run qosched on a Kubernetes cluster",
 }
 

@@ -1,7 +1,11 @@
 """The local service's HTTP API: what a service offers (``Service``) and the server in front of it.
 
-Routes (JSON unless said otherwise; every one but ``GET /metrics`` and ``GET /healthz`` needs
-``Authorization: Bearer <token>``):
+Routes (JSON unless said otherwise). Every request must carry a ``Host`` header naming a
+loopback address or ``localhost`` with the service's port (403 otherwise: this closes DNS
+rebinding). Every route but ``GET /metrics``, ``GET /healthz``, ``GET /login`` and
+``GET /static/...`` needs ``Authorization: Bearer <token>`` or the page's session cookie
+(``qosched.backends.local.web.auth``); with the cookie, a request that changes something must
+carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` take the token only:
 
 ==========================  ===================================================================
 ``POST /jobs``              body: a TrainingJob spec (YAML, UTF-8); header ``X-Qosched-Source``:
@@ -20,10 +24,20 @@ Routes (JSON unless said otherwise; every one but ``GET /metrics`` and ``GET /he
 ``POST /shutdown``          ask the service to stop -> 202
 ``GET /metrics``            Prometheus exposition (text 0.0.4, or OpenMetrics if asked for)
 ``GET /healthz``            ``{"status": "ok", "pid": ...}``
+``GET /``                   the web page (HTML); without a session a 401 page saying how to
+                            sign in
+``GET /login?code=C``       trade a one-time login code for a session cookie -> 303 to ``/``
+``POST /login-codes``       a new one-time login code -> 201 ``{"code", "url"}``
+``GET /static/{name}``      the page's script and style sheet
+``GET /timeline``           every allocation of every job, for the page's Gantt chart
+                            (``qosched.backends.local.web.views.timeline``)
+``GET /jobs/{id}/speed``    the job's speed against cores: measured and predicted
+``GET /usage``              per job: cores held and CPU seconds its processes used
 ==========================  ===================================================================
 
 Errors are ``{"error": message}``: 400 bad input (with ``reason``, ``source``, ``line``,
-``field`` when known), 401 no or wrong token, 404 unknown job or route, 405 wrong method,
+``field`` when known), 401 no or wrong token, 403 a foreign ``Host`` or ``Origin``, or a
+missing or wrong CSRF token, 404 unknown job or route, 405 wrong method,
 411 no ``Content-Length``, 413 a body over 1 MiB, 500 a failure of the service.
 """
 
@@ -42,9 +56,10 @@ from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from qosched.backends.local.store import UnknownJobError
+from qosched.backends.local.web import auth, page
 from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError, QoschedError
 
@@ -125,6 +140,26 @@ class Service(Protocol):
 
     def metrics(self) -> Metrics:
         """A snapshot for ``GET /metrics``."""
+        ...
+
+
+class DashboardService(Service, Protocol):
+    """What the web page needs beyond ``Service``; a service without these methods answers
+    their routes with 501."""
+
+    def timeline(self) -> dict[str, Any]:
+        """``GET /timeline``: see ``qosched.backends.local.web.views.timeline``."""
+        ...
+
+    def job_speed(self, job_id: str) -> dict[str, Any]:
+        """``GET /jobs/{id}/speed``: see ``qosched.backends.local.web.views.job_speed``.
+
+        Raises ``UnknownJobError``."""
+        ...
+
+    def usage(self) -> dict[str, Any]:
+        """``GET /usage``: ``{"t": now, "cpus": n, "jobs": {job id: {"cpus": cores held,
+        "cpu_s": CPU seconds its live processes used so far}}}``."""
         ...
 
 
@@ -245,6 +280,10 @@ class ApiServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    def login_url(self) -> str:
+        """A URL with a fresh one-time login code that opens the web page once."""
+        return f"{self.url}{auth.LOGIN_PATH}?code={quote(self._httpd.sessions.new_code())}"
+
     @property
     def shutdown_requested(self) -> threading.Event:
         """Set by ``POST /shutdown``."""
@@ -279,7 +318,8 @@ def serve(
     Only a loopback address is accepted unless ``allow_remote``: the API runs jobs as the user
     who started it, and the token travels in clear text. ``POST /shutdown`` sets
     ``shutdown_event`` (a new one if not given), exposed as ``ApiServer.shutdown_requested``.
-    ``close()`` takes up to ``poll_interval_s`` to stop the serving thread.
+    ``close()`` takes up to ``poll_interval_s`` to stop the serving thread. ``allow_remote``
+    also lets requests name the service by any host name (the ``Host`` check is for loopback).
     """
     if not token:
         raise InputError("the API token must not be empty", field="token")
@@ -297,6 +337,8 @@ def serve(
         raise QoschedError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     httpd.service = service
     httpd.token = token.encode()
+    httpd.sessions = auth.Sessions()
+    httpd.check_host = not allow_remote
     httpd.shutdown_requested = shutdown_event if shutdown_event is not None else threading.Event()
     thread = threading.Thread(
         target=httpd.serve_forever,
@@ -321,6 +363,8 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     service: Service
     token: bytes
+    sessions: auth.Sessions
+    check_host: bool
     shutdown_requested: threading.Event
 
 
@@ -343,6 +387,7 @@ class _Reply:
     body: bytes
     content_type: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    html: bool = False  # sent with the page's Content-Security-Policy
     after: Callable[[], object] | None = None  # run once the reply is sent
 
 
@@ -356,6 +401,10 @@ def _json_reply(
 
 def _text_reply(text: str, content_type: str = "text/plain; charset=utf-8") -> _Reply:
     return _Reply(HTTPStatus.OK, text.encode("utf-8"), content_type)
+
+
+def _html_reply(text: str, status: HTTPStatus = HTTPStatus.OK) -> _Reply:
+    return _Reply(status, text.encode("utf-8"), "text/html; charset=utf-8", html=True)
 
 
 Route = Callable[["_Handler", list[str]], _Reply]
@@ -441,17 +490,81 @@ class _Handler(BaseHTTPRequestHandler):
         # Set after the reply is out, so the client hears back before the service goes away.
         return replace(reply, after=self.server.shutdown_requested.set)
 
+    # --- the web page ----------------------------------------------------------------------------
+
+    def _page(self, args: list[str]) -> _Reply:
+        session = self._session()
+        if session is None:
+            return _html_reply(page.login_needed(), HTTPStatus.UNAUTHORIZED)
+        return _html_reply(page.index(session.csrf))
+
+    def _login(self, args: list[str]) -> _Reply:
+        query = parse_qs(urlsplit(self.path).query)
+        code = (query.get("code") or [""])[-1]
+        redeemed = self.server.sessions.redeem(code) if code else None
+        if redeemed is None:
+            return _html_reply(page.login_needed(used=bool(code)), HTTPStatus.UNAUTHORIZED)
+        secret, _ = redeemed
+        cookie = (
+            f"{auth.cookie_name(self.server.server_port)}={secret}; "
+            "HttpOnly; SameSite=Strict; Path=/"
+        )
+        return _Reply(
+            HTTPStatus.SEE_OTHER, b"", "text/plain", {"Location": "/", "Set-Cookie": cookie}
+        )
+
+    def _new_login_code(self, args: list[str]) -> _Reply:
+        code = self.server.sessions.new_code()
+        host, port = self.server.server_address[:2]
+        host = f"[{host}]" if ":" in str(host) else host
+        url = f"http://{host}:{port}{auth.LOGIN_PATH}?code={quote(code)}"
+        return _json_reply({"code": code, "url": url}, HTTPStatus.CREATED)
+
+    def _static(self, args: list[str]) -> _Reply:
+        found = page.static_file(args[0])
+        if found is None:
+            raise _HttpError(HTTPStatus.NOT_FOUND, f"no such file: {args[0]}")
+        body, content_type = found
+        return _Reply(HTTPStatus.OK, body, content_type)
+
+    def _dashboard(self, method: str, *args: str) -> Any:
+        view = getattr(self.server.service, method, None)
+        if view is None:
+            raise _HttpError(HTTPStatus.NOT_IMPLEMENTED, f"this service has no {method} view")
+        return view(*args)
+
+    def _timeline(self, args: list[str]) -> _Reply:
+        return _json_reply(self._dashboard("timeline"))
+
+    def _speed(self, args: list[str]) -> _Reply:
+        return _json_reply(self._dashboard("job_speed", args[0]))
+
+    def _usage(self, args: list[str]) -> _Reply:
+        return _json_reply(self._dashboard("usage"))
+
     _ROUTES: tuple[tuple[tuple[str, ...], Mapping[str, Route]], ...] = (
+        (("",), {"GET": _page}),
+        (("login",), {"GET": _login}),
+        (("login-codes",), {"POST": _new_login_code}),
+        (("static", "{id}"), {"GET": _static}),
         (("healthz",), {"GET": _healthz}),
         (("metrics",), {"GET": _metrics}),
         (("jobs",), {"GET": _list_jobs, "POST": _submit}),
         (("jobs", "{id}"), {"GET": _get_job, "DELETE": _cancel}),
         (("jobs", "{id}", "detail"), {"GET": _job_detail}),
         (("jobs", "{id}", "logs"), {"GET": _logs}),
+        (("jobs", "{id}", "speed"), {"GET": _speed}),
         (("status",), {"GET": _status}),
+        (("timeline",), {"GET": _timeline}),
+        (("usage",), {"GET": _usage}),
         (("shutdown",), {"POST": _shutdown}),
     )
-    _OPEN = frozenset({("GET", ("healthz",)), ("GET", ("metrics",))})
+    # Open to anyone on this machine (still only under a loopback Host): health, metrics, the
+    # sign-in itself, the page's script and styles, and the page, which checks its own session.
+    _OPEN_PATHS = frozenset({("healthz",), ("metrics",), ("login",), ("",)})
+    # Only for holders of the API token, never for a browser session.
+    _TOKEN_ONLY = frozenset({("shutdown",), ("login-codes",)})
+    _SAFE_METHODS = frozenset({"GET", "HEAD"})
 
     # --- mechanics -------------------------------------------------------------------------------
 
@@ -488,10 +601,18 @@ class _Handler(BaseHTTPRequestHandler):
             reply.after()
 
     def _handle(self) -> _Reply:
+        if self.server.check_host and not auth.host_allowed(
+            self.headers.get("Host"), self.server.server_port
+        ):
+            raise _HttpError(
+                HTTPStatus.FORBIDDEN,
+                "the Host header must name this machine's loopback address (127.0.0.1, [::1] "
+                "or localhost) and the service's port",
+            )
         path = urlsplit(self.path).path
         parts = tuple(unquote(part) for part in path.strip("/").split("/"))
-        if (self.command, parts) not in self._OPEN:
-            self._check_token()
+        if not (parts in self._OPEN_PATHS or (len(parts) == 2 and parts[0] == "static")):
+            self._authorize(parts)
         for pattern, methods in self._ROUTES:
             args = _match(pattern, parts)
             if args is None:
@@ -506,6 +627,43 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             return route(self, args)
         raise _HttpError(HTTPStatus.NOT_FOUND, f"no such route: {self.command} {path}")
+
+    def _authorize(self, parts: tuple[str, ...]) -> None:
+        """The API token, or (except for ``_TOKEN_ONLY`` routes) the page's session cookie,
+        with its CSRF token on a request that changes something; _HttpError otherwise."""
+        if self.headers.get("Authorization") is not None or parts in self._TOKEN_ONLY:
+            self._check_token()
+            return
+        session = self._session()
+        if session is None:
+            self._check_token()  # raises the 401 that says how to authenticate
+            return
+        if self.command in self._SAFE_METHODS:
+            return
+        origin = self.headers.get("Origin")
+        if origin is not None and (
+            not self.server.check_host
+            or not auth.host_allowed(urlsplit(origin).netloc, self.server.server_port)
+        ):
+            raise _HttpError(HTTPStatus.FORBIDDEN, f"requests from {origin} are refused")
+        if not auth.csrf_matches(session, self.headers.get(auth.CSRF_HEADER)):
+            raise _HttpError(
+                HTTPStatus.FORBIDDEN,
+                f"missing or wrong {auth.CSRF_HEADER} header: a signed-in page sends it with "
+                "every request that changes something",
+            )
+
+    def _session(self) -> auth.Session | None:
+        """The session the request's cookie opens, if any."""
+        wanted = auth.cookie_name(self.server.server_port)
+        # Split by hand: other local apps' cookies ride along (browsers share them between a
+        # host's ports), and http.cookies stops at the first one it finds malformed.
+        for header in self.headers.get_all("Cookie") or ():
+            for pair in header.split(";"):
+                name, _, value = pair.strip().partition("=")
+                if name == wanted:
+                    return self.server.sessions.session(value.strip().strip('"'))
+        return None
 
     def _check_token(self) -> None:
         scheme, _, credentials = (self.headers.get("Authorization") or "").partition(" ")
@@ -552,6 +710,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
         self.send_header("Cache-Control", "no-store")
+        # The login URL carries a code: no page of the service tells another site its address.
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        if reply.html:
+            self.send_header("Content-Security-Policy", page.CONTENT_SECURITY_POLICY)
+            self.send_header("X-Frame-Options", "DENY")
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()

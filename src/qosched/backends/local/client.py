@@ -107,6 +107,14 @@ class Client:
     def healthz(self) -> dict[str, Any]:
         return self._json("GET", "/healthz", auth=False)
 
+    def login_url(self) -> str:
+        """A URL that signs a browser in to the service's web page, once (a fresh code)."""
+        answer = self._json("POST", "/login-codes", body=b"")
+        code = answer.get("code") if isinstance(answer, dict) else None
+        if not isinstance(code, str) or not code or len(code) > 256:
+            raise QoschedError(f"POST {self.url}/login-codes: the answer has no login code")
+        return f"{self.url}/login?code={quote(code, safe='')}"
+
     def shutdown(self) -> None:
         """Ask the service to stop; returns once it has agreed, not once it has stopped."""
         self._request("POST", "/shutdown", body=b"")

@@ -83,6 +83,7 @@ from qosched.backends.local.store import (
     StoreUnavailableError,
     UnknownJobError,
 )
+from qosched.backends.local.web import views
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import create_policy
 from qosched.cluster.spec import ClusterSpec
@@ -984,6 +985,41 @@ class LocalService:
             state = self.store.get(job_id).state  # before the bytes: see read_log_chunk
         path = self.home / "jobs" / job_id / WORKER_LOG
         return detail.read_log_chunk(path, offset, limit, state=state)
+
+    # -- the web page's views (see qosched.backends.local.api.DashboardService) -----------------
+
+    def timeline(self) -> dict[str, Any]:
+        with self._lock:
+            return views.timeline(
+                self.jobs(), self.store.events(), now=self.clock(), cpus=self.cores
+            )
+
+    def job_speed(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            samples = self.store.progress(job_id)  # UnknownJobError for a bad id
+            events = self.store.events(job_id)
+            predictor = getattr(self.policy, "predictor_of", None)
+            model = predictor(job_id) if predictor is not None else None
+            predicted: dict[int, tuple[float, float, float]] = {}
+            if model is not None:
+                for cpus in range(1, len(self.cores) + 1):
+                    guess = model.predict(cpus)
+                    predicted[cpus] = (guess.rate, guess.rate_low, guess.rate_high)
+        return views.job_speed(job_id, samples, events, predicted)
+
+    def usage(self) -> dict[str, Any]:
+        with self._lock:
+            held = {
+                job_id: (live.cores, live.worker.pid if live.worker is not None else None)
+                for job_id, live in self._live.items()
+                if live.cores
+            }
+            now = self.clock()
+        jobs = {
+            job_id: {"cpus": len(cores), "cpu_s": views.cpu_seconds(pid) if pid else 0.0}
+            for job_id, (cores, pid) in held.items()
+        }
+        return {"t": now, "cpus": len(self.cores), "jobs": jobs}
 
 
 def assign_cores(

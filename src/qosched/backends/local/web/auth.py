@@ -1,0 +1,126 @@
+"""Who may talk to the local service from a browser, and from where.
+
+Called by the API server (``qosched.backends.local.api``) for every request:
+
+- ``host_allowed``: the ``Host`` header must name this machine's loopback interface and the
+  service's port. A page on another site that makes its own name resolve to 127.0.0.1 (DNS
+  rebinding) sends its own name as ``Host``, so it is refused before anything is read.
+- ``Sessions``: ``qosched up`` prints a login URL with a one-time code; opening it trades the
+  code for a session: a random secret in an HttpOnly, SameSite=Strict cookie (never the API
+  token, which stays with the command-line clients) and a CSRF token that the page reads from
+  its own HTML and sends back as ``X-CSRF-Token`` on every call that changes something.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+CSRF_HEADER = "X-CSRF-Token"
+LOGIN_PATH = "/login"
+#: At most this many login codes wait to be used, and this many sessions live; the oldest go
+#: first, so a client asking for codes in a loop cannot grow the service's memory.
+MAX_CODES = 32
+MAX_SESSIONS = 64
+_SECRET_BYTES = 32
+
+
+def cookie_name(port: int) -> str:
+    """The session cookie's name. Browsers share cookies between the ports of one host, so each
+    service (one per home, each on its own port) names its cookie after its port."""
+    return f"qosched_session_{port}"
+
+
+def host_allowed(host_header: str | None, port: int) -> bool:
+    """Whether ``Host`` names a loopback address or ``localhost`` with the service's ``port``
+    (no port: 80, as HTTP says). A missing header is refused: HTTP/1.1 requires it."""
+    if not host_header:
+        return False
+    host = host_header.strip().lower()
+    if host.startswith("["):  # [::1]:port
+        name, bracket, rest = host[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return False
+        port_text = rest[1:] if rest else ""
+    else:
+        name, colon, port_text = host.rpartition(":")
+        if not colon:
+            name, port_text = host, ""
+    if port_text:
+        if not (port_text.isascii() and port_text.isdecimal()) or len(port_text) > 5:
+            return False
+        given_port = int(port_text)
+    else:
+        given_port = 80
+    if given_port != port:
+        return False
+    if name in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One signed-in browser: ``csrf`` is what it must echo in ``X-CSRF-Token``."""
+
+    csrf: str
+
+
+class Sessions:
+    """One-time login codes and the sessions they open. Thread-safe: the API server's handler
+    threads call it at once. Secrets are kept only as SHA-256 digests, compared in constant
+    time, so a memory dump or a timing probe does not hand them out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._codes: OrderedDict[bytes, None] = OrderedDict()
+        self._sessions: OrderedDict[bytes, Session] = OrderedDict()
+
+    def new_code(self) -> str:
+        """A fresh one-time login code (for the URL ``qosched up`` prints)."""
+        code = secrets.token_urlsafe(_SECRET_BYTES)
+        with self._lock:
+            self._codes[_digest(code)] = None
+            while len(self._codes) > MAX_CODES:
+                self._codes.popitem(last=False)
+        return code
+
+    def redeem(self, code: str) -> tuple[str, Session] | None:
+        """Trade a login code for a new session (its cookie value and its CSRF token); None when
+        the code is unknown or already used. A code works once."""
+        with self._lock:
+            if self._codes.pop(_digest(code), False) is False:
+                return None
+            secret = secrets.token_urlsafe(_SECRET_BYTES)
+            session = Session(csrf=secrets.token_urlsafe(_SECRET_BYTES))
+            self._sessions[_digest(secret)] = session
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        return secret, session
+
+    def session(self, secret: str | None) -> Session | None:
+        """The session a cookie value opens, or None."""
+        if not secret:
+            return None
+        with self._lock:
+            return self._sessions.get(_digest(secret))
+
+
+def csrf_matches(session: Session, given: str | None) -> bool:
+    return given is not None and hmac.compare_digest(
+        given.encode("utf-8", errors="replace"), session.csrf.encode()
+    )
+
+
+def _digest(secret: str) -> bytes:
+    # Looking a digest up in a dict leaks at most how a hash of the secret compares, which tells
+    # an attacker nothing about the secret itself.
+    return hashlib.sha256(secret.encode("utf-8", errors="replace")).digest()

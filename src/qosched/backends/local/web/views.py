@@ -1,0 +1,162 @@
+"""The JSON views only the web page needs: every job's allocations on one time line
+(``GET /timeline``), one job's speed against cores (``GET /jobs/{id}/speed``), and the CPU time
+a job's processes used (for ``GET /usage``).
+
+Pure functions of what the store holds (and of ``/proc`` for CPU time), so any service can
+build the same answer from the same facts; ``LocalService`` calls them under its lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from qosched.backends.local.detail import allocation_history
+from qosched.backends.local.store import FINAL_STATES, Event, ProgressSample
+
+_FINAL = frozenset(state.value for state in FINAL_STATES)
+
+
+def timeline(
+    jobs: Sequence[Mapping[str, Any]],
+    events: Sequence[Event],
+    *,
+    now: float,
+    cpus: Sequence[int],
+    gpus: Sequence[int] = (),
+) -> dict[str, Any]:
+    """Every allocation of every job and the moments that changed them.
+
+    ``jobs`` are ``Service.job`` dicts; ``events`` the whole audit log in order. Returns
+    ``{"now", "cpus", "gpus", "jobs": [{"id", "name", "state"}], "segments": [{"job", "from",
+    "until", "cpus", "gpus"}], "marks": [{"t", "job", "kind", "text"}]}``: a segment is one
+    allocation held (``until`` None while held), a mark one of ``start``, ``resize``,
+    ``preempt``, ``restart`` and the outcome states (``succeeded``, ``failed``, ...).
+    """
+    by_job: dict[str, list[Event]] = {}
+    for event in events:
+        if event.job_id is not None:
+            by_job.setdefault(event.job_id, []).append(event)
+    segments: list[dict[str, Any]] = []
+    marks: list[dict[str, Any]] = []
+    for job in jobs:
+        own = by_job.get(job["id"], [])
+        for held in allocation_history(own):
+            segments.append({"job": job["id"], **held})
+        marks.extend(_marks(job["id"], own))
+    return {
+        "now": now,
+        "cpus": list(cpus),
+        "gpus": list(gpus),
+        "jobs": [{"id": j["id"], "name": j["name"], "state": j["state"]} for j in jobs],
+        "segments": segments,
+        "marks": marks,
+    }
+
+
+def _marks(job_id: str, events: Sequence[Event]) -> list[dict[str, Any]]:
+    marks = []
+    started = False
+    for event in events:
+        kind = text = None
+        detail = event.detail
+        if event.kind == "state" and detail.get("to") == "running":
+            kind = "restart" if started else "start"
+            started = True
+            text = f"{kind} on cores {_cores(detail.get('cpus') or [])}"
+        elif event.kind == "state" and detail.get("to") == "preempted":
+            kind, text = "preempt", "pre-empted"
+        elif event.kind == "state" and detail.get("to") in _FINAL:
+            kind = str(detail["to"])
+            text = kind + (f": {detail['error']}" if detail.get("error") else "")
+        elif event.kind == "allocation":
+            kind = "resize"
+            text = f"re-sized from cores {_cores(detail.get('from') or [])} to "
+            text += _cores(detail.get("to") or [])
+        elif event.kind == "stopped" and marks and marks[-1]["kind"] == "preempt":
+            marks[-1]["text"] = f"pre-empted: {detail.get('why', '')}"
+        if kind is not None:
+            marks.append({"t": event.t, "job": job_id, "kind": kind, "text": text})
+    return marks
+
+
+def _cores(cpus: Sequence[int]) -> str:
+    return ",".join(str(c) for c in cpus) or "-"
+
+
+def measured_speeds(
+    samples: Sequence[ProgressSample], allocations: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Iterations per second at each core count, from the job's progress samples.
+
+    Only two consecutive samples within one allocation (``allocation_history``) make an
+    interval: a pre-emption or a re-size between them would charge the pause, or the work
+    redone after a restart from a checkpoint, to the wrong count. Returns
+    ``[{"cpus", "rate", "seconds"}]`` by core count, ``seconds`` being how long it was measured.
+    """
+    totals: dict[int, list[float]] = {}
+    for held in allocations:
+        start, until = held["from"], held["until"]
+        inside = [s for s in samples if s.t >= start and (until is None or s.t <= until)]
+        for before, after in itertools.pairwise(inside):
+            dt, di = after.t - before.t, after.iteration - before.iteration
+            if dt <= 0 or di < 0 or after.cpus != before.cpus or after.cpus <= 0:
+                continue
+            seconds_iterations = totals.setdefault(after.cpus, [0.0, 0.0])
+            seconds_iterations[0] += dt
+            seconds_iterations[1] += di
+    return [
+        {"cpus": cpus, "rate": iterations / seconds, "seconds": seconds}
+        for cpus, (seconds, iterations) in sorted(totals.items())
+        if seconds > 0 and math.isfinite(iterations / seconds)
+    ]
+
+
+def job_speed(
+    job_id: str,
+    samples: Sequence[ProgressSample],
+    events: Sequence[Event],
+    predicted: Mapping[int, tuple[float, float, float]],
+) -> dict[str, Any]:
+    """``GET /jobs/{id}/speed``: ``{"job", "measured": measured_speeds(...), "predicted":
+    [{"cpus", "rate", "low", "high"}]}``; ``predicted`` maps a core count to the predictor's
+    (rate, low, high) in iterations/s, empty when the policy has no predictor for the job."""
+    return {
+        "job": job_id,
+        "measured": measured_speeds(samples, allocation_history(events)),
+        "predicted": [
+            {"cpus": cpus, "rate": rate, "low": low, "high": high}
+            for cpus, (rate, low, high) in sorted(predicted.items())
+            if all(math.isfinite(v) and v > 0 for v in (rate, low, high))
+        ],
+    }
+
+
+def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
+    """CPU time (user and system) used so far by process ``pid`` and every descendant still
+    running, with what their children that already exited used; 0 for a process that is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, pending, seen = 0, [pid], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            stat = (proc / str(current) / "stat").read_text()
+            tasks = list((proc / str(current) / "task").iterdir())
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+        fields = stat.rsplit(")", 1)[1].split()
+        # utime, stime, cutime, cstime are fields 14-17 of stat, 12-15 after the name.
+        total += sum(int(value) for value in fields[11:15])
+        for task in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+    return total / ticks

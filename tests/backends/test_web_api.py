@@ -1,0 +1,300 @@
+"""The API's browser side: the login URL, the session cookie, CSRF, the Host check, the page
+and its static files (against the in-memory service; the real one is in test_web_browser)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from service_fakes import Running, running_service, spec_text
+
+from qosched.backends.local.client import Client
+from qosched.backends.local.web import auth
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    with running_service(tmp_path) as running:
+        yield running
+
+
+def call(
+    running: Running,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, http.client.HTTPResponse, bytes]:
+    """One raw request with exactly ``headers`` (http.client adds Host unless given)."""
+    connection = http.client.HTTPConnection(running.server.host, running.server.port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response, response.read()
+    finally:
+        connection.close()
+
+
+def bearer(running: Running) -> dict[str, str]:
+    return {"Authorization": f"Bearer {running.token}"}
+
+
+def login_path(running: Running) -> str:
+    url = running.server.login_url()
+    parts = urlsplit(url)
+    assert f"{parts.scheme}://{parts.netloc}" == running.server.url
+    return f"{parts.path}?{parts.query}"
+
+
+def sign_in(running: Running) -> tuple[dict[str, str], str]:
+    """Open the login URL as a browser would: the Cookie header it then sends, and the CSRF
+    token the page carries."""
+    status, response, _ = call(running, "GET", login_path(running))
+    assert status == 303 and response.getheader("Location") == "/"
+    cookie = response.getheader("Set-Cookie").split(";")[0]
+    status, _, page = call(running, "GET", "/", headers={"Cookie": cookie})
+    assert status == 200
+    csrf = re.search(rb'name="qosched-csrf" content="([^"]+)"', page)
+    assert csrf is not None
+    return {"Cookie": cookie}, csrf.group(1).decode()
+
+
+# --- signing in ----------------------------------------------------------------------------------
+
+
+def test_the_page_without_a_session_is_a_401_saying_how_to_sign_in(running: Running) -> None:
+    status, response, body = call(running, "GET", "/")
+    assert status == 401
+    assert response.getheader("Content-Type").startswith("text/html")
+    assert b"needs a sign-in" in body and b"qosched web" in body
+    assert b"qosched-csrf" not in body
+
+
+def test_the_login_url_sets_a_strict_http_only_session_cookie(running: Running) -> None:
+    path = login_path(running)
+    status, response, _ = call(running, "GET", path)
+    assert status == 303
+    cookie = response.getheader("Set-Cookie")
+    name_value, *attributes = [part.strip() for part in cookie.split(";")]
+    name, _, value = name_value.partition("=")
+    assert name == auth.cookie_name(running.server.port)
+    assert set(attributes) == {"HttpOnly", "SameSite=Strict", "Path=/"}
+    # The cookie is a fresh secret: neither the API token nor the code from the URL.
+    assert len(value) >= 40 and value != running.token and value not in path
+
+
+def test_a_login_url_works_once(running: Running) -> None:
+    path = login_path(running)
+    assert call(running, "GET", path)[0] == 303
+    status, _, body = call(running, "GET", path)
+    assert status == 401 and b"already used" in body
+
+
+@pytest.mark.parametrize("query", ["", "?code=", "?code=guess", "?other=1"])
+def test_a_login_without_a_valid_code_sets_no_cookie(running: Running, query: str) -> None:
+    status, response, _ = call(running, "GET", "/login" + query)
+    assert status == 401 and response.getheader("Set-Cookie") is None
+
+
+def test_the_page_carries_its_csrf_token_which_is_not_the_cookie(running: Running) -> None:
+    cookie, csrf = sign_in(running)
+    assert csrf not in cookie["Cookie"] and csrf != running.token
+
+
+def test_the_page_forbids_framing_inline_code_and_referrers(running: Running) -> None:
+    cookie, _ = sign_in(running)
+    _, response, _ = call(running, "GET", "/", headers=cookie)
+    policy = response.getheader("Content-Security-Policy")
+    assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
+    assert "unsafe-inline" not in policy
+    assert response.getheader("X-Frame-Options") == "DENY"
+    assert response.getheader("Referrer-Policy") == "no-referrer"
+
+
+def test_the_cli_client_gets_new_login_urls_that_each_work_once(running: Running) -> None:
+    client = Client.from_home(running.home)
+    first, second = client.login_url(), client.login_url()
+    assert first != second
+    for url in (first, second):
+        parts = urlsplit(url)
+        assert f"{parts.scheme}://{parts.netloc}" == running.server.url
+        assert call(running, "GET", f"{parts.path}?{parts.query}")[0] == 303
+
+
+def test_making_login_codes_needs_the_api_token(running: Running) -> None:
+    cookie, csrf = sign_in(running)
+    assert call(running, "POST", "/login-codes", b"")[0] == 401
+    headers = {**cookie, auth.CSRF_HEADER: csrf}
+    assert call(running, "POST", "/login-codes", b"", headers)[0] == 401
+
+
+# --- what the cookie opens -----------------------------------------------------------------------
+
+READS = ["/status", "/jobs", "/jobs/j-000001", "/jobs/j-000001/detail", "/jobs/j-000001/logs"]
+
+
+@pytest.mark.parametrize("path", READS)
+def test_the_cookie_opens_the_json_api_for_reading(running: Running, path: str) -> None:
+    cookie, _ = sign_in(running)
+    call(running, "POST", "/jobs", spec_text().encode(), bearer(running))
+    assert call(running, "GET", path)[0] == 401
+    assert call(running, "GET", path, headers=cookie)[0] == 200
+
+
+def test_the_cookie_is_found_among_other_local_apps_cookies(running: Running) -> None:
+    cookie, _ = sign_in(running)
+    # What another app on 127.0.0.1 may have set, malformed by the strict rules or not.
+    header = f'_xsrf=2|ab|cd|1; odd"name=1; {cookie["Cookie"]}; other=x'
+    assert call(running, "GET", "/jobs", headers={"Cookie": header})[0] == 200
+
+
+def test_a_made_up_or_foreign_ports_cookie_opens_nothing(running: Running) -> None:
+    cookie, _ = sign_in(running)
+    value = cookie["Cookie"].split("=", 1)[1]
+    other_port = f"{auth.cookie_name(running.server.port + 1)}={value}"
+    made_up = f"{auth.cookie_name(running.server.port)}=made-up"
+    for header in (other_port, made_up, "garbage;;=="):
+        assert call(running, "GET", "/jobs", headers={"Cookie": header})[0] == 401
+
+
+CHANGES = [
+    ("POST", "/jobs", spec_text().encode()),
+    ("DELETE", "/jobs/j-000001", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), CHANGES, ids=[c[0] for c in CHANGES])
+@pytest.mark.parametrize("csrf", [None, "wrong", ""], ids=["none", "wrong", "empty"])
+def test_a_change_with_the_cookie_but_without_the_csrf_token_is_refused(
+    running: Running, method: str, path: str, body: bytes | None, csrf: str | None
+) -> None:
+    call(running, "POST", "/jobs", spec_text().encode(), bearer(running))
+    cookie, _ = sign_in(running)
+    headers = cookie if csrf is None else {**cookie, auth.CSRF_HEADER: csrf}
+    status, _, answer = call(running, method, path, body, headers)
+    assert status == 403 and auth.CSRF_HEADER.encode() in answer
+    assert [job["state"] for job in running.service.jobs()] == ["queued"]
+
+
+def test_a_change_with_the_cookie_and_its_csrf_token_is_done(running: Running) -> None:
+    cookie, csrf = sign_in(running)
+    headers = {**cookie, auth.CSRF_HEADER: csrf, "X-Qosched-Source": "pasted.yaml"}
+    status, _, body = call(running, "POST", "/jobs", spec_text().encode(), headers)
+    assert status == 201
+    job_id = json.loads(body)["id"]
+    status, _, body = call(running, "DELETE", f"/jobs/{job_id}", None, headers)
+    assert status == 200 and json.loads(body)["state"] == "cancelled"
+
+
+def test_a_bad_spec_from_the_page_gets_the_clis_error_with_its_field(running: Running) -> None:
+    cookie, csrf = sign_in(running)
+    headers = {**cookie, auth.CSRF_HEADER: csrf, "X-Qosched-Source": "mine.yaml"}
+    bad = spec_text().replace("deadline: 10m", "deadline: soon")
+    status, _, body = call(running, "POST", "/jobs", bad.encode(), headers)
+    answer = json.loads(body)
+    assert status == 400
+    assert answer["source"] == "mine.yaml" and answer["field"] == "spec.deadline"
+    assert answer["error"].startswith("mine.yaml:")
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://evil.example", "http://127.0.0.1:1", "null"], ids=["site", "port", "null"]
+)
+def test_a_change_from_another_origin_is_refused_even_with_the_csrf_token(
+    running: Running, origin: str
+) -> None:
+    cookie, csrf = sign_in(running)
+    headers = {**cookie, auth.CSRF_HEADER: csrf, "Origin": origin}
+    assert call(running, "POST", "/jobs", spec_text().encode(), headers)[0] == 403
+    assert running.service.jobs() == []
+
+
+def test_a_change_from_the_pages_own_origin_is_done(running: Running) -> None:
+    cookie, csrf = sign_in(running)
+    headers = {**cookie, auth.CSRF_HEADER: csrf, "Origin": running.server.url}
+    assert call(running, "POST", "/jobs", spec_text().encode(), headers)[0] == 201
+
+
+def test_the_cookie_cannot_stop_the_service(running: Running) -> None:
+    cookie, csrf = sign_in(running)
+    assert call(running, "POST", "/shutdown", b"", {**cookie, auth.CSRF_HEADER: csrf})[0] == 401
+    assert not running.server.shutdown_requested.is_set()
+
+
+# --- the Host check ------------------------------------------------------------------------------
+
+EVERY_ROUTE = [
+    ("GET", "/"),
+    ("GET", "/login?code=x"),
+    ("GET", "/static/app.js"),
+    ("GET", "/metrics"),
+    ("GET", "/healthz"),
+    ("GET", "/status"),
+    ("GET", "/jobs"),
+    ("POST", "/jobs"),
+    ("DELETE", "/jobs/j-000001"),
+    ("POST", "/shutdown"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), EVERY_ROUTE, ids=[f"{m} {p}" for m, p in EVERY_ROUTE])
+@pytest.mark.parametrize("host", ["evil.example:{port}", "127.0.0.1:1", "localhost.evil.example"])
+def test_every_route_refuses_a_foreign_host_even_with_the_token(
+    running: Running, method: str, path: str, host: str
+) -> None:
+    headers = {**bearer(running), "Host": host.format(port=running.server.port)}
+    status, _, body = call(running, method, path, b"" if method != "GET" else None, headers)
+    assert status == 403 and b"Host header" in body
+    assert not running.server.shutdown_requested.is_set()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])
+def test_loopback_names_with_the_port_are_served(running: Running, host: str) -> None:
+    headers = {"Host": f"{host}:{running.server.port}"}
+    assert call(running, "GET", "/metrics", headers=headers)[0] == 200
+
+
+# --- static files and views ----------------------------------------------------------------------
+
+STATIC = [
+    ("/static/app.js", "text/javascript"),
+    ("/static/app.css", "text/css"),
+    ("/static/favicon.svg", "image/svg+xml"),
+]
+
+
+@pytest.mark.parametrize(("path", "content_type"), STATIC, ids=[p for p, _ in STATIC])
+def test_the_pages_files_are_served_from_the_package(
+    running: Running, path: str, content_type: str
+) -> None:
+    status, response, body = call(running, "GET", path)
+    assert status == 200 and response.getheader("Content-Type").startswith(content_type)
+    assert len(body) > 100
+
+
+@pytest.mark.parametrize(
+    "path", ["/static/nope.js", "/static/..%2Fapi.py", "/static/__init__.py", "/static/"]
+)
+def test_nothing_but_the_pages_files_is_served_as_static(running: Running, path: str) -> None:
+    assert call(running, "GET", path, headers=bearer(running))[0] == 404
+
+
+def test_the_page_loads_nothing_from_elsewhere(running: Running) -> None:
+    cookie, _ = sign_in(running)
+    page = call(running, "GET", "/", headers=cookie)[2]
+    script = call(running, "GET", "/static/app.js")[2]
+    style = call(running, "GET", "/static/app.css")[2]
+    for text in (page, script, style):
+        # The only absolute URL allowed is the SVG namespace, which is a name, not a fetch.
+        urls = set(re.findall(rb"https?://[^\s\"')]+", text))
+        assert urls <= {b"http://www.w3.org/2000/svg"}, urls
+
+
+@pytest.mark.parametrize("path", ["/timeline", "/usage", "/jobs/j-000001/speed"])
+def test_a_service_without_the_pages_views_answers_501(running: Running, path: str) -> None:
+    assert call(running, "GET", path, headers=bearer(running))[0] == 501

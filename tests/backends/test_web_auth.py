@@ -1,0 +1,101 @@
+"""The web page's sign-in: the Host check, one-time login codes and sessions."""
+
+from __future__ import annotations
+
+import pytest
+
+from qosched.backends.local.web import auth
+
+PORT = 8123
+
+HOSTS = [
+    ("127.0.0.1:8123", True),
+    ("127.9.9.9:8123", True),  # all of 127/8 is loopback
+    ("localhost:8123", True),
+    ("LOCALHOST:8123", True),
+    ("localhost.:8123", True),
+    ("[::1]:8123", True),
+    ("127.0.0.1:8124", False),  # another port: another service
+    ("127.0.0.1", False),  # no port means 80
+    ("evil.example:8123", False),  # DNS rebinding: the attacker's name
+    ("localhost.evil.example:8123", False),
+    ("10.0.0.1:8123", False),
+    ("[::2]:8123", False),
+    ("[::1]8123", False),
+    ("[::1:8123", False),
+    ("127.0.0.1:+8123", False),
+    ("127.0.0.1:08123x", False),
+    ("127.0.0.1:999999", False),
+    ("", False),
+    (None, False),
+]
+
+
+@pytest.mark.parametrize(("host", "allowed"), HOSTS, ids=[repr(h) for h, _ in HOSTS])
+def test_host_allowed_accepts_only_loopback_names_with_the_service_port(
+    host: str | None, allowed: bool
+) -> None:
+    assert auth.host_allowed(host, PORT) is allowed
+
+
+def test_host_without_port_matches_port_80() -> None:
+    assert auth.host_allowed("localhost", 80)
+
+
+def test_a_login_code_opens_one_session_only_once() -> None:
+    sessions = auth.Sessions()
+    code = sessions.new_code()
+    redeemed = sessions.redeem(code)
+    assert redeemed is not None
+    secret, session = redeemed
+    assert sessions.session(secret) == session
+    assert sessions.redeem(code) is None
+
+
+def test_unknown_codes_and_cookies_open_nothing() -> None:
+    sessions = auth.Sessions()
+    sessions.new_code()
+    assert sessions.redeem("not-a-code") is None
+    assert sessions.session("not-a-session") is None
+    assert sessions.session(None) is None
+    assert sessions.session("") is None
+
+
+def test_the_session_secret_is_neither_the_code_nor_its_csrf_token() -> None:
+    sessions = auth.Sessions()
+    code = sessions.new_code()
+    secret, session = sessions.redeem(code) or ("", auth.Session(""))
+    assert len({code, secret, session.csrf}) == 3
+    assert sessions.session(code) is None
+    assert sessions.session(session.csrf) is None
+
+
+def test_the_oldest_codes_expire_past_the_limit() -> None:
+    sessions = auth.Sessions()
+    codes = [sessions.new_code() for _ in range(auth.MAX_CODES + 1)]
+    assert sessions.redeem(codes[0]) is None
+    assert sessions.redeem(codes[1]) is not None
+    assert sessions.redeem(codes[-1]) is not None
+
+
+def test_the_oldest_sessions_end_past_the_limit() -> None:
+    sessions = auth.Sessions()
+    secrets = []
+    for _ in range(auth.MAX_SESSIONS + 1):
+        redeemed = sessions.redeem(sessions.new_code())
+        assert redeemed is not None
+        secrets.append(redeemed[0])
+    assert sessions.session(secrets[0]) is None
+    assert sessions.session(secrets[1]) is not None
+
+
+CSRF = [("right", True), ("wrong", False), ("", False), (None, False), ("right ", False)]
+
+
+@pytest.mark.parametrize(("given", "matches"), CSRF, ids=[repr(g) for g, _ in CSRF])
+def test_csrf_matches_only_the_session_token(given: str | None, matches: bool) -> None:
+    assert auth.csrf_matches(auth.Session(csrf="right"), given) is matches
+
+
+def test_each_port_has_its_own_cookie() -> None:
+    assert auth.cookie_name(8123) != auth.cookie_name(8124)

@@ -1,0 +1,181 @@
+"""The web page's JSON views: the timeline of allocations, speed against cores, CPU time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qosched.backends.local.store import Event, ProgressSample
+from qosched.backends.local.web import views
+
+
+def job(job_id: str, state: str = "running") -> dict[str, Any]:
+    return {"id": job_id, "name": f"name-{job_id}", "state": state}
+
+
+def state(job_id: str, t: float, old: str, new: str, **detail: Any) -> Event:
+    return Event(job_id, t, "state", {"from": old, "to": new, **detail})
+
+
+# A job started on cores 0-1, re-sized to core 0, pre-empted, restarted on core 1, succeeded.
+LIFE = [
+    Event("j-1", 0.0, "submitted", {"name": "a"}),
+    state("j-1", 1.0, "queued", "running", cpus=[0, 1]),
+    Event("j-1", 5.0, "allocation", {"from": [0, 1], "to": [0]}),
+    state("j-1", 8.0, "running", "preempted"),
+    Event("j-1", 8.0, "stopped", {"why": "pre-empted by the scheduler"}),
+    state("j-1", 10.0, "preempted", "running", cpus=[1]),
+    state("j-1", 14.0, "running", "succeeded"),
+]
+
+
+def test_timeline_has_one_segment_per_allocation_held() -> None:
+    line = views.timeline([job("j-1", "succeeded")], LIFE, now=20.0, cpus=[0, 1])
+    assert line["segments"] == [
+        {"job": "j-1", "from": 1.0, "until": 5.0, "cpus": [0, 1], "gpus": []},
+        {"job": "j-1", "from": 5.0, "until": 8.0, "cpus": [0], "gpus": []},
+        {"job": "j-1", "from": 10.0, "until": 14.0, "cpus": [1], "gpus": []},
+    ]
+    assert line["cpus"] == [0, 1] and line["gpus"] == [] and line["now"] == 20.0
+
+
+def test_timeline_marks_start_resize_preemption_restart_and_end() -> None:
+    line = views.timeline([job("j-1", "succeeded")], LIFE, now=20.0, cpus=[0, 1])
+    assert [(m["t"], m["kind"]) for m in line["marks"]] == [
+        (1.0, "start"),
+        (5.0, "resize"),
+        (8.0, "preempt"),
+        (10.0, "restart"),
+        (14.0, "succeeded"),
+    ]
+    assert line["marks"][2]["text"] == "pre-empted: pre-empted by the scheduler"
+    assert line["marks"][1]["text"] == "re-sized from cores 0,1 to 0"
+
+
+def test_timeline_keeps_each_jobs_events_apart_and_an_open_segment_open() -> None:
+    events = [
+        state("j-1", 1.0, "queued", "running", cpus=[0]),
+        state("j-2", 2.0, "queued", "running", cpus=[1]),
+        Event(None, 3.0, "service", {}),  # a service-wide event belongs to no job
+        state("j-1", 4.0, "running", "cancelled"),
+    ]
+    line = views.timeline([job("j-1", "cancelled"), job("j-2")], events, now=9.0, cpus=[0, 1])
+    assert [(s["job"], s["from"], s["until"]) for s in line["segments"]] == [
+        ("j-1", 1.0, 4.0),
+        ("j-2", 2.0, None),
+    ]
+    assert [(m["job"], m["kind"]) for m in line["marks"]] == [
+        ("j-1", "start"),
+        ("j-1", "cancelled"),
+        ("j-2", "start"),
+    ]
+    assert line["jobs"] == [
+        {"id": "j-1", "name": "name-j-1", "state": "cancelled"},
+        {"id": "j-2", "name": "name-j-2", "state": "running"},
+    ]
+
+
+def test_measured_speeds_average_each_core_count_within_its_allocations() -> None:
+    allocations = [
+        {"from": 0.0, "until": 10.0, "cpus": [0], "gpus": []},
+        {"from": 10.0, "until": None, "cpus": [0, 1], "gpus": []},
+    ]
+    samples = [
+        ProgressSample(2.0, 10, 1),
+        ProgressSample(4.0, 20, 1),  # 10 it in 2 s
+        ProgressSample(8.0, 40, 1),  # 20 it in 4 s: 1 core did 30 it in 6 s = 5 it/s
+        ProgressSample(12.0, 50, 2),  # new allocation: not paired with the 1-core sample
+        ProgressSample(13.0, 60, 2),  # 10 it in 1 s
+        ProgressSample(15.0, 90, 2),  # 30 it in 2 s: 2 cores did 40 it in 3 s
+    ]
+    speeds = views.measured_speeds(samples, allocations)
+    assert speeds == [
+        {"cpus": 1, "rate": 5.0, "seconds": 6.0},
+        {"cpus": 2, "rate": pytest.approx(40 / 3), "seconds": 3.0},
+    ]
+
+
+def test_measured_speeds_skip_a_restart_from_a_checkpoint() -> None:
+    # Pre-empted at t=8 and restarted at t=20 from the checkpoint at 30: the pause and the work
+    # redone belong to no interval.
+    allocations = [
+        {"from": 0.0, "until": 8.0, "cpus": [0], "gpus": []},
+        {"from": 20.0, "until": None, "cpus": [0], "gpus": []},
+    ]
+    samples = [
+        ProgressSample(2.0, 10, 1),
+        ProgressSample(6.0, 40, 1),  # 30 it in 4 s
+        ProgressSample(22.0, 35, 1),
+        ProgressSample(24.0, 45, 1),  # 10 it in 2 s
+    ]
+    assert views.measured_speeds(samples, allocations) == [
+        {"cpus": 1, "rate": 40 / 6, "seconds": 6.0}
+    ]
+
+
+def test_job_speed_lists_the_predictors_curve_by_core_count_and_drops_non_finite_rates() -> None:
+    predicted = {2: (3.0, 2.0, 4.0), 1: (2.0, 1.5, 2.5), 3: (float("inf"), 1.0, float("inf"))}
+    speed = views.job_speed("j-1", [], [], predicted)
+    assert speed == {
+        "job": "j-1",
+        "measured": [],
+        "predicted": [
+            {"cpus": 1, "rate": 2.0, "low": 1.5, "high": 2.5},
+            {"cpus": 2, "rate": 3.0, "low": 2.0, "high": 4.0},
+        ],
+    }
+
+
+def fake_proc(root: Path, pid: int, times: tuple[int, int, int, int], children: list[int]) -> None:
+    folder = root / str(pid)
+    (folder / "task" / str(pid)).mkdir(parents=True)
+    utime, stime, cutime, cstime = times
+    # A command name with a space and a parenthesis, as a process may choose.
+    before = " ".join(["S", "1", "1", "1", "0", "-1", "0", "0", "0", "0", "0"])
+    after = " ".join(["20", "0", "1", "0", "100"])
+    (folder / "stat").write_text(
+        f"{pid} (a (b) c) {before} {utime} {stime} {cutime} {cstime} {after}"
+    )
+    (folder / "task" / str(pid) / "children").write_text(" ".join(map(str, children)))
+
+
+def test_cpu_seconds_add_up_a_process_tree(tmp_path: Path) -> None:
+    ticks = os.sysconf("SC_CLK_TCK")
+    fake_proc(tmp_path, 10, (100, 50, 7, 3), [11, 12])
+    fake_proc(tmp_path, 11, (20, 10, 0, 0), [13])
+    fake_proc(tmp_path, 13, (5, 5, 0, 0), [])
+    # 12 has exited since its parent listed it: counted as nothing.
+    assert views.cpu_seconds(10, proc=tmp_path) == pytest.approx((160 + 30 + 10) / ticks)
+
+
+def test_cpu_seconds_of_a_process_that_is_gone_are_zero(tmp_path: Path) -> None:
+    assert views.cpu_seconds(4242, proc=tmp_path) == 0.0
+
+
+# Burns some CPU, prints the CPU time it used by its own account, then waits to be measured.
+BURNER = """\
+import os, sys
+sum(i * i for i in range(300_000))
+times = os.times()
+print(times.user + times.system, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_cpu_seconds_of_a_real_process_are_what_it_says_it_used() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", BURNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as burner:
+        assert burner.stdout is not None and burner.stdin is not None
+        own_account = float(burner.stdout.readline())
+        used = views.cpu_seconds(burner.pid)
+        burner.stdin.close()
+    # The kernel counts in clock ticks; printing the number costs at most a tick or two more.
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert own_account > 0
+    assert own_account - tick <= used <= own_account + 3 * tick
