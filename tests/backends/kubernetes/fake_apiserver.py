@@ -28,6 +28,7 @@ KINDS = {
     "nodes": ("v1", "Node"),
     "statefulsets": ("apps/v1", "StatefulSet"),
     "leases": ("coordination.k8s.io/v1", "Lease"),
+    "events": ("v1", "Event"),
 }
 
 
@@ -46,17 +47,25 @@ def merge(target: dict, patch: dict) -> dict:
         elif (
             isinstance(value, list)
             and isinstance(target.get(key), list)
-            and all(isinstance(v, dict) and "name" in v for v in value)
+            and (merge_key := _merge_key(value)) is not None
         ):
-            by_name = {item.get("name"): item for item in target[key]}
+            by_name = {item.get(merge_key): item for item in target[key]}
             for item in value:
-                if item["name"] in by_name:
-                    merge(by_name[item["name"]], item)
+                if item[merge_key] in by_name:
+                    merge(by_name[item[merge_key]], item)
                 else:
                     target[key].append(copy.deepcopy(item))
         else:
             target[key] = copy.deepcopy(value)
     return target
+
+
+def _merge_key(items: list) -> str | None:
+    """The strategic-merge key of a list: containers merge by ``name``, conditions by ``type``."""
+    for key in ("name", "type"):
+        if items and all(isinstance(v, dict) and key in v for v in items):
+            return key
+    return None
 
 
 def selects(selector: str | None, obj: dict) -> bool:
@@ -180,6 +189,8 @@ class FakeApiServer:
     def _create(self, kind: str, obj: dict) -> dict:
         api_version, kind_name = KINDS[kind]
         meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{self._uid + 1:05x}"
         key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
         if key in self.objects[kind]:
             raise ApiError(409, "AlreadyExists", f'{kind} "{meta["name"]}" already exists')
@@ -308,6 +319,8 @@ class FakeApiServer:
                 return 201, self._create(kind, body)
             if sub == "binding" and method == "POST":
                 return 201, self._bind(key, body)
+            if sub == "status" and method == "PATCH" and kind == "pods":
+                return 200, self._patch(kind, key, {"status": body.get("status", {})})
             if sub == "resize" and method == "PATCH":
                 if not self.resize_supported:
                     raise ApiError(
@@ -342,12 +355,15 @@ class FakeApiServer:
                 body["apiVersion"], body["kind"] = KINDS[kind]
                 return 200, self._write(kind, key, body)
             if method == "DELETE":
+                uid = ((body or {}).get("preconditions") or {}).get("uid")
+                _check_uid(self._require(kind, key), uid)
                 return 200, self._delete(kind, key)
             raise ApiError(405, "MethodNotAllowed", f"{method} not allowed on {path}")
 
     def _bind(self, key: str, binding: dict) -> dict:
         pod = self._require("pods", key)
         node = binding["target"]["name"]
+        _check_uid(pod, (binding.get("metadata") or {}).get("uid"))
         if pod["spec"].get("nodeName"):
             raise ApiError(
                 409,
@@ -413,9 +429,20 @@ class FakeApiServer:
                 yield {"type": type_, "object": obj}
 
 
+def _check_uid(obj: dict, uid: str | None) -> None:
+    """The API server's UID precondition (bindings, deletes): 409 for another object."""
+    if uid is not None and uid != obj["metadata"]["uid"]:
+        raise ApiError(
+            409,
+            "Conflict",
+            f"Precondition failed: UID in precondition: {uid}, "
+            f"UID in object meta: {obj['metadata']['uid']}",
+        )
+
+
 _PATH = re.compile(
     r"^/(?:api/v1|apis/apps/v1|apis/coordination\.k8s\.io/v1)"
-    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>pods|nodes|statefulsets|leases)"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>pods|nodes|statefulsets|leases|events)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
 

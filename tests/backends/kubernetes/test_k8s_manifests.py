@@ -75,7 +75,7 @@ def call(method: str, path: str) -> tuple[str, str]:
         at = parts.index("namespaces")
         parts = parts[:at] + parts[at + 2 :]
     kind_at = next(
-        i for i, p in enumerate(parts) if p in ("pods", "nodes", "statefulsets", "leases")
+        i for i, p in enumerate(parts) if p in ("pods", "nodes", "statefulsets", "leases", "events")
     )
     rest = parts[kind_at + 1 :]
     resource = parts[kind_at] + (f"/{rest[1]}" if len(rest) == 2 else "")
@@ -98,6 +98,11 @@ def test_rbac_grants_every_call_the_scheduler_makes():
     with FakeApiServer() as api:
         api.add_node("c1", cpu="8")
         api.create("statefulsets", job_set("c", resource="cpu"))
+        # A job it cannot read: an Event and a PodScheduled condition report it.
+        api.create(
+            "statefulsets",
+            job_set("bad", resource="cpu", annotations={"qosched.io/iterations": "x"}),
+        )
         sched = scheduler(api.url, resource="cpu")
         before = len(api.requests)
         for workers in (2, 6, 0):  # start, re-size in place, pre-empt

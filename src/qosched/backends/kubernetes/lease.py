@@ -20,8 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from qosched.backends.kubernetes.kube import format_micro_time, parse_time, read_json, status_of
+from qosched.core.errors import QoschedError
 
 log = logging.getLogger(__name__)
+
+
+class NotLeading(QoschedError):
+    """A write was about to leave a replica that does not hold the Lease (or whose renew
+    deadline passed): the round that made it is abandoned."""
 
 
 class LeaderLease:

@@ -40,6 +40,9 @@ SCHEDULER_RULES = [
     _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
     _rule([""], ["pods/binding"], ["create"]),
     _rule([""], ["pods/resize"], ["patch"]),
+    # PodScheduled=False with a reason on a pod waiting (for its gang, or a fix of its job).
+    _rule([""], ["pods/status"], ["patch"]),
+    _rule([""], ["events"], ["create"]),
     _rule(["apps"], ["statefulsets"], ["list", "watch", "patch"]),
 ]
 LEASE_RULES = [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])]

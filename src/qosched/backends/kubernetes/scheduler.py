@@ -37,11 +37,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from qosched.backends.kubernetes import jobs as J
+from qosched.backends.kubernetes.events import WARNING, Recorder
 from qosched.backends.kubernetes.fit import (
     Room,
     node_rooms,
@@ -52,7 +54,7 @@ from qosched.backends.kubernetes.fit import (
 )
 from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
-from qosched.backends.kubernetes.lease import LeaderLease
+from qosched.backends.kubernetes.lease import LeaderLease, NotLeading
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import RESOURCES, ClusterSpec
@@ -121,6 +123,7 @@ class StepReport:
     restarted: list[str] = field(default_factory=list)  # pods deleted to restart at a new size
     bound: dict[str, str] = field(default_factory=dict)  # pod -> node
     released: list[str] = field(default_factory=list)  # pods deleted after a failed gang
+    invalid: dict[str, str] = field(default_factory=dict)  # job -> why it was skipped
     errors: list[str] = field(default_factory=list)
 
 
@@ -161,6 +164,8 @@ class K8sScheduler:
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.binding_type = (client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference)
+        self.delete_options = (client.V1DeleteOptions, client.V1Preconditions)
+        self.recorder = Recorder(self.core, instance=config.identity)
         self.policy = self.make_policy()
         self.tables = ThroughputModel.bundled(config.table_set)
         options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s, "clock": monotonic}
@@ -234,38 +239,65 @@ class K8sScheduler:
         view = ClusterView(
             now, cluster, [j.state for j in admitted.values()], self.config.restart_pause_s
         )
-        decision = self.policy.allocate(view) if admitted else None
-        counts = dict(decision.workers) if decision is not None else {}
+        admitted = {k: j for k, j in admitted.items() if k not in report.invalid}
+        try:
+            decision = self.policy.allocate(view) if admitted else None
+        except Exception as exc:  # the policy's bug: nothing changes this round
+            log.exception("the policy failed to allocate")
+            report.errors.append(f"the policy failed to allocate: {exc}")
+            return report
+        counts = {k: w for k, w in (decision.workers if decision else {}).items() if k in admitted}
         report.decision = counts
         order = list(counts) + [k for k in admitted if k not in counts]
         for key in order:
-            self._apply(admitted[key], counts.get(key, 0), rooms, report)
+            with self._isolated(admitted[key], report):
+                self._apply(admitted[key], counts.get(key, 0), rooms, report)
         for key in order:
-            if counts.get(key, 0):
-                self._bind_job(admitted[key], counts[key], rooms, report)
+            if counts.get(key, 0) and key not in report.invalid:
+                with self._isolated(admitted[key], report):
+                    self._bind_job(admitted[key], counts[key], rooms, report)
         return report
 
     # -- reading the API ----------------------------------------------------------------------
 
     def _read_jobs(self, report: StepReport) -> dict[str, _Job]:
         jobs: dict[str, _Job] = {}
+        invalid: dict[str, tuple[dict[str, Any], str]] = {}
         for sts in self.sets.objects.values():
             template = sts.get("spec", {}).get("template", {}).get("spec", {})
             if template.get("schedulerName") != self.config.scheduler_name:
                 continue
             try:
                 spec = J.read_job(sts, self.config.resource)
-            except InputError as exc:
-                report.errors.append(str(exc))
+            except Exception as exc:  # one bad job is skipped, never the round
+                invalid[key_of(sts)] = (sts, str(exc))
                 continue
             jobs[spec.key] = _Job(spec, [])
+        waiting: dict[str, list[dict[str, Any]]] = {key: [] for key in invalid}
         for pod in self.pods.objects.values():
             owner = _owner(pod)
-            if owner in jobs and not pod["metadata"].get("deletionTimestamp") and not _ended(pod):
+            if pod["metadata"].get("deletionTimestamp") or _ended(pod):
+                continue
+            if owner in jobs:
                 jobs[owner].pods.append(pod)
+            elif owner in waiting and not pod["spec"].get("nodeName"):
+                waiting[owner].append(pod)
+        for key, (sts, why) in invalid.items():
+            self._skip(sts, waiting[key], why, report)
         for job in jobs.values():
             job.pods.sort(key=lambda p: p["metadata"]["name"])
         return jobs
+
+    def _skip(
+        self, sts: dict[str, Any], pending: list[dict[str, Any]], why: str, report: StepReport
+    ) -> None:
+        """A job that cannot be read: reported on its StatefulSet (an Event) and on its pending
+        pods (``PodScheduled=False``, reason ``InvalidJob``); the other jobs go on."""
+        report.invalid[key_of(sts)] = why
+        report.errors.append(why)
+        self.recorder.event(sts, WARNING, "InvalidJob", f"not scheduled: {why}")
+        for pod in pending:
+            self.recorder.pod_condition(pod, "InvalidJob", why)
 
     def _cluster(self, rooms: dict[str, Room], jobs: dict[str, _Job]) -> ClusterSpec | None:
         """The homogeneous cluster the policy plans on (see the module docstring): workers the
@@ -296,8 +328,9 @@ class K8sScheduler:
             text = (pod["metadata"].get("annotations") or {}).get(J.PROGRESS)
             try:
                 progress = J.parse_progress(text, source=f"pod/{key_of(pod)}")
-            except InputError as exc:
+            except InputError as exc:  # that report is ignored; the job goes on
                 report.errors.append(str(exc))
+                self.recorder.event(pod, WARNING, "InvalidProgress", str(exc))
                 continue
             if progress is not None and (best is None or progress.iteration > best.iteration):
                 best = progress
@@ -315,45 +348,68 @@ class K8sScheduler:
         still to decide for (declined and finished ones left out)."""
         live: dict[str, _Job] = {}
         for key, job in jobs.items():
-            spec = job.spec
-            if spec.succeeded or spec.admission == "declined":
-                if spec.replicas:
-                    self._patch_set(spec, {"spec": {"replicas": 0}}, report)
-                continue
-            progress = self._progress(job, report)
-            if progress is not None and progress.iteration >= spec.iterations:
-                self._patch_set(
-                    spec,
-                    {
-                        "metadata": {
-                            "annotations": {J.STATE: J.SUCCEEDED, J.PROGRESS: progress.to_text()}
-                        },
-                        "spec": {"replicas": 0},
-                    },
-                    report,
-                )
-                report.succeeded.append(key)
-                continue
-            if cluster is None:
-                continue
-            state = self._states.get(key)
-            if state is None:
-                state = ClusterJob(self._job_spec(spec), self._curve(spec, cluster))
-                self._states[key] = state
-                self._fresh.add(key)
-            if progress is not None:
-                state.iterations_done = float(min(progress.iteration, spec.iterations))
-                state.active_s = progress.active_s
-            state.workers = self._held(job)
-            state.phase = Phase.RUNNING if state.workers else Phase.PENDING
-            if state.started_s is None and (state.workers or state.active_s > 0):
-                state.started_s = now
-            state.last_update_s = now
-            job.state = state
-            live[key] = job
+            with self._isolated(job, report):
+                if self._update_state(job, cluster, now, report):
+                    live[key] = job
         for key in [k for k in self._states if k not in live]:
             del self._states[key]
         return live
+
+    def _update_state(
+        self, job: _Job, cluster: ClusterSpec | None, now: float, report: StepReport
+    ) -> bool:
+        """One job's JobState; True when the job is still to decide for."""
+        spec, key = job.spec, job.spec.key
+        if spec.succeeded or spec.admission == "declined":
+            if spec.replicas:
+                self._patch_set(spec, {"spec": {"replicas": 0}}, report)
+            return False
+        progress = self._progress(job, report)
+        if progress is not None and progress.iteration >= spec.iterations:
+            self._patch_set(
+                spec,
+                {
+                    "metadata": {
+                        "annotations": {J.STATE: J.SUCCEEDED, J.PROGRESS: progress.to_text()}
+                    },
+                    "spec": {"replicas": 0},
+                },
+                report,
+            )
+            report.succeeded.append(key)
+            return False
+        if cluster is None:
+            return False
+        state = self._states.get(key)
+        if state is None:
+            state = ClusterJob(self._job_spec(spec), self._curve(spec, cluster))
+            self._states[key] = state
+            self._fresh.add(key)
+        if progress is not None:
+            state.iterations_done = float(min(progress.iteration, spec.iterations))
+            state.active_s = progress.active_s
+        state.workers = self._held(job)
+        state.phase = Phase.RUNNING if state.workers else Phase.PENDING
+        if state.started_s is None and (state.workers or state.active_s > 0):
+            state.started_s = now
+        state.last_update_s = now
+        job.state = state
+        return True
+
+    @contextmanager
+    def _isolated(self, job: _Job, report: StepReport) -> Iterator[None]:
+        """One job's step: an error there skips and reports that job, never the round. Losing
+        the Lease is not a job's error: it ends the round."""
+        try:
+            yield
+        except NotLeading:
+            raise
+        except Exception as exc:
+            log.warning("job %s skipped this round", job.spec.key, exc_info=True)
+            self._states.pop(job.spec.key, None)
+            sts = self.sets.objects.get(job.spec.key)
+            if sts is not None:
+                self._skip(sts, job.pending, f"{job.spec.key}: {type(exc).__name__}: {exc}", report)
 
     def _job_spec(self, spec: J.K8sJob) -> JobSpec:
         deadline = spec.deadline_at
@@ -400,27 +456,32 @@ class K8sScheduler:
         for key, job in live.items():
             if job.spec.admission is not None:
                 continue
-            others = ClusterView(view.now, view.cluster, list(known), view.restart_pause_s)
-            accepted = self.policy.admit(job.state, others)
-            guaranteed = bool(getattr(self.policy, "is_guaranteed", lambda _: False)(key))
-            promises = hasattr(self.policy, "is_guaranteed")
-            if accepted and (
-                not promises or guaranteed or job.spec.best_effort or job.spec.deadline_at is None
-            ):
-                admission = "guaranteed" if guaranteed else "best-effort"
-                known.append(job.state)
-            else:
-                admission = "declined"
-            patch: dict[str, Any] = {"metadata": {"annotations": {J.ADMISSION: admission}}}
-            if admission == "declined":
-                patch["spec"] = {"replicas": 0}
-            if self._patch_set(job.spec, patch, report):
-                report.admitted[key] = admission
+            with self._isolated(job, report):
+                others = ClusterView(view.now, view.cluster, list(known), view.restart_pause_s)
+                accepted = self.policy.admit(job.state, others)
+                guaranteed = bool(getattr(self.policy, "is_guaranteed", lambda _: False)(key))
+                promises = hasattr(self.policy, "is_guaranteed")
+                if accepted and (
+                    not promises
+                    or guaranteed
+                    or job.spec.best_effort
+                    or job.spec.deadline_at is None
+                ):
+                    admission = "guaranteed" if guaranteed else "best-effort"
+                    known.append(job.state)
+                else:
+                    admission = "declined"
+                patch: dict[str, Any] = {"metadata": {"annotations": {J.ADMISSION: admission}}}
+                if admission == "declined":
+                    patch["spec"] = {"replicas": 0}
+                if self._patch_set(job.spec, patch, report):
+                    report.admitted[key] = admission
         # Jobs admitted in an earlier term (or by a replica that died): this term's policy
         # learns them again, as the local service does after a restart.
         for key, job in live.items():
             if job.spec.admission in ("guaranteed", "best-effort") and key in self._fresh:
-                self.policy.admit(job.state, view)
+                with self._isolated(job, report):
+                    self.policy.admit(job.state, view)
         self._fresh.clear()
 
     # -- applying a decision ------------------------------------------------------------------
@@ -495,6 +556,8 @@ class K8sScheduler:
                 _content_type=STRATEGIC_PATCH,
                 _preload_content=False,
             )
+        except NotLeading:
+            raise
         except Exception as exc:
             if status_of(exc) in (404, 405, 415):
                 log.warning(
@@ -550,8 +613,10 @@ class K8sScheduler:
         """Bind one pod; the pod as bound, or None when it could not be (after retries)."""
         V1Binding, V1ObjectMeta, V1ObjectReference = self.binding_type
         meta = pod["metadata"]
+        # The uid makes the API server refuse the binding if the pod was recreated under the
+        # same name since the cache saw it.
         body = V1Binding(
-            metadata=V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
+            metadata=V1ObjectMeta(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]),
             target=V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         for attempt in range(1, BIND_TRIES + 1):
@@ -559,9 +624,11 @@ class K8sScheduler:
                 self.core.create_namespaced_pod_binding(
                     meta["name"], meta["namespace"], body, _preload_content=False
                 )
+            except NotLeading:
+                raise
             except Exception as exc:
                 status = status_of(exc)
-                if status == 409:  # bound already (by us in an earlier round, or by another)
+                if status == 409:  # bound already, or recreated (another uid) since we saw it
                     self._refresh(pod)
                     report.errors.append(f"pod {key_of(pod)} was already bound: {exc.reason}")
                     return None
@@ -601,6 +668,8 @@ class K8sScheduler:
                 _content_type=STRATEGIC_PATCH,
                 _preload_content=False,
             )
+        except NotLeading:
+            raise
         except Exception as exc:
             report.errors.append(f"patching statefulset {spec.key} failed: {exc}")
             return False
@@ -609,8 +678,15 @@ class K8sScheduler:
 
     def _delete_pod(self, pod: dict[str, Any], into: list[str], report: StepReport) -> None:
         meta = pod["metadata"]
+        V1DeleteOptions, V1Preconditions = self.delete_options
+        # Only the pod the cache saw: never a pod recreated since under the same name.
+        options = V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"]))
         try:
-            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], _preload_content=False)
+            self.core.delete_namespaced_pod(
+                meta["name"], meta["namespace"], body=options, _preload_content=False
+            )
+        except NotLeading:
+            raise
         except Exception as exc:
             if status_of(exc) != 404:
                 report.errors.append(f"deleting pod {key_of(pod)} failed: {exc}")
