@@ -88,11 +88,11 @@ def test_a_binding_from_a_stale_cache_never_binds_the_recreated_pod(api):
     sched = scheduler(api.url)
     sched.step()  # the binding failed: the cache holds pending pod j-0
     stale = api.get("pods", "ml/j-0")
+    sched.pods.stop()  # the cache misses what follows
     api.delete("pods", "ml/j-0")  # the controller recreates it: same name, another uid
     fresh_uid = api.get("pods", "ml/j-0")["metadata"]["uid"]
     assert fresh_uid != stale["metadata"]["uid"]
-    sched.pods.sync = lambda: True  # the cache missed both events
-    sched.pods.put(stale)
+    assert sched.pods.get("ml/j-0") == stale
     report = sched.step()
     assert report.bound == {}
     pod = api.get("pods", "ml/j-0")
@@ -107,10 +107,10 @@ def test_a_delete_from_a_stale_cache_never_deletes_the_recreated_pod(api):
     sched = scheduler(api.url, resource="cpu")
     sched.step()  # the binding failed: pending c-0 at 1 core in the cache
     stale = api.get("pods", "ml/c-0")
+    sched.pods.stop()  # the cache misses what follows
     api.delete("pods", "ml/c-0")
     fresh_uid = api.get("pods", "ml/c-0")["metadata"]["uid"]
-    sched.pods.sync = lambda: True
-    sched.pods.put(stale)
+    assert sched.pods.get("ml/c-0") == stale
     SCRIPT["ml/c"] = 2  # a new size: the pending pod (as the cache shows it) is restarted
     report = sched.step()
     assert report.restarted == []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import SCRIPT, Clock, bindings, job_set, scheduler
+from k8s_helpers import SCRIPT, Clock, bindings, client, job_set, scheduler
 
-from qosched.backends.kubernetes.kube import api_client, parse_time, require
+from qosched.backends.kubernetes.kube import parse_time, require
 from qosched.backends.kubernetes.lease import LeaderLease
 
 
@@ -19,7 +19,7 @@ def api():
 
 
 def lease(url: str, identity: str, clock: Clock) -> LeaderLease:
-    coordination = require().client.CoordinationV1Api(api_client(url))
+    coordination = require().client.CoordinationV1Api(client(url))
     return LeaderLease(
         coordination,
         name="qs",

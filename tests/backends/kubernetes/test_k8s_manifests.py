@@ -103,8 +103,8 @@ def test_rbac_grants_every_call_the_scheduler_makes():
             "statefulsets",
             job_set("bad", resource="cpu", annotations={"qosched.io/iterations": "x"}),
         )
-        sched = scheduler(api.url, resource="cpu")
         before = len(api.requests)
+        sched = scheduler(api.url, resource="cpu")
         for workers in (2, 6, 0):  # start, re-size in place, pre-empt
             SCRIPT["ml/c"] = workers
             for _ in range(3):

@@ -128,7 +128,7 @@ def test_a_cache_that_missed_a_binding_never_double_binds(api):
     run(sched, 2)
     bound = api.get("pods", "ml/a-0")
     stale = {**bound, "spec": {**bound["spec"], "nodeName": None}}
-    sched.pods.sync = lambda: True  # the cache stops updating, with the pod shown unbound
+    sched.pods.stop()  # the cache stops updating, with the pod shown unbound
     sched.pods.put(stale)
     report = sched.step()
     assert api.get("pods", "ml/a-0")["spec"]["nodeName"] == bound["spec"]["nodeName"]

@@ -3,8 +3,9 @@
 :meth:`K8sScheduler.step` is one round, called every ``tick_s`` by :meth:`run`:
 
 1. hold the leader Lease (a replica that does not lead does nothing);
-2. sync the caches of nodes, pods and job StatefulSets (list, then watch from the last
-   ``resourceVersion``; 410 relists, other errors back off);
+2. take a snapshot of the caches of nodes, pods and job StatefulSets, which informers
+   (:mod:`.informer`) keep up to date in their own threads; a round never waits on the API
+   to read, so it lasts as long as its decisions and writes;
 3. read every job (:mod:`.jobs`) and its pods' progress into the policy's ``JobState``\\ s;
    finished jobs are marked ``succeeded`` and scaled to zero; new jobs are admitted or declined
    by the policy and the answer written on the StatefulSet;
@@ -87,7 +88,7 @@ class SchedulerConfig:
     lease_name: str = "qosched-scheduler"
     lease_namespace: str = "qosched"
     lease_duration_s: int = 15
-    watch_timeout_s: int = 30
+    watch_timeout_s: int = 300
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -144,6 +145,34 @@ class _Job:
         return [p for p in self.pods if not p["spec"].get("nodeName")]
 
 
+@dataclass(slots=True)
+class _View:
+    """The caches as one round sees them (snapshots taken at its start), with the round's own
+    writes; pods are also indexed by the job that owns them."""
+
+    nodes: dict[str, dict[str, Any]]
+    pods: dict[str, dict[str, Any]]
+    sets: dict[str, dict[str, Any]]
+    by_owner: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, pod in self.pods.items():
+            owner = _owner(pod)
+            if owner is not None:
+                self.by_owner.setdefault(owner, {})[key] = pod
+
+    def put_pod(self, pod: dict[str, Any]) -> None:
+        key, owner = key_of(pod), _owner(pod)
+        self.pods[key] = pod
+        if owner is not None:
+            self.by_owner.setdefault(owner, {})[key] = pod
+
+    def forget_pod(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is not None:
+            self.by_owner.get(_owner(pod) or "", {}).pop(key, None)
+
+
 class K8sScheduler:
     """See the module docstring. ``api_client`` is a ``kubernetes.client.ApiClient``."""
 
@@ -177,10 +206,15 @@ class K8sScheduler:
             list_pods = self.core.list_namespaced_pod
             list_sets = self.apps.list_namespaced_stateful_set
         self.nodes = Informer(
-            self.core.list_node, watch_timeout_s=config.watch_timeout_s, clock=monotonic
+            self.core.list_node,
+            name="nodes",
+            watch_timeout_s=config.watch_timeout_s,
+            clock=monotonic,
         )
-        self.pods = Informer(list_pods, **options)
-        self.sets = Informer(list_sets, label_selector=J.JOB_LABEL, **options)
+        self.pods = Informer(list_pods, name="pods", **options)
+        self.sets = Informer(list_sets, name="statefulsets", label_selector=J.JOB_LABEL, **options)
+        self.informers = (self.nodes, self.pods, self.sets)
+        self._now = _View({}, {}, {})
         self.lease = LeaderLease(
             client.CoordinationV1Api(api_client),
             name=config.lease_name,
@@ -196,15 +230,30 @@ class K8sScheduler:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """Schedule every ``tick_s`` until ``stop`` is set, then give the Lease up."""
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # a bug must not end the scheduler; the next round starts afresh
-                log.exception("scheduling round failed")
-            stop.wait(self.config.tick_s)
+    def start(self) -> None:
+        """Start the informers' threads (a follower keeps its caches warm too, so that it can
+        lead at once)."""
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        """Stop the informers and give the Lease up."""
+        for informer in self.informers:
+            informer.stop()
         self.lease.release()
+
+    def run(self, stop: threading.Event) -> None:
+        """Schedule every ``tick_s`` until ``stop`` is set, then stop (see :meth:`stop`)."""
+        self.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # a bug must not end the scheduler; the next round starts
+                    log.exception("scheduling round failed")
+                stop.wait(self.config.tick_s)
+        finally:
+            self.stop()
 
     def step(self) -> StepReport:
         """One round; see the module docstring."""
@@ -217,13 +266,13 @@ class K8sScheduler:
             self._term = self.lease.transitions
             self.policy = self.make_policy()
             self._states.clear()
-        synced = [informer.sync() for informer in (self.nodes, self.pods, self.sets)]
-        if not all(informer.synced for informer in (self.nodes, self.pods, self.sets)):
+        if not all(informer.synced for informer in self.informers):
             return report  # never decide on a cache that was never complete
-        report.synced = all(synced)
+        report.synced = True
+        self._now = _View(self.nodes.snapshot(), self.pods.snapshot(), self.sets.snapshot())
         now = self.clock()
         jobs = self._read_jobs(report)
-        rooms = node_rooms(self.nodes.objects.values(), self.pods.objects.values())
+        rooms = node_rooms(self._now.nodes.values(), self._now.pods.values())
         cluster = self._cluster(rooms, jobs)
         live = self._update_states(jobs, cluster, now, report)
         if cluster is None:
@@ -263,7 +312,7 @@ class K8sScheduler:
     def _read_jobs(self, report: StepReport) -> dict[str, _Job]:
         jobs: dict[str, _Job] = {}
         invalid: dict[str, tuple[dict[str, Any], str]] = {}
-        for sts in self.sets.objects.values():
+        for sts in self._now.sets.values():
             template = sts.get("spec", {}).get("template", {}).get("spec", {})
             if template.get("schedulerName") != self.config.scheduler_name:
                 continue
@@ -274,7 +323,7 @@ class K8sScheduler:
                 continue
             jobs[spec.key] = _Job(spec, [])
         waiting: dict[str, list[dict[str, Any]]] = {key: [] for key in invalid}
-        for pod in self.pods.objects.values():
+        for pod in self._now.pods.values():
             owner = _owner(pod)
             if pod["metadata"].get("deletionTimestamp") or _ended(pod):
                 continue
@@ -304,8 +353,8 @@ class K8sScheduler:
         nodes can give to qosched jobs, i.e. their room with qosched's own pods counted free."""
         ours = {key_of(p) for job in jobs.values() for p in job.pods}
         others = node_rooms(
-            self.nodes.objects.values(),
-            self.pods.objects.values(),
+            self._now.nodes.values(),
+            self._now.pods.values(),
             count=lambda pod: key_of(pod) not in ours,
         )
         resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
@@ -407,7 +456,7 @@ class K8sScheduler:
         except Exception as exc:
             log.warning("job %s skipped this round", job.spec.key, exc_info=True)
             self._states.pop(job.spec.key, None)
-            sts = self.sets.objects.get(job.spec.key)
+            sts = self._now.sets.get(job.spec.key)
             if sts is not None:
                 self._skip(sts, job.pending, f"{job.spec.key}: {type(exc).__name__}: {exc}", report)
 
@@ -571,7 +620,7 @@ class K8sScheduler:
             return False
         self.resize_supported = True
         updated = read_json(response)
-        self.pods.put(updated)
+        self._put_pod(updated)
         take(room, {"cpu": workers - cores})
         return True
 
@@ -638,7 +687,7 @@ class K8sScheduler:
                 time.sleep(0.05 * 2**attempt)
                 continue
             bound = {**pod, "spec": {**pod["spec"], "nodeName": node}}
-            self.pods.put(bound)  # until the watch shows it, the cache must not offer it again
+            self._put_pod(bound)  # until the watch shows it, the cache must not offer it again
             return bound
         return None
 
@@ -648,16 +697,19 @@ class K8sScheduler:
         return sorted(
             (
                 p
-                for p in self.pods.objects.values()
-                if _owner(p) == spec.key
-                and not p["metadata"].get("deletionTimestamp")
-                and not _ended(p)
+                for p in self._now.by_owner.get(spec.key, {}).values()
+                if not p["metadata"].get("deletionTimestamp") and not _ended(p)
             ),
             key=lambda p: p["metadata"]["name"],
         )
 
+    def _put_pod(self, pod: dict[str, Any]) -> None:
+        """A pod as this replica just wrote it: in this round's view and in the cache."""
+        self.pods.put(pod)
+        self._now.put_pod(pod)
+
     def _set(self, spec: J.K8sJob) -> dict[str, Any]:
-        return self.sets.objects[spec.key]
+        return self._now.sets[spec.key]
 
     def _patch_set(self, spec: J.K8sJob, patch: dict[str, Any], report: StepReport) -> bool:
         try:
@@ -673,7 +725,9 @@ class K8sScheduler:
         except Exception as exc:
             report.errors.append(f"patching statefulset {spec.key} failed: {exc}")
             return False
-        self.sets.put(read_json(response))
+        updated = read_json(response)
+        self.sets.put(updated)
+        self._now.sets[spec.key] = updated
         return True
 
     def _delete_pod(self, pod: dict[str, Any], into: list[str], report: StepReport) -> None:
@@ -691,7 +745,8 @@ class K8sScheduler:
             if status_of(exc) != 404:
                 report.errors.append(f"deleting pod {key_of(pod)} failed: {exc}")
                 return
-        self.pods.forget(key_of(pod))
+        self.pods.forget(key_of(pod), meta["uid"])
+        self._now.forget_pod(key_of(pod))
         into.append(key_of(pod))
 
     def _refresh(self, pod: dict[str, Any]) -> None:
@@ -704,7 +759,7 @@ class K8sScheduler:
             )
         except Exception:
             return
-        self.pods.put(fresh)
+        self._put_pod(fresh)
 
 
 def _owner(pod: dict[str, Any]) -> str | None:
