@@ -106,17 +106,18 @@ def client(
 def scheduler(
     url: str, *, clock=None, identity: str = "a", settle: bool = True, **config
 ) -> K8sScheduler:
-    """A scheduler on the fake at ``url``, its informers started. With ``settle``, each round
+    """A scheduler on the fake at ``url``, its informers started, its Lease held by each round
+    (no timer thread). With ``settle``, each round
     first waits until its caches hold what the server holds, so that these tests check its
     decisions on a known state (the races between them are the chaos test's)."""
     options = {"policy": "scripted", "tick_s": 1.0, "watch_timeout_s": 60}
     options.update(config)
     cfg = SchedulerConfig(identity=identity, **options)
-    extra: dict = {"clock": clock} if clock is not None else {}
+    extra: dict = {"clock": clock, "monotonic": clock} if clock is not None else {}
     if cfg.policy == "scripted":
         extra["make_policy"] = Scripted
     result = K8sScheduler(client(url), cfg, **extra)
-    result.start()
+    result.start(lease=False)  # each round makes its own Lease attempt: no timer races here
     SERVERS[url].stopping.append(result.stop)
     if settle:
         step = result.step
@@ -185,3 +186,21 @@ def trainer_client(url: str, namespace: str):
     SERVERS[url].allow(objects)
     account = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
     return client(url, account=account, namespace=namespace)
+
+
+def writes_without_the_lease(api) -> list[str]:
+    """Every write the server accepted from a scheduler replica (user agent ``qosched/ID``)
+    while the last Lease record it had accepted named another holder or had expired by the
+    server's clock; the Lease's own writes aside."""
+    records = list(api.lease_log)
+    bad = []
+    for write in api.writes:
+        if "/leases" in write.path or not write.agent.startswith("qosched/"):
+            continue
+        who = write.agent.removeprefix("qosched/")
+        before = [r for r in records if r.at <= write.at]
+        record = before[-1] if before else None
+        if record is None or record.holder != who or write.at > record.at + record.duration_s:
+            holder = None if record is None else (record.holder, round(write.at - record.at, 2))
+            bad.append(f"{write.method} {write.path} by {who}; lease (holder, age): {holder}")
+    return bad

@@ -55,7 +55,7 @@ from qosched.backends.kubernetes.fit import (
 )
 from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
-from qosched.backends.kubernetes.lease import LeaderLease, NotLeading
+from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import RESOURCES, ClusterSpec
@@ -88,6 +88,8 @@ class SchedulerConfig:
     lease_name: str = "qosched-scheduler"
     lease_namespace: str = "qosched"
     lease_duration_s: int = 15
+    lease_renew_deadline_s: float | None = None  # default 2/3 of the lease
+    lease_retry_s: float | None = None  # default 2/15 of the lease
     watch_timeout_s: int = 300
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
@@ -98,10 +100,9 @@ class SchedulerConfig:
             )
         if self.tick_s <= 0 or self.restart_pause_s < 0:
             raise InputError("tick_s must be > 0 and restart_pause_s >= 0", field="tick_s")
-        if self.lease_duration_s <= self.tick_s:
+        if not (isinstance(self.lease_duration_s, int) and self.lease_duration_s >= 1):
             raise InputError(
-                f"must exceed tick_s ({self.tick_s}) so a leader renews in time, "
-                f"got {self.lease_duration_s}",
+                f"expected whole seconds >= 1, got {self.lease_duration_s!r}",
                 field="lease_duration_s",
             )
 
@@ -116,6 +117,7 @@ class StepReport:
 
     leading: bool = False
     synced: bool = False
+    abandoned: bool = False  # the Lease was lost during the round: its remaining writes unsent
     decision: dict[str, int] = field(default_factory=dict)
     admitted: dict[str, str] = field(default_factory=dict)  # job -> admission
     succeeded: list[str] = field(default_factory=list)
@@ -190,8 +192,23 @@ class K8sScheduler:
         self.clock = clock
         # A new policy for every leadership term; by default the registered ``config.policy``.
         self.make_policy = make_policy or (lambda: create_policy(config.policy))
-        self.core = client.CoreV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
+        # Audit logs (and the tests' invariants) tell the replicas apart by their user agent.
+        api_client.user_agent = f"qosched/{config.identity}"
+        self.lease = LeaderLease(
+            client.CoordinationV1Api(api_client),
+            name=config.lease_name,
+            namespace=config.lease_namespace,
+            identity=config.identity,
+            lease_duration_s=config.lease_duration_s,
+            renew_deadline_s=config.lease_renew_deadline_s,
+            retry_s=config.lease_retry_s,
+            clock=clock,
+            monotonic=monotonic,
+        )
+        # Everything but the Lease itself goes through the fence.
+        writer = fenced_client(api_client, self.lease)
+        self.core = client.CoreV1Api(writer)
+        self.apps = client.AppsV1Api(writer)
         self.binding_type = (client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference)
         self.delete_options = (client.V1DeleteOptions, client.V1Preconditions)
         self.recorder = Recorder(self.core, instance=config.identity)
@@ -215,14 +232,8 @@ class K8sScheduler:
         self.sets = Informer(list_sets, name="statefulsets", label_selector=J.JOB_LABEL, **options)
         self.informers = (self.nodes, self.pods, self.sets)
         self._now = _View({}, {}, {})
-        self.lease = LeaderLease(
-            client.CoordinationV1Api(api_client),
-            name=config.lease_name,
-            namespace=config.lease_namespace,
-            identity=config.identity,
-            lease_duration_s=config.lease_duration_s,
-            clock=clock,
-        )
+        self.recorder.passthrough = (NotLeading,)
+        self._listing: list[int] = [0, 0, 0]  # the fresh lists this term waits for
         self._states: dict[str, ClusterJob] = {}  # the policy's records, rebuilt from the API
         self.resize_supported: bool | None = None  # learnt from the first resize answer
         self._term = 0  # the lease term the policy and states belong to
@@ -230,14 +241,18 @@ class K8sScheduler:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *, lease: bool = True) -> None:
         """Start the informers' threads (a follower keeps its caches warm too, so that it can
-        lead at once)."""
+        lead at once) and, with ``lease``, the Lease's timer thread. Without it, each round
+        makes one Lease attempt itself (``--once``, tests that drive the clock)."""
         for informer in self.informers:
             informer.start()
+        if lease:
+            self.lease.start()
 
     def stop(self) -> None:
-        """Stop the informers and give the Lease up."""
+        """Stop the Lease's timer and the informers, then give the Lease up."""
+        self.lease.stop()
         for informer in self.informers:
             informer.stop()
         self.lease.release()
@@ -256,17 +271,31 @@ class K8sScheduler:
             self.stop()
 
     def step(self) -> StepReport:
-        """One round; see the module docstring."""
+        """One round; see the module docstring. A round that loses the Lease stops at its
+        next write (``abandoned``); the next leader decides again from the API."""
         report = StepReport()
-        report.leading = self.lease.hold()
+        try:
+            return self._step(report)
+        except NotLeading as exc:
+            log.warning("round abandoned: %s", exc)
+            report.leading, report.abandoned = False, True
+            return report
+
+    def _step(self, report: StepReport) -> StepReport:
+        report.leading = self.lease.leading if self.lease.running else self.lease.hold()
         if not report.leading:
             return report
         if self._term != self.lease.transitions:
-            # A new term starts from the API alone: a fresh policy learns every job again.
+            # A new term starts from the API alone: fresh lists (the watches may have missed
+            # the last writes of the previous leader), a fresh policy that learns every job.
             self._term = self.lease.transitions
+            self._listing = [informer.resync() for informer in self.informers]
             self.policy = self.make_policy()
             self._states.clear()
-        if not all(informer.synced for informer in self.informers):
+        if not all(
+            informer.wait_listed(generation, timeout_s=self.config.tick_s)
+            for informer, generation in zip(self.informers, self._listing, strict=True)
+        ):
             return report  # never decide on a cache that was never complete
         report.synced = True
         self._now = _View(self.nodes.snapshot(), self.pods.snapshot(), self.sets.snapshot())
