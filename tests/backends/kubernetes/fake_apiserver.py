@@ -26,7 +26,8 @@ real ``kubernetes.client.ApiClient`` talks to it.
 Every request waits ``latency_s`` first; :meth:`fail` and :meth:`disturb` inject errors and
 latency. The server logs what tests check invariants on: every accepted write with the
 User-Agent that made it and the server's time (``writes``), every accepted Lease record
-(``lease_log``), and every binding that left a node over its allocatable (``overcommits``).
+(``lease_log``), every pod bound (``bound_uids``) and every binding that left a node over
+its allocatable (``overcommits``).
 """
 
 from __future__ import annotations
@@ -185,6 +186,7 @@ class FakeApiServer:
         self.writes: list[Write] = []
         self.lease_log: list[LeaseRecord] = []
         self.overcommits: list[str] = []  # "pod -> node" bindings that overfilled the node
+        self.bound_uids: list[str] = []  # the uid of every pod each accepted binding bound
         self.open_watches = 0
         self.authorizer = Authorizer()
         self.authorizer.apply(manifests.deployment() if rbac is None else rbac)
@@ -667,6 +669,7 @@ class FakeApiServer:
             "conditions": [{"type": "PodScheduled", "status": "True"}],
         }
         self._write("pods", key, pod)
+        self.bound_uids.append(pod["metadata"]["uid"])
         self._check_room(target, key)
         owner = self._owner(pod)
         if owner is not None and owner in self.objects["statefulsets"]:
