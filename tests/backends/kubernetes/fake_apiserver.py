@@ -37,6 +37,7 @@ import copy
 import json
 import random
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -195,6 +196,8 @@ class FakeApiServer:
         self._epoch = 0  # drop_watches() ends the streams of older epochs
         self._closed = False
         self._uid = 0
+        self._owned: dict[str, set[str]] = {}  # set key -> its pods' keys
+        self._on_node: dict[str, set[str]] = {}  # node name -> keys of the pods bound there
         handler = type("Handler", (_Handler,), {"api": self})
         self.httpd = _Server(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
@@ -325,6 +328,7 @@ class FakeApiServer:
         if kind == "pods":
             obj.setdefault("status", {"phase": "Pending"})
         self.objects[kind][key] = obj
+        self._index(kind, key, None, obj)
         self._emit(kind, "ADDED", obj)
         if kind == "statefulsets":
             self._reconcile(key)
@@ -343,6 +347,7 @@ class FakeApiServer:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.objects[kind][key] = obj
+        self._index(kind, key, old, obj)
         self._emit(kind, "MODIFIED", obj)
         return copy.deepcopy(obj)
 
@@ -360,11 +365,29 @@ class FakeApiServer:
             raise ApiError(404, "NotFound", f'{kind} "{key}" not found')
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
+        self._index(kind, key, obj, None)
         self._emit(kind, "DELETED", obj)
         owner = self._owner(obj)
         if owner is not None and owner in self.objects["statefulsets"]:
             self._reconcile(owner)  # the controller replaces a deleted pod
         return copy.deepcopy(obj)
+
+    def _index(self, kind: str, key: str, old: dict | None, new: dict | None) -> None:
+        """Pods by owning set and by node, so the controller and the room check need not scan
+        every pod."""
+        if kind != "pods":
+            return
+        for obj, add in ((old, False), (new, True)):
+            if obj is None:
+                continue
+            owner, node = self._owner(obj), obj["spec"].get("nodeName")
+            for index, name in ((self._owned, owner), (self._on_node, node)):
+                if name is not None:
+                    keys = index.setdefault(name, set())
+                    if add:
+                        keys.add(key)
+                    else:
+                        keys.discard(key)
 
     @staticmethod
     def _owner(pod: dict) -> str | None:
@@ -379,7 +402,7 @@ class FakeApiServer:
         sts = self.objects["statefulsets"][key]
         namespace, name = key.split("/")
         replicas = int(sts["spec"].get("replicas", 1))
-        for pod_key in [k for k, p in self.objects["pods"].items() if self._owner(p) == key]:
+        for pod_key in sorted(self._owned.get(key, ())):
             ordinal = int(pod_key.rsplit("-", 1)[1])
             if ordinal >= replicas:
                 self._delete("pods", pod_key)
@@ -406,7 +429,7 @@ class FakeApiServer:
         sts = self.objects["statefulsets"].get(key)
         if sts is None:
             return
-        pods = [p for p in self.objects["pods"].values() if self._owner(p) == key]
+        pods = [self.objects["pods"][k] for k in self._owned.get(key, ())]
         status = {
             "observedGeneration": sts["metadata"].get("generation", 1),
             "replicas": len(pods),
@@ -687,8 +710,8 @@ class FakeApiServer:
         it; the kubelet would refuse to run the pod)."""
         name = node["metadata"]["name"]
         used: dict[str, float] = {}
-        for pod in self.objects["pods"].values():
-            if pod["spec"].get("nodeName") == name and pod["status"].get("phase") not in (
+        for pod in (self.objects["pods"][k] for k in self._on_node.get(name, ())):
+            if pod["status"].get("phase") not in (
                 "Succeeded",
                 "Failed",
             ):
@@ -762,7 +785,7 @@ class FakeApiServer:
                         self.lock.wait(max(0.0, wake - now))
                         continue
                 for _rv, type_, obj in batch:
-                    yield {"type": type_, "object": copy.deepcopy(obj)}
+                    yield {"type": type_, "object": obj}  # a copy made at emit, never changed
                 sent = max(batch[-1][0], sent)
         finally:
             with self.lock:
@@ -825,6 +848,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        # As Go's net/http does: without it, headers and body sent apart meet the client's
+        # delayed ACK and every answer waits 40 ms.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _send(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
