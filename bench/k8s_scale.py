@@ -8,7 +8,8 @@ Nodes have 8 GPUs each; jobs ask for 1 to 4 one-GPU pods (resnet50 at batch 64 i
 speed table, deadlines of 2 to 10 hours). One scheduler replica leads; rounds are run back to
 back, each after the informers caught up with the server (so a round's time is the round's own
 work: reading the cache, the policy, the writes), until a round writes nothing. Printed per
-round: wall seconds, the policy's share, writes by kind (patches, bindings, events, ...).
+round: wall seconds, the policy's share (admission and allocation), writes by kind (patches,
+bindings, events, ...).
 
 The API server runs in the same process (its request handling shares the interpreter's lock
 with the scheduler), with 1 ms of latency per request: times are an upper bound for the
@@ -76,7 +77,9 @@ def main() -> int:
         )
         config = SchedulerConfig(identity="bench", policy=args.policy, tick_s=1.0)
         sched = K8sScheduler(client(api.url, agent="qosched/bench"), config)
-        sched.start(lease=False)
+        sched.start()  # the Lease renewed on its own timer, as in the Deployment
+        while not sched.lease.leading:
+            time.sleep(0.05)
         api.stopping.append(sched.stop)
         policy_s = [0.0]
         make_policy = sched.make_policy
@@ -84,17 +87,19 @@ def main() -> int:
         def timed_policy():
             """The policy of each new term, its decisions timed."""
             policy = make_policy()
-            allocate = policy.allocate
+            for name in ("admit", "allocate"):
+                setattr(policy, name, timed(getattr(policy, name)))
+            return policy
 
-            def timed(view):
+        def timed(method):
+            def call(*args):
                 started = time.perf_counter()
                 try:
-                    return allocate(view)
+                    return method(*args)
                 finally:
                     policy_s[0] += time.perf_counter() - started
 
-            policy.allocate = timed
-            return policy
+            return call
 
         sched.make_policy = timed_policy
         print(f"{'round':>5} {'wall s':>8} {'policy s':>8} {'writes':>7}  by kind")
@@ -115,7 +120,7 @@ def main() -> int:
             print(f"{number:>5} {wall:>8.3f} {policy_s[0]:>8.3f} {writes:>7}  {shown}")
             if report.errors:
                 print(f"      {len(report.errors)} errors, first: {report.errors[0]}")
-            if writes == 0 and number > 1:
+            if writes == 0 and report.synced and report.leading and number > 1:
                 break
         bound = sum(1 for p in api.list("pods") if p["spec"].get("nodeName"))
         print(

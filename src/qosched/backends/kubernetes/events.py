@@ -52,11 +52,21 @@ class Recorder:
         self._posted: dict[tuple[str, str, str], float] = {}
         self.posted = 0  # events accepted by the API
 
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> bool:
-        """Post an Event on ``obj`` unless the same one was posted under ``repeat_s`` ago."""
+    def event(
+        self,
+        obj: dict[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        dedupe: str | None = None,
+    ) -> bool:
+        """Post an Event on ``obj`` unless the same one was posted under ``repeat_s`` ago: the
+        same reason and message, or the same ``dedupe`` key for messages that change every
+        round (a predicted finish time)."""
         meta = obj["metadata"]
         message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
-        seen = (meta.get("uid") or key_of(obj), reason, message)
+        seen = (meta.get("uid") or key_of(obj), reason, dedupe or message)
         now = self.clock()
         if now - self._posted.get(seen, -float("inf")) < self.repeat_s:
             return False

@@ -41,10 +41,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from qosched.backends.kubernetes import jobs as J
-from qosched.backends.kubernetes.events import WARNING, Recorder
+from qosched.backends.kubernetes.events import NORMAL, WARNING, Recorder
 from qosched.backends.kubernetes.fit import (
     Room,
     node_rooms,
@@ -56,6 +57,7 @@ from qosched.backends.kubernetes.fit import (
 from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
+from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import RESOURCES, ClusterSpec
@@ -70,6 +72,8 @@ log = logging.getLogger(__name__)
 PLACEHOLDER_RATE = 1.0
 #: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
 BIND_TRIES = 3
+#: How long the first round of a term waits for its fresh lists before it gives up for now.
+LIST_WAIT_S = 10.0
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
@@ -91,6 +95,7 @@ class SchedulerConfig:
     lease_renew_deadline_s: float | None = None  # default 2/3 of the lease
     lease_retry_s: float | None = None  # default 2/15 of the lease
     watch_timeout_s: int = 300
+    http_port: int = 8080  # /metrics, /healthz, /readyz; 0 = none
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -105,6 +110,21 @@ class SchedulerConfig:
                 f"expected whole seconds >= 1, got {self.lease_duration_s!r}",
                 field="lease_duration_s",
             )
+        renew = self.lease_renew_deadline_s or self.lease_duration_s * 2 / 3
+        retry = self.lease_retry_s or self.lease_duration_s * 2 / 15
+        if not renew < self.lease_duration_s:
+            raise InputError(
+                f"the renew deadline must be shorter than the lease ({self.lease_duration_s} s), "
+                f"got {renew}",
+                field="lease_renew_deadline_s",
+            )
+        if not 0 < retry < renew:
+            raise InputError(
+                f"must be > 0 and shorter than the renew deadline ({renew} s), got {retry}",
+                field="lease_retry_s",
+            )
+        if not 0 < self.http_port < 65536 and self.http_port != 0:
+            raise InputError(f"expected a port or 0, got {self.http_port}", field="http_port")
 
     @property
     def table_set(self) -> str:
@@ -127,6 +147,7 @@ class StepReport:
     bound: dict[str, str] = field(default_factory=dict)  # pod -> node
     released: list[str] = field(default_factory=list)  # pods deleted after a failed gang
     invalid: dict[str, str] = field(default_factory=dict)  # job -> why it was skipped
+    slack: dict[str, float] = field(default_factory=dict)  # job -> deadline - predicted finish
     errors: list[str] = field(default_factory=list)
 
 
@@ -234,6 +255,9 @@ class K8sScheduler:
         self._now = _View({}, {}, {})
         self.recorder.passthrough = (NotLeading,)
         self._listing: list[int] = [0, 0, 0]  # the fresh lists this term waits for
+        self.metrics = Metrics()
+        self.heartbeat = Heartbeat(stall_s=max(60.0, 10 * config.tick_s), clock=monotonic)
+        self.monotonic = monotonic
         self._states: dict[str, ClusterJob] = {}  # the policy's records, rebuilt from the API
         self.resize_supported: bool | None = None  # learnt from the first resize answer
         self._term = 0  # the lease term the policy and states belong to
@@ -274,12 +298,19 @@ class K8sScheduler:
         """One round; see the module docstring. A round that loses the Lease stops at its
         next write (``abandoned``); the next leader decides again from the API."""
         report = StepReport()
+        started = self.monotonic()
         try:
-            return self._step(report)
+            self._step(report)
         except NotLeading as exc:
             log.warning("round abandoned: %s", exc)
             report.leading, report.abandoned = False, True
-            return report
+        self.metrics.record(report, self.monotonic() - started)
+        self.heartbeat.beat()
+        return report
+
+    def ready(self) -> bool:
+        """Every cache listed and the Lease timer running: this replica can lead at once."""
+        return self.lease.running and all(informer.synced for informer in self.informers)
 
     def _step(self, report: StepReport) -> StepReport:
         report.leading = self.lease.leading if self.lease.running else self.lease.hold()
@@ -293,7 +324,7 @@ class K8sScheduler:
             self.policy = self.make_policy()
             self._states.clear()
         if not all(
-            informer.wait_listed(generation, timeout_s=self.config.tick_s)
+            informer.wait_listed(generation, timeout_s=max(self.config.tick_s, LIST_WAIT_S))
             for informer, generation in zip(self.informers, self._listing, strict=True)
         ):
             return report  # never decide on a cache that was never complete
@@ -326,6 +357,9 @@ class K8sScheduler:
             return report
         counts = {k: w for k, w in (decision.workers if decision else {}).items() if k in admitted}
         report.decision = counts
+        for key, job in admitted.items():
+            with self._isolated(job, report):
+                self._forecast(job, counts.get(key, 0), now, report)
         order = list(counts) + [k for k in admitted if k not in counts]
         for key in order:
             with self._isolated(admitted[key], report):
@@ -525,6 +559,39 @@ class K8sScheduler:
             spec.model, spec.batch_size, speeds, tuple(g for g in measured if g <= most)
         )
 
+    def _forecast(self, job: _Job, workers: int, now: float, report: StepReport) -> None:
+        """The job's predicted finish with ``workers`` (the policy's predictor where it has
+        one, else the speed table); an Event ``DeadlineAtRisk`` when it lies past the
+        deadline."""
+        spec, state = job.spec, job.state
+        if spec.deadline_at is None or state is None:
+            return
+        rate = 0.0
+        if workers > 0:
+            predictor_of = getattr(self.policy, "predictor_of", None)
+            predictor = predictor_of(spec.key) if predictor_of is not None else None
+            rate = predictor.predict(workers).rate if predictor else state.curve.rate(workers)
+        left = max(0.0, spec.iterations - state.iterations_done)
+        if left == 0:
+            return
+        finish = now + left / rate if rate > 0 else math.inf
+        # A job without workers has no finish: its slack is the time it already lost.
+        slack = spec.deadline_at - finish if rate > 0 else spec.deadline_at - now
+        report.slack[spec.key] = slack
+        if rate > 0 and slack >= 0:
+            return
+        sts = self._now.sets.get(spec.key)
+        if sts is None:
+            return
+        if rate > 0:
+            why = (
+                f"predicted to finish at {_iso(finish)} with {workers} workers at "
+                f"{rate:.3g} it/s, {-slack:.0f} s after its deadline {_iso(spec.deadline_at)}"
+            )
+        else:
+            why = f"no workers this round; its deadline is {_iso(spec.deadline_at)}"
+        self.recorder.event(sts, WARNING, "DeadlineAtRisk", why, dedupe="DeadlineAtRisk")
+
     # -- admission ------------------------------------------------------------------------------
 
     def _admit(self, live: dict[str, _Job], view: ClusterView, report: StepReport) -> None:
@@ -554,6 +621,17 @@ class K8sScheduler:
                     patch["spec"] = {"replicas": 0}
                 if self._patch_set(job.spec, patch, report):
                     report.admitted[key] = admission
+                    sts = self._now.sets.get(key)
+                    if admission == "declined" and sts is not None:
+                        deadline = _iso(job.spec.deadline_at) if job.spec.deadline_at else "-"
+                        self.recorder.event(
+                            sts,
+                            WARNING,
+                            "Declined",
+                            f"the {self.config.policy} policy cannot guarantee its deadline "
+                            f"{deadline} with the workers the cluster has; set "
+                            f'{J.BEST_EFFORT}: "true" to run it anyway',
+                        )
         # Jobs admitted in an earlier term (or by a replica that died): this term's policy
         # learns them again, as the local service does after a restart.
         for key, job in live.items():
@@ -611,8 +689,18 @@ class K8sScheduler:
                 self._delete_pod(pod, report.restarted, report)
             elif self._resize(pod, workers, cores, rooms.get(node), report):
                 report.resized[key_of(pod)] = workers
+                self.recorder.event(
+                    pod, NORMAL, "Resized", f"resized in place from {cores} to {workers} cores"
+                )
             else:  # checkpoint-restart at the new size, wherever it fits
                 self._delete_pod(pod, report.restarted, report)
+                self.recorder.event(
+                    self._set(spec),
+                    NORMAL,
+                    "Resized",
+                    f"restarting pod {key_of(pod)} from its checkpoint at {workers} cores "
+                    f"(was {cores}): it cannot be re-sized in place",
+                )
 
     def _resize(
         self, pod: dict[str, Any], workers: int, cores: int, room: Room | None, report: StepReport
@@ -661,8 +749,17 @@ class K8sScheduler:
         expected = workers // spec.per_pod if self.config.resource == "gpu" else 1
         pods = [p for p in self._pods_of(spec) if p["spec"].get("nodeName") is None]
         present = self._pods_of(spec)
-        if not pods or len(present) != expected:
-            return  # the controller has not caught up with the replicas yet
+        if not pods:
+            return
+        if len(present) != expected:  # the controller has not caught up with the replicas yet
+            for pod in pods:
+                self.recorder.pod_condition(
+                    pod,
+                    "WaitingForGang",
+                    f"job {spec.key} is given {expected} pods and {len(present)} exist; its "
+                    "pods are bound together once all of them do",
+                )
+            return
         if self.config.resource == "cpu" and any(
             math.ceil(pod_requests(p).get("cpu", 0.0) - 1e-9) != workers for p in pods
         ):
@@ -671,6 +768,15 @@ class K8sScheduler:
         resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
         placement = place_gang(pods, rooms, resource, prefer)
         if placement is None:
+            why = (
+                f"the {len(pods)} pending pods of job {spec.key} do not all fit on the nodes' "
+                "free resources this round (all of a gang or none); tried again next round"
+            )
+            sts = self._now.sets.get(spec.key)
+            if sts is not None:
+                self.recorder.event(sts, WARNING, "FailedScheduling", why)
+            for pod in pods:
+                self.recorder.pod_condition(pod, "Unschedulable", why)
             return
         bound: list[dict[str, Any]] = []
         for pod in pods:
@@ -686,6 +792,14 @@ class K8sScheduler:
             bound.append(result)
             take(rooms[node], pod_requests(pod))
             report.bound[key_of(pod)] = node
+        for pod in bound:
+            self.recorder.event(
+                pod,
+                NORMAL,
+                "Scheduled",
+                f"Successfully assigned {key_of(pod)} to {pod['spec']['nodeName']} "
+                f"(job {spec.key}, {workers} workers)",
+            )
 
     def _bind(self, pod: dict[str, Any], node: str, report: StepReport) -> dict[str, Any] | None:
         """Bind one pod; the pod as bound, or None when it could not be (after retries)."""
@@ -789,6 +903,10 @@ class K8sScheduler:
         except Exception:
             return
         self._put_pod(fresh)
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _owner(pod: dict[str, Any]) -> str | None:
