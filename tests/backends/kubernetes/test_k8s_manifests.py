@@ -126,3 +126,38 @@ def test_rbac_grants_every_call_the_scheduler_makes():
     assert used <= rules, used - rules
     # and nothing granted that no call needs
     assert rules - used == set(), rules - used
+
+
+ROOT = EXAMPLES.parents[1]
+
+
+def test_the_dockerfile_builds_the_image_the_manifests_name():
+    import tomllib
+
+    makefile = (ROOT / "Makefile").read_text()
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (image,) = re.findall(r"^IMAGE \?= (\S+)$", makefile, flags=re.M)
+    assert image == manifests.DEFAULT_IMAGE
+    assert "docker build -t $(IMAGE) ." in makefile
+    # the torch pin is pyproject's, and the wheel is the CPU one
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch,) = [p for p in pins if p.startswith("torch")]
+    assert (
+        f"pip install --no-cache-dir {torch} --index-url https://download.pytorch.org/whl/cpu"
+        in (dockerfile)
+    )
+    # non-root, as the Deployment runs it; the port its probes use
+    pod = next(o for o in manifests.deployment() if o["kind"] == "Deployment")["spec"]["template"]
+    uid = pod["spec"]["securityContext"]["runAsUser"]
+    assert re.findall(r"^USER (\S+)$", dockerfile, flags=re.M) == [f"{uid}:{uid}"]
+    assert f"EXPOSE {manifests.HTTP_PORT}" in dockerfile
+
+
+def test_manifests_take_the_image(capsys):
+    assert main(["k8s", "manifests", "--image", "registry.example.com/qosched:dev"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/qosched:dev"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
