@@ -183,6 +183,7 @@ class FakeApiServer:
         self.bookmark_every_s = bookmark_every_s
         self.latency_s = latency_s
         self.resize_supported = True
+        self.controller_paused = False  # the StatefulSet controller creates no pod (quota)
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.writes: list[Write] = []
         self.lease_log: list[LeaseRecord] = []
@@ -408,7 +409,7 @@ class FakeApiServer:
                 self._delete("pods", pod_key)
         for ordinal in range(replicas):
             pod_key = f"{namespace}/{name}-{ordinal}"
-            if pod_key in self.objects["pods"]:
+            if pod_key in self.objects["pods"] or self.controller_paused:
                 continue
             template = copy.deepcopy(sts["spec"]["template"])
             meta = template.get("metadata", {})

@@ -51,11 +51,16 @@ def test_bound_pods_get_a_scheduled_event(api):
 def test_pods_waiting_for_their_gang_say_so(api):
     api.create("statefulsets", job_set("j", replicas=1))
     SCRIPT["ml/j"] = 3
+    api.controller_paused = True  # the controller creates no more pods (a quota, say)
     sched = scheduler(api.url)
-    sched.step()  # replicas 1 -> 3; the round saw one pod of three
+    sched.step()  # replicas 1 -> 3: the round that asked for them says nothing yet
+    assert "conditions" not in api.get("pods", "ml/j-0")["status"]
+    sched.step()  # still one pod of three
     condition = pod_scheduled(api, "ml/j-0")
     assert (condition["status"], condition["reason"]) == ("False", "WaitingForGang")
     assert "given 3 pods and 1 exist" in condition["message"]
+    api.controller_paused = False
+    api.patch("statefulsets", "ml/j", {"metadata": {"labels": {"nudge": "1"}}})  # reconciles
     sched.step()
     assert pod_scheduled(api, "ml/j-0")["status"] == "True"  # bound with the others
 

@@ -752,6 +752,8 @@ class K8sScheduler:
         if not pods:
             return
         if len(present) != expected:  # the controller has not caught up with the replicas yet
+            if spec.key in report.scaled:
+                return  # this very round changed them: nothing to report yet
             for pod in pods:
                 self.recorder.pod_condition(
                     pod,
