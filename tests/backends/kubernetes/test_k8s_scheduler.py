@@ -68,7 +68,7 @@ def test_the_policy_sees_the_workers_nodes_can_give(api):
     sched = scheduler(api.url)
     sched.step()
     cluster = sched._cluster(
-        node_rooms(sched.nodes.objects.values(), sched.pods.objects.values()), {}
+        node_rooms(sched.nodes.snapshot().values(), sched.pods.snapshot().values()), {}
     )
     # 6 + 4 free GPUs: the largest node gives 6, so the policy plans on 1 node of 6 (10 // 6),
     # never on more workers than exist.

@@ -56,7 +56,6 @@ class Informer:
         jitter: float = 1.0,
         rng: random.Random | None = None,
         sleep: Callable[[float], bool] | None = None,
-        clock: Callable[[], float] = time.monotonic,
         **kwargs: Any,
     ) -> None:
         self.list_func = list_func
@@ -66,7 +65,6 @@ class Informer:
         self.backoff_min_s, self.backoff_max_s = backoff_s
         self.jitter = jitter
         self.rng = rng or random.Random()
-        self.clock = clock
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
         self._lock = threading.Lock()
@@ -76,7 +74,6 @@ class Informer:
         self.relists = 0  # how many times the cache was rebuilt by a list
         self.watches = 0  # watch streams opened
         self.failures = 0  # consecutive failures
-        self.last_contact = -float("inf")  # clock() of the last list, event or bookmark
         self._relist_wanted = 0  # generation of the list asked for by resync()
         self._listed = 0  # generation of the last list
         self._thread: threading.Thread | None = None
@@ -141,7 +138,6 @@ class Informer:
             self.resource_version = body["metadata"]["resourceVersion"]
             self.relists += 1
             self._listed = max(self._listed + 1, wanted)
-            self.last_contact = self.clock()
             self._changed.notify_all()
 
     def _watch(self) -> None:
@@ -185,7 +181,6 @@ class Informer:
                     self._objects[key] = obj
             if version is not None:
                 self.resource_version = version
-            self.last_contact = self.clock()
             self._changed.notify_all()
 
     # -- what the scheduler reads -------------------------------------------------------------
@@ -199,10 +194,6 @@ class Informer:
         """The cache as it is now (a copy of the mapping; the objects are shared, read-only)."""
         with self._lock:
             return dict(self._objects)
-
-    @property
-    def objects(self) -> dict[str, dict[str, Any]]:
-        return self.snapshot()
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:

@@ -2,7 +2,9 @@
 
 :meth:`K8sScheduler.step` is one round, called every ``tick_s`` by :meth:`run`:
 
-1. hold the leader Lease (a replica that does not lead does nothing);
+1. lead or do nothing: the Lease is renewed by its own timer thread (:mod:`.lease`), and every
+   write this class sends passes the Lease's fence first; a round that loses the Lease is
+   abandoned at its next write. A new term lists every resource afresh;
 2. take a snapshot of the caches of nodes, pods and job StatefulSets, which informers
    (:mod:`.informer`) keep up to date in their own threads; a round never waits on the API
    to read, so it lasts as long as its decisions and writes;
@@ -15,8 +17,12 @@
    subresource, or, where the cluster lacks it, the node has no room or the kubelet marks the
    re-size ``Infeasible``, by restarting the pod at its new size from its checkpoint; a job
    that loses its workers is scaled to zero;
-6. bind pending pods, a whole job's pods together or none (Binding API), job by job in the
-   decision's order.
+6. bind pending pods, a whole job's pods together or none (Binding API, with the pod's
+   ``uid``), job by job in the decision's order.
+
+One job's failure (an annotation out of bounds, anything raised while handling it) skips that
+job for the round and is reported on it (:mod:`.events`); the other jobs go on. Each round is
+recorded in :mod:`.observe`'s metrics.
 
 Nothing lives only in memory: everything a round needs is read from the API, and what the
 scheduler decides is written there (annotations, replicas, bindings) before the next round.
@@ -235,7 +241,7 @@ class K8sScheduler:
         self.recorder = Recorder(self.core, instance=config.identity)
         self.policy = self.make_policy()
         self.tables = ThroughputModel.bundled(config.table_set)
-        options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s, "clock": monotonic}
+        options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s}
         if config.namespace is None:
             list_pods = self.core.list_pod_for_all_namespaces
             list_sets = self.apps.list_stateful_set_for_all_namespaces
@@ -247,7 +253,6 @@ class K8sScheduler:
             self.core.list_node,
             name="nodes",
             watch_timeout_s=config.watch_timeout_s,
-            clock=monotonic,
         )
         self.pods = Informer(list_pods, name="pods", **options)
         self.sets = Informer(list_sets, name="statefulsets", label_selector=J.JOB_LABEL, **options)
