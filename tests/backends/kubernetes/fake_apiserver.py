@@ -203,7 +203,10 @@ class FakeApiServer:
         self.httpd = _Server(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll: shutdown() waits for it, and every test shuts a server down.
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.stopping: list[Callable[[], None]] = []  # clients to stop before the server
 
     def __enter__(self) -> FakeApiServer:
