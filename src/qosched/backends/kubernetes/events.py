@@ -30,6 +30,8 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 #: The API server refuses Event messages over 1 KiB; longer ones are cut.
 MAX_MESSAGE = 1024
+#: Events remembered for de-duplication before the expired ones are dropped.
+PRUNE_AT = 10_000
 
 
 class Recorder:
@@ -103,6 +105,8 @@ class Recorder:
             return False
         self._posted[seen] = now
         self.posted += 1
+        if len(self._posted) > PRUNE_AT:  # a long-lived scheduler forgets what no longer dedupes
+            self._posted = {k: t for k, t in self._posted.items() if now - t < self.repeat_s}
         return True
 
     def pod_condition(self, pod: dict[str, Any], reason: str, message: str) -> bool:

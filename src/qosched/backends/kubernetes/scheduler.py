@@ -238,7 +238,7 @@ class K8sScheduler:
         self.apps = client.AppsV1Api(writer)
         self.binding_type = (client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference)
         self.delete_options = (client.V1DeleteOptions, client.V1Preconditions)
-        self.recorder = Recorder(self.core, instance=config.identity)
+        self.recorder = Recorder(self.core, instance=config.identity, passthrough=(NotLeading,))
         self.policy = self.make_policy()
         self.tables = ThroughputModel.bundled(config.table_set)
         options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s}
@@ -258,7 +258,6 @@ class K8sScheduler:
         self.sets = Informer(list_sets, name="statefulsets", label_selector=J.JOB_LABEL, **options)
         self.informers = (self.nodes, self.pods, self.sets)
         self._now = _View({}, {}, {})
-        self.recorder.passthrough = (NotLeading,)
         self._listing: list[int] = [0, 0, 0]  # the fresh lists this term waits for
         self.metrics = Metrics()
         self.heartbeat = Heartbeat(stall_s=max(60.0, 10 * config.tick_s), clock=monotonic)
