@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import SCRIPT, job_set, scheduler
+from k8s_helpers import SCRIPT, Scripted, job_set, scheduler
 
 from qosched.backends.kubernetes import jobs as J
 
@@ -115,3 +115,25 @@ def test_a_delete_from_a_stale_cache_never_deletes_the_recreated_pod(api):
     report = sched.step()
     assert report.restarted == []
     assert api.get("pods", "ml/c-0")["metadata"]["uid"] == fresh_uid
+
+
+class AdmitFails(Scripted):
+    """A policy with a bug that shows on one job only."""
+
+    def admit(self, job, view):
+        if job.job_id == "ml/bad":
+            raise ZeroDivisionError("a policy bug")
+        return super().admit(job, view)
+
+
+def test_a_job_whose_handling_fails_is_skipped_and_the_others_scheduled(api):
+    api.create("statefulsets", job_set("good"))
+    api.create("statefulsets", job_set("bad"))
+    SCRIPT.update({"ml/good": 1, "ml/bad": 1})
+    sched = scheduler(api.url)
+    sched.make_policy = AdmitFails
+    report = sched.step()
+    assert "ml/bad" in report.invalid and "ZeroDivisionError" in report.invalid["ml/bad"]
+    assert report.decision == {"ml/good": 1} and report.bound == {"ml/good-0": "g1"}
+    assert len(events_on(api, "bad", "InvalidJob")) == 1
+    assert pod_scheduled(api.get("pods", "ml/bad-0"))["reason"] == "InvalidJob"

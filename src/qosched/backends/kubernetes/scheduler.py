@@ -346,13 +346,15 @@ class K8sScheduler:
         admitted = {
             k: j
             for k, j in live.items()
-            if j.spec.admission in ("guaranteed", "best-effort")
-            or report.admitted.get(k) in ("guaranteed", "best-effort")
+            if k not in report.invalid  # skipped during admission
+            and (
+                j.spec.admission in ("guaranteed", "best-effort")
+                or report.admitted.get(k) in ("guaranteed", "best-effort")
+            )
         }
         view = ClusterView(
             now, cluster, [j.state for j in admitted.values()], self.config.restart_pause_s
         )
-        admitted = {k: j for k, j in admitted.items() if k not in report.invalid}
         try:
             decision = self.policy.allocate(view) if admitted else None
         except Exception as exc:  # the policy's bug: nothing changes this round
