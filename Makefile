@@ -27,3 +27,9 @@ test: setup-dev
 
 clean:
 	rm -rf $(VENV) qosched-out .pytest_cache .ruff_cache
+
+## Build the container image the Kubernetes manifests name (Docker or a compatible engine).
+IMAGE ?= ghcr.io/qosched/qosched:0.1.0
+.PHONY: image
+image:
+	docker build -t $(IMAGE) .

@@ -28,9 +28,10 @@ def test_config_file_sets_fields_and_flags_override(tmp_path):
     [
         ("polcy: qos\n", "polcy"),
         ("resource: tpu\n", "resource"),
-        ("tick_s: 20\n", "lease_duration_s"),
+        ("lease_renew_deadline_s: 20\n", "lease_renew_deadline_s"),
+        ("lease_duration_s: 1.5\n", "lease_duration_s"),
     ],
-    ids=["unknown-key", "bad-resource", "lease-shorter-than-tick"],
+    ids=["unknown-key", "bad-resource", "renew-deadline-past-the-lease", "lease-not-whole"],
 )
 def test_bad_config_names_the_field(tmp_path, text, field):
     path = tmp_path / "config.yaml"

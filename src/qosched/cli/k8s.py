@@ -114,6 +114,20 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         help="this replica's name in the Lease (default: $POD_NAME, else host-pid)",
     )
     run.add_argument("--once", action="store_true", help="one scheduling round, then exit")
+    run.add_argument(
+        "--log-level",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        type=str.upper,
+        default="INFO",
+        help="the scheduler's log level (default INFO)",
+    )
+    run.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="serve /metrics, /healthz and /readyz here (default: the config's http_port, "
+        "8080; 0 = none)",
+    )
     run.set_defaults(run=_run)
 
     train = commands.add_parser(
@@ -197,13 +211,33 @@ def _run(args: argparse.Namespace) -> int:
     from qosched.backends.kubernetes.kube import api_client
     from qosched.backends.kubernetes.scheduler import K8sScheduler
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = load_config(args.config, identity=args.identity or os.environ.get("POD_NAME"))
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    config = load_config(
+        args.config,
+        identity=args.identity or os.environ.get("POD_NAME"),
+        http_port=args.http_port,
+    )
     scheduler = K8sScheduler(api_client(args.host, kubeconfig=args.kubeconfig), config)
     if args.once:
-        report = scheduler.step()
+        scheduler.start(lease=False)
+        try:
+            report = scheduler.step()
+        finally:
+            scheduler.stop()
         print(report, file=sys.stderr)
         return 0
+    if config.http_port:
+        from qosched.backends.kubernetes.observe import serve
+
+        serve(
+            config.http_port,
+            scheduler.metrics,
+            healthy=scheduler.heartbeat.alive,
+            ready=scheduler.ready,
+        )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -3,9 +3,14 @@ scheduler pointed at the fake API server through the real client."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
+from fake_apiserver import SERVERS
+from fake_rbac import token_of
+
 from qosched.backends.kubernetes import jobs as J
+from qosched.backends.kubernetes import manifests
 from qosched.backends.kubernetes.kube import api_client
 from qosched.backends.kubernetes.scheduler import K8sScheduler, SchedulerConfig
 from qosched.cluster.policies.base import Policy
@@ -81,14 +86,78 @@ def job_set(
     }
 
 
-def scheduler(url: str, *, clock=None, identity: str = "a", **config) -> K8sScheduler:
-    options = {"policy": "scripted", "tick_s": 1.0, "watch_timeout_s": 1}
+def client(
+    url: str,
+    *,
+    account: str = manifests.SCHEDULER,
+    namespace: str = "qosched",
+    agent: str | None = None,
+):
+    """A real ``ApiClient`` for ``url`` carrying ``namespace/account``'s ServiceAccount token
+    (the scheduler's by default), as a pod's mounted token does."""
+    result = api_client(url)
+    result.configuration.api_key = {"authorization": token_of(namespace, account)}
+    result.configuration.api_key_prefix = {"authorization": "Bearer"}
+    if agent is not None:
+        result.user_agent = agent
+    return result
+
+
+def scheduler(
+    url: str, *, clock=None, identity: str = "a", settle: bool = True, **config
+) -> K8sScheduler:
+    """A scheduler on the fake at ``url``, its informers started, its Lease held by each round
+    (no timer thread). With ``settle``, each round
+    first waits until its caches hold what the server holds, so that these tests check its
+    decisions on a known state (the races between them are the chaos test's)."""
+    options = {"policy": "scripted", "tick_s": 1.0, "watch_timeout_s": 60}
     options.update(config)
     cfg = SchedulerConfig(identity=identity, **options)
-    extra: dict = {"clock": clock} if clock is not None else {}
+    extra: dict = {"clock": clock, "monotonic": clock} if clock is not None else {}
     if cfg.policy == "scripted":
         extra["make_policy"] = Scripted
-    return K8sScheduler(api_client(url), cfg, **extra)
+    result = K8sScheduler(client(url), cfg, **extra)
+    result.start(lease=False)  # each round makes its own Lease attempt: no timer races here
+    SERVERS[url].stopping.append(result.stop)
+    if settle:
+        step = result.step
+
+        def settled_step():
+            caught_up(result, SERVERS[url])
+            return step()
+
+        result.step = settled_step
+    return result
+
+
+def caught_up(sched: K8sScheduler, api, timeout_s: float = 10.0) -> None:
+    """Wait until every running informer of ``sched`` holds the server's objects at their
+    current versions."""
+    wanted = [
+        (sched.nodes, "nodes", None),
+        (sched.pods, "pods", None),
+        (sched.sets, "statefulsets", J.JOB_LABEL),
+    ]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        behind = []
+        for informer, kind, label in wanted:
+            if informer._stop.is_set():
+                continue  # a test froze this cache on purpose
+            with api.lock:
+                expected = {
+                    k: o["metadata"]["resourceVersion"]
+                    for k, o in api.objects[kind].items()
+                    if label is None or label in (o["metadata"].get("labels") or {})
+                }
+            held = {k: o["metadata"]["resourceVersion"] for k, o in informer.snapshot().items()}
+            if held != expected:
+                behind.append((kind, set(held.items()) ^ set(expected.items())))
+        if not behind:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"caches of {behind} did not catch up with the server")
+        time.sleep(0.005)
 
 
 def gpus_on(api, node: str) -> float:
@@ -103,3 +172,35 @@ def gpus_on(api, node: str) -> float:
 
 def bindings(api) -> list[str]:
     return [path for method, path in api.requests if method == "POST" and path.endswith("/binding")]
+
+
+def trainer_client(url: str, namespace: str):
+    """A client with the token of the trainer ServiceAccount a job's manifests give its pods
+    in ``namespace``, the RBAC of those manifests applied on the server."""
+    from pathlib import Path
+
+    from qosched.backends.local.jobspec import load_job_spec
+
+    spec = load_job_spec(Path(__file__).resolve().parents[3] / "examples/k8s/cnn-cpu.yaml")
+    objects = manifests.job(spec, image="x", namespace=namespace, resource="cpu")
+    SERVERS[url].allow(objects)
+    account = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    return client(url, account=account, namespace=namespace)
+
+
+def writes_without_the_lease(api) -> list[str]:
+    """Every write the server accepted from a scheduler replica (user agent ``qosched/ID``)
+    while the last Lease record it had accepted named another holder or had expired by the
+    server's clock; the Lease's own writes aside."""
+    records = list(api.lease_log)
+    bad = []
+    for write in api.writes:
+        if "/leases" in write.path or not write.agent.startswith("qosched/"):
+            continue
+        who = write.agent.removeprefix("qosched/")
+        before = [r for r in records if r.at <= write.at]
+        record = before[-1] if before else None
+        if record is None or record.holder != who or write.at > record.at + record.duration_s:
+            holder = None if record is None else (record.holder, round(write.at - record.at, 2))
+            bad.append(f"{write.method} {write.path} by {who}; lease (holder, age): {holder}")
+    return bad

@@ -136,3 +136,59 @@ def test_gang_goes_where_the_job_is_then_on_the_roomiest_node():
     }
     assert rooms["c"]["nvidia.com/gpu"] == 2  # the caller's rooms are untouched
     assert place_gang([*gang, *gang[:3]], rooms, "nvidia.com/gpu") is None  # 7 > 6 GPUs
+
+
+NINES = "9" * 400
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field"),
+    [
+        ({J.PROGRESS: '{"iteration": Infinity, "active_s": 3}'}, J.PROGRESS),
+        ({J.PROGRESS: '{"iteration": 1e400, "active_s": 3}'}, J.PROGRESS),
+        ({J.PROGRESS: '{"iteration": NaN, "active_s": 3}'}, J.PROGRESS),
+        ({J.PROGRESS: f'{{"iteration": {2**53}, "active_s": 3}}'}, J.PROGRESS),
+        ({J.PROGRESS: '{"iteration": 5, "active_s": 1e400}'}, J.PROGRESS),
+        ({J.PROGRESS: '{"iteration": true, "active_s": 3}'}, J.PROGRESS),
+        ({J.ITERATIONS: "1" + "0" * 400}, J.ITERATIONS),
+        ({J.ITERATIONS: str(2**53)}, J.ITERATIONS),
+        ({J.REQUESTED_WORKERS: NINES}, J.REQUESTED_WORKERS),
+        ({J.DEADLINE: NINES}, J.DEADLINE),
+        ({J.DEADLINE: NINES + "h"}, J.DEADLINE),
+        ({J.DEADLINE: "99999999999d"}, J.DEADLINE),
+        ({J.DEADLINE: "9999-12-31T23:00:00-12:00"}, J.DEADLINE),
+    ],
+    ids=[
+        "progress-infinity",
+        "progress-1e400",
+        "progress-nan",
+        "progress-2**53",
+        "active-1e400",
+        "progress-bool",
+        "iterations-401-digits",
+        "iterations-2**53",
+        "workers-400-nines",
+        "deadline-400-nines",
+        "deadline-400-nines-hours",
+        "deadline-after-9999",
+        "deadline-offset-past-9999",
+    ],
+)
+def test_out_of_bounds_annotations_are_input_errors(annotations, field):
+    with pytest.raises(InputError) as error:
+        J.read_job(stateful_set(annotations), "gpu")
+    assert error.value.field == field
+    assert error.value.source == "statefulset/ml/j"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "attribute", "expected"),
+    [
+        ({J.ITERATIONS: str(2**53 - 1)}, "iterations", 2**53 - 1),
+        ({J.DEADLINE: "9999-12-31T23:59:59Z"}, "deadline_at", 253_402_300_799.0),
+        ({J.PROGRESS: '{"iteration": 12.0, "active_s": 3}'}, "progress", J.Progress(12, 3.0)),
+    ],
+    ids=["iterations-largest", "deadline-last-second", "progress-whole-float"],
+)
+def test_values_at_the_bounds_are_accepted(annotations, attribute, expected):
+    assert getattr(J.read_job(stateful_set(annotations), "gpu"), attribute) == expected

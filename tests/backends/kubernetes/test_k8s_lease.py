@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import SCRIPT, Clock, bindings, job_set, scheduler
+from k8s_helpers import SCRIPT, Clock, bindings, client, job_set, scheduler
 
-from qosched.backends.kubernetes.kube import api_client, parse_time, require
-from qosched.backends.kubernetes.lease import LeaderLease
+from qosched.backends.kubernetes.kube import parse_time, require
+from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 
 
 @pytest.fixture
@@ -18,15 +18,16 @@ def api():
         yield server
 
 
-def lease(url: str, identity: str, clock: Clock) -> LeaderLease:
-    coordination = require().client.CoordinationV1Api(api_client(url))
+def lease(url: str, identity: str, clock: Clock, wall: Clock | None = None) -> LeaderLease:
+    coordination = require().client.CoordinationV1Api(client(url))
     return LeaderLease(
         coordination,
         name="qs",
         namespace="qosched",
         identity=identity,
         lease_duration_s=15,
-        clock=clock,
+        clock=wall or clock,
+        monotonic=clock,
     )
 
 
@@ -50,10 +51,10 @@ def test_one_leader_until_its_lease_expires(api):
 def test_of_two_racing_replicas_the_stale_write_gets_a_conflict(api):
     clock = Clock(1_800_000_000.0)
     a, b = lease(api.url, "a", clock), lease(api.url, "b", clock)
-    assert a.hold()
+    c = lease(api.url, "c", clock)
+    assert a.hold() and not b.hold() and not c.hold()  # b and c see a's record
     clock.now += 60  # a's lease is long expired; b and c both see it free
     stale = b.api.read_namespaced_lease("qs", "qosched", _preload_content=False)
-    c = lease(api.url, "c", clock)
     assert c.hold()  # c writes first
 
     class Stale:
@@ -96,3 +97,45 @@ def test_a_released_lease_is_taken_at_once(api):
     a.release()  # a clean shutdown
     assert not a.leading
     assert b.hold()  # no need to wait out a's 15 s
+
+
+def test_a_leader_that_cannot_renew_stops_leading_at_its_renew_deadline(api):
+    clock = Clock(1_800_000_000.0)
+    a = lease(api.url, "a", clock)
+    assert a.hold()
+    api.fail("GET", "/leases/qs$", 500, times=100)  # every renewal fails from now on
+    clock.now += 9.9
+    assert a.hold() and a.leading  # still within its 10 s renew deadline (2/3 of 15 s)
+    a.check()
+    clock.now += 0.2
+    assert not a.hold() and not a.leading
+    with pytest.raises(NotLeading):
+        a.check()
+
+
+def test_a_successor_counts_the_lease_on_its_own_clock_whatever_its_offset(api):
+    clock = Clock(1_800_000_000.0)
+    ahead = Clock(1_800_000_000.0 + 3_600)  # b's wall clock is an hour ahead of a's
+    a, b = lease(api.url, "a", clock), lease(api.url, "b", clock, wall=ahead)
+    assert a.hold()
+    assert not b.hold()  # a renewal "an hour old" by b's wall clock does not fool it
+    clock.now += 14.9
+    assert not b.hold()
+    clock.now += 0.2
+    assert b.hold()  # 15 s of b's own clock without a renewal
+
+
+def test_the_fenced_client_refuses_writes_unless_leading(api):
+    clock = Clock(1_800_000_000.0)
+    a = lease(api.url, "a", clock)
+    core = require().client.CoreV1Api(fenced_client(client(api.url), a))
+    event = {"metadata": {"generateName": "e."}, "involvedObject": {}, "reason": "R"}
+    with pytest.raises(NotLeading):
+        core.create_namespaced_event("qosched", event, _preload_content=False)
+    assert core.list_node(_preload_content=False).status == 200  # reads pass
+    assert a.hold()
+    core.create_namespaced_event("qosched", event, _preload_content=False)
+    clock.now += 10.0  # the renew deadline passes without a renewal
+    with pytest.raises(NotLeading):
+        core.create_namespaced_event("qosched", event, _preload_content=False)
+    assert len(api.list("events")) == 1

@@ -75,7 +75,7 @@ def call(method: str, path: str) -> tuple[str, str]:
         at = parts.index("namespaces")
         parts = parts[:at] + parts[at + 2 :]
     kind_at = next(
-        i for i, p in enumerate(parts) if p in ("pods", "nodes", "statefulsets", "leases")
+        i for i, p in enumerate(parts) if p in ("pods", "nodes", "statefulsets", "leases", "events")
     )
     rest = parts[kind_at + 1 :]
     resource = parts[kind_at] + (f"/{rest[1]}" if len(rest) == 2 else "")
@@ -98,8 +98,13 @@ def test_rbac_grants_every_call_the_scheduler_makes():
     with FakeApiServer() as api:
         api.add_node("c1", cpu="8")
         api.create("statefulsets", job_set("c", resource="cpu"))
-        sched = scheduler(api.url, resource="cpu")
+        # A job it cannot read: an Event and a PodScheduled condition report it.
+        api.create(
+            "statefulsets",
+            job_set("bad", resource="cpu", annotations={"qosched.io/iterations": "x"}),
+        )
         before = len(api.requests)
+        sched = scheduler(api.url, resource="cpu")
         for workers in (2, 6, 0):  # start, re-size in place, pre-empt
             SCRIPT["ml/c"] = workers
             for _ in range(3):
@@ -121,3 +126,38 @@ def test_rbac_grants_every_call_the_scheduler_makes():
     assert used <= rules, used - rules
     # and nothing granted that no call needs
     assert rules - used == set(), rules - used
+
+
+ROOT = EXAMPLES.parents[1]
+
+
+def test_the_dockerfile_builds_the_image_the_manifests_name():
+    import tomllib
+
+    makefile = (ROOT / "Makefile").read_text()
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (image,) = re.findall(r"^IMAGE \?= (\S+)$", makefile, flags=re.M)
+    assert image == manifests.DEFAULT_IMAGE
+    assert "docker build -t $(IMAGE) ." in makefile
+    # the torch pin is pyproject's, and the wheel is the CPU one
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch,) = [p for p in pins if p.startswith("torch")]
+    assert (
+        f"pip install --no-cache-dir {torch} --index-url https://download.pytorch.org/whl/cpu"
+        in (dockerfile)
+    )
+    # non-root, as the Deployment runs it; the port its probes use
+    pod = next(o for o in manifests.deployment() if o["kind"] == "Deployment")["spec"]["template"]
+    uid = pod["spec"]["securityContext"]["runAsUser"]
+    assert re.findall(r"^USER (\S+)$", dockerfile, flags=re.M) == [f"{uid}:{uid}"]
+    assert f"EXPOSE {manifests.HTTP_PORT}" in dockerfile
+
+
+def test_manifests_take_the_image(capsys):
+    assert main(["k8s", "manifests", "--image", "registry.example.com/qosched:dev"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/qosched:dev"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"

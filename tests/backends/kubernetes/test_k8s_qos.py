@@ -7,10 +7,9 @@ import json
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import gpus_on, job_set, scheduler
+from k8s_helpers import gpus_on, job_set, scheduler, trainer_client
 
 from qosched.backends.kubernetes import jobs as J
-from qosched.backends.kubernetes.kube import api_client
 from qosched.backends.kubernetes.progress import ProgressReporter
 
 RESNET = {J.MODEL: "resnet50", J.BATCH_SIZE: "64"}  # A100 table: 6.84 it/s on one GPU
@@ -63,7 +62,7 @@ def test_progress_from_the_pods_reaches_the_predictor(api):
     workers = sched._states["ml/j"].workers
     table_rate = sched._states["ml/j"].curve.rate(workers)
     reporter = ProgressReporter(
-        api_client(api.url), pod_name=pods[0]["metadata"]["name"], namespace="ml"
+        trainer_client(api.url, "ml"), pod_name=pods[0]["metadata"]["name"], namespace="ml"
     )
     measured_rate = 2.0 * table_rate  # the job runs twice as fast as its table says
     for active_s in (10.0, 110.0, 210.0):

@@ -68,7 +68,7 @@ def test_the_policy_sees_the_workers_nodes_can_give(api):
     sched = scheduler(api.url)
     sched.step()
     cluster = sched._cluster(
-        node_rooms(sched.nodes.objects.values(), sched.pods.objects.values()), {}
+        node_rooms(sched.nodes.snapshot().values(), sched.pods.snapshot().values()), {}
     )
     # 6 + 4 free GPUs: the largest node gives 6, so the policy plans on 1 node of 6 (10 // 6),
     # never on more workers than exist.
@@ -128,7 +128,7 @@ def test_a_cache_that_missed_a_binding_never_double_binds(api):
     run(sched, 2)
     bound = api.get("pods", "ml/a-0")
     stale = {**bound, "spec": {**bound["spec"], "nodeName": None}}
-    sched.pods.sync = lambda: True  # the cache stops updating, with the pod shown unbound
+    sched.pods.stop()  # the cache stops updating, with the pod shown unbound
     sched.pods.put(stale)
     report = sched.step()
     assert api.get("pods", "ml/a-0")["spec"]["nodeName"] == bound["spec"]["nodeName"]

@@ -7,9 +7,10 @@ import sys
 
 import pytest
 from fake_apiserver import FakeApiServer
+from k8s_helpers import trainer_client
 
 from qosched.backends.kubernetes import jobs as J
-from qosched.backends.kubernetes.kube import KubernetesMissing, api_client, require
+from qosched.backends.kubernetes.kube import KubernetesMissing, require
 from qosched.backends.kubernetes.progress import ProgressReporter
 from qosched.backends.kubernetes.trainer import cpu_limit, train
 from qosched.cli.main import main
@@ -25,7 +26,7 @@ def test_training_reports_progress_and_resumes_from_its_checkpoint(tmp_path):
             },
         )
         reporter = ProgressReporter(
-            api_client(api.url), pod_name="t-0", namespace="ml", min_interval_s=0.0
+            trainer_client(api.url, "ml"), pod_name="t-0", namespace="ml", min_interval_s=0.0
         )
         options = {"checkpoint_every": 2, "limit": lambda: 1, "wait_at_end": False}
         assert train("cnn", 3, tmp_path, reporter, **options) == 3

@@ -1,119 +1,276 @@
-"""A list-then-watch cache of one kind of object, resumed from its ``resourceVersion``.
+"""A reflector and its cache, as client-go's: one kind of object, kept up to date by a thread.
 
-:meth:`Informer.sync` is called once per scheduling round. The first call lists; later calls
-watch from the last ``resourceVersion`` seen until the server ends the stream (its
-``timeoutSeconds``). A watch that expired (HTTP 410 ``Expired``, as an ``ERROR`` event or as the
-response status) is answered by listing again; any other failure (a network error, a 5xx, a
-429) leaves the cache as it was and backs off exponentially before the next try.
+:meth:`Informer.start` starts a thread that lists the objects, then watches from the list's
+``resourceVersion`` for as long as the server keeps the stream open (``timeoutSeconds``, a
+random share above ``watch_timeout_s`` so that replicas do not all re-watch at once), asking
+for bookmarks so that a quiet stream still advances its version. When a stream ends it
+watches again from the last version seen; a watch that expired (HTTP 410 ``Expired``, as an
+``ERROR`` event or as the response status) lists again; any other failure (a network error, a
+5xx, a 429) keeps the cache and retries after an exponential back-off with jitter, reset by
+the next success.
+
+The scheduler's rounds only read the cache (:meth:`snapshot`), never the API, so a round
+lasts as long as its decisions and writes, not as long as a watch. :meth:`put` and
+:meth:`forget` record the scheduler's own writes until the watch confirms them; an event
+older than what the cache holds never replaces it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
+from qosched.backends.kubernetes.kube import key_of, read_json, status_of
 
 log = logging.getLogger(__name__)
 
 HTTP_GONE = 410
 
 
+class Expired(Exception):
+    """The watch's version is older than the server's history: list again."""
+
+
 class Informer:
     """Objects of one kind by ``namespace/name``; see the module docstring.
 
     ``list_func`` is a client list method (``CoreV1Api.list_pod_for_all_namespaces``, ...);
-    ``kwargs`` go to every list and watch call (a namespace, a label selector).
+    ``kwargs`` go to every list and watch call (a namespace, a label selector). ``sleep`` waits
+    out a back-off (tests pass one that records it); it returns True when the informer is
+    stopping.
     """
 
     def __init__(
         self,
         list_func: Callable[..., Any],
         *,
-        watch_timeout_s: int = 30,
-        backoff_s: tuple[float, float] = (0.5, 30.0),
-        clock: Callable[[], float] = time.monotonic,
+        name: str = "objects",
+        watch_timeout_s: float = 300.0,
+        backoff_s: tuple[float, float] = (0.8, 30.0),
+        jitter: float = 1.0,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], bool] | None = None,
         **kwargs: Any,
     ) -> None:
         self.list_func = list_func
+        self.name = name
         self.kwargs = kwargs
         self.watch_timeout_s = watch_timeout_s
         self.backoff_min_s, self.backoff_max_s = backoff_s
-        self.clock = clock
-        self.objects: dict[str, dict[str, Any]] = {}
+        self.jitter = jitter
+        self.rng = rng or random.Random()
+        self._stop = threading.Event()
+        self._sleep = sleep or self._stop.wait
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._objects: dict[str, dict[str, Any]] = {}
         self.resource_version: str | None = None
         self.relists = 0  # how many times the cache was rebuilt by a list
-        self.failures = 0  # consecutive failed syncs
-        self._retry_at = -float("inf")
+        self.watches = 0  # watch streams opened
+        self.failures = 0  # consecutive failures
+        self._relist_wanted = 0  # generation of the list asked for by resync()
+        self._listed = 0  # generation of the last list
+        self._thread: threading.Thread | None = None
+        self._response: Any = None
+
+    # -- the reflector thread -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the reflector thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"informer-{self.name}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and close its watch; returns once it has ended."""
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):  # already closed
+                response.shutdown()  # wakes the read blocked on the stream
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None or self._listed < self._relist_wanted:
+                    self._list()
+                self._watch()
+            except Expired:
+                log.info("%s: watch expired (410); listing again", self.name)
+                self.resource_version = None
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                if self._listed < self._relist_wanted:
+                    continue  # resync() cut the stream: list now, no back-off
+                if status_of(exc) == HTTP_GONE:
+                    log.info("%s: watch expired (410); listing again", self.name)
+                    self.resource_version = None
+                    continue
+                self.failures += 1
+                delay = self.backoff(self.failures)
+                log.warning("%s: %s; retrying in %.1f s", self.name, _short(exc), delay)
+                if self._sleep(delay):
+                    return
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` consecutive failures: exponential, capped, with
+        up to ``jitter`` times more at random (replicas that failed together retry apart)."""
+        base = min(self.backoff_max_s, self.backoff_min_s * 2 ** (failures - 1))
+        return base * (1.0 + self.jitter * self.rng.random())
+
+    def _list(self) -> None:
+        wanted = self._relist_wanted
+        body = read_json(self.list_func(_preload_content=False, **self.kwargs))
+        objects = {key_of(item): item for item in body.get("items", [])}
+        with self._changed:
+            self._objects = objects
+            self.resource_version = body["metadata"]["resourceVersion"]
+            self.relists += 1
+            self._listed = max(self._listed + 1, wanted)
+            self._changed.notify_all()
+
+    def _watch(self) -> None:
+        timeout = int(self.watch_timeout_s * (1.0 + self.rng.random()))
+        response = self.list_func(
+            watch=True,
+            resource_version=self.resource_version,
+            timeout_seconds=max(1, timeout),
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+            # Bookmarks and events arrive well within this; a silent stream is a dead one.
+            _request_timeout=(10, timeout + 60),
+            **self.kwargs,
+        )
+        self._response = response
+        self.watches += 1
+        self.failures = 0  # the stream is open: the back-off starts again from its minimum
+        try:
+            for event in _lines(response):
+                if self._stop.is_set() or self._listed < self._relist_wanted:
+                    return
+                self._apply(event)
+        finally:
+            self._response = None
+            response.release_conn()
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == HTTP_GONE:
+                raise Expired(obj.get("message"))
+            raise RuntimeError(f"watch error: {obj.get('message')}")
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        with self._changed:
+            if kind == "DELETED":
+                self._objects.pop(key_of(obj), None)
+            elif kind in ("ADDED", "MODIFIED"):
+                key = key_of(obj)
+                held = self._objects.get(key)
+                if held is None or not _older(version, held["metadata"].get("resourceVersion")):
+                    self._objects[key] = obj
+            if version is not None:
+                self.resource_version = version
+            self._changed.notify_all()
+
+    # -- what the scheduler reads -------------------------------------------------------------
 
     @property
     def synced(self) -> bool:
-        return self.resource_version is not None
+        """The cache was listed at least once (before that it is not a view of the cluster)."""
+        return self._listed > 0
 
-    def sync(self) -> bool:
-        """Bring the cache up to date; False when the API could not be reached this time (the
-        cache keeps its last state) or a back-off is still running."""
-        if self.clock() < self._retry_at:
-            return False
-        try:
-            if self.resource_version is None:
-                self._list()
-            else:
-                self._watch()
-        except Exception as exc:
-            if status_of(exc) == HTTP_GONE:
-                log.info(
-                    "watch expired (410) at resourceVersion %s; listing again",
-                    self.resource_version,
-                )
-                self.resource_version = None
-                try:
-                    self._list()
-                except Exception as again:
-                    return self._failed(again)
-            else:
-                return self._failed(exc)
-        self.failures = 0
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """The cache as it is now (a copy of the mapping; the objects are shared, read-only)."""
+        with self._lock:
+            return dict(self._objects)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objects.get(key)
+
+    def resync(self) -> int:
+        """Ask for a fresh list (a new leader starts from the API, not from what its watches
+        may have missed); returns the generation :meth:`listed` reaches once it is done."""
+        with self._changed:
+            self._relist_wanted = self._listed + 1
+            wanted = self._relist_wanted
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+        return wanted
+
+    def listed(self, generation: int) -> bool:
+        with self._lock:
+            return self._listed >= generation
+
+    def wait_listed(self, generation: int, timeout_s: float) -> bool:
+        """Wait until the list of ``generation`` (from :meth:`resync`) is in the cache."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self._listed < generation:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return False
+                self._changed.wait(left)
         return True
-
-    def _failed(self, exc: BaseException) -> bool:
-        self.failures += 1
-        delay = min(self.backoff_max_s, self.backoff_min_s * 2 ** (self.failures - 1))
-        self._retry_at = self.clock() + delay
-        log.warning("sync failed (%s); retrying in %.1f s", exc, delay)
-        return False
-
-    def _list(self) -> None:
-        response = self.list_func(_preload_content=False, **self.kwargs)
-        body = read_json(response)
-        self.objects = {key_of(item): item for item in body.get("items", [])}
-        self.resource_version = body["metadata"]["resourceVersion"]
-        self.relists += 1
-
-    def _watch(self) -> None:
-        watch = require().watch.Watch()
-        for event in watch.stream(
-            self.list_func,
-            resource_version=self.resource_version,
-            timeout_seconds=self.watch_timeout_s,
-            allow_watch_bookmarks=True,
-            _request_timeout=self.watch_timeout_s + 10,
-            **self.kwargs,
-        ):
-            obj = event["raw_object"]
-            kind = event["type"]
-            self.resource_version = obj["metadata"]["resourceVersion"]
-            if kind == "DELETED":
-                self.objects.pop(key_of(obj), None)
-            elif kind in ("ADDED", "MODIFIED"):
-                self.objects[key_of(obj)] = obj
 
     def put(self, obj: dict[str, Any]) -> None:
         """Record an object the caller just wrote (a bind, a patch): the watch confirms it
-        later, and until then the cache must not show the older state."""
-        self.objects[key_of(obj)] = obj
+        later, and until then the cache must not show the older state. When the watch was
+        quicker and the cache already holds a newer version, that one stays."""
+        key = key_of(obj)
+        with self._lock:
+            held = self._objects.get(key)
+            version = obj["metadata"].get("resourceVersion")
+            if held is None or not _older(version, held["metadata"].get("resourceVersion")):
+                self._objects[key] = obj
 
-    def forget(self, key: str) -> None:
-        self.objects.pop(key, None)
+    def forget(self, key: str, uid: str | None = None) -> None:
+        """Drop an object the caller just deleted; with ``uid``, only that object (the watch may
+        already show its successor under the same name)."""
+        with self._lock:
+            held = self._objects.get(key)
+            if held is not None and (uid is None or held["metadata"].get("uid") == uid):
+                del self._objects[key]
+
+
+def _older(version: str | None, than: str | None) -> bool:
+    """Whether ``version`` is older than ``than``. Versions are opaque strings to clients, but
+    they are etcd revisions in every API server; anything else is never called older."""
+    try:
+        return int(version) < int(than)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def _lines(response: Any) -> Iterator[dict[str, Any]]:
+    """The JSON events of a watch stream, one per line, as they arrive."""
+    pending = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+    if pending.strip():
+        yield json.loads(pending)
+
+
+def _short(exc: BaseException) -> str:
+    status = status_of(exc)
+    if status is not None:
+        return f"HTTP {status} {getattr(exc, 'reason', '')}".strip()
+    text = str(exc).replace("\n", " ")
+    return text if len(text) <= 200 else text[:197] + "..."

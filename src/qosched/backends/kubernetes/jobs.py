@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qosched.backends.kubernetes.kube import key_of, parse_time, quantity
+from qosched.core.bounds import LATEST_TIME_S, check_count, check_number, check_time
 from qosched.core.errors import InputError
 
 PREFIX = "qosched.io/"
@@ -62,6 +63,8 @@ SUCCEEDED = "succeeded"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+#: Longer annotation values are refused before any parsing: no valid one comes near.
+MAX_TEXT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,22 +79,36 @@ class Progress:
 
 
 def parse_progress(text: str | None, *, source: str) -> Progress | None:
-    """The ``qosched.io/progress`` annotation; None when absent. A malformed value is an
-    ``InputError`` naming the object (the scheduler logs it and ignores that report)."""
+    """The ``qosched.io/progress`` annotation; None when absent. A malformed or out-of-bounds
+    value (``Infinity``, ``1e400``, a count past 2**53) is an ``InputError`` naming the object
+    (the scheduler reports it and ignores that report)."""
     if not text:
         return None
+    expected = '{"iteration": int, "active_s": float}'
+    _short(text, source=source, field=PROGRESS)
     try:
         data = json.loads(text)
-        iteration, active_s = int(data["iteration"]), float(data["active_s"])
-    except (ValueError, TypeError, KeyError) as exc:
-        raise InputError(
-            f'expected {{"iteration": int, "active_s": float}}, got {text!r}',
-            source=source,
-            field=PROGRESS,
-        ) from exc
-    if iteration < 0 or not math.isfinite(active_s) or active_s < 0:
-        raise InputError(f"must be non-negative, got {text!r}", source=source, field=PROGRESS)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or set(data) != {"iteration", "active_s"}:
+        raise InputError(f"expected {expected}, got {text!r}", source=source, field=PROGRESS)
+    iteration = check_count(data["iteration"], field=PROGRESS, source=source)
+    # Compute seconds can never exceed the span of representable times.
+    active_s = check_number(
+        data["active_s"],
+        field=PROGRESS,
+        minimum=0.0,
+        maximum=LATEST_TIME_S,
+        source=source,
+    )
     return Progress(iteration, active_s)
+
+
+def _short(text: str, *, source: str, field: str) -> None:
+    if len(text) > MAX_TEXT:
+        raise InputError(
+            f"expected at most {MAX_TEXT} characters, got {len(text)}", source=source, field=field
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +138,19 @@ class K8sJob:
 
 
 def parse_deadline(text: str, created_at: float, *, source: str) -> float:
-    """A duration after ``created_at`` (``"90m"``, ``"1h30m"``, ``"2d"``) or an RFC 3339 time."""
+    """A duration after ``created_at`` (``"90m"``, ``"1h30m"``, ``"2d"``) or an RFC 3339 time,
+    as Unix seconds no later than the end of year 9999 UTC."""
+    _short(text, source=source, field=DEADLINE)
     match = _DURATION.fullmatch(text.strip())
     if match and any(match.groups()):
         units = (86_400, 3_600, 60, 1)
-        return created_at + sum(int(g or 0) * u for g, u in zip(match.groups(), units, strict=True))
+        seconds = sum(int(g or 0) * u for g, u in zip(match.groups(), units, strict=True))
+        # Integer arithmetic first: a float sum of 400 nines would overflow, not fail cleanly.
+        if seconds > LATEST_TIME_S:
+            raise InputError(
+                f"the duration {text!r} ends after year 9999", source=source, field=DEADLINE
+            )
+        return check_time(created_at + seconds, field=DEADLINE, source=source)
     try:
         at = parse_time(text.strip())
     except ValueError:
@@ -137,23 +162,22 @@ def parse_deadline(text: str, created_at: float, *, source: str) -> float:
             source=source,
             field=DEADLINE,
         )
-    return at
+    return check_time(at, field=DEADLINE, source=source)
 
 
 def _int(annotations: dict[str, str], name: str, default: int | None, source: str) -> int | None:
-    """A whole number >= 1 from an annotation; ``default`` when absent."""
+    """A whole number in [1, 2**53) from an annotation; ``default`` when absent."""
     value = annotations.get(name)
     if value is None:
         return default
+    _short(value, source=source, field=name)
     try:
         number = int(value)
     except ValueError:
         raise InputError(
             f"expected a whole number, got {value!r}", source=source, field=name
         ) from None
-    if number < 1:
-        raise InputError(f"must be >= 1, got {number}", source=source, field=name)
-    return number
+    return check_count(number, field=name, minimum=1, source=source)
 
 
 def pod_template_request(template: dict[str, Any], resource: str) -> float:
@@ -174,7 +198,14 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
     source = f"statefulset/{key_of(sts)}"
     meta = sts["metadata"]
     annotations = meta.get("annotations") or {}
-    created_at = parse_time(meta.get("creationTimestamp")) or 0.0
+    try:
+        created_at = check_time(
+            parse_time(meta.get("creationTimestamp")) or 0.0,
+            field="metadata.creationTimestamp",
+            source=source,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc), source=source, field="metadata.creationTimestamp") from exc
     iterations = _int(annotations, ITERATIONS, None, source)
     if iterations is None:
         raise InputError("required annotation is missing", source=source, field=ITERATIONS)
@@ -193,14 +224,27 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
     template = sts["spec"]["template"]
     if resource == "gpu":
         per_pod = pod_template_request(template, GPU_RESOURCE)
-        if per_pod < 1 or per_pod != int(per_pod):
+        if not math.isfinite(per_pod) or per_pod < 1 or per_pod != int(per_pod):
             raise InputError(
                 f"each pod must request a whole number >= 1 of {GPU_RESOURCE}, got {per_pod:g}",
                 source=source,
                 field="spec.template.spec.containers[].resources",
             )
     else:
-        per_pod = max(1, math.ceil(pod_template_request(template, "cpu")))
+        cores = pod_template_request(template, "cpu")
+        if not math.isfinite(cores):
+            raise InputError(
+                f"expected a finite CPU request, got {cores}",
+                source=source,
+                field="spec.template.spec.containers[].resources",
+            )
+        per_pod = max(1, math.ceil(cores))
+    per_pod = check_count(
+        int(per_pod), field="spec.template.spec.containers[].resources", minimum=1, source=source
+    )
+    replicas = check_count(
+        sts["spec"].get("replicas", 1), field="spec.replicas", maximum=2**31 - 1, source=source
+    )
     return K8sJob(
         namespace=meta.get("namespace", "default"),
         name=meta["name"],
@@ -212,8 +256,8 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
         batch_size=_int(annotations, BATCH_SIZE, 1, source) or 1,
         requested_workers=_int(annotations, REQUESTED_WORKERS, 1, source) or 1,
         max_workers=_int(annotations, MAX_WORKERS, None, source),
-        replicas=int(sts["spec"].get("replicas", 1)),
-        per_pod=int(per_pod),
+        replicas=replicas,
+        per_pod=per_pod,
         admission=admission,
         succeeded=annotations.get(STATE) == SUCCEEDED,
         progress=parse_progress(annotations.get(PROGRESS), source=source),

@@ -48,10 +48,14 @@ def quantity(value: Any) -> float:
 
 
 def parse_time(text: str | None) -> float | None:
-    """An RFC 3339 time as the API writes it (``2026-11-29T21:00:00Z``, micro-times too)."""
+    """An RFC 3339 time as the API writes it (``2026-11-29T21:00:00Z``, micro-times too);
+    ``ValueError`` for one that is malformed or cannot be shown (past year 9999 UTC)."""
     if not text:
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except OverflowError as exc:
+        raise ValueError(f"{text!r} lies outside the times datetime can show") from exc
 
 
 def format_micro_time(seconds: float) -> str:

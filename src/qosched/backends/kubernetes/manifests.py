@@ -24,7 +24,10 @@ from qosched.core.errors import InputError
 
 SCHEDULER = "qosched-scheduler"
 TRAINER = "qosched-trainer"
+#: The image ``make image`` builds from the repository's Dockerfile.
 DEFAULT_IMAGE = "ghcr.io/qosched/qosched:0.1.0"
+#: Where the scheduler serves /metrics, /healthz and /readyz.
+HTTP_PORT = 8080
 LABELS = {"app.kubernetes.io/name": "qosched", "app.kubernetes.io/component": "scheduler"}
 
 
@@ -40,6 +43,9 @@ SCHEDULER_RULES = [
     _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
     _rule([""], ["pods/binding"], ["create"]),
     _rule([""], ["pods/resize"], ["patch"]),
+    # PodScheduled=False with a reason on a pod waiting (for its gang, or a fix of its job).
+    _rule([""], ["pods/status"], ["patch"]),
+    _rule([""], ["events"], ["create"]),
     _rule(["apps"], ["statefulsets"], ["list", "watch", "patch"]),
 ]
 LEASE_RULES = [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])]
@@ -57,6 +63,7 @@ def scheduler_config(
         "tick_s": 5.0,
         "lease_duration_s": 15,
         "restart_pause_s": 30.0,
+        "http_port": HTTP_PORT,
     }
     if throughputs is not None:
         config["throughputs"] = throughputs
@@ -84,7 +91,21 @@ def deployment(
         "command": ["qosched", "k8s", "run", "--config", "/etc/qosched/config.yaml"],
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "MPLCONFIGDIR", "value": "/tmp"},  # the root filesystem is read-only
         ],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT}],
+        # Alive while the scheduling loop turns; ready once its caches are listed (a follower
+        # is ready too: it takes over at once when the leader goes).
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 5,
+        },
         "resources": {
             "requests": {"cpu": "100m", "memory": "256Mi"},
             "limits": {"memory": "1Gi"},
@@ -95,7 +116,10 @@ def deployment(
             "runAsNonRoot": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "config", "mountPath": "/etc/qosched", "readOnly": True}],
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/qosched", "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},  # the root filesystem is read-only
+        ],
     }
     return [
         {
@@ -154,12 +178,22 @@ def deployment(
                 "replicas": replicas,
                 "selector": {"matchLabels": dict(LABELS)},
                 "template": {
-                    "metadata": {"labels": dict(LABELS)},
+                    "metadata": {
+                        "labels": dict(LABELS),
+                        "annotations": {
+                            "prometheus.io/scrape": "true",
+                            "prometheus.io/port": str(HTTP_PORT),
+                            "prometheus.io/path": "/metrics",
+                        },
+                    },
                     "spec": {
                         "serviceAccountName": SCHEDULER,
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
                         "containers": [container],
-                        "volumes": [{"name": "config", "configMap": {"name": SCHEDULER}}],
+                        "volumes": [
+                            {"name": "config", "configMap": {"name": SCHEDULER}},
+                            {"name": "tmp", "emptyDir": {}},
+                        ],
                     },
                 },
             },

@@ -2,9 +2,12 @@
 
 :meth:`K8sScheduler.step` is one round, called every ``tick_s`` by :meth:`run`:
 
-1. hold the leader Lease (a replica that does not lead does nothing);
-2. sync the caches of nodes, pods and job StatefulSets (list, then watch from the last
-   ``resourceVersion``; 410 relists, other errors back off);
+1. lead or do nothing: the Lease is renewed by its own timer thread (:mod:`.lease`), and every
+   write this class sends passes the Lease's fence first; a round that loses the Lease is
+   abandoned at its next write. A new term lists every resource afresh;
+2. take a snapshot of the caches of nodes, pods and job StatefulSets, which informers
+   (:mod:`.informer`) keep up to date in their own threads; a round never waits on the API
+   to read, so it lasts as long as its decisions and writes;
 3. read every job (:mod:`.jobs`) and its pods' progress into the policy's ``JobState``\\ s;
    finished jobs are marked ``succeeded`` and scaled to zero; new jobs are admitted or declined
    by the policy and the answer written on the StatefulSet;
@@ -14,8 +17,12 @@
    subresource, or, where the cluster lacks it, the node has no room or the kubelet marks the
    re-size ``Infeasible``, by restarting the pod at its new size from its checkpoint; a job
    that loses its workers is scaled to zero;
-6. bind pending pods, a whole job's pods together or none (Binding API), job by job in the
-   decision's order.
+6. bind pending pods, a whole job's pods together or none (Binding API, with the pod's
+   ``uid``), job by job in the decision's order.
+
+One job's failure (an annotation out of bounds, anything raised while handling it) skips that
+job for the round and is reported on it (:mod:`.events`); the other jobs go on. Each round is
+recorded in :mod:`.observe`'s metrics.
 
 Nothing lives only in memory: everything a round needs is read from the API, and what the
 scheduler decides is written there (annotations, replicas, bindings) before the next round.
@@ -37,11 +44,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from qosched.backends.kubernetes import jobs as J
+from qosched.backends.kubernetes.events import NORMAL, WARNING, Recorder
 from qosched.backends.kubernetes.fit import (
     Room,
     node_rooms,
@@ -52,7 +62,8 @@ from qosched.backends.kubernetes.fit import (
 )
 from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
-from qosched.backends.kubernetes.lease import LeaderLease
+from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
+from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import RESOURCES, ClusterSpec
@@ -67,6 +78,8 @@ log = logging.getLogger(__name__)
 PLACEHOLDER_RATE = 1.0
 #: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
 BIND_TRIES = 3
+#: How long the first round of a term waits for its fresh lists before it gives up for now.
+LIST_WAIT_S = 10.0
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
@@ -85,7 +98,10 @@ class SchedulerConfig:
     lease_name: str = "qosched-scheduler"
     lease_namespace: str = "qosched"
     lease_duration_s: int = 15
-    watch_timeout_s: int = 30
+    lease_renew_deadline_s: float | None = None  # default 2/3 of the lease
+    lease_retry_s: float | None = None  # default 2/15 of the lease
+    watch_timeout_s: int = 300
+    http_port: int = 8080  # /metrics, /healthz, /readyz; 0 = none
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -95,12 +111,26 @@ class SchedulerConfig:
             )
         if self.tick_s <= 0 or self.restart_pause_s < 0:
             raise InputError("tick_s must be > 0 and restart_pause_s >= 0", field="tick_s")
-        if self.lease_duration_s <= self.tick_s:
+        if not (isinstance(self.lease_duration_s, int) and self.lease_duration_s >= 1):
             raise InputError(
-                f"must exceed tick_s ({self.tick_s}) so a leader renews in time, "
-                f"got {self.lease_duration_s}",
+                f"expected whole seconds >= 1, got {self.lease_duration_s!r}",
                 field="lease_duration_s",
             )
+        renew = self.lease_renew_deadline_s or self.lease_duration_s * 2 / 3
+        retry = self.lease_retry_s or self.lease_duration_s * 2 / 15
+        if not renew < self.lease_duration_s:
+            raise InputError(
+                f"the renew deadline must be shorter than the lease ({self.lease_duration_s} s), "
+                f"got {renew}",
+                field="lease_renew_deadline_s",
+            )
+        if not 0 < retry < renew:
+            raise InputError(
+                f"must be > 0 and shorter than the renew deadline ({renew} s), got {retry}",
+                field="lease_retry_s",
+            )
+        if not 0 < self.http_port < 65536 and self.http_port != 0:
+            raise InputError(f"expected a port or 0, got {self.http_port}", field="http_port")
 
     @property
     def table_set(self) -> str:
@@ -113,6 +143,7 @@ class StepReport:
 
     leading: bool = False
     synced: bool = False
+    abandoned: bool = False  # the Lease was lost during the round: its remaining writes unsent
     decision: dict[str, int] = field(default_factory=dict)
     admitted: dict[str, str] = field(default_factory=dict)  # job -> admission
     succeeded: list[str] = field(default_factory=list)
@@ -121,6 +152,8 @@ class StepReport:
     restarted: list[str] = field(default_factory=list)  # pods deleted to restart at a new size
     bound: dict[str, str] = field(default_factory=dict)  # pod -> node
     released: list[str] = field(default_factory=list)  # pods deleted after a failed gang
+    invalid: dict[str, str] = field(default_factory=dict)  # job -> why it was skipped
+    slack: dict[str, float] = field(default_factory=dict)  # job -> deadline - predicted finish
     errors: list[str] = field(default_factory=list)
 
 
@@ -141,6 +174,34 @@ class _Job:
         return [p for p in self.pods if not p["spec"].get("nodeName")]
 
 
+@dataclass(slots=True)
+class _View:
+    """The caches as one round sees them (snapshots taken at its start), with the round's own
+    writes; pods are also indexed by the job that owns them."""
+
+    nodes: dict[str, dict[str, Any]]
+    pods: dict[str, dict[str, Any]]
+    sets: dict[str, dict[str, Any]]
+    by_owner: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, pod in self.pods.items():
+            owner = _owner(pod)
+            if owner is not None:
+                self.by_owner.setdefault(owner, {})[key] = pod
+
+    def put_pod(self, pod: dict[str, Any]) -> None:
+        key, owner = key_of(pod), _owner(pod)
+        self.pods[key] = pod
+        if owner is not None:
+            self.by_owner.setdefault(owner, {})[key] = pod
+
+    def forget_pod(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is not None:
+            self.by_owner.get(_owner(pod) or "", {}).pop(key, None)
+
+
 class K8sScheduler:
     """See the module docstring. ``api_client`` is a ``kubernetes.client.ApiClient``."""
 
@@ -158,12 +219,29 @@ class K8sScheduler:
         self.clock = clock
         # A new policy for every leadership term; by default the registered ``config.policy``.
         self.make_policy = make_policy or (lambda: create_policy(config.policy))
-        self.core = client.CoreV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
+        # Audit logs (and the tests' invariants) tell the replicas apart by their user agent.
+        api_client.user_agent = f"qosched/{config.identity}"
+        self.lease = LeaderLease(
+            client.CoordinationV1Api(api_client),
+            name=config.lease_name,
+            namespace=config.lease_namespace,
+            identity=config.identity,
+            lease_duration_s=config.lease_duration_s,
+            renew_deadline_s=config.lease_renew_deadline_s,
+            retry_s=config.lease_retry_s,
+            clock=clock,
+            monotonic=monotonic,
+        )
+        # Everything but the Lease itself goes through the fence.
+        writer = fenced_client(api_client, self.lease)
+        self.core = client.CoreV1Api(writer)
+        self.apps = client.AppsV1Api(writer)
         self.binding_type = (client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference)
+        self.delete_options = (client.V1DeleteOptions, client.V1Preconditions)
+        self.recorder = Recorder(self.core, instance=config.identity, passthrough=(NotLeading,))
         self.policy = self.make_policy()
         self.tables = ThroughputModel.bundled(config.table_set)
-        options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s, "clock": monotonic}
+        options: dict[str, Any] = {"watch_timeout_s": config.watch_timeout_s}
         if config.namespace is None:
             list_pods = self.core.list_pod_for_all_namespaces
             list_sets = self.apps.list_stateful_set_for_all_namespaces
@@ -172,18 +250,18 @@ class K8sScheduler:
             list_pods = self.core.list_namespaced_pod
             list_sets = self.apps.list_namespaced_stateful_set
         self.nodes = Informer(
-            self.core.list_node, watch_timeout_s=config.watch_timeout_s, clock=monotonic
+            self.core.list_node,
+            name="nodes",
+            watch_timeout_s=config.watch_timeout_s,
         )
-        self.pods = Informer(list_pods, **options)
-        self.sets = Informer(list_sets, label_selector=J.JOB_LABEL, **options)
-        self.lease = LeaderLease(
-            client.CoordinationV1Api(api_client),
-            name=config.lease_name,
-            namespace=config.lease_namespace,
-            identity=config.identity,
-            lease_duration_s=config.lease_duration_s,
-            clock=clock,
-        )
+        self.pods = Informer(list_pods, name="pods", **options)
+        self.sets = Informer(list_sets, name="statefulsets", label_selector=J.JOB_LABEL, **options)
+        self.informers = (self.nodes, self.pods, self.sets)
+        self._now = _View({}, {}, {})
+        self._listing: list[int] = [0, 0, 0]  # the fresh lists this term waits for
+        self.metrics = Metrics()
+        self.heartbeat = Heartbeat(stall_s=max(60.0, 10 * config.tick_s), clock=monotonic)
+        self.monotonic = monotonic
         self._states: dict[str, ClusterJob] = {}  # the policy's records, rebuilt from the API
         self.resize_supported: bool | None = None  # learnt from the first resize answer
         self._term = 0  # the lease term the policy and states belong to
@@ -191,34 +269,74 @@ class K8sScheduler:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """Schedule every ``tick_s`` until ``stop`` is set, then give the Lease up."""
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # a bug must not end the scheduler; the next round starts afresh
-                log.exception("scheduling round failed")
-            stop.wait(self.config.tick_s)
+    def start(self, *, lease: bool = True) -> None:
+        """Start the informers' threads (a follower keeps its caches warm too, so that it can
+        lead at once) and, with ``lease``, the Lease's timer thread. Without it, each round
+        makes one Lease attempt itself (``--once``, tests that drive the clock)."""
+        for informer in self.informers:
+            informer.start()
+        if lease:
+            self.lease.start()
+
+    def stop(self) -> None:
+        """Stop the Lease's timer and the informers, then give the Lease up."""
+        self.lease.stop()
+        for informer in self.informers:
+            informer.stop()
         self.lease.release()
 
+    def run(self, stop: threading.Event) -> None:
+        """Schedule every ``tick_s`` until ``stop`` is set, then stop (see :meth:`stop`)."""
+        self.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # a bug must not end the scheduler; the next round starts
+                    log.exception("scheduling round failed")
+                stop.wait(self.config.tick_s)
+        finally:
+            self.stop()
+
     def step(self) -> StepReport:
-        """One round; see the module docstring."""
+        """One round; see the module docstring. A round that loses the Lease stops at its
+        next write (``abandoned``); the next leader decides again from the API."""
         report = StepReport()
-        report.leading = self.lease.hold()
+        started = self.monotonic()
+        try:
+            self._step(report)
+        except NotLeading as exc:
+            log.warning("round abandoned: %s", exc)
+            report.leading, report.abandoned = False, True
+        self.metrics.record(report, self.monotonic() - started)
+        self.heartbeat.beat()
+        return report
+
+    def ready(self) -> bool:
+        """Every cache listed and the Lease timer running: this replica can lead at once."""
+        return self.lease.running and all(informer.synced for informer in self.informers)
+
+    def _step(self, report: StepReport) -> StepReport:
+        report.leading = self.lease.leading if self.lease.running else self.lease.hold()
         if not report.leading:
             return report
         if self._term != self.lease.transitions:
-            # A new term starts from the API alone: a fresh policy learns every job again.
+            # A new term starts from the API alone: fresh lists (the watches may have missed
+            # the last writes of the previous leader), a fresh policy that learns every job.
             self._term = self.lease.transitions
+            self._listing = [informer.resync() for informer in self.informers]
             self.policy = self.make_policy()
             self._states.clear()
-        synced = [informer.sync() for informer in (self.nodes, self.pods, self.sets)]
-        if not all(informer.synced for informer in (self.nodes, self.pods, self.sets)):
+        if not all(
+            informer.wait_listed(generation, timeout_s=max(self.config.tick_s, LIST_WAIT_S))
+            for informer, generation in zip(self.informers, self._listing, strict=True)
+        ):
             return report  # never decide on a cache that was never complete
-        report.synced = all(synced)
+        report.synced = True
+        self._now = _View(self.nodes.snapshot(), self.pods.snapshot(), self.sets.snapshot())
         now = self.clock()
         jobs = self._read_jobs(report)
-        rooms = node_rooms(self.nodes.objects.values(), self.pods.objects.values())
+        rooms = node_rooms(self._now.nodes.values(), self._now.pods.values())
         cluster = self._cluster(rooms, jobs)
         live = self._update_states(jobs, cluster, now, report)
         if cluster is None:
@@ -228,52 +346,84 @@ class K8sScheduler:
         admitted = {
             k: j
             for k, j in live.items()
-            if j.spec.admission in ("guaranteed", "best-effort")
-            or report.admitted.get(k) in ("guaranteed", "best-effort")
+            if k not in report.invalid  # skipped during admission
+            and (
+                j.spec.admission in ("guaranteed", "best-effort")
+                or report.admitted.get(k) in ("guaranteed", "best-effort")
+            )
         }
         view = ClusterView(
             now, cluster, [j.state for j in admitted.values()], self.config.restart_pause_s
         )
-        decision = self.policy.allocate(view) if admitted else None
-        counts = dict(decision.workers) if decision is not None else {}
+        try:
+            decision = self.policy.allocate(view) if admitted else None
+        except Exception as exc:  # the policy's bug: nothing changes this round
+            log.exception("the policy failed to allocate")
+            report.errors.append(f"the policy failed to allocate: {exc}")
+            return report
+        counts = {k: w for k, w in (decision.workers if decision else {}).items() if k in admitted}
         report.decision = counts
+        for key, job in admitted.items():
+            with self._isolated(job, report):
+                self._forecast(job, counts.get(key, 0), now, report)
         order = list(counts) + [k for k in admitted if k not in counts]
         for key in order:
-            self._apply(admitted[key], counts.get(key, 0), rooms, report)
+            with self._isolated(admitted[key], report):
+                self._apply(admitted[key], counts.get(key, 0), rooms, report)
         for key in order:
-            if counts.get(key, 0):
-                self._bind_job(admitted[key], counts[key], rooms, report)
+            if counts.get(key, 0) and key not in report.invalid:
+                with self._isolated(admitted[key], report):
+                    self._bind_job(admitted[key], counts[key], rooms, report)
         return report
 
     # -- reading the API ----------------------------------------------------------------------
 
     def _read_jobs(self, report: StepReport) -> dict[str, _Job]:
         jobs: dict[str, _Job] = {}
-        for sts in self.sets.objects.values():
+        invalid: dict[str, tuple[dict[str, Any], str]] = {}
+        for sts in self._now.sets.values():
             template = sts.get("spec", {}).get("template", {}).get("spec", {})
             if template.get("schedulerName") != self.config.scheduler_name:
                 continue
             try:
                 spec = J.read_job(sts, self.config.resource)
-            except InputError as exc:
-                report.errors.append(str(exc))
+            except Exception as exc:  # one bad job is skipped, never the round
+                invalid[key_of(sts)] = (sts, str(exc))
                 continue
             jobs[spec.key] = _Job(spec, [])
-        for pod in self.pods.objects.values():
+        waiting: dict[str, list[dict[str, Any]]] = {key: [] for key in invalid}
+        for pod in self._now.pods.values():
             owner = _owner(pod)
-            if owner in jobs and not pod["metadata"].get("deletionTimestamp") and not _ended(pod):
+            if pod["metadata"].get("deletionTimestamp") or _ended(pod):
+                continue
+            if owner in jobs:
                 jobs[owner].pods.append(pod)
+            elif owner in waiting and not pod["spec"].get("nodeName"):
+                waiting[owner].append(pod)
+        for key, (sts, why) in invalid.items():
+            self._skip(sts, waiting[key], why, report)
         for job in jobs.values():
             job.pods.sort(key=lambda p: p["metadata"]["name"])
         return jobs
+
+    def _skip(
+        self, sts: dict[str, Any], pending: list[dict[str, Any]], why: str, report: StepReport
+    ) -> None:
+        """A job that cannot be read: reported on its StatefulSet (an Event) and on its pending
+        pods (``PodScheduled=False``, reason ``InvalidJob``); the other jobs go on."""
+        report.invalid[key_of(sts)] = why
+        report.errors.append(why)
+        self.recorder.event(sts, WARNING, "InvalidJob", f"not scheduled: {why}")
+        for pod in pending:
+            self.recorder.pod_condition(pod, "InvalidJob", why)
 
     def _cluster(self, rooms: dict[str, Room], jobs: dict[str, _Job]) -> ClusterSpec | None:
         """The homogeneous cluster the policy plans on (see the module docstring): workers the
         nodes can give to qosched jobs, i.e. their room with qosched's own pods counted free."""
         ours = {key_of(p) for job in jobs.values() for p in job.pods}
         others = node_rooms(
-            self.nodes.objects.values(),
-            self.pods.objects.values(),
+            self._now.nodes.values(),
+            self._now.pods.values(),
             count=lambda pod: key_of(pod) not in ours,
         )
         resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
@@ -296,8 +446,9 @@ class K8sScheduler:
             text = (pod["metadata"].get("annotations") or {}).get(J.PROGRESS)
             try:
                 progress = J.parse_progress(text, source=f"pod/{key_of(pod)}")
-            except InputError as exc:
+            except InputError as exc:  # that report is ignored; the job goes on
                 report.errors.append(str(exc))
+                self.recorder.event(pod, WARNING, "InvalidProgress", str(exc))
                 continue
             if progress is not None and (best is None or progress.iteration > best.iteration):
                 best = progress
@@ -315,45 +466,68 @@ class K8sScheduler:
         still to decide for (declined and finished ones left out)."""
         live: dict[str, _Job] = {}
         for key, job in jobs.items():
-            spec = job.spec
-            if spec.succeeded or spec.admission == "declined":
-                if spec.replicas:
-                    self._patch_set(spec, {"spec": {"replicas": 0}}, report)
-                continue
-            progress = self._progress(job, report)
-            if progress is not None and progress.iteration >= spec.iterations:
-                self._patch_set(
-                    spec,
-                    {
-                        "metadata": {
-                            "annotations": {J.STATE: J.SUCCEEDED, J.PROGRESS: progress.to_text()}
-                        },
-                        "spec": {"replicas": 0},
-                    },
-                    report,
-                )
-                report.succeeded.append(key)
-                continue
-            if cluster is None:
-                continue
-            state = self._states.get(key)
-            if state is None:
-                state = ClusterJob(self._job_spec(spec), self._curve(spec, cluster))
-                self._states[key] = state
-                self._fresh.add(key)
-            if progress is not None:
-                state.iterations_done = float(min(progress.iteration, spec.iterations))
-                state.active_s = progress.active_s
-            state.workers = self._held(job)
-            state.phase = Phase.RUNNING if state.workers else Phase.PENDING
-            if state.started_s is None and (state.workers or state.active_s > 0):
-                state.started_s = now
-            state.last_update_s = now
-            job.state = state
-            live[key] = job
+            with self._isolated(job, report):
+                if self._update_state(job, cluster, now, report):
+                    live[key] = job
         for key in [k for k in self._states if k not in live]:
             del self._states[key]
         return live
+
+    def _update_state(
+        self, job: _Job, cluster: ClusterSpec | None, now: float, report: StepReport
+    ) -> bool:
+        """One job's JobState; True when the job is still to decide for."""
+        spec, key = job.spec, job.spec.key
+        if spec.succeeded or spec.admission == "declined":
+            if spec.replicas:
+                self._patch_set(spec, {"spec": {"replicas": 0}}, report)
+            return False
+        progress = self._progress(job, report)
+        if progress is not None and progress.iteration >= spec.iterations:
+            self._patch_set(
+                spec,
+                {
+                    "metadata": {
+                        "annotations": {J.STATE: J.SUCCEEDED, J.PROGRESS: progress.to_text()}
+                    },
+                    "spec": {"replicas": 0},
+                },
+                report,
+            )
+            report.succeeded.append(key)
+            return False
+        if cluster is None:
+            return False
+        state = self._states.get(key)
+        if state is None:
+            state = ClusterJob(self._job_spec(spec), self._curve(spec, cluster))
+            self._states[key] = state
+            self._fresh.add(key)
+        if progress is not None:
+            state.iterations_done = float(min(progress.iteration, spec.iterations))
+            state.active_s = progress.active_s
+        state.workers = self._held(job)
+        state.phase = Phase.RUNNING if state.workers else Phase.PENDING
+        if state.started_s is None and (state.workers or state.active_s > 0):
+            state.started_s = now
+        state.last_update_s = now
+        job.state = state
+        return True
+
+    @contextmanager
+    def _isolated(self, job: _Job, report: StepReport) -> Iterator[None]:
+        """One job's step: an error there skips and reports that job, never the round. Losing
+        the Lease is not a job's error: it ends the round."""
+        try:
+            yield
+        except NotLeading:
+            raise
+        except Exception as exc:
+            log.warning("job %s skipped this round", job.spec.key, exc_info=True)
+            self._states.pop(job.spec.key, None)
+            sts = self._now.sets.get(job.spec.key)
+            if sts is not None:
+                self._skip(sts, job.pending, f"{job.spec.key}: {type(exc).__name__}: {exc}", report)
 
     def _job_spec(self, spec: J.K8sJob) -> JobSpec:
         deadline = spec.deadline_at
@@ -391,6 +565,39 @@ class K8sScheduler:
             spec.model, spec.batch_size, speeds, tuple(g for g in measured if g <= most)
         )
 
+    def _forecast(self, job: _Job, workers: int, now: float, report: StepReport) -> None:
+        """The job's predicted finish with ``workers`` (the policy's predictor where it has
+        one, else the speed table); an Event ``DeadlineAtRisk`` when it lies past the
+        deadline."""
+        spec, state = job.spec, job.state
+        if spec.deadline_at is None or state is None:
+            return
+        rate = 0.0
+        if workers > 0:
+            predictor_of = getattr(self.policy, "predictor_of", None)
+            predictor = predictor_of(spec.key) if predictor_of is not None else None
+            rate = predictor.predict(workers).rate if predictor else state.curve.rate(workers)
+        left = max(0.0, spec.iterations - state.iterations_done)
+        if left == 0:
+            return
+        finish = now + left / rate if rate > 0 else math.inf
+        # A job without workers has no finish: its slack is the time it already lost.
+        slack = spec.deadline_at - finish if rate > 0 else spec.deadline_at - now
+        report.slack[spec.key] = slack
+        if rate > 0 and slack >= 0:
+            return
+        sts = self._now.sets.get(spec.key)
+        if sts is None:
+            return
+        if rate > 0:
+            why = (
+                f"predicted to finish at {_iso(finish)} with {workers} workers at "
+                f"{rate:.3g} it/s, {-slack:.0f} s after its deadline {_iso(spec.deadline_at)}"
+            )
+        else:
+            why = f"no workers this round; its deadline is {_iso(spec.deadline_at)}"
+        self.recorder.event(sts, WARNING, "DeadlineAtRisk", why, dedupe="DeadlineAtRisk")
+
     # -- admission ------------------------------------------------------------------------------
 
     def _admit(self, live: dict[str, _Job], view: ClusterView, report: StepReport) -> None:
@@ -400,27 +607,43 @@ class K8sScheduler:
         for key, job in live.items():
             if job.spec.admission is not None:
                 continue
-            others = ClusterView(view.now, view.cluster, list(known), view.restart_pause_s)
-            accepted = self.policy.admit(job.state, others)
-            guaranteed = bool(getattr(self.policy, "is_guaranteed", lambda _: False)(key))
-            promises = hasattr(self.policy, "is_guaranteed")
-            if accepted and (
-                not promises or guaranteed or job.spec.best_effort or job.spec.deadline_at is None
-            ):
-                admission = "guaranteed" if guaranteed else "best-effort"
-                known.append(job.state)
-            else:
-                admission = "declined"
-            patch: dict[str, Any] = {"metadata": {"annotations": {J.ADMISSION: admission}}}
-            if admission == "declined":
-                patch["spec"] = {"replicas": 0}
-            if self._patch_set(job.spec, patch, report):
-                report.admitted[key] = admission
+            with self._isolated(job, report):
+                others = ClusterView(view.now, view.cluster, list(known), view.restart_pause_s)
+                accepted = self.policy.admit(job.state, others)
+                guaranteed = bool(getattr(self.policy, "is_guaranteed", lambda _: False)(key))
+                promises = hasattr(self.policy, "is_guaranteed")
+                if accepted and (
+                    not promises
+                    or guaranteed
+                    or job.spec.best_effort
+                    or job.spec.deadline_at is None
+                ):
+                    admission = "guaranteed" if guaranteed else "best-effort"
+                    known.append(job.state)
+                else:
+                    admission = "declined"
+                patch: dict[str, Any] = {"metadata": {"annotations": {J.ADMISSION: admission}}}
+                if admission == "declined":
+                    patch["spec"] = {"replicas": 0}
+                if self._patch_set(job.spec, patch, report):
+                    report.admitted[key] = admission
+                    sts = self._now.sets.get(key)
+                    if admission == "declined" and sts is not None:
+                        deadline = _iso(job.spec.deadline_at) if job.spec.deadline_at else "-"
+                        self.recorder.event(
+                            sts,
+                            WARNING,
+                            "Declined",
+                            f"the {self.config.policy} policy cannot guarantee its deadline "
+                            f"{deadline} with the workers the cluster has; set "
+                            f'{J.BEST_EFFORT}: "true" to run it anyway',
+                        )
         # Jobs admitted in an earlier term (or by a replica that died): this term's policy
         # learns them again, as the local service does after a restart.
         for key, job in live.items():
             if job.spec.admission in ("guaranteed", "best-effort") and key in self._fresh:
-                self.policy.admit(job.state, view)
+                with self._isolated(job, report):
+                    self.policy.admit(job.state, view)
         self._fresh.clear()
 
     # -- applying a decision ------------------------------------------------------------------
@@ -472,8 +695,18 @@ class K8sScheduler:
                 self._delete_pod(pod, report.restarted, report)
             elif self._resize(pod, workers, cores, rooms.get(node), report):
                 report.resized[key_of(pod)] = workers
+                self.recorder.event(
+                    pod, NORMAL, "Resized", f"resized in place from {cores} to {workers} cores"
+                )
             else:  # checkpoint-restart at the new size, wherever it fits
                 self._delete_pod(pod, report.restarted, report)
+                self.recorder.event(
+                    self._set(spec),
+                    NORMAL,
+                    "Resized",
+                    f"restarting pod {key_of(pod)} from its checkpoint at {workers} cores "
+                    f"(was {cores}): it cannot be re-sized in place",
+                )
 
     def _resize(
         self, pod: dict[str, Any], workers: int, cores: int, room: Room | None, report: StepReport
@@ -495,6 +728,8 @@ class K8sScheduler:
                 _content_type=STRATEGIC_PATCH,
                 _preload_content=False,
             )
+        except NotLeading:
+            raise
         except Exception as exc:
             if status_of(exc) in (404, 405, 415):
                 log.warning(
@@ -508,7 +743,7 @@ class K8sScheduler:
             return False
         self.resize_supported = True
         updated = read_json(response)
-        self.pods.put(updated)
+        self._put_pod(updated)
         take(room, {"cpu": workers - cores})
         return True
 
@@ -520,8 +755,19 @@ class K8sScheduler:
         expected = workers // spec.per_pod if self.config.resource == "gpu" else 1
         pods = [p for p in self._pods_of(spec) if p["spec"].get("nodeName") is None]
         present = self._pods_of(spec)
-        if not pods or len(present) != expected:
-            return  # the controller has not caught up with the replicas yet
+        if not pods:
+            return
+        if len(present) != expected:  # the controller has not caught up with the replicas yet
+            if spec.key in report.scaled:
+                return  # this very round changed them: nothing to report yet
+            for pod in pods:
+                self.recorder.pod_condition(
+                    pod,
+                    "WaitingForGang",
+                    f"job {spec.key} is given {expected} pods and {len(present)} exist; its "
+                    "pods are bound together once all of them do",
+                )
+            return
         if self.config.resource == "cpu" and any(
             math.ceil(pod_requests(p).get("cpu", 0.0) - 1e-9) != workers for p in pods
         ):
@@ -530,6 +776,15 @@ class K8sScheduler:
         resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
         placement = place_gang(pods, rooms, resource, prefer)
         if placement is None:
+            why = (
+                f"the {len(pods)} pending pods of job {spec.key} do not all fit on the nodes' "
+                "free resources this round (all of a gang or none); tried again next round"
+            )
+            sts = self._now.sets.get(spec.key)
+            if sts is not None:
+                self.recorder.event(sts, WARNING, "FailedScheduling", why)
+            for pod in pods:
+                self.recorder.pod_condition(pod, "Unschedulable", why)
             return
         bound: list[dict[str, Any]] = []
         for pod in pods:
@@ -545,13 +800,23 @@ class K8sScheduler:
             bound.append(result)
             take(rooms[node], pod_requests(pod))
             report.bound[key_of(pod)] = node
+        for pod in bound:
+            self.recorder.event(
+                pod,
+                NORMAL,
+                "Scheduled",
+                f"Successfully assigned {key_of(pod)} to {pod['spec']['nodeName']} "
+                f"(job {spec.key}, {workers} workers)",
+            )
 
     def _bind(self, pod: dict[str, Any], node: str, report: StepReport) -> dict[str, Any] | None:
         """Bind one pod; the pod as bound, or None when it could not be (after retries)."""
         V1Binding, V1ObjectMeta, V1ObjectReference = self.binding_type
         meta = pod["metadata"]
+        # The uid makes the API server refuse the binding if the pod was recreated under the
+        # same name since the cache saw it.
         body = V1Binding(
-            metadata=V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
+            metadata=V1ObjectMeta(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]),
             target=V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         for attempt in range(1, BIND_TRIES + 1):
@@ -559,9 +824,11 @@ class K8sScheduler:
                 self.core.create_namespaced_pod_binding(
                     meta["name"], meta["namespace"], body, _preload_content=False
                 )
+            except NotLeading:
+                raise
             except Exception as exc:
                 status = status_of(exc)
-                if status == 409:  # bound already (by us in an earlier round, or by another)
+                if status == 409:  # bound already, or recreated (another uid) since we saw it
                     self._refresh(pod)
                     report.errors.append(f"pod {key_of(pod)} was already bound: {exc.reason}")
                     return None
@@ -571,7 +838,7 @@ class K8sScheduler:
                 time.sleep(0.05 * 2**attempt)
                 continue
             bound = {**pod, "spec": {**pod["spec"], "nodeName": node}}
-            self.pods.put(bound)  # until the watch shows it, the cache must not offer it again
+            self._put_pod(bound)  # until the watch shows it, the cache must not offer it again
             return bound
         return None
 
@@ -581,16 +848,19 @@ class K8sScheduler:
         return sorted(
             (
                 p
-                for p in self.pods.objects.values()
-                if _owner(p) == spec.key
-                and not p["metadata"].get("deletionTimestamp")
-                and not _ended(p)
+                for p in self._now.by_owner.get(spec.key, {}).values()
+                if not p["metadata"].get("deletionTimestamp") and not _ended(p)
             ),
             key=lambda p: p["metadata"]["name"],
         )
 
+    def _put_pod(self, pod: dict[str, Any]) -> None:
+        """A pod as this replica just wrote it: in this round's view and in the cache."""
+        self.pods.put(pod)
+        self._now.put_pod(pod)
+
     def _set(self, spec: J.K8sJob) -> dict[str, Any]:
-        return self.sets.objects[spec.key]
+        return self._now.sets[spec.key]
 
     def _patch_set(self, spec: J.K8sJob, patch: dict[str, Any], report: StepReport) -> bool:
         try:
@@ -601,21 +871,33 @@ class K8sScheduler:
                 _content_type=STRATEGIC_PATCH,
                 _preload_content=False,
             )
+        except NotLeading:
+            raise
         except Exception as exc:
             report.errors.append(f"patching statefulset {spec.key} failed: {exc}")
             return False
-        self.sets.put(read_json(response))
+        updated = read_json(response)
+        self.sets.put(updated)
+        self._now.sets[spec.key] = updated
         return True
 
     def _delete_pod(self, pod: dict[str, Any], into: list[str], report: StepReport) -> None:
         meta = pod["metadata"]
+        V1DeleteOptions, V1Preconditions = self.delete_options
+        # Only the pod the cache saw: never a pod recreated since under the same name.
+        options = V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"]))
         try:
-            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], _preload_content=False)
+            self.core.delete_namespaced_pod(
+                meta["name"], meta["namespace"], body=options, _preload_content=False
+            )
+        except NotLeading:
+            raise
         except Exception as exc:
             if status_of(exc) != 404:
                 report.errors.append(f"deleting pod {key_of(pod)} failed: {exc}")
                 return
-        self.pods.forget(key_of(pod))
+        self.pods.forget(key_of(pod), meta["uid"])
+        self._now.forget_pod(key_of(pod))
         into.append(key_of(pod))
 
     def _refresh(self, pod: dict[str, Any]) -> None:
@@ -628,7 +910,11 @@ class K8sScheduler:
             )
         except Exception:
             return
-        self.pods.put(fresh)
+        self._put_pod(fresh)
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _owner(pod: dict[str, Any]) -> str | None:

@@ -1,0 +1,167 @@
+"""What an operator watches: Prometheus metrics and the health endpoints the Deployment probes.
+
+:class:`Metrics` is updated by the scheduler after every round (:meth:`Metrics.record`), in a
+registry of its own. :func:`serve` answers, on one port:
+
+- ``/metrics``: the metrics in Prometheus' text format;
+- ``/healthz``: 200 while the scheduling loop turns (a round ended within ``stall_s``), so the
+  kubelet restarts a replica whose loop hangs;
+- ``/readyz``: 200 once every informer has listed and the Lease timer runs (a follower is ready:
+  it can take over at once).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+if TYPE_CHECKING:
+    from qosched.backends.kubernetes.scheduler import StepReport
+
+#: Outcomes counted by ``qosched_decisions_total``: admissions and what a round did to jobs.
+OUTCOMES = (
+    "guaranteed",
+    "best-effort",
+    "declined",
+    "scaled",
+    "resized",
+    "restarted",
+    "released",
+    "invalid",
+    "succeeded",
+)
+
+
+class Metrics:
+    """The scheduler's metrics; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.rounds = Counter(
+            "qosched_rounds",
+            "Scheduling rounds, by what the replica did in them.",
+            ["role"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "qosched_round_duration_seconds",
+            "Wall time of the rounds this replica led.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.bindings = Counter("qosched_bindings", "Pods bound.", registry=r)
+        self.decisions = Counter(
+            "qosched_decisions", "Decisions on jobs, by outcome.", ["outcome"], registry=r
+        )
+        self.errors = Counter(
+            "qosched_round_errors", "Errors reported by rounds (API, jobs).", registry=r
+        )
+        self.slack = Gauge(
+            "qosched_job_predicted_slack_seconds",
+            "Deadline minus predicted finish, per job with a deadline (negative: at risk).",
+            ["job"],
+            registry=r,
+        )
+        self.leader = Gauge("qosched_leader", "1 while this replica leads.", registry=r)
+        for outcome in OUTCOMES:
+            self.decisions.labels(outcome).inc(0)
+        for role in ("led", "followed", "abandoned"):
+            self.rounds.labels(role).inc(0)
+        self._slack_jobs: set[str] = set()
+
+    def record(self, report: StepReport, seconds: float) -> None:
+        """Called after every round with its report and its wall time."""
+        role = "abandoned" if report.abandoned else ("led" if report.leading else "followed")
+        self.rounds.labels(role).inc()
+        self.leader.set(1 if report.leading else 0)
+        if not report.leading and not report.abandoned:
+            return
+        self.duration.observe(seconds)
+        self.bindings.inc(len(report.bound))
+        self.errors.inc(len(report.errors))
+        for admission in report.admitted.values():
+            self.decisions.labels(admission).inc()
+        counts = {
+            "scaled": len(report.scaled),
+            "resized": len(report.resized),
+            "restarted": len(report.restarted),
+            "released": len(report.released),
+            "invalid": len(report.invalid),
+            "succeeded": len(report.succeeded),
+        }
+        for outcome, count in counts.items():
+            self.decisions.labels(outcome).inc(count)
+        if report.synced:
+            for job in self._slack_jobs - set(report.slack):
+                self.slack.remove(job)
+            for job, slack in report.slack.items():
+                self.slack.labels(job).set(slack)
+            self._slack_jobs = set(report.slack)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def serve(
+    port: int,
+    metrics: Metrics,
+    *,
+    healthy: Callable[[], bool],
+    ready: Callable[[], bool],
+    host: str = "0.0.0.0",
+) -> ThreadingHTTPServer:
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` from a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # probes every few seconds: no log
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, metrics.text(), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                ok = (healthy if path == "/healthz" else ready)()
+                self._send(200 if ok else 503, b"ok\n" if ok else b"not ok\n", "text/plain")
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="observe", daemon=True).start()
+    return server
+
+
+class Heartbeat:
+    """When the scheduling loop last finished a round, for ``/healthz``."""
+
+    def __init__(self, stall_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stall_s = stall_s
+        self.clock = clock
+        self.last = clock()
+
+    def beat(self) -> None:
+        self.last = self.clock()
+
+    def alive(self) -> bool:
+        return self.clock() - self.last <= self.stall_s

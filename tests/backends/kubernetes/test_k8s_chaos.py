@@ -1,0 +1,160 @@
+"""Three replicas against the strict fake for hundreds of rounds while faults are injected: a
+replica paused longer than the Lease, API errors and latency, dropped watches, compactions,
+pods deleted and recreated under the same name. Invariants: no pod bound twice or onto a full
+node, no write accepted from a replica that did not hold the Lease, every feasible job bound
+once the faults stop. Bounded in time (about 25 s)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+from fake_apiserver import FakeApiServer
+from k8s_helpers import SCRIPT, Scripted, client, job_set, writes_without_the_lease
+
+from qosched.backends.kubernetes.scheduler import K8sScheduler, SchedulerConfig
+
+SEED = 14
+NODES = 6  # 4 GPUs each: 24 GPUs
+#: job -> GPUs (one per pod): 22 GPUs in all, so every job fits at once.
+JOBS = {f"ml/j{i}": gpus for i, gpus in enumerate([1, 2, 3, 1, 2, 3, 1, 2, 3, 4])}
+CHAOS_S = 14.0
+SETTLE_S = 12.0
+
+
+PAUSE_S = 2.6  # longer than the 2 s Lease
+
+
+class Gate:
+    """A replica's whole process: while paused, its Lease attempts and its round's next API
+    write wait (just before the write's fence check), as in a stop-the-world pause. Armed, it
+    pauses the replica at its next write, mid-round."""
+
+    def __init__(self) -> None:
+        self.running = threading.Event()
+        self.running.set()
+        self.armed = False
+        self.paused_writing = 0
+
+    def pause(self) -> None:
+        self.running.clear()
+        time.sleep(PAUSE_S)
+        self.running.set()
+
+    def wrap(self, method, *, writes: bool = False):
+        def call(*args, **kwargs):
+            if writes and self.armed:
+                self.armed = False
+                self.paused_writing += 1
+                self.pause()
+            self.running.wait()
+            return method(*args, **kwargs)
+
+        return call
+
+
+def replica(api, identity: str) -> tuple[K8sScheduler, Gate, Counter]:
+    config = SchedulerConfig(
+        identity=identity,
+        policy="scripted",
+        tick_s=0.05,
+        lease_duration_s=2,
+        watch_timeout_s=2,
+    )
+    sched = K8sScheduler(client(api.url, agent=f"qosched/{identity}"), config, make_policy=Scripted)
+    gate, rounds = Gate(), Counter()
+    sched.lease.hold = gate.wrap(sched.lease.hold)
+    sched.lease.check = gate.wrap(sched.lease.check, writes=True)
+    step = sched.step
+
+    def counted():
+        report = step()
+        rounds["leading" if report.leading else "following"] += 1
+        rounds["abandoned"] += report.abandoned
+        return report
+
+    sched.step = counted
+    return sched, gate, rounds
+
+
+def all_bound(api) -> bool:
+    pods = [p for p in api.list("pods") if p["metadata"]["namespace"] == "ml"]
+    by_job = Counter(
+        f"ml/{p['metadata']['name'].rsplit('-', 1)[0]}" for p in pods if p["spec"].get("nodeName")
+    )
+    return all(by_job[job] == gpus for job, gpus in JOBS.items())
+
+
+@pytest.fixture
+def api():
+    SCRIPT.clear()
+    with FakeApiServer(bookmark_every_s=0.3, history=400) as server:
+        for n in range(NODES):
+            server.add_node(f"g{n}", gpus=4, cpu="32", memory="128Gi")
+        yield server
+
+
+def test_three_replicas_under_faults_keep_every_invariant(api):
+    rng = random.Random(SEED)
+    replicas = [replica(api, name) for name in ("a", "b", "c")]
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=sched.run, args=(stop,), daemon=True) for sched, _, _ in replicas
+    ]
+    for thread in threads:
+        thread.start()
+    for job, gpus in JOBS.items():
+        SCRIPT[job] = gpus
+        api.create("statefulsets", job_set(job.split("/")[1]))
+        time.sleep(0.1)
+    api.disturb(error_rate=0.05, max_latency_s=0.02, seed=SEED)
+    faults: Counter = Counter()
+    plan: list[str] = []
+    end = time.monotonic() + CHAOS_S
+    try:
+        while time.monotonic() < end:
+            time.sleep(rng.uniform(0.2, 0.6))
+            if not plan:  # every kind of fault in each cycle, in a seeded order
+                plan = ["drop", "delete", "delete", "compact", "pause", "pause-leader"]
+                rng.shuffle(plan)
+            fault = plan.pop()
+            faults[fault] += 1
+            if fault == "drop":
+                api.drop_watches()
+            elif fault == "compact":
+                api.compact()
+            elif fault == "delete":
+                pods = [p for p in api.list("pods") if p["metadata"]["namespace"] == "ml"]
+                if pods:  # the controller recreates it: same name, another uid
+                    api.delete("pods", f"ml/{rng.choice(pods)['metadata']['name']}")
+            elif fault == "pause":
+                rng.choice(replicas)[1].pause()
+            else:  # the leader stalls at its next write: give it one to make
+                for sched, gate, _ in replicas:
+                    if sched.lease.leading:
+                        gate.armed = True
+                pods = [p for p in api.list("pods") if p["spec"].get("nodeName")]
+                if pods:
+                    api.delete("pods", f"ml/{rng.choice(pods)['metadata']['name']}")
+                time.sleep(PAUSE_S)
+        api.disturb(error_rate=0.0, max_latency_s=0.0, seed=SEED)
+        settle_end = time.monotonic() + SETTLE_S
+        while time.monotonic() < settle_end and not all_bound(api):
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert writes_without_the_lease(api) == []
+    assert api.overcommits == []
+    assert [uid for uid, n in Counter(api.bound_uids).items() if n > 1] == []
+    assert all_bound(api)
+    # The faults did happen: hundreds of rounds, stalls mid-write, a Lease changing hands.
+    rounds = sum((r for _, _, r in replicas), Counter())
+    assert rounds["leading"] >= 100 and rounds["leading"] + rounds["following"] >= 300, rounds
+    assert min(faults.values()) >= 1 and len(faults) == 5 and faults["delete"] >= 3, faults
+    assert sum(gate.paused_writing for _, gate, _ in replicas) >= 2
+    assert len({r.holder for r in api.lease_log if r.holder}) >= 2
