@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qosched.backends.kubernetes.kube import key_of, parse_time, quantity
+from qosched.cluster.admission import Admission
 from qosched.core.bounds import LATEST_TIME_S, check_count, check_number, check_time
 from qosched.core.errors import InputError
 
@@ -58,7 +59,7 @@ PROGRESS = PREFIX + "progress"
 #: Label on the StatefulSet and its pods naming the job, so kubectl can select them.
 JOB_LABEL = PREFIX + "job"
 
-ADMISSIONS = ("guaranteed", "best-effort", "declined")
+ADMISSIONS = tuple(admission.value for admission in Admission)
 SUCCEEDED = "succeeded"
 GPU_RESOURCE = "nvidia.com/gpu"
 

@@ -27,14 +27,14 @@ from prometheus_client import (
     generate_latest,
 )
 
+from qosched.cluster.admission import Admission
+
 if TYPE_CHECKING:
     from qosched.backends.kubernetes.scheduler import StepReport
 
 #: Outcomes counted by ``qosched_decisions_total``: admissions and what a round did to jobs.
 OUTCOMES = (
-    "guaranteed",
-    "best-effort",
-    "declined",
+    *(admission.value for admission in Admission),
     "scaled",
     "resized",
     "restarted",

@@ -64,6 +64,7 @@ from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
+from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import RESOURCES, ClusterSpec
@@ -76,6 +77,8 @@ log = logging.getLogger(__name__)
 
 #: Iterations/s per worker assumed for a model without a speed table, until progress arrives.
 PLACEHOLDER_RATE = 1.0
+#: Admissions under which a job runs.
+_RUNNABLE = frozenset({Admission.GUARANTEED.value, Admission.BEST_EFFORT.value})
 #: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
 BIND_TRIES = 3
 #: How long the first round of a term waits for its fresh lists before it gives up for now.
@@ -347,10 +350,7 @@ class K8sScheduler:
             k: j
             for k, j in live.items()
             if k not in report.invalid  # skipped during admission
-            and (
-                j.spec.admission in ("guaranteed", "best-effort")
-                or report.admitted.get(k) in ("guaranteed", "best-effort")
-            )
+            and (j.spec.admission in _RUNNABLE or report.admitted.get(k) in _RUNNABLE)
         }
         view = ClusterView(
             now, cluster, [j.state for j in admitted.values()], self.config.restart_pause_s
@@ -478,7 +478,7 @@ class K8sScheduler:
     ) -> bool:
         """One job's JobState; True when the job is still to decide for."""
         spec, key = job.spec, job.spec.key
-        if spec.succeeded or spec.admission == "declined":
+        if spec.succeeded or spec.admission == Admission.DECLINED:
             if spec.replicas:
                 self._patch_set(spec, {"spec": {"replicas": 0}}, report)
             return False
@@ -574,8 +574,7 @@ class K8sScheduler:
             return
         rate = 0.0
         if workers > 0:
-            predictor_of = getattr(self.policy, "predictor_of", None)
-            predictor = predictor_of(spec.key) if predictor_of is not None else None
+            predictor = self.policy.predictor_of(spec.key)
             rate = predictor.predict(workers).rate if predictor else state.curve.rate(workers)
         left = max(0.0, spec.iterations - state.iterations_done)
         if left == 0:
@@ -609,26 +608,20 @@ class K8sScheduler:
                 continue
             with self._isolated(job, report):
                 others = ClusterView(view.now, view.cluster, list(known), view.restart_pause_s)
-                accepted = self.policy.admit(job.state, others)
-                guaranteed = bool(getattr(self.policy, "is_guaranteed", lambda _: False)(key))
-                promises = hasattr(self.policy, "is_guaranteed")
-                if accepted and (
-                    not promises
-                    or guaranteed
-                    or job.spec.best_effort
-                    or job.spec.deadline_at is None
-                ):
-                    admission = "guaranteed" if guaranteed else "best-effort"
+                admission = admit_job(
+                    self.policy, job.state, others, best_effort=job.spec.best_effort
+                )
+                if admission is not Admission.DECLINED:
                     known.append(job.state)
-                else:
-                    admission = "declined"
-                patch: dict[str, Any] = {"metadata": {"annotations": {J.ADMISSION: admission}}}
-                if admission == "declined":
+                patch: dict[str, Any] = {
+                    "metadata": {"annotations": {J.ADMISSION: admission.value}}
+                }
+                if admission is Admission.DECLINED:
                     patch["spec"] = {"replicas": 0}
                 if self._patch_set(job.spec, patch, report):
-                    report.admitted[key] = admission
+                    report.admitted[key] = admission.value
                     sts = self._now.sets.get(key)
-                    if admission == "declined" and sts is not None:
+                    if admission is Admission.DECLINED and sts is not None:
                         deadline = _iso(job.spec.deadline_at) if job.spec.deadline_at else "-"
                         self.recorder.event(
                             sts,
@@ -641,7 +634,7 @@ class K8sScheduler:
         # Jobs admitted in an earlier term (or by a replica that died): this term's policy
         # learns them again, as the local service does after a restart.
         for key, job in live.items():
-            if job.spec.admission in ("guaranteed", "best-effort") and key in self._fresh:
+            if job.spec.admission in _RUNNABLE and key in self._fresh:
                 with self._isolated(job, report):
                     self.policy.admit(job.state, view)
         self._fresh.clear()

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from qosched.cluster.state import ClusterView, Decision, JobState
 from qosched.core.registry import Registry
+
+if TYPE_CHECKING:
+    from qosched.cluster.predict import OnlinePredictor
 
 
 class Policy(ABC):
@@ -27,6 +30,9 @@ class Policy(ABC):
     #: never run (the backend refuses such a trace up front). Deadline-aware policies that size
     #: jobs themselves set this False.
     honours_requests: ClassVar[bool] = True
+    #: Promises deadlines to the jobs it guarantees (``is_guaranteed``); a real backend then
+    #: runs a job it does not guarantee only if its user allowed best effort.
+    promises_deadlines: ClassVar[bool] = False
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         """Called once when ``job`` arrives (it is not in ``view.jobs`` yet).
@@ -42,6 +48,16 @@ class Policy(ABC):
         The total must not exceed the cluster's workers and every count must be one the job's
         speed curve has (``job.curve.available``); the backend raises otherwise.
         """
+
+    def is_guaranteed(self, job_id: str) -> bool:
+        """May be called after ``admit`` and after any ``allocate``: whether the policy now
+        guarantees the job's deadline. A policy that promises nothing never does."""
+        return False
+
+    def predictor_of(self, job_id: str) -> OnlinePredictor | None:
+        """May be called at any time: the model the policy predicts the job's speed with (fed
+        with its progress), or None when it keeps none for this job."""
+        return None
 
 
 def greedy_requested(jobs: Iterable[JobState], capacity: int) -> dict[str, int]:

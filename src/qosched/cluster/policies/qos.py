@@ -100,6 +100,7 @@ class QualityOfService(Policy):
 
     largest_first = True
     honours_requests = False
+    promises_deadlines = True
 
     def __init__(
         self,
