@@ -119,6 +119,10 @@ TICK_S = 5.0
 #: re-size about 0.1 s, a pre-emption plus restart about 3.5 s (checkpoint, exit, a new process
 #: importing torch); one value serves both, between the two.
 RESIZE_PAUSE_S = 1.0
+#: What the policy is told a change of GPUs costs: always a restart (stop, checkpoint, a new
+#: process importing torch and starting CUDA). Not measured on a GPU machine yet: the CPU
+#: restart's 3.5 s plus CUDA's start-up.
+GPU_RESIZE_PAUSE_S = 5.0
 #: Checkpoint a running job this often (iterations); also bounds the work a crash loses.
 CHECKPOINT_EVERY = 50
 #: Where a log line for each job's worker goes, inside its job directory.
@@ -501,6 +505,8 @@ class LocalService:
         error: str | None = None,
         result: dict[str, Any] | None = None,
     ) -> None:
+        if live.worker is None or live.worker.gone():  # e.g. a launch that failed to start
+            self._release_gpus(live, self.clock())
         self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
         self._forget(live.record.id)
 
@@ -569,9 +575,9 @@ class LocalService:
         size = len(self._pool(gpu)) if count is None else count
         if not gpu:
             cluster = self.cluster if count is None else ClusterSpec.cpu(1, size)
-        else:
-            cluster = ClusterSpec.from_flags(1, max(1, size), resource="gpu")
-        return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
+            return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
+        cluster = ClusterSpec.from_flags(1, max(1, size), resource="gpu")
+        return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S)
 
     @classmethod
     def _holding(cls, live: _Live) -> bool:
