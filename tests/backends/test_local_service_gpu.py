@@ -123,7 +123,7 @@ def test_each_process_sees_only_its_gpus_its_working_dir_and_its_env(tmp_path):
         gpu_job = service.submit_spec(
             seeing_spec(
                 "on-gpu",
-                iterations=20,
+                iterations=40,
                 working_dir=str(work),
                 env={"MY_SETTING": "a b=c", "OMP_NUM_THREADS": "3"},
             )
@@ -135,6 +135,12 @@ def test_each_process_sees_only_its_gpus_its_working_dir_and_its_env(tmp_path):
                 break
         running = service.job(gpu_job)
         status = service.status().to_json()
+        [launched] = [e for e in service.store.events(gpu_job) if e.kind == "launched"]
+        worker_env = dict(
+            item.split(b"=", 1)
+            for item in Path(f"/proc/{launched.detail['pid']}/environ").read_bytes().split(b"\0")
+            if b"=" in item
+        )
         assert wait_until_idle(service, timeout_s=60, poll_s=0.1)
     finally:
         service.close()
@@ -152,6 +158,7 @@ def test_each_process_sees_only_its_gpus_its_working_dir_and_its_env(tmp_path):
         "MY_SETTING": "a b=c",
     }
     assert start["cwd"] == str(work)
+    assert worker_env[b"CUDA_VISIBLE_DEVICES"] == given.encode()  # the worker's own, too
     [start, _] = seen(tmp_path / "home", cpu_job)
     assert start["env"]["CUDA_VISIBLE_DEVICES"] == "" and start["env"]["QOSCHED_GPUS"] == ""
     assert start["env"]["MY_SETTING"] is None and start["env"]["OMP_NUM_THREADS"] == "1"

@@ -79,6 +79,8 @@ from qosched.backends.local.process import WorkerProcess, find_workers, worker_f
 from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
+    ENV_CUDA_DEVICES,
+    ENV_GPUS,
     EXIT_DONE,
     EXIT_INPUT_ERROR,
     EXIT_PREEMPTED,
@@ -692,6 +694,11 @@ class LocalService:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.pop(FAULT_ENV, None)
+        # The worker too sees only the job's GPUs (none for a CPU job), as its command does.
+        visible = ",".join(str(gpu) for gpu in gpus)
+        env.update(
+            {ENV_CUDA_DEVICES: visible, ENV_GPUS: visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        )
         with (live.job_dir / WORKER_LOG).open("ab") as worker_log:
             worker = WorkerProcess.start(self.python, live.job_dir, log=worker_log, env=env)
         live.worker = worker
