@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qosched.backends.local.gpus import assign_gpus, detect_gpus, gpu_inventory, parse_gpu_list
+from qosched.backends.local.service import fit_counts
 from qosched.core.errors import InputError
 
 
@@ -169,3 +170,58 @@ def test_assignment_invariants(situation):
             assert job not in result  # changed: restarts, placed again once gone
             others = {g for other, gpus in result.items() if other != job for g in gpus}
             assert not others & set(held)  # and nobody takes its GPUs meanwhile
+
+
+@st.composite
+def rounds(draw):
+    """A GPU round as the service plays it: free GPUs, what running jobs hold, each job's
+    (minGpus, maxGpus), and what the policy asked for (any count, in any order)."""
+    counts, current, free = draw(situations())
+    bounds = {}
+    for job in counts:
+        low = draw(st.integers(1, 4))
+        high = draw(st.none() | st.integers(low, 6))
+        held = len(current.get(job, ()))
+        if held and (held < low or (high is not None and held > high)):
+            low, high = 1, None  # a running job holds a count its bounds allow
+        bounds[job] = (low, high)
+    wanted = {job: draw(st.integers(0, 8)) for job in counts}
+    return wanted, bounds, current, free
+
+
+@settings(max_examples=300, deadline=None)
+@given(rounds())
+def test_a_gpu_round_stays_within_each_jobs_bounds_and_gives_no_gpu_twice(round_):
+    wanted, bounds, current, free = round_
+    room = len(free)  # the running jobs' GPUs are among the free ones: no one is stopping them
+    counts = fit_counts(wanted, bounds, room)
+    assert sum(counts.values()) <= room
+    result = assign_gpus(counts, current, free)
+    everyone = [g for gpus in result.values() for g in gpus]
+    assert len(everyone) == len(set(everyone))
+    for job, gpus in result.items():
+        low, high = bounds[job]
+        assert low <= len(gpus) and (high is None or len(gpus) <= high)
+        assert wanted[job] > 0  # a job the policy gave nothing gets nothing
+    for job, held in current.items():
+        if held and counts.get(job) == len(held):
+            assert result[job] == held
+
+
+@pytest.mark.parametrize(
+    ("wanted", "bounds", "room", "expected"),
+    [
+        pytest.param({"a": 5}, {"a": (1, 2)}, 4, {"a": 2}, id="capped-at-max"),
+        pytest.param({"a": 1}, {"a": (2, None)}, 4, {"a": 2}, id="raised-to-min"),
+        pytest.param({"a": 0}, {"a": (2, 3)}, 4, {}, id="zero-stays-zero"),
+        pytest.param(
+            {"a": 3, "b": 2, "c": 1},
+            {"a": (1, None), "b": (2, 2), "c": (1, 1)},
+            4,
+            {"a": 3, "c": 1},
+            id="a-later-smaller-one-fits",
+        ),
+    ],
+)
+def test_fit_counts(wanted, bounds, room, expected):
+    assert fit_counts(wanted, bounds, room) == expected

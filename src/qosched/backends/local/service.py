@@ -66,7 +66,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -604,14 +604,8 @@ class LocalService:
             return None  # every worker is held by a job finishing or stopping: decide later
         policy = self.gpu_policy if gpu else self.policy
         decision = policy.allocate(self._view(now, gpu, len(free)))
-        counts: dict[str, int] = {}
-        room = len(free)
-        for job_id, count in decision.workers.items():  # in the policy's priority order
-            low, high = self._live[job_id].spec.resources.bounds()
-            count = max(low, min(count, high or count)) if count else 0
-            if 0 < count <= room:  # a job whose minimum no longer fits waits
-                counts[job_id] = count
-                room -= count
+        bounds = {job_id: self._live[job_id].spec.resources.bounds() for job_id in decision.workers}
+        counts = fit_counts(decision.workers, bounds, len(free))
         current = {
             live.record.id: self._units(live)
             for live in members
@@ -1114,6 +1108,22 @@ class LocalService:
         return detail.read_log_chunk(path, offset, limit, state=state)
 
 
+def fit_counts(
+    wanted: Mapping[str, int], bounds: Mapping[str, tuple[int, int | None]], room: int
+) -> dict[str, int]:
+    """The policy's counts (in its priority order) brought within each job's (least, most)
+    workers, and within ``room`` together: a job given 0 stays at 0, and a job whose count no
+    longer fits what earlier jobs left waits (later, smaller ones may still fit)."""
+    counts: dict[str, int] = {}
+    for job_id, count in wanted.items():
+        low, high = bounds[job_id]
+        count = max(low, min(count, high or count)) if count else 0
+        if 0 < count <= room:
+            counts[job_id] = count
+            room -= count
+    return counts
+
+
 def assign_cores(
     counts: dict[str, int], current: dict[str, tuple[int, ...]], cores: Sequence[int]
 ) -> dict[str, tuple[int, ...]]:
@@ -1206,4 +1216,4 @@ def wait_until_idle(service: LocalService, timeout_s: float, poll_s: float = 0.5
     return False
 
 
-__all__ = ["LocalService", "UnknownJobError", "assign_cores", "wait_until_idle"]
+__all__ = ["LocalService", "UnknownJobError", "assign_cores", "fit_counts", "wait_until_idle"]
