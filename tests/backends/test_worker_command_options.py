@@ -133,7 +133,11 @@ def test_a_command_whose_working_dir_is_gone_fails_as_bad_input(tmp_path):
     assert "working_dir" in last["message"]
 
 
-def test_a_torchrun_job_starts_one_process_per_core(tmp_path):
+@pytest.mark.parametrize(
+    "program",
+    [pytest.param((), id="script"), pytest.param((sys.executable,), id="interpreter-first")],
+)
+def test_a_torchrun_job_starts_one_process_per_core(tmp_path, program):
     """Without torch.distributed doing any work: the script only writes what it sees."""
     job_dir = tmp_path / "job"
     job_dir.mkdir()
@@ -148,7 +152,9 @@ def test_a_torchrun_job_starts_one_process_per_core(tmp_path):
     )
     write_worker_job(
         job_dir / JOB_FILE,
-        WorkerJob("j", None, ("see.py",), 1, 0, 1, working_dir=str(tmp_path), launcher="torchrun"),
+        WorkerJob(
+            "j", None, (*program, "see.py"), 1, 0, 1, working_dir=str(tmp_path), launcher="torchrun"
+        ),
     )
     cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
     write_allocation(job_dir / "allocation.json", Allocation(cores, 1))

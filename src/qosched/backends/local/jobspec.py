@@ -30,8 +30,9 @@ it, the command runs in the folder the service was started from. ``env`` adds va
 command's environment (names like ``[A-Za-z_][A-Za-z0-9_]*``, string values); the names qosched
 sets itself (``QOSCHED_*``, ``CUDA_VISIBLE_DEVICES``) are refused. ``launcher: torchrun`` runs
 the command as ``python -m torch.distributed.run --standalone --nproc-per-node N COMMAND...``:
-``COMMAND`` is what follows ``torchrun`` on a command line (a script and its arguments), and
-``N`` is the job's GPU count for a GPU job, else its core count.
+``COMMAND`` is what follows ``torchrun`` on a command line (a script and its arguments; a first
+word not ending in ``.py``, such as ``python`` itself, is run as a program, torchrun's
+``--no-python``), and ``N`` is the job's GPU count for a GPU job, else its core count.
 
 Every error names the file, the YAML line where it can be found and the field as a dotted path
 (``spec.resources.minCpus``).

@@ -73,10 +73,12 @@ worker's own) with the worker's environment plus ``env`` (the spec's), under the
 above, which qosched sets last; ``OMP_NUM_THREADS`` is qosched's unless ``env`` sets it.
 
 With ``launcher: torchrun`` the child is ``python -m torch.distributed.run --standalone
---nproc-per-node N COMMAND...`` (the worker's own interpreter), N the job's GPU count, or its
-core count for a CPU job, and ``OMP_NUM_THREADS`` is the cores divided among the N processes.
-N is fixed for the child's life; the scheduler changes it by stopping the job (SIGTERM:
-torchrun passes it to every rank, the script checkpoints) and starting a new worker. SIGTERM to
+--nproc-per-node N COMMAND...`` (the worker's own interpreter; with ``--no-python`` when
+``COMMAND[0]`` does not end in ``.py``, so each rank runs that program itself, e.g. a Python of
+the user's choice), N the job's GPU count, or its core count for a CPU job, and
+``OMP_NUM_THREADS`` is the cores divided among the N processes. N is fixed for the child's
+life; the scheduler changes it by stopping the job (SIGTERM: torchrun passes it to every rank,
+the script checkpoints) and starting a new worker. SIGTERM to
 the worker is forwarded to the child; the child gets SIGTERM too if the worker dies. The
 child's exit code becomes the worker's (128 + N when killed by signal N), except after a
 forwarded SIGTERM: then the job is ``EXIT_PREEMPTED`` unless the child exits 0 having reported
@@ -506,7 +508,12 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
     argv = list(spec.command)
     if spec.launcher == "torchrun":
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        argv += ["--nproc-per-node", str(processes), *spec.command]
+        argv += ["--nproc-per-node", str(processes)]
+        if not spec.command[0].endswith(".py"):
+            # A program (an interpreter of the user's choice, a shell script): each rank runs
+            # it as it is instead of torchrun's "python SCRIPT".
+            argv.append("--no-python")
+        argv += spec.command
     env = command_environment(
         spec, job_dir, cpus, gpus, processes=processes, progress_file=progress.path
     )
