@@ -39,9 +39,14 @@ SEEING = textwrap.dedent(
     keys = json.loads(sys.argv[2])
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    def parent_env():  # the worker's, read while it waits for this process
+        with open(f"/proc/{os.getppid()}/environ", "rb") as environ:
+            items = [item.split(b"=", 1) for item in environ.read().split(b"\\0") if b"=" in item]
+        return {k.decode(): v.decode() for k, v in items if k.decode() in keys}
     def note(kind, **extra):
         record = {"kind": kind, "pid": os.getpid(), "t": time.time(), "cwd": os.getcwd(),
-                  "env": {k: os.environ.get(k) for k in keys}, **extra}
+                  "env": {k: os.environ.get(k) for k in keys}, "worker_env": parent_env(),
+                  **extra}
         with open(os.path.join(folder, "seen.jsonl"), "a") as out:
             out.write(json.dumps(record) + "\\n")
     saved = os.path.join(folder, "step")
@@ -135,12 +140,6 @@ def test_each_process_sees_only_its_gpus_its_working_dir_and_its_env(tmp_path):
                 break
         running = service.job(gpu_job)
         status = service.status().to_json()
-        [launched] = [e for e in service.store.events(gpu_job) if e.kind == "launched"]
-        worker_env = dict(
-            item.split(b"=", 1)
-            for item in Path(f"/proc/{launched.detail['pid']}/environ").read_bytes().split(b"\0")
-            if b"=" in item
-        )
         assert wait_until_idle(service, timeout_s=60, poll_s=0.1)
     finally:
         service.close()
@@ -158,9 +157,10 @@ def test_each_process_sees_only_its_gpus_its_working_dir_and_its_env(tmp_path):
         "MY_SETTING": "a b=c",
     }
     assert start["cwd"] == str(work)
-    assert worker_env[b"CUDA_VISIBLE_DEVICES"] == given.encode()  # the worker's own, too
+    assert start["worker_env"]["CUDA_VISIBLE_DEVICES"] == given  # the worker's own, too
     [start, _] = seen(tmp_path / "home", cpu_job)
     assert start["env"]["CUDA_VISIBLE_DEVICES"] == "" and start["env"]["QOSCHED_GPUS"] == ""
+    assert start["worker_env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert start["env"]["MY_SETTING"] is None and start["env"]["OMP_NUM_THREADS"] == "1"
     assert start["cwd"] == os.getcwd()  # no workingDir: the service's folder
 
