@@ -50,6 +50,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from qosched.backends.local.protocol import ENV_CUDA_DEVICES, LAUNCHERS
 from qosched.core.bounds import COUNT_LIMIT, LATEST_TIME_S, check_count, check_time, show_value
 from qosched.core.errors import InputError
 from qosched.core.spec_reader import (
@@ -91,8 +92,6 @@ _SPEC_KEYS = (
 _WORK_KEYS = ("iterations", "epochs")
 _RESOURCE_KEYS = ("minCpus", "maxCpus", "memory", "minGpus", "maxGpus")
 _CPU_KEYS = ("minCpus", "maxCpus")
-#: ``spec.launcher`` values; absent = the command runs as it is.
-LAUNCHERS = ("torchrun",)
 #: Most GPUs one job may ask for (more than any one machine holds).
 MAX_GPUS = 1024
 #: Bounds on ``spec.env``: how many variables, and how long one value may be.
@@ -102,7 +101,7 @@ MAX_PATH_LENGTH = 4096
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 #: Variables qosched sets for a command itself; a spec may not set them.
 RESERVED_ENV_PREFIX = "QOSCHED_"
-RESERVED_ENV = ("CUDA_VISIBLE_DEVICES",)
+RESERVED_ENV = (ENV_CUDA_DEVICES,)
 _DEADLINE_FORMATS = (
     "a duration like '90s', '10m' or '1h30m', "
     "or an ISO-8601 time with a timezone like '2026-11-30T12:00:00Z'"

@@ -46,6 +46,7 @@ ENV_CUDA_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 #: Highest GPU index an allocation may name (NVML numbers a machine's GPUs from 0).
 MAX_GPU_INDEX = 1023
+#: ``launcher`` values (``spec.launcher`` in a TrainingJob); absent = the command runs as it is.
 LAUNCHERS = ("torchrun",)
 
 _SEED_LIMIT = 2**63
