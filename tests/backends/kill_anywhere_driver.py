@@ -1,12 +1,13 @@
 """Runs the local service, again and again, in processes that may be SIGKILLed at a fault point.
 
 ``python kill_anywhere_driver.py`` imports the service once, then reads one JSON request a line
-on stdin, ``{"home": DIR, "fault": "POINT:N" | null}``, and for each forks a process that opens
-the service on ``home``, runs it (submitting the workload as it goes) until no job is left, and
-exits 0; with ``fault`` set the service SIGKILLs itself there (see
-``qosched.backends.local.service.FAULT_ENV``). One JSON line answers each request:
-``{"exit": code}`` or ``{"signal": number}``. Forking from one process that has imported the
-service keeps the test within seconds (the import alone takes about two).
+on stdin, ``{"home": DIR, "fault": "POINT:N" | null, "gpus": bool}``, and for each forks a
+process that opens the service on ``home``, runs it (submitting the workload as it goes, or the
+GPU workload on two declared GPUs with ``gpus``) until no job is left, and exits 0; with
+``fault`` set the service SIGKILLs itself there (see ``qosched.backends.local.service.FAULT_ENV``).
+One JSON line answers each request: ``{"exit": code}`` or ``{"signal": number}``. Forking from
+one process that has imported the service keeps the test within seconds (the import alone takes
+about two).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from command_jobs import CORES, counting_spec
 
+from qosched.backends.local.jobspec import Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService
 
 #: The workload: a job that runs alone on every core first, then three more arrive (it shrinks
@@ -33,19 +36,46 @@ WORKLOAD = (
     ("third", 4),
 )
 VICTIM = ("victim", 2000)
+#: On two declared GPUs: (name, iterations, (minGpus, maxGpus)); the first may take both, the
+#: last needs both, so GPUs change hands (and a GPU job is re-sized only by a restart).
+GPU_WORKLOAD = (
+    ("g-first", 12, (1, 2)),
+    ("g-second", 4, (1, 1)),
+    ("g-third", 4, (2, 2)),
+)
+GPU_VICTIM = ("g-victim", 2000, (1, 1))
+GPUS = (0, 1)
 RUN_TIMEOUT_S = 60.0
 
 
-def run_once(home: Path, fault: str | None) -> int:
+def _spec(name: str, iterations: int, gpus: tuple[int, int] | None) -> TrainingJobSpec:
+    spec = counting_spec(name, iterations=iterations, sleep_s=0.03, max_cpus=2)
+    if gpus is None:
+        return spec
+    return replace(spec, resources=Resources(min_gpus=gpus[0], max_gpus=gpus[1]))
+
+
+def run_once(home: Path, fault: str | None, with_gpus: bool = False) -> int:
     """The service's own run loop in a thread, as ``qosched up`` runs it; this thread plays the
     user, submitting through the same methods the HTTP API calls."""
     service = LocalService.open(
-        home, cpus=CORES, policy="qos", tick_s=0.1, grace_s=5.0, faults=fault or ""
+        home,
+        cpus=CORES,
+        policy="qos",
+        tick_s=0.1,
+        grace_s=5.0,
+        faults=fault or "",
+        gpus=GPUS if with_gpus else (),
     )
     stop = threading.Event()
     runner = threading.Thread(target=service.run, args=(stop,))
     runner.start()
-    jobs = (*WORKLOAD, VICTIM)
+    if with_gpus:
+        jobs = tuple((name, n, gpus) for name, n, gpus in (*GPU_WORKLOAD, GPU_VICTIM))
+        victim_name, first = GPU_VICTIM[0], GPU_WORKLOAD[0][0]
+    else:
+        jobs = tuple((name, n, None) for name, n in (*WORKLOAD, VICTIM))
+        victim_name, first = VICTIM[0], WORKLOAD[0][0]
     ids = {job["name"]: job["id"] for job in service.jobs()}
     cancelled = False
     deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -53,11 +83,10 @@ def run_once(home: Path, fault: str | None) -> int:
         while len(ids) < len(jobs) or not service.idle():
             if time.monotonic() > deadline or not runner.is_alive():
                 return 1
-            if not ids or (len(ids) < len(jobs) and service.job(ids["first"])["state"] != "queued"):
-                for name, iterations in jobs[len(ids) : len(ids) + 1 if not ids else None]:
-                    spec = counting_spec(name, iterations=iterations, sleep_s=0.03, max_cpus=2)
-                    ids[name] = service.submit_spec(spec)["id"]
-            victim = ids.get(VICTIM[0])
+            if not ids or (len(ids) < len(jobs) and service.job(ids[first])["state"] != "queued"):
+                for name, iterations, gpus in jobs[len(ids) : len(ids) + 1 if not ids else None]:
+                    ids[name] = service.submit_spec(_spec(name, iterations, gpus))["id"]
+            victim = ids.get(victim_name)
             if victim and not cancelled and service.job(victim)["state"] == "running":
                 service.cancel(victim)
                 cancelled = True
@@ -76,7 +105,7 @@ def main() -> None:
         if pid == 0:
             code = 1
             try:
-                code = run_once(Path(request["home"]), request["fault"])
+                code = run_once(Path(request["home"]), request["fault"], bool(request.get("gpus")))
             except BaseException:
                 traceback.print_exc()
             finally:

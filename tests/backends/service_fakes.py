@@ -51,14 +51,17 @@ class FakeService:
         capacity_cpus: int = 4,
         clock: Callable[[], float] = time.time,
         log_dir: Path | None = None,
+        gpus: tuple[int, ...] = (),
     ) -> None:
         self.capacity_cpus = capacity_cpus
+        self.gpus = gpus
         self.clock = clock
         self._jobs: dict[str, dict[str, Any]] = {}
         self._events: dict[str, list[Event]] = {}
         self._log_dir = log_dir
         self._lock = threading.Lock()
         self.submitted_sources: list[str] = []
+        self.submitted_texts: list[str] = []  # what each submit sent
 
     def submit(self, spec_text: str, source: str) -> dict[str, Any]:
         now = self.clock()
@@ -66,6 +69,7 @@ class FakeService:
         with self._lock:
             job_id = f"j-{len(self._jobs) + 1:06d}"
             self.submitted_sources.append(source)
+            self.submitted_texts.append(spec_text)
             self._jobs[job_id] = {
                 "id": job_id,
                 "name": spec.name,
@@ -127,12 +131,17 @@ class FakeService:
             allocated = {
                 job["id"]: tuple(job["cpus"]) for job in self._jobs.values() if job["cpus"]
             }
+            allocated_gpus = {
+                job["id"]: tuple(job["gpus"]) for job in self._jobs.values() if job.get("gpus")
+            }
         return ServiceStatus(
             policy="qos",
             cpus=tuple(range(self.capacity_cpus)),
+            gpus=self.gpus,
             queued=metrics.queued,
             running=metrics.running,
             allocated=allocated,
+            allocated_gpus=allocated_gpus,
             outcomes=metrics.outcomes,
         )
 
@@ -197,9 +206,15 @@ class FakeLocalService(FakeService):
     opened: ClassVar[list[FakeLocalService]] = []
 
     def __init__(
-        self, home: Path, cpus: tuple[int, ...] | None, policy: str, tick_s: float = 5.0
+        self,
+        home: Path,
+        cpus: tuple[int, ...] | None,
+        policy: str,
+        tick_s: float = 5.0,
+        gpus: tuple[int, ...] | None = None,
     ) -> None:
-        super().__init__(capacity_cpus=len(cpus) if cpus else 2)
+        super().__init__(capacity_cpus=len(cpus) if cpus else 2, gpus=gpus or ())
+        self.declared_gpus = gpus
         self.home = home
         self.cpus = cpus
         self.policy = policy
@@ -217,8 +232,9 @@ class FakeLocalService(FakeService):
         policy: str = "qos",
         tick_s: float = 5.0,
         grace_s: float = 30.0,
+        gpus: tuple[int, ...] | None = None,
     ) -> FakeLocalService:
-        service = cls(home, cpus, policy, tick_s)
+        service = cls(home, cpus, policy, tick_s, gpus)
         cls.opened.append(service)
         return service
 

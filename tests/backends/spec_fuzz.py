@@ -46,6 +46,13 @@ PATHS = [
     ("spec", "seed"),
     ("spec", "requestedCpus"),
     ("spec", "gpus"),
+    ("spec", "resources", "minGpus"),
+    ("spec", "resources", "maxGpus"),
+    ("spec", "workingDir"),
+    ("spec", "env"),
+    ("spec", "env", "MY_VAR"),
+    ("spec", "env", "QOSCHED_GPUS"),
+    ("spec", "launcher"),
     ("extra",),
 ]
 # Values near the edges of what the fields accept.
@@ -56,6 +63,7 @@ EDGES = [
     "2026-11-30T12:00:00", "1.5Gi", "8191Ti", "8192Ti", "1.5", "cnn", "transformer", "resnet",
     "qosched/v1", "TrainingJob", "", " ", "a\x00b", "\ud800", "<<", "true", "null",
     ["python", "-c", "pass"], [""], [], {}, ["true"],
+    "torchrun", "/tmp", "relative/dir", "/no/such/dir", {"A": "1"}, {"1A": "x"}, 1024, 1025,
 ]  # fmt: skip
 _offsets = st.builds(
     lambda minutes: timezone(timedelta(minutes=minutes)), st.integers(-23 * 60 - 59, 23 * 60 + 59)

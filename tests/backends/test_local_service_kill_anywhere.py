@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from command_jobs import runs
-from kill_anywhere_driver import VICTIM, WORKLOAD
+from kill_anywhere_driver import GPU_VICTIM, GPU_WORKLOAD, VICTIM, WORKLOAD
 
 from qosched.backends.local.process import find_workers
 from qosched.backends.local.protocol import RESULT_FILE, read_result
@@ -33,9 +33,10 @@ class Driver:
             text=True,
         )
 
-    def run(self, home: Path, fault: str | None) -> dict[str, int]:
+    def run(self, home: Path, fault: str | None, gpus: bool = False) -> dict[str, int]:
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"home": str(home), "fault": fault}) + "\n")
+        request = {"home": str(home), "fault": fault, "gpus": gpus}
+        self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline()
         assert answer, "the driver died"
@@ -82,19 +83,54 @@ def test_a_service_killed_anywhere_runs_every_job_exactly_once(tmp_path, driver,
     check_invariants(tmp_path)
 
 
-def check_invariants(home: Path) -> None:
+GPU_CASES = {
+    "gpu-after-launch-intent": ["intent:1"],
+    "gpu-after-popen": ["popen:2"],
+    "gpu-after-sigterm": ["signal:1"],
+    "gpu-after-reap-commit": ["reaped:1"],
+    "gpu-after-popen-then-after-adoption": ["popen:1", "adopted:1"],
+}
+
+
+@pytest.mark.parametrize("faults", GPU_CASES.values(), ids=GPU_CASES.keys())
+def test_gpu_jobs_killed_anywhere_run_once_and_no_gpu_is_held_twice(tmp_path, driver, faults):
+    for fault in faults:
+        assert driver.run(tmp_path, fault, gpus=True) == KILLED, f"{fault} never fired"
+    assert driver.run(tmp_path, None, gpus=True) == DONE
+    workload = [(name, iterations) for name, iterations, _ in GPU_WORKLOAD]
+    check_invariants(tmp_path, workload, GPU_VICTIM[0])
+    with Store(tmp_path / "state.db") as store:
+        events = store.events()
+    # Replaying every GPU handed out and given back, in order: never two holders, all back.
+    holder: dict[int, str] = {}
+    for event in events:
+        if event.kind == "gpus" and "held" in event.detail:
+            for gpu in event.detail["held"]:
+                assert gpu not in holder, (event, holder)
+                holder[gpu] = event.job_id
+        elif event.kind == "gpus":
+            for gpu in event.detail["released"]:
+                assert holder.pop(gpu, None) == event.job_id, (event, holder)
+    assert holder == {}
+
+
+def check_invariants(
+    home: Path,
+    workload: tuple[tuple[str, int], ...] | list[tuple[str, int]] = WORKLOAD,
+    victim: str = VICTIM[0],
+) -> None:
     with Store(home / "state.db") as store:
         records = {record.name: record for record in store.list()}
         events = store.events()
     # Nothing lost: every submitted job is there, in the state its files say.
-    assert set(records) == {name for name, _ in (*WORKLOAD, VICTIM)}
-    for name, iterations in WORKLOAD:
+    assert set(records) == {name for name, _ in workload} | {victim}
+    for name, iterations in workload:
         record = records[name]
         assert record.state is JobState.SUCCEEDED, (name, record.state, record.error)
         job_dir = home / "jobs" / record.id
         assert read_result(job_dir / RESULT_FILE).iterations == iterations
         assert record.result is not None and record.result["iterations"] == iterations
-    assert records[VICTIM[0]].state is JobState.CANCELLED
+    assert records[victim].state is JobState.CANCELLED
     # Exactly once: one run to the end for each job, a new start only after a recorded stop,
     # and never two runs of one job at the same time (each run holds a lock on its job folder).
     for record in records.values():

@@ -121,6 +121,13 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         help="the cores it may use, like 0,1 or 0-3,6 (default: every core this process may use)",
     )
     up.add_argument(
+        "--gpus",
+        type=_gpu_list,
+        metavar="LIST",
+        help="the GPUs it may give jobs, like 0,1,2,3, or 'none' (default: every GPU NVML "
+        "reports, with the extra qosched[gpu]; none without it)",
+    )
+    up.add_argument(
         "--policy", choices=POLICIES, default="qos", help="scheduling policy (default: qos)"
     )
     up.add_argument(
@@ -262,7 +269,7 @@ def run_up(args: argparse.Namespace) -> int:
 
         tick = {} if args.tick is None else {"tick_s": args.tick}
         service = LocalService.open(
-            home, cpus=args.cpus, policy=args.policy, grace_s=args.grace_s, **tick
+            home, cpus=args.cpus, policy=args.policy, grace_s=args.grace_s, gpus=args.gpus, **tick
         )
         stop = threading.Event()
         try:
@@ -319,6 +326,8 @@ def _service_argv(home: Path, args: argparse.Namespace) -> list[str]:
     argv += ["--policy", args.policy, "--port", str(args.port), "--grace-s", repr(args.grace_s)]
     if args.cpus:
         argv += ["--cpus", ",".join(map(str, args.cpus))]
+    if args.gpus is not None:
+        argv += ["--gpus", ",".join(map(str, args.gpus)) or "none"]
     if args.tick is not None:
         argv += ["--tick", repr(args.tick)]
     return argv
@@ -428,6 +437,15 @@ def run_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_list(text: str) -> tuple[int, ...]:
+    from qosched.backends.local.gpus import parse_gpu_list
+
+    try:
+        return parse_gpu_list(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
 def _lock_free(home: Path) -> bool:
     try:
         with HomeLock(home):
@@ -449,7 +467,12 @@ def run_submit(args: argparse.Namespace) -> int:
         else:
             source, text = name, read_spec_text(Path(name))
         # Every spec is checked before any is sent, so a typo in the third submits nothing.
-        parse_job_spec(text, source)
+        # A relative workingDir is the spec file's folder's (the current one for stdin).
+        folder = Path.cwd() if name == STDIN else Path(name).absolute().parent
+        spec = parse_job_spec(text, source, base_dir=folder)
+        if spec.working_dir is not None:
+            # The service cannot know the file's folder: it gets the path resolved here.
+            text = json.dumps(spec.to_dict())
         specs.append((source, text))
     client = Client.from_home(resolve_home(args.home))
     jobs = []
@@ -639,9 +662,12 @@ def status_view(
     """The ``qosched status`` screen: a one-line summary and a table of the jobs."""
     allocated = sum(len(cpus) for cpus in status.allocated.values())
     outcomes = ", ".join(f"{name} {count}" for name, count in status.outcomes.items() if count)
-    gpus = f", {len(status.gpus)} GPUs" if status.gpus else ""
+    gpus = ""
+    if status.gpus:
+        held = sum(len(gpus) for gpus in status.allocated_gpus.values())
+        gpus = f" · {len(status.gpus)} GPUs, {held} allocated"
     summary = Text(
-        f"{len(status.cpus)} CPUs{gpus}, {allocated} allocated · {status.running} running · "
+        f"{len(status.cpus)} CPUs, {allocated} allocated{gpus} · {status.running} running · "
         f"{status.queued} waiting" + (f" · finished: {outcomes}" if outcomes else "")
     )
     if not jobs:
@@ -652,6 +678,9 @@ def status_view(
     table.add_column("STATE", no_wrap=True)
     table.add_column("PROGRESS", justify="right", no_wrap=True)
     table.add_column("CPUS", no_wrap=True)
+    show_gpus = bool(status.gpus) or any(job.get("gpus") for job in jobs)
+    if show_gpus:
+        table.add_column("GPUS", no_wrap=True)
     table.add_column("DEADLINE", no_wrap=True)
     table.add_column("FINISH", overflow="fold", min_width=10)  # predicted while unfinished
     table.add_column("QOS", overflow="fold", min_width=12)
@@ -663,6 +692,7 @@ def status_view(
             Text(state, style=_STATE_STYLES.get(state, "")),
             _progress(job),
             cpu_ranges(job.get("cpus") or []),
+            *([cpu_ranges(job.get("gpus") or [])] if show_gpus else []),
             _deadline(job, now),
             _predicted(job, now),
             _qos(job),
@@ -680,6 +710,8 @@ def job_view(job: dict[str, Any], now: float) -> RenderableType:
     facts.add_row("state", Text(state, style=_STATE_STYLES.get(state, "")))
     facts.add_row("progress", _progress(job))
     facts.add_row("cpus", cpu_ranges(job.get("cpus") or []))
+    if job.get("gpus"):
+        facts.add_row("gpus", cpu_ranges(job["gpus"]))
     facts.add_row(
         "submitted", f"{_clock(job['submitted_at'], now)} ({_relative(job['submitted_at'], now)})"
     )
@@ -703,7 +735,8 @@ def job_view(job: dict[str, Any], now: float) -> RenderableType:
         table = Table(
             title="allocations", title_justify="left", box=None, pad_edge=False, header_style="bold"
         )
-        for header in ("FROM", "UNTIL", "HELD", "CPUS"):
+        with_gpus = any(held.get("gpus") for held in history)
+        for header in ("FROM", "UNTIL", "HELD", "CPUS", "GPUS")[: 5 if with_gpus else 4]:
             table.add_column(header, no_wrap=True)
         for held in history:
             until = held.get("until")
@@ -712,6 +745,7 @@ def job_view(job: dict[str, Any], now: float) -> RenderableType:
                 "now" if until is None else _clock(until, now),
                 _duration((now if until is None else until) - held["from"]),
                 cpu_ranges(held.get("cpus") or []),
+                *([cpu_ranges(held.get("gpus") or [])] if with_gpus else []),
             )
         parts.append(table)
     events = job.get("events") or []
@@ -739,6 +773,10 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
         if detail.get("cpus"):
             text += f" on cores {cpu_ranges(detail['cpus'])}"
         return text + (f": {detail['error']}" if detail.get("error") else "")
+    if kind == "gpus":
+        if "held" in detail:
+            return f"holds GPUs {cpu_ranges(detail['held'])}"
+        return f"gave back GPUs {cpu_ranges(detail.get('released') or [])}"
     if kind == "allocation":
         old, new = cpu_ranges(detail.get("from") or []), cpu_ranges(detail.get("to") or [])
         return f"re-sized from cores {old} to {new}"

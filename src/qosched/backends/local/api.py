@@ -183,8 +183,8 @@ class ServiceStatus:
          "allocated": {job id: {"cpus": [core ids], "gpus": [gpu ids]}},
          "outcomes": {"met": n, "missed": n, "failed": n, "cancelled": n, "declined": n}}
 
-    ``queued`` counts jobs waiting for resources (queued or pre-empted). GPUs are not scheduled
-    yet: their lists are empty.
+    ``queued`` counts jobs waiting for resources (queued or pre-empted). A job holds cores or
+    GPUs: a GPU job's ``cpus`` list is empty (its processes share the service's cores).
     """
 
     policy: str
@@ -194,6 +194,7 @@ class ServiceStatus:
     allocated: Mapping[str, tuple[int, ...]]  # job id -> the cores it holds now
     outcomes: Mapping[str, int]
     gpus: tuple[int, ...] = ()
+    allocated_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # job -> GPUs
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -202,8 +203,11 @@ class ServiceStatus:
             "queued": self.queued,
             "running": self.running,
             "allocated": {
-                job_id: {"cpus": list(cpus), "gpus": []}
-                for job_id, cpus in sorted(self.allocated.items())
+                job_id: {
+                    "cpus": list(self.allocated.get(job_id, ())),
+                    "gpus": list(self.allocated_gpus.get(job_id, ())),
+                }
+                for job_id in sorted(set(self.allocated) | set(self.allocated_gpus))
             },
             "outcomes": {outcome: self.outcomes.get(outcome, 0) for outcome in OUTCOMES},
         }
@@ -239,6 +243,11 @@ class ServiceStatus:
                     f"allocated.{job_id}.cpus",
                 )
                 for job_id, held in allocated.items()
+            },
+            allocated_gpus={
+                str(job_id): ids(held.get("gpus", []), f"allocated.{job_id}.gpus")
+                for job_id, held in allocated.items()
+                if held.get("gpus")
             },
             outcomes={
                 str(name): check_count(count, field=f"outcomes.{name}", source=source)

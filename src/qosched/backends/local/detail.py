@@ -22,11 +22,16 @@ _ENDED_UNFINISHED = frozenset(s.value for s in FINAL_STATES - {JobState.SUCCEEDE
 
 def allocation_history(events: Sequence[Event]) -> list[dict[str, Any]]:
     """Every allocation the job held, oldest first, from its audit log: a ``state`` event into
-    ``running`` with ``cpus`` starts one, an ``allocation`` event (an in-place re-size) replaces
-    it, and a ``state`` event out of ``running`` ends it. ``until`` is None for the one held
-    now."""
+    ``running`` with ``cpus`` starts one (with the GPUs of the ``gpus`` ``held`` event before
+    it, for a GPU job, which holds no cores), an ``allocation`` event (an in-place re-size)
+    replaces it, and a ``state`` event out of ``running`` ends it. ``until`` is None for the one
+    held now."""
     history: list[dict[str, Any]] = []
+    gpus: list[int] = []  # held by the job's worker, from a ``gpus`` event
     for event in events:
+        if event.kind == "gpus":
+            gpus = list(event.detail.get("held", []))
+            continue
         if event.kind == "state":
             if event.detail.get("to") == RUNNING:
                 if "cpus" not in event.detail:
@@ -40,8 +45,10 @@ def allocation_history(events: Sequence[Event]) -> list[dict[str, Any]]:
             continue
         if history and history[-1]["until"] is None:
             history[-1]["until"] = event.t
-        if cpus:
-            history.append({"from": event.t, "until": None, "cpus": cpus, "gpus": []})
+        running = event.kind == "allocation" or event.detail.get("to") == RUNNING
+        if cpus or (running and gpus):
+            held_gpus = gpus if running else []
+            history.append({"from": event.t, "until": None, "cpus": cpus, "gpus": held_gpus})
     return history
 
 

@@ -10,10 +10,29 @@ A spec looks like::
       workload: cnn                 # or command: ["python", "train.py"]
       work: {iterations: 400}       # or epochs: N (built-in workloads only)
       deadline: 10m                 # or an ISO-8601 time with a timezone
-      resources: {minCpus: 1, maxCpus: 2, memory: 2Gi}
+      resources: {minCpus: 1, maxCpus: 2, memory: 2Gi}   # or {minGpus: 1, maxGpus: 2}
       bestEffort: false
       seed: 0
       requestedCpus: 1
+      workingDir: runs/       # command jobs: where the command runs (see below)
+      env: {WANDB_MODE: offline}
+      launcher: torchrun      # command jobs: one process per core or GPU (see below)
+
+A job is a **GPU job** when its resources state ``minGpus`` or ``maxGpus`` (``minGpus``
+defaults to 1 then); every other job, one with no ``resources`` at all included, is a CPU job
+sized in cores. GPUs are for command jobs (the built-in workloads run on CPU cores), and a GPU
+job is sized in GPUs only: ``minCpus``, ``maxCpus`` and ``requestedCpus`` are refused with them.
+
+``workingDir`` is where a command job's process starts. The service needs an absolute path that
+exists when the job is submitted; ``parse_job_spec(..., base_dir=...)`` (what ``qosched submit``
+does, with the spec file's folder) first resolves a relative one against ``base_dir``. Without
+it, the command runs in the folder the service was started from. ``env`` adds variables to the
+command's environment (names like ``[A-Za-z_][A-Za-z0-9_]*``, string values); the names qosched
+sets itself (``QOSCHED_*``, ``CUDA_VISIBLE_DEVICES``) are refused. ``launcher: torchrun`` runs
+the command as ``python -m torch.distributed.run --standalone --nproc-per-node N COMMAND...``:
+``COMMAND`` is what follows ``torchrun`` on a command line (a script and its arguments; a first
+word not ending in ``.py``, such as ``python`` itself, is run as a program, torchrun's
+``--no-python``), and ``N`` is the job's GPU count for a GPU job, else its core count.
 
 Every error names the file, the YAML line where it can be found and the field as a dotted path
 (``spec.resources.minCpus``).
@@ -21,14 +40,17 @@ Every error names the file, the YAML line where it can be found and the field as
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from qosched.backends.local.protocol import ENV_CUDA_DEVICES, LAUNCHERS
 from qosched.core.bounds import COUNT_LIMIT, LATEST_TIME_S, check_count, check_time, show_value
 from qosched.core.errors import InputError
 from qosched.core.spec_reader import (
@@ -63,9 +85,23 @@ _SPEC_KEYS = (
     "bestEffort",
     "seed",
     "requestedCpus",
+    "workingDir",
+    "env",
+    "launcher",
 )
 _WORK_KEYS = ("iterations", "epochs")
-_RESOURCE_KEYS = ("minCpus", "maxCpus", "memory")
+_RESOURCE_KEYS = ("minCpus", "maxCpus", "memory", "minGpus", "maxGpus")
+_CPU_KEYS = ("minCpus", "maxCpus")
+#: Most GPUs one job may ask for (more than any one machine holds).
+MAX_GPUS = 1024
+#: Bounds on ``spec.env``: how many variables, and how long one value may be.
+MAX_ENV_VARS = 256
+MAX_ENV_VALUE = 32_768
+MAX_PATH_LENGTH = 4096
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+#: Variables qosched sets for a command itself; a spec may not set them.
+RESERVED_ENV_PREFIX = "QOSCHED_"
+RESERVED_ENV = (ENV_CUDA_DEVICES,)
 _DEADLINE_FORMATS = (
     "a duration like '90s', '10m' or '1h30m', "
     "or an ISO-8601 time with a timezone like '2026-11-30T12:00:00Z'"
@@ -114,11 +150,17 @@ class Deadline:
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """CPU bounds the scheduler may choose within; ``None`` means no limit was stated."""
+    """Bounds the scheduler may choose within; ``None`` means no limit was stated.
+
+    ``min_gpus > 0`` makes a GPU job: sized in GPUs between ``min_gpus`` and ``max_gpus``, its
+    CPU bounds unused. ``min_gpus == 0`` (the default) is a CPU job, sized in cores.
+    """
 
     min_cpus: int = 1
     max_cpus: int | None = None
     memory_bytes: int | None = None
+    min_gpus: int = 0
+    max_gpus: int | None = None
 
     def __post_init__(self) -> None:
         _set_count(self, "min_cpus", minimum=1)
@@ -126,6 +168,22 @@ class Resources:
             _set_count(self, "max_cpus", minimum=self.min_cpus)
         if self.memory_bytes is not None:
             _set_count(self, "memory_bytes", minimum=1)
+        _set_count(self, "min_gpus", maximum=MAX_GPUS)
+        if self.max_gpus is not None:
+            if self.min_gpus == 0:
+                raise InputError("needs min_gpus >= 1", field="max_gpus")
+            _set_count(self, "max_gpus", minimum=self.min_gpus, maximum=MAX_GPUS)
+
+    @property
+    def gpu(self) -> bool:
+        """A GPU job: its workers are GPUs, not cores."""
+        return self.min_gpus > 0
+
+    def bounds(self) -> tuple[int, int | None]:
+        """(least, most) workers, in GPUs for a GPU job and cores otherwise."""
+        if self.gpu:
+            return self.min_gpus, self.max_gpus
+        return self.min_cpus, self.max_cpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +204,9 @@ class TrainingJobSpec:
     best_effort: bool = False
     seed: int = 0
     requested_cpus: int = 1
+    working_dir: str | None = None  # absolute; None = the service's own folder
+    env: Mapping[str, str] = field(default_factory=dict)
+    launcher: str | None = None
 
     def __post_init__(self) -> None:
         if (self.workload is None) == (self.command is None):
@@ -171,6 +232,43 @@ class TrainingJobSpec:
             minimum=low,
             maximum=high if high is not None else COUNT_LIMIT - 1,
         )
+        if self.workload is not None:
+            for name, value in (
+                ("working_dir", self.working_dir),
+                ("env", self.env or None),
+                ("launcher", self.launcher),
+                ("resources.min_gpus", self.resources.min_gpus or None),
+            ):
+                if value is not None:
+                    raise InputError(_COMMAND_ONLY, field=name)
+        if self.working_dir is not None:
+            problem = working_dir_problem(self.working_dir)
+            if problem is not None:
+                raise InputError(problem, field="working_dir")
+        for name, value in dict(self.env).items():
+            problem = env_problem(name, value)
+            if problem is not None:
+                raise InputError(problem, field=f"env.{name}")
+        if len(self.env) > MAX_ENV_VARS:
+            raise InputError(f"at most {MAX_ENV_VARS} variables, got {len(self.env)}", field="env")
+        # Read-only and hashable like the rest of the frozen spec.
+        object.__setattr__(self, "env", MappingProxyType(dict(sorted(dict(self.env).items()))))
+        if self.launcher is not None and self.launcher not in LAUNCHERS:
+            raise InputError(
+                f"unknown launcher {self.launcher!r}; known: {', '.join(LAUNCHERS)}",
+                field="launcher",
+            )
+
+    @property
+    def gpu(self) -> bool:
+        """A GPU job (see ``Resources``)."""
+        return self.resources.gpu
+
+    @property
+    def restarts_on_resize(self) -> bool:
+        """A new worker count needs a new process: a GPU job's devices are fixed when CUDA
+        starts, and torchrun's process count when it starts."""
+        return self.gpu or self.launcher is not None
 
     def deadline_at(self, submitted_at: float) -> float:
         """The absolute deadline (Unix seconds) of a job submitted at ``submitted_at``."""
@@ -186,15 +284,28 @@ class TrainingJobSpec:
             spec["command"] = list(self.command)
         spec["work"] = {"iterations": self.iterations}
         spec["deadline"] = self.deadline.to_text()
-        resources: dict[str, Any] = {"minCpus": self.resources.min_cpus}
-        if self.resources.max_cpus is not None:
-            resources["maxCpus"] = self.resources.max_cpus
+        resources: dict[str, Any] = {}
+        if self.resources.gpu:
+            resources["minGpus"] = self.resources.min_gpus
+            if self.resources.max_gpus is not None:
+                resources["maxGpus"] = self.resources.max_gpus
+        else:
+            resources["minCpus"] = self.resources.min_cpus
+            if self.resources.max_cpus is not None:
+                resources["maxCpus"] = self.resources.max_cpus
         if self.resources.memory_bytes is not None:
             resources["memory"] = self.resources.memory_bytes
         spec["resources"] = resources
         spec["bestEffort"] = self.best_effort
         spec["seed"] = self.seed
-        spec["requestedCpus"] = self.requested_cpus
+        if not self.resources.gpu:
+            spec["requestedCpus"] = self.requested_cpus
+        if self.working_dir is not None:
+            spec["workingDir"] = self.working_dir
+        if self.env:
+            spec["env"] = dict(self.env)
+        if self.launcher is not None:
+            spec["launcher"] = self.launcher
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -206,9 +317,44 @@ class TrainingJobSpec:
     def from_dict(cls, data: Any, *, source: str | Path = "<dict>") -> TrainingJobSpec:
         """Read back ``to_dict``'s document, with the same checks as a file.
 
-        An absolute deadline already in the past is accepted: a stored job keeps its deadline.
+        An absolute deadline already in the past is accepted, and a ``workingDir`` that no
+        longer exists too: a stored job keeps its spec (its command then fails to start).
         """
         return _read(SpecReader(source), data, now=None, iterations_per_epoch=ITERATIONS_PER_EPOCH)
+
+
+_COMMAND_ONLY = "applies to command jobs only (spec.command); a built-in workload runs on cores"
+
+
+def working_dir_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a job's working folder as stored (absolute, bounded), or None."""
+    problem = text_problem(path)
+    if problem is not None:
+        return problem
+    if len(path) > MAX_PATH_LENGTH:
+        return f"expected a path of at most {MAX_PATH_LENGTH} characters, got {len(path)}"
+    if not Path(path).is_absolute():
+        return (
+            f"expected an absolute path, got {show_value(path)} (qosched submit resolves a "
+            "relative one against the spec file's folder)"
+        )
+    return None
+
+
+def env_problem(name: str, value: object) -> str | None:
+    """Why ``name=value`` cannot go into a command's environment, or None."""
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        return (
+            f"expected a variable name of letters, digits and '_' (not starting with a digit, "
+            f"at most 256 characters), got {show_value(name)}"
+        )
+    if name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV:
+        return f"{name} is set by qosched itself (QOSCHED_*, CUDA_VISIBLE_DEVICES); remove it"
+    if not isinstance(value, str):
+        return f"expected a string value, got {show_value(value)}; quote it in the YAML"
+    if len(value) > MAX_ENV_VALUE:
+        return f"expected at most {MAX_ENV_VALUE} characters, got {len(value)}"
+    return text_problem(value)
 
 
 def _set_count(
@@ -226,14 +372,22 @@ def parse_job_spec(
     *,
     now: float | None = None,
     iterations_per_epoch: Mapping[str, int] = ITERATIONS_PER_EPOCH,
+    base_dir: str | Path | None = None,
 ) -> TrainingJobSpec:
-    """Validate a YAML spec; ``now`` (Unix seconds, default the clock) rejects past deadlines."""
+    """Validate a YAML spec at submission; ``now`` (Unix seconds, default the clock) rejects
+    past deadlines. A relative ``workingDir`` is resolved against ``base_dir`` (refused without
+    one), and the folder must exist now."""
     data, lines = load_with_lines(text, source)
     if data is None:
         raise InputError(f"empty spec; expected a {KIND} document", source=source, line=1)
     current = time.time() if now is None else now
     return _read(
-        SpecReader(source, lines), data, now=current, iterations_per_epoch=iterations_per_epoch
+        SpecReader(source, lines),
+        data,
+        now=current,
+        iterations_per_epoch=iterations_per_epoch,
+        base_dir=Path(base_dir) if base_dir is not None else None,
+        submitting=True,
     )
 
 
@@ -246,7 +400,13 @@ def load_job_spec(
     """Read and validate a YAML spec file."""
     path = Path(path)
     text = read_spec_text(path)
-    return parse_job_spec(text, path, now=now, iterations_per_epoch=iterations_per_epoch)
+    return parse_job_spec(
+        text,
+        path,
+        now=now,
+        iterations_per_epoch=iterations_per_epoch,
+        base_dir=path.absolute().parent,
+    )
 
 
 def read_spec_text(path: str | Path) -> str:
@@ -255,7 +415,13 @@ def read_spec_text(path: str | Path) -> str:
 
 
 def _read(
-    r: SpecReader, data: Any, *, now: float | None, iterations_per_epoch: Mapping[str, int]
+    r: SpecReader,
+    data: Any,
+    *,
+    now: float | None,
+    iterations_per_epoch: Mapping[str, int],
+    base_dir: Path | None = None,
+    submitting: bool = False,
 ) -> TrainingJobSpec:
     top = r.mapping(data, "", _TOP_KEYS)
     api_version = r.required(top, "", "apiVersion")
@@ -274,6 +440,21 @@ def _read(
     resources = _resources(r, spec.get("resources"), "spec.resources")
     best_effort = r.boolean(spec.get("bestEffort", False), "spec.bestEffort")
     seed = r.whole(spec.get("seed", 0), "spec.seed", 0)
+    if resources.gpu and "requestedCpus" in spec:
+        raise r.error("spec.requestedCpus", _GPU_NOT_CPU)
+    if workload is not None:
+        for key in ("workingDir", "env", "launcher"):
+            if key in spec:
+                raise r.error(f"spec.{key}", _COMMAND_ONLY)
+        if resources.gpu:
+            raise r.error("spec.resources.minGpus", _COMMAND_ONLY)
+    working_dir = None
+    if spec.get("workingDir") is not None:
+        working_dir = _working_dir(r, spec["workingDir"], base_dir, submitting)
+    env = _env(r, spec["env"]) if spec.get("env") is not None else {}
+    launcher = None
+    if spec.get("launcher") is not None:
+        launcher = r.one_of(spec["launcher"], "spec.launcher", LAUNCHERS, what="launcher")
     requested = r.whole(spec.get("requestedCpus", resources.min_cpus), "spec.requestedCpus", 1)
     if requested < resources.min_cpus or (
         resources.max_cpus is not None and requested > resources.max_cpus
@@ -294,7 +475,48 @@ def _read(
         best_effort=best_effort,
         seed=seed,
         requested_cpus=requested,
+        working_dir=working_dir,
+        env=env,
+        launcher=launcher,
     )
+
+
+_GPU_NOT_CPU = (
+    "a GPU job (minGpus/maxGpus) is sized in GPUs; its processes share the service's cores, "
+    "so CPU bounds do not apply"
+)
+
+
+def _working_dir(r: SpecReader, value: Any, base_dir: Path | None, submitting: bool) -> str:
+    path = "spec.workingDir"
+    text = r.text(value, path)
+    folder = Path(text).expanduser()
+    if not folder.is_absolute() and base_dir is not None:
+        folder = base_dir / folder
+    # Normalised without following links: the user's path, without "." and "..".
+    resolved = str(Path(os.path.normpath(folder))) if folder.is_absolute() else text
+    problem = working_dir_problem(resolved)
+    if problem is not None:
+        raise r.error(path, problem)
+    if submitting and not Path(resolved).is_dir():
+        raise r.error(path, f"{resolved} is not an existing folder")
+    return resolved
+
+
+def _env(r: SpecReader, value: Any) -> dict[str, str]:
+    path = "spec.env"
+    if not isinstance(value, dict):
+        raise r.error(path, f"expected a mapping of names to strings, got {show_value(value)}")
+    if len(value) > MAX_ENV_VARS:
+        raise r.error(path, f"expected at most {MAX_ENV_VARS} variables, got {len(value)}")
+    env: dict[str, str] = {}
+    for name, item in value.items():
+        where = f"{path}.{name}" if isinstance(name, str) else path
+        problem = env_problem(name, item)
+        if problem is not None:
+            raise r.error(where, problem)
+        env[name] = item
+    return env
 
 
 def _name(r: SpecReader, value: Any, path: str) -> str:
@@ -368,6 +590,22 @@ def _resources(r: SpecReader, value: Any, path: str) -> Resources:
     if value is None:
         return Resources()
     data = r.mapping(value, path, _RESOURCE_KEYS)
+    if data.get("minGpus") is not None or data.get("maxGpus") is not None:
+        for key in _CPU_KEYS:
+            if key in data:
+                raise r.error(f"{path}.{key}", _GPU_NOT_CPU)
+        min_gpus = r.whole(data.get("minGpus", 1), f"{path}.minGpus", 1, MAX_GPUS)
+        max_gpus = None
+        if data.get("maxGpus") is not None:
+            max_gpus = r.whole(data["maxGpus"], f"{path}.maxGpus", 1, MAX_GPUS)
+            if min_gpus > max_gpus:
+                raise r.error(
+                    f"{path}.minGpus", f"must not exceed maxGpus ({max_gpus}), got {min_gpus}"
+                )
+        memory = None
+        if data.get("memory") is not None:
+            memory = r.memory(data["memory"], f"{path}.memory")
+        return Resources(memory_bytes=memory, min_gpus=min_gpus, max_gpus=max_gpus)
     min_cpus = r.whole(data.get("minCpus", 1), f"{path}.minCpus", 1)
     max_cpus = None
     if data.get("maxCpus") is not None:

@@ -17,7 +17,7 @@ from qosched.core.errors import InputError
 
 
 class WorkerEvent(StrEnum):
-    START = "start"  # resumed_from, cpu_ids, threads, version
+    START = "start"  # resumed_from, cpu_ids, threads, version; gpu_ids, processes (commands)
     PROGRESS = "progress"
     RESIZE = "resize"  # cpu_ids, threads, version
     CHECKPOINT = "checkpoint"
@@ -45,7 +45,17 @@ class ProgressEvent:
     exit_code: int | None = None  # command jobs: the child's exit code
 
 
-_OPTIONAL = ("resumed_from", "cpu_ids", "threads", "version", "message", "fatal", "exit_code")
+_OPTIONAL = (
+    "resumed_from",
+    "cpu_ids",
+    "threads",
+    "version",
+    "message",
+    "fatal",
+    "exit_code",
+    "gpu_ids",  # a command job's start: its GPUs
+    "processes",  # a command job's start: how many processes its launcher runs
+)
 
 
 class ProgressLog:

@@ -41,6 +41,13 @@ ENV_CPUS = "QOSCHED_CPUS"
 ENV_ITERATIONS = "QOSCHED_ITERATIONS"
 ENV_JOB_DIR = "QOSCHED_JOB_DIR"
 ENV_ALLOCATION_FILE = "QOSCHED_ALLOCATION_FILE"
+ENV_GPUS = "QOSCHED_GPUS"
+ENV_CUDA_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+#: Highest GPU index an allocation may name (NVML numbers a machine's GPUs from 0).
+MAX_GPU_INDEX = 1023
+#: ``launcher`` values (``spec.launcher`` in a TrainingJob); absent = the command runs as it is.
+LAUNCHERS = ("torchrun",)
 
 _SEED_LIMIT = 2**63
 
@@ -90,6 +97,9 @@ class WorkerJob:
     seed: int
     checkpoint_every: int
     batch_size: int | None = None  # built-in workloads only; None = the workload's default
+    working_dir: str | None = None  # command jobs: where the command starts (absolute)
+    env: tuple[tuple[str, str], ...] = ()  # command jobs: added to its environment
+    launcher: str | None = None  # command jobs: "torchrun", or None to run it as it is
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -102,6 +112,12 @@ class WorkerJob:
         }
         if self.batch_size is not None:
             data["batch_size"] = self.batch_size
+        if self.working_dir is not None:
+            data["working_dir"] = self.working_dir
+        if self.env:
+            data["env"] = dict(self.env)
+        if self.launcher is not None:
+            data["launcher"] = self.launcher
         return data
 
 
@@ -112,7 +128,7 @@ def parse_worker_job(data: object, *, source: str | Path | None = None) -> Worke
     _check_keys(
         data,
         required=("job_id", "iterations", "seed", "checkpoint_every"),
-        optional=("workload", "command", "batch_size"),
+        optional=("workload", "command", "batch_size", "working_dir", "env", "launcher"),
         source=source,
     )
     job_id = data["job_id"]
@@ -176,7 +192,65 @@ def parse_worker_job(data: object, *, source: str | Path | None = None) -> Worke
                 field="batch_size",
             )
         batch_size = check_count(batch_size, field="batch_size", minimum=1, source=source)
-    return WorkerJob(job_id, workload, argv, iterations, seed, checkpoint_every, batch_size)
+    working_dir, env, launcher = _command_options(data, source)
+    if command is None and (working_dir is not None or env or launcher is not None):
+        raise InputError(
+            "working_dir, env and launcher apply to command jobs only",
+            source=source,
+            field="workload",
+        )
+    return WorkerJob(
+        job_id,
+        workload,
+        argv,
+        iterations,
+        seed,
+        checkpoint_every,
+        batch_size,
+        working_dir=working_dir,
+        env=env,
+        launcher=launcher,
+    )
+
+
+def _command_options(
+    data: dict[str, Any], source: str | Path | None
+) -> tuple[str | None, tuple[tuple[str, str], ...], str | None]:
+    """``working_dir``, ``env`` and ``launcher`` of a ``job.json``, checked."""
+    working_dir = data.get("working_dir")
+    if working_dir is not None and (
+        not isinstance(working_dir, str) or not os.path.isabs(working_dir) or "\x00" in working_dir
+    ):
+        raise InputError(
+            f"expected an absolute path, got {json.dumps(working_dir)}",
+            source=source,
+            field="working_dir",
+        )
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str)
+        and isinstance(v, str)
+        and k
+        and "=" not in k
+        and "\x00" not in k + v
+        and not k.startswith("QOSCHED_")
+        and k != ENV_CUDA_DEVICES
+        for k, v in env.items()
+    ):
+        raise InputError(
+            "expected a mapping of variable names (not QOSCHED_* or CUDA_VISIBLE_DEVICES) "
+            "to strings",
+            source=source,
+            field="env",
+        )
+    launcher = data.get("launcher")
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise InputError(
+            f"expected one of {', '.join(LAUNCHERS)} or null, got {json.dumps(launcher)}",
+            source=source,
+            field="launcher",
+        )
+    return working_dir, tuple(sorted(env.items())), launcher
 
 
 def load_worker_job(path: str | Path) -> WorkerJob:
@@ -190,13 +264,16 @@ def write_worker_job(path: str | Path, spec: WorkerJob) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """``allocation.json``: the CPU cores a job may use now. ``version`` tells updates apart."""
+    """``allocation.json``: the CPU cores a job may use now, and the GPUs it holds (fixed for
+    the life of a worker: a GPU job is re-sized by a restart). ``version`` tells updates
+    apart."""
 
     cpus: tuple[int, ...]
     version: int
+    gpus: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"cpus": list(self.cpus), "version": self.version}
+        return {"cpus": list(self.cpus), "version": self.version, "gpus": list(self.gpus)}
 
 
 def parse_allocation(
@@ -206,7 +283,7 @@ def parse_allocation(
     (default: this machine's ``os.cpu_count()``)."""
     if not isinstance(data, dict):
         raise InputError(f"expected a JSON object, got {type(data).__name__}", source=source)
-    _check_keys(data, required=("cpus", "version"), optional=(), source=source)
+    _check_keys(data, required=("cpus", "version"), optional=("gpus",), source=source)
     count = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     cpus = data["cpus"]
     if not isinstance(cpus, list) or not cpus or not all(is_whole(cpu) for cpu in cpus):
@@ -225,7 +302,19 @@ def parse_allocation(
     if len(set(cpus)) != len(cpus):
         raise InputError(f"duplicate core ids in {cpus}", source=source, field="cpus")
     version = check_count(data["version"], field="version", source=source)
-    return Allocation(tuple(cpus), version)
+    gpus = data.get("gpus", [])
+    if (
+        not isinstance(gpus, list)
+        or not all(is_whole(gpu) and 0 <= gpu <= MAX_GPU_INDEX for gpu in gpus)
+        or len(set(gpus)) != len(gpus)
+    ):
+        raise InputError(
+            f"expected a list of distinct GPU indices in [0, {MAX_GPU_INDEX}], "
+            f"got {json.dumps(gpus)}",
+            source=source,
+            field="gpus",
+        )
+    return Allocation(tuple(cpus), version, tuple(int(gpu) for gpu in gpus))
 
 
 def read_allocation(path: str | Path, *, cpu_count: int | None = None) -> Allocation:

@@ -1,8 +1,18 @@
-"""The local scheduler service: real training jobs on this machine's CPU cores, with deadlines.
+"""The local scheduler service: real training jobs on this machine's CPU cores and GPUs, with
+deadlines.
 
 The same cluster policies the simulator runs (``qos`` by default, ``fifo`` for comparison) decide
-here, on a one-node "cluster" whose workers are this machine's cores. Each round of
-:meth:`LocalService.step`:
+here, on one-node "clusters" of this machine. A job is sized in one kind of worker, never both:
+a GPU job (``resources.minGpus``/``maxGpus``) in GPUs, every other job in cores. So the service
+keeps two pools, each with its own policy instance and its own ``ClusterView`` (a
+``ClusterSpec`` of ``resource="cpu"`` over the cores, of ``resource="gpu"`` over the GPUs), and
+each round decides one pool after the other: the cores among the CPU jobs, the GPUs among the
+GPU jobs. A policy thus sees what it was written for, a cluster of identical workers and the jobs
+that want them, and no policy needs to know about the other resource. A GPU job's processes run
+on the service's cores without holding any (they feed the GPUs; the cores are the CPU jobs').
+The GPUs come from ``gpus.gpu_inventory``: declared (``qosched up --gpus``) or found by NVML.
+
+Each round of :meth:`LocalService.step`:
 
 1. kills what must stop: a job over its memory limit at once, a worker still running
    ``grace_s`` after its SIGTERM (cancel, pre-emption, a failed job) with SIGKILL to its whole
@@ -12,11 +22,18 @@ here, on a one-node "cluster" whose workers are this machine's cores. Each round
    free only once no process of its group is left;
 3. reads each worker's ``progress.jsonl`` into the job's state (and the store, for the
    predictor and for ``qosched status``);
-4. asks the policy for core counts when anything changed or the tick is due, maps counts onto
-   concrete cores (a job keeps its cores when its count is unchanged), and applies them:
-   pre-empts the jobs that lost their cores with SIGTERM (they checkpoint and exit), re-sizes
-   running ones in place by rewriting ``allocation.json``, and launches workers on cores no
-   other job holds.
+4. asks each pool's policy for counts when anything changed or the tick is due, maps counts
+   onto concrete cores or GPUs (a job keeps them when its count is unchanged), and applies them:
+   pre-empts the jobs that lost theirs with SIGTERM (they checkpoint and exit), re-sizes running
+   ones, and launches workers on cores and GPUs no other job holds. A CPU job is re-sized in
+   place by rewriting ``allocation.json``; a GPU job or a ``launcher: torchrun`` job is re-sized
+   by checkpoint-restart (a process's GPUs, and torchrun's process count, are fixed when it
+   starts): it is stopped like a pre-empted job and launched again with its new count once its
+   processes are gone.
+
+No core or GPU is in two jobs' hands: a job's cores and GPUs are handed on only once no process
+of its worker is left. GPUs given and given back are in the store's audit log (``gpus`` events
+with ``held`` before the worker starts, ``released`` once its processes are gone).
 
 One job's trouble is that job's failure: an exception while handling one job in any of these
 steps (a progress line that is not the worker's, a number out of bounds, a launch that cannot
@@ -49,18 +66,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qosched.backends.local import detail
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
+from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.process import WorkerProcess, find_workers, worker_folder
 from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
+    ENV_CUDA_DEVICES,
+    ENV_GPUS,
     EXIT_DONE,
     EXIT_INPUT_ERROR,
     EXIT_PREEMPTED,
@@ -102,6 +122,10 @@ TICK_S = 5.0
 #: re-size about 0.1 s, a pre-emption plus restart about 3.5 s (checkpoint, exit, a new process
 #: importing torch); one value serves both, between the two.
 RESIZE_PAUSE_S = 1.0
+#: What the policy is told a change of GPUs costs: always a restart (stop, checkpoint, a new
+#: process importing torch and starting CUDA). Not measured on a GPU machine yet: the CPU
+#: restart's 3.5 s plus CUDA's start-up.
+GPU_RESIZE_PAUSE_S = 5.0
 #: Checkpoint a running job this often (iterations); also bounds the work a crash loses.
 CHECKPOINT_EVERY = 50
 #: Where a log line for each job's worker goes, inside its job directory.
@@ -171,7 +195,8 @@ class _Live:
     events_read: int = 0
     last_sample: tuple[float, int] | None = None  # (t, iteration) of the last progress sample
     stored_until: float = -math.inf  # what the worker reported up to this time is stored
-    cores: tuple[int, ...] = ()
+    cores: tuple[int, ...] = ()  # held by a CPU job; a GPU job holds none
+    gpus: tuple[int, ...] = ()  # held by a GPU job (its worker's, until it is gone)
     version: int = 0
     stopping: bool = False  # the worker must stop; its cores stay held until it is gone
     term_at: float | None = None  # time.monotonic() of the SIGTERM
@@ -196,14 +221,17 @@ class LocalService:
         python: str = sys.executable,
         grace_s: float = GRACE_S,
         faults: str | None = None,
+        gpus: tuple[int, ...] = (),
     ) -> None:
         if not 0 <= grace_s < math.inf:
             raise InputError(f"expected seconds >= 0, got {grace_s}", field="grace_s")
         self.home = home
         self.store = store
         self.cores = cores
+        self.gpus = tuple(sorted(gpus))
         self.policy_name = policy
-        self.policy = create_policy(policy)
+        self.policy = create_policy(policy)  # decides the cores among CPU jobs
+        self.gpu_policy = create_policy(policy)  # decides the GPUs among GPU jobs
         self.cluster = ClusterSpec.cpu(1, len(cores))
         self.clock = clock
         self.tick_s = tick_s
@@ -227,10 +255,12 @@ class LocalService:
         *,
         cpus: tuple[int, ...] | None = None,
         policy: str = "qos",
+        gpus: Sequence[int] | None = None,
         **options: Any,
     ) -> LocalService:
         """Open (or create) the service's state under ``home`` and re-adopt unfinished jobs; a job
-        it cannot track is failed with the reason, never a reason not to start."""
+        it cannot track is failed with the reason, never a reason not to start. ``gpus`` declares
+        the GPUs (``()``: none); ``None`` asks NVML."""
         # Absolute: workers are found again by the job folder on their command line.
         home = Path(home).absolute()
         (home / "jobs").mkdir(parents=True, exist_ok=True)
@@ -241,7 +271,8 @@ class LocalService:
             raise InputError(
                 f"cores {unknown} are not available here (have {allowed})", field="cpus"
             )
-        service = cls(home, Store(home / "state.db"), cores, policy, **options)
+        inventory = gpu_inventory(gpus)
+        service = cls(home, Store(home / "state.db"), cores, policy, gpus=inventory, **options)
         try:
             service._recover()
         except BaseException:
@@ -320,7 +351,7 @@ class LocalService:
             try:
                 record = self.store.get(job_id)
                 live = self._track(record)
-                accepted = self.policy.admit(live.state, self._view(now))
+                accepted = self._policy_of(live).admit(live.state, self._view(now, spec.gpu))
             except StoreUnavailableError:
                 raise
             except Exception as exc:  # the policy could not take it: this job's failure
@@ -477,6 +508,8 @@ class LocalService:
         error: str | None = None,
         result: dict[str, Any] | None = None,
     ) -> None:
+        if live.worker is None or live.worker.gone():  # e.g. a launch that failed to start
+            self._release_gpus(live, self.clock())
         self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
         self._forget(live.record.id)
 
@@ -485,6 +518,20 @@ class LocalService:
         if spec is None:
             raise InputError(record.spec_error or "its stored spec does not read", field="spec")
         workload = spec.workload or "command"
+        pool = self._pool(spec.gpu)
+        least = spec.resources.bounds()[0]
+        if least > len(pool):
+            kind = "GPU" if spec.gpu else "core"
+            raise InputError(
+                f"asks for at least {least} {kind}s; this service has {len(pool)}"
+                + (
+                    " (declare them with `qosched up --gpus`, or install qosched[gpu])"
+                    if spec.gpu and not pool
+                    else ""
+                ),
+                field="resources",
+            )
+        requested = spec.resources.min_gpus if spec.gpu else spec.requested_cpus
         job = JobSpec(
             job_id=record.id,
             submit_s=record.submitted_at,
@@ -492,9 +539,9 @@ class LocalService:
             batch_size=1,
             iterations=spec.iterations,
             deadline_s=record.deadline_at,
-            requested_workers=min(spec.requested_cpus, len(self.cores)),
+            requested_workers=min(requested, len(pool)),
         )
-        curve = prior_curve(spec, len(self.cores))
+        curve = prior_curve(spec, len(pool))
         state = ClusterJob(job, curve)
         state.last_update_s = record.submitted_at
         live = _Live(record, spec, state, self.home / "jobs" / record.id)
@@ -502,67 +549,108 @@ class LocalService:
         return live
 
     def _guaranteed(self, job_id: str) -> bool:
-        is_guaranteed = getattr(self.policy, "is_guaranteed", None)
+        live = self._live.get(job_id)
+        policy = self._policy_of(live) if live is not None else self.policy
+        is_guaranteed = getattr(policy, "is_guaranteed", None)
         return bool(is_guaranteed(job_id)) if is_guaranteed is not None else False
 
-    def _view(self, now: float, cores: int | None = None) -> ClusterView:
-        """The jobs the policy decides for, on ``cores`` cores (default: all the service's).
-        A job that holds cores it cannot be given back yet (it has done all its iterations and
-        is writing its result, or its worker is stopping) is not among them."""
-        jobs = [live.state for live in self._live.values() if not self._holding(live)]
-        cluster = self.cluster if cores is None else ClusterSpec.cpu(1, cores)
-        return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
+    def _pool(self, gpu: bool) -> tuple[int, ...]:
+        """The workers of one pool: the GPUs, or the cores."""
+        return self.gpus if gpu else self.cores
+
+    def _policy_of(self, live: _Live) -> Any:
+        return self.gpu_policy if live.spec.gpu else self.policy
 
     @staticmethod
-    def _holding(live: _Live) -> bool:
-        return bool(live.cores) and (live.stopping or live.state.remaining_iterations <= 0)
+    def _units(live: _Live) -> tuple[int, ...]:
+        """The workers a job holds in its pool: its GPUs, or its cores."""
+        return live.gpus if live.spec.gpu else live.cores
+
+    def _view(self, now: float, gpu: bool = False, count: int | None = None) -> ClusterView:
+        """The jobs of one pool the policy decides for, on ``count`` workers (default: the
+        whole pool). A job that holds workers it cannot give back yet (it has done all its
+        iterations and is writing its result, or its worker is stopping) is not among them."""
+        jobs = [
+            live.state
+            for live in self._live.values()
+            if live.spec.gpu == gpu and not self._holding(live)
+        ]
+        size = len(self._pool(gpu)) if count is None else count
+        if not gpu:
+            cluster = self.cluster if count is None else ClusterSpec.cpu(1, size)
+            return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
+        cluster = ClusterSpec.from_flags(1, max(1, size), resource="gpu")
+        return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S)
+
+    @classmethod
+    def _holding(cls, live: _Live) -> bool:
+        return bool(cls._units(live)) and (live.stopping or live.state.remaining_iterations <= 0)
 
     def _decide(self, now: float) -> None:
         self._dirty = False
         self._next_decision = now + self.tick_s
-        held = {c for live in self._live.values() if self._holding(live) for c in live.cores}
-        free = [c for c in self.cores if c not in held]
+        wakes = [self._decide_pool(now, gpu=False)]
+        if self.gpus:
+            wakes.append(self._decide_pool(now, gpu=True))
+        known = [wake for wake in wakes if wake is not None]
+        self._wake_at = min(known) if known else None
+
+    def _decide_pool(self, now: float, *, gpu: bool) -> float | None:
+        """One pool's round (cores among CPU jobs, or GPUs among GPU jobs); returns when its
+        policy wants to be asked again."""
+        members = [live for live in self._live.values() if live.spec.gpu == gpu]
+        held = {u for live in members if self._holding(live) for u in self._units(live)}
+        free = [u for u in self._pool(gpu) if u not in held]
         if not free:
-            return  # every core is held by a job finishing or stopping: decide when one exits
-        decision = self.policy.allocate(self._view(now, len(free)))
-        self._wake_at = decision.wake_at
-        counts: dict[str, int] = {}
-        room = len(free)
-        for job_id, count in decision.workers.items():  # in the policy's priority order
-            bounds = self._live[job_id].spec.resources
-            count = max(bounds.min_cpus, min(count, bounds.max_cpus or count)) if count else 0
-            if 0 < count <= room:  # a job whose minimum no longer fits waits
-                counts[job_id] = count
-                room -= count
+            return None  # every worker is held by a job finishing or stopping: decide later
+        policy = self.gpu_policy if gpu else self.policy
+        decision = policy.allocate(self._view(now, gpu, len(free)))
+        bounds = {job_id: self._live[job_id].spec.resources.bounds() for job_id in decision.workers}
+        counts = fit_counts(decision.workers, bounds, len(free))
         current = {
-            job_id: live.cores
-            for job_id, live in self._live.items()
-            if live.cores and not self._holding(live)
+            live.record.id: self._units(live)
+            for live in members
+            if self._units(live) and not self._holding(live)
         }
-        assignment = assign_cores(counts, current, free)
-        changes = [
-            (live, cores, not cores or (live.worker is not None and len(cores) < len(live.cores)))
-            for job_id, live in self._live.items()
-            if not self._holding(live) and (cores := assignment.get(job_id, ())) != live.cores
-        ]
-        # Cores are given up before any is handed on: pre-emptions and shrinks first.
-        for live, cores, giving_up in changes:
-            if giving_up and not cores:
+        if gpu:
+            assignment = assign_gpus(counts, current, free)
+        else:
+            assignment = assign_cores(counts, current, free)
+        changes = []
+        for live in members:
+            units = assignment.get(live.record.id, ())
+            if self._holding(live) or units == self._units(live):
+                continue
+            running = live.worker is not None
+            if running and live.spec.restarts_on_resize:
+                units = ()  # re-sized by a restart: stopped now, launched again once gone
+            giving_up = not units or (running and len(units) < len(self._units(live)))
+            changes.append((live, units, giving_up))
+        # Workers are given up before any is handed on: pre-emptions and shrinks first.
+        for live, units, giving_up in changes:
+            if giving_up and not units:
                 self._isolated(live, "pre-empting it", self._preempt)
             elif giving_up:
-                self._isolated(live, "re-sizing it", self._resize, cores, now)
-        for live, cores, giving_up in changes:
+                self._isolated(live, "re-sizing it", self._resize, units, now)
+        for live, units, giving_up in changes:
             if giving_up or self._live.get(live.record.id) is not live:
                 continue
-            others = {c for other in self._live.values() if other is not live for c in other.cores}
-            if others.intersection(cores):
+            others = {u for other in members if other is not live for u in self._units(other)}
+            if others.intersection(units):
                 continue  # its holder is still stopping; the next round, once it is gone
             if live.worker is not None:
-                self._isolated(live, "re-sizing it", self._resize, cores, now)
+                self._isolated(live, "re-sizing it", self._resize, units, now)
             else:
-                self._isolated(live, "launching it", self._launch, cores, now)
+                self._isolated(live, "launching it", self._launch, units, now)
+        return decision.wake_at
 
-    def _launch(self, live: _Live, cores: tuple[int, ...], now: float) -> None:
+    def _release_gpus(self, live: _Live, now: float) -> None:
+        """Its worker is gone (or never started): its GPUs may go to another job."""
+        if live.gpus:
+            self.store.add_event(live.record.id, now, "gpus", {"released": list(live.gpus)})
+            live.gpus = ()
+
+    def _launch(self, live: _Live, units: tuple[int, ...], now: float) -> None:
         """Intent (committed), worker, launch (committed): a service killed in between finds
         the worker by its job folder at the next start."""
         job_id = live.record.id
@@ -583,25 +671,39 @@ class LocalService:
                 iterations=spec.iterations,
                 seed=spec.seed,
                 checkpoint_every=CHECKPOINT_EVERY,
+                working_dir=spec.working_dir,
+                env=tuple(spec.env.items()),
+                launcher=spec.launcher,
             ),
         )
+        # A GPU job runs on the service's cores without holding them (see the module docstring).
+        cores, gpus = (self.cores, units) if spec.gpu else (units, ())
         live.version += 1
-        write_allocation(live.job_dir / ALLOCATION_FILE, Allocation(cores, live.version))
-        attempt = self.store.record_launch_intent(job_id, now, str(live.job_dir), cores)
+        write_allocation(live.job_dir / ALLOCATION_FILE, Allocation(cores, live.version, gpus))
+        if gpus:  # held from before the process exists until after it is gone
+            live.gpus = gpus
+            self.store.add_event(job_id, now, "gpus", {"held": list(gpus)})
+        held_cores = () if spec.gpu else cores
+        attempt = self.store.record_launch_intent(job_id, now, str(live.job_dir), held_cores)
         self._faults.passed("intent")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.pop(FAULT_ENV, None)
+        # The worker too sees only the job's GPUs (none for a CPU job), as its command does.
+        visible = ",".join(str(gpu) for gpu in gpus)
+        env.update(
+            {ENV_CUDA_DEVICES: visible, ENV_GPUS: visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        )
         with (live.job_dir / WORKER_LOG).open("ab") as worker_log:
             worker = WorkerProcess.start(self.python, live.job_dir, log=worker_log, env=env)
         live.worker = worker
-        live.cores = cores
+        live.cores = held_cores
         live.stopping, live.term_at, live.killed = False, None, False
         self._faults.passed("popen")
         live.record = self.store.record_launched(
             job_id,
             now,
-            cpus=cores,
+            cpus=held_cores,
             pid=worker.pid,
             start_ticks=worker.start_ticks,
             attempt=attempt,
@@ -609,7 +711,7 @@ class LocalService:
         )
         self._faults.passed("launched")
         live.state.phase = Phase.RUNNING
-        live.state.workers = len(cores)
+        live.state.workers = len(units)
         if live.state.started_s is None:
             live.state.started_s = now
         live.state.reallocations += live.state.started_s != now
@@ -618,7 +720,8 @@ class LocalService:
         """Adopt a live worker of this job: it holds the cores its ``allocation.json`` gives."""
         live.worker = worker
         allocation = read_allocation(live.job_dir / ALLOCATION_FILE)
-        live.cores = tuple(sorted(allocation.cpus))
+        live.cores = () if live.spec.gpu else tuple(sorted(allocation.cpus))
+        live.gpus = tuple(sorted(allocation.gpus)) if live.spec.gpu else ()
         live.version = allocation.version
         record = self.store.get(live.record.id)
         if record.state is JobState.RUNNING and tuple(record.allocation) != live.cores:
@@ -634,7 +737,7 @@ class LocalService:
             kind="re-adopted",
         )
         self._faults.passed("adopted")
-        live.state.workers = len(live.cores)
+        live.state.workers = len(self._units(live))
         live.state.phase = Phase.RUNNING
         live.state.started_s = live.record.started_at
 
@@ -653,6 +756,7 @@ class LocalService:
             self._stop(live)
         else:
             live.cores = ()
+            self._release_gpus(live, self.clock())
 
     def _stop(self, live: _Live) -> None:
         """SIGTERM the worker once (it checkpoints and exits); ``_escalate`` SIGKILLs its group
@@ -700,6 +804,7 @@ class LocalService:
         live.worker = None
         self._dirty = True
         now = self.clock()
+        self._release_gpus(live, now)
         if live.failing is not None:
             self._record_final(live, JobState.FAILED, error=live.failing)
             self._faults.passed("reaped")
@@ -755,6 +860,7 @@ class LocalService:
     def _mark_preempted(self, live: _Live, now: float, why: str) -> None:
         live.record = self.store.transition(live.record.id, JobState.PREEMPTED, now)
         self.store.add_event(live.record.id, now, "stopped", {"why": why})
+        self._release_gpus(live, now)
         live.cores, live.stopping, live.term_at, live.killed = (), False, None, False
         live.state.workers = 0
         live.state.phase = Phase.PENDING
@@ -822,6 +928,7 @@ class LocalService:
                 live.worker.close()
         self._live.clear()
         self.policy = create_policy(self.policy_name)
+        self.gpu_policy = create_policy(self.policy_name)
         self._recover(popens)
         popens.clear()
         self._stale = False
@@ -856,8 +963,15 @@ class LocalService:
             worker = WorkerProcess.adopt(pid, job_dir)
             if worker is not None:
                 worker.kill_group(signal.SIGKILL)
+                # Gone before its GPUs are released in the log below.
+                deadline = time.monotonic() + KILL_WAIT_S
+                while not worker.gone() and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 worker.close()
         with contextlib.suppress(IllegalTransitionError, UnknownJobError):
+            held = _gpus_in_log(self.store.events(job_id))
+            if held:
+                self.store.add_event(job_id, self.clock(), "gpus", {"released": list(held)})
             self.store.record_failure(job_id, reason, self.clock())
 
     def _recover_one(
@@ -869,9 +983,12 @@ class LocalService:
     ) -> None:
         record = self.store.get(job_id)
         live = self._track(record)
-        self.policy.admit(live.state, self._view(now))  # accepted before: the policy re-learns it
+        # Accepted before: the policy re-learns it.
+        self._policy_of(live).admit(live.state, self._view(now, live.spec.gpu))
         intent_attempt, launched = record.attempts, None
-        for event in self.store.events(job_id):
+        events = self.store.events(job_id)
+        live.gpus = _gpus_in_log(events)  # held by its worker, if one is left
+        for event in events:
             if event.kind == "launching":
                 intent_attempt, launched = int(event.detail["attempt"]), None
             elif event.kind in ("launched", "re-adopted"):
@@ -904,6 +1021,7 @@ class LocalService:
                 self._stop(live)
             return
         self._read_progress_of(live)
+        self._release_gpus(live, now)  # no worker of it is left
         if live.failing is not None:
             self._record_final(live, JobState.FAILED, error=live.failing)
         elif (live.job_dir / RESULT_FILE).exists():  # it completed while the service was down
@@ -937,6 +1055,7 @@ class LocalService:
             "iterations": total,
             "iterations_done": int(done),
             "cpus": list(live.cores if live is not None else record.allocation),
+            "gpus": list(live.gpus if live is not None else ()),
             "predicted_finish_at": predicted,
             "predicted_finish_band": band,
             "best_effort": record.best_effort,
@@ -947,8 +1066,8 @@ class LocalService:
 
     def _predict_finish(self, live: _Live) -> tuple[float | None, list[float] | None]:
         """When the job finishes at its current core count, from the policy's predictor."""
-        predictor = getattr(self.policy, "predictor_of", None)
-        workers = len(live.cores)
+        predictor = getattr(self._policy_of(live), "predictor_of", None)
+        workers = len(self._units(live))
         if predictor is None or not workers:
             return None, None
         model = predictor(live.state.job_id)
@@ -967,12 +1086,15 @@ class LocalService:
     def status(self) -> ServiceStatus:
         with self._lock:
             metrics = self.metrics()
+            holding = {j: live for j, live in self._live.items() if live.cores or live.gpus}
             return ServiceStatus(
                 policy=self.policy_name,
                 cpus=self.cores,
+                gpus=self.gpus,
                 queued=metrics.queued,
                 running=metrics.running,
-                allocated={j: live.cores for j, live in self._live.items() if live.cores},
+                allocated={j: live.cores for j, live in holding.items()},
+                allocated_gpus={j: live.gpus for j, live in holding.items()},
                 outcomes=metrics.outcomes,
             )
 
@@ -1022,6 +1144,22 @@ class LocalService:
         return {"t": now, "cpus": len(self.cores), "jobs": jobs}
 
 
+def fit_counts(
+    wanted: Mapping[str, int], bounds: Mapping[str, tuple[int, int | None]], room: int
+) -> dict[str, int]:
+    """The policy's counts (in its priority order) brought within each job's (least, most)
+    workers, and within ``room`` together: a job given 0 stays at 0, and a job whose count no
+    longer fits what earlier jobs left waits (later, smaller ones may still fit)."""
+    counts: dict[str, int] = {}
+    for job_id, count in wanted.items():
+        low, high = bounds[job_id]
+        count = max(low, min(count, high or count)) if count else 0
+        if 0 < count <= room:
+            counts[job_id] = count
+            room -= count
+    return counts
+
+
 def assign_cores(
     counts: dict[str, int], current: dict[str, tuple[int, ...]], cores: Sequence[int]
 ) -> dict[str, tuple[int, ...]]:
@@ -1051,6 +1189,16 @@ def assign_cores(
         result[job_id] = chosen
         taken.update(chosen)
     return result
+
+
+def _gpus_in_log(events: Sequence[Any]) -> tuple[int, ...]:
+    """The GPUs a job's audit log says it holds now: the last ``gpus`` event's ``held``, unless
+    a ``released`` came after it."""
+    held: tuple[int, ...] = ()
+    for event in events:
+        if event.kind == "gpus":
+            held = tuple(event.detail.get("held", ()))
+    return held
 
 
 def resident_bytes(pid: int) -> int:
@@ -1104,4 +1252,4 @@ def wait_until_idle(service: LocalService, timeout_s: float, poll_s: float = 0.5
     return False
 
 
-__all__ = ["LocalService", "UnknownJobError", "assign_cores", "wait_until_idle"]
+__all__ = ["LocalService", "UnknownJobError", "assign_cores", "fit_counts", "wait_until_idle"]

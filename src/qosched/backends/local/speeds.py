@@ -3,7 +3,9 @@
 A built-in workload starts from the bundled CPU table (``data/throughputs/CPU``: measured on
 one and two cores, modelled beyond) at its default batch size. A command's speed is unknown
 until it reports progress: its prior is a placeholder, ``PLACEHOLDER_RATE`` iterations per
-second per core, which the job's own progress replaces (see ``qosched.cluster.predict``).
+second per worker, which the job's own progress replaces (see ``qosched.cluster.predict``). A
+worker is a core for a CPU job and a GPU for a GPU job (always a command: no table of a user's
+own script on a GPU exists before it runs).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ def _cpu_tables() -> ThroughputModel:
 
 
 def prior_curve(spec: TrainingJobSpec, cores: int) -> SpeedCurve:
-    """The job's prior speed on 1..``cores`` cores."""
-    if spec.workload is not None:
+    """The job's prior speed on 1..``cores`` workers (cores, or GPUs for a GPU job)."""
+    if spec.workload is not None and not spec.gpu:
         batch = get_workload(spec.workload).default_batch_size
         tables = _cpu_tables()
         if tables.has(spec.workload, batch):

@@ -7,14 +7,17 @@ what it reports. Every file name below is a constant of ``qosched.backends.local
 
     {"job_id": str, "workload": "cnn" | "transformer" | null, "command": [argv...] | null,
      "iterations": int >= 1, "seed": int in [0, 2**63), "checkpoint_every": int >= 1,
-     "batch_size": int >= 1}                      # batch_size optional, built-in workloads only
+     "batch_size": int >= 1,                      # optional, built-in workloads only
+     "working_dir": absolute path,                # optional, command jobs only
+     "env": {name: str},                          # optional, command jobs only
+     "launcher": "torchrun"}                      # optional, command jobs only
 
 Exactly one of ``workload`` and ``command`` is set. Unknown fields are refused.
 
 ``allocation.json`` (``ALLOCATION_FILE``, written by the scheduler at any time, atomically: temp
 file + ``os.replace``, e.g. with ``protocol.write_allocation``)::
 
-    {"cpus": [core ids], "version": int >= 0}
+    {"cpus": [core ids], "version": int >= 0, "gpus": [GPU indices]}   # gpus optional
 
 The worker applies it at start and, between iterations, looks at the file's ``stat`` at most every
 ``POLL_INTERVAL_S``; a new ``(cpus, version)`` is applied in place, without a restart: every
@@ -22,7 +25,8 @@ thread of the worker is pinned to ``cpus`` and PyTorch's intra-op pool is set to
 threads; a ``resize`` event confirms it. A command job's child process (and its descendants) is
 pinned instead; its thread count is its own. An invalid allocation (an unknown core, bad JSON)
 gives a non-fatal ``error`` event and the old allocation stays. With no ``allocation.json`` at
-start, the worker uses the affinity it inherited.
+start, the worker uses the affinity it inherited. ``gpus`` is read once, at start: a job's GPUs
+never change while its worker runs (the scheduler re-sizes a GPU job by restarting it).
 
 ``progress.jsonl`` (``PROGRESS_FILE``, appended by the worker and by nothing else, one JSON
 object a line, flushed each line; a restarted worker first cuts a last line its killed
@@ -60,8 +64,21 @@ instruction, with ``QOSCHED_PROGRESS_FILE`` (``JOB_DIR/command_progress.jsonl``:
 [0, 2**53); the worker relays them. A line it cannot use (not JSON, a stray ``print``, a number
 out of bounds) is skipped with a ``warning`` event and a line in the job's log, and the job goes
 on: a training script should not die of one bad line),
-``QOSCHED_CPUS`` (comma-separated core ids), ``OMP_NUM_THREADS``, ``QOSCHED_ITERATIONS``,
-``QOSCHED_JOB_DIR`` and ``QOSCHED_ALLOCATION_FILE`` (to follow later re-sizes itself). SIGTERM to
+``QOSCHED_CPUS`` (comma-separated core ids), ``QOSCHED_GPUS`` and ``CUDA_VISIBLE_DEVICES`` (the
+job's GPU indices, comma-separated; empty for a CPU job, which so sees no GPU at all), with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA then numbers GPUs as NVML and the scheduler do),
+``OMP_NUM_THREADS``, ``QOSCHED_ITERATIONS``, ``QOSCHED_JOB_DIR`` and ``QOSCHED_ALLOCATION_FILE``
+(to follow later re-sizes itself). The command starts in ``working_dir`` (default: the
+worker's own) with the worker's environment plus ``env`` (the spec's), under the variables
+above, which qosched sets last; ``OMP_NUM_THREADS`` is qosched's unless ``env`` sets it.
+
+With ``launcher: torchrun`` the child is ``python -m torch.distributed.run --standalone
+--nproc-per-node N COMMAND...`` (the worker's own interpreter; with ``--no-python`` when
+``COMMAND[0]`` does not end in ``.py``, so each rank runs that program itself, e.g. a Python of
+the user's choice), N the job's GPU count, or its core count for a CPU job, and
+``OMP_NUM_THREADS`` is the cores divided among the N processes. N is fixed for the child's
+life; the scheduler changes it by stopping the job (SIGTERM: torchrun passes it to every rank,
+the script checkpoints) and starting a new worker. SIGTERM to
 the worker is forwarded to the child; the child gets SIGTERM too if the worker dies. The
 child's exit code becomes the worker's (128 + N when killed by signal N), except after a
 forwarded SIGTERM: then the job is ``EXIT_PREEMPTED`` unless the child exits 0 having reported
@@ -101,6 +118,8 @@ from qosched.backends.local.protocol import (
     ENV_ALLOCATION_FILE,
     ENV_CPUS,
     ENV_CRASH_AT,
+    ENV_CUDA_DEVICES,
+    ENV_GPUS,
     ENV_ITERATIONS,
     ENV_JOB_DIR,
     ENV_PROGRESS_FILE,
@@ -476,6 +495,7 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
 
     watcher = AllocationWatcher(job_dir / ALLOCATION_FILE, log, apply)
     cpus = _initial_cpus(watcher)
+    gpus = watcher.current.gpus if watcher.current is not None else ()
     if stop.requested:
         log.write(
             WorkerEvent.PREEMPTED,
@@ -484,18 +504,19 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
             message=f"stopped by {stop.describe()}",
         )
         return EXIT_PREEMPTED
-    env = dict(os.environ)
-    env.update(
-        {
-            ENV_PROGRESS_FILE: str(progress.path),
-            ENV_CPUS: ",".join(str(cpu) for cpu in cpus),
-            "OMP_NUM_THREADS": str(len(cpus)),
-            ENV_ITERATIONS: str(spec.iterations),
-            ENV_JOB_DIR: str(job_dir),
-            ENV_ALLOCATION_FILE: str(job_dir / ALLOCATION_FILE),
-        }
+    processes = (len(gpus) or len(cpus)) if spec.launcher == "torchrun" else 1
+    argv = list(spec.command)
+    if spec.launcher == "torchrun":
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        argv += ["--nproc-per-node", str(processes)]
+        if not spec.command[0].endswith(".py"):
+            # A program (an interpreter of the user's choice, a shell script): each rank runs
+            # it as it is instead of torchrun's "python SCRIPT".
+            argv.append("--no-python")
+        argv += spec.command
+    env = command_environment(
+        spec, job_dir, cpus, gpus, processes=processes, progress_file=progress.path
     )
-    env.pop(ENV_CRASH_AT, None)
     die_with_parent = _die_with_parent()
 
     def child_setup() -> None:
@@ -505,18 +526,21 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
 
     started = time.perf_counter()
     try:
-        child = subprocess.Popen(list(spec.command), env=env, preexec_fn=child_setup)
+        child = subprocess.Popen(argv, env=env, cwd=spec.working_dir, preexec_fn=child_setup)
     except OSError as exc:
+        where = f" in {spec.working_dir}" if spec.working_dir is not None else ""
         raise InputError(
-            f"cannot start {spec.command[0]!r}: {exc.strerror}",
+            f"cannot start {argv[0]!r}{where}: {exc.strerror}",
             source=job_dir / JOB_FILE,
-            field="command",
+            field="working_dir" if exc.filename == spec.working_dir else "command",
         ) from exc
     log.write(
         WorkerEvent.START,
         iteration=None,
         loss=None,
         cpu_ids=list(cpus),
+        gpu_ids=list(gpus),
+        processes=processes,
         version=watcher.current.version if watcher.current else None,
     )
     forwarded = False
@@ -591,6 +615,39 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         exit_code=code,
     )
     return code if code > 0 else 128 - code
+
+
+def command_environment(
+    spec: WorkerJob,
+    job_dir: Path,
+    cpus: tuple[int, ...],
+    gpus: tuple[int, ...],
+    *,
+    processes: int,
+    progress_file: Path,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment a command job starts with (see the module docstring): ``base`` (the
+    worker's own), then the spec's ``env``, then what qosched sets, which no spec overrides."""
+    env = dict(os.environ if base is None else base)
+    env["OMP_NUM_THREADS"] = str(max(1, len(cpus) // max(1, processes)))
+    env.update(spec.env)
+    gpu_list = ",".join(str(gpu) for gpu in gpus)
+    env.update(
+        {
+            ENV_PROGRESS_FILE: str(progress_file),
+            ENV_CPUS: ",".join(str(cpu) for cpu in cpus),
+            ENV_GPUS: gpu_list,
+            # Empty for a CPU job: it sees no GPU, not every GPU of the machine.
+            ENV_CUDA_DEVICES: gpu_list,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            ENV_ITERATIONS: str(spec.iterations),
+            ENV_JOB_DIR: str(job_dir),
+            ENV_ALLOCATION_FILE: str(job_dir / ALLOCATION_FILE),
+        }
+    )
+    env.pop(ENV_CRASH_AT, None)
+    return env
 
 
 def run_worker(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
