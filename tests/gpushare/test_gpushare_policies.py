@@ -1,3 +1,4 @@
+import dataclasses
 import itertools
 
 import pytest
@@ -28,6 +29,8 @@ class Checked:
         self.name = inner.name
         self.stream_priorities = getattr(inner, "stream_priorities", True)
         self.views = []
+        if hasattr(inner, "setup"):
+            self.setup = inner.setup
 
     def decide(self, view):
         admission = self.inner.decide(view)
@@ -83,15 +86,27 @@ def test_fggr_starts_every_high_priority_kernel_the_moment_it_is_ready():
         assert all(id(w) in started for w in view.waiting if w.priority == 2)
 
 
-def test_fggr_does_not_starve_low_priority_under_continuous_high_priority_load():
-    # hp is closed loop and wants the whole GPU's bandwidth: every lp kernel would interfere.
-    hp = AppWorkload("hp", 1, (kernel("h", sms=100, time_s=1e-4, bandwidth=0.9),))
-    lp = AppWorkload("lp", 0, (kernel("l", sms=50, time_s=1e-4, bandwidth=0.9),))
-    policy = FgGR(max_wait_s=1e-3)
-    result = simulate(TOY, [hp, lp], policy, duration_s=0.05, record=True)
+# hp is closed loop and wants the whole GPU's bandwidth: every lp kernel would interfere.
+HP_LOAD = AppWorkload("hp", 1, (kernel("h", sms=100, time_s=1e-4, bandwidth=0.9),))
+LP_LOAD = AppWorkload("lp", 0, (kernel("l", sms=50, time_s=1e-4, bandwidth=0.9),))
+
+
+def test_fggr_bounds_the_wait_of_low_priority_below_a_throughput_goal():
+    hp = dataclasses.replace(HP_LOAD, goal=Goal("throughput_share", 0.5))
+    result = simulate(TOY, [hp, LP_LOAD], FgGR(max_wait_s=1e-3), duration_s=0.05, record=True)
     lp_spans = [s for s in result.spans if s.track.startswith("lp ")]
     assert result.app("lp").completed >= 10  # ~one per max_wait_s over 50 ms
     assert max(s.args["waited_s"] for s in lp_spans) <= 1e-3 + 1e-9
+
+
+def test_fggr_bounds_a_wait_below_a_p99_goal_only_within_its_tail():
+    # Under hp's default p99 <= 1.10x, a kernel that waited max_wait_s starts only while the
+    # requests it puts at risk stay within half of hp's 1 %: hp's p99 holds.
+    policy = FgGR(max_wait_s=1e-3)
+    result = simulate(TOY, [HP_LOAD, LP_LOAD], policy, duration_s=0.05)
+    hp = result.app("hp")
+    assert 1 <= policy.forced <= 0.005 * hp.completed + 1
+    assert hp.latency_quantile(0.99) <= 1.10 * 1e-4
 
 
 def view_with(running, waiting, now=0.0, backlog=None):
@@ -189,7 +204,7 @@ def test_fggr_spends_its_exposure_on_a_lag_beyond_the_free_half():
 
 
 def test_fggr_halves_its_allowance_after_a_late_request():
-    policy, hp = fggr_beside_hp()
+    policy, _ = fggr_beside_hp()
     # hp's request 0 (1 ms alone, target 1.1 ms) ends at 2 ms: late.
     later = launch("hp", 1, HP, request=1, ready_s=2e-3)
     policy.decide(view_with([], [later], now=2e-3))

@@ -6,7 +6,9 @@ tests, on comparisons of each app shared against itself alone (``simulator.compa
 The rules, for one mix run under every registered policy (:func:`rule_violations`):
 
 - **(a)** the *protected* apps (those with a goal that is not best effort) meet their goals
-  under the judged policy wherever any policy meets all of them;
+  under the judged policy wherever any policy meets them, in priority order: the goals of the
+  most important level first, then of the next one with them, as far as some policy meets
+  all of them together;
 - **(b)** under that, every other app gets at least the throughput it gets under the best
   policy that also meets those goals (within ``tolerance``);
 - **(c)** where ``naive`` meets every goal, the judged policy also does, and no app gets less
@@ -91,6 +93,20 @@ def _throughput(apps: Sequence[AppOutcome], name: str) -> float:
     return 0.0 if math.isnan(value) else value
 
 
+def required_goals(by_policy: Mapping[str, Sequence[AppOutcome]]) -> tuple[str, ...]:
+    """The protected apps whose goals the judged policy must meet: most important first, the
+    goals of every priority level that some policy meets together with all the levels above."""
+    some = next(iter(by_policy.values()))
+    levels = sorted({a.priority for a in some if a.goal.protected}, reverse=True)
+    required: tuple[str, ...] = ()
+    for level in levels:
+        names = tuple(a.name for a in some if a.goal.protected and a.priority >= level)
+        if not any(all(a.met for a in apps if a.name in names) for apps in by_policy.values()):
+            break
+        required = names
+    return required
+
+
 def rule_violations(
     by_policy: Mapping[str, Sequence[AppOutcome]],
     policy: str = "fggr",
@@ -98,17 +114,27 @@ def rule_violations(
     tolerance: float = TOLERANCE,
 ) -> list[str]:
     """The rules (a)-(c) that ``policy`` breaks on one mix, each as a sentence (empty: none).
-    ``by_policy`` holds every registered policy's outcomes on the mix, ``policy`` among them."""
+    ``by_policy`` holds every registered policy's outcomes on the mix, ``policy`` among them.
+
+    (a) and (b) read goals in priority order: the goals ``policy`` must meet are those of the
+    most important levels that some policy meets together (:func:`required_goals`), and the
+    throughput of every other app is compared with the policies that meet those."""
     mine = by_policy[policy]
     broken = []
-    meeting = [name for name, apps in by_policy.items() if protected_met(apps)]
-    if meeting and policy not in meeting:
-        missed = [a.name for a in mine if a.goal.protected and not a.met]
+    required = required_goals(by_policy)
+    meeting = [
+        name for name, apps in by_policy.items() if all(a.met for a in apps if a.name in required)
+    ]
+    if not required and any(a.goal.protected for a in mine):
+        pass  # no policy meets the most important goal: nothing to hold the others to
+    elif policy not in meeting:
+        missed = [a.name for a in mine if a.name in required and not a.met]
+        others = [name for name in meeting if name != policy]
         broken.append(f"(a) {policy} misses the goals of {', '.join(missed)}, which "
-                      f"{', '.join(meeting)} meet")  # fmt: skip
-    if policy in meeting:
+                      f"{', '.join(others)} meet")  # fmt: skip
+    else:
         for app in mine:
-            if app.goal.protected:
+            if app.name in required:
                 continue
             best_name = max(meeting, key=lambda n: _throughput(by_policy[n], app.name))
             best = _throughput(by_policy[best_name], app.name)

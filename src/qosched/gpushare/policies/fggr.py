@@ -27,7 +27,10 @@ starts when every more important protected app ``P`` stays within its goal, as p
   a less important app gets what the apps between have left.
 - **Feedback.** ``P``'s requests that end later than the target halve the allowance; each one
   on time gives back ``trust_step`` of it.
-- **Wait bound.** A kernel that has waited ``max_wait_s`` starts regardless, so no app starves.
+- **Wait bound.** A kernel that has waited ``max_wait_s`` starts anyway, unless a more
+  important p99 goal would then have more than half of its 1 % of requests put at risk (the
+  request in progress, or the arrivals expected during the kernel): priority orders goals,
+  and the wait bound is the last of them.
 
 ``violations()`` reports, per app with a latency goal, the requests the policy saw end late.
 """
@@ -56,6 +59,12 @@ from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
 _OPEN_LOOP_BUSY = 0.5
 
 
+#: An app with a throughput goal is left to itself while it does this much more than asked
+#: (after this many requests).
+_AHEAD = 1.1
+_TRUSTED_DONE = 10
+#: Time over which the spent exposure and risk fade by e.
+_FADE_S = 1.0
 #: Requests of an app after which the p99 of its latencies alone is taken as measured.
 _TRUSTED_SAMPLES = 100
 
@@ -95,6 +104,8 @@ class _App:
     late: int = 0
     exposure: dict = field(default_factory=dict)  # requests exposed to delay, per lower app
     exposed: int = -1  # the last request counted as exposed
+    risk: float = 0.0  # requests put at risk by kernels started after waiting max_wait_s
+    risked: int = -1  # the last request counted in risk
     first_s: float | None = None
     trust: float = 1.0  # of the slack admissions may spend: halved per late request
 
@@ -144,6 +155,7 @@ class FgGR:
         self.apps: dict[str, _App] = {}
         self.stated = False
         self.forced = 0
+        self.last_s = 0.0
 
     def setup(self, apps: Sequence[AppInfo]) -> None:
         self.stated = True
@@ -157,6 +169,14 @@ class FgGR:
 
     def _observe(self, view: GpuView) -> None:
         now = view.now_s
+        # What was spent of the allowances fades (e-fold per ``_FADE_S``): an app that stops
+        # sending requests does not hold the less important ones back for ever.
+        fade = math.exp(-(now - self.last_s) / _FADE_S) if now > self.last_s else 1.0
+        self.last_s = max(self.last_s, now)
+        for app in self.apps.values():
+            app.risk *= fade
+            for name in app.exposure:
+                app.exposure[name] *= fade
         for launch in view.waiting:
             app = self.apps.get(launch.app)
             if app is None:  # no setup: learn the app, goals by default
@@ -264,16 +284,58 @@ class FgGR:
                 for a in above
             )
             if not admit and view.now_s >= launch.ready_s + self.max_wait_s:
-                admit = True
-                self.forced += 1
+                admit = self._may_force(launch, above, view)
+                self.forced += admit
             if admit:
                 start.append(launch)
                 active.append((launch, 1.0))
             else:
                 held.append(launch.priority)
                 due = launch.ready_s + self.max_wait_s
+                if due <= view.now_s:  # overdue and refused: ask again a wait later
+                    due = view.now_s + self.max_wait_s
                 wake = due if wake is None else min(wake, due)
         return Admission(start=tuple(start), wake_at_s=wake)
+
+    def _may_force(self, launch: Launch, above: list[_App], view: GpuView) -> bool:
+        """Whether a kernel that has waited ``max_wait_s`` may start anyway: throughput goals
+        absorb one such kernel per wait; a p99 goal only while the requests it puts at risk
+        (the one in progress, or arrivals expected during the kernel) stay within half of its
+        1 % of requests allowed late."""
+        costs = []
+        for app in above:
+            if not app.goal.is_latency or app.requests == 0:
+                continue
+            if app.busy:
+                cost = 0.0 if app.risked == app.request else 1.0
+            else:
+                cost = self._rate(app, view) * launch.kernel.time_s
+            tail = (1 - LATENCY_QUANTILE) * 0.5 * app.requests
+            if app.risk + cost > tail:
+                return False
+            costs.append((app, cost))
+        for app, cost in costs:
+            app.risk += cost
+            if app.busy:
+                app.risked = app.request
+        return True
+
+    def _ahead(self, app: _App, view: GpuView) -> bool:
+        """Whether an app with a throughput goal has done comfortably more requests than the
+        goal asks, so far (judged once it has done a few)."""
+        done = app.requests - (1 if app.busy else 0)
+        elapsed = view.now_s - (app.first_s or 0.0)
+        if done < _TRUSTED_DONE or elapsed <= 0:
+            return False
+        work = app.request_time_s
+        alone_rps = min(app.rps or math.inf, 1.0 / work) if work > 0 else math.inf
+        goal = app.goal
+        wanted = goal.value if goal.kind == "throughput_rps" else goal.value * alone_rps
+        return done / elapsed >= _AHEAD * wanted
+
+    def _rate(self, app: _App, view: GpuView) -> float:
+        """Requests per second: as stated (open loop), else as seen so far."""
+        return app.rps or app.requests / max(view.now_s - (app.first_s or 0.0), 1e-9)
 
     def _fits(
         self,
@@ -290,6 +352,8 @@ class FgGR:
         important first)."""
         if app.requests == 0:
             return True  # nothing known of it yet but its goal: its first kernel will tell
+        if app.goal.kind in ("throughput_share", "throughput_rps") and self._ahead(app, view):
+            return True
         mine = [(a, left) for a, left in active if a.app == app.name]
         waiting = next((w for w in view.waiting if w.app == app.name), None)
         idle = not app.busy
@@ -330,8 +394,7 @@ class FgGR:
         # in progress, once), and a less important app may use what the apps between it and
         # this one have left of ``exposure`` x the app's requests.
         if idle:
-            rate = app.rps or app.requests / max(view.now_s - (app.first_s or 0.0), 1e-9)
-            cost = rate * launch.kernel.time_s
+            cost = self._rate(app, view) * launch.kernel.time_s
         else:
             cost = 0.0 if app.exposed == app.request else 1.0
         used = sum(
