@@ -9,7 +9,7 @@ random kernels (4-108 SMs, 10 us - 1 ms, 2-95 % of the DRAM bandwidth, 1-8 waves
 most important app a p99 goal (1.1-1.5x alone, or an absolute p99 of 1.5-4x its request time),
 the others best effort, a throughput share (0.2-0.8), a rate (for open loop, 0.5-1x what it is
 offered) or a loose p99 goal (1.5-3x). The simulated time gives the most important app about
-200 requests.
+150 requests (at most 0.25 s).
 
 Every mix runs under every registered policy (``gpushare.judge.judge_mix``). Printed (Markdown):
 the share of mixes where each policy meets every goal, and where it meets the protected goals
@@ -37,7 +37,7 @@ from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor, gpu
 
 MODELS = ("mlp", "resnet", "mobilenet", "bert")
-TOP_REQUESTS = 200
+TOP_REQUESTS = 150
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def random_mix(seed: int, *, models: Callable[[str, int], tuple[Kernel, ...]] | 
         apps.append(AppWorkload(name, priority, kernels, rps, goal))
     first = drafts[0]
     per_request = 1.0 / first[3] if first[3] else first[4]
-    duration = float(min(0.5, max(0.02, TOP_REQUESTS * per_request)))
+    duration = float(min(0.25, max(0.02, TOP_REQUESTS * per_request)))
     return Mix(seed, device, tuple(apps), duration)
 
 

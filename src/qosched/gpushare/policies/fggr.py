@@ -1,7 +1,8 @@
 """qosched's kernel-level admission by goals (after FgGR, CSCWD 2025).
 
 Every application has a goal (``gpushare.goals``: a p99 latency, a throughput, or best effort)
-and a priority, the order in which goals are protected. A kernel starts at once when no app more
+and a priority, the order in which goals are protected (within one priority, a latency goal
+before a throughput goal before best effort). A kernel starts at once when no app more
 important than its own is *protected* (has a goal, or is open loop: an open-loop best-effort app
 is protected, under the goals above it, as if it asked for its offered load). Otherwise it
 starts when every more important protected app ``P`` stays within its goal, as predicted:
@@ -256,6 +257,12 @@ class FgGR:
         )
         return max(1.0, _OPEN_LOOP_BUSY / (rate * work)) if work > 0 else 1.0
 
+    def _rank(self, app: _App) -> tuple[int, int]:
+        """The order of protection: priority, then, among apps of one priority, a latency goal
+        before a throughput goal (or an open loop's offered load) before best effort."""
+        kind = 2 if app.goal.is_latency else 1 if self._protected(app) else 0
+        return (app.priority, kind)
+
     def _protected(self, app: _App) -> bool:
         return app.goal.protected or app.rps is not None
 
@@ -270,16 +277,15 @@ class FgGR:
         wake: float | None = None
         held: list[int] = []  # priorities of the launches held back so far
         for launch in view.waiting:  # most important first
-            above = [
-                a for a in self.apps.values() if a.priority > launch.priority and self._protected(a)
-            ]
+            mine = self._rank(self.apps[launch.app])
+            above = [a for a in self.apps.values() if self._rank(a) > mine and self._protected(a)]
             admit = not above or all(
                 self._fits(
                     a,
                     launch,
                     active,
                     view,
-                    share=not any(launch.priority < p < a.priority for p in held),
+                    share=not any(mine < r < self._rank(a) for r in held),
                 )
                 for a in above
             )
@@ -290,7 +296,7 @@ class FgGR:
                 start.append(launch)
                 active.append((launch, 1.0))
             else:
-                held.append(launch.priority)
+                held.append(mine)
                 due = launch.ready_s + self.max_wait_s
                 if due <= view.now_s:  # overdue and refused: ask again a wait later
                     due = view.now_s + self.max_wait_s
@@ -357,9 +363,14 @@ class FgGR:
         mine = [(a, left) for a, left in active if a.app == app.name]
         waiting = next((w for w in view.waiting if w.app == app.name), None)
         idle = not app.busy
-        lower = [(a, left) for a, left in active if a.priority < app.priority]
+        rank = self._rank(app)
+        lower = [(a, left) for a, left in active if self._rank(self.apps[a.app]) < rank]
         lower.append((launch, 1.0))
-        others = [a.kernel for a, _ in active if a.priority >= app.priority and a.app != app.name]
+        others = [
+            a.kernel
+            for a, _ in active
+            if self._rank(self.apps[a.app]) >= rank and a.app != app.name
+        ]
         if mine:
             index, remaining = mine[0][0].index, mine[0][1]
         elif waiting is not None:
@@ -400,7 +411,7 @@ class FgGR:
         used = sum(
             spent
             for name, spent in app.exposure.items()
-            if self.apps[name].priority >= launch.priority
+            if self._rank(self.apps[name]) >= self._rank(self.apps[launch.app])
         )
         if used + cost > self.exposure * app.requests + 1.0:  # one to start with
             return False
