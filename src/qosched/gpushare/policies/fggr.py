@@ -202,7 +202,12 @@ class FgGR:
             # A request that starts the instant the last one ended (queued, or closed loop)
             # was never seen idle: the last one ended now.
             end = now if app.busy else app.last_end_s
-            if app.goal.is_latency and end - app.arrived_s > self._target_s(app) * (1 + 1e-9):
+            # Late: past the target, and past what its own latency alone allows (a request that
+            # queued long behind its own app's requests may pass the target alone, too).
+            latency, alone = end - app.arrived_s, app.alone_latency_s
+            bound = max(self._target_s(app), alone * (app.goal.value if app.goal.kind ==
+                        "p99_slowdown" else 1.0))  # fmt: skip
+            if app.goal.is_latency and latency > bound * (1 + 1e-9):
                 app.late += 1
                 app.trust *= 0.5
             else:
@@ -457,7 +462,11 @@ class FgGR:
         bw_delay = 0.0
         for i, kernel in enumerate(upcoming):
             mine = bandwidth_share(kernel, gpu)
-            grants = max_min_fair([mine, *demands_other, *demands_lower], 1.0)
+            # Stream priorities give app's kernel its SMs first; the less important kernels
+            # run (and use bandwidth) on what is left.
+            left_sms = max(0, sm_count - min(kernel.sms, sm_count) - taken)
+            scale = min(1.0, left_sms / held) if held else 0.0
+            grants = max_min_fair([mine, *demands_other, *(d * scale for d in demands_lower)], 1.0)
             if grants[0] > 0:
                 share = remaining if i == 0 else 1.0
                 bw_delay += (mine / grants[0] - 1.0) * kernel.time_s * share
