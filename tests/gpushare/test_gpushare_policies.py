@@ -216,7 +216,7 @@ def test_fggr_halves_its_allowance_after_a_late_request():
 
 def test_fggr_refuses_bad_options():
     for options in ({"slack_fraction": -1.0}, {"exposure": 2.0}, {"max_wait_s": 0.0},
-                    {"safe_fraction": float("nan")}):  # fmt: skip
+                    {"safe_fraction": float("nan")}, {"trust_step": 2.0}):  # fmt: skip
         with pytest.raises(InputError):
             FgGR(**options)
 

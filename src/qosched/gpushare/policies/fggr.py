@@ -58,8 +58,6 @@ from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
 
 #: An open-loop app protected for its offered load may be stretched while it stays this busy.
 _OPEN_LOOP_BUSY = 0.5
-
-
 #: An app with a throughput goal is left to itself while it does this much more than asked
 #: (after this many requests).
 _AHEAD = 1.1
@@ -125,7 +123,7 @@ class _App:
 
 @register("fggr")
 class FgGR:
-    """Admission by goals: a kernel starts when every more important goal keeps its slack."""
+    """Admission by goals: a kernel starts when every more important goal keeps its lag."""
 
     stream_priorities = True
 
@@ -142,6 +140,7 @@ class FgGR:
             ("slack_fraction", slack_fraction),
             ("exposure", exposure),
             ("safe_fraction", safe_fraction),
+            ("trust_step", trust_step),
         ):
             if not (math.isfinite(value) and 0 <= value <= 1):
                 raise InputError(f"must be in [0, 1], got {value!r}", field=name)
@@ -154,13 +153,15 @@ class FgGR:
         self.trust_step = trust_step
         self.model = model
         self.apps: dict[str, _App] = {}
-        self.stated = False
-        self.forced = 0
+        self.forced = 0  # kernels started because they had waited max_wait_s
         self.last_s = 0.0
 
     def setup(self, apps: Sequence[AppInfo]) -> None:
-        self.stated = True
+        """A run begins: every app, its goal and its arrival rate (else learned from launches,
+        goals by default)."""
         self.apps = {a.name: _App(a.name, a.priority, a.goal, a.poisson_rps) for a in apps}
+        self.forced = 0
+        self.last_s = 0.0
 
     def violations(self) -> dict[str, int]:
         """Requests of each latency-goal app that ended later than its target."""
