@@ -2,6 +2,7 @@
 
     python bench/gpu_validate.py [--models resnet50,bert_base,mobilenet,mlp] [--batches 1,16]
                                  [--dtype float16] [--reps 5] [--requests 30] [--out FILE]
+                                 [--no-pairs]
 
 On a machine with CUDA, in a few minutes:
 
@@ -19,6 +20,18 @@ On a machine with CUDA, in a few minutes:
    app (bert_base, batch 32), each alone and then together under two policies written here
    (admit everything; hold low-priority launches while a high-priority one runs or waits):
    p50/p99 latency ratios of the inference app and the batch app's throughput ratio.
+4. The interference score against measured pairwise slowdowns (``--pairs``): a set of real
+   operators (GEMMs, a convolution, elementwise and softmax passes of several sizes, in
+   ``--dtype``), each estimated as the one kernel the policies see (``runtime.merge``). For
+   every ordered pair, the protected operator runs twice in a row on a high-priority stream
+   (its second run is the "next kernel" the score's drain term is about), alone and then
+   while the candidate operator runs back to back on a low-priority stream; the measured
+   slowdown is the extra time over the time alone. Printed: Spearman rank correlation and
+   mean absolute error between ``interference.CALIBRATED``'s score and the measured
+   slowdowns, how often both fall on the same side of 5 %, and the weights a non-negative
+   least-squares fit to the measurements gives (to replace the ones fitted to the simulator,
+   if they rank better). The weights qosched ships were fitted to its own simulator, which
+   does not show cache or memory-controller contention or clock changes; this is the check.
 
 Everything is written to ``--out`` (JSON). Without CUDA it says so, runs the runtime once on the
 CPU device (small models) as a smoke check, and exits 0.
@@ -39,6 +52,7 @@ from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from qosched.gpushare.estimate import estimate_model
+from qosched.gpushare.interference import CALIBRATED, FEATURES, features
 from qosched.gpushare.live import compare_run
 from qosched.gpushare.policies import create_policy
 from qosched.gpushare.runtime import (
@@ -48,6 +62,7 @@ from qosched.gpushare.runtime import (
     CudaDevice,
     Device,
     catalog_gpu_for,
+    merge,
 )
 from qosched.graph.capture import load_model
 from qosched.hardware import Processor, gpu
@@ -175,6 +190,118 @@ def summarise(models: list[dict]) -> dict:
     }
 
 
+# ---- the interference score against measured pairs -----------------------------------------
+
+
+def pair_operators(dtype: torch.dtype) -> list[tuple[str, object, tuple]]:
+    """Real operators of different sizes and bottlenecks, as (label, ATen overload, args)."""
+    aten = torch.ops.aten
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    return [
+        ("mm 4096^3", aten.mm.default, (rand(4096, 4096), rand(4096, 4096))),
+        ("mm 1024^3", aten.mm.default, (rand(1024, 1024), rand(1024, 1024))),
+        ("mm 64x4096x4096", aten.mm.default, (rand(64, 4096), rand(4096, 4096))),
+        ("conv 32x64x56x56 3x3", aten.convolution.default,
+         (rand(32, 64, 56, 56), rand(64, 64, 3, 3), None, [1, 1], [1, 1], [1, 1], False, [0, 0],
+          1)),
+        ("add 64M", aten.add.Tensor, (rand(64 * 2**20), rand(64 * 2**20))),
+        ("add 1M", aten.add.Tensor, (rand(2**20), rand(2**20))),
+        ("relu 16M", aten.relu.default, (rand(16 * 2**20),)),
+        ("softmax 4096x4096", aten._softmax.default, (rand(4096, 4096), -1, False)),
+    ]  # fmt: skip
+
+
+def _median_time_s(run, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def interference_check(catalog: Processor, dtype: torch.dtype, reps: int) -> dict:
+    """Every ordered pair of :func:`pair_operators`: the score against the measured slowdown."""
+    from scipy.optimize import nnls
+    from scipy.stats import spearmanr
+
+    estimator = CallEstimator(catalog)
+    ops = []
+    for label, func, args in pair_operators(dtype):
+        kernels = estimator.kernels(func, args, {})
+        ops.append((label, lambda f=func, a=args: f(*a), merge(kernels)))
+    low, high = torch.cuda.Stream(priority=0), torch.cuda.Stream(priority=-1)
+    with torch.no_grad():
+        for _, run, _ in ops:  # warm-up
+            run()
+        torch.cuda.synchronize()
+        alone = {}
+        for label, run, _ in ops:
+            with torch.cuda.stream(high):
+                alone[label] = _median_time_s(lambda r=run: (r(), r()), reps)
+        single = {label: alone[label] / 2 for label, _, _ in ops}
+        rows = []
+        for p_label, p_run, p_kernel in ops:
+            for c_label, c_run, c_kernel in ops:
+                # Enough candidate launches to outlast the protected pair three times over.
+                count = max(1, min(1000, round(3 * alone[p_label] / single[c_label]) + 1))
+                times = []
+                for _ in range(reps):
+                    with torch.cuda.stream(low):
+                        for _ in range(count):
+                            c_run()
+                    with torch.cuda.stream(high):
+                        start = torch.cuda.Event(enable_timing=True)
+                        end = torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        p_run()
+                        p_run()
+                        end.record()
+                    torch.cuda.synchronize()
+                    times.append(start.elapsed_time(end) / 1e3)
+                measured = (statistics.median(times) - alone[p_label]) / single[p_label]
+                values = features(c_kernel, [p_kernel], catalog)
+                rows.append({
+                    "protected": p_label,
+                    "candidate": c_label,
+                    "measured_slowdown": measured,
+                    "score": CALIBRATED.score(c_kernel, [p_kernel], catalog),
+                    "features": dict(zip(FEATURES, values, strict=True)),
+                })  # fmt: skip
+    scores = [r["score"] for r in rows]
+    truth = [r["measured_slowdown"] for r in rows]
+    fitted, _ = nnls([[r["features"][f] for f in FEATURES] for r in rows], truth)
+    return {
+        "pairs": rows,
+        "spearman": float(spearmanr(scores, truth).statistic),
+        "mean_abs_error": statistics.fmean(abs(s - t) for s, t in zip(scores, truth, strict=True)),
+        "same_side_of_5pc": statistics.fmean(
+            (s <= 0.05) == (t <= 0.05) for s, t in zip(scores, truth, strict=True)
+        ),
+        "shipped_weights": dict(zip(FEATURES, CALIBRATED.weights, strict=True)),
+        "fitted_weights": dict(zip(FEATURES, map(float, fitted), strict=True)),
+    }
+
+
+def _print_interference(report: dict) -> None:
+    print("\ninterference score (fitted to the simulator) against measured pairwise slowdowns:")
+    print(f"  {len(report['pairs'])} ordered pairs: Spearman {report['spearman']:.3f}, mean "
+          f"|score - measured| {report['mean_abs_error']:.3f}, same side of 5 %: "
+          f"{report['same_side_of_5pc']:.0%}")  # fmt: skip
+    print(f"  shipped weights {report['shipped_weights']}")
+    print(f"  weights fitted to these measurements {report['fitted_weights']}")
+    worst = sorted(report["pairs"], key=lambda r: -abs(r["score"] - r["measured_slowdown"]))
+    for r in worst[:5]:
+        print(f"  {r['protected']:<22} beside {r['candidate']:<22} measured "
+              f"{r['measured_slowdown']:7.3f}  score {r['score']:7.3f}")  # fmt: skip
+
+
 # ---- the runtime ---------------------------------------------------------------------------
 
 
@@ -239,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--out", default="gpu_validate.json")
+    parser.add_argument(
+        "--pairs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure pairwise slowdowns against the interference score",
+    )
     args = parser.parse_args(argv)
 
     if not torch.cuda.is_available():
@@ -295,6 +428,15 @@ def main(argv: list[str] | None = None) -> int:
         runtime = {"error": f"{type(e).__name__}: {e}"}
         print(f"runtime check FAILED: {runtime['error']}")
 
+    interference: dict = {}
+    if args.pairs:
+        try:
+            interference = interference_check(catalog, getattr(torch, args.dtype), args.reps)
+            _print_interference(interference)
+        except Exception as e:  # the other results still count
+            interference = {"error": f"{type(e).__name__}: {e}"}
+            print(f"interference check FAILED: {interference['error']}")
+
     out = {
         "device": device_name,
         "catalog_gpu": catalog.name,
@@ -303,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         "models": models,
         "summary": summary,
         "runtime": runtime,
+        "interference": interference,
     }
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"\nwrote {args.out}")

@@ -10,8 +10,10 @@ import torch
 from qosched.cli.main import main
 from qosched.core.errors import InputError
 from qosched.gpushare.apps import parse_apps_spec
+from qosched.gpushare.goals import DEFAULT_TOP_GOAL, Goal
 from qosched.gpushare.live import build_apps, compare_run, request_finishes
 from qosched.gpushare.policies import create_policy
+from qosched.gpushare.policy import Admission
 from qosched.gpushare.runtime import CallEstimator, CpuDevice, run_apps
 from qosched.hardware import gpu
 
@@ -79,8 +81,46 @@ def test_cli_json_on_the_cpu_device(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["policy"] == "naive" and out["device"] == "cpu"
     assert [a["name"] for a in out["apps"]] == ["serving", "batch"]
-    assert {"p50_latency_ratio", "p99_latency_ratio", "throughput_ratio"} <= set(out["apps"][0])
+    assert {"p50_latency_ratio", "p99_latency_ratio", "throughput_ratio", "goal",
+            "met"} <= set(out["apps"][0])  # fmt: skip
+    # The defaults: p99 within 1.10x for the top app, best effort (always met) below it.
+    assert out["apps"][0]["goal"] == {"kind": "p99_slowdown", "value": 1.1}
+    assert out["apps"][1]["goal"] == {"kind": "best_effort", "value": None}
+    assert out["apps"][1]["met"] is True
     assert json.loads(trace.read_text())["traceEvents"]
+
+
+class Recording:
+    """Admits everything, and keeps what ``setup`` and the launches told it."""
+
+    name = "recording"
+
+    def __init__(self):
+        self.infos = None
+        self.launches = []
+
+    def setup(self, apps):
+        self.infos = apps
+
+    def decide(self, view):
+        self.launches.extend(view.waiting)
+        return Admission(start=view.waiting)
+
+
+def test_the_runtime_hands_the_goals_to_the_policy_and_stamps_request_arrivals():
+    spec = parse_apps_spec(SPEC.replace("    priority: 0\n", "    priority: 0\n    goal: "
+                                        "{throughput_share: 0.5}\n"))  # fmt: skip
+    apps = build_apps(spec, device="cpu", requests=2)
+    policy = Recording()
+    run_apps(apps, policy, device=CpuDevice(), estimator=CallEstimator(gpu("a100")))
+    goals = {info.name: info.goal for info in policy.infos}
+    assert goals == {"serving": DEFAULT_TOP_GOAL, "batch": Goal("throughput_share", 0.5)}
+    arrivals = {}
+    for launch in policy.launches:  # one arrival per request, before any of its launches
+        arrived = arrivals.setdefault((launch.app, launch.request), launch.arrived_s)
+        assert launch.arrived_s == arrived is not None
+        assert arrived <= launch.ready_s
+    assert len(arrivals) == 4  # two requests of each app
 
 
 @pytest.mark.skipif(

@@ -5,6 +5,8 @@ running alone.
 On a CUDA machine the applications share the GPU through one stream each (the most important
 on a high-priority stream). ``--device cpu`` runs the same code path on the CPU: the operators
 still pass through the policy, but no GPU is shared, so its ratios only show the path works.
+Each application's goal (``goal`` in the spec) reaches the policy, as in ``gpu sim``, and each
+is reported with its goal, what was measured and whether the goal was met.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qosched.cli.gpu_sim import finite, print_comparison
+from qosched.cli.gpu_sim import app_rows, print_comparison
 from qosched.core.errors import InputError
 from qosched.gpushare.policies import create_policy, policy_names
 
@@ -44,7 +46,8 @@ def run_live(args: argparse.Namespace) -> int:
     # Imported here: the runtime needs PyTorch, which `qosched gpu --help` must not load.
     import torch
 
-    from qosched.gpushare.apps import load_apps_spec
+    from qosched.gpushare.apps import load_apps_spec, resolved_goals
+    from qosched.gpushare.judge import outcomes
     from qosched.gpushare.live import build_apps, compare_run
     from qosched.gpushare.runtime import CallEstimator, CpuDevice, CudaDevice, catalog_gpu_for
     from qosched.hardware import gpu
@@ -63,6 +66,7 @@ def run_live(args: argparse.Namespace) -> int:
         device, catalog = CpuDevice(), gpu(spec.gpu)
     apps = build_apps(spec, device=args.device, requests=args.requests)
     rows, shared = compare_run(apps, policy, device=device, estimator=CallEstimator(catalog))
+    judged = outcomes(rows, resolved_goals(spec))
     if args.trace:
         shared.write_trace(args.trace)
     if args.json:
@@ -71,13 +75,15 @@ def run_live(args: argparse.Namespace) -> int:
             "device": shared.device,
             "estimates_for": catalog.name,
             "wall_s": shared.wall_s,
-            "apps": [finite(row.to_dict()) for row in rows],
+            "apps": app_rows(rows, judged),
+            "goals_met": all(o.met for o in judged),
         }))  # fmt: skip
         return 0
     print_comparison(
         f"{shared.policy} on {shared.device} (estimates for {catalog.name}), "
         f"{args.requests} requests per application",
         rows,
+        judged,
         f"ran in {shared.wall_s:.2f} s" + (f"; timeline in {args.trace}" if args.trace else ""),
     )
     return 0

@@ -1,5 +1,6 @@
 """``qosched gpu sim SPEC --policy NAME``: applications of several priorities sharing one GPU,
-kernel by kernel, in the GPU simulator; each compared with itself running alone."""
+kernel by kernel, in the GPU simulator; each compared with itself running alone and judged
+against its goal (``goal`` in the spec; see ``qosched.gpushare.goals``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 from qosched.gpushare.policies import create_policy, policy_names
 
 if TYPE_CHECKING:
+    from qosched.gpushare.judge import AppOutcome
     from qosched.gpushare.simulator import AppComparison
 
 
@@ -21,7 +23,7 @@ def add_gpu_sim(commands: argparse._SubParsersAction) -> None:
         "sim",
         help="simulate applications sharing one GPU",
         description="Simulate applications of several priorities sharing one GPU, kernel by "
-        "kernel, and compare each with itself running alone.",
+        "kernel, compare each with itself running alone, and judge it against its goal.",
     )
     parser.add_argument("spec", help="YAML: gpu, duration_s, seed and apps (see examples/)")
     parser.add_argument("--policy", required=True,
@@ -34,7 +36,8 @@ def add_gpu_sim(commands: argparse._SubParsersAction) -> None:
 
 def run_sim(args: argparse.Namespace) -> int:
     # Imported here, not at parse time: `qosched gpu --help` must stay fast.
-    from qosched.gpushare.apps import load_apps_spec, workloads
+    from qosched.gpushare.apps import load_apps_spec, resolved_goals, workloads
+    from qosched.gpushare.judge import outcomes
     from qosched.gpushare.simulator import alone_results, compare, simulate
     from qosched.hardware import gpu
     from qosched.report.trace import write_chrome_trace
@@ -46,7 +49,8 @@ def run_sim(args: argparse.Namespace) -> int:
     shared = simulate(device, apps, policy, duration_s=spec.duration_s, seed=spec.seed,
                       record=bool(args.trace))  # fmt: skip
     alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed)
-    rows = compare(shared, alone)
+    rows = compare(shared, alone, {app.name: app.request_time_s for app in apps})
+    judged = outcomes(rows, resolved_goals(spec))
     result = {
         "policy": shared.policy,
         "gpu_utilization": shared.gpu_utilization,
@@ -54,7 +58,8 @@ def run_sim(args: argparse.Namespace) -> int:
         "gpu": device.name,
         "duration_s": spec.duration_s,
         "bandwidth_utilization": shared.bandwidth_utilization,
-        "apps": [finite(row.to_dict()) for row in rows],
+        "apps": app_rows(rows, judged),
+        "goals_met": all(o.met for o in judged),
     }
     if args.trace:
         write_chrome_trace(shared.spans, args.trace)
@@ -64,6 +69,7 @@ def run_sim(args: argparse.Namespace) -> int:
     print_comparison(
         f"{shared.policy} on {device.name}, {spec.duration_s:g} s simulated",
         rows,
+        judged,
         f"SM utilisation {shared.gpu_utilization:.1%}, bandwidth "
         f"{shared.bandwidth_utilization:.1%}, simulated in {shared.wall_s:.2f} s"
         + (f"; timeline in {args.trace}" if args.trace else ""),
@@ -71,22 +77,39 @@ def run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_comparison(title: str, rows: Sequence[AppComparison], footer: str) -> None:
-    """The readable table of applications shared against alone (``gpu sim`` and ``gpu run``)."""
+def app_rows(rows: Sequence[AppComparison], judged: Sequence[AppOutcome]) -> list[dict]:
+    """``--json``'s ``apps``: every comparison field, the app's goal and whether it was met."""
+    result = []
+    for row, outcome in zip(rows, judged, strict=True):
+        fields = finite(row.to_dict())
+        fields["goal"] = outcome.goal.to_dict()
+        fields["met"] = outcome.met
+        result.append(fields)
+    return result
+
+
+def print_comparison(
+    title: str, rows: Sequence[AppComparison], judged: Sequence[AppOutcome], footer: str
+) -> None:
+    """The readable table of applications shared against alone, each with its goal, what was
+    measured for it and whether it was met (``gpu sim`` and ``gpu run``)."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("app", "priority", "p50 lat x", "p99 lat x", "throughput x", "p99 ms",
-                   "alone p99 ms", "requests", "unfinished"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "app" else "right",
+    for column in ("app", "priority", "goal", "measured", "met", "p50 lat x", "p99 lat x",
+                   "throughput x", "p99 ms", "alone p99 ms", "requests",
+                   "unfinished"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("app", "goal") else "right",
                          no_wrap=column == "app")  # fmt: skip
-    for row in rows:
-        table.add_row(row.name, str(row.priority), _x(row.p50_latency_ratio),
+    for row, outcome in zip(rows, judged, strict=True):
+        met = "-" if not outcome.goal.protected else ("met" if outcome.met else "MISSED")
+        table.add_row(row.name, str(row.priority), outcome.goal.describe(),
+                      outcome.describe_value(), met, _x(row.p50_latency_ratio),
                       _x(row.p99_latency_ratio), _x(row.throughput_ratio),
                       f"{row.p99_latency_s * 1e3:.3f}", f"{row.alone_p99_latency_s * 1e3:.3f}",
                       str(row.completed), str(row.unfinished))  # fmt: skip
-    console = Console(width=max(Console().width, 110))
+    console = Console(width=max(Console().width, 150))
     console.print(table)
     console.print(footer)
 

@@ -11,6 +11,7 @@ apps:
     batch: 1             # optional (default 1)
     priority: 2          # whole number >= 0, larger = more important
     arrivals: {poisson_rps: 200}   # open loop ...
+    goal: {p99_slowdown: 1.10}     # optional: see below
   - name: bert-batch
     model: bert_base
     batch: 32
@@ -25,6 +26,11 @@ apps:
          bound: compute, time_s: 1.0e-4}
 ```
 
+``goal`` (optional) is the app's QoS (``gpushare.goals``): one of ``{p99_slowdown: R}`` (p99
+latency at most R x alone), ``{p99_latency_ms: L}``, ``{throughput_share: S}`` (at least S of its
+throughput alone), ``{throughput_rps: N}`` or ``best_effort``. Without one, the most important
+app gets p99 within 1.10x and the others are best effort.
+
 Every error names the file, the line and the field (``apps[1].batch``).
 """
 
@@ -35,16 +41,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qosched.core.bounds import show_value
+from qosched.core.bounds import COUNT_LIMIT, check_number, show_value
 from qosched.core.errors import InputError
 from qosched.core.spec_reader import SpecReader
-from qosched.core.yaml_lines import load_with_lines, read_spec_file
+from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file
+from qosched.gpushare.goals import BEST_EFFORT, Goal, default_goal
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor
 
 _TOP = ("gpu", "duration_s", "seed", "dtype", "apps")
-_APP = ("name", "model", "batch", "dtype", "priority", "arrivals", "closed_loop", "kernels")
+_APP = ("name", "model", "batch", "dtype", "priority", "arrivals", "closed_loop", "kernels",
+        "goal")  # fmt: skip
 _KERNEL = tuple(Kernel.__dataclass_fields__)
 _DTYPES = ("float32", "float16", "bfloat16")
 
@@ -61,6 +69,7 @@ class AppSpec:
     kernels: tuple[Kernel, ...] | None
     poisson_rps: float | None  # None = closed loop
     line: int | None = None  # of the model key (or the app), for errors found when estimating
+    goal: Goal | None = None  # None: not stated (see resolved_goals)
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,12 @@ def parse_apps_spec(text: str, *, source: str | Path = "<spec>") -> AppsSpec:
     return _Reader(str(source), lines).read(data)
 
 
+def resolved_goals(spec: AppsSpec) -> dict[str, Goal]:
+    """Every app's goal: as stated, or the default for its priority (``goals.default_goal``)."""
+    top = max(app.priority for app in spec.apps)
+    return {app.name: app.goal or default_goal(app.priority, top) for app in spec.apps}
+
+
 def workloads(
     spec: AppsSpec,
     gpu: Processor,
@@ -93,6 +108,7 @@ def workloads(
     """The spec's applications with their kernels: explicit ones as written, models estimated
     by ``estimate`` (default ``qosched.gpushare.estimate.estimate_model``; no model runs)."""
     result = []
+    goals = resolved_goals(spec)
     for index, app in enumerate(spec.apps):
         kernels = app.kernels
         if kernels is None:
@@ -104,7 +120,9 @@ def workloads(
                 raise InputError(
                     exc.reason, source=spec.source, line=app.line, field=f"apps[{index}].model"
                 ) from exc
-        result.append(AppWorkload(app.name, app.priority, kernels, app.poisson_rps))
+        result.append(
+            AppWorkload(app.name, app.priority, kernels, app.poisson_rps, goals[app.name])
+        )
     return result
 
 
@@ -166,7 +184,8 @@ class _Reader(SpecReader):
             rps = self.positive(self.required(arrivals, where, "poisson_rps"),
                                 f"{where}.poisson_rps")  # fmt: skip
         line = self.lines.get(f"{path}.model", self.lines.get(path))
-        return AppSpec(name, priority, model, batch, dtype, kernels, rps, line)
+        goal = read_goal(self, app["goal"], f"{path}.goal") if "goal" in app else None
+        return AppSpec(name, priority, model, batch, dtype, kernels, rps, line, goal)
 
     def kernels(self, value: Any, path: str) -> tuple[Kernel, ...]:
         if not isinstance(value, list) or not value:
@@ -196,3 +215,38 @@ class _Reader(SpecReader):
             except InputError as exc:
                 raise self.error(where, exc.reason) from exc
         return tuple(result)
+
+
+# ---- goals -------------------------------------------------------------------------------
+
+#: Goal keys in the spec: (the Goal kind, the factor to its unit, lower bound, upper bound,
+#: whether the lower bound is allowed).
+_GOAL_KEYS = {
+    "p99_slowdown": ("p99_slowdown", 1.0, 1.0, 1e6, True),
+    "p99_latency_ms": ("p99_latency", 1e-3, 0.0, 1e9, False),  # up to about 11.6 days
+    "throughput_share": ("throughput_share", 1.0, 0.0, 1.0, False),
+    "throughput_rps": ("throughput_rps", 1.0, 0.0, float(COUNT_LIMIT - 1), False),
+}
+
+
+def read_goal(reader: _Reader, value: Any, path: str) -> Goal:
+    """An app's ``goal``: ``best_effort`` or a mapping with exactly one key of ``_GOAL_KEYS``."""
+    if value == "best_effort":
+        return BEST_EFFORT
+    allowed = tuple(_GOAL_KEYS)
+    if not isinstance(value, dict):
+        raise reader.error(path, f"expected best_effort or a mapping with one of "
+                           f"{', '.join(allowed)}, got {show_value(value)}")  # fmt: skip
+    fields = reader.mapping(value, path, allowed)
+    if len(fields) != 1:
+        raise reader.error(path, f"give exactly one of {', '.join(allowed)}, got "
+                           f"{', '.join(map(str, fields)) or 'none'}")  # fmt: skip
+    ((key, number),) = fields.items()
+    kind, scale, low, high, low_ok = _GOAL_KEYS[key]
+    where = join_path(path, key)
+    line = reader.lines.get(where, reader.lines.get(path))
+    amount = check_number(reader.number(number, where), field=where, minimum=low, maximum=high,
+                          source=reader.source, line=line)  # fmt: skip
+    if amount == low and not low_ok:
+        raise reader.error(where, f"expected a number > {low:g}, got {show_value(number)}")
+    return Goal(kind, amount * scale)

@@ -1,9 +1,11 @@
 """The interference score: how much a candidate kernel would slow the kernels it joins.
 
-Called by admission policies (``policies.fggr``) before a lower-priority kernel starts beside
-higher-priority ones. The score is a predicted *fractional slowdown* of the protected kernels
-(0.0 = none, 0.10 = they take 10 % longer), a weighted sum of four features computed from the
-kernels' static estimates only (no execution):
+Used by admission policies before a lower-priority kernel starts beside higher-priority ones
+(``policies.fggr`` weights its predicted SM waits and bandwidth slowdowns with the fitted
+``drain`` and ``bandwidth`` weights; ``bench/gpu_validate.py`` scores real pairs). The score
+is a predicted *fractional slowdown* of the protected kernels (0.0 = none, 0.10 = they take
+10 % longer), a weighted sum of four features computed from the kernels' static estimates only
+(no execution):
 
 - ``bandwidth``: how far combined DRAM demand would exceed the GPU's bandwidth, as a fraction of
   it (the protected kernels then lose bandwidth to the candidate);
@@ -17,7 +19,10 @@ kernels' static estimates only (no execution):
 
 The weights are fitted (non-negative least squares) to slowdowns measured in the GPU simulator
 over random kernel pairs: ``python bench/gpushare_evidence.py calibrate`` prints the fit and
-its error; :data:`CALIBRATED` holds the numbers it printed.
+its error; :data:`CALIBRATED` holds the numbers it printed. They are fitted to the simulator
+the policies are judged in, which shows neither cache nor memory-controller contention nor clock
+changes: ``python bench/gpu_validate.py`` on a CUDA GPU measures real pairwise slowdowns and
+prints the score's error against them and the weights they would give.
 """
 
 from __future__ import annotations

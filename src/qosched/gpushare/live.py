@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from qosched.core.errors import InputError
-from qosched.gpushare.apps import AppsSpec
+from qosched.gpushare.apps import AppsSpec, resolved_goals
 from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
 from qosched.gpushare.runtime import App, CallEstimator, Device, RunResult, run_apps
 from qosched.gpushare.simulator import AppComparison
@@ -38,6 +38,7 @@ def build_apps(spec: AppsSpec, *, device: str, requests: int, seed: int = 0) -> 
     if requests < 1:
         raise InputError(f"requests must be >= 1, got {requests!r}", field="requests")
     apps = []
+    goals = resolved_goals(spec)
     torch.manual_seed(seed)
     for index, app in enumerate(spec.apps):
         if app.model is None:
@@ -51,7 +52,7 @@ def build_apps(spec: AppsSpec, *, device: str, requests: int, seed: int = 0) -> 
         dtype = getattr(torch, app.dtype)
         model = model.to(dtype).eval()
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
-        apps.append(App(app.name, app.priority, model, (inputs,) * requests))
+        apps.append(App(app.name, app.priority, model, (inputs,) * requests, goals[app.name]))
     return apps
 
 
@@ -74,7 +75,7 @@ def compare_run(
     """Warm up, run each application alone, then all together under ``policy``; return one
     comparison row per application and the shared run (for its trace)."""
     with torch.inference_mode():
-        run_apps([App(a.name, a.priority, a.model, a.inputs[:1]) for a in apps], _Alone(),
+        run_apps([App(a.name, a.priority, a.model, a.inputs[:1], a.goal) for a in apps], _Alone(),
                  device=device, estimator=estimator)  # fmt: skip
         alone = {
             a.name: run_apps([a], _Alone(), device=device, estimator=estimator).app(a.name)
@@ -103,6 +104,7 @@ def compare_run(
                 alone_p99_latency_s=_quantile(base.latencies_s, 0.99),
                 completed=len(done),
                 unfinished=len(app.latencies_s) - len(done),
+                throughput_rps=len(done) / window if window > 0 else math.nan,
             )
         )
     return tuple(rows), shared

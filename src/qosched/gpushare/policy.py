@@ -7,10 +7,12 @@ Policies never see which of the two is asking.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from qosched.core.errors import InputError
+from qosched.gpushare.goals import Goal
 from qosched.gpushare.kernel import Kernel
 from qosched.hardware import Processor
 
@@ -19,7 +21,10 @@ from qosched.hardware import Processor
 class Launch:
     """One kernel of one application. ``priority``: larger is more important (0 = best effort);
     ``index`` is the kernel's position in the application's current request, so that a launch is
-    identified by ``(app, request, index)``; ``ready_s`` is when its predecessor finished."""
+    identified by ``(app, request, index)``; ``ready_s`` is when its predecessor finished;
+    ``arrived_s`` is when its request arrived (open loop: it may have queued behind the app's
+    earlier requests; closed loop: when the request started), None when the backend does not
+    know."""
 
     app: str
     priority: int
@@ -27,6 +32,7 @@ class Launch:
     index: int
     kernel: Kernel
     ready_s: float
+    arrived_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.priority < 0 or self.request < 0 or self.index < 0:
@@ -34,6 +40,18 @@ class Launch:
                 f"launch of {self.kernel.name!r} for app {self.app!r}: priority, request and "
                 "index must be >= 0"
             )
+
+
+@dataclass(frozen=True)
+class AppInfo:
+    """What a backend tells a policy about one application before the run: its priority, its
+    goal (``gpushare.goals``, defaults resolved) and its arrivals (``poisson_rps``: requests per
+    second, open loop; None: back to back)."""
+
+    name: str
+    priority: int
+    goal: Goal
+    poisson_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,12 +67,16 @@ class Running:
 class GpuView:
     """What a policy sees: the time, the GPU, the kernels running, and each application's next
     ready kernel (at most one per application: kernels of one application run in order on its
-    stream), sorted by priority, most important first, then by ``ready_s``."""
+    stream), sorted by priority, most important first, then by ``ready_s``; and each
+    open-loop application's ``backlog``."""
 
     now_s: float
     gpu: Processor
     running: tuple[Running, ...]
     waiting: tuple[Launch, ...]
+    #: Requests of each open-loop app that have arrived but not started (behind the one in
+    #: progress); apps without a backlog may be absent.
+    backlog: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,10 @@ class SharingPolicy(Protocol):
     Optional: a class attribute ``stream_priorities`` (default True when absent). True means the
     backend runs each application on a CUDA stream of its priority, so the block scheduler hands
     free SMs to important kernels first; False means equal-priority streams (as under MPS).
+
+    Optional: a method ``setup(apps: tuple[AppInfo, ...])``, called once by the backend before the
+    first ``decide``, with every application of the run (its goal among them). A policy without
+    it learns what it needs from the launches it is offered.
     """
 
     name: str

@@ -39,8 +39,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from qosched.core.errors import InputError, SimulationError
 from qosched.gpushare.estimate import DTYPES, estimate_operator, operator_dtype
+from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.kernel import Kernel
-from qosched.gpushare.policy import Admission, GpuView, Launch, Running, SharingPolicy
+from qosched.gpushare.policy import (
+    Admission,
+    AppInfo,
+    GpuView,
+    Launch,
+    Running,
+    SharingPolicy,
+)
 from qosched.graph.capture import operator_flops, operator_kind, tensor_meta
 from qosched.graph.ir import ELEMENTWISE, Operator
 from qosched.hardware import GPUS, Processor, gpu
@@ -52,12 +60,13 @@ from qosched.report.trace import Span, write_chrome_trace
 @dataclass(frozen=True)
 class App:
     """One co-located application: ``model`` called on each of ``inputs`` in turn (one request
-    each), with ``priority`` (larger is more important, 0 = best effort)."""
+    each), with ``priority`` (larger is more important, 0 = best effort) and ``goal``."""
 
     name: str
     priority: int
     model: nn.Module
     inputs: tuple[tuple[Any, ...], ...]
+    goal: Goal | None = None  # None: the default for its priority (goals.default_goal)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -475,9 +484,12 @@ class _AppMode(TorchDispatchMode):
     """Intercepts one application's ATen calls in its own thread (dispatch modes are
     thread-local) and routes each through the dispatcher."""
 
-    def __init__(self, runtime: _Run, app: App, stream: object, request: int) -> None:
+    def __init__(
+        self, runtime: _Run, app: App, stream: object, request: int, began_s: float
+    ) -> None:
         super().__init__()
         self.run, self.app, self.stream, self.request = runtime, app, stream, request
+        self.began_s = began_s
         self.index = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -492,6 +504,7 @@ class _AppMode(TorchDispatchMode):
             index=self.index,
             kernel=merge(kernels),
             ready_s=self.run.dispatcher.now(),
+            arrived_s=self.began_s,  # closed loop: the request arrives as it starts
         )
         self.index += 1
         started = self.run.dispatcher.acquire(launch)
@@ -566,6 +579,10 @@ def run_apps(
         estimator = CallEstimator(processor)
     elif estimator.gpu != processor:
         raise InputError(f"estimator is for {estimator.gpu.name}, the run for {processor.name}")
+    setup = getattr(policy, "setup", None)
+    if setup is not None:
+        setup(tuple(AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top))
+                    for a in apps))  # fmt: skip
     run = _Run(estimator, Dispatcher(policy, processor, len(apps)), device)
     results: dict[str, AppResult] = {}
     errors: list[BaseException] = []
@@ -576,7 +593,7 @@ def run_apps(
             with torch.no_grad():
                 for request, inputs in enumerate(app.inputs):
                     began = run.dispatcher.now()
-                    with _AppMode(run, app, streams[app.name], request):
+                    with _AppMode(run, app, streams[app.name], request, began):
                         outputs.append(app.model(*inputs))
                     latencies.append(run.dispatcher.now() - began)
         except BaseException as e:  # reported by run_apps after every thread ended

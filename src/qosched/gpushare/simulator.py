@@ -36,15 +36,23 @@ import math
 import time
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from qosched.core.errors import InputError, SimulationError
+from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.interference import bandwidth_share, max_min_fair, wave_time_s
 from qosched.gpushare.kernel import Kernel
-from qosched.gpushare.policy import Admission, GpuView, Launch, Running, SharingPolicy
+from qosched.gpushare.policy import (
+    Admission,
+    AppInfo,
+    GpuView,
+    Launch,
+    Running,
+    SharingPolicy,
+)
 from qosched.hardware import Processor
 from qosched.report.trace import Span
 from qosched.sim.engine import Engine
@@ -61,6 +69,7 @@ class AppWorkload:
     priority: int
     kernels: tuple[Kernel, ...]
     poisson_rps: float | None = None
+    goal: Goal | None = None  # None: the default for its priority in the mix (goals.default_goal)
 
     def __post_init__(self) -> None:
         where = f"app {self.name!r}"
@@ -179,6 +188,16 @@ class _App:
     censored: int = 0
 
 
+def app_infos(apps: Sequence[AppWorkload]) -> tuple[AppInfo, ...]:
+    """What a policy's ``setup`` is told: each app's priority, goal (the default for its
+    priority in this mix when it states none) and arrival rate."""
+    top = max(a.priority for a in apps)
+    return tuple(
+        AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top), a.poisson_rps)
+        for a in apps
+    )
+
+
 def sm_targets(wants: Sequence[float], levels: Sequence[int], sm_count: int) -> list[float]:
     """SMs each kernel should hold: most important level first; inside a level, in proportion
     to what each wants when they do not all fit."""
@@ -254,6 +273,9 @@ class _Simulation:
 
     def run(self) -> SimResult:
         started = time.perf_counter()
+        setup = getattr(self.policy, "setup", None)
+        if setup is not None:
+            setup(app_infos([a.spec for a in self.apps]))
         engine = self.engine
         for app in self.apps:
             if app.spec.poisson_rps is None:
@@ -332,6 +354,7 @@ class _Simulation:
             index=app.index,
             kernel=app.spec.kernels[app.index],
             ready_s=self.engine.now,
+            arrived_s=app.arrived_s,
         )
 
     def _ask(self) -> None:
@@ -354,6 +377,7 @@ class _Simulation:
             gpu=self.gpu,
             running=tuple(Running(r.launch, r.started_s, r.remaining) for r in self.running),
             waiting=tuple(waiting),
+            backlog={a.spec.name: len(a.queue) for a in self.apps if a.queue},
         )
         admission = self.policy.decide(view)
         if not isinstance(admission, Admission):
@@ -593,6 +617,7 @@ class AppComparison:
     alone_p99_latency_s: float
     completed: int
     unfinished: int
+    throughput_rps: float = math.nan  # requests per second (kernel work over request time)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -606,6 +631,7 @@ class AppComparison:
             "alone_p99_latency_s": self.alone_p99_latency_s,
             "completed": self.completed,
             "unfinished": self.unfinished,
+            "throughput_rps": self.throughput_rps,
         }
 
 
@@ -619,10 +645,16 @@ def alone_results(
     }
 
 
-def compare(shared: SimResult, alone: dict[str, AppResult]) -> tuple[AppComparison, ...]:
-    """Ratios of every application shared over the same application alone."""
+def compare(
+    shared: SimResult,
+    alone: dict[str, AppResult],
+    request_times: Mapping[str, float] | None = None,
+) -> tuple[AppComparison, ...]:
+    """Ratios of every application shared over the same application alone; with each app's
+    request time alone (``AppWorkload.request_time_s``), its throughput in requests/s too."""
     rows = []
     for app in shared.apps:
+        per_request = (request_times or {}).get(app.name)
         base = alone[app.name]
         rows.append(
             AppComparison(
@@ -636,6 +668,9 @@ def compare(shared: SimResult, alone: dict[str, AppResult]) -> tuple[AppComparis
                 alone_p99_latency_s=base.latency_quantile(0.99),
                 completed=app.completed,
                 unfinished=app.unfinished,
+                throughput_rps=(
+                    app.work_s / per_request / shared.duration_s if per_request else math.nan
+                ),
             )
         )
     return tuple(rows)

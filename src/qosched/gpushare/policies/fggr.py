@@ -1,118 +1,476 @@
-"""qosched's kernel-level priority admission (after FgGR, CSCWD 2025).
+"""qosched's kernel-level admission by goals (after FgGR, CSCWD 2025).
 
-- Kernels of the most important level (among the applications seen) start at once, without
-  any check: a high-priority kernel never waits for a low-priority admission decision.
-- A less important kernel starts only when (1) its interference score against the more
-  important kernels running (``gpushare.interference``) is at most ``threshold``, (2) at least
-  ``min_sm_fraction`` of the SMs it wants are free, and (3) the budget holds: the hand-over
-  delay it could impose on a more important kernel that arrives later (its share of the SMs
-  times its wave time, added over the less important kernels in flight) stays within
-  ``budget_fraction`` of the more important applications' request time alone (learned online).
-  With nothing more important active, only (3) applies.
-- No starvation: a kernel that has waited ``max_wait_s`` starts regardless.
+Every application has a goal (``gpushare.goals``: a p99 latency, a throughput, or best effort)
+and a priority, the order in which goals are protected (within one priority, a latency goal
+before a throughput goal before best effort). A kernel starts at once when no app more
+important than its own is *protected* (has a goal, or is open loop: an open-loop best-effort app
+is protected, under the goals above it, as if it asked for its offered load). Otherwise it
+starts when every more important protected app ``P`` stays within its goal, as predicted:
 
-Any number of applications and priority levels: each level is protected from every lower one,
-and levels are admitted most important first.
+- **Delay.** What this kernel and the less important kernels in flight would cost ``P``. SMs:
+  ``P``'s kernels need as many SMs as the largest of its request; when those are not free,
+  ``P`` waits for the less important kernels' waves (blocks are never pre-empted), once per
+  kernel boundary of ``P`` they live through, at most their life. Bandwidth: each of ``P``'s
+  kernels slowed by max-min fair sharing of DRAM while they overlap. The two terms carry the
+  weights the interference model (``gpushare.interference``) was fitted with.
+- **Lag.** The policy keeps ``P``'s schedule alone (its requests back to back from their
+  arrivals, at its kernels' times alone). ``P``'s lag behind it, when the request in progress
+  ends, is what it lags now plus the delay: requests queued behind inherit it, so the lag is
+  what a goal bounds. A p99 goal allows ``target - p99 alone`` (``target``: the goal's
+  latency, or ``p99_slowdown`` x the p99 alone, from the schedule alone, or from an M/D/1
+  approximation while fewer than 100 requests are known); a throughput goal allows each
+  request to take ``1 / share`` of its time alone (closed loop), or as long as the app stays at
+  most half busy at the rate it asks (open loop).
+- **Exposure.** A lag up to ``safe_fraction`` of the allowance is taken freely; beyond it (up
+  to the allowance, or while ``P`` is idle up to what a request arriving now could absorb) a
+  p99 goal takes it only for a few requests: the requests exposed (arrivals expected while the
+  kernel runs, or the request in progress) stay within ``exposure`` of ``P``'s requests, and
+  a less important app gets what the apps between have left.
+- **Feedback.** ``P``'s requests that end later than the target halve the allowance; each one
+  on time gives back ``trust_step`` of it.
+- **Wait bound.** A kernel that has waited ``max_wait_s`` starts anyway, unless a more
+  important p99 goal would then have more than half of its 1 % of requests put at risk (the
+  request in progress, or the arrivals expected during the kernel): priority orders goals,
+  and the wait bound is the last of them.
+
+``violations()`` reports, per app with a latency goal, the requests the policy saw end late.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from qosched.core.errors import InputError
-from qosched.gpushare.interference import CALIBRATED, InterferenceModel, wave_time_s
+from qosched.gpushare.goals import BEST_EFFORT, LATENCY_QUANTILE, Goal, default_goal
+from qosched.gpushare.interference import (
+    CALIBRATED,
+    InterferenceModel,
+    bandwidth_share,
+    max_min_fair,
+    wave_time_s,
+)
 from qosched.gpushare.kernel import Kernel
-from qosched.gpushare.policies.base import RequestTimes, register
-from qosched.gpushare.policy import Admission, GpuView, Launch
-from qosched.hardware import Processor
+from qosched.gpushare.policies.base import register
+from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
+
+#: An open-loop app protected for its offered load may be stretched while it stays this busy.
+_OPEN_LOOP_BUSY = 0.5
+#: An app with a throughput goal is left to itself while it does this much more than asked
+#: (after this many requests).
+_AHEAD = 1.1
+_TRUSTED_DONE = 10
+#: Time over which the spent exposure and risk fade by e.
+_FADE_S = 1.0
+#: Requests of an app after which the p99 of its latencies alone is taken as measured.
+_TRUSTED_SAMPLES = 100
+
+
+def _poisson_p99_s(rps: float | None, service_s: float) -> float:
+    """The p99 latency alone of an app with Poisson arrivals and a fixed request time (an
+    M/D/1 queue), approximated: at low load an arrival finds a request in progress with
+    probability rho and waits a uniform part of it; at high load the wait's tail is
+    exponential (the heavy-traffic approximation). Closed loop: the request time."""
+    if rps is None or service_s <= 0:
+        return service_s
+    rho = min(rps * service_s, 0.99)
+    low = service_s * max(0.0, 1.0 - (1 - LATENCY_QUANTILE) / rho)
+    high = rho * service_s / (2 * (1 - rho)) * max(0.0, math.log(rho / (1 - LATENCY_QUANTILE)))
+    return service_s + max(low, high)
+
+
+@dataclass(eq=False)
+class _App:
+    """What the policy knows of one application, learned from its launches."""
+
+    name: str
+    priority: int
+    goal: Goal
+    rps: float | None
+    kernels: dict[int, Kernel] = field(default_factory=dict)  # by index in the request
+    length: int = 0  # kernels per request, once a request has ended
+    request: int = -1
+    arrived_s: float = 0.0
+    alone_finish_s: float = 0.0  # when the request in progress would end alone
+    alone_latency_s: float = 0.0  # its latency alone
+    alone_latencies: list = field(default_factory=list)  # sorted
+    index: int = 0  # of the kernel offered or running
+    busy: bool = False  # a request in progress
+    last_end_s: float = 0.0
+    requests: int = 0
+    late: int = 0
+    exposure: dict = field(default_factory=dict)  # requests exposed to delay, per lower app
+    exposed: int = -1  # the last request counted as exposed
+    risk: float = 0.0  # requests put at risk by kernels started after waiting max_wait_s
+    risked: int = -1  # the last request counted in risk
+    first_s: float | None = None
+    trust: float = 1.0  # of the slack admissions may spend: halved per late request
+
+    @property
+    def request_time_s(self) -> float:
+        count = self.length or len(self.kernels)
+        return sum(k.time_s for i, k in self.kernels.items() if i < count)
+
+    def left_s(self, index: int, remaining: float) -> float:
+        """Kernel time left in the request from kernel ``index`` (``remaining`` of it)."""
+        count = max(self.length, index + 1)
+        here = self.kernels.get(index)
+        rest = sum(self.kernels[i].time_s for i in range(index + 1, count) if i in self.kernels)
+        return (here.time_s * remaining if here else 0.0) + rest
 
 
 @register("fggr")
 class FgGR:
-    """Priority admission by interference score, free SMs and a hand-over budget."""
+    """Admission by goals: a kernel starts when every more important goal keeps its lag."""
 
     stream_priorities = True
 
     def __init__(
         self,
-        threshold: float = 0.05,
-        min_sm_fraction: float = 0.5,
-        budget_fraction: float = 0.05,
+        slack_fraction: float = 1.0,
+        exposure: float = 0.05,
+        safe_fraction: float = 0.5,
         max_wait_s: float = 0.02,
+        trust_step: float = 0.02,
         model: InterferenceModel = CALIBRATED,
     ) -> None:
-        for name, value in (("threshold", threshold), ("budget_fraction", budget_fraction)):
-            if not (math.isfinite(value) and value >= 0):
-                raise InputError(f"must be finite and >= 0, got {value!r}", field=name)
-        if not 0 <= min_sm_fraction <= 1:
-            raise InputError("must be in [0, 1]", field="min_sm_fraction")
-        if not max_wait_s > 0:
+        for name, value in (
+            ("slack_fraction", slack_fraction),
+            ("exposure", exposure),
+            ("safe_fraction", safe_fraction),
+            ("trust_step", trust_step),
+        ):
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                raise InputError(f"must be in [0, 1], got {value!r}", field=name)
+        if not (math.isfinite(max_wait_s) and max_wait_s > 0):
             raise InputError(f"must be > 0, got {max_wait_s!r}", field="max_wait_s")
-        self.threshold = threshold
-        self.min_sm_fraction = min_sm_fraction
-        self.budget_fraction = budget_fraction
+        self.slack_fraction = slack_fraction
+        self.exposure = exposure
+        self.safe_fraction = safe_fraction
         self.max_wait_s = max_wait_s
+        self.trust_step = trust_step
         self.model = model
-        self.requests = RequestTimes()
-        self.priorities: dict[str, int] = {}
+        self.apps: dict[str, _App] = {}
+        self.forced = 0  # kernels started because they had waited max_wait_s
+        self.last_s = 0.0
+
+    def setup(self, apps: Sequence[AppInfo]) -> None:
+        """A run begins: every app, its goal and its arrival rate (else learned from launches,
+        goals by default)."""
+        self.apps = {a.name: _App(a.name, a.priority, a.goal, a.poisson_rps) for a in apps}
+        self.forced = 0
+        self.last_s = 0.0
+
+    def violations(self) -> dict[str, int]:
+        """Requests of each latency-goal app that ended later than its target."""
+        return {a.name: a.late for a in self.apps.values() if a.goal.is_latency}
+
+    # -- learning --------------------------------------------------------------------------
+
+    def _observe(self, view: GpuView) -> None:
+        now = view.now_s
+        # What was spent of the allowances fades (e-fold per ``_FADE_S``): an app that stops
+        # sending requests does not hold the less important ones back for ever.
+        fade = math.exp(-(now - self.last_s) / _FADE_S) if now > self.last_s else 1.0
+        self.last_s = max(self.last_s, now)
+        for app in self.apps.values():
+            app.risk *= fade
+            for name in app.exposure:
+                app.exposure[name] *= fade
+        for launch in view.waiting:
+            app = self.apps.get(launch.app)
+            if app is None:  # no setup: learn the app, goals by default
+                app = self.apps[launch.app] = _App(launch.app, launch.priority, BEST_EFFORT, None)
+                top = max(a.priority for a in self.apps.values())
+                for other in self.apps.values():
+                    other.goal = default_goal(other.priority, top)
+            app.kernels[launch.index] = launch.kernel
+            if launch.request != app.request:
+                self._new_request(app, launch, now)
+            app.index = launch.index
+            app.busy = True
+        seen = {r.launch.app for r in view.running} | {w.app for w in view.waiting}
+        for app in self.apps.values():
+            if app.busy and app.name not in seen:
+                app.busy = False
+                app.last_end_s = now
+
+    def _new_request(self, app: _App, launch: Launch, now: float) -> None:
+        if app.request >= 0:
+            app.length = app.index + 1
+            # A request that starts the instant the last one ended (queued, or closed loop)
+            # was never seen idle: the last one ended now.
+            end = now if app.busy else app.last_end_s
+            # Late: past the target, and past what its own latency alone allows (a request that
+            # queued long behind its own app's requests may pass the target alone, too).
+            latency, alone = end - app.arrived_s, app.alone_latency_s
+            bound = max(self._target_s(app), alone * (app.goal.value if app.goal.kind ==
+                        "p99_slowdown" else 1.0))  # fmt: skip
+            if app.goal.is_latency and latency > bound * (1 + 1e-9):
+                app.late += 1
+                app.trust *= 0.5
+            else:
+                app.trust = min(1.0, app.trust + self.trust_step)
+        arrived = launch.arrived_s if launch.arrived_s is not None else launch.ready_s
+        if app.first_s is None:
+            app.first_s = arrived
+        app.request = launch.request
+        app.arrived_s = arrived
+        app.requests += 1
+        start = max(arrived, app.alone_finish_s)
+        app.alone_finish_s = start + app.request_time_s
+        app.alone_latency_s = app.alone_finish_s - arrived
+        bisect.insort(app.alone_latencies, app.alone_latency_s)
+
+    # -- goals as targets ------------------------------------------------------------------
+
+    def _target_s(self, app: _App) -> float:
+        """The latency the request in progress may reach."""
+        goal = app.goal
+        if goal.kind == "p99_latency":
+            return goal.value
+        if goal.kind == "p99_slowdown":
+            return goal.value * self._alone_p99_s(app)
+        return app.alone_latency_s * self._stretch(app)
+
+    def _base_s(self, app: _App) -> float:
+        """The latency alone the target is relative to: the p99 alone for a p99 goal (the
+        requests that set the p99 have no slack but the goal's), else this request's."""
+        if app.goal.is_latency:
+            return min(self._alone_p99_s(app), self._target_s(app))
+        return app.alone_latency_s
+
+    def _alone_p99_s(self, app: _App) -> float:
+        ranked = app.alone_latencies
+        p99 = ranked[min(len(ranked) - 1, int(LATENCY_QUANTILE * len(ranked)))]
+        if len(ranked) < _TRUSTED_SAMPLES:  # too few requests for their p99 to mean much
+            p99 = max(p99, _poisson_p99_s(app.rps, app.request_time_s))
+        return max(p99, app.request_time_s)
+
+    def _stretch(self, app: _App) -> float:
+        """How much slower than alone a throughput-protected app's requests may run."""
+        goal, work = app.goal, app.request_time_s
+        if app.rps is None:  # closed loop: throughput is 1 / request latency
+            if goal.kind == "throughput_share":
+                return 1.0 / goal.value
+            if goal.kind == "throughput_rps" and work > 0:
+                return max(1.0, 1.0 / (goal.value * work))
+            return 1.0
+        rate = {"throughput_rps": goal.value, "throughput_share": goal.value * app.rps}.get(
+            goal.kind, app.rps
+        )
+        return max(1.0, _OPEN_LOOP_BUSY / (rate * work)) if work > 0 else 1.0
+
+    def _rank(self, app: _App) -> tuple[int, int]:
+        """The order of protection: priority, then, among apps of one priority, a latency goal
+        before a throughput goal (or an open loop's offered load) before best effort."""
+        kind = 2 if app.goal.is_latency else 1 if self._protected(app) else 0
+        return (app.priority, kind)
+
+    def _protected(self, app: _App) -> bool:
+        return app.goal.protected or app.rps is not None
+
+    # -- deciding --------------------------------------------------------------------------
 
     def decide(self, view: GpuView) -> Admission:
+        self._observe(view)
         if not view.waiting:
             return Admission()
-        self.requests.observe(view)
-        for launch in view.waiting:
-            self.priorities[launch.app] = launch.priority
-        # The most important level of any application seen, not just of those busy now: a
-        # less important kernel stays under the budget while the important app is between
-        # requests, since its next request may arrive at any moment.
-        top = max(self.priorities.values())
-        active = [(r.launch, r.remaining) for r in view.running]
+        active: list[tuple[Launch, float]] = [(r.launch, r.remaining) for r in view.running]
         start: list[Launch] = []
         wake: float | None = None
+        held: list[int] = []  # priorities of the launches held back so far
         for launch in view.waiting:  # most important first
-            if (
-                launch.priority == top
-                or view.now_s >= launch.ready_s + self.max_wait_s
-                or self._admit(launch, active, view)
-            ):
+            mine = self._rank(self.apps[launch.app])
+            above = [a for a in self.apps.values() if self._rank(a) > mine and self._protected(a)]
+            admit = not above or all(
+                self._fits(
+                    a,
+                    launch,
+                    active,
+                    view,
+                    share=not any(mine < r < self._rank(a) for r in held),
+                )
+                for a in above
+            )
+            if not admit and view.now_s >= launch.ready_s + self.max_wait_s:
+                admit = self._may_force(launch, above, view)
+                self.forced += admit
+            if admit:
                 start.append(launch)
                 active.append((launch, 1.0))
             else:
+                held.append(mine)
                 due = launch.ready_s + self.max_wait_s
+                if due <= view.now_s:  # overdue and refused: ask again a wait later
+                    due = view.now_s + self.max_wait_s
                 wake = due if wake is None else min(wake, due)
         return Admission(start=tuple(start), wake_at_s=wake)
 
-    def _admit(self, launch: Launch, active: list[tuple[Launch, float]], view: GpuView) -> bool:
+    def _may_force(self, launch: Launch, above: list[_App], view: GpuView) -> bool:
+        """Whether a kernel that has waited ``max_wait_s`` may start anyway: throughput goals
+        absorb one such kernel per wait; a p99 goal only while the requests it puts at risk
+        (the one in progress, or arrivals expected during the kernel) stay within half of its
+        1 % of requests allowed late."""
+        costs = []
+        for app in above:
+            if not app.goal.is_latency or app.requests == 0:
+                continue
+            if app.busy:
+                cost = 0.0 if app.risked == app.request else 1.0
+            else:
+                cost = self._rate(app, view) * launch.kernel.time_s
+            tail = (1 - LATENCY_QUANTILE) * 0.5 * app.requests
+            if app.risk + cost > tail:
+                return False
+            costs.append((app, cost))
+        for app, cost in costs:
+            app.risk += cost
+            if app.busy:
+                app.risked = app.request
+        return True
+
+    def _ahead(self, app: _App, view: GpuView) -> bool:
+        """Whether an app with a throughput goal has done comfortably more requests than the
+        goal asks, so far (judged once it has done a few)."""
+        done = app.requests - (1 if app.busy else 0)
+        elapsed = view.now_s - (app.first_s or 0.0)
+        if done < _TRUSTED_DONE or elapsed <= 0:
+            return False
+        work = app.request_time_s
+        alone_rps = min(app.rps or math.inf, 1.0 / work) if work > 0 else math.inf
+        goal = app.goal
+        wanted = goal.value if goal.kind == "throughput_rps" else goal.value * alone_rps
+        return done / elapsed >= _AHEAD * wanted
+
+    def _rate(self, app: _App, view: GpuView) -> float:
+        """Requests per second: as stated (open loop), else as seen so far."""
+        return app.rps or app.requests / max(view.now_s - (app.first_s or 0.0), 1e-9)
+
+    def _fits(
+        self,
+        app: _App,
+        launch: Launch,
+        active: list[tuple[Launch, float]],
+        view: GpuView,
+        *,
+        share: bool,
+    ) -> bool:
+        """Whether ``launch`` may start beside ``active`` as far as ``app`` (more important,
+        protected) is concerned; spends ``app``'s exposure allowance when it must, and only
+        if ``share`` (no app between the two is held back: the allowance goes to the more
+        important first)."""
+        if app.requests == 0:
+            return True  # nothing known of it yet but its goal: its first kernel will tell
+        if app.goal.kind in ("throughput_share", "throughput_rps") and self._ahead(app, view):
+            return True
+        mine = [(a, left) for a, left in active if a.app == app.name]
+        waiting = next((w for w in view.waiting if w.app == app.name), None)
+        idle = not app.busy
+        rank = self._rank(app)
+        lower = [(a, left) for a, left in active if self._rank(self.apps[a.app]) < rank]
+        lower.append((launch, 1.0))
+        others = [
+            a.kernel
+            for a, _ in active
+            if self._rank(self.apps[a.app]) >= rank and a.app != app.name
+        ]
+        if mine:
+            index, remaining = mine[0][0].index, mine[0][1]
+        elif waiting is not None:
+            index, remaining = waiting.index, 1.0
+        else:  # between requests, or between two kernels of one (the runtime's threads)
+            index, remaining = (0 if idle else app.index + 1), 1.0
+        delay = self._delay(app, index, remaining, lower, others, view)
+        target = self._target_s(app)
+        # The app's lag behind its schedule alone (its requests back to back from their
+        # arrivals) when this request ends: requests queued behind it inherit it, so the lag,
+        # not one request's latency, is what the goal bounds.
+        if idle:
+            lag = delay
+        else:
+            lag = max(0.0, view.now_s + app.left_s(index, remaining) - app.alone_finish_s) + delay
+        allowed = (target - self._base_s(app)) * self.slack_fraction * app.trust
+        if lag <= self.safe_fraction * allowed:
+            return True  # leaves room for as much again from elsewhere
+        if not app.goal.is_latency:
+            return lag <= allowed  # a throughput goal: the mean counts, not the tail
+        if not share:
+            return False
+        if idle:
+            # A request arriving now has not queued: it may absorb more, but only a few
+            # requests may be exposed to that.
+            if lag > (target - app.request_time_s) * self.slack_fraction * app.trust:
+                return False
+        elif lag > allowed:
+            return False
+        # A p99 goal tolerates delays on few requests: the requests exposed to a delay are
+        # counted (expected arrivals during the kernel while the app is idle, else the request
+        # in progress, once), and a less important app may use what the apps between it and
+        # this one have left of ``exposure`` x the app's requests.
+        if idle:
+            cost = self._rate(app, view) * launch.kernel.time_s
+        else:
+            cost = 0.0 if app.exposed == app.request else 1.0
+        used = sum(
+            spent
+            for name, spent in app.exposure.items()
+            if self._rank(self.apps[name]) >= self._rank(self.apps[launch.app])
+        )
+        if used + cost > self.exposure * app.requests + 1.0:  # one to start with
+            return False
+        app.exposure[launch.app] = app.exposure.get(launch.app, 0.0) + cost
+        if not idle:
+            app.exposed = app.request
+        return True
+
+    def _delay(
+        self,
+        app: _App,
+        index: int,
+        remaining: float,
+        lower: list[tuple[Launch, float]],
+        others: list[Kernel],
+        view: GpuView,
+    ) -> float:
+        """The delay ``lower`` kernels are predicted to cause ``app`` from kernel ``index``
+        (``remaining`` of it left) to the end of its request."""
         gpu = view.gpu
         sm_count = gpu.sm_count or 1
-        kernel = launch.kernel
-        protected = [a.kernel for a, _ in active if a.priority > launch.priority]
-        if protected:
-            others = [a.kernel for a, _ in active if a.priority <= launch.priority]
-            if self.model.score(kernel, protected, gpu, others=others) > self.threshold:
-                return False
-            free = sm_count - sum(min(a.kernel.sms, sm_count) for a, _ in active)
-            if free < self.min_sm_fraction * min(kernel.sms, sm_count):
-                return False
-        # The hand-over budget, against the more important applications seen so far.
-        reference = max(
-            (
-                t
-                for app, t in self.requests.longest.items()
-                if self.priorities.get(app, -1) > launch.priority
-            ),
-            default=None,
-        )
-        if reference is None:
-            return True
-        debt = sum(
-            _handover_s(a.kernel, left, gpu) for a, left in active if a.priority <= launch.priority
-        )
-        return debt + _handover_s(kernel, 1.0, gpu) <= self.budget_fraction * reference
-
-
-def _handover_s(kernel: Kernel, remaining: float, gpu: Processor) -> float:
-    """The delay a whole-GPU kernel arriving now could wait for ``kernel``'s SMs: its share of
-    the SMs times one wave (or what is left of it, if less)."""
-    share = min(1.0, kernel.sms / (gpu.sm_count or 1))
-    return share * min(wave_time_s(kernel, gpu), remaining * kernel.time_s)
+        count = max(app.length, index + 1)
+        upcoming = [app.kernels[i] for i in range(index, count) if i in app.kernels]
+        if not upcoming:
+            return 0.0
+        left = app.left_s(index, remaining)
+        need = max(min(k.sms, sm_count) for k in upcoming)
+        taken = sum(min(k.sms, sm_count) for k in others)
+        held = sum(min(a.kernel.sms, sm_count) for a, _ in lower)
+        sm_delay = 0.0
+        if taken + need + held > sm_count:
+            mean_kernel = left / len(upcoming)
+            for launch, rest in lower:
+                kernel = launch.kernel
+                life = rest * kernel.time_s
+                wave = min(wave_time_s(kernel, gpu), life)
+                boundaries = min(len(upcoming), 1 + math.floor(life / max(mean_kernel, 1e-12)))
+                sm_delay += min(boundaries * wave, life)
+        # Bandwidth: each upcoming kernel slowed as max-min fair sharing says, for as long as
+        # the less important kernels run.
+        demands_lower = [bandwidth_share(a.kernel, gpu) for a, _ in lower]
+        demands_other = [bandwidth_share(k, gpu) for k in others]
+        bw_delay = 0.0
+        for i, kernel in enumerate(upcoming):
+            mine = bandwidth_share(kernel, gpu)
+            # Stream priorities give app's kernel its SMs first; the less important kernels
+            # run (and use bandwidth) on what is left.
+            left_sms = max(0, sm_count - min(kernel.sms, sm_count) - taken)
+            scale = min(1.0, left_sms / held) if held else 0.0
+            grants = max_min_fair([mine, *demands_other, *(d * scale for d in demands_lower)], 1.0)
+            if grants[0] > 0:
+                share = remaining if i == 0 else 1.0
+                bw_delay += (mine / grants[0] - 1.0) * kernel.time_s * share
+        overlap = max((rest * a.kernel.time_s for a, rest in lower), default=0.0)
+        bw_delay = min(bw_delay, overlap)
+        return self.model.drain * sm_delay + self.model.bandwidth * bw_delay
