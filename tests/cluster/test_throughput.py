@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qosched.cluster.throughput import ThroughputModel, interpolate, read_table
+from qosched.cluster.throughput import PLACEHOLDER_RATE, ThroughputModel, interpolate, read_table
 from qosched.core.errors import InputError
 
 
@@ -314,3 +314,25 @@ def test_read_table_rejects_ambiguous_rows(tmp_path, text, line):
     path = write(tmp_path, "m.csv", text)
     with pytest.raises(InputError, match=rf"m\.csv:{line}"):
         read_table(path)
+
+
+# --- what real backends assume before a job reports progress -----------------------------------
+
+
+def test_prior_curve_of_a_known_model_is_its_table():
+    tables = ThroughputModel({"m": {64: {1: 1.0, 2: 1.8, 4: 3.0}}})
+    curve = tables.prior_curve("m", 64, 4)
+    assert curve.speeds == (0.0, 1.0, 1.8, 2.4, 3.0)  # 3 interpolated between 2 and 4
+    assert curve.measured == (1, 2, 4)
+
+
+def test_prior_curve_of_an_unknown_model_is_the_placeholder_per_worker():
+    curve = ThroughputModel({}).prior_curve("my-script", 1, 3)
+    assert curve.speeds == (0.0, PLACEHOLDER_RATE, 2 * PLACEHOLDER_RATE, 3 * PLACEHOLDER_RATE)
+    assert curve.measured == (1, 2, 3)
+
+
+def test_prior_curve_in_whole_pods_offers_only_multiples_of_the_pod():
+    curve = ThroughputModel({}).prior_curve("my-script", 1, 5, step=2)
+    assert curve.usable_counts() == (2, 4)
+    assert curve.measured == (2, 4)

@@ -25,6 +25,9 @@ from qosched.core.errors import InputError
 
 # The table sets under qosched/data/throughputs: two GPU models and this project's CPU tables.
 BUNDLED = ("A100", "T4", "CPU")
+#: What a real backend assumes of a job no table knows (a user's own command), in iterations per
+#: second per worker, until its own progress replaces it (``qosched.cluster.predict``).
+PLACEHOLDER_RATE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,26 @@ class ThroughputModel:
         curve = SpeedCurve(model, batch_size, interpolate(row), measured)
         self._curves[key] = curve
         return curve
+
+    def prior_curve(self, model: str, batch_size: int, most: int, *, step: int = 1) -> SpeedCurve:
+        """What a real backend assumes of a job before it reports progress, on 0..``most``
+        workers: this table's speeds where it knows ``(model, batch_size)``, else
+        ``PLACEHOLDER_RATE`` per worker. With ``step`` > 1 only multiples of ``step`` are
+        available (a job of whole pods of ``step`` GPUs each)."""
+        if self.has(model, batch_size):
+            table = self.curve(model, batch_size)
+            rate = table.rate
+            measured = table.measured
+        else:
+
+            def rate(workers: int) -> float:
+                return PLACEHOLDER_RATE * workers
+
+            measured = tuple(range(1, most + 1))
+        speeds = tuple(rate(g) if g % step == 0 else 0.0 for g in range(most + 1))
+        return SpeedCurve(
+            model, batch_size, speeds, tuple(g for g in measured if g <= most and g % step == 0)
+        )
 
     @classmethod
     def load(cls, directory: str | Path) -> ThroughputModel:

@@ -76,7 +76,6 @@ from qosched.core.errors import InputError
 log = logging.getLogger(__name__)
 
 #: Iterations/s per worker assumed for a model without a speed table, until progress arrives.
-PLACEHOLDER_RATE = 1.0
 #: Admissions under which a job runs.
 _RUNNABLE = frozenset({Admission.GUARANTEED.value, Admission.BEST_EFFORT.value})
 #: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
@@ -549,21 +548,8 @@ class K8sScheduler:
         most = cluster.total_workers if self.config.resource == "gpu" else cluster.workers_per_node
         if spec.max_workers is not None:
             most = min(most, spec.max_workers)
-        if self.tables.has(spec.model, spec.batch_size):
-            table = self.tables.curve(spec.model, spec.batch_size)
-            rate = table.rate
-        else:
-            table = None
-
-            def rate(g: int) -> float:
-                return PLACEHOLDER_RATE * g
-
         step = spec.per_pod if self.config.resource == "gpu" else 1
-        speeds = tuple(rate(g) if g and g % step == 0 else 0.0 for g in range(most + 1))
-        measured = table.measured if table is not None else tuple(range(1, most + 1))
-        return SpeedCurve(
-            spec.model, spec.batch_size, speeds, tuple(g for g in measured if g <= most)
-        )
+        return self.tables.prior_curve(spec.model, spec.batch_size, most, step=step)
 
     def _forecast(self, job: _Job, workers: int, now: float, report: StepReport) -> None:
         """The job's predicted finish with ``workers`` (the policy's predictor where it has

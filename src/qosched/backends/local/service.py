@@ -104,8 +104,9 @@ from qosched.backends.local.store import (
     UnknownJobError,
 )
 from qosched.backends.local.web import views
+from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
-from qosched.cluster.policies import create_policy
+from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Phase
 from qosched.cluster.state import JobState as ClusterJob
@@ -351,26 +352,26 @@ class LocalService:
             try:
                 record = self.store.get(job_id)
                 live = self._track(record)
-                accepted = self._policy_of(live).admit(live.state, self._view(now, spec.gpu))
+                admission = admit_job(
+                    self._policy_of(live),
+                    live.state,
+                    self._view(now, spec.gpu),
+                    best_effort=spec.best_effort,
+                )
             except StoreUnavailableError:
                 raise
             except Exception as exc:  # the policy could not take it: this job's failure
                 self._forget(job_id)
                 self.store.record_failure(job_id, f"cannot be scheduled: {_reason(exc)}", now)
                 return self.job(job_id)
-            # Policies that promise deadlines say which jobs they guarantee; a job they do not
-            # runs only if its user allowed best effort. Other policies promise nothing.
-            promises = hasattr(self.policy, "is_guaranteed")
-            guaranteed = self._guaranteed(job_id)
-            if accepted and (not promises or guaranteed or spec.best_effort):
+            if admission is Admission.DECLINED:
+                self.store.transition(job_id, JobState.DECLINED, now)
+                self._forget(job_id)
+            else:
+                guaranteed = admission is Admission.GUARANTEED
                 self.store.add_event(
                     job_id, now, "admitted", {"policy": self.policy_name, "guaranteed": guaranteed}
                 )
-            else:
-                # Not guaranteed and the user did not allow best effort: turned away now, while
-                # there is still time to go elsewhere.
-                self.store.transition(job_id, JobState.DECLINED, now)
-                self._forget(job_id)
             self._dirty = True
             return self.job(job_id)
 
@@ -551,14 +552,13 @@ class LocalService:
     def _guaranteed(self, job_id: str) -> bool:
         live = self._live.get(job_id)
         policy = self._policy_of(live) if live is not None else self.policy
-        is_guaranteed = getattr(policy, "is_guaranteed", None)
-        return bool(is_guaranteed(job_id)) if is_guaranteed is not None else False
+        return policy.is_guaranteed(job_id)
 
     def _pool(self, gpu: bool) -> tuple[int, ...]:
         """The workers of one pool: the GPUs, or the cores."""
         return self.gpus if gpu else self.cores
 
-    def _policy_of(self, live: _Live) -> Any:
+    def _policy_of(self, live: _Live) -> Policy:
         return self.gpu_policy if live.spec.gpu else self.policy
 
     @staticmethod
@@ -894,10 +894,16 @@ class LocalService:
                     )
                     stored = True
                 continue
-            if event.iteration is None:
-                continue
             if event.event in (WorkerEvent.START, WorkerEvent.RESIZE):
-                live.last_sample = (event.t, event.iteration)  # a new interval starts here
+                # A new interval starts here. A command's start knows no iteration yet: the
+                # interval starts from what the job had done, and its start-up counts as
+                # active time (a little slow at first, never fast: safe for a deadline).
+                done = event.iteration if event.iteration is not None else state.iterations_done
+                live.last_sample = (event.t, int(done))
+                if event.iteration is None:
+                    continue
+            elif event.iteration is None:
+                continue
             elif live.last_sample is not None and event.t > live.last_sample[0]:
                 state.active_s += event.t - live.last_sample[0]
                 live.last_sample = (event.t, event.iteration)
@@ -1066,11 +1072,10 @@ class LocalService:
 
     def _predict_finish(self, live: _Live) -> tuple[float | None, list[float] | None]:
         """When the job finishes at its current core count, from the policy's predictor."""
-        predictor = getattr(self._policy_of(live), "predictor_of", None)
         workers = len(self._units(live))
-        if predictor is None or not workers:
+        if not workers:
             return None, None
-        model = predictor(live.state.job_id)
+        model = self._policy_of(live).predictor_of(live.state.job_id)
         if model is None:
             return None, None
         prediction = model.predict(workers)
@@ -1120,11 +1125,13 @@ class LocalService:
         with self._lock:
             samples = self.store.progress(job_id)  # UnknownJobError for a bad id
             events = self.store.events(job_id)
-            predictor = getattr(self.policy, "predictor_of", None)
-            model = predictor(job_id) if predictor is not None else None
+            live = self._live.get(job_id)
+            policy = self._policy_of(live) if live is not None else self.policy
+            model = policy.predictor_of(job_id)
             predicted: dict[int, tuple[float, float, float]] = {}
             if model is not None:
-                for cpus in range(1, len(self.cores) + 1):
+                workers = len(self._pool(live.spec.gpu)) if live is not None else len(self.cores)
+                for cpus in range(1, workers + 1):
                     guess = model.predict(cpus)
                     predicted[cpus] = (guess.rate, guess.rate_low, guess.rate_high)
         return views.job_speed(job_id, samples, events, predicted)
