@@ -348,7 +348,11 @@ def test_from_curve_uses_the_curves_prior_and_measured_counts(a100):
 
 # (id, model, batch size): tables whose measured curve the three-parameter model misses by
 # several per cent somewhere (ResNet-50 at batch 64: 9 % at 16 GPUs).
-TABLE_SHAPES = [("resnet50-64", "resnet50", 64), ("vgg16-256", "vgg16", 256), ("bert-64", "bert", 64)]
+TABLE_SHAPES = [
+    ("resnet50-64", "resnet50", 64),
+    ("vgg16-256", "vgg16", 256),
+    ("bert-64", "bert", 64),
+]
 
 
 @pytest.mark.parametrize(

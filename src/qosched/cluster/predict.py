@@ -243,9 +243,9 @@ class OnlinePredictor:
     wherever the table has a speed: before any data that is the table itself, after data at one
     count the table scaled to the job's level. Observed times are fitted in the prior's terms
     (divided by the table's deviation from it at their count), so a job running exactly at its
-    table's speeds is predicted exactly at every count. Three parameters cannot follow a measured curve
-    exactly (a 9 % error at 16 GPUs for ResNet-50 at batch 64), and a planner deciding whether a
-    count meets a deadline by 2 % must see the table's speed, not the smooth fit's.
+    table's speeds is predicted exactly at every count. Three parameters cannot follow a measured
+    curve exactly (a 9 % error at 16 GPUs for ResNet-50 at batch 64), and a planner deciding
+    whether a count meets a deadline by 2 % must see the table's speed, not the smooth fit's.
 
     **Band** at confidence ``c``, symmetric in log-rate (``rate / f .. rate * f``):
 
@@ -419,7 +419,9 @@ class OnlinePredictor:
         stats = [self._stats[c] for c in counts]
         # Observed times in the prior model's terms (the table's deviation from the model taken
         # out), so the fit corrects the prior and the table's shape is put back in `predict`.
-        means = [s.iteration_time * self._table_factor(c) for c, s in zip(counts, stats)]
+        means = [
+            s.iteration_time * self._table_factor(c) for c, s in zip(counts, stats, strict=True)
+        ]
         log_scale = sum(
             s.seconds * math.log(mean / self.prior.iteration_time(c))
             for c, s, mean in zip(counts, stats, means, strict=True)
