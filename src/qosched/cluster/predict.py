@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.optimize import nnls
-from scipy.stats import norm
-from scipy.stats import t as student_t
+
+# The quantile functions themselves: scipy.stats' norm.ppf and t.ppf call these, and importing
+# scipy.stats costs about a second at start-up. scipy.optimize (nnls) is imported at first refit.
+from scipy.special import ndtri, stdtrit
 
 from qosched.cluster.throughput import SpeedCurve
 
@@ -133,6 +134,8 @@ def _fit_unchecked(n: np.ndarray, t: np.ndarray, w: np.ndarray) -> IterationTime
     # exact arithmetic, so scaling only helps its conditioning.
     norms = np.sqrt((design * design).sum(axis=0))
     norms[norms == 0.0] = 1.0
+    from scipy.optimize import nnls  # here: a start-up cost only refits pay
+
     solution, _ = nnls(design / norms, root_w)
     compute, comm, overhead = (float(v) for v in solution / norms)
     if compute + overhead <= 0.0:
@@ -181,7 +184,7 @@ def relative_error(predicted: float, actual: float) -> float:
 def _t_quantile(confidence: float, dof: int) -> float:
     # NOTE: cached because scipy's ppf costs about 100 µs, more than the rest of a refit; the
     # caller caps dof at 400 (within 0.2 % of the normal quantile) to keep the cache small.
-    return float(student_t.ppf(0.5 + confidence / 2.0, dof))
+    return float(stdtrit(dof, 0.5 + confidence / 2.0))
 
 
 class _CountStats:
@@ -294,7 +297,7 @@ class OnlinePredictor:
         self.prior_counts = tuple(sorted(set(prior_counts)))
         self.table = table
         self.fit_count = 0
-        self._z = float(norm.ppf(0.5 + confidence / 2.0))
+        self._z = float(ndtri(0.5 + confidence / 2.0))
         self._stats: dict[int, _CountStats] = {}
         self._last: tuple[float, float] | None = None
         self._seconds = 0.0
