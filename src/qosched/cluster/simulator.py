@@ -25,7 +25,7 @@ from qosched.cluster.job import JobSpec
 from qosched.cluster.placement import is_split, place
 from qosched.cluster.policies.base import Policy
 from qosched.cluster.spec import ClusterSpec
-from qosched.cluster.state import ClusterView, Decision, JobState, Phase, Placement
+from qosched.cluster.state import ClusterView, Decision, JobState, Phase
 from qosched.cluster.throughput import ThroughputModel
 from qosched.cluster.traces import Trace, check_job, column_name
 from qosched.core.errors import InputError, SimulationError
@@ -194,7 +194,7 @@ class ClusterSimulator:
         self._settled = 0
         self._decisions = 0
         self._last_decision_s = -math.inf
-        self._seen_placements: set[tuple[str, Placement]] = set()  # the artifact's cache
+        self._seen_placements: set[tuple[int, int]] = set()  # the artifact's GPU-set cache
 
     def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
         job = trace.jobs[index]
@@ -388,13 +388,19 @@ class ClusterSimulator:
         cached amount if its GPU set was seen since the cache was last cleared."""
         seen = self._seen_placements
         cached = {}
-        for state in jobs:
-            if state.workers:
-                # The artifact caches GPU sets; a placement here names nodes and counts, not
-                # GPUs, so a set is taken as seen when this job held this placement before.
-                key = (state.job_id, state.placement)
-                cached[state.job_id] = key in seen
-                seen.add(key)
+        # The artifact re-places every job at every decision, largest first (ties by deadline),
+        # on consecutive GPUs, and caches the GPU sets it has seen (any job's): a job's set is
+        # its first GPU and its count in that packing.
+        running = sorted(
+            (state for state in jobs if state.workers),
+            key=lambda s: (-s.workers, _deadline_or_inf(s), s.spec.submit_s),
+        )
+        first = 0
+        for state in running:
+            key = (first, state.workers)
+            first += state.workers
+            cached[state.job_id] = key in seen
+            seen.add(key)
         if restart_round:
             seen.clear()  # after the overheads were looked up, as the artifact does
         for state in jobs:
@@ -522,6 +528,10 @@ class ClusterSimulator:
             worker_seconds=state.attained_worker_s,
             reallocations=state.reallocations,
         )
+
+
+def _deadline_or_inf(state: JobState) -> float:
+    return math.inf if state.spec.deadline_s is None else state.spec.deadline_s
 
 
 def simulate(
