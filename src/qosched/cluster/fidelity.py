@@ -36,7 +36,9 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
     {
         "elasticflow": ArtifactPeer(
             "ef-accessctrl",
-            MappingProxyType({"admission": "artifact", "spare_order": "artifact"}),
+            MappingProxyType(
+                {"admission": "artifact", "spare_order": "artifact", "share_shape": "artifact"}
+            ),
             "every-decision",
         ),
         "edf": ArtifactPeer("edf", MappingProxyType({"sizing": "artifact"}), "none"),

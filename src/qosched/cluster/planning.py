@@ -228,6 +228,95 @@ def minimum_share(
     return None
 
 
+SHARE_SHAPES = ("front", "artifact")
+
+
+def artifact_share(
+    ladder: Ladder, remaining: float, start: float, deadline: float, p: FreeProfile
+) -> Reservation | None:
+    """The ElasticFlow artifact's minimum share (``scheduler.py`` ``ef_sim_allocation``), taken
+    out of the profile; None, untouched, if no level up to the fastest count meets the deadline.
+
+    For each level ``q`` in increasing order: walk the profile backward from the deadline on
+    ``min(q, free)`` workers until the work is covered, at the start of segment ``point``; the
+    job then runs on the previous (smaller) level from now until ``point`` and on ``q`` from
+    there, until done. It holds fewer workers now than one share from now would, and finishes
+    with no slack when nothing is free before ``point``.
+    """
+    counts = ladder.counts
+    if not counts or deadline <= start:
+        return None
+    fastest = max(counts, key=ladder.rate)
+    previous = 0
+    for level in (g for g in counts if g <= fastest):
+        point = _covered_from(ladder, level, remaining, start, deadline, p)
+        if point is not None:
+            return _reserve_two_levels(ladder, previous, level, point, remaining, start, p)
+        previous = level
+    return None
+
+
+def _covered_from(
+    ladder: Ladder, level: int, remaining: float, start: float, deadline: float, p: FreeProfile
+) -> float | None:
+    """The latest segment start from which ``min(level, free)`` workers do the work by the
+    deadline; None if even ``start`` is too late."""
+    starts, free = p.starts, p.free
+    index = max(bisect.bisect_right(starts, deadline) - 1, 0)
+    end, done = deadline, 0.0
+    while True:
+        begin = max(starts[index], start)
+        if begin < end:
+            count = ladder.within(min(level, free[index]))
+            done += ladder.rate(count) * (end - begin)
+            if done >= remaining * (1 - TOLERANCE) - TOLERANCE:
+                return begin
+        if starts[index] <= start or index == 0:
+            return None
+        end = starts[index]
+        index -= 1
+
+
+def _reserve_two_levels(
+    ladder: Ladder,
+    before: int,
+    after: int,
+    point: float,
+    remaining: float,
+    start: float,
+    p: FreeProfile,
+) -> Reservation:
+    """Run on ``before`` workers until ``point`` and ``after`` from there (each within what is
+    free), from ``start`` until the work is done; take that out of the profile."""
+    p.split(start)
+    p.split(point)
+    starts, free = p.starts, p.free
+    index = bisect.bisect_right(starts, start) - 1
+    done, finish = 0.0, math.inf
+    while True:  # the finish time, before the profile is cut there
+        level = before if starts[index] < point else after
+        rate = ladder.rate(ladder.within(min(level, free[index])))
+        end = starts[index + 1] if index + 1 < len(starts) else math.inf
+        if rate > 0 and done + rate * (end - starts[index]) >= remaining:
+            finish = starts[index] + (remaining - done) / rate
+            break
+        done += rate * (end - starts[index])
+        index += 1
+    first, last = p.split(start), p.split(finish)
+    starts, free = p.starts, p.free
+    reservation: Reservation = []
+    for index in range(first, last):
+        level = before if starts[index] < point else after
+        count = ladder.within(min(level, free[index]))
+        free[index] -= count
+        if reservation and reservation[-1][2] == count:
+            reservation[-1] = (reservation[-1][0], starts[index + 1], count)
+        else:
+            reservation.append((starts[index], starts[index + 1], count))
+    merge(p, first, last)
+    return reservation
+
+
 @dataclass(slots=True)
 class Plan:
     """Reservations of the planned deadline jobs, and the jobs no reservation could satisfy."""
@@ -338,13 +427,17 @@ def plan_demands(
     capacity: int,
     keep: Mapping[str, Reservation] | None = None,
     profile: FreeProfile | None = None,
+    shape: str = "front",
 ) -> Plan:
     """Minimum satisfactory shares in ``order`` on the future free workers.
 
     With ``keep``, a demand whose kept reservation still delivers keeps it, and only the others
     are planned, on what the kept reservations leave. ``profile`` plans on workers already partly
-    taken (it is consumed) instead of the whole ``capacity``.
+    taken (it is consumed) instead of the whole ``capacity``. ``shape`` is how a share is laid
+    out in time: ``front`` (one share from now until done) or ``artifact`` (`artifact_share`).
     """
+    if shape not in SHARE_SHAPES:
+        raise ValueError(f"unknown share shape {shape!r}; use {', '.join(SHARE_SHAPES)}")
     if profile is None:
         profile = FreeProfile(now, capacity)
     plan = Plan()
@@ -376,6 +469,15 @@ def plan_demands(
                 else:
                     to_plan.append(demand)
     for demand in to_plan:
+        if shape == "artifact":
+            reservation = artifact_share(
+                demand.ladder, demand.remaining, demand.start, demand.deadline, profile
+            )
+            if reservation is None:
+                plan.failed.append(demand.job_id)
+            else:
+                plan.reservations[demand.job_id] = reservation
+            continue
         found = minimum_share(
             demand.ladder, demand.remaining, demand.start, demand.deadline, profile
         )

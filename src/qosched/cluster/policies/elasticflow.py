@@ -30,7 +30,9 @@ choices, each an option here (docs/results/fidelity.md): ``admission="artifact"`
 arrival whose joint deadline-ordered plan fails *any* job, an admitted one included, and plans
 from scratch at every decision with no plan in force to fall back on (``estimate_all_jobs``);
 ``spare_order="artifact"`` hands spare workers to waiting jobs first, then to the job whose
-GPU-time grows the *most* per added worker (``allocate_free_gpus``, ``get_marginal``).
+GPU-time grows the *most* per added worker (``allocate_free_gpus``, ``get_marginal``);
+``share_shape="artifact"`` lays a minimum share out as ``ef_sim_allocation`` does
+(`qosched.cluster.planning.artifact_share`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from qosched.cluster.planning import Demand, Ladder, Plan, Reservation, plan_demands
+from qosched.cluster.planning import (
+    SHARE_SHAPES,
+    Demand,
+    Ladder,
+    Plan,
+    Reservation,
+    plan_demands,
+)
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.state import ClusterView, Decision, JobState
 from qosched.cluster.throughput import SpeedCurve
@@ -63,13 +72,18 @@ class ElasticFlow(Policy):
     largest_first = True
     honours_requests = False
 
-    def __init__(self, *, admission: str = "sound", spare_order: str = "gain") -> None:
+    def __init__(
+        self, *, admission: str = "sound", spare_order: str = "gain", share_shape: str = "front"
+    ) -> None:
         if admission not in ("sound", "artifact"):
             raise ValueError(f"unknown admission {admission!r}; use sound or artifact")
         if spare_order not in ("gain", "artifact"):
             raise ValueError(f"unknown spare order {spare_order!r}; use gain or artifact")
+        if share_shape not in SHARE_SHAPES:
+            raise ValueError(f"unknown share shape {share_shape!r}; use front or artifact")
         self.admission = admission
         self.spare_order = spare_order
+        self.share_shape = share_shape
         self._kept: dict[str, Reservation] = {}  # reservations of the plan in force
         self._failed: set[str] = set()  # deadline jobs the plan in force cannot satisfy
         # The plan made while admitting, reused by the allocation at the same instant.
@@ -83,7 +97,9 @@ class ElasticFlow(Policy):
     ) -> Plan:
         """Deadline order on measured speeds."""
         demands = [Demand.of_job(job, _ladder(job.curve), view) for job in jobs]
-        return plan_demands(demands, view.now, view.cluster.total_workers, keep)
+        return plan_demands(
+            demands, view.now, view.cluster.total_workers, keep, shape=self.share_shape
+        )
 
     def _best_plan(self, jobs: Sequence[JobState], view: ClusterView) -> Plan:
         """A fresh plan; when it fails a job the plan in force did not, the plan in force (kept
