@@ -404,3 +404,16 @@ def test_planning_shortcuts_change_no_decision(load, seed):
     ]
     for mine, theirs in zip(outcomes, reference, strict=True):
         assert mine.finish_s == pytest.approx(theirs.finish_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("overhead", "wake"), [(0.0, 600.0), (2.0, None)], ids=["free-decisions", "costly-decisions"]
+)
+def test_qos_ticks_only_where_deciding_costs_running_jobs_nothing(overhead, wake):
+    """One best-effort job alone on the node: no plan changes, so the only wake is the tick, and
+    where every decision costs every running job progress there is none."""
+    best_effort = state(job("be", 0.0, 10_000))
+    view = ClusterView(0.0, ONE_NODE, (best_effort,), 30.0, decision_overhead_s=overhead)
+    policy = create_policy("qos")
+    policy.admit(best_effort, view)
+    assert policy.allocate(view).wake_at == wake

@@ -311,8 +311,17 @@ class ClusterSimulator:
             )
 
     def _view(self) -> ClusterView:
+        overhead = 0.0
+        if self.config.restart_model == "every-decision":  # the least a decision costs a job
+            overhead = artifact_overhead_s(
+                1, self.cluster.total_workers, restart=False, cached=True
+            )
         return ClusterView(
-            self.engine.now, self.cluster, tuple(self._active.values()), self.config.restart_pause_s
+            self.engine.now,
+            self.cluster,
+            tuple(self._active.values()),
+            self.config.restart_pause_s,
+            overhead,
         )
 
     def _advance_progress(self) -> None:

@@ -92,6 +92,9 @@ class ClusterView:
     cluster: ClusterSpec
     jobs: Sequence[JobState]
     restart_pause_s: float = 0.0
+    # Seconds of progress every running job loses at every decision, whatever it changes (the
+    # ElasticFlow artifact's cost model; 0 in every real backend): deciding often is not free.
+    decision_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

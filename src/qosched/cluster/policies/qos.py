@@ -444,7 +444,9 @@ class QualityOfService(Policy):
         for job in view.jobs:
             if workers.get(job.job_id, 0) != job.workers:
                 self._jobs[job.job_id].last_change_s = now
-        wake = now + self.tick_s
+        # The tick re-plans on fresher predictions. Where every decision costs every running job
+        # progress (view.decision_overhead_s), only events and plan changes wake the policy.
+        wake = now + self.tick_s if not view.decision_overhead_s else math.inf
         for changing in (plan, hopeful):
             change = changing.next_change(now)
             if change is not None:
@@ -452,7 +454,7 @@ class QualityOfService(Policy):
         order = sorted(workers, key=lambda job_id: -workers[job_id])
         return Decision(
             {job_id: workers[job_id] for job_id in order if workers[job_id]},
-            wake,
+            None if math.isinf(wake) else wake,
             pinned=self._tight(view, workers),
         )
 
