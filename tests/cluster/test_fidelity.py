@@ -152,11 +152,12 @@ def test_artifact_fidelity_sets_the_peer_and_its_simulator(name):
     peer = ARTIFACT_PEERS[name]
     policy, config = configure(name, "artifact", SimConfig())
     assert policy.name == name
-    assert (config.restart_model, config.decision_slot_s, config.restart_pause_s) == (
-        peer.restart_model,
-        60.0,
-        0.0,
-    )
+    assert (
+        config.restart_model,
+        config.decision_slot_s,
+        config.restart_pause_s,
+        config.cross_node_factor,
+    ) == (peer.restart_model, 60.0, 0.0, 1.0)
 
 
 def test_sound_fidelity_changes_nothing():
@@ -167,11 +168,12 @@ def test_sound_fidelity_changes_nothing():
 
 def test_a_policy_without_an_artifact_runs_in_the_artifact_elasticflows_simulator():
     _, config = configure("qos", "artifact", SimConfig())
-    assert (config.restart_model, config.decision_slot_s, config.restart_pause_s) == (
-        "every-decision",
-        60.0,
-        30.0,
-    )
+    assert (
+        config.restart_model,
+        config.decision_slot_s,
+        config.restart_pause_s,
+        config.cross_node_factor,
+    ) == ("every-decision", 60.0, 30.0, 1.0)
 
 
 def test_unknown_fidelity_is_refused():

@@ -61,15 +61,20 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         )
     if fidelity == "sound":
         return create_policy(name), config
+    # The artifact's simulation speeds come from the tables alone: a split job is not slowed.
     peer = ARTIFACT_PEERS.get(name)
     if peer is None:
         return create_policy(name), replace(
-            config, restart_model=OTHERS_RESTART_MODEL, decision_slot_s=ARTIFACT_SLOT_S
+            config,
+            restart_model=OTHERS_RESTART_MODEL,
+            decision_slot_s=ARTIFACT_SLOT_S,
+            cross_node_factor=1.0,
         )
     artifact_config = replace(
         config,
         restart_model=peer.restart_model,
         decision_slot_s=ARTIFACT_SLOT_S,
         restart_pause_s=0.0,  # the artifact's planners budget no overhead
+        cross_node_factor=1.0,
     )
     return create_policy(name, **peer.options), artifact_config
