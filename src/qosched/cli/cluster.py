@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from qosched.cluster import importers
 from qosched.cluster.fidelity import FIDELITIES, configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.metrics import Summary, summarize, write_job_csv
@@ -321,7 +322,43 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
 # -- qosched trace generate ----------------------------------------------------------------------
 
 
+def add_trace_import(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "import",
+        help="make a deadline trace from an ITP, Helios, Philly or Alibaba PAI cluster trace",
+        description=importers.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("source", help="the public trace file")
+    parser.add_argument("--from", dest="fmt", choices=importers.IMPORT_FORMATS, required=True)
+    parser.add_argument("--out", required=True, help="CSV file to write")
+    parser.add_argument("--format", choices=("qosched", "elasticflow"), default="elasticflow")
+    parser.add_argument("--throughputs", default="A100", metavar="DIR|A100|T4|CPU")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tightness",
+        type=float,
+        nargs=2,
+        default=(0.5, 1.5),
+        metavar=("LOW", "HIGH"),
+        help="deadline = submission + U(LOW, HIGH) x run time (default 0.5 1.5, ElasticFlow's)",
+    )
+    parser.set_defaults(run=run_trace_import)
+
+
+def run_trace_import(args: argparse.Namespace) -> int:
+    throughputs = _throughputs(args.throughputs)
+    jobs = importers.import_trace(
+        args.source, args.fmt, throughputs, seed=args.seed, tightness=tuple(args.tightness)
+    )
+    write_trace(jobs, args.out, layout=args.format)
+    _err_console().print(f"{len(jobs)} jobs written to {args.out}")
+    return 0
+
+
 def add_trace_generate(commands: argparse._SubParsersAction) -> None:
+    """``trace generate``, and ``trace import`` beside it (both make traces)."""
+    add_trace_import(commands)
     d = GeneratorConfig()
     parser = commands.add_parser(
         "generate", help="write a synthetic trace (Poisson arrivals, lognormal durations)"

@@ -118,6 +118,14 @@ def read_trace(path: str | Path, throughputs: ThroughputModel | None = None) -> 
             layout, columns = "qosched", _resolve_columns(header, QOSCHED_COLUMNS, path, set())
         elif any(name in header for name in ELASTICFLOW_COLUMNS["submit"]):
             layout = "elasticflow"
+            if "model_name" not in header and "duration" in header and "num_gpu" in header:
+                raise InputError(
+                    "a cluster trace of run times (no model_name, iterations or deadline), like "
+                    "the ITP release's raw traces; make a deadline trace from it with "
+                    "`qosched trace import --from itp`",
+                    source=path,
+                    line=1,
+                )
             columns = _resolve_columns(header, ELASTICFLOW_COLUMNS, path, {"duration"})
         else:
             raise InputError(
