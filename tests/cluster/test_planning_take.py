@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from qosched.cluster.planning import FreeProfile, take
+import random
+
+import pytest
+
+from qosched.cluster.planning import FreeProfile, take, take_all
 
 
 def segments(profile: FreeProfile) -> list[tuple[float, int]]:
@@ -31,3 +35,48 @@ def test_parts_that_ended_or_hold_nothing_are_ignored():
     assert take([(0.0, 5.0, 4), (5.0, 9.0, 0), (9.0, 12.0, 1)], 6.0, profile)
     after = {start: free for start, free in segments(profile)}
     assert after[0.0] == 4 and after[9.0] == 3 and after[12.0] == 4
+
+
+def _random_reservations(seed: int, count: int) -> list[list[tuple[float, float, int]]]:
+    rng = random.Random(seed)
+    reservations = []
+    for _ in range(count):
+        reservation, start = [], float(rng.randrange(0, 50))
+        for _ in range(rng.randrange(1, 4)):
+            end = start + rng.randrange(1, 30)
+            reservation.append((start, end, rng.choice((0, 1, 2, 4, 8))))
+            start = end
+        reservations.append(reservation)
+    return reservations
+
+
+@pytest.mark.parametrize(
+    ("seed", "now"), [(1, 0.0), (2, 10.0), (3, 25.5), (4, 40.0)], ids=["s1", "s2", "s3", "s4"]
+)
+def test_take_all_gives_the_profile_of_taking_each_in_turn(seed, now):
+    reservations = _random_reservations(seed, 12)
+    one_by_one = FreeProfile(now, 1000)
+    for reservation in reservations:
+        assert take(reservation, now, one_by_one)
+    at_once = FreeProfile(now, 1000)
+    assert take_all(reservations, now, at_once)
+    assert segments(at_once) == segments(one_by_one)
+
+
+def test_take_all_refuses_reservations_that_exceed_the_workers_together():
+    profile = FreeProfile(0.0, 8)
+    assert not take_all([[(0.0, 10.0, 6)], [(5.0, 15.0, 4)]], 0.0, profile)
+    assert segments(profile) == [(0.0, 8)]
+
+
+def test_take_all_of_nothing_leaves_the_profile_as_it_was():
+    profile = FreeProfile(0.0, 8)
+    assert take_all([[(0.0, 5.0, 0)], [(0.0, 3.0, 2)]], 4.0, profile)
+    assert segments(profile) == [(0.0, 8)]
+
+
+def test_take_all_needs_a_fresh_profile():
+    profile = FreeProfile(0.0, 8)
+    assert take([(0.0, 10.0, 4)], 0.0, profile)
+    with pytest.raises(ValueError, match="nothing taken"):
+        take_all([[(0.0, 10.0, 2)]], 0.0, profile)

@@ -346,6 +346,51 @@ def test_from_curve_uses_the_curves_prior_and_measured_counts(a100):
     assert predictor.prior_counts == (1, 2, 4, 8)
 
 
+# (id, model, batch size): tables whose measured curve the three-parameter model misses by
+# several per cent somewhere (ResNet-50 at batch 64: 9 % at 16 GPUs).
+TABLE_SHAPES = [
+    ("resnet50-64", "resnet50", 64),
+    ("vgg16-256", "vgg16", 256),
+    ("bert-64", "bert", 64),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "batch"), [case[1:] for case in TABLE_SHAPES], ids=[c[0] for c in TABLE_SHAPES]
+)
+def test_from_curve_predicts_the_table_itself_before_any_data(a100, model, batch):
+    curve = a100.curve(model, batch)
+    predictor = OnlinePredictor.from_curve(curve)
+    for g in range(1, curve.max_workers + 1):
+        if curve.available(g):
+            assert predictor.predict(g).rate == pytest.approx(curve.rate(g), rel=1e-12), g
+
+
+@pytest.mark.parametrize(
+    ("model", "batch"), [case[1:] for case in TABLE_SHAPES], ids=[c[0] for c in TABLE_SHAPES]
+)
+def test_a_job_at_a_multiple_of_its_table_is_predicted_at_that_multiple_everywhere(
+    a100, model, batch
+):
+    """Data at two counts, the job 10 % faster than its table at both: every measured count
+    is predicted 10 % faster than the table, not the smooth model's shape times 1.1."""
+    curve = a100.curve(model, batch)
+    predictor = OnlinePredictor.from_curve(curve)
+    counts = curve.measured
+    time_s = iterations = 0.0
+    predictor.observe(time_s, iterations, 0)
+    for g in (counts[0], counts[0], counts[-1], counts[-1]):
+        time_s += 100.0
+        iterations += 1.1 * curve.rate(g) * 100.0
+        predictor.observe(time_s, iterations, g)
+    for g in counts:
+        assert predictor.predict(g).rate == pytest.approx(1.1 * curve.rate(g), rel=1e-6), g
+
+
+def test_without_a_table_predictions_follow_the_model(prior):
+    assert OnlinePredictor(prior).predict(16).rate == pytest.approx(prior.rate(16))
+
+
 def test_predict_rejects_fewer_than_one_worker(prior):
     with pytest.raises(ValueError, match="worker count"):
         OnlinePredictor(prior).predict(0)

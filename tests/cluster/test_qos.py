@@ -359,3 +359,61 @@ def test_qos_same_trace_config_and_seed_give_identical_runs():
         second.allocation_timeline,
         second.decisions,
     )
+
+
+# --- planning shortcuts: the same decisions, cheaper ---------------------------------------------
+
+
+class _PlansEverything(QualityOfService):
+    """qos without its planning shortcuts: every guarantee re-plans all guaranteed jobs, and the
+    fresh plan is always made when the kept one fails a job."""
+
+    def _best_plan_with(self, job, guaranteed, view):
+        return self._best_plan([*guaranteed, job], view)
+
+    def _overfull(self, job, before, view):
+        return False
+
+
+class _CountsShortcuts(QualityOfService):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pruned = 0
+
+    def _overfull(self, job, before, view):
+        overfull = super()._overfull(job, before, view)
+        self.pruned += overfull
+        return overfull
+
+
+@pytest.mark.parametrize(
+    ("load", "seed"), [(1.0, 3), (2.0, 4), (4.0, 5)], ids=["load-1", "load-2", "load-4"]
+)
+def test_planning_shortcuts_change_no_decision(load, seed):
+    tables = ThroughputModel.bundled("A100")
+    cluster = ClusterSpec.from_flags(4, 8)
+    jobs = generate_trace(
+        GeneratorConfig(jobs=80, load=load, cluster_workers=32, seed=seed), tables
+    )
+    fast = _CountsShortcuts()
+    outcomes = simulate(cluster, tables, fast, jobs).outcomes
+    reference = simulate(cluster, tables, _PlansEverything(), jobs).outcomes
+    assert fast.pruned > 0  # the shortcut was taken, so the comparison means something
+    assert [(o.job_id, o.declined, o.met_deadline, o.reallocations) for o in outcomes] == [
+        (o.job_id, o.declined, o.met_deadline, o.reallocations) for o in reference
+    ]
+    for mine, theirs in zip(outcomes, reference, strict=True):
+        assert mine.finish_s == pytest.approx(theirs.finish_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("overhead", "wake"), [(0.0, 600.0), (2.0, None)], ids=["free-decisions", "costly-decisions"]
+)
+def test_qos_ticks_only_where_deciding_costs_running_jobs_nothing(overhead, wake):
+    """One best-effort job alone on the node: no plan changes, so the only wake is the tick, and
+    where every decision costs every running job progress there is none."""
+    best_effort = state(job("be", 0.0, 10_000))
+    view = ClusterView(0.0, ONE_NODE, (best_effort,), 30.0, decision_overhead_s=overhead)
+    policy = create_policy("qos")
+    policy.admit(best_effort, view)
+    assert policy.allocate(view).wake_at == wake

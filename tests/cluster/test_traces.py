@@ -261,6 +261,13 @@ EF_BAD_ROWS = [
     ("negative-duration", "b,10,100,resnet50,5000,64,4,-1", "duration"),
     ("nan-duration", "b,10,100,resnet50,5000,64,4,nan", "duration"),
     ("inf-duration", "b,10,100,resnet50,5000,64,4,inf", "duration"),
+    ("iteration-at-count-limit", "b,10,9007199254740992,resnet50,5000,64,4,3600", "iteration"),
+    ("iteration-huge", "b,10,1e300,resnet50,5000,64,4,3600", "iteration"),
+    ("workers-at-count-limit", "b,10,100,resnet50,5000,64,9007199254740992,3600", "num_gpu"),
+    ("batch-size-huge", "b,10,100,resnet50,5000,1e20,4,3600", "batch_size"),
+    ("submit-after-year-9999", "b,1e12,100,resnet50,2e12,64,4,3600", "submit_time"),
+    ("deadline-after-year-9999", "b,10,100,resnet50,1e12,64,4,3600", "ddl"),
+    ("duration-after-year-9999", "b,10,100,resnet50,5000,64,4,1e12", "duration"),
 ]
 
 
@@ -359,24 +366,53 @@ def test_qosched_missing_column_is_named(tmp_path, missing):
     assert missing in str(error)
 
 
-# (id, column already in EF_HEADER, second name for it, value of the second column)
+# (id, extra column, its value, the field it names, the value read): when a file names a field
+# twice, the ElasticFlow artifact's precedence decides (iteration before num_iteration and
+# real_iteration, submission_time before submit_time, deadline before ddl). EF_GOOD_ROW has
+# submit_time 0, iteration 100 and ddl 5000.
 TWO_NAMES = [
-    ("ddl-and-deadline", "ddl", "deadline", "5000"),
-    ("submit_time-and-submission_time", "submit_time", "submission_time", "0"),
-    ("iteration-and-num_iteration", "iteration", "num_iteration", "100"),
+    ("iteration-over-real_iteration", "real_iteration", "7", "iterations", 100),
+    ("iteration-over-num_iteration", "num_iteration", "7", "iterations", 100),
+    ("submission_time-over-submit_time", "submission_time", "20", "submit_s", 20.0),
+    ("deadline-over-ddl", "deadline", "6000", "deadline_s", 6000.0),
 ]
 
 
 @pytest.mark.parametrize(
-    ("first", "second", "value"),
+    ("second", "value", "attribute", "expected"),
     [case[1:] for case in TWO_NAMES],
     ids=[case[0] for case in TWO_NAMES],
 )
-def test_two_names_for_one_column_raise(tmp_path, first, second, value):
+def test_two_names_for_one_field_read_as_the_artifact_does(
+    tmp_path, second, value, attribute, expected
+):
     path = write(tmp_path, [f"{EF_HEADER},{second}", f"{EF_GOOD_ROW},{value}"])
-    error = raises_at(path, 1, None)
-    assert first in str(error)
-    assert second in str(error)
+    assert getattr(read_trace(path).jobs[0], attribute) == expected
+
+
+def test_real_iteration_alone_is_read(tmp_path):
+    header = EF_HEADER.replace("iteration", "real_iteration")
+    path = write(tmp_path, [header, EF_GOOD_ROW])
+    assert read_trace(path).jobs[0].iterations == 100
+
+
+def test_philly_layout_reads_iteration_and_duration(tmp_path):
+    """The header of the artifact's philly_103959.csv, with its first row."""
+    path = write(
+        tmp_path,
+        [
+            "job_id,submit_time,real_iteration,model_name,ddl,batch_size,num_gpu,real_duration,"
+            "duration,iteration",
+            "0,0,1282877,vgg16,771220,256,1,976570,976570,1282000",
+        ],
+    )
+    job = read_trace(path).jobs[0]
+    assert (job.iterations, job.deadline_s, job.duration_s) == (1282000, 771220.0, 976570.0)
+
+
+def test_a_column_named_twice_in_the_header_raises(tmp_path):
+    path = write(tmp_path, [f"{EF_HEADER},num_gpu", f"{EF_GOOD_ROW},8"])
+    raises_at(path, 1, "num_gpu")
 
 
 def test_unrecognised_header_raises_on_line_1(tmp_path):

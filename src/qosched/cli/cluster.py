@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from qosched.cluster import importers
+from qosched.cluster.fidelity import FIDELITIES, configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.metrics import Summary, summarize, write_job_csv
 from qosched.cluster.policies import create_policy, policy_names
@@ -85,8 +87,10 @@ def run_policies(
     names: Sequence[str],
     config: SimConfig,
     show_progress: bool,
+    fidelity: str = "sound",
 ) -> list[SimResult]:
-    """Run each policy on the trace, with a progress bar on stderr when asked."""
+    """Run each policy on the trace, with a progress bar on stderr when asked; ``fidelity``
+    as in :mod:`qosched.cluster.fidelity`."""
     results = []
     progress = (
         Progress(
@@ -110,8 +114,9 @@ def run_policies(
                     if done % 50 == 0 or done == total:
                         progress.update(task, completed=done)
 
+            policy, policy_config = configure(name, fidelity, config)
             results.append(
-                simulate(cluster, throughputs, create_policy(name), trace, config, on_progress)
+                simulate(cluster, throughputs, policy, trace, policy_config, on_progress)
             )
     return results
 
@@ -272,6 +277,14 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
         default=0.0,
         help="relative speed noise redrawn at every decision (default 0)",
     )
+    parser.add_argument(
+        "--fidelity",
+        choices=FIDELITIES,
+        default="sound",
+        help="sound (default): plans budget the restart pauses jobs pay; artifact: every peer "
+        "policy and the simulator behave as the peers' published artifacts do (restart "
+        "overheads, 60 s decision slot, admission, sizing); see docs/results/fidelity.md",
+    )
     _add_sim_options(parser)
     parser.set_defaults(run=run_sim_cluster)
 
@@ -293,7 +306,13 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
     names = _policies(args.policy or ["qos"])
     trace = read_trace(args.trace, throughputs)
     results = run_policies(
-        cluster, throughputs, trace, names, _config(args), show_progress=sys.stderr.isatty()
+        cluster,
+        throughputs,
+        trace,
+        names,
+        _config(args),
+        show_progress=sys.stderr.isatty(),
+        fidelity=args.fidelity,
     )
     title = f"{Path(args.trace).name}: {len(trace.jobs)} jobs on {cluster.describe()}"
     report(results, as_json=args.json, title=title, plot_dir=args.plot, jobs_csv_dir=args.jobs_csv)
@@ -303,7 +322,43 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
 # -- qosched trace generate ----------------------------------------------------------------------
 
 
+def add_trace_import(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "import",
+        help="make a deadline trace from an ITP, Helios, Philly or Alibaba PAI cluster trace",
+        description=importers.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("source", help="the public trace file")
+    parser.add_argument("--from", dest="fmt", choices=importers.IMPORT_FORMATS, required=True)
+    parser.add_argument("--out", required=True, help="CSV file to write")
+    parser.add_argument("--format", choices=("qosched", "elasticflow"), default="elasticflow")
+    parser.add_argument("--throughputs", default="A100", metavar="DIR|A100|T4|CPU")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tightness",
+        type=float,
+        nargs=2,
+        default=(0.5, 1.5),
+        metavar=("LOW", "HIGH"),
+        help="deadline = submission + U(LOW, HIGH) x run time (default 0.5 1.5, ElasticFlow's)",
+    )
+    parser.set_defaults(run=run_trace_import)
+
+
+def run_trace_import(args: argparse.Namespace) -> int:
+    throughputs = _throughputs(args.throughputs)
+    jobs = importers.import_trace(
+        args.source, args.fmt, throughputs, seed=args.seed, tightness=tuple(args.tightness)
+    )
+    write_trace(jobs, args.out, layout=args.format)
+    _err_console().print(f"{len(jobs)} jobs written to {args.out}")
+    return 0
+
+
 def add_trace_generate(commands: argparse._SubParsersAction) -> None:
+    """``trace generate``, and ``trace import`` beside it (both make traces)."""
+    add_trace_import(commands)
     d = GeneratorConfig()
     parser = commands.add_parser(
         "generate", help="write a synthetic trace (Poisson arrivals, lognormal durations)"

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from qosched.cluster.state import ClusterView, JobState
 
@@ -163,6 +165,37 @@ def take(reservation: Reservation, now: float, p: FreeProfile) -> bool:
     return True
 
 
+def take_all(reservations: Sequence[Reservation], now: float, p: FreeProfile) -> bool:
+    """Take every reservation (from ``now`` on) out of a profile with no reservation in it yet;
+    False, untouched, if together they exceed its workers somewhere.
+
+    The same profile, segment for segment, as ``take`` of each in turn when all of them fit:
+    one sweep over sorted boundaries instead of a walk of the profile per reservation.
+    """
+    if len(p.starts) != 1:
+        raise ValueError("take_all needs a profile with nothing taken from it yet")
+    capacity = p.free[0]
+    segments = [
+        (start if start > now else now, end, count)
+        for reservation in reservations
+        for start, end, count in reservation
+        if end > now and count
+    ]
+    if not segments:
+        return True
+    table = np.array(segments, dtype=float)
+    times = np.unique(np.concatenate(([p.starts[0]], table[:, 0], table[:, 1])))
+    delta = np.zeros(len(times) + 1)
+    np.add.at(delta, np.searchsorted(times, table[:, 0]), table[:, 2])
+    np.add.at(delta, np.searchsorted(times, table[:, 1]), -table[:, 2])
+    used = np.cumsum(delta[:-1])
+    if used.max() > capacity:
+        return False
+    p.starts = times.tolist()
+    p.free = (capacity - used.astype(np.int64)).tolist()
+    return True
+
+
 def delivers(
     ladder: Ladder, reservation: Reservation, remaining: float, start: float, deadline: float
 ) -> bool:
@@ -193,6 +226,95 @@ def minimum_share(
         if finish is not None:
             return share, finish
     return None
+
+
+SHARE_SHAPES = ("front", "artifact")
+
+
+def artifact_share(
+    ladder: Ladder, remaining: float, start: float, deadline: float, p: FreeProfile
+) -> Reservation | None:
+    """The ElasticFlow artifact's minimum share (``scheduler.py`` ``ef_sim_allocation``), taken
+    out of the profile; None, untouched, if no level up to the fastest count meets the deadline.
+
+    For each level ``q`` in increasing order: walk the profile backward from the deadline on
+    ``min(q, free)`` workers until the work is covered, at the start of segment ``point``; the
+    job then runs on the previous (smaller) level from now until ``point`` and on ``q`` from
+    there, until done. It holds fewer workers now than one share from now would, and finishes
+    with no slack when nothing is free before ``point``.
+    """
+    counts = ladder.counts
+    if not counts or deadline <= start:
+        return None
+    fastest = max(counts, key=ladder.rate)
+    previous = 0
+    for level in (g for g in counts if g <= fastest):
+        point = _covered_from(ladder, level, remaining, start, deadline, p)
+        if point is not None:
+            return _reserve_two_levels(ladder, previous, level, point, remaining, start, p)
+        previous = level
+    return None
+
+
+def _covered_from(
+    ladder: Ladder, level: int, remaining: float, start: float, deadline: float, p: FreeProfile
+) -> float | None:
+    """The latest segment start from which ``min(level, free)`` workers do the work by the
+    deadline; None if even ``start`` is too late."""
+    starts, free = p.starts, p.free
+    index = max(bisect.bisect_right(starts, deadline) - 1, 0)
+    end, done = deadline, 0.0
+    while True:
+        begin = max(starts[index], start)
+        if begin < end:
+            count = ladder.within(min(level, free[index]))
+            done += ladder.rate(count) * (end - begin)
+            if done >= remaining * (1 - TOLERANCE) - TOLERANCE:
+                return begin
+        if starts[index] <= start or index == 0:
+            return None
+        end = starts[index]
+        index -= 1
+
+
+def _reserve_two_levels(
+    ladder: Ladder,
+    before: int,
+    after: int,
+    point: float,
+    remaining: float,
+    start: float,
+    p: FreeProfile,
+) -> Reservation:
+    """Run on ``before`` workers until ``point`` and ``after`` from there (each within what is
+    free), from ``start`` until the work is done; take that out of the profile."""
+    p.split(start)
+    p.split(point)
+    starts, free = p.starts, p.free
+    index = bisect.bisect_right(starts, start) - 1
+    done, finish = 0.0, math.inf
+    while True:  # the finish time, before the profile is cut there
+        level = before if starts[index] < point else after
+        rate = ladder.rate(ladder.within(min(level, free[index])))
+        end = starts[index + 1] if index + 1 < len(starts) else math.inf
+        if rate > 0 and done + rate * (end - starts[index]) >= remaining:
+            finish = starts[index] + (remaining - done) / rate
+            break
+        done += rate * (end - starts[index])
+        index += 1
+    first, last = p.split(start), p.split(finish)
+    starts, free = p.starts, p.free
+    reservation: Reservation = []
+    for index in range(first, last):
+        level = before if starts[index] < point else after
+        count = ladder.within(min(level, free[index]))
+        free[index] -= count
+        if reservation and reservation[-1][2] == count:
+            reservation[-1] = (reservation[-1][0], starts[index + 1], count)
+        else:
+            reservation.append((starts[index], starts[index + 1], count))
+    merge(p, first, last)
+    return reservation
 
 
 @dataclass(slots=True)
@@ -305,31 +427,57 @@ def plan_demands(
     capacity: int,
     keep: Mapping[str, Reservation] | None = None,
     profile: FreeProfile | None = None,
+    shape: str = "front",
 ) -> Plan:
     """Minimum satisfactory shares in ``order`` on the future free workers.
 
     With ``keep``, a demand whose kept reservation still delivers keeps it, and only the others
     are planned, on what the kept reservations leave. ``profile`` plans on workers already partly
-    taken (it is consumed) instead of the whole ``capacity``.
+    taken (it is consumed) instead of the whole ``capacity``. ``shape`` is how a share is laid
+    out in time: ``front`` (one share from now until done) or ``artifact`` (`artifact_share`).
     """
+    if shape not in SHARE_SHAPES:
+        raise ValueError(f"unknown share shape {shape!r}; use {', '.join(SHARE_SHAPES)}")
     if profile is None:
         profile = FreeProfile(now, capacity)
     plan = Plan()
     ordered = sorted(demands, key=lambda d: d.order)
     to_plan = ordered
     if keep:
-        to_plan = []
-        for demand in ordered:
-            reservation = keep.get(demand.job_id)
-            if (
-                reservation is not None
-                and demand.delivered_by(reservation)
-                and take(reservation, now, profile)
-            ):
-                plan.reservations[demand.job_id] = reservation
-            else:
-                to_plan.append(demand)
+        delivering = [
+            demand
+            for demand in ordered
+            if (reservation := keep.get(demand.job_id)) is not None
+            and demand.delivered_by(reservation)
+        ]
+        # All at once when they fit together on a fresh profile (what taking each in turn
+        # gives when none misfits); otherwise one by one, a misfit re-planned.
+        if len(profile.starts) == 1 and take_all(
+            [keep[d.job_id] for d in delivering], now, profile
+        ):
+            taken = {d.job_id for d in delivering}
+            to_plan = [demand for demand in ordered if demand.job_id not in taken]
+            for demand in delivering:
+                plan.reservations[demand.job_id] = keep[demand.job_id]
+        else:
+            to_plan = []
+            delivers_now = {d.job_id for d in delivering}
+            for demand in ordered:
+                reservation = keep.get(demand.job_id)
+                if demand.job_id in delivers_now and take(reservation, now, profile):
+                    plan.reservations[demand.job_id] = reservation
+                else:
+                    to_plan.append(demand)
     for demand in to_plan:
+        if shape == "artifact":
+            reservation = artifact_share(
+                demand.ladder, demand.remaining, demand.start, demand.deadline, profile
+            )
+            if reservation is None:
+                plan.failed.append(demand.job_id)
+            else:
+                plan.reservations[demand.job_id] = reservation
+            continue
         found = minimum_share(
             demand.ladder, demand.remaining, demand.start, demand.deadline, profile
         )

@@ -6,6 +6,10 @@ count, times ``cross_node_factor`` when it spans more nodes than it needs. Any c
 job's workers (resize, move, preemption and resume) costs ``restart_pause_s`` of no progress while
 it holds the new workers: the stop-checkpoint-restart cycle of data-parallel training. A job's
 first start is free.
+
+``SimConfig.restart_model`` swaps that for the cost models of the ElasticFlow artifact's simulator
+(``scheduler/utils.py`` ``estimate_overhead``), and ``decision_slot_s`` for its 60 s decision slot;
+``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md).
 """
 
 from __future__ import annotations
@@ -32,6 +36,32 @@ _EVENT_PRIORITY, _DECIDE_PRIORITY = 0, 1
 # Fraction of a job's iterations below which what is left is float rounding, not work.
 _DONE_TOLERANCE = 1e-9
 
+#: How restarts cost progress. "pause": ``restart_pause_s`` whenever a started job's workers
+#: change. The ElasticFlow artifact's models: "every-decision" (its ElasticFlow: every running
+#: job loses a start-up overhead at every decision, less when its GPU set was seen before),
+#: "on-start" (its Tiresias: a job loses the overhead when it starts or resumes), "none" (its EDF).
+RESTART_MODELS = ("pause", "every-decision", "on-start", "none")
+#: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
+#: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
+ARTIFACT_RESTART_EVERY = 60
+
+
+def artifact_overhead_s(
+    workers: int, cluster_workers: int, *, restart: bool, cached: bool
+) -> float:
+    """The ElasticFlow artifact's start-up overhead of a job on ``workers`` GPUs (seconds).
+
+    2 s (7 s on a cluster of 256 GPUs or more) when its GPU set is cached; otherwise plus 27 s
+    (47 s on 256+) on a restart round, plus 2 (log2 workers + 1) s.
+    """
+    large = cluster_workers >= 256
+    overhead = 7.0 if large else 2.0
+    if cached:
+        return overhead
+    if restart:
+        overhead += 47.0 if large else 27.0
+    return overhead + 2.0 * (math.log2(workers) + 1.0)
+
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
@@ -52,8 +82,25 @@ class SimConfig:
     scaling_sigma: float = 0.0
     noise: float = 0.0
     seed: int = 0
+    # See RESTART_MODELS. Under a model other than "pause", ``restart_pause_s`` is only what
+    # policies are told to budget per change (``ClusterView.restart_pause_s``), not charged.
+    restart_model: str = "pause"
+    # 0: a decision at every event. Otherwise no decision (and no arrival) within this many
+    # seconds after the last decision: events in between wait for it, as in the ElasticFlow
+    # artifact's event loop, which moves events within one slot of the last to its end.
+    decision_slot_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.restart_model not in RESTART_MODELS:
+            raise InputError(
+                f"unknown restart model {self.restart_model!r}; use {', '.join(RESTART_MODELS)}",
+                field="restart_model",
+            )
+        if not (math.isfinite(self.decision_slot_s) and 0 <= self.decision_slot_s <= 86400):
+            raise InputError(
+                f"must be in [0, 86400] seconds, got {self.decision_slot_s}",
+                field="decision_slot_s",
+            )
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -146,6 +193,8 @@ class ClusterSimulator:
         self._progress_at = -math.inf
         self._settled = 0
         self._decisions = 0
+        self._last_decision_s = -math.inf
+        self._seen_placements: set[tuple[int, int]] = set()  # the artifact's GPU-set cache
 
     def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
         job = trace.jobs[index]
@@ -193,12 +242,22 @@ class ClusterSimulator:
         state = self._arrivals[self._next_arrival]
         self.engine.schedule(
             self._on_arrival,
-            at=state.spec.submit_s,
+            at=max(state.spec.submit_s, self.engine.now),  # later: held back by a decision slot
             priority=_EVENT_PRIORITY,
             label=f"arrival {state.job_id}",
         )
 
+    def _slot_open_s(self) -> float:
+        """The earliest time the next decision may be made."""
+        return self._last_decision_s + self.config.decision_slot_s
+
     def _on_arrival(self) -> None:
+        if self.engine.now < self._slot_open_s():
+            # Within the slot of the last decision: the artifact handles it at the slot's end.
+            self.engine.schedule(
+                self._on_arrival, at=self._slot_open_s(), priority=_EVENT_PRIORITY, label="arrival"
+            )
+            return
         state = self._arrivals[self._next_arrival]
         self._next_arrival += 1
         if self._next_arrival < len(self._arrivals):
@@ -245,12 +304,24 @@ class ClusterSimulator:
     def _request_decision(self) -> None:
         if self._decide_event is None:
             self._decide_event = self.engine.schedule(
-                self._decide, delay=0.0, priority=_DECIDE_PRIORITY, label="decide"
+                self._decide,
+                at=max(self.engine.now, self._slot_open_s()),
+                priority=_DECIDE_PRIORITY,
+                label="decide",
             )
 
     def _view(self) -> ClusterView:
+        overhead = 0.0
+        if self.config.restart_model == "every-decision":  # the least a decision costs a job
+            overhead = artifact_overhead_s(
+                1, self.cluster.total_workers, restart=False, cached=True
+            )
         return ClusterView(
-            self.engine.now, self.cluster, tuple(self._active.values()), self.config.restart_pause_s
+            self.engine.now,
+            self.cluster,
+            tuple(self._active.values()),
+            self.config.restart_pause_s,
+            overhead,
         )
 
     def _advance_progress(self) -> None:
@@ -283,8 +354,10 @@ class ClusterSimulator:
     def _decide(self) -> None:
         self._decide_event = None
         self._advance_progress()
+        self._last_decision_s = self.engine.now
         view = self._view()
         decision = self.policy.allocate(view)
+        restart_round = self._decisions > 0 and self._decisions % ARTIFACT_RESTART_EVERY == 0
         self._decisions += 1
         wanted = self._checked(decision, view)
         current = {s.job_id: s.placement for s in view.jobs if s.placement}
@@ -298,9 +371,11 @@ class ClusterSimulator:
         for state in view.jobs:
             new = placements.get(state.job_id, ())
             if new != state.placement:
-                self._apply(state, new)
+                self._apply(state, new, restart_round)
             elif self.config.noise and state.workers:
                 self._set_rate(state)  # same workers, a new draw of the noise
+        if self.config.restart_model == "every-decision":
+            self._charge_every_decision(view.jobs, restart_round)
         if self._allocated > self.cluster.total_workers:
             raise SimulationError(
                 f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
@@ -311,8 +386,46 @@ class ClusterSimulator:
             self._wake_event = None
         if decision.wake_at is not None:
             self._wake_event = self.engine.schedule(
-                self._on_wake, at=decision.wake_at, priority=_EVENT_PRIORITY, label="wake"
+                self._on_wake,
+                at=max(decision.wake_at, self._slot_open_s()),
+                priority=_EVENT_PRIORITY,
+                label="wake",
             )
+
+    def _charge_every_decision(self, jobs: Sequence[JobState], restart_round: bool) -> None:
+        """The artifact's ElasticFlow: every running job loses its start-up overhead now, the
+        cached amount if its GPU set was seen since the cache was last cleared."""
+        seen = self._seen_placements
+        cached = {}
+        # The artifact re-places every job at every decision, largest first (ties by deadline),
+        # on consecutive GPUs, and caches the GPU sets it has seen (any job's): a job's set is
+        # its first GPU and its count in that packing.
+        running = sorted(
+            (state for state in jobs if state.workers),
+            key=lambda s: (-s.workers, _deadline_or_inf(s), s.spec.submit_s),
+        )
+        first = 0
+        for state in running:
+            key = (first, state.workers)
+            first += state.workers
+            cached[state.job_id] = key in seen
+            seen.add(key)
+        if restart_round:
+            seen.clear()  # after the overheads were looked up, as the artifact does
+        for state in jobs:
+            if state.workers:
+                overhead = artifact_overhead_s(
+                    state.workers,
+                    self.cluster.total_workers,
+                    restart=restart_round,
+                    cached=cached[state.job_id],
+                )
+                self._pause(state, overhead)
+
+    def _pause(self, state: JobState, seconds: float) -> None:
+        """No progress for ``seconds`` more from now (or from the end of a pause in course)."""
+        state.resume_s = max(self.engine.now, state.resume_s) + seconds
+        self._set_rate(state)
 
     def _checked(self, decision: Decision, view: ClusterView) -> list[tuple[str, int]]:
         now, name, unit = self.engine.now, self.policy.name, self.cluster.unit_plural
@@ -349,9 +462,12 @@ class ClusterSimulator:
             )
         return wanted
 
-    def _apply(self, state: JobState, placement: tuple[tuple[int, int], ...]) -> None:
+    def _apply(
+        self, state: JobState, placement: tuple[tuple[int, int], ...], restart_round: bool = False
+    ) -> None:
         now = self.engine.now
         workers = sum(n for _, n in placement)
+        waited = state.workers == 0
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
             state.completion_event = None
@@ -362,9 +478,14 @@ class ClusterSimulator:
         if not workers:
             state.phase, state.rate = Phase.PENDING, 0.0
             return
-        if state.has_started:
+        model = self.config.restart_model
+        if model == "pause" and state.has_started:
             state.resume_s = now + self.config.restart_pause_s
-        else:
+        elif model == "on-start" and waited:
+            state.resume_s = now + artifact_overhead_s(
+                workers, self.cluster.total_workers, restart=restart_round, cached=False
+            )
+        if not state.has_started:
             state.started_s = now
         state.phase = Phase.RUNNING
         self._set_rate(state)
@@ -416,6 +537,10 @@ class ClusterSimulator:
             worker_seconds=state.attained_worker_s,
             reallocations=state.reallocations,
         )
+
+
+def _deadline_or_inf(state: JobState) -> float:
+    return math.inf if state.spec.deadline_s is None else state.spec.deadline_s
 
 
 def simulate(

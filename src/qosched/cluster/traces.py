@@ -2,10 +2,20 @@
 
 ElasticFlow layout: ``job_id, submit_time|submission_time, iteration|num_iteration|real_iteration,
 model_name, ddl|deadline, batch_size, num_gpu, duration[, best_effort, ...]``, columns in any order,
-times in seconds, ``ddl`` absolute. A row with ``best_effort`` = 1 has no deadline.
+times in seconds, ``ddl`` absolute. A row with ``best_effort`` = 1 has no deadline. Other columns
+(``real_duration``, ...) are ignored, as the ElasticFlow artifact ignores them.
 
-qosched layout: ``job_id, submit_s, model, batch_size, iterations, deadline_s, requested_workers
+When a file names one field twice, it is read as the artifact (``scheduler/jobs.py``
+``add_job``) reads it: ``iteration`` before ``num_iteration`` (the artifact never reads
+``real_iteration``; qosched falls back to it when it is the only one), ``submission_time`` before
+``submit_time``, ``deadline`` before ``ddl``. ``philly_103959.csv`` has both ``iteration`` and
+``real_iteration``: its ``iteration`` is read.
+
+qosched layout: ``job_id, submit_s, model, batch_size, iterations, deadline_s, requested_gpus
 [, duration_s]`` with an empty ``deadline_s`` for best effort.
+
+Every number is bounded (:mod:`qosched.core.bounds`): counts below 2**53, times and deadlines
+within year 9999 UTC; anything else is an :class:`InputError` naming the file, line and column.
 """
 
 from __future__ import annotations
@@ -17,16 +27,18 @@ from pathlib import Path
 
 from qosched.cluster.job import JobSpec
 from qosched.cluster.throughput import ThroughputModel
+from qosched.core.bounds import check_count, check_time
 from qosched.core.errors import InputError
-from qosched.core.validate import parse_bool, parse_float, parse_int
+from qosched.core.validate import parse_bool, parse_float
 
-# Canonical field -> accepted header names, per layout.
+# Canonical field -> accepted header names, per layout, in the order of precedence when a file
+# has several (the ElasticFlow artifact's order; see the module docstring).
 ELASTICFLOW_COLUMNS: dict[str, tuple[str, ...]] = {
     "job_id": ("job_id",),
-    "submit": ("submit_time", "submission_time"),
+    "submit": ("submission_time", "submit_time"),
     "iterations": ("iteration", "num_iteration", "real_iteration"),
     "model": ("model_name",),
-    "deadline": ("ddl", "deadline"),
+    "deadline": ("deadline", "ddl"),
     "batch_size": ("batch_size",),
     "workers": ("num_gpu",),
     "duration": ("duration",),
@@ -82,10 +94,8 @@ def _resolve_columns(
     resolved: dict[str, str] = {}
     for canonical, names in layout.items():
         found = [name for name in names if name in header]
-        if len(found) > 1:
-            raise InputError(f"columns {' and '.join(found)} both given", source=path, line=1)
         if found:
-            resolved[canonical] = found[0]
+            resolved[canonical] = found[0]  # the first by precedence; the others are ignored
         elif canonical not in optional:
             raise InputError(f"missing column {'|'.join(names)}", source=path, line=1)
     return resolved
@@ -108,6 +118,14 @@ def read_trace(path: str | Path, throughputs: ThroughputModel | None = None) -> 
             layout, columns = "qosched", _resolve_columns(header, QOSCHED_COLUMNS, path, set())
         elif any(name in header for name in ELASTICFLOW_COLUMNS["submit"]):
             layout = "elasticflow"
+            if "model_name" not in header and "duration" in header and "num_gpu" in header:
+                raise InputError(
+                    "a cluster trace of run times (no model_name, iterations or deadline), like "
+                    "the ITP release's raw traces; make a deadline trace from it with "
+                    "`qosched trace import --from itp`",
+                    source=path,
+                    line=1,
+                )
             columns = _resolve_columns(header, ELASTICFLOW_COLUMNS, path, {"duration"})
         else:
             raise InputError(
@@ -115,6 +133,14 @@ def read_trace(path: str | Path, throughputs: ThroughputModel | None = None) -> 
                 "(job_id,submit_time,iteration,model_name,ddl,batch_size,num_gpu,duration)",
                 source=path,
                 line=1,
+            )
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise InputError(
+                f"column {repeated[0]!r} appears more than once in the header",
+                source=path,
+                line=1,
+                field=repeated[0],
             )
         index = {name: i for i, name in enumerate(header)}
         jobs: list[JobSpec] = []
@@ -155,26 +181,23 @@ def _parse_row(
     def cell(canonical: str) -> str:
         return cells[columns[canonical]]
 
-    def number(canonical: str, **bounds: float) -> float:
-        return parse_float(
-            cell(canonical), field=columns[canonical], source=path, line=line, **bounds
-        )
+    def time(canonical: str) -> float:
+        return _time(cell(canonical), columns[canonical], path, line)
 
     def whole(canonical: str) -> int:
-        return parse_int(
-            cell(canonical), field=columns[canonical], source=path, line=line, minimum=1
-        )
+        value = parse_float(cell(canonical), field=columns[canonical], source=path, line=line)
+        return check_count(value, field=columns[canonical], minimum=1, source=path, line=line)
 
     job_id = cell("job_id")
     if not job_id:
         raise InputError("must not be empty", source=path, line=line, field="job_id")
-    submit = number("submit", minimum=0.0)
+    submit = time("submit")
     best_effort = False
     if layout == "elasticflow" and "best_effort" in cells:
         best_effort = parse_bool(cells["best_effort"], field="best_effort", source=path, line=line)
     deadline: float | None = None
     if not best_effort and cell("deadline") != "":
-        deadline = number("deadline")
+        deadline = time("deadline")
         if deadline <= submit:
             raise InputError(
                 f"deadline {cell('deadline')} is not after the submission time {cell('submit')}",
@@ -192,9 +215,7 @@ def _parse_row(
     duration = None
     duration_column = "duration" if layout == "elasticflow" else "duration_s"
     if cells.get(duration_column, ""):
-        duration = parse_float(
-            cells[duration_column], field=duration_column, source=path, line=line, minimum=0.0
-        )
+        duration = _time(cells[duration_column], duration_column, path, line)
     model = cell("model")
     if not model:
         raise InputError("must not be empty", source=path, line=line, field=columns["model"])
@@ -208,6 +229,12 @@ def _parse_row(
         requested_workers=whole("workers"),
         duration_s=duration,
     )
+
+
+def _time(text: str, field: str, path: Path, line: int) -> float:
+    """Seconds in [0, end of year 9999 UTC]: a submission time, deadline or duration."""
+    value = parse_float(text, field=field, source=path, line=line)
+    return check_time(value, field=field, source=path, line=line)
 
 
 def column_name(layout: str, canonical: str) -> str:

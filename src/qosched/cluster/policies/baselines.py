@@ -31,13 +31,45 @@ def _deadline_key(job: JobState) -> tuple[float, float]:
     return (math.inf if deadline is None else deadline, job.spec.submit_s)
 
 
+#: The ElasticFlow artifact's EDF never gives a job more GPUs than this (``jobs.py`` ``max_gpu``).
+ARTIFACT_EDF_MAX_WORKERS = 64
+EDF_SIZINGS = ("requested", "artifact")
+
+
 @register("edf")
 class EarliestDeadlineFirst(Policy):
-    """Earliest deadline first with requested workers, preemptive; best-effort jobs go last."""
+    """Earliest deadline first, preemptive; best-effort jobs go last.
+
+    ``sizing="requested"`` (default) runs each job on the workers its user requested. The
+    ElasticFlow artifact's EDF (``sizing="artifact"``, ``scheduler.py`` ``edf_sim_allocation``)
+    ignores the request: in deadline order each job gets its quota, the largest measured count
+    capped by its batch size and 64, or when fewer workers are free the largest measured count
+    that fits them.
+    """
+
+    def __init__(self, sizing: str = "requested") -> None:
+        if sizing not in EDF_SIZINGS:
+            raise ValueError(f"unknown EDF sizing {sizing!r}; use {', '.join(EDF_SIZINGS)}")
+        self.sizing = sizing
+        self.honours_requests = sizing == "requested"
 
     def allocate(self, view: ClusterView) -> Decision:
         ordered = sorted(view.jobs, key=_deadline_key)
-        return Decision(greedy_requested(ordered, view.cluster.total_workers))
+        if self.sizing == "requested":
+            return Decision(greedy_requested(ordered, view.cluster.total_workers))
+        free = view.cluster.total_workers
+        workers: dict[str, int] = {}
+        for job in ordered:
+            measured = job.curve.measured
+            quota = min(max(measured), job.spec.batch_size, ARTIFACT_EDF_MAX_WORKERS, free)
+            if quota not in measured:
+                quota = max((g for g in measured if g <= quota), default=0)
+            if quota:
+                workers[job.job_id] = quota
+                free -= quota
+            if not free:
+                break
+        return Decision(workers)
 
 
 @register("srtf")

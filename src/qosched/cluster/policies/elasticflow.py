@@ -24,6 +24,15 @@ generated traces with free restarts):
 
 A job that has run before is planned with one restart pause taken off its time to the deadline,
 since re-sizing it will cost that pause.
+
+The ElasticFlow artifact (``pkusys/ElasticFlow``, ``scheduler/scheduler.py``) differs in two
+choices, each an option here (docs/results/fidelity.md): ``admission="artifact"`` turns away every
+arrival whose joint deadline-ordered plan fails *any* job, an admitted one included, and plans
+from scratch at every decision with no plan in force to fall back on (``estimate_all_jobs``);
+``spare_order="artifact"`` hands spare workers to waiting jobs first, then to the job whose
+GPU-time grows the *most* per added worker (``allocate_free_gpus``, ``get_marginal``);
+``share_shape="artifact"`` lays a minimum share out as ``ef_sim_allocation`` does
+(`qosched.cluster.planning.artifact_share`).
 """
 
 from __future__ import annotations
@@ -31,7 +40,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from qosched.cluster.planning import Demand, Ladder, Plan, Reservation, plan_demands
+from qosched.cluster.planning import (
+    SHARE_SHAPES,
+    Demand,
+    Ladder,
+    Plan,
+    Reservation,
+    plan_demands,
+)
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.state import ClusterView, Decision, JobState
 from qosched.cluster.throughput import SpeedCurve
@@ -56,7 +72,18 @@ class ElasticFlow(Policy):
     largest_first = True
     honours_requests = False
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, admission: str = "sound", spare_order: str = "gain", share_shape: str = "front"
+    ) -> None:
+        if admission not in ("sound", "artifact"):
+            raise ValueError(f"unknown admission {admission!r}; use sound or artifact")
+        if spare_order not in ("gain", "artifact"):
+            raise ValueError(f"unknown spare order {spare_order!r}; use gain or artifact")
+        if share_shape not in SHARE_SHAPES:
+            raise ValueError(f"unknown share shape {share_shape!r}; use front or artifact")
+        self.admission = admission
+        self.spare_order = spare_order
+        self.share_shape = share_shape
         self._kept: dict[str, Reservation] = {}  # reservations of the plan in force
         self._failed: set[str] = set()  # deadline jobs the plan in force cannot satisfy
         # The plan made while admitting, reused by the allocation at the same instant.
@@ -70,14 +97,16 @@ class ElasticFlow(Policy):
     ) -> Plan:
         """Deadline order on measured speeds."""
         demands = [Demand.of_job(job, _ladder(job.curve), view) for job in jobs]
-        return plan_demands(demands, view.now, view.cluster.total_workers, keep)
+        return plan_demands(
+            demands, view.now, view.cluster.total_workers, keep, shape=self.share_shape
+        )
 
     def _best_plan(self, jobs: Sequence[JobState], view: ClusterView) -> Plan:
         """A fresh plan; when it fails a job the plan in force did not, the plan in force (kept
         reservations) if that fails fewer: shares recomputed from scratch can strand workers a later
         job counted on."""
         fresh = self._plan(jobs, view)
-        if not self._kept or set(fresh.failed) <= self._failed:
+        if self.admission == "artifact" or not self._kept or set(fresh.failed) <= self._failed:
             return fresh
         kept = self._plan(jobs, view, keep=self._kept)
         return kept if len(kept.failed) < len(fresh.failed) else fresh
@@ -92,7 +121,7 @@ class ElasticFlow(Policy):
         deadline_jobs = [j for j in view.jobs if j.spec.deadline_s is not None]
         plan = self._best_plan([*deadline_jobs, job], view)
         failed = set(plan.failed)
-        if job.job_id in failed:
+        if job.job_id in failed or (self.admission == "artifact" and failed):
             return False
         # Admit only if the newcomer fails no job that is not failing without it.
         if not failed <= self._failed and not failed <= set(
@@ -117,7 +146,9 @@ class ElasticFlow(Policy):
         free = view.cluster.total_workers - sum(counts.values())
         order = sorted(counts, key=counts.__getitem__, reverse=True)
         workers = {job_id: counts[job_id] for job_id in order if counts[job_id]}
-        if free > 0:
+        if free > 0 and self.spare_order == "artifact":
+            self._hand_out_spare_as_artifact(view, workers, free)
+        elif free > 0:
             self._hand_out_spare(view.jobs, workers, free)
         return Decision(workers, wake_at=plan.next_change(view.now))
 
@@ -151,3 +182,44 @@ class ElasticFlow(Policy):
             workers[job.job_id] = step
             free -= step - current
             push(position, job)
+
+    @staticmethod
+    def _hand_out_spare_as_artifact(view: ClusterView, workers: dict[str, int], free: int) -> None:
+        """The artifact's order: one doubling at a time, up to the job's fastest measured count
+        (the artifact's per-model ``max_gpu``, ``models.py``, is that count on the A100 tables),
+        a job holding no worker first, then the job whose remaining GPU-time grows the most per
+        added worker."""
+
+        def priority(job: JobState) -> tuple[bool, float] | None:
+            current = workers.get(job.job_id, 0)
+            step = _next_step(job, current)
+            if not step or step - current > free:
+                return None
+            if not current:
+                return (True, 0.0)
+            growth = job.remaining_iterations * (
+                step / job.curve.rate(step) - current / job.curve.rate(current)
+            )
+            return (False, growth / (step - current))
+
+        while free > 0:
+            ranked = [
+                (key, position, job)
+                for position, job in enumerate(view.jobs)
+                if (key := priority(job)) is not None
+            ]
+            if not ranked:
+                return
+            # Waiting jobs first, then largest growth, then view order (the artifact's stable sort).
+            _, _, job = min(ranked, key=lambda item: (not item[0][0], -item[0][1], item[1]))
+            current = workers.get(job.job_id, 0)
+            step = _next_step(job, current)
+            workers[job.job_id] = step
+            free -= step - current
+
+
+def _next_step(job: JobState, current: int) -> int:
+    """The next power of two above ``current`` up to the job's fastest measured count; 0 if none."""
+    curve = job.curve
+    fastest = max(curve.measured, key=curve.rate)
+    return next((g for g in _ladder(curve).counts if current < g <= fastest), 0)

@@ -42,7 +42,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from qosched.cluster.planning import Demand, Ladder, Plan, Reservation, leftover, plan_demands
+from qosched.cluster.planning import (
+    Demand,
+    FreeProfile,
+    Ladder,
+    Plan,
+    Reservation,
+    leftover,
+    plan_demands,
+    take,
+)
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.predict import OnlinePredictor
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -124,6 +133,7 @@ class QualityOfService(Policy):
         self._failed: set[str] = set()
         self._departed = 0  # jobs seen to leave: each frees workers a guarantee may now use
         self._hoped: dict[str, Reservation] = {}  # the last hopeful plan's reservations
+        self._fresh_cache: tuple[tuple[float, frozenset[str]], Plan] | None = None
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -183,15 +193,87 @@ class QualityOfService(Policy):
         ]
         return plan_demands(demands, view.now, view.cluster.total_workers, keep)
 
-    def _best_plan(self, jobs: Sequence[JobState], view: ClusterView) -> Plan:
-        """Keep the reservations in force; re-plan from scratch only if that fails fewer jobs."""
+    def _best_plan(
+        self, jobs: Sequence[JobState], view: ClusterView, newcomer: JobState | None = None
+    ) -> Plan:
+        """Keep the reservations in force; re-plan from scratch only if that fails fewer jobs.
+
+        With ``newcomer`` (one of ``jobs``), the fresh plan is not made when it must fail a job
+        too (`_overfull`), which is the same answer without the cost."""
         if not self._kept:
             return self._plan(jobs, view)
         kept = self._plan(jobs, view, keep=self._kept)
         if not kept.failed:
             return kept
+        if newcomer is not None and len(kept.failed) == 1:
+            key = _deadline_key(newcomer)
+            before = [j for j in jobs if j is not newcomer and _deadline_key(j) <= key]
+            if self._overfull(newcomer, before, view):
+                return kept
         fresh = self._plan(jobs, view)
         return fresh if len(fresh.failed) < len(kept.failed) else kept
+
+    def _best_plan_with(self, job: JobState, guaranteed: list[JobState], view: ClusterView) -> Plan:
+        """``_best_plan([*guaranteed, job], view)``, the same plan, made without re-planning the
+        guaranteed jobs when the adopted plan was made at this instant for exactly them.
+
+        Kept: every guaranteed job keeps its reservation (each delivers and fits: they were
+        planned together, at this instant, on these ladders), so the kept plan is ``job``
+        planned on what the adopted plan leaves. Fresh: it is adopted only if it fails fewer
+        jobs than the kept plan, and a fresh plan runs in deadline order, so up to ``job`` it is
+        the fresh plan of ``guaranteed`` alone (made once per decision): if that fails a job
+        before ``job``, or ``job`` fails on what it leaves, the fresh plan fails at least as
+        many, and is not made.
+        """
+        now, capacity = view.now, view.cluster.total_workers
+        ladder = self._ladders(job, self._track(job, view))[1]
+        demand = Demand.of_job(job, ladder, view, keep_held=True)
+        own = plan_demands([demand], now, capacity, profile=leftover(self._adopted, now, capacity))
+        kept = Plan({**self._adopted.reservations, **own.reservations}, own.failed, own.free)
+        if not kept.failed:
+            return kept
+        before = [j for j in guaranteed if _deadline_key(j) <= _deadline_key(job)]
+        if len(kept.failed) == 1 and self._overfull(job, before, view):
+            return kept  # the fresh plan fails a job too
+        fresh_alone = self._fresh_alone(guaranteed, view)
+        ids_before = {j.job_id for j in before}
+        failures = sum(1 for job_id in fresh_alone.failed if job_id in ids_before)
+        if failures + 1 >= len(kept.failed):  # + 1: ``job`` itself, unless it fits
+            profile = FreeProfile(now, capacity)
+            for other in before:
+                reservation = fresh_alone.reservations.get(other.job_id)
+                if reservation is not None:
+                    take(reservation, now, profile)
+            fits = plan_demands([demand], now, capacity, profile=profile)
+            if fits.failed or failures >= len(kept.failed):
+                return kept
+        fresh = self._plan([*guaranteed, job], view)
+        return fresh if len(fresh.failed) < len(kept.failed) else kept
+
+    def _overfull(self, job: JobState, before: list[JobState], view: ClusterView) -> bool:
+        """Whether ``job`` and the guaranteed jobs ``before`` it (deadlines no later than its)
+        cannot all finish in time, by worker-seconds alone: each needs at least its remaining
+        work at its most efficient count, all of it before ``job``'s deadline."""
+        window = job.spec.deadline_s - view.now
+        budget = view.cluster.total_workers * window - self._least_worker_s(job)
+        for other in before:
+            budget -= self._least_worker_s(other)
+            if budget < 0:
+                return True
+        return budget < 0
+
+    def _least_worker_s(self, job: JobState) -> float:
+        """Worker-seconds of the job's remaining work at its most efficient pessimistic count."""
+        ladder = self._ladders(job, self._jobs[job.job_id])[1]
+        per_worker = max((ladder.rates[g] / g for g in ladder.counts), default=0.0)
+        return job.remaining_iterations / per_worker if per_worker > 0 else 0.0
+
+    def _fresh_alone(self, guaranteed: list[JobState], view: ClusterView) -> Plan:
+        """The fresh plan of the guaranteed jobs, made once per instant and guaranteed set."""
+        key = (view.now, frozenset(j.job_id for j in guaranteed))
+        if self._fresh_cache is None or self._fresh_cache[0] != key:
+            self._fresh_cache = (key, self._plan(guaranteed, view))
+        return self._fresh_cache[1]
 
     def _guaranteed(self, view: ClusterView) -> list[JobState]:
         return [
@@ -213,11 +295,22 @@ class QualityOfService(Policy):
         return self.decline_to_best_effort
 
     def _try_to_guarantee(
-        self, job: JobState, guaranteed: list[JobState], view: ClusterView
+        self,
+        job: JobState,
+        guaranteed: list[JobState],
+        view: ClusterView,
+        *,
+        in_force: bool = False,
     ) -> bool:
-        """Guarantee ``job`` if a plan meets it without failing a job guaranteed before it."""
+        """Guarantee ``job`` if a plan meets it without failing a job guaranteed before it.
+
+        ``in_force``: the adopted plan was made at this instant for exactly ``guaranteed`` (as
+        in `allocate`), which lets `_best_plan_with` skip re-planning them."""
         tracked = self._jobs[job.job_id]
-        plan = self._best_plan([*guaranteed, job], view)
+        if in_force:
+            plan = self._best_plan_with(job, guaranteed, view)
+        else:
+            plan = self._best_plan([*guaranteed, job], view, newcomer=job)
         reservation = plan.reservations.get(job.job_id)
         # A job the plan cannot meet is no guarantee, even when the plan in force failed it too.
         if (
@@ -250,7 +343,7 @@ class QualityOfService(Policy):
                 candidates.append(job)
         candidates.sort(key=_deadline_key)
         for job in candidates[:RETRIES_PER_DECISION]:
-            if self._try_to_guarantee(job, guaranteed, view):
+            if self._try_to_guarantee(job, guaranteed, view, in_force=True):
                 guaranteed.append(job)
 
     def _adopt(self, plan: Plan) -> None:
@@ -352,7 +445,9 @@ class QualityOfService(Policy):
         for job in view.jobs:
             if workers.get(job.job_id, 0) != job.workers:
                 self._jobs[job.job_id].last_change_s = now
-        wake = now + self.tick_s
+        # The tick re-plans on fresher predictions. Where every decision costs every running job
+        # progress (view.decision_overhead_s), only events and plan changes wake the policy.
+        wake = now + self.tick_s if not view.decision_overhead_s else math.inf
         for changing in (plan, hopeful):
             change = changing.next_change(now)
             if change is not None:
@@ -360,7 +455,7 @@ class QualityOfService(Policy):
         order = sorted(workers, key=lambda job_id: -workers[job_id])
         return Decision(
             {job_id: workers[job_id] for job_id in order if workers[job_id]},
-            wake,
+            None if math.isinf(wake) else wake,
             pinned=self._tight(view, workers),
         )
 

@@ -1,0 +1,80 @@
+"""Which behaviour a simulation has: qosched's sound one, or that of the peers' published artifacts.
+
+``qosched sim cluster --fidelity artifact`` runs each peer policy as the ElasticFlow artifact
+(``pkusys/ElasticFlow``, ``scheduler/``) runs its counterpart, in the artifact's simulator: its
+restart-cost model for that policy, its 60 s decision slot, no restart pause budgeted in plans,
+and the policy options that reproduce its choices. The default, ``sound``, plans an admitted job
+with the pauses it will pay. docs/results/fidelity.md measures one against the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+from qosched.cluster.policies import Policy, create_policy
+from qosched.cluster.simulator import SimConfig
+from qosched.core.errors import InputError
+
+FIDELITIES = ("sound", "artifact")
+#: The artifact's ``--scheduling_slot`` in the runs its README gives for simulation.
+ARTIFACT_SLOT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactPeer:
+    """How the artifact runs one of qosched's peer policies."""
+
+    scheduler: str  # the artifact's ``--schedule`` name
+    options: Mapping[str, Any]  # the qosched policy's options that reproduce it
+    restart_model: str  # the artifact's overhead model in that scheduler's loop
+
+
+ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
+    {
+        "elasticflow": ArtifactPeer(
+            "ef-accessctrl",
+            MappingProxyType(
+                {"admission": "artifact", "spare_order": "artifact", "share_shape": "artifact"}
+            ),
+            "every-decision",
+        ),
+        "edf": ArtifactPeer("edf", MappingProxyType({"sizing": "artifact"}), "none"),
+        # dlas-gpu: three queues split at 3,250 and 7,200 GPU-seconds (``jobs.py``).
+        "las": ArtifactPeer(
+            "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
+        ),
+    }
+)
+#: Policies with no artifact of their own (qos, fifo, srtf) run in the simulator of the
+#: artifact's ElasticFlow, the peer they are compared with, and keep their own options.
+OTHERS_RESTART_MODEL = "every-decision"
+
+
+def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimConfig]:
+    """The policy called ``name`` and the simulator configuration to run it with."""
+    if fidelity not in FIDELITIES:
+        raise InputError(
+            f"unknown fidelity {fidelity!r}; use {' or '.join(FIDELITIES)}", field="--fidelity"
+        )
+    if fidelity == "sound":
+        return create_policy(name), config
+    # The artifact's simulation speeds come from the tables alone: a split job is not slowed.
+    peer = ARTIFACT_PEERS.get(name)
+    if peer is None:
+        return create_policy(name), replace(
+            config,
+            restart_model=OTHERS_RESTART_MODEL,
+            decision_slot_s=ARTIFACT_SLOT_S,
+            cross_node_factor=1.0,
+        )
+    artifact_config = replace(
+        config,
+        restart_model=peer.restart_model,
+        decision_slot_s=ARTIFACT_SLOT_S,
+        restart_pause_s=0.0,  # the artifact's planners budget no overhead
+        cross_node_factor=1.0,
+    )
+    return create_policy(name, **peer.options), artifact_config
