@@ -21,6 +21,7 @@ import qosched.backends.local.service as service_module
 from qosched.backends.local.process import find_workers
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.store import Store
+from qosched.cluster.policies import Policy
 from qosched.cluster.state import Decision
 from qosched.core.errors import InputError
 
@@ -366,11 +367,8 @@ def wait_for_file_while_stepping(service: LocalService, path: Path) -> str:
     return path.read_text()
 
 
-class NewestFirst:
+class NewestFirst(Policy):
     """A policy that gives every core to the newest job: the one before it is pre-empted."""
-
-    def admit(self, job, view) -> bool:
-        return True
 
     def allocate(self, view) -> Decision:
         if not view.jobs:

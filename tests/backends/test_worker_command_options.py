@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from qosched.backends.local.affinity import set_process_affinity
 from qosched.backends.local.protocol import (
     EXIT_INPUT_ERROR,
     JOB_FILE,
@@ -126,8 +127,12 @@ def test_a_command_whose_working_dir_is_gone_fails_as_bad_input(tmp_path):
         job_dir / JOB_FILE,
         WorkerJob("j", None, (sys.executable, "-c", "pass"), 1, 0, 1, working_dir=str(gone)),
     )
-    write_allocation(job_dir / "allocation.json", Allocation(tuple(os.sched_getaffinity(0))[:1], 1))
-    assert run_worker(job_dir, stop=StopRequest()) == EXIT_INPUT_ERROR
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    write_allocation(job_dir / "allocation.json", Allocation(cores[:1], 1))
+    try:
+        assert run_worker(job_dir, stop=StopRequest()) == EXIT_INPUT_ERROR
+    finally:
+        set_process_affinity(os.getpid(), cores)  # the worker pinned this process
     last = json.loads((job_dir / "progress.jsonl").read_text().splitlines()[-1])
     assert last["event"] == "error" and str(gone) in last["message"]
     assert "working_dir" in last["message"]
@@ -156,8 +161,12 @@ def test_a_torchrun_job_starts_one_process_per_core(tmp_path, program):
             "j", None, (*program, "see.py"), 1, 0, 1, working_dir=str(tmp_path), launcher="torchrun"
         ),
     )
-    cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
+    every = tuple(sorted(os.sched_getaffinity(0)))
+    cores = every[:2]
     write_allocation(job_dir / "allocation.json", Allocation(cores, 1))
-    assert run_worker(job_dir, stop=StopRequest()) == 0
+    try:
+        assert run_worker(job_dir, stop=StopRequest()) == 0
+    finally:
+        set_process_affinity(os.getpid(), every)  # the worker pinned this process
     ranks = sorted(json.loads(line) for line in (job_dir / "ranks").read_text().splitlines())
     assert ranks == [[str(rank), str(len(cores)), str(tmp_path)] for rank in range(len(cores))]

@@ -14,16 +14,6 @@ from qosched.cli.main import COMMANDS, HELP, build_parser, command_of
 from qosched.core.errors import QoschedError
 
 MARKUP = re.compile(r"``|:(?:func|meth|class|mod|attr|data|ref|obj):`")
-# cli/cluster.py is reworked on another branch; these of its flags have no help line yet.
-CLUSTER_FLAGS_WITHOUT_HELP = {
-    ("sim", "cluster", "--nodes"),
-    ("trace", "generate", "--format"),
-    ("trace", "generate", "--jobs"),
-    ("trace", "generate", "--median-duration-s"),
-    ("trace", "generate", "--best-effort-fraction"),
-    ("trace", "generate", "--throughputs"),
-    ("trace", "generate", "--seed"),
-}
 
 
 def command_parser(name: str) -> argparse.ArgumentParser:
@@ -75,18 +65,7 @@ def test_every_argument_has_a_help_line(
         for action in parser._actions
         if not action.help and not isinstance(action, argparse._SubParsersAction)
     }
-    assert missing - CLUSTER_FLAGS_WITHOUT_HELP == set()
-
-
-def test_the_cluster_exceptions_are_still_needed() -> None:
-    # Once cli/cluster.py gives these flags help lines, the exceptions above must go.
-    flags = {
-        (*path, action.option_strings[0])
-        for path, parser in PARSERS
-        for action in parser._actions
-        if action.option_strings and not action.help
-    }
-    assert flags >= CLUSTER_FLAGS_WITHOUT_HELP
+    assert missing == set()
 
 
 @pytest.mark.parametrize("name", COMMANDS)

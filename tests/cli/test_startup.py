@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 HEAVY = ("torch", "scipy", "matplotlib", "kubernetes")
 
 # Runs each argv (given as JSON) through main() in this order, printing after each the heavy
@@ -68,11 +66,6 @@ def test_the_parser_help_and_status_load_no_heavy_module(tmp_path: Path) -> None
     assert [(name, heavy) for name, heavy in loaded if heavy] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/cluster.py imports the cluster policies (SciPy) at its top; its start-up is "
-    "reworked on another branch",
-)
 def test_the_cluster_commands_help_loads_no_heavy_module(tmp_path: Path) -> None:
     argvs = [["sim", "cluster", "--help"], ["trace", "generate", "--help"]]
     assert [(name, heavy) for name, heavy in probe(argvs, tmp_path) if heavy] == []

@@ -250,7 +250,7 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
         help="ElasticFlow cluster-spec CSV (workers per node: num_gpu_p_node, or num_cpu_p_node "
         "with --resource cpu)",
     )
-    parser.add_argument("--nodes", type=int)
+    parser.add_argument("--nodes", type=int, help="nodes (instead of --cluster-spec)")
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (--resource gpu)")
     parser.add_argument("--cpus-per-node", type=int, help="CPU cores per node (--resource cpu)")
     parser.add_argument(
@@ -326,15 +326,34 @@ def add_trace_import(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "import",
         help="make a deadline trace from an ITP, Helios, Philly or Alibaba PAI cluster trace",
-        description=importers.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Make a deadline trace from a public GPU cluster trace, as the ElasticFlow "
+        "artifact makes its ITP traces: the artifact's filters, iterations = run time x the "
+        "table's speed, deadline = submission + U(0.5, 1.5) x run time.",
     )
     parser.add_argument("source", help="the public trace file")
-    parser.add_argument("--from", dest="fmt", choices=importers.IMPORT_FORMATS, required=True)
+    parser.add_argument(
+        "--from",
+        dest="fmt",
+        choices=importers.IMPORT_FORMATS,
+        required=True,
+        help="the public trace's format",
+    )
     parser.add_argument("--out", required=True, help="CSV file to write")
-    parser.add_argument("--format", choices=("qosched", "elasticflow"), default="elasticflow")
-    parser.add_argument("--throughputs", default="A100", metavar="DIR|A100|T4|CPU")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--format",
+        choices=("qosched", "elasticflow"),
+        default="elasticflow",
+        help="layout of the written trace (default elasticflow)",
+    )
+    parser.add_argument(
+        "--throughputs",
+        default="A100",
+        metavar="DIR|A100|T4|CPU",
+        help="speed tables that turn run times into iterations (default A100)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the deadlines drawn (default 0)"
+    )
     parser.add_argument(
         "--tightness",
         type=float,
@@ -364,8 +383,15 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
         "generate", help="write a synthetic trace (Poisson arrivals, lognormal durations)"
     )
     parser.add_argument("--out", required=True, help="CSV file to write")
-    parser.add_argument("--format", choices=("qosched", "elasticflow"), default="qosched")
-    parser.add_argument("--jobs", type=int, default=d.jobs)
+    parser.add_argument(
+        "--format",
+        choices=("qosched", "elasticflow"),
+        default="qosched",
+        help="layout of the written trace (default qosched)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=d.jobs, help="number of jobs (default %(default)s)"
+    )
     parser.add_argument(
         "--load",
         type=float,
@@ -380,7 +406,12 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
         default=d.cluster_workers,
         help="workers (GPUs or CPU cores) in the cluster the load refers to (default %(default)s)",
     )
-    parser.add_argument("--median-duration-s", type=float, default=d.median_duration_s)
+    parser.add_argument(
+        "--median-duration-s",
+        type=float,
+        default=d.median_duration_s,
+        help="median run time on the requested workers, seconds (default %(default)s)",
+    )
     parser.add_argument(
         "--duration-sigma",
         type=float,
@@ -395,9 +426,21 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
         metavar=("LO", "HI"),
         help="deadline = submit + U(LO, HI) x duration (default 0.5 1.5)",
     )
-    parser.add_argument("--best-effort-fraction", type=float, default=d.best_effort_fraction)
-    parser.add_argument("--throughputs", default="A100", metavar="DIR|A100|T4|CPU")
-    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument(
+        "--best-effort-fraction",
+        type=float,
+        default=d.best_effort_fraction,
+        help="share of jobs without a deadline (default %(default)s)",
+    )
+    parser.add_argument(
+        "--throughputs",
+        default="A100",
+        metavar="DIR|A100|T4|CPU",
+        help="speed tables the jobs' models and iterations come from (default A100)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=d.seed, help="seed of every draw (default %(default)s)"
+    )
     parser.set_defaults(run=run_trace_generate)
 
 

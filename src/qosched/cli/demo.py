@@ -48,6 +48,17 @@ def add_demo(groups: argparse._SubParsersAction) -> None:
         help="seconds each workload is measured for before the deadlines are set (default 4)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--submit",
+        action="store_true",
+        help="instead of running its own services, calibrate on the running service's cores "
+        "and submit the workload to it (`qosched up` first), to watch on its page",
+    )
+    parser.add_argument(
+        "--home",
+        metavar="DIR",
+        help="(--submit) the service's home directory (default as for `qosched up`)",
+    )
     parser.set_defaults(run=run_demo)
 
 
@@ -61,6 +72,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from qosched.backends.local.demo import calibrated_plan, run_workload
 
+    if args.submit:
+        return _submit_to_service(args)
     cpus = args.cpus
     console = Console(stderr=True)
     cores = cpus or tuple(sorted(os.sched_getaffinity(0)))
@@ -90,6 +103,42 @@ def run_demo(args: argparse.Namespace) -> int:
         print(json.dumps([_as_json(report) for report in reports], indent=2))
     else:
         _print(reports)
+    return 0
+
+
+def _submit_to_service(args: argparse.Namespace) -> int:
+    """Calibrate on the running service's cores, then submit the workload's jobs to it at
+    their offsets, so that its page (and `qosched status`) shows them as they run."""
+    import time
+
+    import yaml
+    from rich.console import Console
+
+    from qosched.backends.local.client import Client
+    from qosched.backends.local.demo import calibrated_plan
+    from qosched.backends.local.home import resolve_home
+
+    console = Console(stderr=True)
+    client = Client.from_home(resolve_home(args.home))
+    cores = client.status().cpus
+    console.print(
+        f"[bold]calibrating[/] the workloads on the service's cores {list(cores)} "
+        "(best while it runs nothing else)"
+    )
+    plan = calibrated_plan(
+        cores, seconds=args.measure_s, on_progress=lambda line: console.print(f"  {line}")
+    )
+    _print_plan(console, plan)
+    start = time.monotonic()
+    for job in sorted(plan.jobs, key=lambda job: job.offset_s):
+        time.sleep(max(0.0, start + job.offset_s - time.monotonic()))
+        text = yaml.safe_dump(job.spec.to_dict(), sort_keys=False)
+        submitted = client.submit(text, f"<demo {job.spec.name}>")
+        console.print(
+            f"  {time.monotonic() - start:6.1f} s  {job.spec.name:<20} "
+            f"{submitted['id']} {submitted['state']}"
+        )
+    console.print("all submitted: follow them with `qosched status --watch` or on the page")
     return 0
 
 

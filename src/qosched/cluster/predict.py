@@ -21,15 +21,12 @@ from __future__ import annotations
 import bisect
 import math
 import operator
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-
-# The quantile functions themselves: scipy.stats' norm.ppf and t.ppf call these, and importing
-# scipy.stats costs about a second at start-up. scipy.optimize (nnls) is imported at first refit.
-from scipy.special import ndtri, stdtrit
 
 from qosched.cluster.throughput import SpeedCurve
 
@@ -184,6 +181,10 @@ def relative_error(predicted: float, actual: float) -> float:
 def _t_quantile(confidence: float, dof: int) -> float:
     # NOTE: cached because scipy's ppf costs about 100 µs, more than the rest of a refit; the
     # caller caps dof at 400 (within 0.2 % of the normal quantile) to keep the cache small.
+    # SciPy is imported at first use: `qosched sim cluster --help` must not pay for it, and
+    # scipy.special (the functions scipy.stats' t.ppf calls) is much lighter than scipy.stats.
+    from scipy.special import stdtrit
+
     return float(stdtrit(dof, 0.5 + confidence / 2.0))
 
 
@@ -297,7 +298,7 @@ class OnlinePredictor:
         self.prior_counts = tuple(sorted(set(prior_counts)))
         self.table = table
         self.fit_count = 0
-        self._z = float(ndtri(0.5 + confidence / 2.0))
+        self._z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
         self._stats: dict[int, _CountStats] = {}
         self._last: tuple[float, float] | None = None
         self._seconds = 0.0

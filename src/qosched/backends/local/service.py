@@ -1032,6 +1032,10 @@ class LocalService:
             self._record_final(live, JobState.FAILED, error=live.failing)
         elif (live.job_dir / RESULT_FILE).exists():  # it completed while the service was down
             result = read_result(live.job_dir / RESULT_FILE)
+            if record.state is not JobState.RUNNING:
+                # The service died between starting its worker and recording the launch: record
+                # that it ran (holding nothing now), then that it is done.
+                self.store.transition(job_id, JobState.RUNNING, now, allocation=())
             self._record_final(live, JobState.SUCCEEDED, result=result.to_json())
         elif live.cancelling:
             self._record_final(live, JobState.CANCELLED)
