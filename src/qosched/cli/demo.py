@@ -74,9 +74,15 @@ def run_demo(args: argparse.Namespace) -> int:
 
     if args.submit:
         return _submit_to_service(args)
+    from qosched.core.errors import InputError
+
     cpus = args.cpus
+    allowed = tuple(sorted(os.sched_getaffinity(0)))
+    unknown = sorted(set(cpus or ()) - set(allowed))
+    if unknown:  # before the calibration, which would try to run on them
+        raise InputError(f"cores {unknown} are not available here (have {allowed})", field="cpus")
     console = Console(stderr=True)
-    cores = cpus or tuple(sorted(os.sched_getaffinity(0)))
+    cores = cpus or allowed
     console.print(f"[bold]calibrating[/] the workloads on cores {list(cores)}")
     plan = calibrated_plan(
         cores, seconds=args.measure_s, on_progress=lambda line: console.print(f"  {line}")
