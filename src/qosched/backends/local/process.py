@@ -26,7 +26,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -260,3 +260,25 @@ class WorkerProcess:
             self._pidfd = None
         if self.popen is not None:
             self.popen.poll()  # reap it if it has exited
+
+
+def tree_files(pid: int, name: str, proc: Path = Path("/proc")) -> Iterator[str]:
+    """The text of ``/proc/PID/<name>`` for ``pid`` and every descendant still running (found
+    through each thread's ``children``); a process gone meanwhile is skipped with its subtree.
+    Nothing for a ``pid`` that is gone."""
+    pending, seen = [pid], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        folder = proc / str(current)
+        try:
+            text = (folder / name).read_text()
+            tasks = list((folder / "task").iterdir())
+        except OSError:
+            continue
+        yield text
+        for task in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                pending.extend(int(child) for child in (task / "children").read_text().split())

@@ -75,7 +75,12 @@ from qosched.backends.local import detail
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
-from qosched.backends.local.process import WorkerProcess, find_workers, worker_folder
+from qosched.backends.local.process import (
+    WorkerProcess,
+    find_workers,
+    tree_files,
+    worker_folder,
+)
 from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
@@ -1214,24 +1219,12 @@ def _gpus_in_log(events: Sequence[Any]) -> tuple[int, ...]:
 
 def resident_bytes(pid: int) -> int:
     """Resident memory of ``pid`` and all its descendants (0 for a process that is gone)."""
-    total, pending, seen = 0, [pid], set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        try:
-            status = Path(f"/proc/{current}/status").read_text()
-            tasks = list(Path(f"/proc/{current}/task").iterdir())
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-        for task in tasks:
-            with contextlib.suppress(OSError):
-                pending.extend(int(c) for c in (task / "children").read_text().split())
-    return total
+    return sum(
+        int(line.split()[1]) * 1024
+        for status in tree_files(pid, "status")
+        for line in status.splitlines()
+        if line.startswith("VmRSS:")
+    )
 
 
 def _reason(exc: BaseException) -> str:

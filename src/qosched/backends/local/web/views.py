@@ -8,7 +8,6 @@ build the same answer from the same facts; ``LocalService`` calls them under its
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from qosched.backends.local.detail import allocation_history
+from qosched.backends.local.process import tree_files
 from qosched.backends.local.store import FINAL_STATES, Event, ProgressSample
 
 _FINAL = frozenset(state.value for state in FINAL_STATES)
@@ -140,23 +140,10 @@ def job_speed(
 def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
     """CPU time (user and system) used so far by process ``pid`` and every descendant still
     running, with what their children that already exited used; 0 for a process that is gone."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total, pending, seen = 0, [pid], set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        try:
-            stat = (proc / str(current) / "stat").read_text()
-            tasks = list((proc / str(current) / "task").iterdir())
-        except OSError:
-            continue
+    total = 0
+    for stat in tree_files(pid, "stat", proc):
         # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
         fields = stat.rsplit(")", 1)[1].split()
         # utime, stime, cutime, cstime are fields 14-17 of stat, 12-15 after the name.
         total += sum(int(value) for value in fields[11:15])
-        for task in tasks:
-            with contextlib.suppress(OSError, ValueError):
-                pending.extend(int(c) for c in (task / "children").read_text().split())
-    return total / ticks
+    return total / os.sysconf("SC_CLK_TCK")
