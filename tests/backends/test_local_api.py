@@ -607,3 +607,16 @@ def test_client_ignores_proxy_settings(client: Client, monkeypatch: pytest.Monke
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
     assert client.jobs() == []
+
+
+def test_store_trouble_is_a_503_to_retry_later(running: Running, monkeypatch) -> None:
+    from qosched.backends.local.store import StoreUnavailableError
+
+    def busy() -> list:
+        raise StoreUnavailableError("database is locked")
+
+    monkeypatch.setattr(running.service, "jobs", busy)
+    status, response, body = call(running, "GET", "/jobs")
+    assert status == 503
+    assert response.getheader("Retry-After") == "5"
+    assert json.loads(body)["error"] == "database is locked"

@@ -58,7 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from qosched.backends.local.store import UnknownJobError
+from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
 from qosched.backends.local.web import auth, page
 from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError, QoschedError
@@ -595,6 +595,11 @@ class _Handler(BaseHTTPRequestHandler):
             )
         except UnknownJobError as exc:
             reply = _json_reply({"error": str(exc), "job": exc.job_id}, HTTPStatus.NOT_FOUND)
+        except StoreUnavailableError as exc:
+            # The call changed nothing and may succeed later (a full disk, a held lock).
+            reply = _json_reply(
+                {"error": str(exc)}, HTTPStatus.SERVICE_UNAVAILABLE, {"Retry-After": "5"}
+            )
         except QoschedError as exc:
             # Raised on purpose, so its message is meant for people; still a failure of ours.
             self._log_traceback()
