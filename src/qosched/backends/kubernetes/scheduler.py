@@ -82,7 +82,6 @@ _RUNNABLE = frozenset({Admission.GUARANTEED.value, Admission.BEST_EFFORT.value})
 BIND_TRIES = 3
 #: How long the first round of a term waits for its fresh lists before it gives up for now.
 LIST_WAIT_S = 10.0
-MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 

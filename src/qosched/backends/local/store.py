@@ -129,7 +129,6 @@ class Event:
     detail: Mapping[str, Any]
 
 
-SCHEMA_VERSION = 1
 # MIGRATIONS[i] takes the schema from version i to i + 1; append, never edit a released one.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
