@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "qosched"
 NORMAL, WARNING = "Normal", "Warning"
-MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 #: The API server refuses Event messages over 1 KiB; longer ones are cut.
 MAX_MESSAGE = 1024
