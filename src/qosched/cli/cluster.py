@@ -322,6 +322,24 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
 # -- qosched trace generate ----------------------------------------------------------------------
 
 
+def _add_trace_output(parser: argparse.ArgumentParser, *, layout: str) -> None:
+    """What every command that writes a trace takes: where, in which layout, from which
+    speed tables."""
+    parser.add_argument("--out", required=True, help="CSV file to write")
+    parser.add_argument(
+        "--format",
+        choices=("qosched", "elasticflow"),
+        default=layout,
+        help=f"layout of the written trace (default {layout})",
+    )
+    parser.add_argument(
+        "--throughputs",
+        default="A100",
+        metavar="DIR|A100|T4|CPU",
+        help="speed tables the jobs' models and iterations come from (default A100)",
+    )
+
+
 def add_trace_import(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "import",
@@ -338,19 +356,7 @@ def add_trace_import(commands: argparse._SubParsersAction) -> None:
         required=True,
         help="the public trace's format",
     )
-    parser.add_argument("--out", required=True, help="CSV file to write")
-    parser.add_argument(
-        "--format",
-        choices=("qosched", "elasticflow"),
-        default="elasticflow",
-        help="layout of the written trace (default elasticflow)",
-    )
-    parser.add_argument(
-        "--throughputs",
-        default="A100",
-        metavar="DIR|A100|T4|CPU",
-        help="speed tables that turn run times into iterations (default A100)",
-    )
+    _add_trace_output(parser, layout="elasticflow")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the deadlines drawn (default 0)"
     )
@@ -382,13 +388,7 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "generate", help="write a synthetic trace (Poisson arrivals, lognormal durations)"
     )
-    parser.add_argument("--out", required=True, help="CSV file to write")
-    parser.add_argument(
-        "--format",
-        choices=("qosched", "elasticflow"),
-        default="qosched",
-        help="layout of the written trace (default qosched)",
-    )
+    _add_trace_output(parser, layout="qosched")
     parser.add_argument(
         "--jobs", type=int, default=d.jobs, help="number of jobs (default %(default)s)"
     )
@@ -431,12 +431,6 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=d.best_effort_fraction,
         help="share of jobs without a deadline (default %(default)s)",
-    )
-    parser.add_argument(
-        "--throughputs",
-        default="A100",
-        metavar="DIR|A100|T4|CPU",
-        help="speed tables the jobs' models and iterations come from (default A100)",
     )
     parser.add_argument(
         "--seed", type=int, default=d.seed, help="seed of every draw (default %(default)s)"
