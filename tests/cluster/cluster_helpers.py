@@ -4,18 +4,6 @@ from __future__ import annotations
 
 from qosched.cluster.job import JobSpec
 
-# DESIGN.md: `qosched sim cluster --json` prints these fields first, in this order, on any cluster.
-CONTRACT_FIELDS = (
-    "policy",
-    "jobs",
-    "deadline_satisfactory_ratio",
-    "accepted",
-    "declined",
-    "avg_jct_s",
-    "gpu_utilization",
-    "wall_s",
-)
-
 
 def job(
     job_id: str,

@@ -1,4 +1,4 @@
-"""``qosched infer plan``: the spec file and the --json contract of DESIGN.md."""
+"""``qosched infer plan``: the spec file and the --json contract of docs/contracts.md."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ class Summary:
     wall_s: float
 
     def to_json(self) -> dict:
-        """DESIGN.md's contract fields first, then the rest."""
+        """The JSON of ``qosched sim cluster --json``, keys in the order docs/contracts.md gives."""
         data = asdict(self)
         return {
             "policy": data.pop("policy"),

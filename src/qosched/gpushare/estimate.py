@@ -65,7 +65,7 @@ class ModelEstimate:
     activation_bytes: int = 0
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON of ``qosched gpu estimate --json`` (DESIGN.md's fields, and a few more)."""
+        """The JSON of ``qosched gpu estimate --json`` (docs/contracts.md)."""
         classes = self.kernel_classes or ("",) * len(self.kernels)
         return {
             "model": self.model,

@@ -605,7 +605,8 @@ class _Alone:
 
 @dataclass(frozen=True)
 class AppComparison:
-    """One application shared against itself alone (DESIGN.md's ``*_ratio`` fields)."""
+    """One application shared against itself alone: an ``apps`` entry of ``gpu sim --json``
+    (docs/contracts.md)."""
 
     name: str
     priority: int
