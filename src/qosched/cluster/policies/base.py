@@ -8,12 +8,13 @@ knows which backend runs it.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from qosched.cluster.state import ClusterView, Decision, JobState
-from qosched.core.registry import Registry
+from qosched.core.registry import PluginGroup, Registry
 
 if TYPE_CHECKING:
     from qosched.cluster.predict import OnlinePredictor
@@ -74,7 +75,13 @@ def greedy_requested(jobs: Iterable[JobState], capacity: int) -> dict[str, int]:
     return workers
 
 
-_POLICIES: Registry[Policy] = Registry("policy")
+#: Other packages add policies under this entry-point group (docs/plugins.md).
+PLUGINS = PluginGroup(
+    "qosched.cluster_policies",
+    lambda cls: issubclass(cls, Policy) and not inspect.isabstract(cls),
+    "a subclass of qosched.cluster.policies.Policy that implements allocate",
+)
+_POLICIES: Registry[Policy] = Registry("policy", PLUGINS)
 #: Class decorator: make a policy constructible by name. A duplicate name raises.
 register = _POLICIES.register
 policy_names = _POLICIES.names

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from qosched.core.registry import Registry
+from qosched.core.registry import PluginGroup, Registry
 from qosched.gpushare.policy import GpuView, Launch, SharingPolicy
 
-_POLICIES: Registry[SharingPolicy] = Registry("GPU-sharing policy")
+#: Other packages add sharing policies under this entry-point group (docs/plugins.md).
+PLUGINS = PluginGroup(
+    "qosched.sharing_policies",
+    lambda cls: callable(getattr(cls, "decide", None)),
+    "a class with a decide(view) method (qosched.gpushare.policy.SharingPolicy)",
+)
+_POLICIES: Registry[SharingPolicy] = Registry("GPU-sharing policy", PLUGINS)
 #: Class decorator: make a policy constructible by name. A duplicate name raises.
 register = _POLICIES.register
 policy_names = _POLICIES.names
