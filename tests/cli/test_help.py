@@ -13,7 +13,10 @@ import pytest
 from qosched.cli.main import COMMANDS, HELP, build_parser, command_of
 from qosched.core.errors import QoschedError
 
-MARKUP = re.compile(r"``|:(?:func|meth|class|mod|attr|data|ref|obj):`")
+#: reST that docstrings carry and a terminal shows raw: inline literals, roles (``:func:`x```,
+#: ``:py:meth:`y```), hyperlink references and directives. A command quoted in single backticks
+#: (`qosched up`) reads as plain text and is allowed.
+MARKUP = re.compile(r"``|:[a-z][\w+-]*(?::[a-z][\w+-]*)?:`|`_\b|`__|^\s*\.\. [\w-]+::", re.M)
 
 
 def command_parser(name: str) -> argparse.ArgumentParser:
@@ -48,6 +51,28 @@ def texts(parser: argparse.ArgumentParser) -> Iterator[str]:
 
 PARSERS = every_parser()
 IDS = [" ".join(path) for path, _ in PARSERS]
+
+
+@pytest.mark.parametrize(
+    ("text", "markup"),
+    [
+        ("see :func:`add_gpu_group`", True),
+        ("see :py:meth:`Registry.create`", True),
+        ("the ``--json`` object", True),
+        ("see `the docs`_ for more", True),
+        ("intro\n.. note:: careful", True),
+        ("apply them with `qosched k8s manifests`", False),
+        ("speed x workers**normal(0, SIGMA)", False),
+        ("default: ~/.cache/qosched/op_profile.json", False),
+        ("seconds (default: 5); 0 = none", False),
+    ],
+)
+def test_markup_is_told_from_plain_text(text: str, markup: bool) -> None:
+    assert bool(MARKUP.search(text)) is markup
+
+
+def test_the_walk_reaches_every_level_of_commands() -> None:
+    assert {"sim cluster", "trace import", "infer run", "gpu estimate", "k8s manifests"} <= set(IDS)
 
 
 @pytest.mark.parametrize(("path", "parser"), PARSERS, ids=IDS)
