@@ -177,6 +177,32 @@ def test_a_registry_without_plugins_looks_for_none() -> None:
         made.register("builtin")(Builtin)
 
 
+def test_the_command_names_a_bad_plugin_and_runs_the_builtin_it_clashes_with(
+    tmp_path: Path,
+) -> None:
+    code = "from qosched.cluster.policies import Policy\n\n\nclass Mine(Policy):\n    pass\n"
+    install(tmp_path, "clash", {"clash_mod.py": code},
+            {"qosched.cluster_policies": {"fifo": "clash_mod:Mine"}})  # fmt: skip
+    trace = tmp_path / "trace.csv"
+    probe = (
+        "from qosched.cli.main import main\n"
+        f"main(['trace', 'generate', '--out', {str(trace)!r}, '--jobs', '5'])\n"
+        f"main(['sim', 'cluster', '--trace', {str(trace)!r}, '--nodes', '1', '--gpus-per-node', "
+        "'8', '--policy', 'fifo', '--json'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", probe], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["policy"] == "fifo"
+    warned = [line for line in done.stderr.splitlines() if "plug-in" in line]
+    assert warned == [
+        "qosched: warning: policy plug-in 'fifo' (entry point 'clash_mod:Mine' in group "
+        "'qosched.cluster_policies' of clash 1.0) is left out: the name 'fifo' is taken by "
+        "another policy"
+    ]
+
+
 # --- the worked example of docs/plugins.md -------------------------------------------------------
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from qosched import __version__
 from qosched.core.errors import QoschedError
+from qosched.core.registry import PluginWarning
 
 Adder = Callable[[argparse._SubParsersAction], None]
 
@@ -141,8 +143,26 @@ def command_of(argv: Sequence[str]) -> str | None:
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
+_format_warning = warnings.formatwarning
+
+
+def format_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    line: str | None = None,
+) -> str:
+    """A plug-in left out is the user's to fix, not qosched's: it reads as the command's own
+    warning, without the source line that registered the parser."""
+    if issubclass(category, PluginWarning):
+        return f"qosched: warning: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    warnings.formatwarning = format_warning
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     try:
