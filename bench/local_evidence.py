@@ -41,7 +41,7 @@ from qosched.backends.local.protocol import (
     write_worker_job,
 )
 from qosched.backends.local.speeds import prior_curve
-from qosched.backends.local.store import JobState, Store
+from qosched.backends.local.store import Lifecycle, Store
 from qosched.cluster.predict import OnlinePredictor
 
 BUCKETS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
@@ -65,7 +65,7 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
     count): the error of the predicted remaining time at that allocation. The predictor is the
     one ``qos`` uses, fed the job's samples up to that point."""
     errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
-    for record in store.list([JobState.SUCCEEDED]):
+    for record in store.list([Lifecycle.SUCCEEDED]):
         samples = store.progress(record.id)
         predictor = OnlinePredictor.from_curve(
             prior_curve(record.spec, len(os.sched_getaffinity(0))), confidence=0.2

@@ -24,7 +24,7 @@ from pathlib import Path
 from qosched.backends.local.calibrate import Measurement, measure_side_by_side_and_alone
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService
-from qosched.backends.local.store import JobState
+from qosched.backends.local.store import Lifecycle
 from qosched.core.errors import InputError
 
 
@@ -253,7 +253,7 @@ def run_workload(
                     record.state.value,
                     record.submitted_at,
                     record.deadline_at,
-                    record.finished_at if record.state is JobState.SUCCEEDED else None,
+                    record.finished_at if record.state is Lifecycle.SUCCEEDED else None,
                     predicted.get(record.id),
                     record.attempts,
                 )

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from qosched.backends.local.api import LogChunk
-from qosched.backends.local.store import FINAL_STATES, Event, JobState
+from qosched.backends.local.store import FINAL_STATES, Event, Lifecycle
 from qosched.core.errors import InputError
 
-RUNNING = JobState.RUNNING.value
-_ENDED_UNFINISHED = frozenset(s.value for s in FINAL_STATES - {JobState.SUCCEEDED})
+RUNNING = Lifecycle.RUNNING.value
+_ENDED_UNFINISHED = frozenset(s.value for s in FINAL_STATES - {Lifecycle.SUCCEEDED})
 
 
 def allocation_history(events: Sequence[Event]) -> list[dict[str, Any]]:
@@ -70,11 +70,11 @@ def job_detail(job: Mapping[str, Any], events: Sequence[Event]) -> dict[str, Any
     }
 
 
-def read_log_chunk(path: Path, offset: int, limit: int, *, state: JobState | str) -> LogChunk:
+def read_log_chunk(path: Path, offset: int, limit: int, *, state: Lifecycle | str) -> LogChunk:
     """At most ``limit`` bytes of the file at ``path`` from ``offset``; a missing file is an
     empty log. ``state`` is the job's, read before this call: once it is final the worker has
     exited, nothing more is written, and the chunk is complete when it reaches the end."""
-    final = JobState(state) in FINAL_STATES
+    final = Lifecycle(state) in FINAL_STATES
     try:
         with open(path, "rb") as log:
             size = os.fstat(log.fileno()).st_size

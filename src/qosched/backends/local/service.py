@@ -103,7 +103,7 @@ from qosched.backends.local.speeds import prior_curve
 from qosched.backends.local.store import (
     IllegalTransitionError,
     JobRecord,
-    JobState,
+    Lifecycle,
     Store,
     StoreUnavailableError,
     UnknownJobError,
@@ -113,8 +113,7 @@ from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
-from qosched.cluster.state import ClusterView, Phase
-from qosched.cluster.state import JobState as ClusterJob
+from qosched.cluster.state import ClusterView, JobState, Phase
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_int
 
@@ -195,7 +194,7 @@ class _Live:
 
     record: JobRecord
     spec: TrainingJobSpec  # record.spec, known to read
-    state: ClusterJob
+    state: JobState
     job_dir: Path
     worker: WorkerProcess | None = None
     events_read: int = 0
@@ -370,7 +369,7 @@ class LocalService:
                 self.store.record_failure(job_id, f"cannot be scheduled: {_reason(exc)}", now)
                 return self.job(job_id)
             if admission is Admission.DECLINED:
-                self.store.transition(job_id, JobState.DECLINED, now)
+                self.store.transition(job_id, Lifecycle.DECLINED, now)
                 self._forget(job_id)
             else:
                 guaranteed = admission is Admission.GUARANTEED
@@ -407,7 +406,7 @@ class LocalService:
             if self._stale:  # memory may not know a worker of this job yet
                 self._resync()
             record = self.store.get(job_id)
-            if record.state not in (JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED):
+            if record.state not in (Lifecycle.QUEUED, Lifecycle.RUNNING, Lifecycle.PREEMPTED):
                 raise InputError(f"job {job_id} is already {record.state.value}", field="job")
             live = self._live.get(job_id)
             if live is not None and live.worker is not None and not live.worker.gone():
@@ -417,7 +416,7 @@ class LocalService:
                     live.cancelling = True
                 self._stop(live)
             else:
-                self._finish(job_id, JobState.CANCELLED)
+                self._finish(job_id, Lifecycle.CANCELLED)
             self._dirty = True
             return self.job(job_id)
 
@@ -426,7 +425,7 @@ class LocalService:
             records = self.store.list()
             outcomes = dict.fromkeys(("met", "missed", "failed", "cancelled", "declined"), 0)
             for record in records:
-                if record.state is JobState.SUCCEEDED:
+                if record.state is Lifecycle.SUCCEEDED:
                     met = (
                         record.finished_at is not None and record.finished_at <= record.deadline_at
                     )
@@ -435,8 +434,8 @@ class LocalService:
                     outcomes[record.state.value] += 1
             return Metrics(
                 capacity_cpus=len(self.cores),
-                queued=sum(r.state in (JobState.QUEUED, JobState.PREEMPTED) for r in records),
-                running=sum(r.state is JobState.RUNNING for r in records),
+                queued=sum(r.state in (Lifecycle.QUEUED, Lifecycle.PREEMPTED) for r in records),
+                running=sum(r.state is Lifecycle.RUNNING for r in records),
                 allocated_cpus={j: len(live.cores) for j, live in self._live.items() if live.cores},
                 outcomes=outcomes,
             )
@@ -502,14 +501,14 @@ class LocalService:
             self._stop(live)
             return
         try:
-            self._record_final(live, JobState.FAILED, error=live.failing)
+            self._record_final(live, Lifecycle.FAILED, error=live.failing)
         except (IllegalTransitionError, UnknownJobError):
             self._forget(job_id)  # it reached a final state before the trouble
 
     def _record_final(
         self,
         live: _Live,
-        state: JobState,
+        state: Lifecycle,
         *,
         error: str | None = None,
         result: dict[str, Any] | None = None,
@@ -548,7 +547,7 @@ class LocalService:
             requested_workers=min(requested, len(pool)),
         )
         curve = prior_curve(spec, len(pool))
-        state = ClusterJob(job, curve)
+        state = JobState(job, curve)
         state.last_update_s = record.submitted_at
         live = _Live(record, spec, state, self.home / "jobs" / record.id)
         self._live[record.id] = live
@@ -729,7 +728,7 @@ class LocalService:
         live.gpus = tuple(sorted(allocation.gpus)) if live.spec.gpu else ()
         live.version = allocation.version
         record = self.store.get(live.record.id)
-        if record.state is JobState.RUNNING and tuple(record.allocation) != live.cores:
+        if record.state is Lifecycle.RUNNING and tuple(record.allocation) != live.cores:
             self.store.set_allocation(record.id, live.cores, now)
         live.record = self.store.record_launched(
             record.id,
@@ -811,20 +810,20 @@ class LocalService:
         now = self.clock()
         self._release_gpus(live, now)
         if live.failing is not None:
-            self._record_final(live, JobState.FAILED, error=live.failing)
+            self._record_final(live, Lifecycle.FAILED, error=live.failing)
             self._faults.passed("reaped")
             return
         events = self._read_progress_of(live)
         last = events[-1] if events else None
         if (live.job_dir / RESULT_FILE).exists():  # it completed, whatever else was asked
             result = read_result(live.job_dir / RESULT_FILE)
-            self._record_final(live, JobState.SUCCEEDED, result=result.to_json())
+            self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
             self._faults.passed("result")
             return
         if live.cancelling:
-            self._record_final(live, JobState.CANCELLED)
+            self._record_final(live, Lifecycle.CANCELLED)
         elif live.over_memory is not None:  # killed for it: a retry would do the same
-            self._record_final(live, JobState.FAILED, error=live.over_memory)
+            self._record_final(live, Lifecycle.FAILED, error=live.over_memory)
         else:
             if code is None:  # a re-adopted worker: its last event says how it ended
                 code = _exit_from_event(last)
@@ -840,7 +839,7 @@ class LocalService:
                 )
                 attempts = self.store.get(live.record.id).attempts
                 if code == EXIT_INPUT_ERROR or attempts >= MAX_ATTEMPTS:
-                    self._record_final(live, JobState.FAILED, error=message)
+                    self._record_final(live, Lifecycle.FAILED, error=message)
                 else:
                     self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
         self._faults.passed("reaped")
@@ -863,7 +862,7 @@ class LocalService:
             live.stopping, live.killed = True, True
 
     def _mark_preempted(self, live: _Live, now: float, why: str) -> None:
-        live.record = self.store.transition(live.record.id, JobState.PREEMPTED, now)
+        live.record = self.store.transition(live.record.id, Lifecycle.PREEMPTED, now)
         self.store.add_event(live.record.id, now, "stopped", {"why": why})
         self._release_gpus(live, now)
         live.cores, live.stopping, live.term_at, live.killed = (), False, None, False
@@ -871,7 +870,7 @@ class LocalService:
         live.state.phase = Phase.PENDING
         live.last_sample = None
 
-    def _finish(self, job_id: str, state: JobState) -> None:
+    def _finish(self, job_id: str, state: Lifecycle) -> None:
         self.store.transition(job_id, state, self.clock())
         self._forget(job_id)
 
@@ -1034,17 +1033,17 @@ class LocalService:
         self._read_progress_of(live)
         self._release_gpus(live, now)  # no worker of it is left
         if live.failing is not None:
-            self._record_final(live, JobState.FAILED, error=live.failing)
+            self._record_final(live, Lifecycle.FAILED, error=live.failing)
         elif (live.job_dir / RESULT_FILE).exists():  # it completed while the service was down
             result = read_result(live.job_dir / RESULT_FILE)
-            if record.state is not JobState.RUNNING:
+            if record.state is not Lifecycle.RUNNING:
                 # The service died between starting its worker and recording the launch: record
                 # that it ran (holding nothing now), then that it is done.
-                self.store.transition(job_id, JobState.RUNNING, now, allocation=())
-            self._record_final(live, JobState.SUCCEEDED, result=result.to_json())
+                self.store.transition(job_id, Lifecycle.RUNNING, now, allocation=())
+            self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
         elif live.cancelling:
-            self._record_final(live, JobState.CANCELLED)
-        elif record.state is JobState.RUNNING:
+            self._record_final(live, Lifecycle.CANCELLED)
+        elif record.state is Lifecycle.RUNNING:
             self._mark_preempted(live, now, "the worker did not survive a service restart")
 
     def _describe(self, record: JobRecord) -> dict[str, Any]:
@@ -1054,7 +1053,7 @@ class LocalService:
         if done is None:
             samples = self.store.progress(record.id)
             done = samples[-1].iteration if samples else 0
-            if record.state is JobState.SUCCEEDED and total is not None:
+            if record.state is Lifecycle.SUCCEEDED and total is not None:
                 done = total
         predicted = band = None
         if live is not None:
