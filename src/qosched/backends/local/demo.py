@@ -231,11 +231,12 @@ def run_workload(
                 service.step()
                 for job in service.jobs():
                     if (
-                        job["id"] not in predicted
-                        and job["predicted_finish_at"] is not None
-                        and job["iterations_done"] >= 0.1 * job["iterations"]
+                        job.id not in predicted
+                        and job.predicted_finish_at is not None
+                        and job.iterations is not None
+                        and job.iterations_done >= 0.1 * job.iterations
                     ):
-                        predicted[job["id"]] = (now, job["predicted_finish_at"])
+                        predicted[job.id] = (now, job.predicted_finish_at)
                 if on_tick is not None:
                     on_tick(service, now - start)
                 if now - start > timeout_s:

@@ -75,6 +75,7 @@ from qosched.backends.local import detail
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
+from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.process import (
     WorkerProcess,
     find_workers,
@@ -342,12 +343,12 @@ class LocalService:
 
     # -- the API (see qosched.backends.local.api.Service) ---------------------------------------
 
-    def submit(self, spec_text: str, source: str) -> dict[str, Any]:
+    def submit(self, spec_text: str, source: str) -> JobView:
         now = self.clock()
         spec = parse_job_spec(spec_text, source, now=now)
         return self.submit_spec(spec, now)
 
-    def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> dict[str, Any]:
+    def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> JobView:
         with self._lock, self._marking_stale():
             if self._stale:
                 self._resync()
@@ -379,11 +380,11 @@ class LocalService:
             self._dirty = True
             return self.job(job_id)
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobView]:
         with self._lock:
             return [self._describe(record) for record in self.store.list()]
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JobView:
         with self._lock:
             return self._describe(self.store.get(job_id))
 
@@ -399,7 +400,7 @@ class LocalService:
             lines = lines[-tail_lines:] if tail_lines > 0 else []
         return "\n".join(lines) + ("\n" if lines else "")
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> JobView:
         """SIGTERM the job's worker (SIGKILL after the grace); the job is cancelled, and its
         cores free, once no process of it is left."""
         with self._lock, self._marking_stale():
@@ -423,15 +424,11 @@ class LocalService:
     def metrics(self) -> Metrics:
         with self._lock:
             records = self.store.list()
-            outcomes = dict.fromkeys(("met", "missed", "failed", "cancelled", "declined"), 0)
+            outcomes = {outcome.value: 0 for outcome in Outcome}
             for record in records:
-                if record.state is Lifecycle.SUCCEEDED:
-                    met = (
-                        record.finished_at is not None and record.finished_at <= record.deadline_at
-                    )
-                    outcomes["met" if met else "missed"] += 1
-                elif record.state.value in outcomes:
-                    outcomes[record.state.value] += 1
+                outcome = Outcome.of(record.state, record.finished_at, record.deadline_at)
+                if outcome is not None:
+                    outcomes[outcome.value] += 1
             return Metrics(
                 capacity_cpus=len(self.cores),
                 queued=sum(r.state in (Lifecycle.QUEUED, Lifecycle.PREEMPTED) for r in records),
@@ -1046,7 +1043,7 @@ class LocalService:
         elif record.state is Lifecycle.RUNNING:
             self._mark_preempted(live, now, "the worker did not survive a service restart")
 
-    def _describe(self, record: JobRecord) -> dict[str, Any]:
+    def _describe(self, record: JobRecord) -> JobView:
         live = self._live.get(record.id)
         total = record.spec.iterations if record.spec is not None else None
         done = live.state.iterations_done if live is not None else None
@@ -1058,27 +1055,27 @@ class LocalService:
         predicted = band = None
         if live is not None:
             predicted, band = self._predict_finish(live)
-        return {
-            "id": record.id,
-            "name": record.name,
-            "state": record.state.value,
-            "submitted_at": record.submitted_at,
-            "deadline_at": record.deadline_at,
-            "started_at": record.started_at,
-            "finished_at": record.finished_at,
-            "iterations": total,
-            "iterations_done": int(done),
-            "cpus": list(live.cores if live is not None else record.allocation),
-            "gpus": list(live.gpus if live is not None else ()),
-            "predicted_finish_at": predicted,
-            "predicted_finish_band": band,
-            "best_effort": record.best_effort,
-            "guaranteed": record.guaranteed,
-            "attempts": record.attempts,
-            "error": record.error,
-        }
+        return JobView(
+            id=record.id,
+            name=record.name,
+            state=record.state,
+            submitted_at=record.submitted_at,
+            deadline_at=record.deadline_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            iterations=total,
+            iterations_done=int(done),
+            cpus=tuple(live.cores if live is not None else record.allocation),
+            gpus=live.gpus if live is not None else (),
+            predicted_finish_at=predicted,
+            predicted_finish_band=band,
+            best_effort=record.best_effort,
+            guaranteed=record.guaranteed,
+            attempts=record.attempts,
+            error=record.error,
+        )
 
-    def _predict_finish(self, live: _Live) -> tuple[float | None, list[float] | None]:
+    def _predict_finish(self, live: _Live) -> tuple[float | None, tuple[float, float] | None]:
         """When the job finishes at its current core count, from the policy's predictor."""
         workers = len(self._units(live))
         if not workers:
@@ -1091,7 +1088,7 @@ class LocalService:
         now = self.clock()
         return (
             now + remaining / prediction.rate,
-            [now + remaining / prediction.rate_high, now + remaining / prediction.rate_low],
+            (now + remaining / prediction.rate_high, now + remaining / prediction.rate_low),
         )
 
     # -- the API's newer views (see qosched.backends.local.api.Service) --------------------------
@@ -1111,7 +1108,7 @@ class LocalService:
                 outcomes=metrics.outcomes,
             )
 
-    def job_detail(self, job_id: str) -> dict[str, Any]:
+    def job_detail(self, job_id: str) -> JobDetail:
         with self._lock:
             return detail.job_detail(self.job(job_id), self.store.events(job_id))
 
