@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 
 #: Iterations/s per worker assumed for a model without a speed table, until progress arrives.
 #: Admissions under which a job runs.
-_RUNNABLE = frozenset({Admission.GUARANTEED.value, Admission.BEST_EFFORT.value})
+_RUNNABLE = frozenset({Admission.GUARANTEED, Admission.BEST_EFFORT})
 #: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
 BIND_TRIES = 3
 #: How long the first round of a term waits for its fresh lists before it gives up for now.
@@ -146,7 +146,7 @@ class StepReport:
     synced: bool = False
     abandoned: bool = False  # the Lease was lost during the round: its remaining writes unsent
     decision: dict[str, int] = field(default_factory=dict)
-    admitted: dict[str, str] = field(default_factory=dict)  # job -> admission
+    admitted: dict[str, Admission] = field(default_factory=dict)  # job -> this round's
     succeeded: list[str] = field(default_factory=list)
     scaled: dict[str, int] = field(default_factory=dict)  # job -> replicas
     resized: dict[str, int] = field(default_factory=dict)  # pod -> cores, in place
@@ -476,7 +476,7 @@ class K8sScheduler:
     ) -> bool:
         """One job's JobState; True when the job is still to decide for."""
         spec, key = job.spec, job.spec.key
-        if spec.succeeded or spec.admission == Admission.DECLINED:
+        if spec.succeeded or spec.admission is Admission.DECLINED:
             if spec.replicas:
                 self._patch_set(spec, {"spec": {"replicas": 0}}, report)
             return False
@@ -604,7 +604,7 @@ class K8sScheduler:
                 if admission is Admission.DECLINED:
                     patch["spec"] = {"replicas": 0}
                 if self._patch_set(job.spec, patch, report):
-                    report.admitted[key] = admission.value
+                    report.admitted[key] = admission
                     sts = self._now.sets.get(key)
                     if admission is Admission.DECLINED and sts is not None:
                         deadline = _iso(job.spec.deadline_at) if job.spec.deadline_at else "-"
