@@ -190,12 +190,13 @@ class _Faults:
 
 
 @dataclass(slots=True)
-class _Live:
-    """What the service keeps in memory about one unfinished job."""
+class _LiveJob:
+    """What the service keeps in memory about one unfinished job: its stored record, the
+    policy's record of it (``policy_job``) and its worker."""
 
     record: JobRecord
     spec: TrainingJobSpec  # record.spec, known to read
-    state: JobState
+    policy_job: JobState
     job_dir: Path
     worker: WorkerProcess | None = None
     events_read: int = 0
@@ -245,7 +246,7 @@ class LocalService:
         self.grace_s = grace_s
         self._faults = _Faults(os.environ.get(FAULT_ENV) if faults is None else faults)
         self._lock = threading.RLock()
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, _LiveJob] = {}
         self._dirty = True  # something changed since the last decision
         self._stale = False  # store trouble: memory may be ahead of the store
         self._popens: dict[int, subprocess.Popen] = {}  # our workers while memory is rebuilt
@@ -359,7 +360,7 @@ class LocalService:
                 live = self._track(record)
                 admission = admit_job(
                     self._policy_of(live),
-                    live.state,
+                    live.policy_job,
                     self._view(now, spec.gpu),
                     best_effort=spec.best_effort,
                 )
@@ -475,7 +476,7 @@ class LocalService:
             self._stale = True
             raise
 
-    def _isolated(self, live: _Live, doing: str, action: Callable[..., Any], *args: Any) -> None:
+    def _isolated(self, live: _LiveJob, doing: str, action: Callable[..., Any], *args: Any) -> None:
         """``action(live, *args)``; any exception but store trouble fails this job alone."""
         if self._live.get(live.record.id) is not live:
             return  # finished earlier in this round
@@ -487,7 +488,7 @@ class LocalService:
             log.warning("job %s failed while %s", live.record.id, doing, exc_info=True)
             self._fail(live, f"{doing}: {_reason(exc)}")
 
-    def _fail(self, live: _Live, reason: str) -> None:
+    def _fail(self, live: _LiveJob, reason: str) -> None:
         """The job failed: recorded at once as ``failing``, and ``failed`` (with ``reason``) once
         no process of its worker is left; its cores stay held until then."""
         job_id = live.record.id
@@ -504,7 +505,7 @@ class LocalService:
 
     def _record_final(
         self,
-        live: _Live,
+        live: _LiveJob,
         state: Lifecycle,
         *,
         error: str | None = None,
@@ -515,7 +516,7 @@ class LocalService:
         self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
         self._forget(live.record.id)
 
-    def _track(self, record: JobRecord) -> _Live:
+    def _track(self, record: JobRecord) -> _LiveJob:
         spec = record.spec
         if spec is None:
             raise InputError(record.spec_error or "its stored spec does not read", field="spec")
@@ -544,9 +545,9 @@ class LocalService:
             requested_workers=min(requested, len(pool)),
         )
         curve = prior_curve(spec, len(pool))
-        state = JobState(job, curve)
-        state.last_update_s = record.submitted_at
-        live = _Live(record, spec, state, self.home / "jobs" / record.id)
+        policy_job = JobState(job, curve)
+        policy_job.last_update_s = record.submitted_at
+        live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
         self._live[record.id] = live
         return live
 
@@ -559,11 +560,11 @@ class LocalService:
         """The workers of one pool: the GPUs, or the cores."""
         return self.gpus if gpu else self.cores
 
-    def _policy_of(self, live: _Live) -> Policy:
+    def _policy_of(self, live: _LiveJob) -> Policy:
         return self.gpu_policy if live.spec.gpu else self.policy
 
     @staticmethod
-    def _units(live: _Live) -> tuple[int, ...]:
+    def _units(live: _LiveJob) -> tuple[int, ...]:
         """The workers a job holds in its pool: its GPUs, or its cores."""
         return live.gpus if live.spec.gpu else live.cores
 
@@ -572,7 +573,7 @@ class LocalService:
         whole pool). A job that holds workers it cannot give back yet (it has done all its
         iterations and is writing its result, or its worker is stopping) is not among them."""
         jobs = [
-            live.state
+            live.policy_job
             for live in self._live.values()
             if live.spec.gpu == gpu and not self._holding(live)
         ]
@@ -584,8 +585,10 @@ class LocalService:
         return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S)
 
     @classmethod
-    def _holding(cls, live: _Live) -> bool:
-        return bool(cls._units(live)) and (live.stopping or live.state.remaining_iterations <= 0)
+    def _holding(cls, live: _LiveJob) -> bool:
+        return bool(cls._units(live)) and (
+            live.stopping or live.policy_job.remaining_iterations <= 0
+        )
 
     def _decide(self, now: float) -> None:
         self._dirty = False
@@ -645,13 +648,13 @@ class LocalService:
                 self._isolated(live, "launching it", self._launch, units, now)
         return decision.wake_at
 
-    def _release_gpus(self, live: _Live, now: float) -> None:
+    def _release_gpus(self, live: _LiveJob, now: float) -> None:
         """Its worker is gone (or never started): its GPUs may go to another job."""
         if live.gpus:
             self.store.add_event(live.record.id, now, "gpus", {"released": list(live.gpus)})
             live.gpus = ()
 
-    def _launch(self, live: _Live, units: tuple[int, ...], now: float) -> None:
+    def _launch(self, live: _LiveJob, units: tuple[int, ...], now: float) -> None:
         """Intent (committed), worker, launch (committed): a service killed in between finds
         the worker by its job folder at the next start."""
         job_id = live.record.id
@@ -711,13 +714,13 @@ class LocalService:
             guaranteed=self._guaranteed(job_id),
         )
         self._faults.passed("launched")
-        live.state.phase = Phase.RUNNING
-        live.state.workers = len(units)
-        if live.state.started_s is None:
-            live.state.started_s = now
-        live.state.reallocations += live.state.started_s != now
+        live.policy_job.phase = Phase.RUNNING
+        live.policy_job.workers = len(units)
+        if live.policy_job.started_s is None:
+            live.policy_job.started_s = now
+        live.policy_job.reallocations += live.policy_job.started_s != now
 
-    def _take_over(self, live: _Live, worker: WorkerProcess, now: float, attempt: int) -> None:
+    def _take_over(self, live: _LiveJob, worker: WorkerProcess, now: float, attempt: int) -> None:
         """Adopt a live worker of this job: it holds the cores its ``allocation.json`` gives."""
         live.worker = worker
         allocation = read_allocation(live.job_dir / ALLOCATION_FILE)
@@ -738,28 +741,28 @@ class LocalService:
             kind="re-adopted",
         )
         self._faults.passed("adopted")
-        live.state.workers = len(self._units(live))
-        live.state.phase = Phase.RUNNING
-        live.state.started_s = live.record.started_at
+        live.policy_job.workers = len(self._units(live))
+        live.policy_job.phase = Phase.RUNNING
+        live.policy_job.started_s = live.record.started_at
 
-    def _resize(self, live: _Live, cores: tuple[int, ...], now: float) -> None:
+    def _resize(self, live: _LiveJob, cores: tuple[int, ...], now: float) -> None:
         live.version += 1
         write_allocation(live.job_dir / ALLOCATION_FILE, Allocation(cores, live.version))
         live.cores = cores
-        live.state.workers = len(cores)
-        live.state.reallocations += 1
+        live.policy_job.workers = len(cores)
+        live.policy_job.reallocations += 1
         live.last_sample = None  # an interval of progress must not span two allocations
         self.store.set_allocation(live.record.id, cores, now)
         self._faults.passed("resize")
 
-    def _preempt(self, live: _Live) -> None:
+    def _preempt(self, live: _LiveJob) -> None:
         if live.worker is not None:
             self._stop(live)
         else:
             live.cores = ()
             self._release_gpus(live, self.clock())
 
-    def _stop(self, live: _Live) -> None:
+    def _stop(self, live: _LiveJob) -> None:
         """SIGTERM the worker once (it checkpoints and exits); ``_escalate`` SIGKILLs its group
         after the grace. Its cores stay held until it is gone."""
         live.stopping = True
@@ -768,7 +771,7 @@ class LocalService:
             live.term_at = time.monotonic()
             self._faults.passed("signal")
 
-    def _escalate(self, live: _Live) -> None:
+    def _escalate(self, live: _LiveJob) -> None:
         worker = live.worker
         if worker is None or live.term_at is None or live.killed:
             return
@@ -790,7 +793,7 @@ class LocalService:
         for live in list(self._live.values()):
             self._isolated(live, "reaping its worker", self._reap_one)
 
-    def _reap_one(self, live: _Live) -> None:
+    def _reap_one(self, live: _LiveJob) -> None:
         """Act on a worker that exited since the last round."""
         worker = live.worker
         if worker is None or worker.running():
@@ -841,7 +844,7 @@ class LocalService:
                     self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
         self._faults.passed("reaped")
 
-    def _enforce_memory_of(self, live: _Live) -> None:
+    def _enforce_memory_of(self, live: _LiveJob) -> None:
         """Kill a job whose processes use more resident memory than its spec allows (what a
         cgroup limit would do, without needing one): the worker's whole process group, since a
         command job's own children count too."""
@@ -858,13 +861,13 @@ class LocalService:
             worker.kill_group(signal.SIGKILL)
             live.stopping, live.killed = True, True
 
-    def _mark_preempted(self, live: _Live, now: float, why: str) -> None:
+    def _mark_preempted(self, live: _LiveJob, now: float, why: str) -> None:
         live.record = self.store.transition(live.record.id, Lifecycle.PREEMPTED, now)
         self.store.add_event(live.record.id, now, "stopped", {"why": why})
         self._release_gpus(live, now)
         live.cores, live.stopping, live.term_at, live.killed = (), False, None, False
-        live.state.workers = 0
-        live.state.phase = Phase.PENDING
+        live.policy_job.workers = 0
+        live.policy_job.phase = Phase.PENDING
         live.last_sample = None
 
     def _finish(self, job_id: str, state: Lifecycle) -> None:
@@ -874,15 +877,15 @@ class LocalService:
     def _forget(self, job_id: str) -> None:
         live = self._live.pop(job_id, None)
         if live is not None:
-            live.state.phase = Phase.FINISHED
+            live.policy_job.phase = Phase.FINISHED
             if live.worker is not None:
                 live.worker.close()
 
-    def _read_progress_of(self, live: _Live) -> list[ProgressEvent]:
+    def _read_progress_of(self, live: _LiveJob) -> list[ProgressEvent]:
         """Take in the worker's new events; an unreadable line or a number out of bounds is
         an ``InputError`` naming the line (the caller fails the job)."""
         events = read_progress(live.job_dir / PROGRESS_FILE)
-        state = live.state
+        job = live.policy_job
         stored = False
         for event in events[live.events_read :]:
             fresh = event.t > live.stored_until  # not stored before a restart
@@ -899,17 +902,17 @@ class LocalService:
                 # A new interval starts here. A command's start knows no iteration yet: the
                 # interval starts from what the job had done, and its start-up counts as
                 # active time (a little slow at first, never fast: safe for a deadline).
-                done = event.iteration if event.iteration is not None else state.iterations_done
+                done = event.iteration if event.iteration is not None else job.iterations_done
                 live.last_sample = (event.t, int(done))
                 if event.iteration is None:
                     continue
             elif event.iteration is None:
                 continue
             elif live.last_sample is not None and event.t > live.last_sample[0]:
-                state.active_s += event.t - live.last_sample[0]
+                job.active_s += event.t - live.last_sample[0]
                 live.last_sample = (event.t, event.iteration)
-            state.iterations_done = float(min(event.iteration, live.spec.iterations))
-            state.last_update_s = event.t
+            job.iterations_done = float(min(event.iteration, live.spec.iterations))
+            job.last_update_s = event.t
             if fresh and event.event in (
                 WorkerEvent.PROGRESS,
                 WorkerEvent.CHECKPOINT,
@@ -991,7 +994,7 @@ class LocalService:
         record = self.store.get(job_id)
         live = self._track(record)
         # Accepted before: the policy re-learns it.
-        self._policy_of(live).admit(live.state, self._view(now, live.spec.gpu))
+        self._policy_of(live).admit(live.policy_job, self._view(now, live.spec.gpu))
         intent_attempt, launched = record.attempts, None
         events = self.store.events(job_id)
         live.gpus = _gpus_in_log(events)  # held by its worker, if one is left
@@ -1046,7 +1049,7 @@ class LocalService:
     def _describe(self, record: JobRecord) -> JobView:
         live = self._live.get(record.id)
         total = record.spec.iterations if record.spec is not None else None
-        done = live.state.iterations_done if live is not None else None
+        done = live.policy_job.iterations_done if live is not None else None
         if done is None:
             samples = self.store.progress(record.id)
             done = samples[-1].iteration if samples else 0
@@ -1075,16 +1078,16 @@ class LocalService:
             error=record.error,
         )
 
-    def _predict_finish(self, live: _Live) -> tuple[float | None, tuple[float, float] | None]:
+    def _predict_finish(self, live: _LiveJob) -> tuple[float | None, tuple[float, float] | None]:
         """When the job finishes at its current core count, from the policy's predictor."""
         workers = len(self._units(live))
         if not workers:
             return None, None
-        model = self._policy_of(live).predictor_of(live.state.job_id)
+        model = self._policy_of(live).predictor_of(live.policy_job.job_id)
         if model is None:
             return None, None
         prediction = model.predict(workers)
-        remaining = live.state.remaining_iterations
+        remaining = live.policy_job.remaining_iterations
         now = self.clock()
         return (
             now + remaining / prediction.rate,
