@@ -45,9 +45,15 @@ class Outcome(StrEnum):
         if state is Lifecycle.SUCCEEDED:
             met = finished_at is not None and finished_at <= deadline_at
             return cls.MET if met else cls.MISSED
-        if state in FINAL_STATES:
-            return cls(state.value)
-        return None
+        return _ENDED_UNFINISHED.get(state)
+
+
+#: The final states but success, each its own outcome.
+_ENDED_UNFINISHED = {
+    Lifecycle.FAILED: Outcome.FAILED,
+    Lifecycle.CANCELLED: Outcome.CANCELLED,
+    Lifecycle.DECLINED: Outcome.DECLINED,
+}
 
 
 @dataclass(frozen=True, slots=True)
