@@ -273,7 +273,11 @@ def _core_seconds(service: LocalService, end: float) -> float:
         for event in service.store.events(record.id):
             cores = None
             if event.kind == "state":
-                cores = len(event.detail.get("cpus", [])) if event.detail["to"] == "running" else 0
+                cores = (
+                    len(event.detail.get("cpus", []))
+                    if event.detail["to"] == Lifecycle.RUNNING
+                    else 0
+                )
             elif event.kind == "allocation":
                 cores = len(event.detail["to"])
             if cores is None:

@@ -18,7 +18,7 @@ from typing import Any
 from qosched.backends.local.detail import allocation_history
 from qosched.backends.local.jobview import HeldAllocation, JobView
 from qosched.backends.local.process import tree_files
-from qosched.backends.local.store import FINAL_STATES, Event, ProgressSample
+from qosched.backends.local.store import FINAL_STATES, Event, Lifecycle, ProgressSample
 
 _FINAL = frozenset(state.value for state in FINAL_STATES)
 
@@ -66,11 +66,11 @@ def _marks(job_id: str, events: Sequence[Event]) -> list[dict[str, Any]]:
     for event in events:
         kind = text = None
         detail = event.detail
-        if event.kind == "state" and detail.get("to") == "running":
+        if event.kind == "state" and detail.get("to") == Lifecycle.RUNNING:
             kind = "restart" if started else "start"
             started = True
             text = f"{kind} on cores {_cores(detail.get('cpus') or [])}"
-        elif event.kind == "state" and detail.get("to") == "preempted":
+        elif event.kind == "state" and detail.get("to") == Lifecycle.PREEMPTED:
             kind, text = "preempt", "pre-empted"
         elif event.kind == "state" and detail.get("to") in _FINAL:
             kind = str(detail["to"])
