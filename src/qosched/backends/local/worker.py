@@ -540,15 +540,7 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
     if stop.requested:
         return between.preempted(iteration=None, loss=None)
     processes = (len(gpus) or len(cpus)) if spec.launcher == "torchrun" else 1
-    argv = list(spec.command)
-    if spec.launcher == "torchrun":
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        argv += ["--nproc-per-node", str(processes)]
-        if not spec.command[0].endswith(".py"):
-            # A program (an interpreter of the user's choice, a shell script): each rank runs
-            # it as it is instead of torchrun's "python SCRIPT".
-            argv.append("--no-python")
-        argv += spec.command
+    argv = command_argv(spec.command, spec.launcher, processes)
     env = command_environment(
         spec, job_dir, cpus, gpus, processes=processes, progress_file=progress.path
     )
@@ -632,6 +624,20 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         exit_code=code,
     )
     return code if code > 0 else 128 - code
+
+
+def command_argv(command: tuple[str, ...], launcher: str | None, processes: int) -> list[str]:
+    """The child's command line: ``command`` as it is, or under torchrun with ``processes``
+    ranks (see the module docstring)."""
+    if launcher != "torchrun":
+        return list(command)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    argv += ["--nproc-per-node", str(processes)]
+    if not command[0].endswith(".py"):
+        # A program (an interpreter of the user's choice, a shell script): each rank runs it
+        # as it is instead of torchrun's "python SCRIPT".
+        argv.append("--no-python")
+    return argv + list(command)
 
 
 def command_environment(
