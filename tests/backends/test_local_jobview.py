@@ -72,6 +72,7 @@ def test_a_detail_is_the_job_with_its_history_events_and_slack() -> None:
         ({"state": "sleeping"}, "state"),
         ({"state": None}, "state"),
         ({"id": 7}, "id"),
+        ({"id": ""}, "id"),
         ({"iterations_done": -1}, "iterations_done"),
         ({"iterations_done": True}, "iterations_done"),
         ({"iterations": 2**53}, "iterations"),

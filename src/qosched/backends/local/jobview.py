@@ -125,6 +125,9 @@ class JobView:
             for value in band:
                 check_number(value, field="predicted_finish_band", source=source)
             band = tuple(band)
+        job_id = read.required("id", str)
+        if not job_id:
+            raise InputError("a job id must not be empty", source=source, field="id")
         state_text = read.required("state", str)
         try:
             state = Lifecycle(state_text)
@@ -134,7 +137,7 @@ class JobView:
                 f"unknown state {state_text!r}; known: {known}", source=source, field="state"
             ) from None
         return cls(
-            id=read.required("id", str),
+            id=job_id,
             name=read.required("name", str),
             state=state,
             submitted_at=read.time("submitted_at"),
