@@ -30,18 +30,18 @@ import time
 from pathlib import Path
 
 from qosched.backends.local.demo import RunReport, calibrated_plan, run_workload
+from qosched.backends.local.process import launch_worker
 from qosched.backends.local.progress import WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
-    JOB_FILE,
     PROGRESS_FILE,
     Allocation,
     WorkerJob,
     write_allocation,
-    write_worker_job,
+    write_job_folder,
 )
 from qosched.backends.local.speeds import prior_curve
-from qosched.backends.local.store import JobState, Store
+from qosched.backends.local.store import Lifecycle, Store
 from qosched.cluster.predict import OnlinePredictor
 
 BUCKETS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
@@ -65,7 +65,7 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
     count): the error of the predicted remaining time at that allocation. The predictor is the
     one ``qos`` uses, fed the job's samples up to that point."""
     errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
-    for record in store.list([JobState.SUCCEEDED]):
+    for record in store.list([Lifecycle.SUCCEEDED]):
         samples = store.progress(record.id)
         predictor = OnlinePredictor.from_curve(
             prior_curve(record.spec, len(os.sched_getaffinity(0))), confidence=0.2
@@ -186,14 +186,6 @@ def _done(job) -> str:
 # -- resize -------------------------------------------------------------------------------------
 
 
-def _start_worker(job_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "qosched.backends.local.worker", str(job_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def _wait_for(job_dir: Path, predicate, timeout_s: float = 120.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -212,10 +204,9 @@ def resize(args: argparse.Namespace) -> None:
     in_place, restart_stop, restart_start = [], [], []
     with tempfile.TemporaryDirectory() as root:
         job_dir = Path(root) / "job"
-        job_dir.mkdir()
-        write_worker_job(job_dir / JOB_FILE, WorkerJob("job", "cnn", None, 100_000, 0, 10_000))
-        write_allocation(job_dir / ALLOCATION_FILE, Allocation(cores[:1], 1))
-        worker = _start_worker(job_dir)
+        job = WorkerJob("job", "cnn", None, 100_000, 0, 10_000)
+        write_job_folder(job_dir, job, Allocation(cores[:1], 1))
+        worker = launch_worker(job_dir, stderr=subprocess.DEVNULL)
         _wait_for(job_dir, lambda e: e.event is WorkerEvent.PROGRESS)
         for version in range(2, 2 + 2 * args.resizes):
             chosen = cores[:2] if version % 2 == 0 else cores[:1]
@@ -234,7 +225,7 @@ def resize(args: argparse.Namespace) -> None:
             restart_stop.append(time.time() - stopped)
             before = len(read_progress(job_dir / PROGRESS_FILE))
             started = time.time()
-            worker = _start_worker(job_dir)
+            worker = launch_worker(job_dir, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 events = read_progress(job_dir / PROGRESS_FILE)[before:]

@@ -118,11 +118,11 @@ def main() -> int:
                     env={"PYTHONPATH": str(site)},
                     launcher="torchrun",
                 )
-                ids.append(service.submit_spec(spec)["id"])
+                ids.append(service.submit_spec(spec).id)
             idle = wait_until_idle(service, timeout_s=args.timeout_s, poll_s=0.5)
             jobs = []
             for job_id in ids:
-                detail = service.job_detail(job_id)
+                detail = service.job_detail(job_id).to_json()
                 ranks_file = Path(folder) / "home" / "jobs" / job_id / "ranks.jsonl"
                 ranks = (
                     [json.loads(line) for line in ranks_file.read_text().splitlines()]

@@ -76,18 +76,18 @@ def run_once(home: Path, fault: str | None, with_gpus: bool = False) -> int:
     else:
         jobs = tuple((name, n, None) for name, n in (*WORKLOAD, VICTIM))
         victim_name, first = VICTIM[0], WORKLOAD[0][0]
-    ids = {job["name"]: job["id"] for job in service.jobs()}
+    ids = {job.name: job.id for job in service.jobs()}
     cancelled = False
     deadline = time.monotonic() + RUN_TIMEOUT_S
     try:
         while len(ids) < len(jobs) or not service.idle():
             if time.monotonic() > deadline or not runner.is_alive():
                 return 1
-            if not ids or (len(ids) < len(jobs) and service.job(ids[first])["state"] != "queued"):
+            if not ids or (len(ids) < len(jobs) and service.job(ids[first]).state != "queued"):
                 for name, iterations, gpus in jobs[len(ids) : len(ids) + 1 if not ids else None]:
-                    ids[name] = service.submit_spec(_spec(name, iterations, gpus))["id"]
+                    ids[name] = service.submit_spec(_spec(name, iterations, gpus)).id
             victim = ids.get(victim_name)
-            if victim and not cancelled and service.job(victim)["state"] == "running":
+            if victim and not cancelled and service.job(victim).state == "running":
                 service.cancel(victim)
                 cancelled = True
             time.sleep(0.02)

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from qosched.backends.local.api import OUTCOMES, ApiServer, LogChunk, Metrics, ServiceStatus, serve
+from qosched.backends.local.api import ApiServer, LogChunk, Metrics, ServiceStatus, serve
 from qosched.backends.local.detail import job_detail, read_log_chunk
 from qosched.backends.local.home import Endpoint, ensure_token, remove_endpoint, write_endpoint
 from qosched.backends.local.jobspec import parse_job_spec
-from qosched.backends.local.store import Event, UnknownJobError
+from qosched.backends.local.jobview import JobDetail, JobView, Outcome
+from qosched.backends.local.store import Event, Lifecycle, UnknownJobError
 from qosched.core.errors import InputError
 
 FINAL = ("succeeded", "failed", "cancelled", "declined")
@@ -42,9 +43,35 @@ spec:
 """
 
 
+def make_job(job_id: str = "j-000001", state: str = "queued", **fields: Any) -> JobView:
+    """A job as the API shows it: submitted at 0 with a deadline at 600, 400 iterations, none
+    done, holding nothing; ``fields`` override (as ``JobView`` fields)."""
+    base: dict[str, Any] = {
+        "id": job_id,
+        "name": f"name-{job_id}",
+        "state": Lifecycle(state),
+        "submitted_at": 0.0,
+        "deadline_at": 600.0,
+        "started_at": None,
+        "finished_at": None,
+        "iterations": 400,
+        "iterations_done": 0,
+        "cpus": (),
+        "gpus": (),
+        "predicted_finish_at": None,
+        "predicted_finish_band": None,
+        "best_effort": False,
+        "guaranteed": False,
+        "attempts": 0,
+        "error": None,
+    }
+    return JobView(**(base | fields))
+
+
 class FakeService:
-    """Jobs in a list; nothing runs unless a test says so with ``update``. Logs are files under
-    ``log_dir`` (a new temporary folder by default), read as ``LocalService`` reads its workers'."""
+    """Jobs in a list, kept as their JSON; nothing runs unless a test says so with ``update``.
+    Logs are files under ``log_dir`` (a new temporary folder by default), read as
+    ``LocalService`` reads its workers'."""
 
     def __init__(
         self,
@@ -63,7 +90,7 @@ class FakeService:
         self.submitted_sources: list[str] = []
         self.submitted_texts: list[str] = []  # what each submit sent
 
-    def submit(self, spec_text: str, source: str) -> dict[str, Any]:
+    def submit(self, spec_text: str, source: str) -> JobView:
         now = self.clock()
         spec = parse_job_spec(spec_text, source, now=now)
         with self._lock:
@@ -81,6 +108,7 @@ class FakeService:
                 "iterations": spec.iterations,
                 "iterations_done": 0,
                 "cpus": [],
+                "gpus": [],
                 "predicted_finish_at": None,
                 "predicted_finish_band": None,
                 "best_effort": spec.best_effort,
@@ -90,19 +118,19 @@ class FakeService:
             }
             self._log_path(job_id).write_bytes(b"")
             self._events[job_id] = [Event(job_id, now, "submitted", {"name": spec.name})]
-            return copy.deepcopy(self._jobs[job_id])
+            return _view(self._jobs[job_id])
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobView]:
         with self._lock:
-            return copy.deepcopy(list(self._jobs.values()))
+            return [_view(job) for job in self._jobs.values()]
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JobView:
         with self._lock:
-            return copy.deepcopy(self._get(job_id))
+            return _view(self._get(job_id))
 
-    def job_detail(self, job_id: str) -> dict[str, Any]:
+    def job_detail(self, job_id: str) -> JobDetail:
         with self._lock:
-            return job_detail(copy.deepcopy(self._get(job_id)), list(self._events[job_id]))
+            return job_detail(_view(self._get(job_id)), list(self._events[job_id]))
 
     def logs(self, job_id: str, tail_lines: int | None = None) -> str:
         with self._lock:
@@ -117,13 +145,13 @@ class FakeService:
             state = self._get(job_id)["state"]
         return read_log_chunk(self._log_path(job_id), offset, limit, state=state)
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> JobView:
         with self._lock:
             job = self._get(job_id)
             if job["state"] in FINAL:
                 raise InputError(f"job {job_id} is already {job['state']}", field="job")
             self._change(job, state="cancelled", finished_at=self.clock(), cpus=[])
-            return copy.deepcopy(job)
+            return _view(job)
 
     def status(self) -> ServiceStatus:
         metrics = self.metrics()
@@ -148,7 +176,7 @@ class FakeService:
     def metrics(self) -> Metrics:
         with self._lock:
             jobs = list(self._jobs.values())
-        outcomes = dict.fromkeys(OUTCOMES, 0)
+        outcomes = {outcome.value: 0 for outcome in Outcome}
         for job in jobs:
             if job["state"] == "succeeded":
                 outcomes["met" if job["finished_at"] <= job["deadline_at"] else "missed"] += 1
@@ -296,3 +324,8 @@ if __name__ == "__main__":
 
     sys.modules["qosched.backends.local.service"] = fake_service_module()
     sys.exit(main(sys.argv[1:]))
+
+
+def _view(job: dict[str, Any]) -> JobView:
+    """What the service returns for a job the fake keeps as JSON: read as a client reads it."""
+    return JobView.from_json(copy.deepcopy(job), "the fake service")

@@ -21,7 +21,6 @@ from service_fakes import FakeService, Running, running_service, spec_text
 from qosched.backends.local.api import (
     MAX_BODY_BYTES,
     MAX_LOG_CHUNK,
-    OUTCOMES,
     PROMETHEUS_CONTENT_TYPE,
     LogChunk,
     Metrics,
@@ -30,6 +29,7 @@ from qosched.backends.local.api import (
     serve,
 )
 from qosched.backends.local.client import Client
+from qosched.backends.local.jobview import Outcome
 from qosched.backends.local.prometheus import exposition
 from qosched.backends.local.store import UnknownJobError
 from qosched.core.errors import InputError, QoschedError
@@ -420,7 +420,10 @@ def test_metrics_with_no_jobs_still_lists_every_outcome(running: Running) -> Non
         ("qosched_queue_length", ()): 0,
         ("qosched_running_jobs", ()): 0,
         ("qosched_capacity_cpus", ()): 4,
-        **{("qosched_job_outcomes_total", (("outcome", o),)): 0 for o in OUTCOMES},
+        **{
+            ("qosched_job_outcomes_total", (("outcome", o),)): 0
+            for o in ("met", "missed", "failed", "cancelled", "declined")
+        },
     }
 
 
@@ -459,7 +462,7 @@ def test_status_json_reads_back_as_the_same_status() -> None:
         queued=1,
         running=1,
         allocated={"j-000003": (2,)},
-        outcomes=dict.fromkeys(OUTCOMES, 0) | {"met": 2},
+        outcomes=dict.fromkeys(Outcome, 0) | {"met": 2},
     )
     assert ServiceStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
 
@@ -479,7 +482,7 @@ BAD_STATUS = [
     ("change", "field"), [c[1:] for c in BAD_STATUS], ids=[c[0] for c in BAD_STATUS]
 )
 def test_a_status_document_out_of_bounds_names_the_field(change: dict, field: str) -> None:
-    good = ServiceStatus("qos", (0,), 0, 0, {}, dict.fromkeys(OUTCOMES, 0)).to_json()
+    good = ServiceStatus("qos", (0,), 0, 0, {}, dict.fromkeys(Outcome, 0)).to_json()
     with pytest.raises(InputError) as caught:
         ServiceStatus.from_json(good | change)
     assert caught.value.field == field
@@ -557,16 +560,16 @@ def test_a_bad_log_offset_or_limit_is_a_400_naming_it(
 def test_client_mirrors_every_route(running: Running, client: Client) -> None:
     job = client.submit(spec_text(name="via-client"), "job.yaml")
     assert client.jobs() == [job]
-    assert client.job(job["id"]) == job
-    assert client.job_detail(job["id"])["events"][0]["kind"] == "submitted"
-    running.service.write_log(job["id"], "a\nb\n")
-    assert client.logs(job["id"]) == "a\nb\n"
-    assert client.logs(job["id"], tail_lines=1) == "b\n"
-    assert client.read_log(job["id"], 1, limit=2) == LogChunk(b"\nb", 3, False)
+    assert client.job(job.id) == job
+    assert client.job_detail(job.id).events[0].kind == "submitted"
+    running.service.write_log(job.id, "a\nb\n")
+    assert client.logs(job.id) == "a\nb\n"
+    assert client.logs(job.id, tail_lines=1) == "b\n"
+    assert client.read_log(job.id, 1, limit=2) == LogChunk(b"\nb", 3, False)
     assert client.status().queued == 1
     assert client.metrics_text().startswith("# HELP qosched_queue_length")
-    assert client.cancel(job["id"])["state"] == "cancelled"
-    assert client.read_log(job["id"], 4) == LogChunk(b"", 4, True)
+    assert client.cancel(job.id).state == "cancelled"
+    assert client.read_log(job.id, 4) == LogChunk(b"", 4, True)
     assert client.healthz()["status"] == "ok"
     client.shutdown()
     assert running.server.shutdown_requested.wait(5)

@@ -4,6 +4,7 @@ in-process API server on the fake service."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -17,6 +18,8 @@ import service_fakes
 from service_fakes import FakeLocalService, Running, fake_service_module, running_service, spec_text
 
 from qosched.backends.local.home import ENDPOINT_FILE, LOG_FILE, read_endpoint
+from qosched.backends.local.jobview import JobView
+from qosched.backends.local.store import Lifecycle
 from qosched.cli import local, options
 from qosched.cli.main import build_parser, main
 
@@ -53,7 +56,7 @@ def test_submit_prints_one_id_a_line(
     specs = write_specs(tmp_path, "alpha", "beta")
     assert qosched(running.home, "submit", *specs) == 0
     assert capsys.readouterr().out == "j-000001\nj-000002\n"
-    assert [job["name"] for job in running.service.jobs()] == ["alpha", "beta"]
+    assert [job.name for job in running.service.jobs()] == ["alpha", "beta"]
     assert running.service.submitted_sources == specs
 
 
@@ -80,10 +83,10 @@ def test_submit_reports_a_declined_job(
 ) -> None:
     original = running.service.submit
 
-    def declining(text: str, source: str) -> dict:
+    def declining(text: str, source: str) -> JobView:
         job = original(text, source)
-        running.service.update(job["id"], state="declined")
-        return {**job, "state": "declined"}
+        running.service.update(job.id, state="declined")
+        return dataclasses.replace(job, state=Lifecycle.DECLINED)
 
     running.service.submit = declining  # type: ignore[method-assign]
     assert qosched(running.home, "submit", *write_specs(tmp_path, "tight")) == local.Exit.DECLINED
@@ -110,7 +113,7 @@ def test_status_shows_a_table_of_jobs(
         predicted_finish_band=[now + 100, now + 150],
         guaranteed=True,
     )
-    deadline = service.job("j-000002")["deadline_at"]
+    deadline = service.job("j-000002").deadline_at
     service.update("j-000002", state="succeeded", iterations_done=400, finished_at=deadline + 65)
     capsys.readouterr()
     assert qosched(running.home, "status") == 0
@@ -171,7 +174,7 @@ def test_status_json_prints_the_job_list(
     qosched(running.home, "submit", *write_specs(tmp_path, "alpha"))
     capsys.readouterr()
     assert qosched(running.home, "status", "--json") == 0
-    assert json.loads(capsys.readouterr().out) == running.service.jobs()
+    assert json.loads(capsys.readouterr().out) == [job.to_json() for job in running.service.jobs()]
 
 
 def test_status_watch_and_json_do_not_mix(
@@ -314,7 +317,7 @@ def test_up_serves_until_down_then_cleans_up(
         endpoint = read_endpoint(home)
         assert endpoint.pid == os.getpid()
         assert qosched(home, "submit", *write_specs(tmp_path, "alpha")) == 0
-        assert service.jobs()[0]["name"] == "alpha"
+        assert service.jobs()[0].name == "alpha"
         assert f"listening on {endpoint.url}" in capsys.readouterr().out
         assert qosched(home, "up") == 2  # one service per home
         assert "already running" in capsys.readouterr().err

@@ -17,12 +17,14 @@ from service_fakes import (
     FakeService,
     Running,
     fake_service_module,
+    make_job,
     running_service,
 )
 
 from qosched.backends.local import detail
 from qosched.backends.local.api import ServiceStatus
 from qosched.backends.local.home import ENDPOINT_FILE
+from qosched.backends.local.jobview import HeldAllocation
 from qosched.backends.local.store import Event
 from qosched.cli import local
 from qosched.cli.main import build_parser, main
@@ -200,33 +202,26 @@ def gpu_job_events() -> list[Event]:
 
 
 def test_a_gpu_jobs_allocation_history_lists_its_gpus() -> None:
-    assert detail.allocation_history(gpu_job_events()) == [
-        {"from": 10.0, "until": 20.0, "cpus": [], "gpus": [1, 2]},
-        {"from": 21.0, "until": None, "cpus": [], "gpus": [3]},
-    ]
+    assert detail.allocation_history(gpu_job_events()) == (
+        HeldAllocation(10.0, 20.0, (), (1, 2)),
+        HeldAllocation(21.0, None, (), (3,)),
+    )
 
 
 def test_status_job_shows_a_gpu_jobs_gpus_and_their_history(monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    job = {
-        "id": "j-1",
-        "name": "mine",
-        "state": "running",
-        "submitted_at": 5.0,
-        "deadline_at": 600.0,
-        "started_at": 10.0,
-        "finished_at": None,
-        "iterations": 100,
-        "iterations_done": 40,
-        "cpus": [],
-        "gpus": [3],
-        "predicted_finish_at": None,
-        "predicted_finish_band": None,
-        "best_effort": False,
-        "guaranteed": True,
-        "attempts": 2,
-        "error": None,
-    }
+    job = make_job(
+        "j-1",
+        "running",
+        name="mine",
+        submitted_at=5.0,
+        started_at=10.0,
+        iterations=100,
+        iterations_done=40,
+        gpus=(3,),
+        guaranteed=True,
+        attempts=2,
+    )
     console = Console(width=200, record=True)
     console.print(local.job_view(detail.job_detail(job, gpu_job_events()), now=30.0))
     out = console.export_text()

@@ -18,6 +18,7 @@ import yaml
 
 from qosched.backends.local.client import Client
 from qosched.backends.local.home import ENDPOINT_FILE
+from qosched.backends.local.jobview import JobView
 from qosched.cli import local
 from qosched.cli.main import main
 
@@ -72,11 +73,11 @@ class Service:
         path.write_text(text)
         return str(path)
 
-    def wait_for_state(self, job_id: str, states: set[str]) -> dict:
+    def wait_for_state(self, job_id: str, states: set[str]) -> JobView:
         deadline = time.monotonic() + WAIT_S
-        while (job := self.client().job(job_id))["state"] not in states:
-            assert job["state"] not in local.FINAL, f"{job_id} ended {job['state']}"
-            assert time.monotonic() < deadline, f"{job_id} still {job['state']}"
+        while (job := self.client().job(job_id)).state not in states:
+            assert not job.finished, f"{job_id} ended {job.state}"
+            assert time.monotonic() < deadline, f"{job_id} still {job.state}"
             time.sleep(0.1)
         return job
 
@@ -154,7 +155,7 @@ def test_a_declined_job_makes_submit_exit_declined(
     spec = service.write("hopeless", service.spec("hopeless", iterations=10**6, deadline="1m"))
     assert qosched(service, "submit", *(["--wait"] if wait else []), spec) == 4
     assert "j-000001 (hopeless) was declined" in capsys.readouterr().err
-    assert service.client().job("j-000001")["state"] == "declined"
+    assert service.client().job("j-000001").state == "declined"
 
 
 def test_submit_wait_exits_deadline_missed_for_a_late_success(
@@ -164,7 +165,7 @@ def test_submit_wait_exits_deadline_missed_for_a_late_success(
     text = service.spec("late", iterations=4, step_s=0.5, deadline="1s", best_effort=True)
     assert qosched(service, "submit", "--wait", service.write("late", text)) == 5
     assert "after its deadline" in capsys.readouterr().err
-    assert service.client().job("j-000001")["state"] == "succeeded"
+    assert service.client().job("j-000001").state == "succeeded"
 
 
 def test_submit_wait_exits_cancelled_when_the_job_is_cancelled_meanwhile(
@@ -197,7 +198,7 @@ def test_ctrl_c_while_waiting_exits_130_and_leaves_the_job_running(
     assert qosched(service, "submit", "--wait", spec) == local.Exit.INTERRUPTED
     monkeypatch.undo()
     assert "the jobs go on" in capsys.readouterr().err
-    assert service.client().job("j-000001")["state"] in ("queued", "running")
+    assert service.client().job("j-000001").state in ("queued", "running")
     assert qosched(service, "cancel", "j-000001") == 0
 
 
@@ -220,7 +221,7 @@ def test_submit_dash_reads_the_spec_from_stdin(
     monkeypatch.setattr(sys, "stdin", io.StringIO(service.spec("piped")))
     assert qosched(service, "submit", "--wait", "-") == 0
     assert capsys.readouterr().out == "j-000001\n"
-    assert service.client().job("j-000001")["name"] == "piped"
+    assert service.client().job("j-000001").name == "piped"
 
 
 def test_a_bad_spec_on_stdin_is_named_stdin_and_nothing_is_sent(
@@ -256,7 +257,7 @@ def test_cancel_reports_each_job_and_fails_if_any_could_not_be(
     assert lines[1].startswith("j-000002 ") and "cancel" in lines[1]
     assert "no job 'j-000404'" in err
     for job_id in ("j-000001", "j-000002"):
-        assert service.wait_for_state(job_id, {"cancelled"})["state"] == "cancelled"
+        assert service.wait_for_state(job_id, {"cancelled"}).state == "cancelled"
 
 
 def test_cancel_of_jobs_that_exist_exits_0(
@@ -315,7 +316,7 @@ def test_logs_follow_streams_until_the_job_ends(
     capsys.readouterr()
     assert qosched(service, "logs", "j-000001", "--follow") == 0
     out = capsys.readouterr().out
-    assert service.client().job("j-000001")["state"] == "succeeded"
+    assert service.client().job("j-000001").state == "succeeded"
     lines = [line for line in out.splitlines() if line.startswith("line ")]
     assert lines == [f"line {n}" for n in range(1, 9)]
     assert out == service.client().logs("j-000001")  # all of it, nothing twice
@@ -344,7 +345,7 @@ def test_the_command_example_succeeds(service: Service, capsys: pytest.CaptureFi
     spec["spec"]["command"] = [sys.executable, str(ROOT / command[1]), *command[2:]]
     spec["spec"]["work"]["iterations"] = 60
     assert qosched(service, "submit", "--wait", service.write("tiny", yaml.safe_dump(spec))) == 0
-    assert service.client().job("j-000001")["iterations_done"] == 60
+    assert service.client().job("j-000001").iterations_done == 60
     assert "iteration 60/60" in service.client().logs("j-000001")
 
 
@@ -353,4 +354,4 @@ def test_the_cnn_example_succeeds(service: Service, capsys: pytest.CaptureFixtur
     assert spec["spec"]["workload"] == "cnn"
     spec["spec"]["work"]["iterations"] = 20  # the example's 400 take most of a minute
     assert qosched(service, "submit", "--wait", service.write("cnn", yaml.safe_dump(spec))) == 0
-    assert service.client().job("j-000001")["iterations_done"] == 20
+    assert service.client().job("j-000001").iterations_done == 20

@@ -56,7 +56,7 @@ def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one
     cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
     service = LocalService.open(tmp_path / "home", cpus=cores, policy=NAME, tick_s=0.2)
     try:
-        job_id = service.submit_spec(spec)["id"]
+        job_id = service.submit_spec(spec).id
         WANT[job_id] = [(0, 2), (SHRINK_AT, 1)]
         assert wait_until_idle(service, timeout_s=150, poll_s=0.2)
         job = service.job(job_id)
@@ -65,7 +65,7 @@ def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one
         WANT.pop(job_id, None)
         service.stop_workers(grace_s=5)
         service.close()
-    assert job["state"] == "succeeded", job["error"]
+    assert job.state == "succeeded", job.error
     job_dir = tmp_path / "home" / "jobs" / job_id
 
     ranks = [json.loads(line) for line in (job_dir / "ranks.jsonl").read_text().splitlines()]
@@ -82,7 +82,7 @@ def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one
     # Every step reported once, in order, across both runs: resumed from the checkpoint.
     progress = (job_dir / "command_progress.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in progress] == list(range(1, 601))
-    assert job["iterations_done"] == 600
+    assert job.iterations_done == 600
     stops = [e for e in events if e.kind == "stopped"]
     assert len(stops) == 1 and stops[0].detail["why"] == "pre-empted by the scheduler"
     launches = [e.detail["cpus"] for e in events if e.kind == "launched"]

@@ -58,11 +58,11 @@ def test_more_cores_than_exist_is_refused():
 
 def test_a_job_runs_to_completion_and_its_result_is_recorded(tmp_path):
     service = open_service(tmp_path)
-    job_id = service.submit_spec(spec("one"))["id"]
+    job_id = service.submit_spec(spec("one")).id
     assert wait_until_idle(service, timeout_s=120)
     job = service.job(job_id)
-    assert job["state"] == "succeeded"
-    assert job["iterations_done"] == 30
+    assert job.state == "succeeded"
+    assert job.iterations_done == 30
     record = service.store.get(job_id)
     assert record.result is not None and record.result["iterations"] == 30
     samples = service.store.progress(job_id)
@@ -73,20 +73,20 @@ def test_a_job_runs_to_completion_and_its_result_is_recorded(tmp_path):
 
 def test_a_killed_service_loses_no_job_and_every_job_still_completes(tmp_path):
     service = open_service(tmp_path)
-    first = service.submit_spec(spec("first", iterations=150))["id"]
-    second = service.submit_spec(spec("second", iterations=40, workload="transformer"))["id"]
+    first = service.submit_spec(spec("first", iterations=150)).id
+    second = service.submit_spec(spec("second", iterations=40, workload="transformer")).id
     deadline = time.monotonic() + 60
-    while service.job(first)["iterations_done"] < 5 and time.monotonic() < deadline:
+    while service.job(first).iterations_done < 5 and time.monotonic() < deadline:
         service.step()
         time.sleep(0.2)
-    assert service.job(first)["state"] == "running"
+    assert service.job(first).state == "running"
     # The service dies without stopping anything: workers keep running in their own session.
     service.store.close()
     del service
     reopened = open_service(tmp_path)
-    assert {j["id"] for j in reopened.jobs()} == {first, second}
+    assert {j.id for j in reopened.jobs()} == {first, second}
     assert wait_until_idle(reopened, timeout_s=180)
-    assert [reopened.job(j)["state"] for j in (first, second)] == ["succeeded", "succeeded"]
+    assert [reopened.job(j).state for j in (first, second)] == ["succeeded", "succeeded"]
     kinds = [e.kind for e in reopened.store.events(first)]
     assert "re-adopted" in kinds or kinds.count("launched") >= 2
     reopened.close()
@@ -95,25 +95,25 @@ def test_a_killed_service_loses_no_job_and_every_job_still_completes(tmp_path):
 def test_a_crashing_job_is_retried_then_failed_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_CRASH_AT, "3")
     service = open_service(tmp_path)
-    job_id = service.submit_spec(spec("crashy"))["id"]
+    job_id = service.submit_spec(spec("crashy")).id
     assert wait_until_idle(service, timeout_s=120)
     job = service.job(job_id)
-    assert job["state"] == "failed"
-    assert job["attempts"] == 3
-    assert "QOSCHED_WORKER_CRASH_AT" in job["error"] or "crash" in job["error"].lower()
+    assert job.state == "failed"
+    assert job.attempts == 3
+    assert "QOSCHED_WORKER_CRASH_AT" in job.error or "crash" in job.error.lower()
     service.close()
 
 
 def test_cancel_stops_a_running_job_and_a_finished_job_cannot_be_cancelled(tmp_path):
     service = open_service(tmp_path)
-    job_id = service.submit_spec(spec("long", iterations=5000))["id"]
+    job_id = service.submit_spec(spec("long", iterations=5000)).id
     deadline = time.monotonic() + 60
-    while service.job(job_id)["state"] != "running" and time.monotonic() < deadline:
+    while service.job(job_id).state != "running" and time.monotonic() < deadline:
         service.step()
         time.sleep(0.2)
     service.cancel(job_id)
     assert wait_until_idle(service, timeout_s=60)
-    assert service.job(job_id)["state"] == "cancelled"
+    assert service.job(job_id).state == "cancelled"
     with pytest.raises(InputError, match="already cancelled"):
         service.cancel(job_id)
     service.close()
@@ -123,12 +123,12 @@ def test_qos_declines_an_impossible_deadline_unless_best_effort_is_allowed(tmp_p
     service = open_service(tmp_path)
     # A million iterations in a minute: no prior speed on this machine comes near.
     hopeless = service.submit_spec(spec("hopeless", iterations=1_000_000, deadline_s=60))
-    assert hopeless["state"] == "declined"
+    assert hopeless.state == "declined"
     allowed = service.submit_spec(
         spec("hopeful", iterations=1_000_000, deadline_s=60, best_effort=True)
     )
-    assert allowed["state"] in ("queued", "running")
-    service.cancel(allowed["id"])
+    assert allowed.state in ("queued", "running")
+    service.cancel(allowed.id)
     wait_until_idle(service, timeout_s=60)
     service.close()
 
@@ -142,12 +142,12 @@ def test_a_job_over_its_memory_limit_is_killed_and_failed_with_the_reason(tmp_pa
         workload="cnn",
         resources=Resources(min_cpus=1, max_cpus=len(CORES), memory_bytes=1 << 20),
     )
-    job_id = service.submit_spec(tiny)["id"]
+    job_id = service.submit_spec(tiny).id
     assert wait_until_idle(service, timeout_s=120)
     job = service.job(job_id)
-    assert job["state"] == "failed"
-    assert "exceeded its memory limit of 1 MiB" in job["error"]
-    assert job["attempts"] == 1  # not retried: it would exceed the limit again
+    assert job.state == "failed"
+    assert "exceeded its memory limit of 1 MiB" in job.error
+    assert job.attempts == 1  # not retried: it would exceed the limit again
     service.close()
 
 

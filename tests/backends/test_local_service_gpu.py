@@ -132,23 +132,23 @@ def test_each_process_sees_only_its_gpus_its_working_dir_and_its_env(tmp_path):
                 working_dir=str(work),
                 env={"MY_SETTING": "a b=c", "OMP_NUM_THREADS": "3"},
             )
-        )["id"]
-        cpu_job = service.submit_spec(seeing_spec("on-cpu", gpus=None))["id"]
+        ).id
+        cpu_job = service.submit_spec(seeing_spec("on-cpu", gpus=None)).id
         for _ in range(100):  # the GPU job's allocation, seen while it runs
             service.step()
-            if service.job(gpu_job)["state"] == "running":
+            if service.job(gpu_job).state == "running":
                 break
         running = service.job(gpu_job)
         status = service.status().to_json()
         assert wait_until_idle(service, timeout_s=60, poll_s=0.1)
     finally:
         service.close()
-    assert len(running["gpus"]) == 1 and running["cpus"] == []
+    assert len(running.gpus) == 1 and running.cpus == ()
     assert status["capacity"]["gpus"] == [0, 1]
-    assert status["allocated"][gpu_job] == {"cpus": [], "gpus": running["gpus"]}
+    assert status["allocated"][gpu_job] == {"cpus": [], "gpus": list(running.gpus)}
 
     [start, _] = seen(tmp_path / "home", gpu_job)
-    given = str(running["gpus"][0])
+    given = str(running.gpus[0])
     assert start["env"] == {
         "CUDA_VISIBLE_DEVICES": given,
         "QOSCHED_GPUS": given,
@@ -173,11 +173,11 @@ def test_no_gpu_is_ever_held_by_two_jobs_while_five_jobs_compete_for_two(tmp_pat
     bounds = [gpus for gpus, _ in plan]
     try:
         jobs = [
-            service.submit_spec(seeing_spec(f"job-{i}", iterations=n, gpus=gpus))["id"]
+            service.submit_spec(seeing_spec(f"job-{i}", iterations=n, gpus=gpus)).id
             for i, (gpus, n) in enumerate(plan)
         ]
         assert wait_until_idle(service, timeout_s=90, poll_s=0.1)
-        states = {job: service.job(job)["state"] for job in jobs}
+        states = {job: service.job(job).state for job in jobs}
         events = service.store.events()
     finally:
         service.close()
@@ -203,10 +203,10 @@ def test_no_gpu_is_ever_held_by_two_jobs_while_five_jobs_compete_for_two(tmp_pat
 def test_a_gpu_job_is_resized_by_a_restart_that_resumes_where_it_stopped(tmp_path):
     service = open_service(tmp_path / "home", policy=NAME)
     try:
-        job = service.submit_spec(seeing_spec("shrinks", iterations=60, gpus=(1, 2)))["id"]
+        job = service.submit_spec(seeing_spec("shrinks", iterations=60, gpus=(1, 2))).id
         WANT[job] = [(0, 2), (8, 1)]
         assert wait_until_idle(service, timeout_s=60, poll_s=0.1)
-        state = service.job(job)["state"]
+        state = service.job(job).state
         events = service.store.events()
         detail = service.job_detail(job)
     finally:
@@ -227,26 +227,26 @@ def test_a_gpu_job_is_resized_by_a_restart_that_resumes_where_it_stopped(tmp_pat
         ("held", 1),
         ("released", 1),
     ]
-    assert [len(held["gpus"]) for held in detail["allocations"]] == [2, 1]
+    assert [len(held.gpus) for held in detail.allocations] == [2, 1]
     progress = (tmp_path / "home" / "jobs" / job / "command_progress.jsonl").read_text()
     assert [json.loads(line)["iteration"] for line in progress.splitlines()] == list(range(1, 61))
 
 
 def test_a_restarted_service_adopts_a_running_gpu_job_with_its_gpus(tmp_path):
     service = open_service(tmp_path / "home")
-    job = service.submit_spec(seeing_spec("adopted", iterations=40))["id"]
+    job = service.submit_spec(seeing_spec("adopted", iterations=40)).id
     for _ in range(100):
         service.step()
-        if service.job(job)["state"] == "running":
+        if service.job(job).state == "running":
             break
-    held = service.job(job)["gpus"]
+    held = service.job(job).gpus
     service.close()  # the worker runs on
     service = open_service(tmp_path / "home")
     try:
-        assert service.job(job)["gpus"] == held
-        other = service.submit_spec(seeing_spec("other", iterations=2, gpus=(2, 2)))["id"]
+        assert service.job(job).gpus == held
+        other = service.submit_spec(seeing_spec("other", iterations=2, gpus=(2, 2))).id
         assert wait_until_idle(service, timeout_s=60, poll_s=0.1)
-        states = (service.job(job)["state"], service.job(other)["state"])
+        states = (service.job(job).state, service.job(other).state)
         events = service.store.events()
     finally:
         service.close()
@@ -261,5 +261,5 @@ def test_a_gpu_job_on_a_service_without_gpus_fails_with_the_reason(tmp_path):
         job = service.submit_spec(seeing_spec("no-gpu"))
     finally:
         service.close()
-    assert job["state"] == "failed"
-    assert "asks for at least 1 GPUs; this service has 0" in job["error"]
+    assert job.state == "failed"
+    assert "asks for at least 1 GPUs; this service has 0" in job.error

@@ -17,7 +17,7 @@ from kill_anywhere_driver import GPU_VICTIM, GPU_WORKLOAD, VICTIM, WORKLOAD
 
 from qosched.backends.local.process import find_workers
 from qosched.backends.local.protocol import RESULT_FILE, read_result
-from qosched.backends.local.store import JobState, Store
+from qosched.backends.local.store import Lifecycle, Store
 
 DRIVER = Path(__file__).with_name("kill_anywhere_driver.py")
 
@@ -126,18 +126,18 @@ def check_invariants(
     assert set(records) == {name for name, _ in workload} | {victim}
     for name, iterations in workload:
         record = records[name]
-        assert record.state is JobState.SUCCEEDED, (name, record.state, record.error)
+        assert record.state is Lifecycle.SUCCEEDED, (name, record.state, record.error)
         job_dir = home / "jobs" / record.id
         assert read_result(job_dir / RESULT_FILE).iterations == iterations
         assert record.result is not None and record.result["iterations"] == iterations
-    assert records[victim].state is JobState.CANCELLED
+    assert records[victim].state is Lifecycle.CANCELLED
     # Exactly once: one run to the end for each job, a new start only after a recorded stop,
     # and never two runs of one job at the same time (each run holds a lock on its job folder).
     for record in records.values():
         kinds = [run["kind"] for run in runs(home / "jobs" / record.id)]
         stops = sum(e.kind == "stopped" and e.job_id == record.id for e in events)
         assert "overlap" not in kinds, (record.name, kinds)
-        if record.state is JobState.SUCCEEDED:
+        if record.state is Lifecycle.SUCCEEDED:
             assert kinds.count("start") == 1 + stops, (record.name, kinds, stops)
             assert kinds.count("end") == 1, (record.name, kinds)
         else:  # cancelled once running: its command may not have started yet

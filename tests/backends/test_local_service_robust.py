@@ -78,15 +78,15 @@ FOREIGN_LINE = """
 )
 def test_a_bad_line_in_the_workers_progress_file_fails_that_job_alone(tmp_path, line, reason):
     service = open_service(tmp_path)
-    bad = service.submit_spec(python_spec("bad", FOREIGN_LINE.format(line=line)))["id"]
-    good = service.submit_spec(counting_spec("good"))["id"]
+    bad = service.submit_spec(python_spec("bad", FOREIGN_LINE.format(line=line))).id
+    good = service.submit_spec(counting_spec("good")).id
     assert idle(service)  # step() never raised, and both jobs reached a final state
     failed = service.job(bad)
-    assert failed["state"] == "failed"
-    assert failed["error"].startswith("reading its progress: ")
-    assert re.search(reason, failed["error"]), failed["error"]
+    assert failed.state == "failed"
+    assert failed.error.startswith("reading its progress: ")
+    assert re.search(reason, failed.error), failed.error
     assert "failing" in kinds(service, bad)
-    assert service.job(good)["state"] == "succeeded"
+    assert service.job(good).state == "succeeded"
     assert not find_workers().get(str(tmp_path / "jobs" / bad))  # its worker was stopped
     service.close()
 
@@ -107,10 +107,10 @@ BAD_COMMAND_LINES = """
 
 def test_bad_lines_from_a_command_are_warnings_and_the_job_goes_on(tmp_path):
     service = open_service(tmp_path)
-    job_id = service.submit_spec(python_spec("chatty", BAD_COMMAND_LINES))["id"]
+    job_id = service.submit_spec(python_spec("chatty", BAD_COMMAND_LINES)).id
     assert idle(service)
     job = service.job(job_id)
-    assert (job["state"], job["iterations_done"]) == ("succeeded", 5)
+    assert (job.state, job.iterations_done) == ("succeeded", 5)
     warnings = [
         event.detail["message"]
         for event in service.store.events(job_id)
@@ -136,8 +136,8 @@ def test_a_stored_spec_that_cannot_be_tracked_fails_that_job_and_the_service_sta
     tmp_path, iterations, unreadable
 ):
     service = open_service(tmp_path)
-    broken = service.submit_spec(counting_spec("broken"))["id"]
-    fine = service.submit_spec(counting_spec("fine"))["id"]
+    broken = service.submit_spec(counting_spec("broken")).id
+    fine = service.submit_spec(counting_spec("fine")).id
     service.close()
     with sqlite3.connect(tmp_path / "state.db") as db:
         (text,) = db.execute("SELECT spec_json FROM jobs WHERE id = ?", (broken,)).fetchone()
@@ -146,24 +146,24 @@ def test_a_stored_spec_that_cannot_be_tracked_fails_that_job_and_the_service_sta
         db.execute("UPDATE jobs SET spec_json = ? WHERE id = ?", (json.dumps(spec), broken))
     reopened = open_service(tmp_path)  # does not raise
     job = reopened.job(broken)
-    assert job["state"] == "failed"
-    assert job["error"].startswith("cannot be tracked: "), job["error"]
+    assert job.state == "failed"
+    assert job.error.startswith("cannot be tracked: "), job.error
     if unreadable:
-        assert "iterations" in job["error"] and job["iterations"] is None
-    assert {j["id"] for j in reopened.jobs()} == {broken, fine}  # listing still works
+        assert "iterations" in job.error and job.iterations is None
+    assert {j.id for j in reopened.jobs()} == {broken, fine}  # listing still works
     assert idle(reopened)
-    assert reopened.job(fine)["state"] == "succeeded"
+    assert reopened.job(fine).state == "succeeded"
     reopened.close()
 
 
 def test_a_bad_stored_event_fails_that_job_at_open(tmp_path):
     service = open_service(tmp_path)
-    job_id = service.submit_spec(counting_spec("odd"))["id"]
+    job_id = service.submit_spec(counting_spec("odd")).id
     service.store.add_event(job_id, time.time(), "launching", {"attempt": "many"})
     service.close()
     reopened = open_service(tmp_path)
-    assert reopened.job(job_id)["state"] == "failed"
-    assert "cannot be tracked: ValueError" in reopened.job(job_id)["error"]
+    assert reopened.job(job_id).state == "failed"
+    assert "cannot be tracked: ValueError" in reopened.job(job_id).error
     reopened.close()
 
 
@@ -186,8 +186,8 @@ def fill_with_a_huge_iteration(job_dir: Path) -> None:
 )
 def test_a_job_folder_that_cannot_be_read_at_open_fails_that_job(tmp_path, fill, reason):
     service = open_service(tmp_path)
-    job_id = service.submit_spec(counting_spec("unreadable"))["id"]
-    fine = service.submit_spec(counting_spec("fine"))["id"]
+    job_id = service.submit_spec(counting_spec("unreadable")).id
+    fine = service.submit_spec(counting_spec("fine")).id
     job_dir = tmp_path / "jobs" / job_id
     job_dir.mkdir(parents=True)
     fill(job_dir)
@@ -199,17 +199,17 @@ def test_a_job_folder_that_cannot_be_read_at_open_fails_that_job(tmp_path, fill,
     service.close()
     reopened = open_service(tmp_path)
     job = reopened.job(job_id)
-    assert job["state"] == "failed"
-    assert job["error"].startswith("cannot be tracked: ") and reason in job["error"]
+    assert job.state == "failed"
+    assert job.error.startswith("cannot be tracked: ") and reason in job.error
     assert idle(reopened)
-    assert reopened.job(fine)["state"] == "succeeded"
+    assert reopened.job(fine).state == "succeeded"
     reopened.close()
 
 
 def test_a_round_that_raises_keeps_the_service_up(tmp_path, monkeypatch):
     monkeypatch.setattr(service_module, "STORE_RETRY_S", 0.05)
     service = open_service(tmp_path)
-    job_id = service.submit_spec(counting_spec("survivor"))["id"]
+    job_id = service.submit_spec(counting_spec("survivor")).id
     calls = []
 
     def broken_allocate(view):
@@ -228,7 +228,7 @@ def test_a_round_that_raises_keeps_the_service_up(tmp_path, monkeypatch):
         stop.set()
         runner.join()
     assert len(calls) == 1
-    assert service.job(job_id)["state"] == "succeeded"
+    assert service.job(job_id).state == "succeeded"
     service.close()
 
 
@@ -265,7 +265,7 @@ def test_store_trouble_in_a_round_is_retried_and_runs_the_job_once(tmp_path, mon
     (tmp_path / "jobs").mkdir()
     store = FlakyStore(tmp_path / "state.db", fail_at)
     service = LocalService(tmp_path, store, CORES, "qos", tick_s=0.2, grace_s=2.0)
-    job_id = service.submit_spec(counting_spec("once", iterations=8))["id"]
+    job_id = service.submit_spec(counting_spec("once", iterations=8)).id
     store.armed = True
     stop = threading.Event()
     runner = threading.Thread(target=service.run, args=(stop,))
@@ -279,7 +279,7 @@ def test_store_trouble_in_a_round_is_retried_and_runs_the_job_once(tmp_path, mon
         runner.join()
     assert store.failed == len(fail_at)  # every injected failure happened
     job = service.job(job_id)
-    assert (job["state"], job["iterations_done"]) == ("succeeded", 8)
+    assert (job.state, job.iterations_done) == ("succeeded", 8)
     records = runs(tmp_path / "jobs" / job_id)
     assert [r["kind"] for r in records] == ["start", "end"]  # once, never two at a time
     service.close()
@@ -290,7 +290,7 @@ def test_store_trouble_in_a_round_is_retried_and_runs_the_job_once(tmp_path, mon
 
 def test_a_reused_pid_is_not_adopted_and_never_signalled(tmp_path):
     service = open_service(tmp_path, cpus=CORES[:1])
-    job_id = service.submit_spec(counting_spec("reused", iterations=1000, sleep_s=0.02))["id"]
+    job_id = service.submit_spec(counting_spec("reused", iterations=1000, sleep_s=0.02)).id
     job_dir = tmp_path / "jobs" / job_id
     # What the store says after the worker died and its pid went to another process (one that
     # even names the job folder on its command line).
@@ -307,14 +307,14 @@ def test_a_reused_pid_is_not_adopted_and_never_signalled(tmp_path):
         service.close()
         reopened = open_service(tmp_path, cpus=CORES[:1], grace_s=0.5)
         assert "re-adopted" not in kinds(reopened, job_id)
-        assert reopened.job(job_id)["state"] == "preempted"  # to run again from its checkpoint
+        assert reopened.job(job_id).state == "preempted"  # to run again from its checkpoint
         deadline = time.monotonic() + WAIT_S
         while not runs(job_dir) and time.monotonic() < deadline:
             reopened.step()
             time.sleep(0.05)
         reopened.cancel(job_id)
         assert idle(reopened)
-        assert reopened.job(job_id)["state"] == "cancelled"
+        assert reopened.job(job_id).state == "cancelled"
         assert stranger.poll() is None  # never signalled
         reopened.close()
     finally:
@@ -337,24 +337,24 @@ def test_cancel_kills_a_job_ignoring_sigterm_after_the_grace_and_only_then_hands
     tmp_path,
 ):
     service = open_service(tmp_path, cpus=CORES[:1], grace_s=1.0)
-    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN))["id"]
+    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN)).id
     child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
-    waiting = service.submit_spec(counting_spec("waiting"))["id"]
+    waiting = service.submit_spec(counting_spec("waiting")).id
     cancelled_at = time.monotonic()
     service.cancel(stubborn)
     overlap = []
     deadline = time.monotonic() + WAIT_S
     while not service.idle() and time.monotonic() < deadline:
         service.step()
-        if pid_alive(child) and service.job(waiting)["state"] == "running":
+        if pid_alive(child) and service.job(waiting).state == "running":
             overlap.append(time.monotonic() - cancelled_at)
         time.sleep(0.05)
     assert service.idle()
     assert not overlap, f"the core was handed on while the cancelled job ran: {overlap}"
-    assert service.job(stubborn)["state"] == "cancelled"
+    assert service.job(stubborn).state == "cancelled"
     assert not pid_alive(child)
     assert "killed" in kinds(service, stubborn)
-    assert service.job(waiting)["state"] == "succeeded"
+    assert service.job(waiting).state == "succeeded"
     service.close()
 
 
@@ -380,17 +380,17 @@ class NewestFirst(Policy):
 def test_a_preempted_job_ignoring_sigterm_keeps_its_core_until_it_is_killed(tmp_path):
     service = open_service(tmp_path, cpus=CORES[:1], grace_s=1.0)
     service.policy = NewestFirst()
-    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN))["id"]
+    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN)).id
     child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
-    newer = service.submit_spec(counting_spec("newer"), now=time.time() + 1)["id"]
+    newer = service.submit_spec(counting_spec("newer"), now=time.time() + 1).id
     overlap = []
     deadline = time.monotonic() + WAIT_S
-    while service.job(newer)["state"] != "succeeded" and time.monotonic() < deadline:
+    while service.job(newer).state != "succeeded" and time.monotonic() < deadline:
         service.step()
-        if pid_alive(child) and service.job(newer)["state"] == "running":
+        if pid_alive(child) and service.job(newer).state == "running":
             overlap.append(service.job(newer))
         time.sleep(0.05)
-    assert service.job(newer)["state"] == "succeeded"
+    assert service.job(newer).state == "succeeded"
     assert not overlap, "the core was handed on while the pre-empted job still ran"
     assert not pid_alive(child)
     assert "killed" in kinds(service, stubborn)
@@ -403,12 +403,12 @@ def test_a_preempted_job_ignoring_sigterm_keeps_its_core_until_it_is_killed(tmp_
 
 def test_down_kills_a_job_ignoring_sigterm_after_the_grace_and_records_it_preempted(tmp_path):
     service = open_service(tmp_path, cpus=CORES[:1], grace_s=0.5)
-    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN))["id"]
+    stubborn = service.submit_spec(python_spec("stubborn", STUBBORN)).id
     child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
     service.stop_workers()
     assert not pid_alive(child)
     job = service.job(stubborn)
-    assert job["state"] == "preempted"  # it resumes at the next start
+    assert job.state == "preempted"  # it resumes at the next start
     stopped = [e for e in service.store.events(stubborn) if e.kind == "stopped"]
     assert "did not stop within 0.5 s of SIGTERM; killed" in stopped[-1].detail["why"]
     service.close()
@@ -432,7 +432,7 @@ def test_a_job_that_completed_while_the_service_was_down_is_recorded_done_not_ru
     tmp_path,
 ):
     service = open_service(tmp_path)
-    job_id = service.submit_spec(counting_spec("quick", iterations=10))["id"]
+    job_id = service.submit_spec(counting_spec("quick", iterations=10)).id
     job_dir = tmp_path / "jobs" / job_id
     wait_for_file_while_stepping(service, job_dir / "runs.jsonl")
     service.close()  # the service dies; the worker finishes on its own
@@ -441,7 +441,7 @@ def test_a_job_that_completed_while_the_service_was_down_is_recorded_done_not_ru
         time.sleep(0.05)
     reopened = open_service(tmp_path)
     job = reopened.job(job_id)
-    assert (job["state"], job["iterations_done"]) == ("succeeded", 10)
+    assert (job.state, job.iterations_done) == ("succeeded", 10)
     assert [r["kind"] for r in runs(job_dir)] == ["start", "end"]
     reopened.close()
 
@@ -458,22 +458,22 @@ LEAVES_A_CHILD = """
 
 def test_processes_a_job_leaves_behind_are_killed_before_its_core_is_handed_on(tmp_path):
     service = open_service(tmp_path, cpus=CORES[:1])
-    first = service.submit_spec(python_spec("leaves-a-child", LEAVES_A_CHILD, iterations=1))["id"]
+    first = service.submit_spec(python_spec("leaves-a-child", LEAVES_A_CHILD, iterations=1)).id
     pid_file = tmp_path / "jobs" / first / "leftover.pid"
     leftover = int(wait_for_file_while_stepping(service, pid_file))
-    second = service.submit_spec(counting_spec("next"))["id"]
+    second = service.submit_spec(counting_spec("next")).id
     overlap = []
     deadline = time.monotonic() + WAIT_S
     while not service.idle() and time.monotonic() < deadline:
         service.step()
-        if pid_alive(leftover) and service.job(second)["state"] == "running":
+        if pid_alive(leftover) and service.job(second).state == "running":
             overlap.append(service.job(second))
         time.sleep(0.05)
     assert service.idle()
     assert not overlap
     assert not pid_alive(leftover)
-    assert service.job(first)["state"] == "succeeded"
-    assert service.job(second)["state"] == "succeeded"
+    assert service.job(first).state == "succeeded"
+    assert service.job(second).state == "succeeded"
     service.close()
 
 

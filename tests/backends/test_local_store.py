@@ -20,7 +20,7 @@ from qosched.backends.local.store import (
     FINAL_STATES,
     TRANSITIONS,
     IllegalTransitionError,
-    JobState,
+    Lifecycle,
     ProgressSample,
     Store,
     StoreError,
@@ -45,27 +45,27 @@ def store(tmp_path):
         yield opened
 
 
-def path_to(state: JobState) -> list[JobState]:
+def path_to(state: Lifecycle) -> list[Lifecycle]:
     """The shortest legal sequence of states leading from queued to ``state``."""
-    previous: dict[JobState, JobState | None] = {JobState.QUEUED: None}
-    frontier = deque([JobState.QUEUED])
+    previous: dict[Lifecycle, Lifecycle | None] = {Lifecycle.QUEUED: None}
+    frontier = deque([Lifecycle.QUEUED])
     while frontier:
         current = frontier.popleft()
         for following in sorted(TRANSITIONS[current]):
             if following not in previous:
                 previous[following] = current
                 frontier.append(following)
-    steps: list[JobState] = []
-    node: JobState | None = state
-    while node is not None and node is not JobState.QUEUED:
+    steps: list[Lifecycle] = []
+    node: Lifecycle | None = state
+    while node is not None and node is not Lifecycle.QUEUED:
         steps.append(node)
         node = previous[node]
     return steps[::-1]
 
 
-def drive(store: Store, job_id: str, state: JobState, now: float = 10.0) -> None:
+def drive(store: Store, job_id: str, state: Lifecycle, now: float = 10.0) -> None:
     for step in path_to(state):
-        cpus = [0] if step is JobState.RUNNING else None
+        cpus = [0] if step is Lifecycle.RUNNING else None
         store.transition(job_id, step, now, allocation=cpus)
 
 
@@ -76,7 +76,7 @@ def test_submit_then_get(store):
     job_id = store.submit(SPEC, now=100.0)
     record = store.get(job_id)
     assert record.id == job_id
-    assert (record.name, record.spec, record.state) == ("cnn-small", SPEC, JobState.QUEUED)
+    assert (record.name, record.spec, record.state) == ("cnn-small", SPEC, Lifecycle.QUEUED)
     assert (record.submitted_at, record.deadline_at) == (100.0, 700.0)
     assert (record.started_at, record.finished_at) == (None, None)
     assert (record.allocation, record.attempts, record.error, record.result) == ((), 0, None, None)
@@ -93,10 +93,10 @@ def test_ids_are_monotonic_and_survive_reopening(tmp_path):
 
 def test_list_in_submission_order_and_by_state(store):
     ids = [store.submit(SPEC, now=float(t)) for t in range(4)]
-    drive(store, ids[1], JobState.RUNNING)
-    drive(store, ids[3], JobState.SUCCEEDED)
+    drive(store, ids[1], Lifecycle.RUNNING)
+    drive(store, ids[3], Lifecycle.SUCCEEDED)
     assert [job.id for job in store.list()] == ids
-    assert [job.id for job in store.list([JobState.QUEUED])] == [ids[0], ids[2]]
+    assert [job.id for job in store.list([Lifecycle.QUEUED])] == [ids[0], ids[2]]
     assert [job.id for job in store.list(["running", "succeeded"])] == [ids[1], ids[3]]
     assert store.list([]) == ()
 
@@ -105,7 +105,13 @@ def test_unfinished_are_the_jobs_to_adopt_after_a_restart(store):
     ids = [store.submit(SPEC, now=float(t)) for t in range(5)]
     for job_id, state in zip(
         ids,
-        [JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED, JobState.FAILED, JobState.DECLINED],
+        [
+            Lifecycle.QUEUED,
+            Lifecycle.RUNNING,
+            Lifecycle.PREEMPTED,
+            Lifecycle.FAILED,
+            Lifecycle.DECLINED,
+        ],
         strict=True,
     ):
         drive(store, job_id, state)
@@ -116,7 +122,7 @@ def test_unfinished_are_the_jobs_to_adopt_after_a_restart(store):
 def test_unknown_job(store, call):
     calls = {
         "get": lambda: store.get("j-999999"),
-        "transition": lambda: store.transition("j-999999", JobState.RUNNING, 1.0),
+        "transition": lambda: store.transition("j-999999", Lifecycle.RUNNING, 1.0),
         "add_progress": lambda: store.add_progress("j-999999", 1.0, 1, 1),
         "progress": lambda: store.progress("j-999999"),
         "events": lambda: store.events("j-999999"),
@@ -129,19 +135,19 @@ def test_unknown_job(store, call):
 
 
 LEGAL = sorted((a, b) for a, nexts in TRANSITIONS.items() for b in nexts)
-ILLEGAL = sorted((a, b) for a in JobState for b in JobState if b not in TRANSITIONS[a])
+ILLEGAL = sorted((a, b) for a in Lifecycle for b in Lifecycle if b not in TRANSITIONS[a])
 
 
 @pytest.mark.parametrize(("source", "target"), LEGAL, ids=[f"{a}-to-{b}" for a, b in LEGAL])
 def test_legal_transition(store, source, target):
     job_id = store.submit(SPEC, now=0.0)
     drive(store, job_id, source, now=1.0)
-    cpus = [2, 3] if target is JobState.RUNNING else None
+    cpus = [2, 3] if target is Lifecycle.RUNNING else None
     record = store.transition(job_id, target, 5.0, allocation=cpus)
     assert record.state is target
     assert store.get(job_id) == record
     assert record.finished_at == (5.0 if target in FINAL_STATES else None)
-    assert record.allocation == ((2, 3) if target is JobState.RUNNING else ())
+    assert record.allocation == ((2, 3) if target is Lifecycle.RUNNING else ())
     assert store.events(job_id)[-1].detail["from"] == source.value
 
 
@@ -159,31 +165,31 @@ def test_illegal_transition_changes_nothing(store, source, target):
 
 def test_started_at_is_the_first_start(store):
     job_id = store.submit(SPEC, now=0.0)
-    store.transition(job_id, JobState.RUNNING, 1.0, allocation=[0])
-    preempted = store.transition(job_id, JobState.PREEMPTED, 2.0)
+    store.transition(job_id, Lifecycle.RUNNING, 1.0, allocation=[0])
+    preempted = store.transition(job_id, Lifecycle.PREEMPTED, 2.0)
     assert preempted.allocation == ()
-    restarted = store.transition(job_id, JobState.RUNNING, 3.0, allocation=[1])
+    restarted = store.transition(job_id, Lifecycle.RUNNING, 3.0, allocation=[1])
     assert (restarted.started_at, restarted.allocation) == (1.0, (1,))
 
 
 def test_transition_sets_guarantee(store):
     job_id = store.submit(SPEC, now=0.0)
-    assert store.transition(job_id, JobState.RUNNING, 1.0, guaranteed=True).guaranteed
+    assert store.transition(job_id, Lifecycle.RUNNING, 1.0, guaranteed=True).guaranteed
 
 
 def test_record_result_and_failure(store):
     good, bad = store.submit(SPEC, now=0.0), store.submit(SPEC, now=0.0)
-    drive(store, good, JobState.RUNNING)
-    drive(store, bad, JobState.RUNNING)
+    drive(store, good, Lifecycle.RUNNING)
+    drive(store, bad, Lifecycle.RUNNING)
     done = store.record_result(good, {"loss": 0.25, "iterations": 400}, now=20.0)
     assert (done.state, done.result, done.finished_at) == (
-        JobState.SUCCEEDED,
+        Lifecycle.SUCCEEDED,
         {"loss": 0.25, "iterations": 400},
         20.0,
     )
     failed = store.record_failure(bad, "exit code 1", now=21.0)
     assert (failed.state, failed.error, failed.finished_at) == (
-        JobState.FAILED,
+        Lifecycle.FAILED,
         "exit code 1",
         21.0,
     )
@@ -194,13 +200,13 @@ def test_a_job_that_is_not_running_holds_no_cpus(store):
     with pytest.raises(StoreError, match="only a running job"):
         store.set_allocation(job_id, [0], now=1.0)
     with pytest.raises(StoreError, match="holds no CPUs"):
-        store.transition(job_id, JobState.CANCELLED, 1.0, allocation=[0])
-    assert store.get(job_id).state is JobState.QUEUED
+        store.transition(job_id, Lifecycle.CANCELLED, 1.0, allocation=[0])
+    assert store.get(job_id).state is Lifecycle.QUEUED
 
 
 def test_set_allocation_resizes_and_is_logged(store):
     job_id = store.submit(SPEC, now=0.0)
-    store.transition(job_id, JobState.RUNNING, 1.0, allocation=[4])
+    store.transition(job_id, Lifecycle.RUNNING, 1.0, allocation=[4])
     store.set_allocation(job_id, [7, 5], now=2.0)
     assert store.get(job_id).allocation == (5, 7)
     last = store.events(job_id)[-1]
@@ -214,7 +220,7 @@ def test_set_allocation_resizes_and_is_logged(store):
 @pytest.mark.parametrize("cpus", [[1, 1], [-1], [True]], ids=["duplicate", "negative", "bool"])
 def test_bad_allocation(store, cpus):
     job_id = store.submit(SPEC, now=0.0)
-    drive(store, job_id, JobState.RUNNING)
+    drive(store, job_id, Lifecycle.RUNNING)
     with pytest.raises(InputError, match="allocation"):
         store.set_allocation(job_id, cpus, now=2.0)
 
@@ -236,7 +242,7 @@ def test_a_launch_record_makes_the_job_running_with_its_pid_in_one_commit(store)
     record = store.record_launched(
         job_id, 2.0, cpus=[1, 0], pid=4242, start_ticks=99, attempt=1, guaranteed=True
     )
-    assert (record.state, record.allocation, record.started_at) == (JobState.RUNNING, (0, 1), 2.0)
+    assert (record.state, record.allocation, record.started_at) == (Lifecycle.RUNNING, (0, 1), 2.0)
     assert record.guaranteed
     launched = store.events(job_id)[-1]
     assert (launched.kind, dict(launched.detail)) == (
@@ -247,7 +253,7 @@ def test_a_launch_record_makes_the_job_running_with_its_pid_in_one_commit(store)
     again = store.record_launched(
         job_id, 3.0, cpus=[0, 1], pid=4242, start_ticks=99, attempt=1, kind="re-adopted"
     )
-    assert again.state is JobState.RUNNING and store.events(job_id)[-1].kind == "re-adopted"
+    assert again.state is Lifecycle.RUNNING and store.events(job_id)[-1].kind == "re-adopted"
 
 
 def test_a_write_that_cannot_get_the_lock_is_unavailable_and_changes_nothing(tmp_path):
@@ -279,7 +285,7 @@ def test_a_stored_spec_that_does_not_read_is_listed_without_a_spec(tmp_path):
         assert record.spec_error is not None and "apiVersion" in record.spec_error
         assert store.unfinished_ids() == (job_id,)
         failed = store.record_failure(job_id, "cannot be tracked", now=1.0)
-        assert (failed.state, failed.error) == (JobState.FAILED, "cannot be tracked")
+        assert (failed.state, failed.error) == (Lifecycle.FAILED, "cannot be tracked")
 
 
 # --- progress and events ----------------------------------------------------------------------
@@ -304,7 +310,7 @@ def test_audit_log(store):
     job_id = store.submit(SPEC, now=0.0)
     store.add_event(job_id, 1.0, "predicted", {"finish_at": 42.0})
     store.add_event(None, 2.0, "service-started")
-    drive(store, job_id, JobState.DECLINED, now=3.0)
+    drive(store, job_id, Lifecycle.DECLINED, now=3.0)
     kinds = [(event.job_id, event.kind) for event in store.events()]
     assert kinds == [
         (job_id, "submitted"),
@@ -333,7 +339,7 @@ def test_reopen_after_close_keeps_everything(tmp_path):
     path = tmp_path / "qosched.db"
     store = Store(path)
     job_id = store.submit(SPEC, now=0.0)
-    store.transition(job_id, JobState.RUNNING, 1.0, allocation=[0, 1])
+    store.transition(job_id, Lifecycle.RUNNING, 1.0, allocation=[0, 1])
     store.add_progress(job_id, 2.0, 50, 2)
     record, log = store.get(job_id), store.events()
     store.close()
@@ -384,7 +390,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from qosched.backends.local.jobspec import Deadline, TrainingJobSpec
-    from qosched.backends.local.store import JobState, Store
+    from qosched.backends.local.store import Lifecycle, Store
 
     store = Store(sys.argv[1])
     spec = TrainingJobSpec("crash", 10, Deadline(relative_s=60), workload="cnn")
@@ -392,7 +398,7 @@ CHILD = textwrap.dedent(
     while True:
         job_id = store.submit(spec, now=t)
         store.add_progress(job_id, t, 1, 1)
-        store.transition(job_id, JobState.RUNNING, t, allocation=[0])
+        store.transition(job_id, Lifecycle.RUNNING, t, allocation=[0])
         # Printed only after every call for this job returned: each printed id is committed.
         print(job_id, flush=True)
         t += 1.0
@@ -445,7 +451,7 @@ def test_rows_survive_a_killed_writer(tmp_path, kill_after):
         assert set(committed) <= set(jobs)
         assert len(jobs) <= len(committed) + 1
         for job_id in committed:
-            assert jobs[job_id].state is JobState.RUNNING
+            assert jobs[job_id].state is Lifecycle.RUNNING
             assert store.progress(job_id) == (ProgressSample(jobs[job_id].submitted_at, 1, 1),)
         assert store.submit(SPEC, now=0.0) == f"j-{len(jobs) + 1:06d}"
 

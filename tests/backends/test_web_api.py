@@ -178,7 +178,7 @@ def test_a_change_with_the_cookie_but_without_the_csrf_token_is_refused(
     headers = cookie if csrf is None else {**cookie, auth.CSRF_HEADER: csrf}
     status, _, answer = call(running, method, path, body, headers)
     assert status == 403 and auth.CSRF_HEADER.encode() in answer
-    assert [job["state"] for job in running.service.jobs()] == ["queued"]
+    assert [job.state for job in running.service.jobs()] == ["queued"]
 
 
 def test_a_change_with_the_cookie_and_its_csrf_token_is_done(running: Running) -> None:

@@ -28,6 +28,7 @@ from service_fakes import FakeService, running_service, spec_text
 from qosched.backends.local.api import ApiServer, serve
 from qosched.backends.local.client import Client
 from qosched.backends.local.home import Endpoint, ensure_token, write_endpoint
+from qosched.backends.local.jobview import HeldAllocation
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.store import ProgressSample
 from qosched.backends.local.web import auth, views
@@ -100,7 +101,7 @@ class Live:
         return yaml.safe_dump({**document, "spec": spec}, sort_keys=False)
 
     def submit(self, name: str, iterations: int, step_s: float = 0.1) -> str:
-        return self.client.submit(self.spec(name, iterations, step_s), f"{name}.yaml")["id"]
+        return self.client.submit(self.spec(name, iterations, step_s), f"{name}.yaml").id
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +262,7 @@ def test_a_pasted_spec_is_submitted(page: Any, live: Live) -> None:
     result = page.locator("#submit-result", has_text="submitted")
     result.wait_for()
     job_id = result.inner_text().split()[1]
-    assert live.client.job(job_id)["name"] == "pasted"
+    assert live.client.job(job_id).name == "pasted"
     row(page, job_id).wait_for()
 
 
@@ -295,7 +296,7 @@ def test_cancel_stops_a_running_job(page: Any, live: Live) -> None:
     row(page, job_id).locator("td.state", has_text="running").wait_for()
     row(page, job_id).locator("button.cancel").click()
     row(page, job_id).locator("td.state", has_text="cancelled").wait_for()
-    assert live.client.job(job_id)["state"] == "cancelled"
+    assert live.client.job(job_id).state == "cancelled"
     assert row(page, job_id).locator("button.cancel").count() == 0
 
 
@@ -389,7 +390,7 @@ class FakeDashboard(FakeService):
     ``LocalService``'s from the fake's events, and a known speed curve."""
 
     def timeline(self) -> dict[str, Any]:
-        events = [event for job in self.jobs() for event in self.job_detail_events(job["id"])]
+        events = [event for job in self.jobs() for event in self.job_detail_events(job.id)]
         return views.timeline(self.jobs(), events, now=self.clock(), cpus=range(4))
 
     def job_detail_events(self, job_id: str) -> list[Any]:
@@ -398,13 +399,13 @@ class FakeDashboard(FakeService):
 
     def job_speed(self, job_id: str) -> dict[str, Any]:
         samples = [ProgressSample(10.0 * n, 20 * n, 1) for n in range(3)]
-        allocations = [{"from": 0.0, "until": None, "cpus": [0], "gpus": []}]
+        allocations = [HeldAllocation(0.0, None, (0,), ())]
         predicted = {1: (2.0, 1.5, 2.5), 2: (3.5, 3.0, 4.0), 3: (4.5, 3.5, 5.5)}
         speed = views.job_speed(job_id, [], [], predicted)
         return {**speed, "measured": views.measured_speeds(samples, allocations)}
 
     def usage(self) -> dict[str, Any]:
-        held = {j["id"]: {"cpus": len(j["cpus"]), "cpu_s": 0.0} for j in self.jobs() if j["cpus"]}
+        held = {j.id: {"cpus": len(j.cpus), "cpu_s": 0.0} for j in self.jobs() if j.cpus}
         return {"t": self.clock(), "cpus": 4, "jobs": held}
 
 
@@ -413,7 +414,7 @@ def test_the_timeline_marks_resizes_preemptions_restarts_and_ends(
 ) -> None:
     service = FakeDashboard()
     with running_service(tmp_path, service) as running:
-        job_id = service.submit(spec_text("marked"), "marked.yaml")["id"]
+        job_id = service.submit(spec_text("marked"), "marked.yaml").id
         service.update(job_id, state="running", cpus=[0, 1])
         service.update(job_id, cpus=[0])  # re-sized in place
         service.update(job_id, state="preempted", cpus=[])

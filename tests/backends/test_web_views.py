@@ -9,13 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from service_fakes import make_job as job
 
+from qosched.backends.local.jobview import HeldAllocation
 from qosched.backends.local.store import Event, ProgressSample
 from qosched.backends.local.web import views
-
-
-def job(job_id: str, state: str = "running") -> dict[str, Any]:
-    return {"id": job_id, "name": f"name-{job_id}", "state": state}
 
 
 def state(job_id: str, t: float, old: str, new: str, **detail: Any) -> Event:
@@ -64,7 +62,8 @@ def test_timeline_keeps_each_jobs_events_apart_and_an_open_segment_open() -> Non
         Event(None, 3.0, "service", {}),  # a service-wide event belongs to no job
         state("j-1", 4.0, "running", "cancelled"),
     ]
-    line = views.timeline([job("j-1", "cancelled"), job("j-2")], events, now=9.0, cpus=[0, 1])
+    jobs = [job("j-1", "cancelled"), job("j-2", "running")]
+    line = views.timeline(jobs, events, now=9.0, cpus=[0, 1])
     assert [(s["job"], s["from"], s["until"]) for s in line["segments"]] == [
         ("j-1", 1.0, 4.0),
         ("j-2", 2.0, None),
@@ -82,8 +81,8 @@ def test_timeline_keeps_each_jobs_events_apart_and_an_open_segment_open() -> Non
 
 def test_measured_speeds_average_each_core_count_within_its_allocations() -> None:
     allocations = [
-        {"from": 0.0, "until": 10.0, "cpus": [0], "gpus": []},
-        {"from": 10.0, "until": None, "cpus": [0, 1], "gpus": []},
+        HeldAllocation(0.0, 10.0, (0,), ()),
+        HeldAllocation(10.0, None, (0, 1), ()),
     ]
     samples = [
         ProgressSample(2.0, 10, 1),
@@ -104,8 +103,8 @@ def test_measured_speeds_skip_a_restart_from_a_checkpoint() -> None:
     # Pre-empted at t=8 and restarted at t=20 from the checkpoint at 30: the pause and the work
     # redone belong to no interval.
     allocations = [
-        {"from": 0.0, "until": 8.0, "cpus": [0], "gpus": []},
-        {"from": 20.0, "until": None, "cpus": [0], "gpus": []},
+        HeldAllocation(0.0, 8.0, (0,), ()),
+        HeldAllocation(20.0, None, (0,), ()),
     ]
     samples = [
         ProgressSample(2.0, 10, 1),

@@ -20,7 +20,12 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_worker_job,
 )
-from qosched.backends.local.worker import StopRequest, command_environment, run_worker
+from qosched.backends.local.worker import (
+    StopRequest,
+    command_argv,
+    command_environment,
+    run_worker,
+)
 from qosched.core.errors import InputError
 
 BASE = {"job_id": "j", "command": ["x"], "iterations": 5, "seed": 0, "checkpoint_every": 1}
@@ -170,3 +175,25 @@ def test_a_torchrun_job_starts_one_process_per_core(tmp_path, program):
         set_process_affinity(os.getpid(), every)  # the worker pinned this process
     ranks = sorted(json.loads(line) for line in (job_dir / "ranks").read_text().splitlines())
     assert ranks == [[str(rank), str(len(cores)), str(tmp_path)] for rank in range(len(cores))]
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+
+
+@pytest.mark.parametrize(
+    ("command", "launcher", "processes", "expected"),
+    [
+        (("python3", "train.py", "--lr", "0.1"), None, 1, ["python3", "train.py", "--lr", "0.1"]),
+        (("train.py", "--lr", "0.1"), "torchrun", 2, [*TORCHRUN, "2", "train.py", "--lr", "0.1"]),
+        (
+            ("/opt/py/bin/python", "t.py"),
+            "torchrun",
+            4,
+            [*TORCHRUN, "4", "--no-python", "/opt/py/bin/python", "t.py"],
+        ),
+        (("./run.sh",), "torchrun", 1, [*TORCHRUN, "1", "--no-python", "./run.sh"]),
+    ],
+    ids=["as-is", "torchrun-script", "torchrun-interpreter", "torchrun-program"],
+)
+def test_the_childs_command_line(command, launcher, processes, expected):
+    assert command_argv(command, launcher, processes) == expected

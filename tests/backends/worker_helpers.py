@@ -6,22 +6,21 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from qosched.backends.local.process import launch_worker
 from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
-    JOB_FILE,
     PROGRESS_FILE,
     Allocation,
     WorkerJob,
     write_allocation,
-    write_worker_job,
+    write_job_folder,
 )
 
 WAIT_S = 60.0  # generous: the machine may be busy with other test runs
@@ -40,7 +39,6 @@ def make_job_dir(
     cpus: tuple[int, ...] | None = (0,),
 ) -> Path:
     job_dir = root / job_id
-    job_dir.mkdir()
     spec = WorkerJob(
         job_id,
         workload,
@@ -50,9 +48,7 @@ def make_job_dir(
         checkpoint_every,
         batch_size,
     )
-    write_worker_job(job_dir / JOB_FILE, spec)
-    if cpus is not None:
-        write_allocation(job_dir / ALLOCATION_FILE, Allocation(cpus, 1))
+    write_job_folder(job_dir, spec, Allocation(cpus, 1) if cpus is not None else None)
     return job_dir
 
 
@@ -78,12 +74,7 @@ class Workers:
 
     def start(self, job_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with open(job_dir / "worker.log", "ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "qosched.backends.local.worker", str(job_dir)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-            )
+            process = launch_worker(job_dir, stdout=log, env={**os.environ, **(env or {})})
         self.started.append(process)
         return process
 

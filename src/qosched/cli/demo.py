@@ -95,14 +95,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
         def tick(service: LocalService, elapsed: float, shown: dict[str, str] = shown) -> None:
             for job in service.jobs():
-                line = (
-                    f"{job['state']} {job['iterations_done']}/{job['iterations']} "
-                    f"cores {job['cpus']}"
-                )
-                state_key = f"{job['state']} {job['cpus']}"
-                if shown.get(job["id"]) != state_key:
-                    shown[job["id"]] = state_key
-                    console.print(f"  {elapsed:6.1f} s  {job['name']:<20} {line}")
+                cores = list(job.cpus)
+                line = f"{job.state} {job.iterations_done}/{job.iterations} cores {cores}"
+                state_key = f"{job.state} {cores}"
+                if shown.get(job.id) != state_key:
+                    shown[job.id] = state_key
+                    console.print(f"  {elapsed:6.1f} s  {job.name:<20} {line}")
 
         reports.append(run_workload(policy, plan.jobs, cpus=cpus, on_tick=tick))
     if args.json:
@@ -142,7 +140,7 @@ def _submit_to_service(args: argparse.Namespace) -> int:
         submitted = client.submit(text, f"<demo {job.spec.name}>")
         console.print(
             f"  {time.monotonic() - start:6.1f} s  {job.spec.name:<20} "
-            f"{submitted['id']} {submitted['state']}"
+            f"{submitted.id} {submitted.state}"
         )
     console.print("all submitted: follow them with `qosched status --watch` or on the page")
     return 0

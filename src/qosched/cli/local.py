@@ -48,7 +48,8 @@ from qosched.backends.local.home import (
     write_endpoint,
 )
 from qosched.backends.local.jobspec import format_duration, parse_job_spec, read_spec_text
-from qosched.backends.local.store import UnknownJobError
+from qosched.backends.local.jobview import JobDetail, JobView, Outcome
+from qosched.backends.local.store import Lifecycle, UnknownJobError
 from qosched.cli.options import count, cpu_list, port, seconds
 from qosched.core.errors import InputError, QoschedError
 
@@ -63,7 +64,6 @@ STOP_TIMEOUT_S = GRACE_S + 30.0
 WATCH_INTERVAL_S = 1.0
 WAIT_POLL_S = 0.5  # submit --wait asks for its jobs' states this often
 FOLLOW_POLL_S = 0.5  # logs --follow asks for new output this often once caught up
-FINAL = frozenset({"succeeded", "failed", "cancelled", "declined"})
 _POLL_S = 0.1
 
 
@@ -478,21 +478,21 @@ def run_submit(args: argparse.Namespace) -> int:
     jobs = []
     for source, text in specs:
         job = client.submit(text, source)
-        print(job["id"], flush=True)
-        if job.get("state") == "declined":
+        print(job.id, flush=True)
+        if job.state is Lifecycle.DECLINED:
             print(
-                f"qosched: {job['id']} ({job['name']}) was declined: its deadline cannot be "
+                f"qosched: {job.id} ({job.name}) was declined: its deadline cannot be "
                 "guaranteed and its spec does not allow best effort (spec.bestEffort)",
                 file=sys.stderr,
             )
         jobs.append(job)
     if not args.wait:
-        declined = any(job.get("state") == "declined" for job in jobs)
+        declined = any(job.state is Lifecycle.DECLINED for job in jobs)
         return Exit.DECLINED if declined else Exit.SUCCEEDED
     try:
         ended = wait_for_jobs(client, jobs)
     except KeyboardInterrupt:
-        ids = " ".join(job["id"] for job in jobs)
+        ids = " ".join(job.id for job in jobs)
         print(
             f"qosched: stopped waiting; the jobs go on (cancel them with `qosched cancel {ids}`)",
             file=sys.stderr,
@@ -500,50 +500,53 @@ def run_submit(args: argparse.Namespace) -> int:
         return Exit.INTERRUPTED
     codes = [outcome_code(job) for job in ended]
     for job, code in zip(ended, codes, strict=True):
-        print(f"{job['id']} ({job['name']}): {_outcome_text(job, code)}", file=sys.stderr)
+        print(f"{job.id} ({job.name}): {_outcome_text(job, code)}", file=sys.stderr)
     return next((code for code in codes if code != Exit.SUCCEEDED), Exit.SUCCEEDED)
 
 
 def wait_for_jobs(
-    client: Client, jobs: Sequence[dict[str, Any]], poll_s: float = WAIT_POLL_S
-) -> list[dict[str, Any]]:
+    client: Client, jobs: Sequence[JobView], poll_s: float = WAIT_POLL_S
+) -> list[JobView]:
     """Poll until every job is in a final state, telling each change of state on stderr; the
     jobs as they ended, in the order given."""
-    latest = {job["id"]: job for job in jobs}
+    latest = {job.id: job for job in jobs}
     while True:
-        pending = [job_id for job_id, job in latest.items() if job["state"] not in FINAL]
+        pending = [job_id for job_id, job in latest.items() if not job.finished]
         if not pending:
             return list(latest.values())
         time.sleep(poll_s)
         for job_id in pending:
             job, before = client.job(job_id), latest[job_id]
-            if (job["state"], job.get("cpus")) != (before["state"], before.get("cpus")):
-                cores = f" on cores {cpu_ranges(job['cpus'])}" if job.get("cpus") else ""
-                print(f"{job_id} {job['state']}{cores}", file=sys.stderr, flush=True)
+            if (job.state, job.cpus) != (before.state, before.cpus):
+                cores = f" on cores {cpu_ranges(job.cpus)}" if job.cpus else ""
+                print(f"{job_id} {job.state}{cores}", file=sys.stderr, flush=True)
             latest[job_id] = job
 
 
-def outcome_code(job: dict[str, Any]) -> Exit:
+_OUTCOME_CODES = {
+    Outcome.MET: Exit.SUCCEEDED,
+    Outcome.MISSED: Exit.DEADLINE_MISSED,
+    Outcome.FAILED: Exit.FAILED,
+    Outcome.DECLINED: Exit.DECLINED,
+    Outcome.CANCELLED: Exit.CANCELLED,
+}
+
+
+def outcome_code(job: JobView) -> Exit:
     """How a job in a final state ended, as ``submit --wait`` exits."""
-    state = job["state"]
-    if state == "succeeded":
-        met = job.get("finished_at") is not None and job["finished_at"] <= job["deadline_at"]
-        return Exit.SUCCEEDED if met else Exit.DEADLINE_MISSED
-    codes = {"failed": Exit.FAILED, "declined": Exit.DECLINED, "cancelled": Exit.CANCELLED}
-    if state not in codes:
-        raise QoschedError(f"job {job.get('id')} is {state!r}, not in a final state")
-    return codes[state]
+    outcome = job.outcome
+    if outcome is None:
+        raise QoschedError(f"job {job.id} is {job.state.value!r}, not in a final state")
+    return _OUTCOME_CODES[outcome]
 
 
-def _outcome_text(job: dict[str, Any], code: Exit) -> str:
-    if code is Exit.SUCCEEDED:
-        return (
-            f"succeeded, {_duration(job['deadline_at'] - job['finished_at'])} before its deadline"
-        )
-    if code is Exit.DEADLINE_MISSED:
-        return f"succeeded {_duration(job['finished_at'] - job['deadline_at'])} after its deadline"
-    error = str(job.get("error") or "").strip().splitlines()
-    return job["state"] + (f": {error[-1]}" if error else "")
+def _outcome_text(job: JobView, code: Exit) -> str:
+    if job.finished_at is not None and code is Exit.SUCCEEDED:
+        return f"succeeded, {_duration(job.deadline_at - job.finished_at)} before its deadline"
+    if job.finished_at is not None and code is Exit.DEADLINE_MISSED:
+        return f"succeeded {_duration(job.finished_at - job.deadline_at)} after its deadline"
+    error = (job.error or "").strip().splitlines()
+    return job.state.value + (f": {error[-1]}" if error else "")
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -551,7 +554,10 @@ def run_status(args: argparse.Namespace) -> int:
         raise InputError("give --watch or --json, not both", field="--watch")
     client = Client.from_home(resolve_home(args.home))
     if args.json:
-        value = client.job_detail(args.job) if args.job else client.jobs()
+        if args.job:
+            value: Any = client.job_detail(args.job).to_json()
+        else:
+            value = [job.to_json() for job in client.jobs()]
         print(json.dumps(value, indent=2))
         return 0
 
@@ -636,10 +642,10 @@ def run_cancel(args: argparse.Namespace) -> int:
             print(f"qosched: error: {exc}", file=sys.stderr, flush=True)
             failed = True
             continue
-        if job["state"] == "cancelled":
-            print(f"{job['id']} cancelled", flush=True)
+        if job.state is Lifecycle.CANCELLED:
+            print(f"{job.id} cancelled", flush=True)
         else:
-            print(f"{job['id']} is being cancelled (its worker is stopping)", flush=True)
+            print(f"{job.id} is being cancelled (its worker is stopping)", flush=True)
     return Exit.ERROR if failed else Exit.SUCCEEDED
 
 
@@ -656,9 +662,7 @@ _STATE_STYLES = {
 }
 
 
-def status_view(
-    jobs: Sequence[dict[str, Any]], status: ServiceStatus, now: float
-) -> RenderableType:
+def status_view(jobs: Sequence[JobView], status: ServiceStatus, now: float) -> RenderableType:
     """The ``qosched status`` screen: a one-line summary and a table of the jobs."""
     allocated = sum(len(cpus) for cpus in status.allocated.values())
     outcomes = ", ".join(f"{name} {count}" for name, count in status.outcomes.items() if count)
@@ -678,21 +682,21 @@ def status_view(
     table.add_column("STATE", no_wrap=True)
     table.add_column("PROGRESS", justify="right", no_wrap=True)
     table.add_column("CPUS", no_wrap=True)
-    show_gpus = bool(status.gpus) or any(job.get("gpus") for job in jobs)
+    show_gpus = bool(status.gpus) or any(job.gpus for job in jobs)
     if show_gpus:
         table.add_column("GPUS", no_wrap=True)
     table.add_column("DEADLINE", no_wrap=True)
     table.add_column("FINISH", overflow="fold", min_width=10)  # predicted while unfinished
     table.add_column("QOS", overflow="fold", min_width=12)
     for job in jobs:
-        state = str(job["state"])
+        state = job.state.value
         table.add_row(
-            str(job["id"]),
-            str(job["name"]),
+            job.id,
+            job.name,
             Text(state, style=_STATE_STYLES.get(state, "")),
             _progress(job),
-            cpu_ranges(job.get("cpus") or []),
-            *([cpu_ranges(job.get("gpus") or [])] if show_gpus else []),
+            cpu_ranges(job.cpus),
+            *([cpu_ranges(job.gpus)] if show_gpus else []),
             _deadline(job, now),
             _predicted(job, now),
             _qos(job),
@@ -700,55 +704,54 @@ def status_view(
     return Group(summary, table)
 
 
-def job_view(job: dict[str, Any], now: float) -> RenderableType:
+def job_view(detail: JobDetail, now: float) -> RenderableType:
     """The ``qosched status JOB`` screen: one job's facts, allocation history and events."""
-    state = str(job["state"])
+    job = detail.job
+    state = job.state.value
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold", no_wrap=True)
     facts.add_column(overflow="fold")
-    facts.add_row("job", f"{job['id']} ({job['name']})")
+    facts.add_row("job", f"{job.id} ({job.name})")
     facts.add_row("state", Text(state, style=_STATE_STYLES.get(state, "")))
     facts.add_row("progress", _progress(job))
-    facts.add_row("cpus", cpu_ranges(job.get("cpus") or []))
-    if job.get("gpus"):
-        facts.add_row("gpus", cpu_ranges(job["gpus"]))
+    facts.add_row("cpus", cpu_ranges(job.cpus))
+    if job.gpus:
+        facts.add_row("gpus", cpu_ranges(job.gpus))
     facts.add_row(
-        "submitted", f"{_clock(job['submitted_at'], now)} ({_relative(job['submitted_at'], now)})"
+        "submitted", f"{_clock(job.submitted_at, now)} ({_relative(job.submitted_at, now)})"
     )
-    facts.add_row(
-        "deadline", Text(_clock(job["deadline_at"], now) + " (") + _deadline(job, now) + ")"
-    )
+    facts.add_row("deadline", Text(_clock(job.deadline_at, now) + " (") + _deadline(job, now) + ")")
     facts.add_row("finish", _predicted(job, now))
-    slack = job.get("slack_s")
+    slack = detail.slack_s
     if slack is not None:
         words = f"{_duration(slack)} to spare" if slack >= 0 else f"{_duration(slack)} late"
-        if job.get("finished_at") is None:
+        if job.finished_at is None:
             words += " (predicted)"
         facts.add_row("slack", Text(words, style="" if slack >= 0 else "red"))
     facts.add_row("qos", _qos(job))
-    facts.add_row("attempts", str(job.get("attempts", 0)))
-    if job.get("error"):
-        facts.add_row("error", Text(str(job["error"]), style="red"))
+    facts.add_row("attempts", str(job.attempts))
+    if job.error:
+        facts.add_row("error", Text(job.error, style="red"))
     parts: list[RenderableType] = [facts]
-    history = job.get("allocations") or []
+    history = detail.allocations
     if history:
         table = Table(
             title="allocations", title_justify="left", box=None, pad_edge=False, header_style="bold"
         )
-        with_gpus = any(held.get("gpus") for held in history)
+        with_gpus = any(held.gpus for held in history)
         for header in ("FROM", "UNTIL", "HELD", "CPUS", "GPUS")[: 5 if with_gpus else 4]:
             table.add_column(header, no_wrap=True)
         for held in history:
-            until = held.get("until")
+            until = held.until
             table.add_row(
-                _clock(held["from"], now),
+                _clock(held.start, now),
                 "now" if until is None else _clock(until, now),
-                _duration((now if until is None else until) - held["from"]),
-                cpu_ranges(held.get("cpus") or []),
-                *([cpu_ranges(held.get("gpus") or [])] if with_gpus else []),
+                _duration((now if until is None else until) - held.start),
+                cpu_ranges(held.cpus),
+                *([cpu_ranges(held.gpus)] if with_gpus else []),
             )
         parts.append(table)
-    events = job.get("events") or []
+    events = detail.events
     if events:
         table = Table(
             title="events", title_justify="left", box=None, pad_edge=False, header_style="bold"
@@ -757,11 +760,7 @@ def job_view(job: dict[str, Any], now: float) -> RenderableType:
         table.add_column("EVENT", no_wrap=True)
         table.add_column("DETAIL", overflow="fold")
         for event in events:
-            table.add_row(
-                _clock(event["t"], now),
-                str(event["kind"]),
-                event_text(event["kind"], event.get("detail") or {}),
-            )
+            table.add_row(_clock(event.t, now), event.kind, event_text(event.kind, event.detail))
         parts.append(table)
     return Group(*parts)
 
@@ -827,30 +826,28 @@ def _relative(at: float, now: float) -> str:
     return f"in {_duration(delta)}" if delta >= 0 else f"{_duration(delta)} ago"
 
 
-def _progress(job: dict[str, Any]) -> str:
-    total = int(job.get("iterations") or 0)
-    done = int(job.get("iterations_done") or 0)
+def _progress(job: JobView) -> str:
+    total = job.iterations or 0
+    done = job.iterations_done
     percent = 100.0 * done / total if total else 0.0
     return f"{percent:.0f}% {done}/{total}"
 
 
-def _deadline(job: dict[str, Any], now: float) -> Text:
-    deadline = job.get("deadline_at")
-    if deadline is None:
-        return Text("-")
-    if job.get("finished_at") is None and deadline < now:
+def _deadline(job: JobView, now: float) -> Text:
+    deadline = job.deadline_at
+    if job.finished_at is None and deadline < now:
         return Text(f"{_duration(now - deadline)} late", style="red")
     return Text(_relative(deadline, now))
 
 
-def _predicted(job: dict[str, Any], now: float) -> str:
-    if job.get("finished_at") is not None:
-        return _relative(job["finished_at"], now)
-    predicted = job.get("predicted_finish_at")
+def _predicted(job: JobView, now: float) -> str:
+    if job.finished_at is not None:
+        return _relative(job.finished_at, now)
+    predicted = job.predicted_finish_at
     if predicted is None:
         return "-"
     text = _relative(predicted, now)
-    band = job.get("predicted_finish_band")
+    band = job.predicted_finish_band
     if band:
         low, high = band
         text += f" ({_duration(low - now)}–{_duration(high - now)})"
@@ -861,34 +858,34 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _qos(job: dict[str, Any]) -> Text:
+def _qos(job: JobView) -> Text:
     """Met or missed for a finished job; for an unfinished one what the prediction says."""
     label, style = _qos_label(job)
     notes = []
-    if job.get("guaranteed") and job.get("finished_at") is None:
+    if job.guaranteed and job.finished_at is None:
         notes.append("guaranteed")
-    if job.get("best_effort"):
+    if job.best_effort:
         notes.append("best effort")
     if notes:
         label = f"{label} ({', '.join(notes)})" if label else ", ".join(notes)
     return Text(label, style=style)
 
 
-def _qos_label(job: dict[str, Any]) -> tuple[str, str]:
-    state = job["state"]
-    deadline = job.get("deadline_at")
-    if state == "succeeded" and deadline is not None and job.get("finished_at") is not None:
-        late = job["finished_at"] - deadline
+def _qos_label(job: JobView) -> tuple[str, str]:
+    state = job.state
+    deadline = job.deadline_at
+    if state is Lifecycle.SUCCEEDED and job.finished_at is not None:
+        late = job.finished_at - deadline
         return ("✓ met", "green") if late <= 0 else (f"✗ missed by {_duration(late)}", "red")
-    if state in ("failed", "declined"):
-        error = str(job.get("error") or "").strip().splitlines()
-        return f"✗ {state}" + (f": {_shorten(error[-1], 60)}" if error else ""), "red"
-    if state == "cancelled":
+    if state in (Lifecycle.FAILED, Lifecycle.DECLINED):
+        error = (job.error or "").strip().splitlines()
+        return f"✗ {state.value}" + (f": {_shorten(error[-1], 60)}" if error else ""), "red"
+    if state is Lifecycle.CANCELLED:
         return "-", "dim"
-    predicted = job.get("predicted_finish_at")
-    if predicted is None or deadline is None:
+    predicted = job.predicted_finish_at
+    if predicted is None:
         return "", ""
-    band = job.get("predicted_finish_band")
+    band = job.predicted_finish_band
     high = band[1] if band else predicted
     if predicted > deadline:
         return "will miss", "red"

@@ -7,6 +7,7 @@ from k8s_helpers import job_set
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.fit import node_rooms, place_gang, pod_requests
+from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError
 
 CREATED = "2026-11-29T20:00:00Z"
@@ -39,6 +40,24 @@ def test_no_deadline_is_best_effort_and_defaults_apply():
     assert job.deadline_at is None
     assert (job.iterations, job.per_pod, job.requested_workers, job.replicas) == (1000, 1, 1, 1)
     assert job.key == "ml/j"
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("guaranteed", Admission.GUARANTEED),
+        ("best-effort", Admission.BEST_EFFORT),
+        ("declined", Admission.DECLINED),
+        ("Guaranteed", None),  # written by someone else: decided again
+        ("maybe", None),
+    ],
+)
+def test_the_admission_annotation_reads_as_the_scheduler_wrote_it(written, read):
+    assert J.read_job(stateful_set({J.ADMISSION: written}), "gpu").admission is read
+
+
+def test_a_job_without_an_admission_is_yet_to_be_decided():
+    assert J.read_job(stateful_set({}), "gpu").admission is None
 
 
 @pytest.mark.parametrize(

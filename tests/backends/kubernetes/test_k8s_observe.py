@@ -11,7 +11,8 @@ from fake_apiserver import FakeApiServer
 from k8s_helpers import SCRIPT, job_set, scheduler
 
 from qosched.backends.kubernetes import jobs as J
-from qosched.backends.kubernetes.observe import Heartbeat, Metrics, serve
+from qosched.backends.kubernetes.observe import OUTCOMES, Heartbeat, Metrics, serve
+from qosched.backends.kubernetes.scheduler import StepReport
 
 RESNET = {J.MODEL: "resnet50", J.BATCH_SIZE: "64"}
 
@@ -135,6 +136,25 @@ def test_metrics_count_rounds_bindings_decisions_and_slack(api):
     api.delete("statefulsets", "ml/j")
     sched.step()
     assert sample(m, "qosched_job_predicted_slack_seconds", {"job": "ml/j"}) is None
+
+
+def test_each_round_outcome_is_counted_from_its_report_field():
+    report = StepReport(leading=True, scaled={"ml/a": 2, "ml/b": 1}, restarted=["ml/a-0"])
+    report.invalid["ml/c"] = "bad annotation"
+    metrics = Metrics()
+    metrics.record(report, 0.1)
+    counted = {o: sample(metrics, "qosched_decisions_total", {"outcome": o}) for o in OUTCOMES}
+    assert counted == {
+        "guaranteed": 0,
+        "best-effort": 0,
+        "declined": 0,
+        "scaled": 2,
+        "resized": 0,
+        "restarted": 1,
+        "released": 0,
+        "invalid": 1,
+        "succeeded": 0,
+    }
 
 
 def get(url: str) -> tuple[int, bytes]:

@@ -59,7 +59,6 @@ PROGRESS = PREFIX + "progress"
 #: Label on the StatefulSet and its pods naming the job, so kubectl can select them.
 JOB_LABEL = PREFIX + "job"
 
-ADMISSIONS = tuple(admission.value for admission in Admission)
 SUCCEEDED = "succeeded"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -129,7 +128,7 @@ class K8sJob:
     replicas: int
     #: GPU jobs: workers per pod (its GPU request). CPU jobs: the template's CPU request.
     per_pod: int
-    admission: str | None
+    admission: Admission | None  # None: not decided yet
     succeeded: bool
     progress: Progress | None
 
@@ -219,9 +218,7 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
         raise InputError(
             f"expected 'true' or 'false', got {best_effort!r}", source=source, field=BEST_EFFORT
         )
-    admission = annotations.get(ADMISSION)
-    if admission is not None and admission not in ADMISSIONS:
-        admission = None  # written by someone else: decide again
+    admission = _admission(annotations.get(ADMISSION))
     template = sts["spec"]["template"]
     if resource == "gpu":
         per_pod = pod_template_request(template, GPU_RESOURCE)
@@ -263,3 +260,12 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
         succeeded=annotations.get(STATE) == SUCCEEDED,
         progress=parse_progress(annotations.get(PROGRESS), source=source),
     )
+
+
+def _admission(text: str | None) -> Admission | None:
+    """The scheduler's recorded admission; anything else was written by someone else, and the
+    job is decided again."""
+    try:
+        return None if text is None else Admission(text)
+    except ValueError:
+        return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
@@ -32,16 +33,20 @@ from qosched.cluster.admission import Admission
 if TYPE_CHECKING:
     from qosched.backends.kubernetes.scheduler import StepReport
 
+
+class RoundOutcome(StrEnum):
+    """What a round did to a job, besides admitting it; a ``StepReport`` field each."""
+
+    SCALED = "scaled"
+    RESIZED = "resized"
+    RESTARTED = "restarted"
+    RELEASED = "released"
+    INVALID = "invalid"
+    SUCCEEDED = "succeeded"
+
+
 #: Outcomes counted by ``qosched_decisions_total``: admissions and what a round did to jobs.
-OUTCOMES = (
-    *(admission.value for admission in Admission),
-    "scaled",
-    "resized",
-    "restarted",
-    "released",
-    "invalid",
-    "succeeded",
-)
+OUTCOMES = (*(admission.value for admission in Admission), *(o.value for o in RoundOutcome))
 
 
 class Metrics:
@@ -93,17 +98,9 @@ class Metrics:
         self.bindings.inc(len(report.bound))
         self.errors.inc(len(report.errors))
         for admission in report.admitted.values():
-            self.decisions.labels(admission).inc()
-        counts = {
-            "scaled": len(report.scaled),
-            "resized": len(report.resized),
-            "restarted": len(report.restarted),
-            "released": len(report.released),
-            "invalid": len(report.invalid),
-            "succeeded": len(report.succeeded),
-        }
-        for outcome, count in counts.items():
-            self.decisions.labels(outcome).inc(count)
+            self.decisions.labels(admission.value).inc()
+        for outcome in RoundOutcome:
+            self.decisions.labels(outcome.value).inc(len(getattr(report, outcome.value)))
         if report.synced:
             for job in self._slack_jobs - set(report.slack):
                 self.slack.remove(job)

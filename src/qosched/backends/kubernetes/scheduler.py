@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 
 #: Iterations/s per worker assumed for a model without a speed table, until progress arrives.
 #: Admissions under which a job runs.
-_RUNNABLE = frozenset({Admission.GUARANTEED.value, Admission.BEST_EFFORT.value})
+_RUNNABLE = frozenset({Admission.GUARANTEED, Admission.BEST_EFFORT})
 #: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
 BIND_TRIES = 3
 #: How long the first round of a term waits for its fresh lists before it gives up for now.
@@ -146,7 +146,7 @@ class StepReport:
     synced: bool = False
     abandoned: bool = False  # the Lease was lost during the round: its remaining writes unsent
     decision: dict[str, int] = field(default_factory=dict)
-    admitted: dict[str, str] = field(default_factory=dict)  # job -> admission
+    admitted: dict[str, Admission] = field(default_factory=dict)  # job -> this round's
     succeeded: list[str] = field(default_factory=list)
     scaled: dict[str, int] = field(default_factory=dict)  # job -> replicas
     resized: dict[str, int] = field(default_factory=dict)  # pod -> cores, in place
@@ -159,7 +159,7 @@ class StepReport:
 
 
 @dataclass(slots=True)
-class _Job:
+class _RoundJob:
     """A job in this round: its description, its pods, and the policy's record of it."""
 
     spec: J.K8sJob
@@ -376,8 +376,8 @@ class K8sScheduler:
 
     # -- reading the API ----------------------------------------------------------------------
 
-    def _read_jobs(self, report: StepReport) -> dict[str, _Job]:
-        jobs: dict[str, _Job] = {}
+    def _read_jobs(self, report: StepReport) -> dict[str, _RoundJob]:
+        jobs: dict[str, _RoundJob] = {}
         invalid: dict[str, tuple[dict[str, Any], str]] = {}
         for sts in self._now.sets.values():
             template = sts.get("spec", {}).get("template", {}).get("spec", {})
@@ -388,7 +388,7 @@ class K8sScheduler:
             except Exception as exc:  # one bad job is skipped, never the round
                 invalid[key_of(sts)] = (sts, str(exc))
                 continue
-            jobs[spec.key] = _Job(spec, [])
+            jobs[spec.key] = _RoundJob(spec, [])
         waiting: dict[str, list[dict[str, Any]]] = {key: [] for key in invalid}
         for pod in self._now.pods.values():
             owner = _owner(pod)
@@ -415,7 +415,7 @@ class K8sScheduler:
         for pod in pending:
             self.recorder.pod_condition(pod, "InvalidJob", why)
 
-    def _cluster(self, rooms: dict[str, Room], jobs: dict[str, _Job]) -> ClusterSpec | None:
+    def _cluster(self, rooms: dict[str, Room], jobs: dict[str, _RoundJob]) -> ClusterSpec | None:
         """The homogeneous cluster the policy plans on (see the module docstring): workers the
         nodes can give to qosched jobs, i.e. their room with qosched's own pods counted free."""
         ours = {key_of(p) for job in jobs.values() for p in job.pods}
@@ -438,7 +438,7 @@ class K8sScheduler:
             cpus_per_node=per_node if self.config.resource == "cpu" else 0,
         )
 
-    def _progress(self, job: _Job, report: StepReport) -> J.Progress | None:
+    def _progress(self, job: _RoundJob, report: StepReport) -> J.Progress | None:
         best = job.spec.progress
         for pod in job.pods:
             text = (pod["metadata"].get("annotations") or {}).get(J.PROGRESS)
@@ -452,17 +452,21 @@ class K8sScheduler:
                 best = progress
         return best
 
-    def _held(self, job: _Job) -> int:
+    def _held(self, job: _RoundJob) -> int:
         if self.config.resource == "gpu":
             return job.spec.per_pod * len(job.bound)
         return sum(math.ceil(pod_requests(p).get("cpu", 0.0) - 1e-9) for p in job.bound)
 
     def _update_states(
-        self, jobs: dict[str, _Job], cluster: ClusterSpec | None, now: float, report: StepReport
-    ) -> dict[str, _Job]:
+        self,
+        jobs: dict[str, _RoundJob],
+        cluster: ClusterSpec | None,
+        now: float,
+        report: StepReport,
+    ) -> dict[str, _RoundJob]:
         """The policy's JobStates from the API; finished jobs are closed. Returns the jobs
         still to decide for (declined and finished ones left out)."""
-        live: dict[str, _Job] = {}
+        live: dict[str, _RoundJob] = {}
         for key, job in jobs.items():
             with self._isolated(job, report):
                 if self._update_state(job, cluster, now, report):
@@ -472,11 +476,11 @@ class K8sScheduler:
         return live
 
     def _update_state(
-        self, job: _Job, cluster: ClusterSpec | None, now: float, report: StepReport
+        self, job: _RoundJob, cluster: ClusterSpec | None, now: float, report: StepReport
     ) -> bool:
         """One job's JobState; True when the job is still to decide for."""
         spec, key = job.spec, job.spec.key
-        if spec.succeeded or spec.admission == Admission.DECLINED:
+        if spec.succeeded or spec.admission is Admission.DECLINED:
             if spec.replicas:
                 self._patch_set(spec, {"spec": {"replicas": 0}}, report)
             return False
@@ -513,7 +517,7 @@ class K8sScheduler:
         return True
 
     @contextmanager
-    def _isolated(self, job: _Job, report: StepReport) -> Iterator[None]:
+    def _isolated(self, job: _RoundJob, report: StepReport) -> Iterator[None]:
         """One job's step: an error there skips and reports that job, never the round. Losing
         the Lease is not a job's error: it ends the round."""
         try:
@@ -550,7 +554,7 @@ class K8sScheduler:
         step = spec.per_pod if self.config.resource == "gpu" else 1
         return self.tables.prior_curve(spec.model, spec.batch_size, most, step=step)
 
-    def _forecast(self, job: _Job, workers: int, now: float, report: StepReport) -> None:
+    def _forecast(self, job: _RoundJob, workers: int, now: float, report: StepReport) -> None:
         """The job's predicted finish with ``workers`` (the policy's predictor where it has
         one, else the speed table); an Event ``DeadlineAtRisk`` when it lies past the
         deadline."""
@@ -584,7 +588,7 @@ class K8sScheduler:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def _admit(self, live: dict[str, _Job], view: ClusterView, report: StepReport) -> None:
+    def _admit(self, live: dict[str, _RoundJob], view: ClusterView, report: StepReport) -> None:
         """New jobs: the policy admits or declines each, and the answer is written on its
         StatefulSet (a declined job is scaled to zero and never bound)."""
         known = list(view.jobs)
@@ -604,7 +608,7 @@ class K8sScheduler:
                 if admission is Admission.DECLINED:
                     patch["spec"] = {"replicas": 0}
                 if self._patch_set(job.spec, patch, report):
-                    report.admitted[key] = admission.value
+                    report.admitted[key] = admission
                     sts = self._now.sets.get(key)
                     if admission is Admission.DECLINED and sts is not None:
                         deadline = _iso(job.spec.deadline_at) if job.spec.deadline_at else "-"
@@ -626,7 +630,9 @@ class K8sScheduler:
 
     # -- applying a decision ------------------------------------------------------------------
 
-    def _apply(self, job: _Job, workers: int, rooms: dict[str, Room], report: StepReport) -> None:
+    def _apply(
+        self, job: _RoundJob, workers: int, rooms: dict[str, Room], report: StepReport
+    ) -> None:
         spec = job.spec
         if self.config.resource == "gpu":
             replicas = workers // spec.per_pod
@@ -726,7 +732,7 @@ class K8sScheduler:
         return True
 
     def _bind_job(
-        self, job: _Job, workers: int, rooms: dict[str, Room], report: StepReport
+        self, job: _RoundJob, workers: int, rooms: dict[str, Room], report: StepReport
     ) -> None:
         """Bind the job's pending pods, all of its gang or none."""
         spec = job.spec
@@ -929,7 +935,7 @@ def _cpu_container(name: str, cores: int) -> dict[str, Any]:
     }
 
 
-def _keep_progress(patch: dict[str, Any], job: _Job) -> None:
+def _keep_progress(patch: dict[str, Any], job: _RoundJob) -> None:
     """Add the job's last progress to a patch that scales it to zero: with no pods left, the
     StatefulSet's annotation is where its progress survives."""
     if job.state is not None and job.state.iterations_done:

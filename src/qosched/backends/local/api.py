@@ -58,6 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
 from qosched.backends.local.web import auth, page
 from qosched.core.bounds import COUNT_LIMIT, check_count
@@ -74,40 +75,33 @@ LOG_OFFSET_HEADER = "X-Qosched-Log-Offset"
 LOG_COMPLETE_HEADER = "X-Qosched-Log-Complete"
 DEFAULT_SOURCE = "<request>"
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OUTCOMES = ("met", "missed", "failed", "cancelled", "declined")
 
 
 class Service(Protocol):
     """What the API serves. Each method is called from an HTTP handler thread, possibly several
     at once, so an implementation must be thread-safe.
 
-    A job is a JSON-ready dict with the keys ``id, name, state, submitted_at, deadline_at,
-    started_at, finished_at, iterations, iterations_done, cpus`` (list of core ids),
-    ``predicted_finish_at`` (float or None), ``predicted_finish_band`` ([lo, hi] or None),
-    ``best_effort, guaranteed, attempts, error``; times are Unix seconds or None.
+    A job is a ``JobView`` (``qosched.backends.local.jobview``), sent as its ``to_json``.
     """
 
-    def submit(self, spec_text: str, source: str) -> dict[str, Any]:
+    def submit(self, spec_text: str, source: str) -> JobView:
         """Validate a YAML spec (``source`` names it in errors), queue it, return the new job.
 
         Raises ``InputError`` naming the field when the spec is bad.
         """
         ...
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobView]:
         """Every job, in submission order."""
         ...
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JobView:
         """One job; raises ``UnknownJobError`` if there is none with this id."""
         ...
 
-    def job_detail(self, job_id: str) -> dict[str, Any]:
-        """One job in detail (``GET /jobs/{id}/detail``, ``qosched status JOB``): the keys of
-        ``job`` plus ``allocations`` (every allocation it held, oldest first:
-        ``{"from", "until", "cpus", "gpus"}``, ``until`` None while held), ``events`` (its
-        audit log: ``{"t", "kind", "detail"}``) and ``slack_s`` (its deadline minus its finish,
-        or minus its predicted finish while unfinished; None when neither is known).
+    def job_detail(self, job_id: str) -> JobDetail:
+        """One job in detail (``GET /jobs/{id}/detail``, ``qosched status JOB``): ``job`` with
+        its allocation history, audit log and slack (see ``JobDetail``).
 
         Raises ``UnknownJobError``.
         """
@@ -129,7 +123,7 @@ class Service(Protocol):
         """
         ...
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> JobView:
         """Stop the job for good and return it; ``UnknownJobError`` if there is none,
         ``InputError`` if it has already finished."""
         ...
@@ -169,7 +163,7 @@ class Metrics:
     queued: int  # jobs waiting for CPUs (queued or preempted)
     running: int
     allocated_cpus: dict[str, int] = field(default_factory=dict)  # job id -> cores held now
-    outcomes: dict[str, int] = field(default_factory=dict)  # OUTCOMES -> finished jobs
+    outcomes: dict[str, int] = field(default_factory=dict)  # Outcome value -> finished jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +203,7 @@ class ServiceStatus:
                 }
                 for job_id in sorted(set(self.allocated) | set(self.allocated_gpus))
             },
-            "outcomes": {outcome: self.outcomes.get(outcome, 0) for outcome in OUTCOMES},
+            "outcomes": {outcome.value: self.outcomes.get(outcome, 0) for outcome in Outcome},
         }
 
     @classmethod
@@ -456,7 +450,7 @@ class _Handler(BaseHTTPRequestHandler):
         return _json_reply(self.server.service.status().to_json())
 
     def _list_jobs(self, args: list[str]) -> _Reply:
-        return _json_reply(self.server.service.jobs())
+        return _json_reply([job.to_json() for job in self.server.service.jobs()])
 
     def _submit(self, args: list[str]) -> _Reply:
         body = self._read_body()
@@ -465,16 +459,17 @@ class _Handler(BaseHTTPRequestHandler):
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(f"the spec is not UTF-8 text: {exc.reason}", source=source) from exc
-        return _json_reply(self.server.service.submit(text, source), HTTPStatus.CREATED)
+        job = self.server.service.submit(text, source)
+        return _json_reply(job.to_json(), HTTPStatus.CREATED)
 
     def _get_job(self, args: list[str]) -> _Reply:
-        return _json_reply(self.server.service.job(args[0]))
+        return _json_reply(self.server.service.job(args[0]).to_json())
 
     def _job_detail(self, args: list[str]) -> _Reply:
-        return _json_reply(self.server.service.job_detail(args[0]))
+        return _json_reply(self.server.service.job_detail(args[0]).to_json())
 
     def _cancel(self, args: list[str]) -> _Reply:
-        return _json_reply(self.server.service.cancel(args[0]))
+        return _json_reply(self.server.service.cancel(args[0]).to_json())
 
     def _logs(self, args: list[str]) -> _Reply:
         query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)

@@ -21,15 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qosched.backends.local.process import launch_worker
 from qosched.backends.local.progress import WorkerEvent, read_progress
 from qosched.backends.local.protocol import (
-    ALLOCATION_FILE,
-    JOB_FILE,
     PROGRESS_FILE,
     Allocation,
     WorkerJob,
-    write_allocation,
-    write_worker_job,
+    write_job_folder,
 )
 
 #: Iterations a measurement asks for: more than any measurement can do in its time.
@@ -85,27 +83,22 @@ def measure(
 
 
 def _launch(workload: str, cores: tuple[int, ...], job_dir: Path, python: str) -> _Running:
-    job_dir.mkdir(parents=True)
-    write_worker_job(
-        job_dir / JOB_FILE,
-        WorkerJob(
-            job_id=f"calibrate-{workload}",
-            workload=workload,
-            command=None,
-            iterations=_ENDLESS,
-            seed=0,
-            checkpoint_every=_ENDLESS,
-        ),
+    job = WorkerJob(
+        job_id=f"calibrate-{workload}",
+        workload=workload,
+        command=None,
+        iterations=_ENDLESS,
+        seed=0,
+        checkpoint_every=_ENDLESS,
     )
-    write_allocation(job_dir / ALLOCATION_FILE, Allocation(cores, 1))
+    write_job_folder(job_dir, job, Allocation(cores, 1))
     launched = time.time()
-    process = subprocess.Popen(
-        [python, "-m", "qosched.backends.local.worker", str(job_dir)],
-        stdout=subprocess.DEVNULL,
+    process = launch_worker(
+        job_dir,
+        python=python,
         stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
+        own_session=True,
     )
     return _Running(workload, cores, job_dir, process, launched)
 

@@ -2,7 +2,8 @@
 
 Errors come back as the exceptions the service raised: ``InputError`` (400, with the same
 source, line and field), ``UnknownJobError`` (404 on a job route); anything else is a
-``QoschedError`` carrying the server's message.
+``QoschedError`` carrying the server's message. An answer that is not what the API promises
+(a job without its ``state``, a count that is not one) is a ``QoschedError`` naming the field.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from qosched.backends.local.api import (
@@ -23,12 +24,15 @@ from qosched.backends.local.api import (
     ServiceStatus,
 )
 from qosched.backends.local.home import read_endpoint, read_token
+from qosched.backends.local.jobview import JobDetail, JobView
 from qosched.backends.local.store import UnknownJobError
 from qosched.core.bounds import check_count
 from qosched.core.errors import InputError, QoschedError
 
 # The service is on this machine; a proxy from the environment (http_proxy) must not see it.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+_T = TypeVar("_T")
 
 
 class Client:
@@ -47,21 +51,29 @@ class Client:
 
     # --- routes ----------------------------------------------------------------------------------
 
-    def submit(self, spec_text: str, source: str) -> dict[str, Any]:
+    def submit(self, spec_text: str, source: str) -> JobView:
         headers = {
             "Content-Type": "application/yaml; charset=utf-8",
             SOURCE_HEADER: quote(source, safe="/<>:. -_~"),
         }
-        return self._json("POST", "/jobs", body=spec_text.encode("utf-8"), headers=headers)
+        return self._typed(
+            JobView.from_json, "POST", "/jobs", body=spec_text.encode("utf-8"), headers=headers
+        )
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return self._json("GET", "/jobs")
+    def jobs(self) -> list[JobView]:
+        def read(data: Any, source: str) -> list[JobView]:
+            if not isinstance(data, list):
+                raise InputError("expected a list of jobs", source=source)
+            return [JobView.from_json(job, f"{source}: job {i}") for i, job in enumerate(data)]
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self._json("GET", _job_path(job_id), job_id=job_id)
+        return self._typed(read, "GET", "/jobs")
 
-    def job_detail(self, job_id: str) -> dict[str, Any]:
-        return self._json("GET", _job_path(job_id) + "/detail", job_id=job_id)
+    def job(self, job_id: str) -> JobView:
+        return self._typed(JobView.from_json, "GET", _job_path(job_id), job_id=job_id)
+
+    def job_detail(self, job_id: str) -> JobDetail:
+        path = _job_path(job_id) + "/detail"
+        return self._typed(JobDetail.from_json, "GET", path, job_id=job_id)
 
     def logs(self, job_id: str, tail_lines: int | None = None) -> str:
         if tail_lines is not None and tail_lines < 0:
@@ -91,8 +103,8 @@ class Client:
             raise QoschedError(f"{source}: bad or missing {LOG_COMPLETE_HEADER}: {complete!r}")
         return LogChunk(data, next_offset, complete == "true")
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
-        return self._json("DELETE", _job_path(job_id), job_id=job_id)
+    def cancel(self, job_id: str) -> JobView:
+        return self._typed(JobView.from_json, "DELETE", _job_path(job_id), job_id=job_id)
 
     def status(self) -> ServiceStatus:
         try:
@@ -120,6 +132,15 @@ class Client:
         self._request("POST", "/shutdown", body=b"")
 
     # --- mechanics -------------------------------------------------------------------------------
+
+    def _typed(self, read: Callable[[Any, str], _T], method: str, path: str, **kwargs: Any) -> _T:
+        """The answer's JSON read by ``read(data, source)``; its ``InputError`` (the answer is
+        not what the API promises) becomes the server's fault, a ``QoschedError``."""
+        data = self._json(method, path, **kwargs)  # a 400's InputError is the caller's
+        try:
+            return read(data, f"{method} {self.url}{path}")
+        except InputError as exc:
+            raise QoschedError(f"the service's answer cannot be read: {exc}") from exc
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         data = self._request(method, path, **kwargs)

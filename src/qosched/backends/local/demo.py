@@ -24,7 +24,7 @@ from pathlib import Path
 from qosched.backends.local.calibrate import Measurement, measure_side_by_side_and_alone
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService
-from qosched.backends.local.store import JobState
+from qosched.backends.local.store import Lifecycle
 from qosched.core.errors import InputError
 
 
@@ -231,11 +231,12 @@ def run_workload(
                 service.step()
                 for job in service.jobs():
                     if (
-                        job["id"] not in predicted
-                        and job["predicted_finish_at"] is not None
-                        and job["iterations_done"] >= 0.1 * job["iterations"]
+                        job.id not in predicted
+                        and job.predicted_finish_at is not None
+                        and job.iterations is not None
+                        and job.iterations_done >= 0.1 * job.iterations
                     ):
-                        predicted[job["id"]] = (now, job["predicted_finish_at"])
+                        predicted[job.id] = (now, job.predicted_finish_at)
                 if on_tick is not None:
                     on_tick(service, now - start)
                 if now - start > timeout_s:
@@ -253,7 +254,7 @@ def run_workload(
                     record.state.value,
                     record.submitted_at,
                     record.deadline_at,
-                    record.finished_at if record.state is JobState.SUCCEEDED else None,
+                    record.finished_at if record.state is Lifecycle.SUCCEEDED else None,
                     predicted.get(record.id),
                     record.attempts,
                 )
@@ -272,7 +273,11 @@ def _core_seconds(service: LocalService, end: float) -> float:
         for event in service.store.events(record.id):
             cores = None
             if event.kind == "state":
-                cores = len(event.detail.get("cpus", [])) if event.detail["to"] == "running" else 0
+                cores = (
+                    len(event.detail.get("cpus", []))
+                    if event.detail["to"] == Lifecycle.RUNNING
+                    else 0
+                )
             elif event.kind == "allocation":
                 cores = len(event.detail["to"])
             if cores is None:

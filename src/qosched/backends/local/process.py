@@ -25,6 +25,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -155,14 +156,7 @@ class WorkerProcess:
     ) -> WorkerProcess:
         """Start ``python -m WORKER_MODULE job_dir`` in a session of its own (it outlives the
         service, which re-adopts it after a restart)."""
-        popen = subprocess.Popen(
-            [python, "-m", WORKER_MODULE, str(job_dir)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=dict(env),
-            start_new_session=True,
-        )
+        popen = launch_worker(job_dir, python=python, stdout=log, env=env, own_session=True)
         # Our child is not reaped until we wait for it, so its pid cannot be reused yet.
         pidfd = _open_pidfd(popen.pid)
         ticks = start_ticks(popen.pid)
@@ -282,3 +276,26 @@ def tree_files(pid: int, name: str, proc: Path = Path("/proc")) -> Iterator[str]
         for task in tasks:
             with contextlib.suppress(OSError, ValueError):
                 pending.extend(int(child) for child in (task / "children").read_text().split())
+
+
+def launch_worker(
+    job_dir: Path,
+    *,
+    python: str = sys.executable,
+    stdout: IO[bytes] | int = subprocess.DEVNULL,
+    stderr: IO[bytes] | int = subprocess.STDOUT,
+    env: Mapping[str, str] | None = None,
+    own_session: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start the worker of the job folder ``job_dir`` (``python -m WORKER_MODULE job_dir``, the
+    command line ``find_workers`` knows it by), its standard input closed. ``own_session``: in a
+    session and process group of its own, so it outlives its starter and its whole group can be
+    signalled. ``env`` defaults to this process's environment."""
+    return subprocess.Popen(
+        [python, "-m", WORKER_MODULE, str(job_dir)],
+        stdout=stdout,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ if env is None else env),
+        start_new_session=own_session,
+    )

@@ -14,7 +14,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from qosched.backends.local.api import OUTCOMES, Metrics
+from qosched.backends.local.api import Metrics
+from qosched.backends.local.jobview import Outcome
 
 #: (name, help, ``Metrics`` attribute) of the service-wide gauges.
 GAUGES = (
@@ -46,8 +47,9 @@ class _Snapshot(Collector):
         outcomes = CounterMetricFamily(
             OUTCOMES_FAMILY, "Finished jobs by outcome.", labels=["outcome"]
         )
-        extra = sorted(set(metrics.outcomes) - set(OUTCOMES))
-        for outcome in (*OUTCOMES, *extra):  # every known outcome, even at 0
+        known = [outcome.value for outcome in Outcome]
+        extra = sorted(set(metrics.outcomes) - set(known))
+        for outcome in (*known, *extra):  # every known outcome, even at 0
             outcomes.add_metric([outcome], int(metrics.outcomes.get(outcome, 0)))
         yield outcomes
 

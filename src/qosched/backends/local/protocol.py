@@ -327,6 +327,15 @@ def write_allocation(path: str | Path, allocation: Allocation) -> None:
     atomic_write_json(path, allocation.to_json())
 
 
+def write_job_folder(job_dir: Path, job: WorkerJob, allocation: Allocation | None) -> None:
+    """A new job folder holding what a worker reads at its start: ``job.json`` and, when
+    given, ``allocation.json`` (without one the worker keeps the cores it inherited)."""
+    job_dir.mkdir(parents=True)
+    write_worker_job(job_dir / JOB_FILE, job)
+    if allocation is not None:
+        write_allocation(job_dir / ALLOCATION_FILE, allocation)
+
+
 @dataclass(frozen=True, slots=True)
 class JobResult:
     """``result.json``, written once when a job completes."""

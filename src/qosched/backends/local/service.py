@@ -75,6 +75,7 @@ from qosched.backends.local import detail
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
+from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.process import (
     WorkerProcess,
     find_workers,
@@ -103,7 +104,7 @@ from qosched.backends.local.speeds import prior_curve
 from qosched.backends.local.store import (
     IllegalTransitionError,
     JobRecord,
-    JobState,
+    Lifecycle,
     Store,
     StoreUnavailableError,
     UnknownJobError,
@@ -113,8 +114,7 @@ from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
-from qosched.cluster.state import ClusterView, Phase
-from qosched.cluster.state import JobState as ClusterJob
+from qosched.cluster.state import ClusterView, JobState, Phase
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_int
 
@@ -190,12 +190,13 @@ class _Faults:
 
 
 @dataclass(slots=True)
-class _Live:
-    """What the service keeps in memory about one unfinished job."""
+class _LiveJob:
+    """What the service keeps in memory about one unfinished job: its stored record, the
+    policy's record of it (``policy_job``) and its worker."""
 
     record: JobRecord
     spec: TrainingJobSpec  # record.spec, known to read
-    state: ClusterJob
+    policy_job: JobState
     job_dir: Path
     worker: WorkerProcess | None = None
     events_read: int = 0
@@ -245,7 +246,7 @@ class LocalService:
         self.grace_s = grace_s
         self._faults = _Faults(os.environ.get(FAULT_ENV) if faults is None else faults)
         self._lock = threading.RLock()
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, _LiveJob] = {}
         self._dirty = True  # something changed since the last decision
         self._stale = False  # store trouble: memory may be ahead of the store
         self._popens: dict[int, subprocess.Popen] = {}  # our workers while memory is rebuilt
@@ -343,12 +344,12 @@ class LocalService:
 
     # -- the API (see qosched.backends.local.api.Service) ---------------------------------------
 
-    def submit(self, spec_text: str, source: str) -> dict[str, Any]:
+    def submit(self, spec_text: str, source: str) -> JobView:
         now = self.clock()
         spec = parse_job_spec(spec_text, source, now=now)
         return self.submit_spec(spec, now)
 
-    def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> dict[str, Any]:
+    def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> JobView:
         with self._lock, self._marking_stale():
             if self._stale:
                 self._resync()
@@ -359,7 +360,7 @@ class LocalService:
                 live = self._track(record)
                 admission = admit_job(
                     self._policy_of(live),
-                    live.state,
+                    live.policy_job,
                     self._view(now, spec.gpu),
                     best_effort=spec.best_effort,
                 )
@@ -370,7 +371,7 @@ class LocalService:
                 self.store.record_failure(job_id, f"cannot be scheduled: {_reason(exc)}", now)
                 return self.job(job_id)
             if admission is Admission.DECLINED:
-                self.store.transition(job_id, JobState.DECLINED, now)
+                self.store.transition(job_id, Lifecycle.DECLINED, now)
                 self._forget(job_id)
             else:
                 guaranteed = admission is Admission.GUARANTEED
@@ -380,11 +381,11 @@ class LocalService:
             self._dirty = True
             return self.job(job_id)
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobView]:
         with self._lock:
             return [self._describe(record) for record in self.store.list()]
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JobView:
         with self._lock:
             return self._describe(self.store.get(job_id))
 
@@ -400,14 +401,14 @@ class LocalService:
             lines = lines[-tail_lines:] if tail_lines > 0 else []
         return "\n".join(lines) + ("\n" if lines else "")
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> JobView:
         """SIGTERM the job's worker (SIGKILL after the grace); the job is cancelled, and its
         cores free, once no process of it is left."""
         with self._lock, self._marking_stale():
             if self._stale:  # memory may not know a worker of this job yet
                 self._resync()
             record = self.store.get(job_id)
-            if record.state not in (JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED):
+            if record.state not in (Lifecycle.QUEUED, Lifecycle.RUNNING, Lifecycle.PREEMPTED):
                 raise InputError(f"job {job_id} is already {record.state.value}", field="job")
             live = self._live.get(job_id)
             if live is not None and live.worker is not None and not live.worker.gone():
@@ -417,26 +418,22 @@ class LocalService:
                     live.cancelling = True
                 self._stop(live)
             else:
-                self._finish(job_id, JobState.CANCELLED)
+                self._finish(job_id, Lifecycle.CANCELLED)
             self._dirty = True
             return self.job(job_id)
 
     def metrics(self) -> Metrics:
         with self._lock:
             records = self.store.list()
-            outcomes = dict.fromkeys(("met", "missed", "failed", "cancelled", "declined"), 0)
+            outcomes = {outcome.value: 0 for outcome in Outcome}
             for record in records:
-                if record.state is JobState.SUCCEEDED:
-                    met = (
-                        record.finished_at is not None and record.finished_at <= record.deadline_at
-                    )
-                    outcomes["met" if met else "missed"] += 1
-                elif record.state.value in outcomes:
-                    outcomes[record.state.value] += 1
+                outcome = Outcome.of(record.state, record.finished_at, record.deadline_at)
+                if outcome is not None:
+                    outcomes[outcome.value] += 1
             return Metrics(
                 capacity_cpus=len(self.cores),
-                queued=sum(r.state in (JobState.QUEUED, JobState.PREEMPTED) for r in records),
-                running=sum(r.state is JobState.RUNNING for r in records),
+                queued=sum(r.state in (Lifecycle.QUEUED, Lifecycle.PREEMPTED) for r in records),
+                running=sum(r.state is Lifecycle.RUNNING for r in records),
                 allocated_cpus={j: len(live.cores) for j, live in self._live.items() if live.cores},
                 outcomes=outcomes,
             )
@@ -479,7 +476,7 @@ class LocalService:
             self._stale = True
             raise
 
-    def _isolated(self, live: _Live, doing: str, action: Callable[..., Any], *args: Any) -> None:
+    def _isolated(self, live: _LiveJob, doing: str, action: Callable[..., Any], *args: Any) -> None:
         """``action(live, *args)``; any exception but store trouble fails this job alone."""
         if self._live.get(live.record.id) is not live:
             return  # finished earlier in this round
@@ -491,7 +488,7 @@ class LocalService:
             log.warning("job %s failed while %s", live.record.id, doing, exc_info=True)
             self._fail(live, f"{doing}: {_reason(exc)}")
 
-    def _fail(self, live: _Live, reason: str) -> None:
+    def _fail(self, live: _LiveJob, reason: str) -> None:
         """The job failed: recorded at once as ``failing``, and ``failed`` (with ``reason``) once
         no process of its worker is left; its cores stay held until then."""
         job_id = live.record.id
@@ -502,14 +499,14 @@ class LocalService:
             self._stop(live)
             return
         try:
-            self._record_final(live, JobState.FAILED, error=live.failing)
+            self._record_final(live, Lifecycle.FAILED, error=live.failing)
         except (IllegalTransitionError, UnknownJobError):
             self._forget(job_id)  # it reached a final state before the trouble
 
     def _record_final(
         self,
-        live: _Live,
-        state: JobState,
+        live: _LiveJob,
+        state: Lifecycle,
         *,
         error: str | None = None,
         result: dict[str, Any] | None = None,
@@ -519,7 +516,7 @@ class LocalService:
         self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
         self._forget(live.record.id)
 
-    def _track(self, record: JobRecord) -> _Live:
+    def _track(self, record: JobRecord) -> _LiveJob:
         spec = record.spec
         if spec is None:
             raise InputError(record.spec_error or "its stored spec does not read", field="spec")
@@ -548,9 +545,9 @@ class LocalService:
             requested_workers=min(requested, len(pool)),
         )
         curve = prior_curve(spec, len(pool))
-        state = ClusterJob(job, curve)
-        state.last_update_s = record.submitted_at
-        live = _Live(record, spec, state, self.home / "jobs" / record.id)
+        policy_job = JobState(job, curve)
+        policy_job.last_update_s = record.submitted_at
+        live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
         self._live[record.id] = live
         return live
 
@@ -563,11 +560,11 @@ class LocalService:
         """The workers of one pool: the GPUs, or the cores."""
         return self.gpus if gpu else self.cores
 
-    def _policy_of(self, live: _Live) -> Policy:
+    def _policy_of(self, live: _LiveJob) -> Policy:
         return self.gpu_policy if live.spec.gpu else self.policy
 
     @staticmethod
-    def _units(live: _Live) -> tuple[int, ...]:
+    def _units(live: _LiveJob) -> tuple[int, ...]:
         """The workers a job holds in its pool: its GPUs, or its cores."""
         return live.gpus if live.spec.gpu else live.cores
 
@@ -576,7 +573,7 @@ class LocalService:
         whole pool). A job that holds workers it cannot give back yet (it has done all its
         iterations and is writing its result, or its worker is stopping) is not among them."""
         jobs = [
-            live.state
+            live.policy_job
             for live in self._live.values()
             if live.spec.gpu == gpu and not self._holding(live)
         ]
@@ -588,8 +585,10 @@ class LocalService:
         return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S)
 
     @classmethod
-    def _holding(cls, live: _Live) -> bool:
-        return bool(cls._units(live)) and (live.stopping or live.state.remaining_iterations <= 0)
+    def _holding(cls, live: _LiveJob) -> bool:
+        return bool(cls._units(live)) and (
+            live.stopping or live.policy_job.remaining_iterations <= 0
+        )
 
     def _decide(self, now: float) -> None:
         self._dirty = False
@@ -649,13 +648,13 @@ class LocalService:
                 self._isolated(live, "launching it", self._launch, units, now)
         return decision.wake_at
 
-    def _release_gpus(self, live: _Live, now: float) -> None:
+    def _release_gpus(self, live: _LiveJob, now: float) -> None:
         """Its worker is gone (or never started): its GPUs may go to another job."""
         if live.gpus:
             self.store.add_event(live.record.id, now, "gpus", {"released": list(live.gpus)})
             live.gpus = ()
 
-    def _launch(self, live: _Live, units: tuple[int, ...], now: float) -> None:
+    def _launch(self, live: _LiveJob, units: tuple[int, ...], now: float) -> None:
         """Intent (committed), worker, launch (committed): a service killed in between finds
         the worker by its job folder at the next start."""
         job_id = live.record.id
@@ -715,13 +714,13 @@ class LocalService:
             guaranteed=self._guaranteed(job_id),
         )
         self._faults.passed("launched")
-        live.state.phase = Phase.RUNNING
-        live.state.workers = len(units)
-        if live.state.started_s is None:
-            live.state.started_s = now
-        live.state.reallocations += live.state.started_s != now
+        live.policy_job.phase = Phase.RUNNING
+        live.policy_job.workers = len(units)
+        if live.policy_job.started_s is None:
+            live.policy_job.started_s = now
+        live.policy_job.reallocations += live.policy_job.started_s != now
 
-    def _take_over(self, live: _Live, worker: WorkerProcess, now: float, attempt: int) -> None:
+    def _take_over(self, live: _LiveJob, worker: WorkerProcess, now: float, attempt: int) -> None:
         """Adopt a live worker of this job: it holds the cores its ``allocation.json`` gives."""
         live.worker = worker
         allocation = read_allocation(live.job_dir / ALLOCATION_FILE)
@@ -729,7 +728,7 @@ class LocalService:
         live.gpus = tuple(sorted(allocation.gpus)) if live.spec.gpu else ()
         live.version = allocation.version
         record = self.store.get(live.record.id)
-        if record.state is JobState.RUNNING and tuple(record.allocation) != live.cores:
+        if record.state is Lifecycle.RUNNING and tuple(record.allocation) != live.cores:
             self.store.set_allocation(record.id, live.cores, now)
         live.record = self.store.record_launched(
             record.id,
@@ -742,28 +741,28 @@ class LocalService:
             kind="re-adopted",
         )
         self._faults.passed("adopted")
-        live.state.workers = len(self._units(live))
-        live.state.phase = Phase.RUNNING
-        live.state.started_s = live.record.started_at
+        live.policy_job.workers = len(self._units(live))
+        live.policy_job.phase = Phase.RUNNING
+        live.policy_job.started_s = live.record.started_at
 
-    def _resize(self, live: _Live, cores: tuple[int, ...], now: float) -> None:
+    def _resize(self, live: _LiveJob, cores: tuple[int, ...], now: float) -> None:
         live.version += 1
         write_allocation(live.job_dir / ALLOCATION_FILE, Allocation(cores, live.version))
         live.cores = cores
-        live.state.workers = len(cores)
-        live.state.reallocations += 1
+        live.policy_job.workers = len(cores)
+        live.policy_job.reallocations += 1
         live.last_sample = None  # an interval of progress must not span two allocations
         self.store.set_allocation(live.record.id, cores, now)
         self._faults.passed("resize")
 
-    def _preempt(self, live: _Live) -> None:
+    def _preempt(self, live: _LiveJob) -> None:
         if live.worker is not None:
             self._stop(live)
         else:
             live.cores = ()
             self._release_gpus(live, self.clock())
 
-    def _stop(self, live: _Live) -> None:
+    def _stop(self, live: _LiveJob) -> None:
         """SIGTERM the worker once (it checkpoints and exits); ``_escalate`` SIGKILLs its group
         after the grace. Its cores stay held until it is gone."""
         live.stopping = True
@@ -772,7 +771,7 @@ class LocalService:
             live.term_at = time.monotonic()
             self._faults.passed("signal")
 
-    def _escalate(self, live: _Live) -> None:
+    def _escalate(self, live: _LiveJob) -> None:
         worker = live.worker
         if worker is None or live.term_at is None or live.killed:
             return
@@ -794,7 +793,7 @@ class LocalService:
         for live in list(self._live.values()):
             self._isolated(live, "reaping its worker", self._reap_one)
 
-    def _reap_one(self, live: _Live) -> None:
+    def _reap_one(self, live: _LiveJob) -> None:
         """Act on a worker that exited since the last round."""
         worker = live.worker
         if worker is None or worker.running():
@@ -811,20 +810,20 @@ class LocalService:
         now = self.clock()
         self._release_gpus(live, now)
         if live.failing is not None:
-            self._record_final(live, JobState.FAILED, error=live.failing)
+            self._record_final(live, Lifecycle.FAILED, error=live.failing)
             self._faults.passed("reaped")
             return
         events = self._read_progress_of(live)
         last = events[-1] if events else None
         if (live.job_dir / RESULT_FILE).exists():  # it completed, whatever else was asked
             result = read_result(live.job_dir / RESULT_FILE)
-            self._record_final(live, JobState.SUCCEEDED, result=result.to_json())
+            self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
             self._faults.passed("result")
             return
         if live.cancelling:
-            self._record_final(live, JobState.CANCELLED)
+            self._record_final(live, Lifecycle.CANCELLED)
         elif live.over_memory is not None:  # killed for it: a retry would do the same
-            self._record_final(live, JobState.FAILED, error=live.over_memory)
+            self._record_final(live, Lifecycle.FAILED, error=live.over_memory)
         else:
             if code is None:  # a re-adopted worker: its last event says how it ended
                 code = _exit_from_event(last)
@@ -840,12 +839,12 @@ class LocalService:
                 )
                 attempts = self.store.get(live.record.id).attempts
                 if code == EXIT_INPUT_ERROR or attempts >= MAX_ATTEMPTS:
-                    self._record_final(live, JobState.FAILED, error=message)
+                    self._record_final(live, Lifecycle.FAILED, error=message)
                 else:
                     self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
         self._faults.passed("reaped")
 
-    def _enforce_memory_of(self, live: _Live) -> None:
+    def _enforce_memory_of(self, live: _LiveJob) -> None:
         """Kill a job whose processes use more resident memory than its spec allows (what a
         cgroup limit would do, without needing one): the worker's whole process group, since a
         command job's own children count too."""
@@ -862,31 +861,31 @@ class LocalService:
             worker.kill_group(signal.SIGKILL)
             live.stopping, live.killed = True, True
 
-    def _mark_preempted(self, live: _Live, now: float, why: str) -> None:
-        live.record = self.store.transition(live.record.id, JobState.PREEMPTED, now)
+    def _mark_preempted(self, live: _LiveJob, now: float, why: str) -> None:
+        live.record = self.store.transition(live.record.id, Lifecycle.PREEMPTED, now)
         self.store.add_event(live.record.id, now, "stopped", {"why": why})
         self._release_gpus(live, now)
         live.cores, live.stopping, live.term_at, live.killed = (), False, None, False
-        live.state.workers = 0
-        live.state.phase = Phase.PENDING
+        live.policy_job.workers = 0
+        live.policy_job.phase = Phase.PENDING
         live.last_sample = None
 
-    def _finish(self, job_id: str, state: JobState) -> None:
+    def _finish(self, job_id: str, state: Lifecycle) -> None:
         self.store.transition(job_id, state, self.clock())
         self._forget(job_id)
 
     def _forget(self, job_id: str) -> None:
         live = self._live.pop(job_id, None)
         if live is not None:
-            live.state.phase = Phase.FINISHED
+            live.policy_job.phase = Phase.FINISHED
             if live.worker is not None:
                 live.worker.close()
 
-    def _read_progress_of(self, live: _Live) -> list[ProgressEvent]:
+    def _read_progress_of(self, live: _LiveJob) -> list[ProgressEvent]:
         """Take in the worker's new events; an unreadable line or a number out of bounds is
         an ``InputError`` naming the line (the caller fails the job)."""
         events = read_progress(live.job_dir / PROGRESS_FILE)
-        state = live.state
+        job = live.policy_job
         stored = False
         for event in events[live.events_read :]:
             fresh = event.t > live.stored_until  # not stored before a restart
@@ -903,17 +902,17 @@ class LocalService:
                 # A new interval starts here. A command's start knows no iteration yet: the
                 # interval starts from what the job had done, and its start-up counts as
                 # active time (a little slow at first, never fast: safe for a deadline).
-                done = event.iteration if event.iteration is not None else state.iterations_done
+                done = event.iteration if event.iteration is not None else job.iterations_done
                 live.last_sample = (event.t, int(done))
                 if event.iteration is None:
                     continue
             elif event.iteration is None:
                 continue
             elif live.last_sample is not None and event.t > live.last_sample[0]:
-                state.active_s += event.t - live.last_sample[0]
+                job.active_s += event.t - live.last_sample[0]
                 live.last_sample = (event.t, event.iteration)
-            state.iterations_done = float(min(event.iteration, live.spec.iterations))
-            state.last_update_s = event.t
+            job.iterations_done = float(min(event.iteration, live.spec.iterations))
+            job.last_update_s = event.t
             if fresh and event.event in (
                 WorkerEvent.PROGRESS,
                 WorkerEvent.CHECKPOINT,
@@ -995,7 +994,7 @@ class LocalService:
         record = self.store.get(job_id)
         live = self._track(record)
         # Accepted before: the policy re-learns it.
-        self._policy_of(live).admit(live.state, self._view(now, live.spec.gpu))
+        self._policy_of(live).admit(live.policy_job, self._view(now, live.spec.gpu))
         intent_attempt, launched = record.attempts, None
         events = self.store.events(job_id)
         live.gpus = _gpus_in_log(events)  # held by its worker, if one is left
@@ -1034,65 +1033,65 @@ class LocalService:
         self._read_progress_of(live)
         self._release_gpus(live, now)  # no worker of it is left
         if live.failing is not None:
-            self._record_final(live, JobState.FAILED, error=live.failing)
+            self._record_final(live, Lifecycle.FAILED, error=live.failing)
         elif (live.job_dir / RESULT_FILE).exists():  # it completed while the service was down
             result = read_result(live.job_dir / RESULT_FILE)
-            if record.state is not JobState.RUNNING:
+            if record.state is not Lifecycle.RUNNING:
                 # The service died between starting its worker and recording the launch: record
                 # that it ran (holding nothing now), then that it is done.
-                self.store.transition(job_id, JobState.RUNNING, now, allocation=())
-            self._record_final(live, JobState.SUCCEEDED, result=result.to_json())
+                self.store.transition(job_id, Lifecycle.RUNNING, now, allocation=())
+            self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
         elif live.cancelling:
-            self._record_final(live, JobState.CANCELLED)
-        elif record.state is JobState.RUNNING:
+            self._record_final(live, Lifecycle.CANCELLED)
+        elif record.state is Lifecycle.RUNNING:
             self._mark_preempted(live, now, "the worker did not survive a service restart")
 
-    def _describe(self, record: JobRecord) -> dict[str, Any]:
+    def _describe(self, record: JobRecord) -> JobView:
         live = self._live.get(record.id)
         total = record.spec.iterations if record.spec is not None else None
-        done = live.state.iterations_done if live is not None else None
+        done = live.policy_job.iterations_done if live is not None else None
         if done is None:
             samples = self.store.progress(record.id)
             done = samples[-1].iteration if samples else 0
-            if record.state is JobState.SUCCEEDED and total is not None:
+            if record.state is Lifecycle.SUCCEEDED and total is not None:
                 done = total
         predicted = band = None
         if live is not None:
             predicted, band = self._predict_finish(live)
-        return {
-            "id": record.id,
-            "name": record.name,
-            "state": record.state.value,
-            "submitted_at": record.submitted_at,
-            "deadline_at": record.deadline_at,
-            "started_at": record.started_at,
-            "finished_at": record.finished_at,
-            "iterations": total,
-            "iterations_done": int(done),
-            "cpus": list(live.cores if live is not None else record.allocation),
-            "gpus": list(live.gpus if live is not None else ()),
-            "predicted_finish_at": predicted,
-            "predicted_finish_band": band,
-            "best_effort": record.best_effort,
-            "guaranteed": record.guaranteed,
-            "attempts": record.attempts,
-            "error": record.error,
-        }
+        return JobView(
+            id=record.id,
+            name=record.name,
+            state=record.state,
+            submitted_at=record.submitted_at,
+            deadline_at=record.deadline_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            iterations=total,
+            iterations_done=int(done),
+            cpus=tuple(live.cores if live is not None else record.allocation),
+            gpus=live.gpus if live is not None else (),
+            predicted_finish_at=predicted,
+            predicted_finish_band=band,
+            best_effort=record.best_effort,
+            guaranteed=record.guaranteed,
+            attempts=record.attempts,
+            error=record.error,
+        )
 
-    def _predict_finish(self, live: _Live) -> tuple[float | None, list[float] | None]:
+    def _predict_finish(self, live: _LiveJob) -> tuple[float | None, tuple[float, float] | None]:
         """When the job finishes at its current core count, from the policy's predictor."""
         workers = len(self._units(live))
         if not workers:
             return None, None
-        model = self._policy_of(live).predictor_of(live.state.job_id)
+        model = self._policy_of(live).predictor_of(live.policy_job.job_id)
         if model is None:
             return None, None
         prediction = model.predict(workers)
-        remaining = live.state.remaining_iterations
+        remaining = live.policy_job.remaining_iterations
         now = self.clock()
         return (
             now + remaining / prediction.rate,
-            [now + remaining / prediction.rate_high, now + remaining / prediction.rate_low],
+            (now + remaining / prediction.rate_high, now + remaining / prediction.rate_low),
         )
 
     # -- the API's newer views (see qosched.backends.local.api.Service) --------------------------
@@ -1112,7 +1111,7 @@ class LocalService:
                 outcomes=metrics.outcomes,
             )
 
-    def job_detail(self, job_id: str) -> dict[str, Any]:
+    def job_detail(self, job_id: str) -> JobDetail:
         with self._lock:
             return detail.job_detail(self.job(job_id), self.store.events(job_id))
 

@@ -43,7 +43,7 @@ class UnknownJobError(StoreError, LookupError):
 class IllegalTransitionError(StoreError):
     """A state change the job lifecycle does not allow."""
 
-    def __init__(self, job_id: str, from_state: JobState, to_state: JobState) -> None:
+    def __init__(self, job_id: str, from_state: Lifecycle, to_state: Lifecycle) -> None:
         self.job_id = job_id
         self.from_state = from_state
         self.to_state = to_state
@@ -54,7 +54,11 @@ class IllegalTransitionError(StoreError):
         )
 
 
-class JobState(StrEnum):
+class Lifecycle(StrEnum):
+    """Where a stored job is in its life (``TRANSITIONS``); the value is the API's ``state``.
+
+    Not ``qosched.cluster.state.JobState``, the policy's mutable record of a job."""
+
     QUEUED = "queued"
     RUNNING = "running"
     PREEMPTED = "preempted"
@@ -67,23 +71,23 @@ class JobState(StrEnum):
 # The whole lifecycle. A queued job may fail before it ever runs (its launch failed); a running
 # job that loses its CPUs, or whose process died with a restarted service, becomes preempted and
 # may run again. The four final states lead nowhere.
-TRANSITIONS: Mapping[JobState, frozenset[JobState]] = MappingProxyType(
+TRANSITIONS: Mapping[Lifecycle, frozenset[Lifecycle]] = MappingProxyType(
     {
-        JobState.QUEUED: frozenset(
-            {JobState.RUNNING, JobState.DECLINED, JobState.CANCELLED, JobState.FAILED}
+        Lifecycle.QUEUED: frozenset(
+            {Lifecycle.RUNNING, Lifecycle.DECLINED, Lifecycle.CANCELLED, Lifecycle.FAILED}
         ),
-        JobState.RUNNING: frozenset(
-            {JobState.SUCCEEDED, JobState.FAILED, JobState.PREEMPTED, JobState.CANCELLED}
+        Lifecycle.RUNNING: frozenset(
+            {Lifecycle.SUCCEEDED, Lifecycle.FAILED, Lifecycle.PREEMPTED, Lifecycle.CANCELLED}
         ),
-        JobState.PREEMPTED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
-        JobState.SUCCEEDED: frozenset(),
-        JobState.FAILED: frozenset(),
-        JobState.CANCELLED: frozenset(),
-        JobState.DECLINED: frozenset(),
+        Lifecycle.PREEMPTED: frozenset({Lifecycle.RUNNING, Lifecycle.CANCELLED, Lifecycle.FAILED}),
+        Lifecycle.SUCCEEDED: frozenset(),
+        Lifecycle.FAILED: frozenset(),
+        Lifecycle.CANCELLED: frozenset(),
+        Lifecycle.DECLINED: frozenset(),
     }
 )
 FINAL_STATES = frozenset(state for state, nexts in TRANSITIONS.items() if not nexts)
-UNFINISHED_STATES = frozenset(JobState) - FINAL_STATES
+UNFINISHED_STATES = frozenset(Lifecycle) - FINAL_STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +102,7 @@ class JobRecord:
     id: str
     name: str
     spec: TrainingJobSpec | None
-    state: JobState
+    state: Lifecycle
     submitted_at: float
     deadline_at: float
     started_at: float | None
@@ -139,7 +143,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             seq INTEGER NOT NULL UNIQUE,
             name TEXT NOT NULL,
             spec_json TEXT NOT NULL,
-            state TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s.value}'" for s in JobState)})),
+            state TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s.value}'" for s in Lifecycle)})),
             submitted_at REAL NOT NULL,
             deadline_at REAL NOT NULL,
             started_at REAL,
@@ -251,7 +255,7 @@ class Store:
                     seq,
                     spec.name,
                     json.dumps(spec.to_dict(), sort_keys=True),
-                    JobState.QUEUED.value,
+                    Lifecycle.QUEUED.value,
                     now,
                     spec.deadline_at(now),
                     int(spec.best_effort),
@@ -267,12 +271,12 @@ class Store:
             raise UnknownJobError(job_id)
         return self._record(row)
 
-    def list(self, states: Iterable[JobState | str] | None = None) -> tuple[JobRecord, ...]:
+    def list(self, states: Iterable[Lifecycle | str] | None = None) -> tuple[JobRecord, ...]:
         """Jobs in submission order, all of them or those in ``states``."""
         query = f"SELECT {_JOB_COLUMNS} FROM jobs"
         params: tuple[str, ...] = ()
         if states is not None:
-            params = tuple(JobState(state).value for state in states)
+            params = tuple(Lifecycle(state).value for state in states)
             query += f" WHERE state IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
         with self._read() as db:
             rows = db.execute(query + " ORDER BY seq", params).fetchall()
@@ -295,7 +299,7 @@ class Store:
     def transition(
         self,
         job_id: str,
-        new_state: JobState | str,
+        new_state: Lifecycle | str,
         now: float,
         *,
         allocation: Sequence[int] | None = None,
@@ -315,16 +319,16 @@ class Store:
 
     def record_result(self, job_id: str, result: Mapping[str, Any], now: float) -> JobRecord:
         """The job finished its work: it succeeded with ``result`` (any JSON-ready mapping)."""
-        return self.transition(job_id, JobState.SUCCEEDED, now, result=result)
+        return self.transition(job_id, Lifecycle.SUCCEEDED, now, result=result)
 
     def record_failure(self, job_id: str, error: str, now: float) -> JobRecord:
-        return self.transition(job_id, JobState.FAILED, now, error=error)
+        return self.transition(job_id, Lifecycle.FAILED, now, error=error)
 
     def set_allocation(self, job_id: str, cpus: Sequence[int], now: float) -> None:
         """Re-size a running job to exactly the CPU ids ``cpus``, and log the change."""
         new = _check_cpus(cpus)
         with self._write() as db:
-            if (state := self._state(db, job_id)) is not JobState.RUNNING:
+            if (state := self._state(db, job_id)) is not Lifecycle.RUNNING:
                 raise StoreError(f"job {job_id}: only a running job holds CPUs, it is {state}")
             old = json.loads(
                 db.execute("SELECT allocation_json FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
@@ -366,8 +370,8 @@ class Store:
         ``kind`` event records its pid and start time (``/proc/PID/stat`` field 22), in one
         commit. A job already running (re-adopted) only gets the event."""
         with self._write() as db:
-            if self._state(db, job_id) is not JobState.RUNNING:
-                self._transition(db, job_id, JobState.RUNNING, now, cpus, None, None, guaranteed)
+            if self._state(db, job_id) is not Lifecycle.RUNNING:
+                self._transition(db, job_id, Lifecycle.RUNNING, now, cpus, None, None, guaranteed)
             self._insert_event(
                 db,
                 job_id,
@@ -434,22 +438,22 @@ class Store:
         self,
         db: sqlite3.Connection,
         job_id: str,
-        new_state: JobState | str,
+        new_state: Lifecycle | str,
         now: float,
         allocation: Sequence[int] | None,
         error: str | None,
         result: Mapping[str, Any] | None,
         guaranteed: bool | None,
     ) -> None:
-        target = JobState(new_state)
+        target = Lifecycle(new_state)
         cpus = None if allocation is None else _check_cpus(allocation)
-        if cpus and target is not JobState.RUNNING:
+        if cpus and target is not Lifecycle.RUNNING:
             raise StoreError(f"job {job_id}: a {target.value} job holds no CPUs, got {cpus}")
         current = self._state(db, job_id)
         if target not in TRANSITIONS[current]:
             raise IllegalTransitionError(job_id, current, target)
         updates: dict[str, Any] = {"state": target.value}
-        if target is JobState.RUNNING:
+        if target is Lifecycle.RUNNING:
             db.execute(
                 "UPDATE jobs SET started_at = ? WHERE id = ? AND started_at IS NULL",
                 (now, job_id),
@@ -524,11 +528,11 @@ class Store:
                 db.execute("UPDATE schema_version SET version = ?", (len(MIGRATIONS),))
 
     @staticmethod
-    def _state(db: sqlite3.Connection, job_id: str) -> JobState:
+    def _state(db: sqlite3.Connection, job_id: str) -> Lifecycle:
         row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise UnknownJobError(job_id)
-        return JobState(row[0])
+        return Lifecycle(row[0])
 
     @staticmethod
     def _insert_event(
@@ -570,7 +574,7 @@ class Store:
             id=job_id,
             name=name,
             spec=spec,
-            state=JobState(state),
+            state=Lifecycle(state),
             submitted_at=submitted_at,
             deadline_at=deadline_at,
             started_at=started_at,

@@ -241,6 +241,62 @@ def _initial_cpus(watcher: AllocationWatcher) -> tuple[int, ...]:
     return inherited
 
 
+class _Between:
+    """What both run loops do between two steps of a job, in one place: follow a changed
+    ``allocation.json`` (confirmed by a ``resize`` event), write a ``progress`` event at most
+    every ``REPORT_INTERVAL_S``, and end with a ``preempted`` event once a stop was asked for.
+
+    ``fields`` are added to every ``resize`` event (a built-in workload's ``threads``)."""
+
+    def __init__(
+        self,
+        watcher: AllocationWatcher,
+        log: ProgressLog,
+        stop: StopRequest,
+        fields: Callable[[], dict[str, Any]] = dict,
+    ) -> None:
+        self.watcher = watcher
+        self.log = log
+        self.stop = stop
+        self.fields = fields
+        self.last_report = time.monotonic()
+
+    def follow_allocation(self, *, iteration: int | None, loss: float | None) -> None:
+        """Apply a changed allocation, if any, and confirm it with a ``resize`` event."""
+        if self.watcher.poll(iteration=iteration, loss=loss):
+            assert self.watcher.current is not None
+            self.log.write(
+                WorkerEvent.RESIZE,
+                iteration=iteration,
+                loss=loss,
+                cpu_ids=list(self.watcher.current.cpus),
+                **self.fields(),
+                version=self.watcher.current.version,
+            )
+
+    def report_due(self) -> bool:
+        return time.monotonic() - self.last_report >= REPORT_INTERVAL_S
+
+    def reported(self) -> None:
+        """A ``progress`` or ``checkpoint`` event was just written: the next is due later."""
+        self.last_report = time.monotonic()
+
+    def report(self, *, iteration: int | None, loss: float | None) -> None:
+        self.log.write(WorkerEvent.PROGRESS, iteration=iteration, loss=loss)
+        self.reported()
+
+    def preempted(self, *, iteration: int | None, loss: float | None, **fields: Any) -> int:
+        """The job stops before completing, on the signal ``stop`` saw: ``EXIT_PREEMPTED``."""
+        self.log.write(
+            WorkerEvent.PREEMPTED,
+            iteration=iteration,
+            loss=loss,
+            message=f"stopped by {self.stop.describe()}",
+            **fields,
+        )
+        return EXIT_PREEMPTED
+
+
 def _crash_hook() -> int | None:
     text = os.environ.get(ENV_CRASH_AT)
     if text is None or not text.strip():
@@ -331,9 +387,9 @@ def _run_workload(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRe
         checkpointed_at = state.iteration
         log.write(WorkerEvent.CHECKPOINT, iteration=state.iteration, loss=loss)
 
+    between = _Between(watcher, log, stop, lambda: {"threads": torch.get_num_threads()})
     started = time.perf_counter()
     step_times: list[float] = []
-    last_report = time.monotonic()
     while state.iteration < spec.iterations and not stop.requested:
         if crash_at is not None and state.iteration + 1 == crash_at:
             raise RuntimeError(
@@ -343,32 +399,16 @@ def _run_workload(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRe
         loss = workload.step(state)
         step_times.append(time.perf_counter() - t0)
         log.note(state.iteration, loss)
-        if watcher.poll(iteration=state.iteration, loss=loss):
-            assert watcher.current is not None
-            log.write(
-                WorkerEvent.RESIZE,
-                iteration=state.iteration,
-                loss=loss,
-                cpu_ids=list(watcher.current.cpus),
-                threads=torch.get_num_threads(),
-                version=watcher.current.version,
-            )
+        between.follow_allocation(iteration=state.iteration, loss=loss)
         if state.iteration % spec.checkpoint_every == 0:
             save()
-            last_report = time.monotonic()
-        elif time.monotonic() - last_report >= REPORT_INTERVAL_S:
-            log.write(WorkerEvent.PROGRESS, iteration=state.iteration, loss=loss)
-            last_report = time.monotonic()
+            between.reported()
+        elif between.report_due():
+            between.report(iteration=state.iteration, loss=loss)
 
     save()
     if state.iteration < spec.iterations:
-        log.write(
-            WorkerEvent.PREEMPTED,
-            iteration=state.iteration,
-            loss=loss,
-            message=f"stopped by {stop.describe()}",
-        )
-        return EXIT_PREEMPTED
+        return between.preempted(iteration=state.iteration, loss=loss)
     result = JobResult(
         job_id=spec.job_id,
         iterations=state.iteration,
@@ -496,24 +536,11 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
     watcher = AllocationWatcher(job_dir / ALLOCATION_FILE, log, apply)
     cpus = _initial_cpus(watcher)
     gpus = watcher.current.gpus if watcher.current is not None else ()
+    between = _Between(watcher, log, stop)
     if stop.requested:
-        log.write(
-            WorkerEvent.PREEMPTED,
-            iteration=None,
-            loss=None,
-            message=f"stopped by {stop.describe()}",
-        )
-        return EXIT_PREEMPTED
+        return between.preempted(iteration=None, loss=None)
     processes = (len(gpus) or len(cpus)) if spec.launcher == "torchrun" else 1
-    argv = list(spec.command)
-    if spec.launcher == "torchrun":
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        argv += ["--nproc-per-node", str(processes)]
-        if not spec.command[0].endswith(".py"):
-            # A program (an interpreter of the user's choice, a shell script): each rank runs
-            # it as it is instead of torchrun's "python SCRIPT".
-            argv.append("--no-python")
-        argv += spec.command
+    argv = command_argv(spec.command, spec.launcher, processes)
     env = command_environment(
         spec, job_dir, cpus, gpus, processes=processes, progress_file=progress.path
     )
@@ -544,7 +571,7 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         version=watcher.current.version if watcher.current else None,
     )
     forwarded = False
-    last_report = time.monotonic()
+    between.reported()  # the first progress event is due a report interval after the start
     while True:
         code = child.poll()
         if stop.requested and not forwarded and code is None:
@@ -561,21 +588,10 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
                 loss=progress.loss,
                 message=problem,
             )
-        if watcher.poll(iteration=progress.iteration, loss=progress.loss):
-            assert watcher.current is not None
-            log.write(
-                WorkerEvent.RESIZE,
-                iteration=progress.iteration,
-                loss=progress.loss,
-                cpu_ids=list(watcher.current.cpus),
-                version=watcher.current.version,
-            )
-        if progress.unreported and (
-            code is not None or time.monotonic() - last_report >= REPORT_INTERVAL_S
-        ):
-            log.write(WorkerEvent.PROGRESS, iteration=progress.iteration, loss=progress.loss)
+        between.follow_allocation(iteration=progress.iteration, loss=progress.loss)
+        if progress.unreported and (code is not None or between.report_due()):
+            between.report(iteration=progress.iteration, loss=progress.loss)
             progress.unreported = False
-            last_report = time.monotonic()
         if code is not None:
             break
         time.sleep(COMMAND_WAIT_S)
@@ -597,14 +613,7 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         log.write(WorkerEvent.DONE, iteration=progress.iteration, loss=progress.loss, exit_code=0)
         return EXIT_DONE
     if stop.requested:
-        log.write(
-            WorkerEvent.PREEMPTED,
-            iteration=progress.iteration,
-            loss=progress.loss,
-            message=f"stopped by {stop.describe()}",
-            exit_code=code,
-        )
-        return EXIT_PREEMPTED
+        return between.preempted(iteration=progress.iteration, loss=progress.loss, exit_code=code)
     how = f"exited with code {code}" if code > 0 else f"was killed by {signal.Signals(-code).name}"
     log.write(
         WorkerEvent.ERROR,
@@ -615,6 +624,20 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         exit_code=code,
     )
     return code if code > 0 else 128 - code
+
+
+def command_argv(command: tuple[str, ...], launcher: str | None, processes: int) -> list[str]:
+    """The child's command line: ``command`` as it is, or under torchrun with ``processes``
+    ranks (see the module docstring)."""
+    if launcher != "torchrun":
+        return list(command)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    argv += ["--nproc-per-node", str(processes)]
+    if not command[0].endswith(".py"):
+        # A program (an interpreter of the user's choice, a shell script): each rank runs it
+        # as it is instead of torchrun's "python SCRIPT".
+        argv.append("--no-python")
+    return argv + list(command)
 
 
 def command_environment(

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from qosched.backends.local.detail import allocation_history
+from qosched.backends.local.jobview import HeldAllocation, JobView
 from qosched.backends.local.process import tree_files
-from qosched.backends.local.store import FINAL_STATES, Event, ProgressSample
+from qosched.backends.local.store import FINAL_STATES, Event, Lifecycle, ProgressSample
 
 _FINAL = frozenset(state.value for state in FINAL_STATES)
 
 
 def timeline(
-    jobs: Sequence[Mapping[str, Any]],
+    jobs: Sequence[JobView],
     events: Sequence[Event],
     *,
     now: float,
@@ -32,7 +33,7 @@ def timeline(
 ) -> dict[str, Any]:
     """Every allocation of every job and the moments that changed them.
 
-    ``jobs`` are ``Service.job`` dicts; ``events`` the whole audit log in order. Returns
+    ``jobs`` are ``Service.jobs``; ``events`` the whole audit log in order. Returns
     ``{"now", "cpus", "gpus", "jobs": [{"id", "name", "state"}], "segments": [{"job", "from",
     "until", "cpus", "gpus"}], "marks": [{"t", "job", "kind", "text"}]}``: a segment is one
     allocation held (``until`` None while held), a mark one of ``start``, ``resize``,
@@ -45,15 +46,15 @@ def timeline(
     segments: list[dict[str, Any]] = []
     marks: list[dict[str, Any]] = []
     for job in jobs:
-        own = by_job.get(job["id"], [])
+        own = by_job.get(job.id, [])
         for held in allocation_history(own):
-            segments.append({"job": job["id"], **held})
-        marks.extend(_marks(job["id"], own))
+            segments.append({"job": job.id, **held.to_json()})
+        marks.extend(_marks(job.id, own))
     return {
         "now": now,
         "cpus": list(cpus),
         "gpus": list(gpus),
-        "jobs": [{"id": j["id"], "name": j["name"], "state": j["state"]} for j in jobs],
+        "jobs": [{"id": j.id, "name": j.name, "state": j.state.value} for j in jobs],
         "segments": segments,
         "marks": marks,
     }
@@ -65,11 +66,11 @@ def _marks(job_id: str, events: Sequence[Event]) -> list[dict[str, Any]]:
     for event in events:
         kind = text = None
         detail = event.detail
-        if event.kind == "state" and detail.get("to") == "running":
+        if event.kind == "state" and detail.get("to") == Lifecycle.RUNNING:
             kind = "restart" if started else "start"
             started = True
             text = f"{kind} on cores {_cores(detail.get('cpus') or [])}"
-        elif event.kind == "state" and detail.get("to") == "preempted":
+        elif event.kind == "state" and detail.get("to") == Lifecycle.PREEMPTED:
             kind, text = "preempt", "pre-empted"
         elif event.kind == "state" and detail.get("to") in _FINAL:
             kind = str(detail["to"])
@@ -90,7 +91,7 @@ def _cores(cpus: Sequence[int]) -> str:
 
 
 def measured_speeds(
-    samples: Sequence[ProgressSample], allocations: Sequence[Mapping[str, Any]]
+    samples: Sequence[ProgressSample], allocations: Sequence[HeldAllocation]
 ) -> list[dict[str, Any]]:
     """Iterations per second at each core count, from the job's progress samples.
 
@@ -101,7 +102,7 @@ def measured_speeds(
     """
     totals: dict[int, list[float]] = {}
     for held in allocations:
-        start, until = held["from"], held["until"]
+        start, until = held.start, held.until
         inside = [s for s in samples if s.t >= start and (until is None or s.t <= until)]
         for before, after in itertools.pairwise(inside):
             dt, di = after.t - before.t, after.iteration - before.iteration
