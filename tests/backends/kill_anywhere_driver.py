@@ -1,13 +1,13 @@
 """Runs the local service, again and again, in processes that may be SIGKILLed at a fault point.
 
 ``python kill_anywhere_driver.py`` imports the service once, then reads one JSON request a line
-on stdin, ``{"home": DIR, "fault": "POINT:N" | null, "gpus": bool}``, and for each forks a
-process that opens the service on ``home``, runs it (submitting the workload as it goes, or the
-GPU workload on two declared GPUs with ``gpus``) until no job is left, and exits 0; with
-``fault`` set the service SIGKILLs itself there (see ``qosched.backends.local.service.FAULT_ENV``).
-One JSON line answers each request: ``{"exit": code}`` or ``{"signal": number}``. Forking from
-one process that has imported the service keeps the test within seconds (the import alone takes
-about two).
+on stdin, ``{"home": DIR, "fault": "POINT:N" | null, "gpus": bool, "long_first": bool}``, and
+for each forks a process that opens the service on ``home``, runs it (submitting the workload as
+it goes, or the GPU workload on two declared GPUs with ``gpus``; its first job long with
+``long_first``) until no job is left, and exits 0; with ``fault`` set the service SIGKILLs
+itself there (see ``qosched.backends.local.service.FAULT_ENV``). One JSON line answers each
+request: ``{"exit": code}`` or ``{"signal": number}``. Forking from one process that has
+imported the service keeps the test within seconds (the import alone takes about two).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ GPU_WORKLOAD = (
     ("g-third", 4, (2, 2)),
 )
 GPU_VICTIM = ("g-victim", 2000, (1, 1))
+#: The first job's iterations when the case needs its worker to outlive a killed service and be
+#: adopted by the next one (about 3 s: a 12-iteration worker may be done before the restart).
+LONG_FIRST = 100
 GPUS = (0, 1)
 RUN_TIMEOUT_S = 60.0
 
@@ -55,7 +58,18 @@ def _spec(name: str, iterations: int, gpus: tuple[int, int] | None) -> TrainingJ
     return replace(spec, resources=Resources(min_gpus=gpus[0], max_gpus=gpus[1]))
 
 
-def run_once(home: Path, fault: str | None, with_gpus: bool = False) -> int:
+def workloads(long_first: bool) -> tuple[tuple, tuple]:
+    """The CPU and the GPU workload, the first job made long with ``long_first``."""
+    if not long_first:
+        return WORKLOAD, GPU_WORKLOAD
+    (name, _), *cpu_rest = WORKLOAD
+    (gpu_name, _, gpus), *gpu_rest = GPU_WORKLOAD
+    return ((name, LONG_FIRST), *cpu_rest), ((gpu_name, LONG_FIRST, gpus), *gpu_rest)
+
+
+def run_once(
+    home: Path, fault: str | None, with_gpus: bool = False, long_first: bool = False
+) -> int:
     """The service's own run loop in a thread, as ``qosched up`` runs it; this thread plays the
     user, submitting through the same methods the HTTP API calls."""
     service = LocalService.open(
@@ -70,12 +84,13 @@ def run_once(home: Path, fault: str | None, with_gpus: bool = False) -> int:
     stop = threading.Event()
     runner = threading.Thread(target=service.run, args=(stop,))
     runner.start()
+    cpu_workload, gpu_workload = workloads(long_first)
     if with_gpus:
-        jobs = tuple((name, n, gpus) for name, n, gpus in (*GPU_WORKLOAD, GPU_VICTIM))
-        victim_name, first = GPU_VICTIM[0], GPU_WORKLOAD[0][0]
+        jobs = tuple((name, n, gpus) for name, n, gpus in (*gpu_workload, GPU_VICTIM))
+        victim_name, first = GPU_VICTIM[0], gpu_workload[0][0]
     else:
-        jobs = tuple((name, n, None) for name, n in (*WORKLOAD, VICTIM))
-        victim_name, first = VICTIM[0], WORKLOAD[0][0]
+        jobs = tuple((name, n, None) for name, n in (*cpu_workload, VICTIM))
+        victim_name, first = VICTIM[0], cpu_workload[0][0]
     ids = {job.name: job.id for job in service.jobs()}
     cancelled = False
     deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -105,7 +120,12 @@ def main() -> None:
         if pid == 0:
             code = 1
             try:
-                code = run_once(Path(request["home"]), request["fault"], bool(request.get("gpus")))
+                code = run_once(
+                    Path(request["home"]),
+                    request["fault"],
+                    bool(request.get("gpus")),
+                    bool(request.get("long_first")),
+                )
             except BaseException:
                 traceback.print_exc()
             finally:

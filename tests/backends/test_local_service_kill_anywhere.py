@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from command_jobs import runs
-from kill_anywhere_driver import GPU_VICTIM, GPU_WORKLOAD, VICTIM, WORKLOAD
+from kill_anywhere_driver import GPU_VICTIM, VICTIM, WORKLOAD, workloads
 
 from qosched.backends.local.process import find_workers
 from qosched.backends.local.protocol import RESULT_FILE, read_result
@@ -33,9 +33,11 @@ class Driver:
             text=True,
         )
 
-    def run(self, home: Path, fault: str | None, gpus: bool = False) -> dict[str, int]:
+    def run(
+        self, home: Path, fault: str | None, gpus: bool = False, long_first: bool = False
+    ) -> dict[str, int]:
         assert self.process.stdin is not None and self.process.stdout is not None
-        request = {"home": str(home), "fault": fault, "gpus": gpus}
+        request = {"home": str(home), "fault": fault, "gpus": gpus, "long_first": long_first}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline()
@@ -75,12 +77,19 @@ CASES = {
 }
 
 
+def needs_adoption(faults: list[str]) -> bool:
+    """A case that kills a restarted service while it adopts a worker needs that worker alive
+    at the restart: its first job is made long."""
+    return any(fault.startswith("adopted:") for fault in faults)
+
+
 @pytest.mark.parametrize("faults", CASES.values(), ids=CASES.keys())
 def test_a_service_killed_anywhere_runs_every_job_exactly_once(tmp_path, driver, faults):
+    long_first = needs_adoption(faults)
     for fault in faults:
-        assert driver.run(tmp_path, fault) == KILLED, f"{fault} never fired"
-    assert driver.run(tmp_path, None) == DONE
-    check_invariants(tmp_path)
+        assert driver.run(tmp_path, fault, long_first=long_first) == KILLED, f"{fault} never fired"
+    assert driver.run(tmp_path, None, long_first=long_first) == DONE
+    check_invariants(tmp_path, workloads(long_first)[0])
 
 
 GPU_CASES = {
@@ -94,10 +103,12 @@ GPU_CASES = {
 
 @pytest.mark.parametrize("faults", GPU_CASES.values(), ids=GPU_CASES.keys())
 def test_gpu_jobs_killed_anywhere_run_once_and_no_gpu_is_held_twice(tmp_path, driver, faults):
+    long_first = needs_adoption(faults)
     for fault in faults:
-        assert driver.run(tmp_path, fault, gpus=True) == KILLED, f"{fault} never fired"
-    assert driver.run(tmp_path, None, gpus=True) == DONE
-    workload = [(name, iterations) for name, iterations, _ in GPU_WORKLOAD]
+        answer = driver.run(tmp_path, fault, gpus=True, long_first=long_first)
+        assert answer == KILLED, f"{fault} never fired"
+    assert driver.run(tmp_path, None, gpus=True, long_first=long_first) == DONE
+    workload = [(name, iterations) for name, iterations, _ in workloads(long_first)[1]]
     check_invariants(tmp_path, workload, GPU_VICTIM[0])
     with Store(tmp_path / "state.db") as store:
         events = store.events()
