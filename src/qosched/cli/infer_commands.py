@@ -48,7 +48,7 @@ from qosched.placement.planfile import plan_to_dict, read_plan, write_plan
 from qosched.placement.platform import RooflinePlatform, Worker, run_pinned, usable_cores
 from qosched.placement.program import build_model, export_program, model_units, save_program
 from qosched.placement.replay import RuntimeModel, fit_runtime_model, message_samples, replay
-from qosched.placement.runtime import RunResult, TenantRun, run
+from qosched.placement.runtime import MeasuredRun, TenantRun, run
 from qosched.placement.search import plan
 from qosched.placement.spec import InferenceSpec, load_inference_spec
 from qosched.report.placement_plots import plot_plan
@@ -255,7 +255,7 @@ def prepare_run(
     return tenants, expected, planned.plan, planned.problem
 
 
-def explain(result: RunResult, predicted: Plan, problem: Problem) -> dict | None:
+def explain(result: MeasuredRun, predicted: Plan, problem: Problem) -> dict | None:
     """The runtime model fitted to this run's own messages, and the throughput the replay of the
     plan gives with it: how much of the gap between predicted and measured the protocol, the
     per-message overhead, the slower operators and the workers' contention account for. ``None``
@@ -280,7 +280,7 @@ def explain(result: RunResult, predicted: Plan, problem: Problem) -> dict | None
     }  # fmt: skip
 
 
-def run_report(result: RunResult, predicted: Plan, problem: Problem) -> dict:
+def run_report(result: MeasuredRun, predicted: Plan, problem: Problem) -> dict:
     """The ``infer run --json`` object: measured against predicted, per tenant and in total."""
     latency = {t.name: t.latency_s for t in predicted.tenants}
     return {

@@ -238,7 +238,7 @@ class MessageSample:
 def message_samples(
     spans: Iterable[Span], problem: Problem, assignments: Sequence[Sequence[str]]
 ) -> list[MessageSample]:
-    """The messages of a run's timeline (``RunResult.spans``, one ``message`` span each) against
+    """The messages of a run's timeline (``MeasuredRun.spans``, one ``message`` span each) against
     the costs and the plan (``assignments`` in problem order) the run executed."""
     if len(assignments) != len(problem.tenants):
         raise InputError(
