@@ -40,9 +40,9 @@ from qosched.graph.zoo import ZOO, Bert
 from qosched.hardware.catalog import gpu, link
 from qosched.hardware.measure import measure_cpu
 from qosched.placement import baselines
-from qosched.placement.bound import lp_bound
 from qosched.placement.calibrate import calibrated, measure_unit_times, merge, scales
 from qosched.placement.costs import CostModel, tenant_from_graph
+from qosched.placement.infer import compare
 from qosched.placement.ir import Plan, Problem, TenantGraph, evaluate
 from qosched.placement.measured import TenantModel, measure, measured_tenant
 from qosched.placement.platform import CoreSetsPlatform
@@ -74,17 +74,10 @@ PLATFORM = CoreSetsPlatform((0,), (1,))
 
 
 def plans_for(problem: Problem) -> tuple[dict[str, Plan], float, float]:
-    started = time.perf_counter()
-    cos = plan(problem, max_switches=4)
-    search_s = time.perf_counter() - started
-    found = {
-        "cos": cos,
-        "all_cpu": baselines.all_cpu(problem),
-        "all_gpu": baselines.all_gpu(problem),
-        "model_level": baselines.model_level(problem),
-        "layer_level": baselines.layer_level(problem, 4),
-    }
-    return found, lp_bound(problem).throughput_rps, search_s
+    """COS and the baselines (as ``infer plan`` compares them), the LP bound and the search time."""
+    comparison = compare(problem, max_switches=4)
+    found = {"cos": comparison.cos, **comparison.baselines}
+    return found, comparison.bound_rps, comparison.search_s
 
 
 def segment_errors(result, problem: Problem) -> list[tuple[float, float]]:

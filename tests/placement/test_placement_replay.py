@@ -64,6 +64,24 @@ def test_contention_slows_both_workers_only_while_both_are_busy():
     assert got.throughput_rps == pytest.approx((1.0,))
 
 
+def test_a_worker_left_alone_speeds_up_for_the_rest_of_its_message():
+    # a: 1 s on the cpu, b: 2 s on the gpu, twice as slow together: a is done at 2 s, when b
+    # has done 1 s of its 2; b does the last second alone, done at 3 s.
+    problem = Problem((one("a", cpu=(1.0,)), one("b", gpu=(2.0,))))
+    model = RuntimeModel(depth=1, contention=2.0)
+    got = replay(problem, [("cpu",), ("gpu",)], model, rounds=1, warmup=0)
+    assert got.throughput_rps == pytest.approx((1 / 2, 1 / 3))
+    assert got.busy_fraction == pytest.approx({"cpu": 2 / 3, "gpu": 1.0})
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_replay_is_deterministic(seed):
+    problem = random_problem(seed, 3, 6)
+    plan = [tuple("cpu" if (i + j) % 3 else "gpu" for j in range(6)) for i in range(3)]
+    model = RuntimeModel(depth=3, message_overhead_s=0.01, contention=1.3)
+    assert replay(problem, plan, model) == replay(problem, plan, model)
+
+
 def test_overhead_and_scale_apply_per_message():
     # one segment on the gpu, its result back through the cpu worker: two messages, each with
     # the fixed overhead; only the segment's units are scaled

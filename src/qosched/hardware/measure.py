@@ -45,7 +45,7 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def usable_cores() -> int:
+def usable_core_count() -> int:
     """Logical CPUs this process may run on (its affinity mask where the OS has one)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -146,7 +146,7 @@ def measure_cpu(
         raise InputError(f"seconds_budget: expected a positive number, got {seconds_budget!r}")
     path = Path(cache_path) if cache_path is not None else default_cache_path()
     name = cpu_model_name()
-    cores = usable_cores()
+    cores = usable_core_count()
     key = _cache_key(name, cores)
 
     if force:

@@ -30,13 +30,12 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from qosched.core.errors import InputError
+from qosched.hardware.catalog import ProcessorKind
 
-Processor = Literal["cpu", "gpu"]
-PROCESSORS: tuple[Processor, Processor] = ("cpu", "gpu")
-Assignment = tuple[Processor, ...]
+PROCESSORS: tuple[ProcessorKind, ProcessorKind] = ("cpu", "gpu")
+Assignment = tuple[ProcessorKind, ...]
 
 
 class InfeasibleError(InputError):
@@ -146,7 +145,7 @@ class Problem:
     """Tenants sharing one machine with the processors ``PROCESSORS`` (one CPU, one GPU)."""
 
     tenants: tuple[TenantGraph, ...]
-    processors: tuple[Processor, Processor] = PROCESSORS
+    processors: tuple[ProcessorKind, ProcessorKind] = PROCESSORS
 
     def __post_init__(self) -> None:
         if not self.tenants:

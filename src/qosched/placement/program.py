@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,125 @@ class _Step:
     frees: tuple[str, ...] = ()  # values read for the last time here (dropped after it)
 
 
+def signature_values(program: torch.export.ExportedProgram) -> tuple[list[str], Env]:
+    """The placeholder names of the user inputs, in order, and every other placeholder's value
+    (parameters, buffers, constants) by placeholder name."""
+    input_names: list[str] = []
+    constants: Env = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            input_names.append(spec.arg.name)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            source = (
+                program.state_dict
+                if spec.target in program.state_dict
+                else program.constants  # non-persistent buffers live with the constants
+            )
+            constants[spec.arg.name] = source[spec.target]
+        else:
+            constants[spec.arg.name] = program.constants[spec.target]
+    return input_names, constants
+
+
+def user_output_names(program: torch.export.ExportedProgram) -> list[str]:
+    """The names of the nodes the program returns to its user, in output order."""
+    return [
+        spec.arg.name
+        for spec in program.graph_signature.output_specs
+        if spec.kind == OutputKind.USER_OUTPUT and hasattr(spec.arg, "name")
+    ]
+
+
+def check_units_present(nodes: Sequence[fx.Node], anchor: Mapping[str, int], name: str) -> None:
+    """Raise InputError when an operator the units name is not a node of the program."""
+    missing = sorted(set(anchor) - {n.name for n in nodes})
+    if missing:
+        raise InputError(
+            f"tenant {name!r}: the exported program has no node {missing[0]!r} of the plan's "
+            "units; the plan was made for a different model",
+            field="units",
+        )
+
+
+def assign_units(
+    nodes: Sequence[fx.Node], anchor: Mapping[str, int], sources: Sequence[str]
+) -> dict[str, int]:
+    """The unit of every node by the rules of the module docstring, ``-1`` for ``sources``
+    (the inputs and constants, there before any unit runs).
+
+    ``anchor`` gives the unit of each node a unit names; ``nodes`` are in graph order.
+    """
+    unit_of: dict[str, int] = {n: -1 for n in sources}
+    computed = set()  # nodes, as opposed to inputs and constants
+    pending: list[fx.Node] = []
+    for node in nodes:
+        deps = [d.name for d in node.all_input_nodes if d.name in computed]
+        if node.name in anchor:
+            unit_of[node.name] = anchor[node.name]
+        elif deps:
+            unit_of[node.name] = max(unit_of[d] for d in deps)
+        else:
+            pending.append(node)
+        computed.add(node.name)
+    for node in reversed(pending):
+        readers = [unit_of[u.name] for u in node.users if u.name in unit_of]
+        unit_of[node.name] = min(readers) if readers else 0
+    return unit_of
+
+
+def check_chain(nodes: Sequence[fx.Node], unit_of: Mapping[str, int], name: str) -> None:
+    """Raise InputError when a node reads a value of no unit or of a later unit."""
+    for node in nodes:
+        for dep in node.all_input_nodes:
+            if dep.name not in unit_of:
+                raise InputError(f"tenant {name!r}: node {node.name!r} reads unknown {dep!r}")
+            if unit_of[dep.name] > unit_of[node.name]:
+                raise InputError(
+                    f"tenant {name!r}: node {node.format_node()} in unit "
+                    f"{unit_of[node.name]} reads {dep.name!r} of the later unit "
+                    f"{unit_of[dep.name]}; the units do not form a chain",
+                    field="units",
+                )
+
+
+def unit_steps(
+    module: nn.Module, nodes: Sequence[fx.Node], unit_of: Mapping[str, int], n_units: int
+) -> list[list[_Step]]:
+    """Each unit's nodes in graph order as steps to execute; a ``get_attr`` node returns the
+    attribute of ``module`` it names."""
+    steps: list[list[_Step]] = [[] for _ in range(n_units)]
+    for node in nodes:
+        target = node.target
+        if node.op == "get_attr":
+            value = getattr(module, str(target))
+            steps[unit_of[node.name]].append(_Step(node.name, lambda v=value: v, (), {}))
+            continue
+        steps[unit_of[node.name]].append(_Step(node.name, target, node.args, dict(node.kwargs)))
+    return steps
+
+
+def live_across_cuts(
+    nodes: Sequence[fx.Node],
+    unit_of: Mapping[str, int],
+    constants: Collection[str],
+    output_names: Sequence[str],
+    n_units: int,
+) -> list[tuple[str, ...]]:
+    """For each unit ``k``, the values made at or before it (inputs included) that are read
+    after it, outputs counting as read after the last unit; constants never cross a cut (every
+    worker holds them)."""
+    last_read: dict[str, int] = {}
+    for node in nodes:
+        for dep in node.all_input_nodes:
+            if dep.name not in constants:
+                last_read[dep.name] = max(last_read.get(dep.name, -1), unit_of[node.name])
+    for out in output_names:
+        last_read[out] = n_units
+    return [
+        tuple(v for v, end in last_read.items() if unit_of[v] <= k < end) for k in range(n_units)
+    ]
+
+
 class UnitProgram:
     """An exported program whose nodes are grouped by unit (see the module docstring).
 
@@ -115,85 +234,20 @@ class UnitProgram:
         self.name = name
         self.n_units = len(units)
         self.unit_ids = tuple(unit[0] for unit in units)
-        graph = program.graph_module.graph
-        signature = program.graph_signature
-        self.input_names: list[str] = []
-        self.constants: Env = {}
-        for spec in signature.input_specs:
-            if spec.kind == InputKind.USER_INPUT:
-                self.input_names.append(spec.arg.name)
-            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-                source = (
-                    program.state_dict
-                    if spec.target in program.state_dict
-                    else program.constants  # non-persistent buffers live with the constants
-                )
-                self.constants[spec.arg.name] = source[spec.target]
-            else:
-                self.constants[spec.arg.name] = program.constants[spec.target]
-        self.output_names = [
-            spec.arg.name
-            for spec in signature.output_specs
-            if spec.kind == OutputKind.USER_OUTPUT and hasattr(spec.arg, "name")
-        ]
+        self.input_names, self.constants = signature_values(program)
+        self.output_names = user_output_names(program)
         anchor = {op: i for i, unit in enumerate(units) for op in unit}
-        nodes = [n for n in graph.nodes if n.op in ("call_function", "get_attr")]
-        missing = sorted(set(anchor) - {n.name for n in nodes})
-        if missing:
-            raise InputError(
-                f"tenant {name!r}: the exported program has no node {missing[0]!r} of the plan's "
-                "units; the plan was made for a different model",
-                field="units",
-            )
-        unit_of: dict[str, int] = {n: -1 for n in (*self.input_names, *self.constants)}
-        computed = set()  # nodes, as opposed to inputs and constants
-        pending: list[fx.Node] = []
-        for node in nodes:
-            deps = [d.name for d in node.all_input_nodes if d.name in computed]
-            if node.name in anchor:
-                unit_of[node.name] = anchor[node.name]
-            elif deps:
-                unit_of[node.name] = max(unit_of[d] for d in deps)
-            else:
-                pending.append(node)
-            computed.add(node.name)
-        for node in reversed(pending):
-            readers = [unit_of[u.name] for u in node.users if u.name in unit_of]
-            unit_of[node.name] = min(readers) if readers else 0
-        for node in nodes:
-            for dep in node.all_input_nodes:
-                if dep.name not in unit_of:
-                    raise InputError(f"tenant {name!r}: node {node.name!r} reads unknown {dep!r}")
-                if unit_of[dep.name] > unit_of[node.name]:
-                    raise InputError(
-                        f"tenant {name!r}: node {node.format_node()} in unit "
-                        f"{unit_of[node.name]} reads {dep.name!r} of the later unit "
-                        f"{unit_of[dep.name]}; the units do not form a chain",
-                        field="units",
-                    )
-        self.unit_of: Mapping[str, int] = unit_of
-        self._steps: list[list[_Step]] = [[] for _ in units]
-        for node in nodes:
-            target = node.target
-            if node.op == "get_attr":
-                value = getattr(program.graph_module, str(target))
-                self._steps[unit_of[node.name]].append(_Step(node.name, lambda v=value: v, (), {}))
-                continue
-            self._steps[unit_of[node.name]].append(
-                _Step(node.name, target, node.args, dict(node.kwargs))
-            )
-        # live_after[k]: values made at or before unit k (inputs included) read after it.
-        last_read: dict[str, int] = {}
-        for node in nodes:
-            for dep in node.all_input_nodes:
-                if dep.name not in self.constants:
-                    last_read[dep.name] = max(last_read.get(dep.name, -1), unit_of[node.name])
-        for out in self.output_names:
-            last_read[out] = self.n_units
-        self._live_after = [
-            tuple(v for v, end in last_read.items() if unit_of[v] <= k < end)
-            for k in range(self.n_units)
+        nodes = [
+            n for n in program.graph_module.graph.nodes if n.op in ("call_function", "get_attr")
         ]
+        check_units_present(nodes, anchor, name)
+        unit_of = assign_units(nodes, anchor, (*self.input_names, *self.constants))
+        check_chain(nodes, unit_of, name)
+        self.unit_of: Mapping[str, int] = unit_of
+        self._steps = unit_steps(program.graph_module, nodes, unit_of, self.n_units)
+        self._live_after = live_across_cuts(
+            nodes, unit_of, self.constants, self.output_names, self.n_units
+        )
         self._nodes = {n.name: n for n in nodes}
         self._free_after_last_read()
 

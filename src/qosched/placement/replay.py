@@ -25,8 +25,8 @@ scale 1, no contention) the replay differs from the cost model only by the overl
 
 from __future__ import annotations
 
-import heapq
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -35,8 +35,7 @@ import numpy as np
 from qosched.core.errors import InputError
 from qosched.placement.ir import PROCESSORS, Problem, TenantGraph, check_assignment, segments
 from qosched.report.trace import Span
-
-_EPS = 1e-15
+from qosched.sim.engine import Engine, Event
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,142 @@ def _busy_within(intervals: Iterable[tuple[float, float]], lo: float, hi: float)
     return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in intervals)
 
 
+# The order of events at one instant: completions (the cpu worker's, then the gpu worker's), then
+# arrivals, then the dispatch that hands idle workers their next message. A worker thus picks
+# among everything that arrived by then, as the runtime's inbox would have it.
+_ARRIVAL = len(PROCESSORS)
+_DISPATCH = _ARRIVAL + 1
+
+
+@dataclass(frozen=True)
+class _Message:
+    """Step ``step`` of tenant ``tenant``'s request of round ``round``, on its way to or waiting
+    at the worker that runs it."""
+
+    tenant: int
+    round: int
+    step: int
+
+
+@dataclass
+class _Work:
+    """The message a worker is handling: ``left`` seconds of work (at full speed) remained at
+    ``since``, done at ``rate`` (below 1 while the other worker computes too)."""
+
+    message: _Message
+    started: float
+    left: float
+    since: float
+    rate: float = 0.0  # not yet running: the dispatch sets it
+    completion: Event | None = None
+
+
+class _Replay:
+    """The runtime's protocol as events on a :class:`qosched.sim.Engine`: messages arrive at a
+    worker's inbox, idle workers take the oldest, a worker's completion sends the next message
+    or finishes the request, and a round's last result admits round ``r + depth``."""
+
+    def __init__(
+        self,
+        plans: Sequence[tuple[float, list[tuple[str, _Step]]]],
+        model: RuntimeModel,
+        total: int,
+    ) -> None:
+        self.plans = plans
+        self.model = model
+        self.total = total
+        self.engine = Engine()
+        self.inbox: dict[str, deque[_Message]] = {p: deque() for p in PROCESSORS}
+        self.current: dict[str, _Work | None] = {p: None for p in PROCESSORS}
+        self.busy: dict[str, list[tuple[float, float]]] = {p: [] for p in PROCESSORS}
+        self.submitted: dict[tuple[int, int], float] = {}
+        self.finished: dict[tuple[int, int], float] = {}
+        self.remaining = [len(plans)] * total
+        self.next_round = min(model.depth, total)
+        self.dispatch: Event | None = None
+
+    def run(self) -> None:
+        for r in range(self.next_round):
+            self.submit(r)
+        self.engine.run()
+        if len(self.finished) < len(self.plans) * self.total:  # a bug, not bad input
+            raise AssertionError("replay stalled with requests outstanding")
+
+    def submit(self, r: int) -> None:
+        """The host hands each tenant's request of round ``r`` to the worker of its first step."""
+        now = self.engine.now
+        for t, (host_delay, steps) in enumerate(self.plans):
+            self.submitted[t, r] = now
+            self.send(host_delay, steps[0][0], _Message(t, r, 0))
+
+    def send(self, delay: float, processor: str, message: _Message) -> None:
+        self.engine.schedule(
+            lambda: self.arrive(processor, message), delay=delay, priority=_ARRIVAL, label="message"
+        )
+
+    def arrive(self, processor: str, message: _Message) -> None:
+        self.inbox[processor].append(message)
+        self.wake()
+
+    def wake(self) -> None:
+        """Dispatch once, after every other event of this instant."""
+        if self.dispatch is None or not self.dispatch.pending:
+            self.dispatch = self.engine.schedule(
+                self.dispatch_all, delay=0.0, priority=_DISPATCH, label="dispatch"
+            )
+
+    def dispatch_all(self) -> None:
+        """Idle workers take their oldest message; then every worker computes at the rate that
+        the number of busy workers allows."""
+        now = self.engine.now
+        for p in PROCESSORS:
+            if self.current[p] is None and self.inbox[p]:
+                message = self.inbox[p].popleft()
+                step = self.plans[message.tenant][1][message.step][1]
+                work = step.receive_s + step.compute_s + step.send_s
+                self.current[p] = _Work(message, started=now, left=work, since=now)
+        working = [w for w in self.current.values() if w is not None]
+        rate = 1.0 / self.model.contention if len(working) == 2 else 1.0
+        for p in PROCESSORS:
+            work = self.current[p]
+            if work is not None and work.rate != rate:
+                self.reschedule(p, work, rate)
+
+    def reschedule(self, processor: str, work: _Work, rate: float) -> None:
+        now = self.engine.now
+        if work.completion is not None:
+            work.left -= (now - work.since) * work.rate
+            self.engine.cancel(work.completion)
+        work.since, work.rate = now, rate
+        work.completion = self.engine.schedule(
+            lambda: self.complete(processor),
+            delay=max(work.left, 0.0) / rate,
+            priority=PROCESSORS.index(processor),
+            label=f"{processor} done",
+        )
+
+    def complete(self, processor: str) -> None:
+        """The worker's message is handled: the next one leaves for the other worker, or the
+        request is finished (and maybe its round with it)."""
+        now = self.engine.now
+        work = self.current[processor]
+        assert work is not None
+        self.current[processor] = None
+        self.busy[processor].append((work.started, now))
+        message = work.message
+        steps = self.plans[message.tenant][1]
+        if not steps[message.step][1].finishes:
+            following = _Message(message.tenant, message.round, message.step + 1)
+            self.send(steps[message.step][1].in_flight_s, steps[message.step + 1][0], following)
+        else:
+            self.finished[message.tenant, message.round] = now
+            self.remaining[message.round] -= 1
+            if self.remaining[message.round] == 0 and self.next_round < self.total:
+                self.submit(self.next_round)
+                self.next_round += 1
+        self.wake()
+
+
 def replay(
     problem: Problem,
     assignments: Sequence[Sequence[str]],
@@ -148,68 +283,9 @@ def replay(
             raise InputError(f"expected a whole number >= {low}, got {value!r}", field=name)
     plans = [_steps(t, a, model) for t, a in zip(problem.tenants, assignments, strict=True)]
     n, total = len(plans), warmup + rounds
-    # Messages on their way (time, order, processor, tenant, round, step) and waiting in each
-    # worker's inbox (arrival, order, tenant, round, step): both first come first served.
-    arrivals: list[tuple[float, int, str, int, int, int]] = []
-    inbox: dict[str, list[tuple[float, int, int, int, int]]] = {p: [] for p in PROCESSORS}
-    current: dict[str, list | None] = {p: None for p in PROCESSORS}  # [work left, t, r, k]
-    busy: dict[str, list[tuple[float, float]]] = {p: [] for p in PROCESSORS}
-    submitted: dict[tuple[int, int], float] = {}
-    finished: dict[tuple[int, int], float] = {}
-    remaining = [n] * total
-    order = 0
-    now = 0.0
-
-    def send(at: float, processor: str, t: int, r: int, k: int) -> None:
-        nonlocal order
-        heapq.heappush(arrivals, (at, order, processor, t, r, k))
-        order += 1
-
-    def submit(r: int) -> None:
-        for t, (host_delay, steps) in enumerate(plans):
-            submitted[t, r] = now
-            send(now + host_delay, steps[0][0], t, r, 0)
-
-    for r in range(min(model.depth, total)):
-        submit(r)
-    next_round = min(model.depth, total)
-    while len(finished) < n * total:
-        while arrivals and arrivals[0][0] <= now + _EPS:
-            at, o, p, t, r, k = heapq.heappop(arrivals)
-            heapq.heappush(inbox[p], (at, o, t, r, k))
-        for p in PROCESSORS:
-            if current[p] is None and inbox[p]:
-                _, _, t, r, k = heapq.heappop(inbox[p])
-                step = plans[t][1][k][1]
-                current[p] = [step.receive_s + step.compute_s + step.send_s, t, r, k]
-        working = [p for p in PROCESSORS if current[p] is not None]
-        rate = 1.0 / model.contention if len(working) == 2 else 1.0
-        dt = min((current[p][0] / rate for p in working), default=math.inf)
-        if arrivals:
-            dt = min(dt, arrivals[0][0] - now)
-        if math.isinf(dt):  # nothing running, nothing on its way: a bug, not bad input
-            raise AssertionError("replay stalled with requests outstanding")
-        dt = max(dt, 0.0)
-        for p in working:
-            busy[p].append((now, now + dt))
-        now += dt
-        for p in working:
-            work = current[p]
-            work[0] -= dt * rate
-            if work[0] > _EPS:
-                continue
-            current[p] = None
-            _, t, r, k = work
-            steps = plans[t][1]
-            step = steps[k][1]
-            if not step.finishes:
-                send(now + step.in_flight_s, steps[k + 1][0], t, r, k + 1)
-                continue
-            finished[t, r] = now
-            remaining[r] -= 1
-            if remaining[r] == 0 and next_round < total:
-                submit(next_round)
-                next_round += 1
+    played = _Replay(plans, model, total)
+    played.run()
+    submitted, finished = played.submitted, played.finished
     start = min(submitted[t, warmup] for t in range(n))
     end = max(finished.values())
     rates = []
@@ -218,7 +294,8 @@ def replay(
         rates.append(rounds / (last - start) if last > start else math.inf)
     window = end - start
     fraction = {
-        p: _busy_within(busy[p], start, end) / window if window > 0 else 0.0 for p in PROCESSORS
+        p: _busy_within(played.busy[p], start, end) / window if window > 0 else 0.0
+        for p in PROCESSORS
     }
     return Replayed(tuple(rates), fraction)
 
@@ -238,7 +315,7 @@ class MessageSample:
 def message_samples(
     spans: Iterable[Span], problem: Problem, assignments: Sequence[Sequence[str]]
 ) -> list[MessageSample]:
-    """The messages of a run's timeline (``RunResult.spans``, one ``message`` span each) against
+    """The messages of a run's timeline (``MeasuredRun.spans``, one ``message`` span each) against
     the costs and the plan (``assignments`` in problem order) the run executed."""
     if len(assignments) != len(problem.tenants):
         raise InputError(

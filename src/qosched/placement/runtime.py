@@ -270,7 +270,7 @@ class TenantResult:
 
 
 @dataclass(frozen=True)
-class RunResult:
+class MeasuredRun:
     """A finished run: per-tenant results, the measured window, and the timeline."""
 
     tenants: tuple[TenantResult, ...]
@@ -295,7 +295,7 @@ def run(
     depth: int = 2,
     expected: Sequence[Sequence[torch.Tensor]] | None = None,
     tolerance: float | None = None,
-) -> RunResult:
+) -> MeasuredRun:
     """Run ``rounds`` measured rounds (after ``warmup`` more) of every tenant on ``workers``
     (the cpu worker, the gpu worker); ``expected[i]`` are tenant i's outputs run unsplit.
 
@@ -381,7 +381,7 @@ def _same(a: torch.Tensor, b: torch.Tensor, tolerance: float | None) -> bool:
 
 def _coordinate(
     tenants, processes, inboxes, done, rounds, warmup, depth, expected, tolerance
-) -> RunResult:
+) -> MeasuredRun:
     for _ in processes:
         _get(done, processes, READY_TIMEOUT_S)
     total = warmup + rounds
@@ -444,7 +444,7 @@ def _coordinate(
         spans.append(Span(name, "qosched infer run", track, max(0.0, s - origin), e - s, args))
         if s >= start and name.startswith("message"):
             busy[track] = busy.get(track, 0.0) + (e - s)
-    return RunResult(
+    return MeasuredRun(
         tenants=tuple(results),
         rounds=rounds,
         warmup=warmup,

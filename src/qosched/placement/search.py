@@ -105,6 +105,176 @@ def _merge_masks(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keep_a, keep_b
 
 
+# A group of phase-one states: their loads (m x 3) and tags (m x c) that trace each back.
+Group = tuple[np.ndarray, np.ndarray]
+# layer[p][s]: the states at one unit on processor p after s switches.
+Layer = list[list[Group]]
+
+
+def check_switch_budget(max_switches: object) -> int:
+    if isinstance(max_switches, bool) or not isinstance(max_switches, int) or max_switches < 0:
+        raise InputError(
+            f"expected a non-negative integer, got {max_switches!r}", field="max_switches"
+        )
+    return max_switches
+
+
+def allowed_cuts(tenant: TenantGraph, allowed_boundaries: Sequence[int] | None) -> list[bool]:
+    """Whether a switch may happen at each boundary (``None``: at every one)."""
+    n = tenant.n_units
+    if allowed_boundaries is None:
+        return [True] * max(n - 1, 0)
+    allowed = [False] * max(n - 1, 0)
+    for b in allowed_boundaries:
+        if not 0 <= b < n - 1:
+            raise InputError(
+                f"tenant {tenant.name!r}: boundary {b} outside [0, {n - 2}]",
+                field="allowed_boundaries",
+            )
+        allowed[b] = True
+    return allowed
+
+
+@dataclass(frozen=True)
+class Front:
+    """How phase one adds copies to loads and prunes groups of states for one tenant."""
+
+    share: float  # the tenant's copy_share
+    cell: float  # grid cell of the load comparison; 0: exact
+    limit: float | None = None  # the latency goal with slack; None: no goal
+
+    @classmethod
+    def of(cls, tenant: TenantGraph, resolution: float, respect_goal: bool) -> Front:
+        goal = tenant.latency_goal_s if respect_goal else None
+        cell = resolution * sum(min(c, g) for c, g in zip(tenant.cpu_s, tenant.gpu_s, strict=True))
+        limit = None if goal is None else goal * (1 + _GOAL_SLACK) + _GOAL_SLACK
+        return cls(tenant.copy_share, cell, limit)
+
+    def copy(self, seconds: float) -> np.ndarray:
+        """What a copy adds to the (cpu, gpu, link) loads."""
+        return np.array([self.share * seconds, self.share * seconds, seconds])
+
+    def key(self, pts: np.ndarray) -> np.ndarray:
+        return np.floor(pts / self.cell) if self.cell > 0 else pts
+
+    def within(self, pts: np.ndarray, tag: np.ndarray) -> Group:
+        """The states whose latency meets the goal."""
+        if self.limit is None or len(pts) == 0:
+            return pts, tag
+        ok = pts[:, 0] + pts[:, 1] + pts[:, 2] * (1 - 2 * self.share) <= self.limit
+        return pts[ok], tag[ok]
+
+    def union(self, a: Group, b: Group) -> Group:
+        """The states of ``a`` and ``b`` within the goal that no other dominates (ties keep
+        ``a``'s)."""
+        a = self.within(*a)
+        b = self.within(*b)
+        if len(b[0]) == 0:
+            return a
+        if len(a[0]) == 0:
+            return b
+        keep_a, keep_b = _merge_masks(self.key(a[0]), self.key(b[0]))
+        return (
+            np.concatenate([a[0][keep_a], b[0][keep_b]]),
+            np.concatenate([a[1][keep_a], b[1][keep_b]]),
+        )
+
+
+class Tags:
+    """Tag arrays ``(cols..., index)`` for groups of a given size, made once each: read only,
+    since indexing them makes copies."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[int, ...], np.ndarray] = {}
+
+    def __call__(self, pts: np.ndarray, *cols: int) -> np.ndarray:
+        tag = self._made.get((len(pts), *cols))
+        if tag is None:
+            tag = np.empty((len(pts), len(cols) + 1), np.int64)
+            tag[:, :-1] = cols
+            tag[:, -1] = np.arange(len(pts))
+            self._made[(len(pts), *cols)] = tag
+        return tag
+
+
+_NOTHING: Group = (np.zeros((0, 3)), np.zeros((0, 2), dtype=np.int64))
+
+
+def first_layer(tenant: TenantGraph, max_switches: int, front: Front) -> Layer:
+    """The states at unit 0: on the cpu, or on the gpu after the input's copy."""
+    layer = [[_NOTHING for _ in range(max_switches + 1)] for _ in PROCESSORS]
+    for p in (0, 1):
+        c = (tenant.cpu_s, tenant.gpu_s)[p][0]
+        link = 0.0 if p == 0 else tenant.input_to_gpu_s
+        if math.isfinite(c) and math.isfinite(link):
+            pt = front.copy(link).reshape(1, 3)
+            pt[0, p] += c
+            layer[p][0] = front.within(pt, np.zeros((1, 2), dtype=np.int64))
+    return layer
+
+
+def next_layer(
+    tenant: TenantGraph,
+    i: int,
+    prev: Layer,
+    max_switches: int,
+    can_cut: bool,
+    front: Front,
+    tags: Tags,
+) -> Layer:
+    """The states at unit ``i`` from those at unit ``i - 1``: each stays on its processor, or
+    (when the boundary may be cut) switches and pays the copy. Tags: (came by a switch, index
+    in the parent group)."""
+    layer = [[_NOTHING for _ in range(max_switches + 1)] for _ in PROCESSORS]
+    cut = tenant.transfer_s[i - 1]
+    for p in (0, 1):
+        c = (tenant.cpu_s, tenant.gpu_s)[p][i]
+        if not math.isfinite(c):
+            continue
+        step = np.zeros(3)
+        step[p] = c
+        step_cut = step + front.copy(cut) if can_cut else step
+        for s in range(min(max_switches, i) + 1):  # i boundaries so far: at most i switches
+            a_pts = prev[p][s][0]
+            stay = (a_pts + step, tags(a_pts, 0))
+            move = _NOTHING
+            if s > 0 and can_cut:
+                b_pts = prev[1 - p][s - 1][0]
+                move = (b_pts + step_cut, tags(b_pts, 1))
+            layer[p][s] = front.union(stay, move)
+    return layer
+
+
+def close(tenant: TenantGraph, last: Layer, front: Front, tags: Tags) -> Group:
+    """Bring gpu results back to the host, then one Pareto set over every end group; tags:
+    (processor, switches, index in the group)."""
+    ends: Group = (np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64))
+    for p in (0, 1):
+        out = 0.0 if p == 0 else tenant.output_from_gpu_s
+        if not math.isfinite(out):
+            continue
+        for s in range(len(last[p])):
+            g_pts = last[p][s][0]
+            ends = front.union(ends, (g_pts + front.copy(out), tags(g_pts, p, s)))
+    return ends
+
+
+def trace_back(history: Sequence[Layer], ends: np.ndarray) -> list[Assignment]:
+    """The assignment of every end state (rows ``(processor, switches, index)`` of ``ends``),
+    followed back through each unit's tags."""
+    result = []
+    for p, s, j in ends.tolist():
+        procs = []
+        for i in range(len(history) - 1, -1, -1):
+            procs.append(PROCESSORS[p])
+            came_by_switch, parent = history[i][p][s][1][j]
+            if came_by_switch:
+                p, s = 1 - p, s - 1
+            j = int(parent)
+        result.append(tuple(reversed(procs)))
+    return result
+
+
 def pareto_candidates(
     tenant: TenantGraph,
     max_switches: int,
@@ -126,124 +296,20 @@ def pareto_candidates(
     cell in every load. The error compounds at most once per unit; exact fronts grow quickly with
     the chain length and ``max_switches`` (minutes at 300 units and 3 switches), grid fronts do not.
     """
-    if isinstance(max_switches, bool) or not isinstance(max_switches, int) or max_switches < 0:
-        raise InputError(
-            f"expected a non-negative integer, got {max_switches!r}", field="max_switches"
-        )
+    k = check_switch_budget(max_switches)
     if not resolution >= 0 or math.isinf(resolution):
         raise InputError(f"expected a resolution >= 0, got {resolution!r}", field="resolution")
-    n, k = tenant.n_units, max_switches
-    allowed = [True] * max(n - 1, 0)
-    if allowed_boundaries is not None:
-        allowed = [False] * max(n - 1, 0)
-        for b in allowed_boundaries:
-            if not 0 <= b < n - 1:
-                raise InputError(
-                    f"tenant {tenant.name!r}: boundary {b} outside [0, {n - 2}]",
-                    field="allowed_boundaries",
-                )
-            allowed[b] = True
+    allowed = allowed_cuts(tenant, allowed_boundaries)
+    front = Front.of(tenant, resolution, respect_goal)
+    tags = Tags()
+    history = [first_layer(tenant, k, front)]
+    for i in range(1, tenant.n_units):
+        can_cut = allowed[i - 1] and math.isfinite(tenant.transfer_s[i - 1])
+        history.append(next_layer(tenant, i, history[-1], k, can_cut, front, tags))
+    _, ends = close(tenant, history[-1], front, tags)
     goal = tenant.latency_goal_s if respect_goal else None
-    limit = math.inf if goal is None else goal * (1 + _GOAL_SLACK) + _GOAL_SLACK
-    unit_cost = (tenant.cpu_s, tenant.gpu_s)
-    share = tenant.copy_share
-
-    def copy(seconds: float) -> np.ndarray:
-        """What a copy adds to the (cpu, gpu, link) loads."""
-        return np.array([share * seconds, share * seconds, seconds])
-
-    cell = resolution * sum(min(c, g) for c, g in zip(*unit_cost, strict=True))
-
-    def key(pts: np.ndarray) -> np.ndarray:
-        return np.floor(pts / cell) if cell > 0 else pts
-
-    def union(
-        a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        a = within(*a)
-        b = within(*b)
-        if len(b[0]) == 0:
-            return a
-        if len(a[0]) == 0:
-            return b
-        keep_a, keep_b = _merge_masks(key(a[0]), key(b[0]))
-        return (
-            np.concatenate([a[0][keep_a], b[0][keep_b]]),
-            np.concatenate([a[1][keep_a], b[1][keep_b]]),
-        )
-
-    def within(pts: np.ndarray, tag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if goal is None or len(pts) == 0:
-            return pts, tag
-        ok = pts[:, 0] + pts[:, 1] + pts[:, 2] * (1 - 2 * share) <= limit
-        return pts[ok], tag[ok]
-
-    tags: dict[tuple[int, ...], np.ndarray] = {}  # read only: indexing them makes copies
-
-    def tagged(pts: np.ndarray, *cols: int) -> np.ndarray:
-        tag = tags.get((len(pts), *cols))
-        if tag is None:
-            tag = np.empty((len(pts), len(cols) + 1), np.int64)
-            tag[:, :-1] = cols
-            tag[:, -1] = np.arange(len(pts))
-            tags[(len(pts), *cols)] = tag
-        return tag
-
-    empty = np.zeros((0, 3))
-    nothing = (empty, np.zeros((0, 2), dtype=np.int64))
-    # layer[p][s] = (loads (m x 3), tag (m x 2)); tag = (came by a switch, index in parent group).
-    history: list[list[list[tuple[np.ndarray, np.ndarray]]]] = []
-    layer = [[nothing for _ in range(k + 1)] for _ in PROCESSORS]
-    for p in (0, 1):
-        c = unit_cost[p][0]
-        link = 0.0 if p == 0 else tenant.input_to_gpu_s
-        if math.isfinite(c) and math.isfinite(link):
-            pt = copy(link).reshape(1, 3)
-            pt[0, p] += c
-            layer[p][0] = within(pt, np.zeros((1, 2), dtype=np.int64))
-    history.append(layer)
-    for i in range(1, n):
-        prev, layer = layer, [[nothing for _ in range(k + 1)] for _ in PROCESSORS]
-        cut = tenant.transfer_s[i - 1]
-        can_cut = allowed[i - 1] and math.isfinite(cut)
-        for p in (0, 1):
-            c = unit_cost[p][i]
-            if not math.isfinite(c):
-                continue
-            step = np.zeros(3)
-            step[p] = c
-            step_cut = step + copy(cut) if can_cut else step
-            for s in range(min(k, i) + 1):  # i boundaries so far: at most i switches
-                a_pts = prev[p][s][0]
-                stay = (a_pts + step, tagged(a_pts, 0))
-                move = nothing
-                if s > 0 and can_cut:
-                    b_pts = prev[1 - p][s - 1][0]
-                    move = (b_pts + step_cut, tagged(b_pts, 1))
-                layer[p][s] = union(stay, move)
-        history.append(layer)
-
-    # Close: bring GPU results back to the host, then one Pareto set over every end group.
-    ends: tuple[np.ndarray, np.ndarray] = (empty, np.zeros((0, 3), dtype=np.int64))
-    for p in (0, 1):
-        out = 0.0 if p == 0 else tenant.output_from_gpu_s
-        if not math.isfinite(out):
-            continue
-        for s in range(k + 1):
-            g_pts = layer[p][s][0]
-            ends = union(ends, (g_pts + copy(out), tagged(g_pts, p, s)))
-    tag = ends[1]
-
     result = []
-    for p, s, j in tag.tolist():
-        procs = []
-        for i in range(n - 1, -1, -1):
-            procs.append(PROCESSORS[p])
-            came_by_switch, parent = history[i][p][s][1][j]
-            if came_by_switch:
-                p, s = 1 - p, s - 1
-            j = int(parent)
-        assignment: Assignment = tuple(reversed(procs))
+    for assignment in trace_back(history, ends):
         cand = Candidate(assignment, *loads(tenant, assignment), tenant.copy_share)
         if goal is None or cand.latency_s <= goal:
             result.append(cand)
