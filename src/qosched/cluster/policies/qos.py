@@ -37,6 +37,7 @@ without splitting across nodes.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Sequence
@@ -50,7 +51,7 @@ from qosched.cluster.planning import (
     Reservation,
     leftover,
     plan_demands,
-    take,
+    take_all,
 )
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.predict import OnlinePredictor
@@ -70,6 +71,51 @@ class _Tracked:
     counts: tuple[int, ...] = field(default_factory=tuple)
     # What the last failed guarantee was tried on: (prediction as of, jobs that had left).
     tried_on: tuple[float, int] | None = None
+
+
+class _FreshPrefix:
+    """A fresh plan (nothing kept) of the guaranteed jobs in deadline order, made lazily.
+
+    A fresh plan of the guaranteed jobs and one more job is, up to that job's deadline, the
+    fresh plan of the guaranteed jobs alone: a guarantee retry needs only that prefix to learn
+    whether the fresh plan can fit its job, and retries tried in deadline order share it.
+    """
+
+    __slots__ = ("demands", "failed", "key", "orders", "planned", "profile", "reservations")
+
+    def __init__(self, key: tuple[float, frozenset[str]], demands: list[Demand]) -> None:
+        self.key = key
+        self.demands = demands  # in deadline order
+        self.orders = [d.order for d in demands]
+        self.planned = 0
+        self.failed = 0
+        self.profile: FreeProfile | None = None
+        self.reservations: dict[str, Reservation] = {}
+
+    def failures_up_to(self, order: tuple, now: float, capacity: int) -> int:
+        """Plan the demands ordered no later than ``order`` (if not yet); return how many fail."""
+        end = bisect.bisect_right(self.orders, order)
+        if end < self.planned:  # asked for a shorter prefix than made: start again
+            self.planned, self.failed, self.profile, self.reservations = 0, 0, None, {}
+        if self.profile is None:
+            self.profile = FreeProfile(now, capacity)
+        for demand in self.demands[self.planned : end]:
+            plan = plan_demands([demand], now, capacity, profile=self.profile)
+            self.failed += len(plan.failed)
+            self.reservations.update(plan.reservations)
+        self.planned = end
+        return self.failed
+
+    def profile_copy(self, now: float, capacity: int) -> FreeProfile:
+        """The free workers the planned prefix leaves (a copy: yours to consume)."""
+        copy = FreeProfile(now, capacity)
+        if self.profile is not None:
+            copy.starts, copy.free = list(self.profile.starts), list(self.profile.free)
+        return copy
+
+    def after(self, order: tuple) -> list[Demand]:
+        """The demands ordered after ``order``."""
+        return self.demands[bisect.bisect_right(self.orders, order) :]
 
 
 def allowed_counts(max_workers: int, workers_per_node: int) -> tuple[int, ...]:
@@ -133,7 +179,10 @@ class QualityOfService(Policy):
         self._failed: set[str] = set()
         self._departed = 0  # jobs seen to leave: each frees workers a guarantee may now use
         self._hoped: dict[str, Reservation] = {}  # the last hopeful plan's reservations
-        self._fresh_cache: tuple[tuple[float, frozenset[str]], Plan] | None = None
+        self._fresh: _FreshPrefix | None = None  # see _fresh_prefix
+        # (instant, jobs) the plan in force was made for, when it failed none and no decision
+        # has changed a job since (see _kept_plan)
+        self._adopted_for: tuple[float, frozenset[str]] | None = None
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -232,23 +281,22 @@ class QualityOfService(Policy):
         kept = Plan({**self._adopted.reservations, **own.reservations}, own.failed, own.free)
         if not kept.failed:
             return kept
+        # ``kept`` fails ``job`` alone, so the fresh plan is adopted only if it fails no job.
         before = [j for j in guaranteed if _deadline_key(j) <= _deadline_key(job)]
-        if len(kept.failed) == 1 and self._overfull(job, before, view):
+        if self._overfull(job, before, view):
             return kept  # the fresh plan fails a job too
-        fresh_alone = self._fresh_alone(guaranteed, view)
-        ids_before = {j.job_id for j in before}
-        failures = sum(1 for job_id in fresh_alone.failed if job_id in ids_before)
-        if failures + 1 >= len(kept.failed):  # + 1: ``job`` itself, unless it fits
-            profile = FreeProfile(now, capacity)
-            for other in before:
-                reservation = fresh_alone.reservations.get(other.job_id)
-                if reservation is not None:
-                    take(reservation, now, profile)
-            fits = plan_demands([demand], now, capacity, profile=profile)
-            if fits.failed or failures >= len(kept.failed):
-                return kept
-        fresh = self._plan([*guaranteed, job], view)
-        return fresh if len(fresh.failed) < len(kept.failed) else kept
+        prefix = self._fresh_prefix(guaranteed, view)
+        if prefix.failures_up_to(demand.order, now, capacity):
+            return kept
+        profile = prefix.profile_copy(now, capacity)
+        own = plan_demands([demand], now, capacity, profile=profile)
+        if own.failed:
+            return kept
+        rest = plan_demands(prefix.after(demand.order), now, capacity, profile=profile)
+        if rest.failed:
+            return kept
+        reservations = {**prefix.reservations, **own.reservations, **rest.reservations}
+        return Plan(reservations, [], profile)
 
     def _overfull(self, job: JobState, before: list[JobState], view: ClusterView) -> bool:
         """Whether ``job`` and the guaranteed jobs ``before`` it (deadlines no later than its)
@@ -268,12 +316,17 @@ class QualityOfService(Policy):
         per_worker = max((ladder.rates[g] / g for g in ladder.counts), default=0.0)
         return job.remaining_iterations / per_worker if per_worker > 0 else 0.0
 
-    def _fresh_alone(self, guaranteed: list[JobState], view: ClusterView) -> Plan:
-        """The fresh plan of the guaranteed jobs, made once per instant and guaranteed set."""
+    def _fresh_prefix(self, guaranteed: list[JobState], view: ClusterView) -> _FreshPrefix:
+        """The fresh plan of the guaranteed jobs, one per instant and guaranteed set, made only
+        as far as the retries of that instant need it."""
         key = (view.now, frozenset(j.job_id for j in guaranteed))
-        if self._fresh_cache is None or self._fresh_cache[0] != key:
-            self._fresh_cache = (key, self._plan(guaranteed, view))
-        return self._fresh_cache[1]
+        if self._fresh is None or self._fresh.key != key:
+            demands = [
+                Demand.of_job(j, self._ladders(j, self._track(j, view))[1], view, keep_held=True)
+                for j in guaranteed
+            ]
+            self._fresh = _FreshPrefix(key, sorted(demands, key=lambda d: d.order))
+        return self._fresh
 
     def _guaranteed(self, view: ClusterView) -> list[JobState]:
         return [
@@ -322,7 +375,7 @@ class QualityOfService(Policy):
             return False
         tracked.guaranteed = True
         tracked.tried_on = None
-        self._adopt(plan)
+        self._adopt(plan, view.now, [*guaranteed, job])
         return True
 
     def _retry_guarantees(self, guaranteed: list[JobState], view: ClusterView) -> None:
@@ -346,10 +399,25 @@ class QualityOfService(Policy):
             if self._try_to_guarantee(job, guaranteed, view, in_force=True):
                 guaranteed.append(job)
 
-    def _adopt(self, plan: Plan) -> None:
+    def _adopt(self, plan: Plan, now: float, jobs: Sequence[JobState]) -> None:
+        """Put ``plan``, made at ``now`` for ``jobs``, in force."""
         self._adopted = plan
         self._kept = plan.reservations
         self._failed = set(plan.failed)
+        self._adopted_for = None if plan.failed else (now, frozenset(j.job_id for j in jobs))
+
+    def _kept_plan(self, guaranteed: list[JobState], view: ClusterView) -> Plan:
+        """``_best_plan(guaranteed, view)``, made without checking each reservation when the
+        plan in force was made at this instant, for exactly these jobs, failing none (an
+        admission just now, with no decision since): each reservation was planned now, on
+        these ladders, so each delivers, and the kept plan is all of them taken together."""
+        now, capacity = view.now, view.cluster.total_workers
+        if self._adopted_for == (now, frozenset(j.job_id for j in guaranteed)):
+            ordered = sorted(guaranteed, key=_deadline_key)
+            profile = FreeProfile(now, capacity)
+            if take_all([self._kept[j.job_id] for j in ordered], now, profile):
+                return Plan({j.job_id: self._kept[j.job_id] for j in ordered}, [], profile)
+        return self._best_plan(guaranteed, view)
 
     def allocate(self, view: ClusterView) -> Decision:
         now, capacity = view.now, view.cluster.total_workers
@@ -363,8 +431,8 @@ class QualityOfService(Policy):
         if not view.jobs:
             return Decision()  # nothing to watch: no tick, or the clock would run forever
         guaranteed = self._guaranteed(view)
-        plan = self._best_plan(guaranteed, view)
-        self._adopt(plan)
+        plan = self._kept_plan(guaranteed, view)
+        self._adopt(plan, now, guaranteed)
         for job_id in plan.failed:  # a worse prediction broke its guarantee
             self._jobs[job_id].guaranteed = False
         guaranteed = [j for j in guaranteed if self._jobs[j.job_id].guaranteed]
@@ -452,6 +520,7 @@ class QualityOfService(Policy):
             change = changing.next_change(now)
             if change is not None:
                 wake = min(wake, change)
+        self._adopted_for = None  # the decision changes jobs, so re-check every reservation
         order = sorted(workers, key=lambda job_id: -workers[job_id])
         return Decision(
             {job_id: workers[job_id] for job_id in order if workers[job_id]},
@@ -589,23 +658,28 @@ class QualityOfService(Policy):
 
         def push(position: int, job: JobState) -> None:
             current = workers.get(job.job_id, 0)
+            if not current:
+                return
             expected = self._ladders(job, self._jobs[job.job_id])[0]
-            step = next((g for g in expected.counts if g > current), 0)
-            if not current or not step or step - current > free:
+            counts = expected.counts
+            index = bisect.bisect_right(counts, current)
+            if index == len(counts):
+                return
+            step = counts[index]
+            if step - current > free:
                 return
             # A job that has run pays a pause for the change, unless this decision moves it anyway.
             pays = pause if job.has_started and current == job.workers else 0.0
-            saving = job.remaining_iterations * (
-                1 / expected.rate(current) - 1 / max(expected.rate(step), 1e-12)
-            )
+            rate_now, rate_step = expected.rates[current], expected.rates[step]
+            saving = job.remaining_iterations * (1 / rate_now - 1 / max(rate_step, 1e-12))
             if saving - pays > self.gain_over_pause * pause:
-                speedup = expected.rate(step) / expected.rate(current) - 1.0
+                speedup = rate_step / rate_now - 1.0
                 has_deadline = job.spec.deadline_s is not None
                 gain = speedup / (step - current)
                 if not has_deadline:
                     # Mean completion time: shorter best-effort jobs first, softly (a strict
                     # shortest-first piles workers on one job past where they pay off).
-                    gain /= math.sqrt(max(job.remaining_iterations / expected.rate(current), 1.0))
+                    gain /= math.sqrt(max(job.remaining_iterations / rate_now, 1.0))
                 heapq.heappush(heap, (has_deadline, -gain, position, job))
 
         for position, job in enumerate(view.jobs):
@@ -620,8 +694,8 @@ class QualityOfService(Policy):
         while heap and free > 0:
             _, _, position, job = heapq.heappop(heap)
             current = workers[job.job_id]
-            expected = self._ladders(job, self._jobs[job.job_id])[0]
-            step = next(g for g in expected.counts if g > current)
+            counts = self._ladders(job, self._jobs[job.job_id])[0].counts
+            step = counts[bisect.bisect_right(counts, current)]
             if step - current > free:
                 continue
             workers[job.job_id] = step
