@@ -24,9 +24,15 @@ from cluster_helpers import job
 
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
-from qosched.cluster.planning import Demand, Ladder, plan_demands
+from qosched.cluster.planning import Demand, Ladder, Plan, plan_demands
 from qosched.cluster.policies import Policy, create_policy
-from qosched.cluster.policies.qos import QualityOfService, _FreshPrefix, allowed_counts
+from qosched.cluster.policies.qos import (
+    QualityOfService,
+    Urgency,
+    _FreshPrefix,
+    _Hand,
+    allowed_counts,
+)
 from qosched.cluster.simulator import JobOutcome, SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -458,3 +464,54 @@ def test_a_fresh_prefix_and_the_rest_planned_after_it_make_the_whole_fresh_plan(
     rest = plan_demands(prefix.after(newcomer.order), 0.0, 8, profile=profile)
     assert {**prefix.reservations, **own.reservations, **rest.reservations} == whole.reservations
     assert (profile.starts, profile.free) == (whole.free.starts, whole.free.free)
+
+
+# --- the named steps of a decision ---------------------------------------------------------------
+
+
+def test_a_hand_gives_counts_and_counts_what_is_left():
+    hand = _Hand(8)
+    hand.give("a", 2)
+    hand.give("b", 4)
+    hand.give("a", 4, had=2)  # a step up from what "a" was given costs only the difference
+    assert (hand.workers, hand.free) == ({"a": 4, "b": 4}, 0)
+
+
+def _waiting(policy: QualityOfService, view: ClusterView) -> None:
+    for waiting in view.jobs:
+        policy._track(waiting, view)
+
+
+def test_jobs_no_plan_holds_get_workers_by_urgency():
+    """On 4 GPUs at t=0: "soon" (400 iterations by t=200) makes it on 2 GPUs (2 it/s) and only if
+    it starts now, "late" (400 by t=10) cannot make it on any count, "be" has no deadline."""
+    soon = state(job("soon", 0.0, 400, deadline=200.0))
+    late = state(job("late", 0.0, 400, deadline=10.0))
+    best_effort = state(job("be", 0.0, 4000))
+    view = ClusterView(0.0, ONE_NODE, (late, best_effort, soon), 0.0)
+    policy = QualityOfService()
+    _waiting(policy, view)
+    urgency = {j.job_id: policy._other_priority(j, 0.0)[0] for j in view.jobs}
+    assert urgency == {
+        "soon": Urgency.MUST_RUN_SOON,
+        "be": Urgency.BEST_EFFORT,
+        "late": Urgency.HOPELESS,
+    }
+    hand = _Hand(4)
+    policy._give_the_rest(view, hand)
+    # "soon" its fewest meeting workers (2), "be" one, then the spare step before the hopeless
+    # job is reached: "be" to 2, and nothing is left for "late".
+    assert (hand.workers, hand.free) == ({"soon": 2, "be": 2}, 0)
+
+
+def test_guaranteed_jobs_keep_workers_beyond_their_plan_only_while_they_fit():
+    first = state(job("first", 0.0, 400, deadline=1000.0))
+    second = state(job("second", 0.0, 400, deadline=2000.0))
+    first.workers, second.workers = 4, 3
+    plan = Plan({"first": [(0.0, 1000.0, 1)], "second": [(0.0, 1000.0, 1)]})
+    hand = _Hand(6)
+    hand.give("first", 1)
+    hand.give("second", 1)
+    QualityOfService()._keep_beyond_plan([first, second], plan, hand)
+    # "first" (earlier deadline) takes 3 more and keeps its 4; "second" would need 2 of the 1 left.
+    assert (hand.workers, hand.free) == ({"first": 4, "second": 1}, 1)
