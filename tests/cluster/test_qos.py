@@ -17,14 +17,22 @@ Restart pauses are 0 unless a test is about them; the cluster is one 4-GPU node 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from cluster_helpers import job
 
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
+from qosched.cluster.planning import Demand, Ladder, Plan, plan_demands
 from qosched.cluster.policies import Policy, create_policy
-from qosched.cluster.policies.qos import QualityOfService, allowed_counts
+from qosched.cluster.policies.qos import (
+    QualityOfService,
+    Urgency,
+    _FreshPrefix,
+    _Hand,
+    allowed_counts,
+)
 from qosched.cluster.simulator import JobOutcome, SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -365,8 +373,9 @@ def test_qos_same_trace_config_and_seed_give_identical_runs():
 
 
 class _PlansEverything(QualityOfService):
-    """qos without its planning shortcuts: every guarantee re-plans all guaranteed jobs, and the
-    fresh plan is always made when the kept one fails a job."""
+    """qos without its planning shortcuts: every guarantee re-plans all guaranteed jobs, the
+    fresh plan is always made when the kept one fails a job, and every decision checks every
+    kept reservation."""
 
     def _best_plan_with(self, job, guaranteed, view):
         return self._best_plan([*guaranteed, job], view)
@@ -374,16 +383,29 @@ class _PlansEverything(QualityOfService):
     def _overfull(self, job, before, view):
         return False
 
+    def _kept_plan(self, guaranteed, view):
+        return self._best_plan(guaranteed, view)
+
 
 class _CountsShortcuts(QualityOfService):
     def __init__(self) -> None:
         super().__init__()
         self.pruned = 0
+        self.prefixes = 0
+        self.unchecked = 0
 
     def _overfull(self, job, before, view):
         overfull = super()._overfull(job, before, view)
         self.pruned += overfull
         return overfull
+
+    def _fresh_prefix(self, guaranteed, view):
+        self.prefixes += 1
+        return super()._fresh_prefix(guaranteed, view)
+
+    def _kept_plan(self, guaranteed, view):
+        self.unchecked += self._adopted_for == (view.now, frozenset(j.job_id for j in guaranteed))
+        return super()._kept_plan(guaranteed, view)
 
 
 @pytest.mark.parametrize(
@@ -398,7 +420,8 @@ def test_planning_shortcuts_change_no_decision(load, seed):
     fast = _CountsShortcuts()
     outcomes = simulate(cluster, tables, fast, jobs).outcomes
     reference = simulate(cluster, tables, _PlansEverything(), jobs).outcomes
-    assert fast.pruned > 0  # the shortcut was taken, so the comparison means something
+    # each shortcut was taken, so the comparison means something
+    assert fast.pruned > 0 and fast.prefixes > 0 and fast.unchecked > 0
     assert [(o.job_id, o.declined, o.met_deadline, o.reallocations) for o in outcomes] == [
         (o.job_id, o.declined, o.met_deadline, o.reallocations) for o in reference
     ]
@@ -417,3 +440,78 @@ def test_qos_ticks_only_where_deciding_costs_running_jobs_nothing(overhead, wake
     policy = create_policy("qos")
     policy.admit(best_effort, view)
     assert policy.allocate(view).wake_at == wake
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_fresh_prefix_and_the_rest_planned_after_it_make_the_whole_fresh_plan(seed):
+    """Planning a deadline-ordered prefix, then one more job and the rest on what it leaves,
+    reserves what one plan of them all does: the same reservations, the same free profile."""
+    rng = random.Random(seed)
+    ladder = Ladder([0.0, *(float(g) for g in range(1, 9))], (1, 2, 4, 8))
+    demands = [
+        Demand(f"j{i}", ladder, rng.uniform(100, 3000), 0.0, deadline, order=(deadline, float(i)))
+        for i, deadline in enumerate(rng.uniform(200, 1500) for _ in range(12))
+    ]
+    newcomer, guaranteed = demands[0], demands[1:]
+    whole = plan_demands(demands, 0.0, 8)
+    prefix = _FreshPrefix((0.0, frozenset()), sorted(guaranteed, key=lambda d: d.order))
+    earlier = [d for d in guaranteed if d.order <= newcomer.order]
+    assert prefix.failures_up_to(newcomer.order, 0.0, 8) == sum(
+        d.job_id in whole.failed for d in earlier
+    )
+    profile = prefix.profile_copy(0.0, 8)
+    own = plan_demands([newcomer], 0.0, 8, profile=profile)
+    rest = plan_demands(prefix.after(newcomer.order), 0.0, 8, profile=profile)
+    assert {**prefix.reservations, **own.reservations, **rest.reservations} == whole.reservations
+    assert (profile.starts, profile.free) == (whole.free.starts, whole.free.free)
+
+
+# --- the named steps of a decision ---------------------------------------------------------------
+
+
+def test_a_hand_gives_counts_and_counts_what_is_left():
+    hand = _Hand(8)
+    hand.give("a", 2)
+    hand.give("b", 4)
+    hand.give("a", 4, had=2)  # a step up from what "a" was given costs only the difference
+    assert (hand.workers, hand.free) == ({"a": 4, "b": 4}, 0)
+
+
+def _waiting(policy: QualityOfService, view: ClusterView) -> None:
+    for waiting in view.jobs:
+        policy._track(waiting, view)
+
+
+def test_jobs_no_plan_holds_get_workers_by_urgency():
+    """On 4 GPUs at t=0: "soon" (400 iterations by t=200) makes it on 2 GPUs (2 it/s) and only if
+    it starts now, "late" (400 by t=10) cannot make it on any count, "be" has no deadline."""
+    soon = state(job("soon", 0.0, 400, deadline=200.0))
+    late = state(job("late", 0.0, 400, deadline=10.0))
+    best_effort = state(job("be", 0.0, 4000))
+    view = ClusterView(0.0, ONE_NODE, (late, best_effort, soon), 0.0)
+    policy = QualityOfService()
+    _waiting(policy, view)
+    urgency = {j.job_id: policy._other_priority(j, 0.0)[0] for j in view.jobs}
+    assert urgency == {
+        "soon": Urgency.MUST_RUN_SOON,
+        "be": Urgency.BEST_EFFORT,
+        "late": Urgency.HOPELESS,
+    }
+    hand = _Hand(4)
+    policy._give_the_rest(view, hand)
+    # "soon" its fewest meeting workers (2), "be" one, then the spare step before the hopeless
+    # job is reached: "be" to 2, and nothing is left for "late".
+    assert (hand.workers, hand.free) == ({"soon": 2, "be": 2}, 0)
+
+
+def test_guaranteed_jobs_keep_workers_beyond_their_plan_only_while_they_fit():
+    first = state(job("first", 0.0, 400, deadline=1000.0))
+    second = state(job("second", 0.0, 400, deadline=2000.0))
+    first.workers, second.workers = 4, 3
+    plan = Plan({"first": [(0.0, 1000.0, 1)], "second": [(0.0, 1000.0, 1)]})
+    hand = _Hand(6)
+    hand.give("first", 1)
+    hand.give("second", 1)
+    QualityOfService()._keep_beyond_plan([first, second], plan, hand)
+    # "first" (earlier deadline) takes 3 more and keeps its 4; "second" would need 2 of the 1 left.
+    assert (hand.workers, hand.free) == ({"first": 4, "second": 1}, 1)

@@ -37,6 +37,8 @@ without splitting across nodes.
 
 from __future__ import annotations
 
+import bisect
+import enum
 import heapq
 import math
 from collections.abc import Sequence
@@ -50,7 +52,7 @@ from qosched.cluster.planning import (
     Reservation,
     leftover,
     plan_demands,
-    take,
+    take_all,
 )
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.predict import OnlinePredictor
@@ -70,6 +72,51 @@ class _Tracked:
     counts: tuple[int, ...] = field(default_factory=tuple)
     # What the last failed guarantee was tried on: (prediction as of, jobs that had left).
     tried_on: tuple[float, int] | None = None
+
+
+class _FreshPrefix:
+    """A fresh plan (nothing kept) of the guaranteed jobs in deadline order, made lazily.
+
+    A fresh plan of the guaranteed jobs and one more job is, up to that job's deadline, the
+    fresh plan of the guaranteed jobs alone: a guarantee retry needs only that prefix to learn
+    whether the fresh plan can fit its job, and retries tried in deadline order share it.
+    """
+
+    __slots__ = ("demands", "failed", "key", "orders", "planned", "profile", "reservations")
+
+    def __init__(self, key: tuple[float, frozenset[str]], demands: list[Demand]) -> None:
+        self.key = key
+        self.demands = demands  # in deadline order
+        self.orders = [d.order for d in demands]
+        self.planned = 0
+        self.failed = 0
+        self.profile: FreeProfile | None = None
+        self.reservations: dict[str, Reservation] = {}
+
+    def failures_up_to(self, order: tuple, now: float, capacity: int) -> int:
+        """Plan the demands ordered no later than ``order`` (if not yet); return how many fail."""
+        end = bisect.bisect_right(self.orders, order)
+        if end < self.planned:  # asked for a shorter prefix than made: start again
+            self.planned, self.failed, self.profile, self.reservations = 0, 0, None, {}
+        if self.profile is None:
+            self.profile = FreeProfile(now, capacity)
+        for demand in self.demands[self.planned : end]:
+            plan = plan_demands([demand], now, capacity, profile=self.profile)
+            self.failed += len(plan.failed)
+            self.reservations.update(plan.reservations)
+        self.planned = end
+        return self.failed
+
+    def profile_copy(self, now: float, capacity: int) -> FreeProfile:
+        """The free workers the planned prefix leaves (a copy: yours to consume)."""
+        copy = FreeProfile(now, capacity)
+        if self.profile is not None:
+            copy.starts, copy.free = list(self.profile.starts), list(self.profile.free)
+        return copy
+
+    def after(self, order: tuple) -> list[Demand]:
+        """The demands ordered after ``order``."""
+        return self.demands[bisect.bisect_right(self.orders, order) :]
 
 
 def allowed_counts(max_workers: int, workers_per_node: int) -> tuple[int, ...]:
@@ -92,9 +139,27 @@ PIN_SLACK_PAUSES = 10
 #: A running best-effort job with less work left than this many restart pauses keeps its count:
 #: re-sizing it would cost it a pause that is a large share of its remaining time.
 FINISHING_PAUSES = 10
-# Classes of the jobs no plan holds, in the order they get workers: deadline jobs that can still
-# make it if they run now, best-effort jobs, deadline jobs that cannot make it any more.
-MUST_RUN_SOON, BEST_EFFORT, HOPELESS = 0, 1, 2
+
+
+class Urgency(enum.IntEnum):
+    """Classes of the jobs no plan holds, in the order they get workers."""
+
+    MUST_RUN_SOON = 0  # deadline jobs that can still make it if they run now
+    BEST_EFFORT = 1
+    HOPELESS = 2  # deadline jobs that cannot make it any more
+
+
+@dataclass(slots=True)
+class _Hand:
+    """The workers one decision has given so far, and how many are still free."""
+
+    free: int
+    workers: dict[str, int] = field(default_factory=dict)
+
+    def give(self, job_id: str, count: int, had: int = 0) -> None:
+        """Set the job's count to ``count``, from the ``had`` it was given before."""
+        self.workers[job_id] = count
+        self.free -= count - had
 
 
 @register("qos")
@@ -133,7 +198,10 @@ class QualityOfService(Policy):
         self._failed: set[str] = set()
         self._departed = 0  # jobs seen to leave: each frees workers a guarantee may now use
         self._hoped: dict[str, Reservation] = {}  # the last hopeful plan's reservations
-        self._fresh_cache: tuple[tuple[float, frozenset[str]], Plan] | None = None
+        self._fresh: _FreshPrefix | None = None  # see _fresh_prefix
+        # (instant, jobs) the plan in force was made for, when it failed none and no decision
+        # has changed a job since (see _kept_plan)
+        self._adopted_for: tuple[float, frozenset[str]] | None = None
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -232,23 +300,22 @@ class QualityOfService(Policy):
         kept = Plan({**self._adopted.reservations, **own.reservations}, own.failed, own.free)
         if not kept.failed:
             return kept
+        # ``kept`` fails ``job`` alone, so the fresh plan is adopted only if it fails no job.
         before = [j for j in guaranteed if _deadline_key(j) <= _deadline_key(job)]
-        if len(kept.failed) == 1 and self._overfull(job, before, view):
+        if self._overfull(job, before, view):
             return kept  # the fresh plan fails a job too
-        fresh_alone = self._fresh_alone(guaranteed, view)
-        ids_before = {j.job_id for j in before}
-        failures = sum(1 for job_id in fresh_alone.failed if job_id in ids_before)
-        if failures + 1 >= len(kept.failed):  # + 1: ``job`` itself, unless it fits
-            profile = FreeProfile(now, capacity)
-            for other in before:
-                reservation = fresh_alone.reservations.get(other.job_id)
-                if reservation is not None:
-                    take(reservation, now, profile)
-            fits = plan_demands([demand], now, capacity, profile=profile)
-            if fits.failed or failures >= len(kept.failed):
-                return kept
-        fresh = self._plan([*guaranteed, job], view)
-        return fresh if len(fresh.failed) < len(kept.failed) else kept
+        prefix = self._fresh_prefix(guaranteed, view)
+        if prefix.failures_up_to(demand.order, now, capacity):
+            return kept
+        profile = prefix.profile_copy(now, capacity)
+        own = plan_demands([demand], now, capacity, profile=profile)
+        if own.failed:
+            return kept
+        rest = plan_demands(prefix.after(demand.order), now, capacity, profile=profile)
+        if rest.failed:
+            return kept
+        reservations = {**prefix.reservations, **own.reservations, **rest.reservations}
+        return Plan(reservations, [], profile)
 
     def _overfull(self, job: JobState, before: list[JobState], view: ClusterView) -> bool:
         """Whether ``job`` and the guaranteed jobs ``before`` it (deadlines no later than its)
@@ -268,12 +335,17 @@ class QualityOfService(Policy):
         per_worker = max((ladder.rates[g] / g for g in ladder.counts), default=0.0)
         return job.remaining_iterations / per_worker if per_worker > 0 else 0.0
 
-    def _fresh_alone(self, guaranteed: list[JobState], view: ClusterView) -> Plan:
-        """The fresh plan of the guaranteed jobs, made once per instant and guaranteed set."""
+    def _fresh_prefix(self, guaranteed: list[JobState], view: ClusterView) -> _FreshPrefix:
+        """The fresh plan of the guaranteed jobs, one per instant and guaranteed set, made only
+        as far as the retries of that instant need it."""
         key = (view.now, frozenset(j.job_id for j in guaranteed))
-        if self._fresh_cache is None or self._fresh_cache[0] != key:
-            self._fresh_cache = (key, self._plan(guaranteed, view))
-        return self._fresh_cache[1]
+        if self._fresh is None or self._fresh.key != key:
+            demands = [
+                Demand.of_job(j, self._ladders(j, self._track(j, view))[1], view, keep_held=True)
+                for j in guaranteed
+            ]
+            self._fresh = _FreshPrefix(key, sorted(demands, key=lambda d: d.order))
+        return self._fresh
 
     def _guaranteed(self, view: ClusterView) -> list[JobState]:
         return [
@@ -322,7 +394,7 @@ class QualityOfService(Policy):
             return False
         tracked.guaranteed = True
         tracked.tried_on = None
-        self._adopt(plan)
+        self._adopt(plan, view.now, [*guaranteed, job])
         return True
 
     def _retry_guarantees(self, guaranteed: list[JobState], view: ClusterView) -> None:
@@ -346,13 +418,46 @@ class QualityOfService(Policy):
             if self._try_to_guarantee(job, guaranteed, view, in_force=True):
                 guaranteed.append(job)
 
-    def _adopt(self, plan: Plan) -> None:
+    def _adopt(self, plan: Plan, now: float, jobs: Sequence[JobState]) -> None:
+        """Put ``plan``, made at ``now`` for ``jobs``, in force."""
         self._adopted = plan
         self._kept = plan.reservations
         self._failed = set(plan.failed)
+        self._adopted_for = None if plan.failed else (now, frozenset(j.job_id for j in jobs))
+
+    def _kept_plan(self, guaranteed: list[JobState], view: ClusterView) -> Plan:
+        """``_best_plan(guaranteed, view)``, made without checking each reservation when the
+        plan in force was made at this instant, for exactly these jobs, failing none (an
+        admission just now, with no decision since): each reservation was planned now, on
+        these ladders, so each delivers, and the kept plan is all of them taken together."""
+        now, capacity = view.now, view.cluster.total_workers
+        if self._adopted_for == (now, frozenset(j.job_id for j in guaranteed)):
+            ordered = sorted(guaranteed, key=_deadline_key)
+            profile = FreeProfile(now, capacity)
+            if take_all([self._kept[j.job_id] for j in ordered], now, profile):
+                return Plan({j.job_id: self._kept[j.job_id] for j in ordered}, [], profile)
+        return self._best_plan(guaranteed, view)
 
     def allocate(self, view: ClusterView) -> Decision:
-        now, capacity = view.now, view.cluster.total_workers
+        self._observe_all(view)
+        if not view.jobs:
+            return Decision()  # nothing to watch: no tick, or the clock would run forever
+        guaranteed, plan = self._renew_guarantees(view)
+        hand = _Hand(view.cluster.total_workers)
+        self._give_planned(guaranteed, plan, view.now, hand)
+        self._keep_best_effort_running(view, hand)
+        hopeful = self._give_hopeful(guaranteed, plan, view, hand)
+        self._give_the_rest(view, hand)
+        if hand.free > 0:
+            self._hand_out_spare(view, hand)
+        self._keep_beyond_plan(guaranteed, plan, hand)
+        return self._decision(view, hand.workers, (plan, hopeful))
+
+    # -- the steps of a decision, in order ---------------------------------------------------------
+
+    def _observe_all(self, view: ClusterView) -> None:
+        """Feed every job's progress; forget the jobs that left (each frees workers a guarantee
+        may now use)."""
         for job in view.jobs:
             self._observe(job, self._track(job, view))
         live = {job.job_id for job in view.jobs}
@@ -360,98 +465,112 @@ class QualityOfService(Policy):
             del self._jobs[job_id]
             self._departed += 1
 
-        if not view.jobs:
-            return Decision()  # nothing to watch: no tick, or the clock would run forever
+    def _renew_guarantees(self, view: ClusterView) -> tuple[list[JobState], Plan]:
+        """Keep the plan in force where it still delivers, drop the guarantees no plan can keep
+        any more, and try a few unguaranteed jobs again. Returns the guaranteed jobs in deadline
+        order and the plan adopted for them."""
         guaranteed = self._guaranteed(view)
-        plan = self._best_plan(guaranteed, view)
-        self._adopt(plan)
+        plan = self._kept_plan(guaranteed, view)
+        self._adopt(plan, view.now, guaranteed)
         for job_id in plan.failed:  # a worse prediction broke its guarantee
             self._jobs[job_id].guaranteed = False
         guaranteed = [j for j in guaranteed if self._jobs[j.job_id].guaranteed]
         self._retry_guarantees(guaranteed, view)
-        plan = self._adopted
-
-        workers: dict[str, int] = {}
-        free = capacity
-        # 1. Guaranteed jobs: their planned count for now.
         guaranteed.sort(key=_deadline_key)
+        return guaranteed, self._adopted
+
+    def _give_planned(
+        self, guaranteed: list[JobState], plan: Plan, now: float, hand: _Hand
+    ) -> None:
+        """(1) Each guaranteed job its planned count for now."""
         for job in guaranteed:
             need = plan.count_now(job.job_id, now) if job.job_id in plan.reservations else 0
             if need:
-                workers[job.job_id] = need
-                free -= need
-        # 2. Running best-effort jobs keep their smallest count: preempting one loses its pause
-        #    and its progress towards the only goal it has, finishing. What they held beyond it
-        #    is not kept: it goes back into the spare hand-out, where newer best-effort jobs
-        #    compete for it on equal terms (an old job holding many workers while a new one runs
-        #    on one costs mean completion time).
+                hand.give(job.job_id, need)
+
+    def _keep_best_effort_running(self, view: ClusterView, hand: _Hand) -> None:
+        """(2) Running best-effort jobs keep their smallest count, or their whole count when
+        about done: preempting one loses its pause and its progress towards the only goal it
+        has, finishing. What they held beyond it is not kept: it goes back into the spare
+        hand-out, where newer best-effort jobs compete for it on equal terms (an old job holding
+        many workers while a new one runs on one costs mean completion time)."""
         running_best_effort = [
             j
             for j in view.jobs
-            if j.spec.deadline_s is None and j.workers and j.job_id not in workers
+            if j.spec.deadline_s is None and j.workers and j.job_id not in hand.workers
         ]
         for job in running_best_effort:
             expected = self._ladders(job, self._jobs[job.job_id])[0]
             keep = expected.counts[0] if expected.counts else 0
-            if job.workers <= free and self._finishing(job, expected, view):
+            if job.workers <= hand.free and self._finishing(job, expected, view):
                 keep = job.workers  # a pause would cost it more than its workers give others
-            if keep and keep <= free:
-                workers[job.job_id] = keep
-                free -= keep
-        # 3. Unguaranteed deadline jobs, planned by deadline on what the guarantees leave and on
-        #    *expected* speeds: no promise, but the best hope of meeting them.
+            if keep and keep <= hand.free:
+                hand.give(job.job_id, keep)
+
+    def _give_hopeful(
+        self, guaranteed: list[JobState], plan: Plan, view: ClusterView, hand: _Hand
+    ) -> Plan:
+        """(3) Unguaranteed deadline jobs, planned by deadline on what the guarantees leave and
+        on *expected* speeds: no promise, but the best hope of meeting them. A job whose
+        reservation starts later is left to `_give_the_rest`: workers idle now are better spent
+        on it than kept for later. Returns the hopeful plan."""
         hopeful = self._hopeful_plan(guaranteed, plan, view)
         for job_id, reservation in hopeful.reservations.items():
-            need = Plan.count_now_of(reservation, now)
-            if 0 < need <= free:
-                workers[job_id] = need
-                free -= need
-        # A job whose reservation starts later joins the others below: workers idle now are better
-        # spent on it than kept for later.
-        # 4. Everyone else: best effort, then the deadline jobs no plan could fit; running jobs
-        #    before waiting ones (no churn), shortest first.
-        #    Before the first deadline job no plan could fit, best-effort jobs share the spare
-        #    among themselves: what old ones held beyond their smallest count competes with the
-        #    newcomers' needs, and a hopeless deadline does not take it from them.
-        others = [j for j in view.jobs if j.job_id not in workers]
+            need = Plan.count_now_of(reservation, view.now)
+            if 0 < need <= hand.free:
+                hand.give(job_id, need)
+        return hopeful
+
+    def _give_the_rest(self, view: ClusterView, hand: _Hand) -> None:
+        """(4) Everyone else, in `Urgency` order; running jobs before waiting ones (no churn),
+        shortest first. Before the first hopeless deadline job, best-effort jobs share the spare
+        among themselves: what old ones held beyond their smallest count competes with the
+        newcomers' needs, and a hopeless deadline does not take it from them."""
+        now = view.now
+        others = [j for j in view.jobs if j.job_id not in hand.workers]
         others.sort(key=lambda j: self._other_priority(j, now))
         best_effort_shared = False
         for job in others:
-            if free <= 0:
+            if hand.free <= 0:
                 break
-            if not best_effort_shared and self._other_priority(job, now)[0] == HOPELESS:
-                free = self._hand_out_spare(view, workers, free, best_effort_only=True)
+            if not best_effort_shared and self._other_priority(job, now)[0] is Urgency.HOPELESS:
+                self._hand_out_spare(view, hand, best_effort_only=True)
                 best_effort_shared = True
-                if free <= 0:
+                if hand.free <= 0:
                     break
-            share = job.workers if job.workers else self._starting_share(job, view, free)
-            if 0 < share <= free:
-                workers[job.job_id] = share
-                free -= share
-        # 5. Spare workers where they save the most time, if worth a restart, best effort first.
-        if free > 0:
-            free = self._hand_out_spare(view, workers, free)
-        # 6. Guaranteed jobs keep what they hold beyond their plan while it fits: no scale-down
-        #    without need.
+            share = job.workers if job.workers else self._starting_share(job, view, hand.free)
+            if 0 < share <= hand.free:
+                hand.give(job.job_id, share)
+
+    def _keep_beyond_plan(self, guaranteed: list[JobState], plan: Plan, hand: _Hand) -> None:
+        """(6) Guaranteed jobs keep what they hold beyond their plan while it fits: no
+        scale-down without need."""
         for job in guaranteed:
-            need = workers.get(job.job_id, 0)
+            need = hand.workers.get(job.job_id, 0)
             if (
                 job.job_id in plan.reservations
                 and job.workers > need
-                and job.workers - need <= free
+                and job.workers - need <= hand.free
             ):
-                free -= job.workers - need
-                workers[job.job_id] = job.workers
+                hand.give(job.job_id, job.workers, had=need)
+
+    def _decision(
+        self, view: ClusterView, workers: dict[str, int], plans: tuple[Plan, ...]
+    ) -> Decision:
+        """The counts, largest first, the next time ``plans`` change a count, and the pinned
+        jobs; notes which jobs were re-sized."""
+        now = view.now
         for job in view.jobs:
             if workers.get(job.job_id, 0) != job.workers:
                 self._jobs[job.job_id].last_change_s = now
         # The tick re-plans on fresher predictions. Where every decision costs every running job
         # progress (view.decision_overhead_s), only events and plan changes wake the policy.
         wake = now + self.tick_s if not view.decision_overhead_s else math.inf
-        for changing in (plan, hopeful):
+        for changing in plans:
             change = changing.next_change(now)
             if change is not None:
                 wake = min(wake, change)
+        self._adopted_for = None  # the decision changes jobs, so re-check every reservation
         order = sorted(workers, key=lambda job_id: -workers[job_id])
         return Decision(
             {job_id: workers[job_id] for job_id in order if workers[job_id]},
@@ -547,17 +666,17 @@ class QualityOfService(Policy):
         remaining_s = job.remaining_iterations / best if best > 0 else math.inf
         deadline = job.spec.deadline_s
         if deadline is None:
-            return (BEST_EFFORT, job.workers == 0, remaining_s, job.spec.submit_s)
+            return (Urgency.BEST_EFFORT, job.workers == 0, remaining_s, job.spec.submit_s)
         if now + remaining_s <= deadline:
             slack = deadline - now - remaining_s
             if slack <= remaining_s + 2 * self.tick_s:
                 return (
-                    MUST_RUN_SOON,
+                    Urgency.MUST_RUN_SOON,
                     job.workers == 0,
                     deadline,
                     job.spec.submit_s,
                 )  # can make it, must run soon
-        return (HOPELESS, job.workers == 0, remaining_s, job.spec.submit_s)
+        return (Urgency.HOPELESS, job.workers == 0, remaining_s, job.spec.submit_s)
 
     def _starting_share(self, job: JobState, view: ClusterView, free: int) -> int:
         """Fewest workers (within ``free``) meeting the deadline, else the best use of one step."""
@@ -573,39 +692,40 @@ class QualityOfService(Policy):
         return counts[0]
 
     def _hand_out_spare(
-        self,
-        view: ClusterView,
-        workers: dict[str, int],
-        free: int,
-        best_effort_only: bool = False,
-    ) -> int:
-        """One step up at a time to the job with the largest relative speed-up per added worker,
-        where the time saved beats ``gain_over_pause`` restart pauses and the job was not just
-        re-sized. Best-effort jobs come first: their completion time is their only goal, while
-        a deadline job finishing sooner than planned gains nothing it asked for. Returns the
-        workers left."""
+        self, view: ClusterView, hand: _Hand, best_effort_only: bool = False
+    ) -> None:
+        """(5) One step up at a time to the job with the largest relative speed-up per added
+        worker, where the time saved beats ``gain_over_pause`` restart pauses and the job was
+        not just re-sized. Best-effort jobs come first: their completion time is their only
+        goal, while a deadline job finishing sooner than planned gains nothing it asked for."""
+        workers = hand.workers
         pause = view.restart_pause_s
         heap: list[tuple[bool, float, int, JobState]] = []
 
         def push(position: int, job: JobState) -> None:
             current = workers.get(job.job_id, 0)
+            if not current:
+                return
             expected = self._ladders(job, self._jobs[job.job_id])[0]
-            step = next((g for g in expected.counts if g > current), 0)
-            if not current or not step or step - current > free:
+            counts = expected.counts
+            index = bisect.bisect_right(counts, current)
+            if index == len(counts):
+                return
+            step = counts[index]
+            if step - current > hand.free:
                 return
             # A job that has run pays a pause for the change, unless this decision moves it anyway.
             pays = pause if job.has_started and current == job.workers else 0.0
-            saving = job.remaining_iterations * (
-                1 / expected.rate(current) - 1 / max(expected.rate(step), 1e-12)
-            )
+            rate_now, rate_step = expected.rates[current], expected.rates[step]
+            saving = job.remaining_iterations * (1 / rate_now - 1 / max(rate_step, 1e-12))
             if saving - pays > self.gain_over_pause * pause:
-                speedup = expected.rate(step) / expected.rate(current) - 1.0
+                speedup = rate_step / rate_now - 1.0
                 has_deadline = job.spec.deadline_s is not None
                 gain = speedup / (step - current)
                 if not has_deadline:
                     # Mean completion time: shorter best-effort jobs first, softly (a strict
                     # shortest-first piles workers on one job past where they pay off).
-                    gain /= math.sqrt(max(job.remaining_iterations / expected.rate(current), 1.0))
+                    gain /= math.sqrt(max(job.remaining_iterations / rate_now, 1.0))
                 heapq.heappush(heap, (has_deadline, -gain, position, job))
 
         for position, job in enumerate(view.jobs):
@@ -617,17 +737,15 @@ class QualityOfService(Policy):
                 or self._calm(job, view)
             ):
                 push(position, job)
-        while heap and free > 0:
+        while heap and hand.free > 0:
             _, _, position, job = heapq.heappop(heap)
             current = workers[job.job_id]
-            expected = self._ladders(job, self._jobs[job.job_id])[0]
-            step = next(g for g in expected.counts if g > current)
-            if step - current > free:
+            counts = self._ladders(job, self._jobs[job.job_id])[0].counts
+            step = counts[bisect.bisect_right(counts, current)]
+            if step - current > hand.free:
                 continue
-            workers[job.job_id] = step
-            free -= step - current
+            hand.give(job.job_id, step, had=current)
             push(position, job)
-        return free
 
 
 def _deadline_key(job: JobState) -> tuple[float, float]:
