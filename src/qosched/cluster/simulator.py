@@ -214,8 +214,8 @@ class ClusterSimulator:
         self._decisions = 0
         self._last_decision_s = -math.inf
         self._seen_placements: set[tuple[int, int]] = set()  # the artifact's GPU-set cache
-        # slot_progress: per running job, when its work stops (its planned end) and the end
-        # planned at its last decision.
+        # slot_progress: per job, when its work stops (its planned end), the end planned at its
+        # last decision, and when its end event is due.
         self._work_until: dict[str, float] = {}
         self._planned_end: dict[str, float] = {}
         self._end_event_at: dict[str, float] = {}
