@@ -94,6 +94,47 @@ def test_decision_slot_holds_an_arrival_until_the_slot_ends():
     assert done["b"] == pytest.approx(70.0)  # arrives at 10, decided on at 60
 
 
+SLOT_PROGRESS = SimConfig(
+    restart_model="every-decision", decision_slot_s=60.0, cross_node_factor=1.0, slot_progress=True
+)
+
+
+def judged(jobs, config: SimConfig) -> dict[str, tuple[float, bool]]:
+    result = simulate(ONE_NODE, TABLES, create_policy("fifo"), jobs, config)
+    return {o.job_id: (o.finish_s, o.met_deadline) for o in result.outcomes}
+
+
+def test_slot_progress_ends_a_job_at_its_end_event_and_judges_the_planned_end():
+    """A: 1 GPU (1 iteration/s), 100 iterations, deadline 100, alone. At t=0 it pays 4 s and is
+    planned to end at 0 + ceil(100 / 1) = 100; its end event is the end of that slot, 120, plus
+    the 4 s: 124. It does only 96 iterations (none past 100), ends at 124 anyway, and meets its
+    deadline, judged on 100. Finishing its work instead, it would end at 104, late."""
+    late = [job("a", 0.0, 100, deadline=100.0)]
+    assert judged(late, SLOT_PROGRESS)["a"] == (pytest.approx(124.0), True)
+    plain = SimConfig(restart_model="every-decision", decision_slot_s=60.0, cross_node_factor=1.0)
+    assert judged(late, plain)["a"] == (pytest.approx(104.0), False)
+
+
+def test_slot_progress_a_decision_before_its_end_event_plans_a_job_again():
+    """A as above with deadline 200; B (1 GPU, 10 iterations, deadline 150) arrives at 90, a
+    decision. The overhead cache packs B (earlier deadline) on GPU 0, seen before: 2 s; A on
+    GPU 1: 4 s. A has done 86 (from 4 to 90), is planned to end at 90 + 14 = 104 (end event
+    90 + 60 + 4 = 154); B at 100 (end event 152). B's end at 152 is a decision before A's:
+    A has done 10 more (94 to 104, none past its planned end), pays 2 s on GPU 0, is planned
+    again to end at 152 + 4 = 156 and ends at 152 + 60 + 2 = 214, met (156 <= 200)."""
+    jobs = [job("a", 0.0, 100, deadline=200.0), job("b", 90.0, 10, deadline=150.0)]
+    out = judged(jobs, SLOT_PROGRESS)
+    assert out["b"] == (pytest.approx(152.0), True)
+    assert out["a"] == (pytest.approx(214.0), True)
+
+
+def test_slot_progress_needs_the_artifact_overheads_and_a_slot():
+    with pytest.raises(InputError, match="slot_progress"):
+        SimConfig(slot_progress=True, decision_slot_s=60.0)
+    with pytest.raises(InputError, match="slot_progress"):
+        SimConfig(slot_progress=True, restart_model="every-decision")
+
+
 @pytest.mark.parametrize(
     ("options", "field"),
     [

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from qosched.cluster.planning import Demand, FreeProfile, Ladder, artifact_share, plan_demands
+from qosched.cluster.planning import (
+    Demand,
+    FreeProfile,
+    Ladder,
+    artifact_fallback,
+    artifact_share,
+    plan_demands,
+)
 
 LINEAR = Ladder([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], (1, 2, 4, 8))
 # Speed peaks at 2 workers: the artifact never plans beyond the fastest count.
@@ -49,3 +56,32 @@ def test_plan_demands_lays_shares_out_in_the_shape_asked_for():
         assert plan_demands([job], 0.0, 8, shape=shape).reservations["j"] == [(0.0, 40.0, 2)]
     with pytest.raises(ValueError, match="share shape"):
         plan_demands([job], 0.0, 8, shape="diagonal")
+
+
+def test_a_job_no_level_satisfies_runs_on_its_fastest_count_past_its_deadline():
+    """1000 iterations, deadline 50: even 8 workers (8/s) do only 400. The artifact still plans
+    it, on 8 workers from now until done at 125, and fails it."""
+    profile = boundaries(10.0)
+    assert artifact_fallback(LINEAR, 1000.0, 0.0, profile) == [(0.0, 125.0, 8)]
+    assert dict(zip(profile.starts, profile.free, strict=True)) == {0.0: 0, 125.0: 8}
+
+
+def test_the_fallback_takes_what_is_free_and_stops_at_the_fastest_count():
+    """Two workers are free until 10, all four after (a 4-worker cluster): PEAKED runs fastest on
+    2, so 2 throughout; 60 iterations at 2/s end at 30."""
+    profile = boundaries(10.0, capacity=4)
+    profile.free[0] = 2
+    assert artifact_fallback(PEAKED, 60.0, 0.0, profile) == [(0.0, 30.0, 2)]
+
+
+def test_a_failed_job_is_planned_ahead_of_later_deadlines():
+    """The late job (deadline 50, 1000 iterations) is failed but holds all 8 workers until 125.
+    The next one (deadline 200, 80 iterations) has [125, 200) left: one worker does 75, too few;
+    two cover it from 125, so two workers from 125 until done at 165."""
+    late = Demand("late", LINEAR, 1000.0, 0.0, 50.0, (50.0,))
+    later = Demand("later", LINEAR, 80.0, 0.0, 200.0, (200.0,))
+    plan = plan_demands([later, late], 0.0, 8, shape="artifact")
+    assert plan.failed == ["late"]
+    assert plan.reservations["late"] == [(0.0, 125.0, 8)]
+    assert plan.count_now("later", 0.0) == 0
+    assert [seg for seg in plan.reservations["later"] if seg[2]] == [(125.0, 165.0, 2)]

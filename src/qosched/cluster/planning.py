@@ -256,6 +256,20 @@ def artifact_share(
     return None
 
 
+def artifact_fallback(
+    ladder: Ladder, remaining: float, start: float, p: FreeProfile
+) -> Reservation:
+    """What the ElasticFlow artifact plans for a job no level satisfies (the end of
+    ``ef_sim_allocation``): its fastest count within what is free, from ``start`` until done,
+    past its deadline; taken out of the profile before later-deadline jobs are planned."""
+    fastest = max(ladder.counts, key=ladder.rate)
+    # The profile's last segment runs forever with workers free, so the job always finishes.
+    finish = finish_time(ladder, fastest, remaining, start, math.inf, p)
+    if finish is None:
+        raise ValueError("no worker is ever free for the job")
+    return reserve(ladder, fastest, start, finish, p)
+
+
 def _covered_from(
     ladder: Ladder, level: int, remaining: float, start: float, deadline: float, p: FreeProfile
 ) -> float | None:
@@ -434,7 +448,9 @@ def plan_demands(
     With ``keep``, a demand whose kept reservation still delivers keeps it, and only the others
     are planned, on what the kept reservations leave. ``profile`` plans on workers already partly
     taken (it is consumed) instead of the whole ``capacity``. ``shape`` is how a share is laid
-    out in time: ``front`` (one share from now until done) or ``artifact`` (`artifact_share`).
+    out in time: ``front`` (one share from now until done) or ``artifact`` (`artifact_share`; a
+    job it cannot satisfy is failed but still planned, by `artifact_fallback`, as the artifact
+    does).
     """
     if shape not in SHARE_SHAPES:
         raise ValueError(f"unknown share shape {shape!r}; use {', '.join(SHARE_SHAPES)}")
@@ -475,8 +491,10 @@ def plan_demands(
             )
             if reservation is None:
                 plan.failed.append(demand.job_id)
-            else:
-                plan.reservations[demand.job_id] = reservation
+                reservation = artifact_fallback(
+                    demand.ladder, demand.remaining, demand.start, profile
+                )
+            plan.reservations[demand.job_id] = reservation
             continue
         found = minimum_share(
             demand.ladder, demand.remaining, demand.start, demand.deadline, profile

@@ -9,7 +9,8 @@ first start is free.
 
 ``SimConfig.restart_model`` swaps that for the cost models of the ElasticFlow artifact's simulator
 (``scheduler/utils.py`` ``estimate_overhead``), and ``decision_slot_s`` for its 60 s decision slot;
-``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md).
+``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md). ``slot_progress``
+adds its way of advancing and ending jobs, which that page measures apart.
 """
 
 from __future__ import annotations
@@ -89,6 +90,13 @@ class SimConfig:
     # seconds after the last decision: events in between wait for it, as in the ElasticFlow
     # artifact's event loop, which moves events within one slot of the last to its end.
     decision_slot_s: float = 0.0
+    # The ElasticFlow artifact's job accounting (``jobs.py`` ``run_all_jobs``, the end events of
+    # ``scheduler.py``), with the "every-decision" model and a decision slot: at each decision a
+    # running job is planned to end at ``now + ceil(left / speed)``, does no work past that
+    # planned end (so the overhead charged now is never made up), and ends at its end event, the
+    # end of the slot it is planned to end in plus that overhead, unless a decision comes first
+    # and plans it again; its deadline is judged on the end planned at its last decision.
+    slot_progress: bool = False
 
     def __post_init__(self) -> None:
         if self.restart_model not in RESTART_MODELS:
@@ -100,6 +108,13 @@ class SimConfig:
             raise InputError(
                 f"must be in [0, 86400] seconds, got {self.decision_slot_s}",
                 field="decision_slot_s",
+            )
+        if self.slot_progress and (
+            self.restart_model != "every-decision" or not self.decision_slot_s
+        ):
+            raise InputError(
+                "slot_progress needs restart_model every-decision and a decision slot",
+                field="slot_progress",
             )
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
@@ -127,6 +142,8 @@ class JobOutcome:
     finish_s: float | None
     worker_seconds: float
     reallocations: int
+    # The time judged against the deadline when not the finish (``SimConfig.slot_progress``).
+    judged_s: float | None = None
 
     @property
     def jct_s(self) -> float | None:
@@ -134,10 +151,12 @@ class JobOutcome:
 
     @property
     def met_deadline(self) -> bool:
+        judged = self.finish_s if self.judged_s is None else self.judged_s
         return (
             self.deadline_s is not None
             and self.finish_s is not None
-            and self.finish_s <= self.deadline_s + 1e-6
+            and judged is not None
+            and judged <= self.deadline_s + 1e-6
         )
 
 
@@ -195,6 +214,11 @@ class ClusterSimulator:
         self._decisions = 0
         self._last_decision_s = -math.inf
         self._seen_placements: set[tuple[int, int]] = set()  # the artifact's GPU-set cache
+        # slot_progress: per job, when its work stops (its planned end), the end planned at its
+        # last decision, and when its end event is due.
+        self._work_until: dict[str, float] = {}
+        self._planned_end: dict[str, float] = {}
+        self._end_event_at: dict[str, float] = {}
 
     def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
         job = trace.jobs[index]
@@ -277,7 +301,7 @@ class ClusterSimulator:
         state.completion_event = None
         self._advance_progress()
         if state.phase is not Phase.FINISHED:  # not already finished by _advance_progress
-            self._finish(state)
+            self._finish(state)  # with slot_progress: at its end event, work left or not
 
     def _finish(self, state: JobState) -> None:
         if state.completion_event is not None:
@@ -288,6 +312,7 @@ class ClusterSimulator:
         state.finished_s = self.engine.now
         self._set_allocation_total(self._allocated - state.workers)
         state.workers, state.placement, state.rate = 0, (), 0.0
+        self._work_until.pop(state.job_id, None)
         del self._active[state.job_id]
         self._settle()
         self._request_decision()
@@ -335,13 +360,15 @@ class ClusterSimulator:
             return
         self._progress_at = now
         done = []
+        work_until = self._work_until
         for state in self._active.values():
             if state.workers:
                 since = max(state.last_update_s, state.resume_s)
-                if now > since:
+                until = min(now, work_until.get(state.job_id, now))
+                if until > since:
                     state.iterations_done = min(
                         float(state.spec.iterations),
-                        state.iterations_done + state.rate * (now - since),
+                        state.iterations_done + state.rate * (until - since),
                     )
                 state.attained_worker_s += state.workers * (now - state.last_update_s)
                 state.active_s += max(0.0, now - since)
@@ -424,8 +451,37 @@ class ClusterSimulator:
 
     def _pause(self, state: JobState, seconds: float) -> None:
         """No progress for ``seconds`` more from now (or from the end of a pause in course)."""
+        if self.config.slot_progress:
+            self._plan_slot_end(state, seconds)
+            return
         state.resume_s = max(self.engine.now, state.resume_s) + seconds
         self._set_rate(state)
+
+    def _plan_slot_end(self, state: JobState, overhead: float) -> None:
+        """``slot_progress``: the artifact loses ``overhead`` of this slot (what is left of an
+        earlier one is forgiven), plans the job's end in whole seconds, and ends it at the end of
+        that slot plus the overhead."""
+        now, slot = self.engine.now, self.config.decision_slot_s
+        state.resume_s = now + overhead
+        self._set_rate(state)  # the speed, and a completion event replaced below
+        planned = now + math.ceil(state.remaining_iterations / state.rate - 1e-9)
+        self._work_until[state.job_id] = planned
+        self._planned_end[state.job_id] = planned
+        end_event = now + math.ceil((planned - now) / slot - 1e-9) * slot + overhead
+        if planned <= state.resume_s:
+            # No work fits in this slot any more: keep the end event already due, else a job
+            # re-planned at every slot (as the artifact would) never ends.
+            due = self._end_event_at.get(state.job_id, end_event)
+            if due > now:
+                end_event = min(end_event, due)
+        self._end_event_at[state.job_id] = end_event
+        self.engine.cancel(state.completion_event)
+        state.completion_event = self.engine.schedule(
+            lambda: self._on_completion(state),
+            at=end_event,
+            priority=_EVENT_PRIORITY,
+            label=f"end event {state.job_id}",
+        )
 
     def _checked(self, decision: Decision, view: ClusterView) -> list[tuple[str, int]]:
         now, name, unit = self.engine.now, self.policy.name, self.cluster.unit_plural
@@ -536,6 +592,7 @@ class ClusterSimulator:
             finish_s=state.finished_s,
             worker_seconds=state.attained_worker_s,
             reallocations=state.reallocations,
+            judged_s=self._planned_end.get(spec.job_id) if self.config.slot_progress else None,
         )
 
 

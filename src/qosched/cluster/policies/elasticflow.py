@@ -32,7 +32,10 @@ from scratch at every decision with no plan in force to fall back on (``estimate
 ``spare_order="artifact"`` hands spare workers to waiting jobs first, then to the job whose
 GPU-time grows the *most* per added worker (``allocate_free_gpus``, ``get_marginal``);
 ``share_shape="artifact"`` lays a minimum share out as ``ef_sim_allocation`` does
-(`qosched.cluster.planning.artifact_share`).
+(`qosched.cluster.planning.artifact_share`), and still plans a job no share satisfies, on its
+fastest count within what earlier-deadline jobs leave, from now until done
+(`qosched.cluster.planning.artifact_fallback`): under overload the artifact's late jobs hold
+workers ahead of those that can still make it.
 """
 
 from __future__ import annotations
