@@ -18,7 +18,7 @@ import torch
 from qosched.core.errors import InputError
 from qosched.gpushare.apps import AppsSpec, resolved_goals
 from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
-from qosched.gpushare.runtime import App, CallEstimator, Device, RunResult, run_apps
+from qosched.gpushare.runtime import App, CallEstimator, Device, GpuRun, run_apps
 from qosched.gpushare.simulator import AppComparison
 from qosched.graph.capture import load_model
 
@@ -56,7 +56,7 @@ def build_apps(spec: AppsSpec, *, device: str, requests: int, seed: int = 0) -> 
     return apps
 
 
-def request_finishes(result: RunResult, app: str) -> list[float]:
+def request_finishes(result: GpuRun, app: str) -> list[float]:
     """When each request of ``app`` finished (its last operator), in request order."""
     ends: dict[int, float] = {}
     for record in result.records:
@@ -71,7 +71,7 @@ def compare_run(
     *,
     device: Device,
     estimator: CallEstimator,
-) -> tuple[tuple[AppComparison, ...], RunResult]:
+) -> tuple[tuple[AppComparison, ...], GpuRun]:
     """Warm up, run each application alone, then all together under ``policy``; return one
     comparison row per application and the shared run (for its trace)."""
     with torch.inference_mode():

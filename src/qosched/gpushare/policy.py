@@ -107,3 +107,16 @@ class SharingPolicy(Protocol):
     name: str
 
     def decide(self, view: GpuView) -> Admission: ...
+
+
+def uses_stream_priorities(policy: SharingPolicy) -> bool:
+    """The policy's optional ``stream_priorities``: True when it does not say."""
+    return bool(getattr(policy, "stream_priorities", True))
+
+
+def set_up(policy: SharingPolicy, apps: tuple[AppInfo, ...]) -> None:
+    """Hand the run's applications to the policy's optional ``setup``, once, before its first
+    ``decide``; a policy without one is left alone."""
+    setup = getattr(policy, "setup", None)
+    if setup is not None:
+        setup(apps)

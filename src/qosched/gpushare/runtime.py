@@ -48,6 +48,8 @@ from qosched.gpushare.policy import (
     Launch,
     Running,
     SharingPolicy,
+    set_up,
+    uses_stream_priorities,
 )
 from qosched.graph.capture import operator_flops, operator_kind, tensor_meta
 from qosched.graph.ir import ELEMENTWISE, Operator
@@ -102,8 +104,9 @@ class OpRecord:
 
 
 @dataclass(frozen=True)
-class AppResult:
-    """An application's outputs (one per request, in order) and request latencies."""
+class AppOutputs:
+    """An application's outputs in a run on the device (one per request, in order) and its
+    request latencies."""
 
     name: str
     priority: int
@@ -112,16 +115,17 @@ class AppResult:
 
 
 @dataclass(frozen=True)
-class RunResult:
-    """Everything a run produced: per-application results, every operator, the wall time."""
+class GpuRun:
+    """Everything a run on the device produced: per-application outputs, every operator, the
+    wall time."""
 
     policy: str
     device: str
-    apps: tuple[AppResult, ...]
+    apps: tuple[AppOutputs, ...]
     records: tuple[OpRecord, ...]
     wall_s: float
 
-    def app(self, name: str) -> AppResult:
+    def app(self, name: str) -> AppOutputs:
         for a in self.apps:
             if a.name == name:
                 return a
@@ -548,7 +552,7 @@ def run_apps(
     device: Device | None = None,
     gpu_model: Processor | str | None = None,
     estimator: CallEstimator | None = None,
-) -> RunResult:
+) -> GpuRun:
     """Run ``apps`` together, each in its own thread, under ``policy``; return every output,
     latency and operator record.
 
@@ -570,7 +574,7 @@ def run_apps(
     processor = gpu(gpu_model) if isinstance(gpu_model, str) else gpu_model
     top = max(a.priority for a in apps)
     # A policy may ask for equal-priority streams (``stream_priorities = False``, as under MPS).
-    prioritised = bool(getattr(policy, "stream_priorities", True))
+    prioritised = uses_stream_priorities(policy)
     streams = {
         a.name: device.stream(a, high_priority=prioritised and a.priority == top and a.priority > 0)
         for a in apps
@@ -579,12 +583,10 @@ def run_apps(
         estimator = CallEstimator(processor)
     elif estimator.gpu != processor:
         raise InputError(f"estimator is for {estimator.gpu.name}, the run for {processor.name}")
-    setup = getattr(policy, "setup", None)
-    if setup is not None:
-        setup(tuple(AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top))
-                    for a in apps))  # fmt: skip
+    set_up(policy, tuple(AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top))
+                         for a in apps))  # fmt: skip
     run = _Run(estimator, Dispatcher(policy, processor, len(apps)), device)
-    results: dict[str, AppResult] = {}
+    results: dict[str, AppOutputs] = {}
     errors: list[BaseException] = []
 
     def serve(app: App) -> None:
@@ -600,7 +602,7 @@ def run_apps(
             errors.append(e)
         finally:
             run.dispatcher.app_done()
-        results[app.name] = AppResult(app.name, app.priority, tuple(outputs), tuple(latencies))
+        results[app.name] = AppOutputs(app.name, app.priority, tuple(outputs), tuple(latencies))
 
     began = time.perf_counter()
     threads = [threading.Thread(target=serve, args=(a,), name=f"app-{a.name}") for a in apps]
@@ -614,7 +616,7 @@ def run_apps(
         first = next((e for e in errors if not isinstance(e, SimulationError)), errors[0])
         raise first
     records = sorted(run.records, key=lambda r: (r.started_s, r.app, r.request, r.index))
-    return RunResult(
+    return GpuRun(
         policy=policy.name,
         device=device.name,
         apps=tuple(results[a.name] for a in apps),

@@ -52,6 +52,8 @@ from qosched.gpushare.policy import (
     Launch,
     Running,
     SharingPolicy,
+    set_up,
+    uses_stream_priorities,
 )
 from qosched.hardware import Processor
 from qosched.report.trace import Span
@@ -93,10 +95,10 @@ class AppWorkload:
 
 
 @dataclass(frozen=True)
-class AppResult:
-    """What one application got: request latencies (arrival to last kernel's end; a request
-    left unfinished at the hard stop counts with the latency it had reached), requests done,
-    requests unfinished, and kernel work (alone-seconds) done inside the window."""
+class SimulatedApp:
+    """What one application got in a simulated run: request latencies (arrival to last kernel's
+    end; a request left unfinished at the hard stop counts with the latency it had reached),
+    requests done, requests unfinished, and kernel work (alone-seconds) done inside the window."""
 
     name: str
     priority: int
@@ -134,22 +136,22 @@ class Segment:
 
 
 @dataclass(frozen=True)
-class SimResult:
-    """A run: per-app results, SM and bandwidth utilisation over ``[0, duration_s]``, the
+class SimulatedRun:
+    """A simulated run: per-app results, SM and bandwidth utilisation over ``[0, duration_s]``, the
     simulator's own wall-clock time, and (with ``record=True``) kernel spans and segments."""
 
     policy: str
     gpu: str
     duration_s: float
     end_s: float
-    apps: tuple[AppResult, ...]
+    apps: tuple[SimulatedApp, ...]
     gpu_utilization: float
     bandwidth_utilization: float
     wall_s: float
     spans: tuple[Span, ...] = ()
     segments: tuple[Segment, ...] = ()
 
-    def app(self, name: str) -> AppResult:
+    def app(self, name: str) -> SimulatedApp:
         for app in self.apps:
             if app.name == name:
                 return app
@@ -271,11 +273,9 @@ class _Simulation:
                 return np.asarray(times)
             times.append(t)
 
-    def run(self) -> SimResult:
+    def run(self) -> SimulatedRun:
         started = time.perf_counter()
-        setup = getattr(self.policy, "setup", None)
-        if setup is not None:
-            setup(app_infos([a.spec for a in self.apps]))
+        set_up(self.policy, app_infos([a.spec for a in self.apps]))
         engine = self.engine
         for app in self.apps:
             if app.spec.poisson_rps is None:
@@ -299,7 +299,7 @@ class _Simulation:
         busy_sm, busy_bw = self.window if self.window else (self.sm_busy, self.bw_busy)
         span = self.duration_s
         results = tuple(
-            AppResult(
+            SimulatedApp(
                 name=a.spec.name,
                 priority=a.spec.priority,
                 latencies_s=tuple(a.latencies),
@@ -309,7 +309,7 @@ class _Simulation:
             )
             for a in self.apps
         )
-        return SimResult(
+        return SimulatedRun(
             policy=getattr(self.policy, "name", type(self.policy).__name__),
             gpu=self.gpu.name,
             duration_s=self.duration_s,
@@ -572,7 +572,7 @@ def simulate(
     seed: int = 0,
     record: bool = False,
     drain_factor: float = 4.0,
-) -> SimResult:
+) -> SimulatedRun:
     """Run ``apps`` on ``gpu`` under ``policy`` for ``duration_s`` of simulated time.
 
     Called by the CLI and benches once per (mix, policy). Whether the hardware honours stream
@@ -589,7 +589,7 @@ def simulate(
         seed=seed,
         record=record,
         drain_factor=drain_factor,
-        stream_priorities=bool(getattr(policy, "stream_priorities", True)),
+        stream_priorities=uses_stream_priorities(policy),
     ).run()
 
 
@@ -638,7 +638,7 @@ class AppComparison:
 
 def alone_results(
     gpu: Processor, apps: Sequence[AppWorkload], *, duration_s: float, seed: int = 0
-) -> dict[str, AppResult]:
+) -> dict[str, SimulatedApp]:
     """Each application alone on the GPU, with the same arrivals as when shared."""
     return {
         app.name: simulate(gpu, [app], _Alone(), duration_s=duration_s, seed=seed).apps[0]
@@ -647,8 +647,8 @@ def alone_results(
 
 
 def compare(
-    shared: SimResult,
-    alone: dict[str, AppResult],
+    shared: SimulatedRun,
+    alone: dict[str, SimulatedApp],
     request_times: Mapping[str, float] | None = None,
 ) -> tuple[AppComparison, ...]:
     """Ratios of every application shared over the same application alone; with each app's
