@@ -609,17 +609,32 @@ class LocalService:
             return None  # every worker is held by a job finishing or stopping: decide later
         policy = self.gpu_policy if gpu else self.policy
         decision = policy.allocate(self._view(now, gpu, len(free)))
-        bounds = {job_id: self._live[job_id].spec.resources.bounds() for job_id in decision.workers}
-        counts = fit_counts(decision.workers, bounds, len(free))
+        assignment = self._assign_units(decision.workers, members, free, gpu)
+        changes = self._changes(members, assignment)
+        self._give_up_units(changes, now)
+        self._hand_on_units(changes, members, now)
+        return decision.wake_at
+
+    def _assign_units(
+        self, workers: Mapping[str, int], members: list[_LiveJob], free: list[int], gpu: bool
+    ) -> dict[str, tuple[int, ...]]:
+        """The policy's worker counts, fitted to each job's bounds and the free units, as
+        concrete cores or GPUs (a job keeps the units it holds where it can)."""
+        bounds = {job_id: self._live[job_id].spec.resources.bounds() for job_id in workers}
+        counts = fit_counts(workers, bounds, len(free))
         current = {
             live.record.id: self._units(live)
             for live in members
             if self._units(live) and not self._holding(live)
         }
         if gpu:
-            assignment = assign_gpus(counts, current, free)
-        else:
-            assignment = assign_cores(counts, current, free)
+            return assign_gpus(counts, current, free)
+        return assign_cores(counts, current, free)
+
+    def _changes(
+        self, members: list[_LiveJob], assignment: Mapping[str, tuple[int, ...]]
+    ) -> list[tuple[_LiveJob, tuple[int, ...], bool]]:
+        """Each job whose units change: (job, its new units, whether it gives units up)."""
         changes = []
         for live in members:
             units = assignment.get(live.record.id, ())
@@ -630,12 +645,25 @@ class LocalService:
                 units = ()  # re-sized by a restart: stopped now, launched again once gone
             giving_up = not units or (running and len(units) < len(self._units(live)))
             changes.append((live, units, giving_up))
-        # Workers are given up before any is handed on: pre-emptions and shrinks first.
+        return changes
+
+    def _give_up_units(
+        self, changes: list[tuple[_LiveJob, tuple[int, ...], bool]], now: float
+    ) -> None:
+        """Pre-emptions and shrinks, before any unit is handed on."""
         for live, units, giving_up in changes:
             if giving_up and not units:
                 self._isolated(live, "pre-empting it", self._preempt)
             elif giving_up:
                 self._isolated(live, "re-sizing it", self._resize, units, now)
+
+    def _hand_on_units(
+        self,
+        changes: list[tuple[_LiveJob, tuple[int, ...], bool]],
+        members: list[_LiveJob],
+        now: float,
+    ) -> None:
+        """Launches and growths, onto units no other job still holds."""
         for live, units, giving_up in changes:
             if giving_up or self._live.get(live.record.id) is not live:
                 continue
@@ -646,7 +674,6 @@ class LocalService:
                 self._isolated(live, "re-sizing it", self._resize, units, now)
             else:
                 self._isolated(live, "launching it", self._launch, units, now)
-        return decision.wake_at
 
     def _release_gpus(self, live: _LiveJob, now: float) -> None:
         """Its worker is gone (or never started): its GPUs may go to another job."""
