@@ -88,8 +88,8 @@ class TenantRun:
 
 
 def _flat(value: Any) -> Any:
-    # A contiguous tensor crosses as its raw bytes (5x faster than pickling the tensor, which
-    # goes through torch.save); any other value, strided tensors included, is pickled whole.
+    # A contiguous tensor crosses as its raw bytes (pickling the tensor goes through torch.save,
+    # several times slower); any other value, strided tensors included, is pickled whole.
     if isinstance(value, torch.Tensor) and value.is_contiguous() and value.device.type == "cpu":
         raw = value.reshape(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b""
         return ("tensor", str(value.dtype).removeprefix("torch."), tuple(value.shape), raw)
