@@ -46,6 +46,10 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "las": ArtifactPeer(
             "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
         ),
+        # gandiva: no work conservation; its loop charges every running job at every round.
+        "gandiva": ArtifactPeer(
+            "gandiva", MappingProxyType({"work_conserving": False}), "every-decision"
+        ),
     }
 )
 #: Policies with no artifact of their own (qos, fifo, srtf) run in the simulator of the
