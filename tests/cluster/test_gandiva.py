@@ -65,8 +65,34 @@ def test_a_group_whose_share_rounds_to_nothing_still_gets_one_slot():
     assert dict(decision.workers) == {"big": 4, "s0": 1, "s1": 1, "s2": 1, "s3": 1}
 
 
-@pytest.mark.parametrize("fidelity_options", [{}, {"work_conserving": False, "quantum_s": None}])
-def test_never_exceeds_the_cluster_and_is_deterministic(fidelity_options):
+@pytest.mark.parametrize(("work_conserving", "d_finish"), [(False, 200.0), (True, 100.0)])
+def test_node_sets_bind_jobs_to_a_set_and_can_leave_a_gpu_idle(work_conserving, d_finish):
+    # Two 2-GPU nodes, four 100 s 1-GPU jobs; a set is one node running 2 jobs at once.
+    # a opens S1; b finds S1 at load 1 (1 + 1 is not below 2) and opens S2; c and d find S1
+    # refusing again and no free node, so they join S2 behind b: S1 runs a, S2 runs b and c,
+    # and d waits for b or c although S1 has an idle GPU.
+    jobs = [job(name, 0, 100) for name in "abcd"]
+    result = simulate(
+        ClusterSpec.from_flags(2, 2),
+        TABLES,
+        Gandiva(node_sets=True, work_conserving=work_conserving),
+        jobs,
+        SimConfig(restart_pause_s=0.0, cross_node_factor=1.0),
+    )
+    finish = {o.job_id: o.finish_s for o in result.outcomes}
+    assert finish == pytest.approx({"a": 100.0, "b": 100.0, "c": 100.0, "d": d_finish})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"quantum_s": None, "work_conserving": False},
+        {"node_sets": True},
+        {"node_sets": True, "work_conserving": False},
+    ],
+)
+def test_never_exceeds_the_cluster_and_is_deterministic(options):
     tables = ThroughputModel.bundled()
     jobs = generate_trace(GeneratorConfig(jobs=60, load=2.0, cluster_workers=16, seed=3), tables)
 
@@ -77,7 +103,7 @@ def test_never_exceeds_the_cluster_and_is_deterministic(fidelity_options):
             return decision
 
     def outcomes():
-        result = simulate(ClusterSpec.from_flags(2, 8), tables, Checked(**fidelity_options), jobs)
+        result = simulate(ClusterSpec.from_flags(2, 8), tables, Checked(**options), jobs)
         return [(o.job_id, o.start_s, o.finish_s) for o in result.outcomes]
 
     first = outcomes()

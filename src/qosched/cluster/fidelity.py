@@ -46,9 +46,11 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "las": ArtifactPeer(
             "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
         ),
-        # gandiva: no work conservation; its loop charges every running job at every round.
+        # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays at every round.
         "gandiva": ArtifactPeer(
-            "gandiva", MappingProxyType({"work_conserving": False}), "every-decision"
+            "gandiva",
+            MappingProxyType({"node_sets": True, "work_conserving": False}),
+            "every-decision",
         ),
     }
 )
