@@ -52,7 +52,7 @@ def test_groups_share_the_cluster_in_proportion_to_their_demand(work_conserving,
     assert [decision.workers.get(b) for b in ("b0", "b1")] == [4, None]
     # The spare GPU goes to the next 1-GPU job in arrival order, or stays idle.
     assert small == ["s0", "s1", "s2", "s3"][: used - 4]
-    assert decision.wake_at == 60.0  # both groups hold more jobs than slots
+    assert decision.wake_at == 600.0  # both groups hold more jobs than slots: next turn
 
 
 def test_a_group_whose_share_rounds_to_nothing_still_gets_one_slot():
