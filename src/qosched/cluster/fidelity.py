@@ -46,6 +46,12 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "las": ArtifactPeer(
             "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
         ),
+        # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays at every round.
+        "gandiva": ArtifactPeer(
+            "gandiva",
+            MappingProxyType({"node_sets": True, "work_conserving": False}),
+            "every-decision",
+        ),
     }
 )
 #: Policies with no artifact of their own (qos, fifo, srtf) run in the simulator of the

@@ -1,0 +1,117 @@
+"""Tests for the gandiva policy: hand-computed time slicing and shares, and invariants.
+
+Model ``m`` runs ``g`` iterations/s on ``g`` GPUs, so finish times are easy on paper.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cluster_helpers import job
+
+from qosched.cluster.generate import GeneratorConfig, generate_trace
+from qosched.cluster.policies import create_policy
+from qosched.cluster.policies.gandiva import Gandiva
+from qosched.cluster.simulator import SimConfig, simulate
+from qosched.cluster.spec import ClusterSpec
+from qosched.cluster.state import ClusterView, Decision, JobState
+from qosched.cluster.throughput import ThroughputModel
+
+TABLES = ThroughputModel({"m": {64: {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0}}})
+
+
+def test_two_jobs_too_many_for_the_cluster_take_turns_every_quantum():
+    # One 4-GPU node; a needs 120 s on its 4 GPUs, b 60 s; the group has one slot.
+    jobs = [job("a", 0, 480, workers=4), job("b", 0, 240, workers=4)]
+    result = simulate(
+        ClusterSpec.from_flags(1, 4),
+        TABLES,
+        Gandiva(quantum_s=60.0),
+        jobs,
+        SimConfig(restart_pause_s=0.0, cross_node_factor=1.0),
+    )
+    finish = {o.job_id: o.finish_s for o in result.outcomes}
+    # a: [0, 60) 240 it; b: [60, 120) 240 it, done; a: [120, 180) the other 240 it.
+    assert finish == pytest.approx({"a": 180.0, "b": 120.0})
+
+
+def _states(specs) -> list[JobState]:
+    return [JobState(spec, TABLES.curve(spec.model, 64)) for spec in specs]
+
+
+@pytest.mark.parametrize(("work_conserving", "used"), [(False, 7), (True, 8)])
+def test_groups_share_the_cluster_in_proportion_to_their_demand(work_conserving, used):
+    # 8 GPUs; five 1-GPU jobs (demand 5) and two 4-GPU jobs (demand 8) of 13 in all:
+    # floor(5/13 x 8) = 3 one-GPU slots, floor(8/13 x 8) = 4 GPUs = one 4-GPU slot.
+    specs = [job(f"s{i}", 0, 100) for i in range(5)] + [
+        job("b0", 0, 100, workers=4),
+        job("b1", 0, 100, workers=4),
+    ]
+    policy = Gandiva(work_conserving=work_conserving)
+    decision = policy.allocate(ClusterView(0.0, ClusterSpec.from_flags(2, 4), _states(specs)))
+    small = sorted(j for j, g in decision.workers.items() if g == 1)
+    assert [decision.workers.get(b) for b in ("b0", "b1")] == [4, None]
+    # The spare GPU goes to the next 1-GPU job in arrival order, or stays idle.
+    assert small == ["s0", "s1", "s2", "s3"][: used - 4]
+    assert decision.wake_at == 600.0  # both groups hold more jobs than slots: next turn
+
+
+def test_a_group_whose_share_rounds_to_nothing_still_gets_one_slot():
+    # 8 GPUs; one 4-GPU job (demand 4) and five 1-GPU jobs (demand 5): floor(4/9 x 8) = 3 GPUs,
+    # no 4-GPU slot by share; floor(5/9 x 8) = 4 one-GPU slots leave the 4 GPUs it needs.
+    specs = [job("big", 0, 100, workers=4)] + [job(f"s{i}", 0, 100) for i in range(5)]
+    decision = Gandiva(work_conserving=False).allocate(
+        ClusterView(0.0, ClusterSpec.from_flags(2, 4), _states(specs))
+    )
+    assert dict(decision.workers) == {"big": 4, "s0": 1, "s1": 1, "s2": 1, "s3": 1}
+
+
+@pytest.mark.parametrize(("work_conserving", "d_finish"), [(False, 200.0), (True, 100.0)])
+def test_node_sets_bind_jobs_to_a_set_and_can_leave_a_gpu_idle(work_conserving, d_finish):
+    # Two 2-GPU nodes, four 100 s 1-GPU jobs; a set is one node running 2 jobs at once.
+    # a opens S1; b finds S1 at load 1 (1 + 1 is not below 2) and opens S2; c and d find S1
+    # refusing again and no free node, so they join S2 behind b: S1 runs a, S2 runs b and c,
+    # and d waits for b or c although S1 has an idle GPU.
+    jobs = [job(name, 0, 100) for name in "abcd"]
+    result = simulate(
+        ClusterSpec.from_flags(2, 2),
+        TABLES,
+        Gandiva(node_sets=True, work_conserving=work_conserving),
+        jobs,
+        SimConfig(restart_pause_s=0.0, cross_node_factor=1.0),
+    )
+    finish = {o.job_id: o.finish_s for o in result.outcomes}
+    assert finish == pytest.approx({"a": 100.0, "b": 100.0, "c": 100.0, "d": d_finish})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"quantum_s": None, "work_conserving": False},
+        {"node_sets": True},
+        {"node_sets": True, "work_conserving": False},
+    ],
+)
+def test_never_exceeds_the_cluster_and_is_deterministic(options):
+    tables = ThroughputModel.bundled()
+    jobs = generate_trace(GeneratorConfig(jobs=60, load=2.0, cluster_workers=16, seed=3), tables)
+
+    class Checked(Gandiva):
+        def allocate(self, view: ClusterView) -> Decision:
+            decision = super().allocate(view)
+            assert sum(decision.workers.values()) <= view.cluster.total_workers
+            return decision
+
+    def outcomes():
+        result = simulate(ClusterSpec.from_flags(2, 8), tables, Checked(**options), jobs)
+        return [(o.job_id, o.start_s, o.finish_s) for o in result.outcomes]
+
+    first = outcomes()
+    assert first == outcomes()
+    assert all(finish is not None for _, _, finish in first)
+
+
+def test_registered_and_rejects_a_bad_quantum():
+    assert isinstance(create_policy("gandiva"), Gandiva)
+    with pytest.raises(ValueError, match="quantum_s"):
+        Gandiva(quantum_s=0.0)
