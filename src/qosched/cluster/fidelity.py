@@ -46,6 +46,9 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "las": ArtifactPeer(
             "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
         ),
+        # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
+        # estimates one for a job that has none, so its jobs never pay a restart.
+        "themis": ArtifactPeer("themis", MappingProxyType({"ratio": "artifact"}), "none"),
     }
 )
 #: Policies with no artifact of their own (qos, fifo, srtf) run in the simulator of the

@@ -1,6 +1,6 @@
 """Cluster policies, registered by name. Importing this package registers the built-in ones."""
 
-from qosched.cluster.policies import baselines, elasticflow, pollux, qos  # noqa: F401  (registration)
+from qosched.cluster.policies import baselines, elasticflow, pollux, qos, themis  # noqa: F401  (registration)
 from qosched.cluster.policies.base import Policy, create_policy, policy_names, register
 
 __all__ = ["Policy", "create_policy", "policy_names", "register"]
