@@ -11,7 +11,9 @@ fractions fit the cluster, found here by bisection instead of a convex solver.
 ``ratio="artifact"`` keeps the artifact's own estimate (``scheduler.py`` ``themis_sim_jobs``): the
 isolated time is counted in iterations over the share fraction (``utils.py``
 ``get_isolated_throughputs`` returns the fraction, not a speed), and the time waited so far is
-measured from the last arrival or completion, not from now.
+measured from the last arrival or completion, not from now. Where the minimax has many solutions
+(the cluster has room at the optimum) the artifact's order is whichever its solver returns, which
+qosched does not reproduce (docs/results/fidelity.md, ``themis``).
 """
 
 from __future__ import annotations
