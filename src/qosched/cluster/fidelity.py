@@ -52,6 +52,9 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             MappingProxyType({"node_sets": True, "work_conserving": False}),
             "every-decision",
         ),
+        # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
+        # estimates one for a job that has none, so its jobs never pay a restart.
+        "themis": ArtifactPeer("themis", MappingProxyType({"ratio": "artifact"}), "none"),
     }
 )
 #: Policies with no artifact of their own (qos, fifo, srtf) run in the simulator of the
