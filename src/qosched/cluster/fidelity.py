@@ -46,6 +46,11 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "las": ArtifactPeer(
             "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
         ),
+        # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
+        # cost, half a second per worker-doubling per resume, is too small to model.
+        "chronus": ArtifactPeer(
+            "time-aware-with-lease", MappingProxyType({"spare": "artifact"}), "none"
+        ),
     }
 )
 #: Policies with no artifact of their own (qos, fifo, srtf) run in the simulator of the
