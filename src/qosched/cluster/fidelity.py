@@ -55,6 +55,11 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
         # estimates one for a job that has none, so its jobs never pay a restart.
         "themis": ArtifactPeer("themis", MappingProxyType({"ratio": "artifact"}), "none"),
+        # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
+        # cost, half a second per worker-doubling per resume, is too small to model.
+        "chronus": ArtifactPeer(
+            "time-aware-with-lease", MappingProxyType({"spare": "artifact"}), "none"
+        ),
     }
 )
 #: Policies with no artifact of their own (qos, fifo, srtf) run in the simulator of the

@@ -2,6 +2,7 @@
 
 from qosched.cluster.policies import (  # noqa: F401  (registration)
     baselines,
+    chronus,
     elasticflow,
     gandiva,
     pollux,
