@@ -112,7 +112,7 @@ def roofline_ratios(models: list[TenantModel], found) -> list[float]:
 
 
 def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace) -> dict:
-    workers = PLATFORM.workers()
+    workers = PLATFORM.pinned_processors()
     found = measure(models, workers, seed=0, cache_path=args.cache)
     isolated = Problem(
         tuple(

@@ -66,7 +66,7 @@ def main() -> int:
         )
         return 0
     device_name = torch.cuda.get_device_name(0)
-    workers = CudaPlatform().workers()
+    workers = CudaPlatform().pinned_processors()
     print(f"CUDA device {device_name}; cpu worker on cores {workers[0].cores}")
     found = measure(MIX, workers, seed=0, cache_path=args.cache)
     problem = Problem(

@@ -16,7 +16,7 @@ from qosched.placement.calibrate import read_calibration
 from qosched.placement.planfile import read_plan
 from qosched.placement.platform import (
     CoreSetsPlatform,
-    Worker,
+    PinnedProcessor,
     keep_freed_memory,
     parse_platform,
 )
@@ -66,14 +66,14 @@ def test_core_sets_of_any_size_are_accepted_and_checked_against_this_machine():
     assert platform == CoreSetsPlatform((0,), (1, 2, 3))
     far = CoreSetsPlatform((0,), (100_000,))
     with pytest.raises(InputError, match="not usable here") as caught:
-        far.workers()
+        far.pinned_processors()
     assert caught.value.field == "machine.gpu"
 
 
 def test_the_roofline_platform_cannot_run_plans():
     platform = parse_platform({"gpu": "T4", "link": "PCIe3-x16"})
     with pytest.raises(InputError, match="nothing to run on"):
-        platform.workers()
+        platform.pinned_processors()
 
 
 @needs_two_cores
@@ -91,7 +91,7 @@ def test_a_plan_runs_on_two_core_sets_with_outputs_checked_against_the_model(tmp
         tenants.append(TenantRun(name, program, tuple(map(tuple, units)), inputs, assignment))
     result = run(
         tenants,
-        (Worker("cpu", (0,)), Worker("gpu", (1,))),
+        (PinnedProcessor("cpu", (0,)), PinnedProcessor("gpu", (1,))),
         rounds=3,
         warmup=1,
         depth=2,

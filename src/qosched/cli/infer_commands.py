@@ -90,7 +90,7 @@ def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str)
 
 def run_run(args: argparse.Namespace) -> int:
     spec = load_inference_spec(args.spec)
-    workers = spec.platform.workers()
+    workers = spec.platform.pinned_processors()
     prepared = prepare_run(spec, args.plan)
     # A GPU's kernels round differently from the CPU's: there, results are checked to 1e-3.
     tolerance = 1e-3 if any(w.device != "cpu" for w in workers) else None

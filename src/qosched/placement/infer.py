@@ -31,7 +31,7 @@ from qosched.placement.costs import CostModel, tenant_from_graph
 from qosched.placement.ir import PROCESSORS, Plan, Problem, TenantGraph
 from qosched.placement.measured import TenantModel, measure, measured_tenant, profile_job
 from qosched.placement.planfile import read_plan
-from qosched.placement.platform import RooflinePlatform, Worker, run_pinned, usable_cores
+from qosched.placement.platform import PinnedProcessor, RooflinePlatform, run_pinned, usable_cores
 from qosched.placement.program import build_model, export_program, model_units, save_program
 from qosched.placement.replay import RuntimeModel, fit_runtime_model, message_samples, replay
 from qosched.placement.runtime import MeasuredRun, TenantRun
@@ -61,7 +61,7 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
         )
     cpu_note = "roofline"
     if platform.cpu_costs == "measured":
-        host = Worker("cpu", usable_cores())
+        host = PinnedProcessor("cpu", usable_cores())
         models = [TenantModel(t.name, t.model, t.batch) for t in spec.tenants]
         found, _, _ = run_pinned(host, profile_job, host, models, spec.seed, cache, 5)
         for i, (estimated, measured) in enumerate(zip(tenants, found, strict=True)):
@@ -82,7 +82,7 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
 
 def measured_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
     """Tenants measured on both processors of the spec's runnable platform, and a title."""
-    workers = spec.platform.workers()
+    workers = spec.platform.pinned_processors()
     models = [TenantModel(t.name, t.model, t.batch) for t in spec.tenants]
     found = measure(models, workers, seed=spec.seed, cache_path=cache)
     tenants: list[TenantGraph] = [

@@ -35,7 +35,7 @@ from qosched.graph.capture import capture
 from qosched.graph.passes import coarsen, linearize
 from qosched.placement.costs import layer_boundaries
 from qosched.placement.ir import TenantGraph
-from qosched.placement.platform import Worker, pin, process_context, run_pinned
+from qosched.placement.platform import PinnedProcessor, pin, process_context, run_pinned
 from qosched.placement.profile import DEFAULT_REPEATS, ProfileCache, TenantProfile, profile_tenant
 from qosched.placement.program import UnitProgram, build_model, export_program
 from qosched.placement.runtime import pack, to_device, unpack
@@ -88,7 +88,7 @@ class Measurement:
 
 
 def profile_job(
-    worker: Worker,
+    worker: PinnedProcessor,
     tenants: Sequence[TenantModel],
     seed: int,
     cache_path: str | None,
@@ -114,7 +114,7 @@ def profile_job(
     return result, cache.hits, cache.misses
 
 
-def _echo(worker: Worker, inbox: Any, outbox: Any) -> None:
+def _echo(worker: PinnedProcessor, inbox: Any, outbox: Any) -> None:
     pin(worker.cores)
     device = torch.device(worker.device)
     while True:
@@ -128,7 +128,12 @@ def _echo(worker: Worker, inbox: Any, outbox: Any) -> None:
 
 
 def _ping(
-    worker: Worker, sizes: Sequence[int], repeats: int, to_echo: Any, from_echo: Any, out: Any
+    worker: PinnedProcessor,
+    sizes: Sequence[int],
+    repeats: int,
+    to_echo: Any,
+    from_echo: Any,
+    out: Any,
 ) -> None:
     pin(worker.cores)
     one_way = []
@@ -146,7 +151,7 @@ def _ping(
     out.put(one_way)
 
 
-def measure_channel(a: Worker, b: Worker, cache: ProfileCache) -> Channel:
+def measure_channel(a: PinnedProcessor, b: PinnedProcessor, cache: ProfileCache) -> Channel:
     """The fitted channel from ``a`` to ``b`` (see the module doc), measured once and cached."""
     device = f"channel|v3|{a.cost_key()}|{a.device}->{b.cost_key()}|{b.device}"
     latency = cache.get(device, "latency_s")
@@ -181,7 +186,7 @@ def measure_channel(a: Worker, b: Worker, cache: ProfileCache) -> Channel:
 
 def measure(
     tenants: Sequence[TenantModel],
-    workers: tuple[Worker, Worker],
+    workers: tuple[PinnedProcessor, PinnedProcessor],
     *,
     seed: int = 0,
     cache_path: str | Path | None = None,

@@ -17,8 +17,8 @@ registered constructor (``@register_platform``) that validates its own keys:
   usable core but the last) and a CUDA device driven by a process on ``gpu_host`` (default: the
   last usable core).
 
-A :class:`Worker` is one processor as the runtime and the profiler see it: its cores, its torch
-device, and the key its measured costs are cached under.
+A :class:`PinnedProcessor` is one processor as the runtime and the profiler see it: its cores,
+its torch device, and the key its measured costs are cached under.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Worker:
+class PinnedProcessor:
     """One processor of a platform: ``processor`` is ``"cpu"`` or ``"gpu"`` (its role in a plan),
     ``cores`` the CPU cores its process is pinned to, ``device`` the torch device it computes
     on."""
@@ -66,7 +66,7 @@ class Platform(Protocol):
     name: str
     runnable: bool
 
-    def workers(self) -> tuple[Worker, Worker]: ...
+    def pinned_processors(self) -> tuple[PinnedProcessor, PinnedProcessor]: ...
 
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -178,7 +178,7 @@ class RooflinePlatform:
             )
         return cls(machine["gpu"], machine["link"], float(factor), cpu_costs)
 
-    def workers(self) -> tuple[Worker, Worker]:
+    def pinned_processors(self) -> tuple[PinnedProcessor, PinnedProcessor]:
         raise InputError(
             f"platform roofline models a {self.gpu} that is not here: nothing to run on; use "
             "platform cpu-sets (or cuda on a CUDA machine) to run plans",
@@ -222,10 +222,10 @@ class CoreSetsPlatform:
             )
         return cls(cpu, gpu)
 
-    def workers(self) -> tuple[Worker, Worker]:
+    def pinned_processors(self) -> tuple[PinnedProcessor, PinnedProcessor]:
         check_available(self.cpu, "machine.cpu")
         check_available(self.gpu, "machine.gpu")
-        return Worker("cpu", self.cpu), Worker("gpu", self.gpu)
+        return PinnedProcessor("cpu", self.cpu), PinnedProcessor("gpu", self.gpu)
 
     def to_dict(self) -> dict[str, Any]:
         return {"platform": self.name, "cpu": list(self.cpu), "gpu": list(self.gpu)}
@@ -261,7 +261,7 @@ class CudaPlatform:
             )
         return cls(cpu, index, host)
 
-    def workers(self) -> tuple[Worker, Worker]:
+    def pinned_processors(self) -> tuple[PinnedProcessor, PinnedProcessor]:
         import torch
 
         if not torch.cuda.is_available() or self.gpu >= torch.cuda.device_count():
@@ -275,7 +275,7 @@ class CudaPlatform:
         cpu = self.cpu or tuple(c for c in usable if c not in host)
         check_available(cpu, "machine.cpu")
         check_available(host, "machine.gpu_host")
-        return Worker("cpu", cpu), Worker("gpu", host, f"cuda:{self.gpu}")
+        return PinnedProcessor("cpu", cpu), PinnedProcessor("gpu", host, f"cuda:{self.gpu}")
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"platform": self.name, "gpu": self.gpu}
@@ -332,7 +332,7 @@ def process_context() -> BaseContext:
     return context
 
 
-def run_pinned(worker: Worker, fn: Callable[..., T], *args: Any) -> T:
+def run_pinned(worker: PinnedProcessor, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a new process pinned to ``worker.cores`` (see :func:`process_context`);
     ``fn`` must be importable at module level."""
     with ProcessPoolExecutor(

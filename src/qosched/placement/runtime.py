@@ -1,8 +1,8 @@
 """The multi-tenant runtime: a plan executed for real, one worker process per processor.
 
-Each worker is a process pinned to its processor's cores (``placement.platform.Worker``) with
-one PyTorch thread per core (on a CUDA platform the gpu worker computes on the device). It holds
-every tenant's program (``placement.program.UnitProgram``, the exported model with its real
+Each worker is a process pinned to its processor's cores (``placement.platform.PinnedProcessor``)
+with one PyTorch thread per core (on a CUDA platform the gpu worker computes on the device). It
+holds every tenant's program (``placement.program.UnitProgram``, the exported model with its real
 weights) and serves one inbox, first come first served, one piece of work at a time:
 
 - a *segment* is a maximal run of consecutive units a plan puts on one processor. A worker runs
@@ -50,7 +50,7 @@ from torch.utils import _pytree as pytree
 
 from qosched.core.errors import InputError, QoschedError
 from qosched.placement.ir import segments
-from qosched.placement.platform import Worker, pin, process_context
+from qosched.placement.platform import PinnedProcessor, pin, process_context
 from qosched.placement.program import UnitProgram, load_program
 from qosched.report.trace import Span
 
@@ -145,7 +145,7 @@ def _drained(source: Any, *, until: str) -> queue_module.Queue:
 
 
 def _worker_main(
-    worker: Worker,
+    worker: PinnedProcessor,
     tenants: Sequence[TenantRun],
     inboxes: dict[str, Any],
     done: Any,
@@ -158,7 +158,11 @@ def _worker_main(
 
 
 def _serve(
-    worker: Worker, tenants: Sequence[TenantRun], inboxes: dict[str, Any], done: Any, check: _Check
+    worker: PinnedProcessor,
+    tenants: Sequence[TenantRun],
+    inboxes: dict[str, Any],
+    done: Any,
+    check: _Check,
 ) -> None:
     pin(worker.cores)
     me = worker.processor
@@ -288,7 +292,7 @@ class MeasuredRun:
 
 def run(
     tenants: Sequence[TenantRun],
-    workers: tuple[Worker, Worker],
+    workers: tuple[PinnedProcessor, PinnedProcessor],
     *,
     rounds: int = 20,
     warmup: int = 2,
