@@ -88,9 +88,7 @@ def decision(args: argparse.Namespace) -> None:
         for state in states:
             if policy.admit(state, ClusterView(0.0, cluster, tuple(admitted), 30.0)):
                 admitted.append(state)
-        guaranteed = sum(
-            1 for s in admitted if getattr(policy, "is_guaranteed", lambda _: True)(s.job_id)
-        )
+        guaranteed = sum(1 for s in admitted if policy.is_guaranteed(s.job_id))
         view = ClusterView(0.0, cluster, tuple(admitted), 30.0)
         times = []
         for _ in range(args.repeats + 1):
