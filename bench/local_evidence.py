@@ -8,10 +8,10 @@
   and the prediction error of the real jobs against their progress (from each qos job's own
   progress samples in the store: the predictor ``qos`` uses, fed the samples up to a point,
   predicts the speed on the job's cores, compared with the speed the job then ran at there).
-- resize: what a re-size costs. In place: a running worker's allocation is rewritten, timed
-  from the write to the worker's ``resize`` event, plus how much longer the iterations around
+- resize: what a re-size costs. In place: a running runner's allocation is rewritten, timed
+  from the write to the runner's ``resize`` event, plus how much longer the iterations around
   it took. By restart (what a re-size would cost without the in-place path): SIGTERM to exit
-  (checkpoint), and launch to first progress of the restarted worker.
+  (checkpoint), and launch to first progress of the restarted runner.
 
 Every number comes from real processes on this machine; the tables print the machine's CPU.
 """
@@ -30,13 +30,13 @@ import time
 from pathlib import Path
 
 from qosched.backends.local.demo import RunReport, calibrated_plan, run_workload
-from qosched.backends.local.process import launch_worker
-from qosched.backends.local.progress import WorkerEvent, read_progress
+from qosched.backends.local.process import launch_runner
+from qosched.backends.local.progress import RunnerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
     PROGRESS_FILE,
     Allocation,
-    WorkerJob,
+    RunnerJob,
     write_allocation,
     write_job_folder,
 )
@@ -46,7 +46,7 @@ from qosched.cluster.predict import OnlinePredictor
 
 BUCKETS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
 WINDOW_S = 4.0
-MAX_REPORT_GAP_S = 2.0  # workers report progress every 0.5 s while they run
+MAX_REPORT_GAP_S = 2.0  # runners report progress every 0.5 s while they run
 
 
 def cpu_model() -> str:
@@ -115,7 +115,7 @@ def workload(args: argparse.Namespace) -> None:
         "Four real PyTorch training jobs (`qosched demo`), each asking for every core (the "
         "over-provisioning users of the paper); `fifo` honours the requests, `qos` sees only "
         "the deadlines, which each repeat sets anew from the workloads' speeds measured on "
-        "this machine just before it. *CPU use* = CPU time of the worker processes / "
+        "this machine just before it. *CPU use* = CPU time of the runner processes / "
         "core-seconds allocated.\n"
     )
     print("| repeat | policy | deadlines met | per job: done in / deadline s | CPU use | wall s |")
@@ -193,7 +193,7 @@ def _wait_for(job_dir: Path, predicate, timeout_s: float = 120.0):
             if predicate(event):
                 return event
         time.sleep(0.01)
-    raise TimeoutError("the worker did not report in time")
+    raise TimeoutError("the runner did not report in time")
 
 
 def resize(args: argparse.Namespace) -> None:
@@ -204,41 +204,41 @@ def resize(args: argparse.Namespace) -> None:
     in_place, restart_stop, restart_start = [], [], []
     with tempfile.TemporaryDirectory() as root:
         job_dir = Path(root) / "job"
-        job = WorkerJob("job", "cnn", None, 100_000, 0, 10_000)
+        job = RunnerJob("job", "cnn", None, 100_000, 0, 10_000)
         write_job_folder(job_dir, job, Allocation(cores[:1], 1))
-        worker = launch_worker(job_dir, stderr=subprocess.DEVNULL)
-        _wait_for(job_dir, lambda e: e.event is WorkerEvent.PROGRESS)
+        runner = launch_runner(job_dir, stderr=subprocess.DEVNULL)
+        _wait_for(job_dir, lambda e: e.event is RunnerEvent.PROGRESS)
         for version in range(2, 2 + 2 * args.resizes):
             chosen = cores[:2] if version % 2 == 0 else cores[:1]
             written = time.time()
             write_allocation(job_dir / ALLOCATION_FILE, Allocation(chosen, version))
             event = _wait_for(
-                job_dir, lambda e, v=version: e.event is WorkerEvent.RESIZE and e.version == v
+                job_dir, lambda e, v=version: e.event is RunnerEvent.RESIZE and e.version == v
             )
             in_place.append(event.t - written)
             time.sleep(1.0)
         # By restart: stop with SIGTERM (checkpoint), start again, wait for progress.
         for _ in range(args.restarts):
             stopped = time.time()
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=120)
+            runner.send_signal(signal.SIGTERM)
+            runner.wait(timeout=120)
             restart_stop.append(time.time() - stopped)
             before = len(read_progress(job_dir / PROGRESS_FILE))
             started = time.time()
-            worker = launch_worker(job_dir, stderr=subprocess.DEVNULL)
+            runner = launch_runner(job_dir, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 events = read_progress(job_dir / PROGRESS_FILE)[before:]
-                if any(e.event is WorkerEvent.PROGRESS for e in events):
+                if any(e.event is RunnerEvent.PROGRESS for e in events):
                     break
                 time.sleep(0.01)
             restart_start.append(time.time() - started)
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=120)
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=120)
     print("| re-size | samples | median s | max s |")
     print("|---|---|---|---|")
     for name, values in (
-        ("in place: allocation written -> worker re-pinned", in_place),
+        ("in place: allocation written -> runner re-pinned", in_place),
         ("restart: SIGTERM -> checkpointed and exited", restart_stop),
         ("restart: launch -> first progress report", restart_start),
     ):

@@ -144,7 +144,7 @@ def main() -> int:
                 )
             events = list(service.store.events())
         finally:
-            service.stop_workers(grace_s=30)
+            service.stop_runners(grace_s=30)
             service.close()
     print(
         json.dumps(

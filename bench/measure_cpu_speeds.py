@@ -4,14 +4,14 @@
                                        [--rounds 3] [--network-gbit 10] [--network-latency-us 50]
                                        [--out src/qosched/data/throughputs/CPU]
 
-What is measured, on this machine, with ``OMP_WAIT_POLICY=PASSIVE`` (as the local worker sets):
+What is measured, on this machine, with ``OMP_WAIT_POLICY=PASSIVE`` (as the local runner sets):
 
 - ``c(b)``: the real training-iteration time (data + forward + backward + optimizer step) of each
   built-in workload (``qosched.workloads``: ``cnn``, ``transformer``) at per-worker batch ``b`` on
   one core (``torch.set_num_threads(1)``, affinity to one core), for every ``b`` a table needs;
 - ``T2(B)``: the same at each global batch ``B`` on two cores, two ways: data-parallel (two
   processes, one per core, half the batch each, gradients all-reduced with gloo) and two intra-op
-  threads of one process (what the local worker does with two cores).
+  threads of one process (what the local runner does with two cores).
 
 Every time is the median of ``--iterations`` timed iterations after a warm-up, taken in
 ``--rounds`` rounds over all measurements with the lowest median kept, because other processes

@@ -11,7 +11,7 @@ from qosched.backends.local.affinity import set_process_affinity
 
 @pytest.fixture(autouse=True)
 def _cores_left_as_found():
-    """A test that runs a worker in this process pins it to the worker's cores; later tests
+    """A test that runs a runner in this process pins it to the runner's cores; later tests
     (the placement ones check which cores are usable) must not inherit that. Restored, then
     reported, so the offender is named instead of a victim failing far away."""
     before = os.sched_getaffinity(0)

@@ -1,4 +1,4 @@
-"""qosched.job, the progress API of users' scripts, read back by the worker's own reader."""
+"""qosched.job, the progress API of users' scripts, read back by the runner's own reader."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 import qosched.job
 from qosched.backends.local.protocol import ENV_CPUS, ENV_ITERATIONS, ENV_JOB_DIR, ENV_PROGRESS_FILE
-from qosched.backends.local.worker import CommandProgress
+from qosched.backends.local.runner import CommandProgress
 
 
 @pytest.fixture
@@ -34,8 +34,8 @@ def test_outside_qosched_report_does_nothing(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_reports_reach_the_worker(progress_file):
-    reader = CommandProgress(progress_file)  # starts after what is there, as the worker does
+def test_reports_reach_the_runner(progress_file):
+    reader = CommandProgress(progress_file)  # starts after what is there, as the runner does
     assert qosched.job.report(1, loss=2.5) is True
     assert qosched.job.report(2) is True
     assert reader.read() == []

@@ -44,8 +44,8 @@ GPU_WORKLOAD = (
     ("g-third", 4, (2, 2)),
 )
 GPU_VICTIM = ("g-victim", 2000, (1, 1))
-#: The first job's iterations when the case needs its worker to outlive a killed service and be
-#: adopted by the next one (about 3 s: a 12-iteration worker may be done before the restart).
+#: The first job's iterations when the case needs its runner to outlive a killed service and be
+#: adopted by the next one (about 3 s: a 12-iteration runner may be done before the restart).
 LONG_FIRST = 100
 GPUS = (0, 1)
 RUN_TIMEOUT_S = 60.0

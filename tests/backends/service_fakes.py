@@ -71,7 +71,7 @@ def make_job(job_id: str = "j-000001", state: str = "queued", **fields: Any) -> 
 class FakeService:
     """Jobs in a list, kept as their JSON; nothing runs unless a test says so with ``update``.
     Logs are files under ``log_dir`` (a new temporary folder by default), read as
-    ``LocalService`` reads its workers'."""
+    ``LocalService`` reads its runners'."""
 
     def __init__(
         self,

@@ -54,7 +54,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    # Module-wide: submitting never launches a worker (nothing here calls step()).
+    # Module-wide: submitting never launches a runner (nothing here calls step()).
     home = tmp_path_factory.mktemp("home")
     service = LocalService.open(home, policy="qos")
     server = serve(service, token=TOKEN)
@@ -138,6 +138,6 @@ def test_a_job_of_the_largest_iterations_is_scheduled_without_error(tmp_path, po
         service.cancel(job.id)
         service.step()
     finally:
-        service.stop_workers(grace_s=10)
+        service.stop_runners(grace_s=10)
         service.close()
     LocalService.open(tmp_path, policy=policy).close()

@@ -1,5 +1,5 @@
 """The local-service commands against a real service: ``qosched up`` (the real ``LocalService``)
-in a thread, real worker processes running short command jobs, and the exit codes of
+in a thread, real runner processes running short command jobs, and the exit codes of
 ``submit --wait``."""
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def test_submit_wait_exits_0_when_the_job_succeeds_by_its_deadline(
 def test_submit_wait_exits_failed_when_the_command_fails(
     service: Service, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Exit code 2 is the worker's "bad input": the job fails at once, without retries.
+    # Exit code 2 is the runner's "bad input": the job fails at once, without retries.
     spec = service.write("bad", service.spec("bad", exit_code=2))
     assert qosched(service, "submit", "--wait", spec) == local.Exit.FAILED
     assert "j-000001 (bad): failed" in capsys.readouterr().err

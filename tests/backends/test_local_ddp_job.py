@@ -63,7 +63,7 @@ def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one
         events = service.store.events(job_id)
     finally:
         WANT.pop(job_id, None)
-        service.stop_workers(grace_s=5)
+        service.stop_runners(grace_s=5)
         service.close()
     assert job.state == "succeeded", job.error
     job_dir = tmp_path / "home" / "jobs" / job_id

@@ -1,4 +1,4 @@
-"""The demo's calibrated deadlines: hand-computed plans, and a real measurement by the worker."""
+"""The demo's calibrated deadlines: hand-computed plans, and a real measurement by the runner."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_measurements_sharing_cores_are_refused():
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_the_worker_measures_both_workloads_side_by_side():
+def test_the_runner_measures_both_workloads_side_by_side():
     cores = sorted(os.sched_getaffinity(0))[:2]
     found = measure([("cnn", (cores[0],)), ("transformer", (cores[1],))], seconds=1.5)
     assert [m.workload for m in found] == ["cnn", "transformer"]

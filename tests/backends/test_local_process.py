@@ -1,4 +1,4 @@
-"""qosched.backends.local.process: a worker is found by its job folder and held by a pidfd."""
+"""qosched.backends.local.process: a runner is found by its job folder and held by a pidfd."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from worker_helpers import make_job_dir
+from runner_helpers import make_job_dir
 
-from qosched.backends.local.process import WorkerProcess, find_workers, start_ticks
+from qosched.backends.local import process
+from qosched.backends.local.process import RunnerProcess, find_runners, start_ticks
+from qosched.backends.local.service import RUNNER_LOG
 
 WAIT_S = 30.0
 
@@ -23,12 +25,12 @@ def no_pidfd(pid: int) -> int:
 
 
 @pytest.fixture(params=["pidfd", "identity-checks"])
-def worker(request, tmp_path: Path, monkeypatch) -> Iterator[tuple[WorkerProcess, Path]]:
+def runner(request, tmp_path: Path, monkeypatch) -> Iterator[tuple[RunnerProcess, Path]]:
     if request.param == "identity-checks":  # a kernel or sandbox without pidfds
         monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     job_dir = make_job_dir(tmp_path, workload=None, command=["sleep", "60"], cpus=None)
-    with open(job_dir / "worker.log", "ab") as log:
-        started = WorkerProcess.start(sys.executable, job_dir, log=log, env={})
+    with open(job_dir / RUNNER_LOG, "ab") as log:
+        started = RunnerProcess.start(sys.executable, job_dir, log=log, env={})
     yield started, job_dir
     started.kill_group(signal.SIGKILL)
     wait_until(started.gone)
@@ -42,10 +44,10 @@ def wait_until(condition) -> None:
         time.sleep(0.02)
 
 
-def test_a_started_worker_is_found_by_its_job_folder(worker):
-    process, job_dir = worker
+def test_a_started_runner_is_found_by_its_job_folder(runner):
+    process, job_dir = runner
     # A scan right after the start may catch it in mid-exec, its command line still empty.
-    wait_until(lambda: find_workers().get(str(job_dir)) == [process.pid])
+    wait_until(lambda: find_runners().get(str(job_dir)) == [process.pid])
     assert process.running() and not process.gone()
     assert process.start_ticks == start_ticks(process.pid)
 
@@ -55,19 +57,19 @@ def test_a_started_worker_is_found_by_its_job_folder(worker):
     [("same", 0, True), ("same", None, True), ("same", 1, False), ("other", 0, False)],
     ids=["same-start", "start-unknown", "other-start", "other-folder"],
 )
-def test_adopt_checks_the_folder_and_the_start_time(worker, tmp_path, folder, tick_offset, adopted):
-    process, job_dir = worker
+def test_adopt_checks_the_folder_and_the_start_time(runner, tmp_path, folder, tick_offset, adopted):
+    process, job_dir = runner
     ticks = None if tick_offset is None else process.start_ticks + tick_offset
     where = job_dir if folder == "same" else tmp_path / "elsewhere"
-    found = WorkerProcess.adopt(process.pid, where, ticks=ticks)
+    found = RunnerProcess.adopt(process.pid, where, ticks=ticks)
     assert (found is not None) == adopted
     if found is not None:
         assert found.running()
         found.close()
 
 
-def test_after_exit_a_worker_is_never_signalled_again(worker):
-    process, _ = worker
+def test_after_exit_a_runner_is_never_signalled_again(runner):
+    process, _ = runner
     process.kill_group(signal.SIGKILL)
     wait_until(process.gone)
     assert not process.running()
@@ -75,10 +77,33 @@ def test_after_exit_a_worker_is_never_signalled_again(worker):
     assert process.exit_code() == -signal.SIGKILL
 
 
-def test_adopt_refuses_a_pid_that_is_gone(worker):
-    process, job_dir = worker
+def test_adopt_refuses_a_pid_that_is_gone(runner):
+    process, job_dir = runner
     pid = process.pid
     process.kill_group(signal.SIGKILL)
     wait_until(process.gone)
     process.close()  # reaped: the pid may now go to anyone
-    assert WorkerProcess.adopt(pid, job_dir) is None
+    assert RunnerProcess.adopt(pid, job_dir) is None
+
+
+@pytest.mark.parametrize(
+    ("module", "found"),
+    [
+        ("qosched.backends.local.runner", True),
+        ("qosched.backends.local.worker", True),  # what earlier versions started
+        ("qosched.backends.local.other", False),
+    ],
+)
+def test_the_scan_knows_a_runner_by_its_module_now_and_before_its_rename(
+    tmp_path, monkeypatch, module, found
+):
+    proc = tmp_path / "proc"
+    job_dir = "/home/q/jobs/job-1"
+    (proc / "4242").mkdir(parents=True)
+    argv = [sys.executable, "-m", module, job_dir]
+    (proc / "4242" / "cmdline").write_bytes(b"\0".join(os.fsencode(a) for a in argv) + b"\0")
+    # Fields from 1 on: pid, (comm), state, ... as /proc/PID/stat has them.
+    (proc / "4242" / "stat").write_text("4242 (python) S " + " ".join(["0"] * 49) + "\n")
+    monkeypatch.setattr(process, "_PROC", proc)
+    assert process.runner_folder(4242) == (job_dir if found else None)
+    assert find_runners() == ({job_dir: [4242]} if found else {})

@@ -1,13 +1,15 @@
-"""The local service end to end with real worker processes (kept short: tiny jobs)."""
+"""The local service end to end with real runner processes (kept short: tiny jobs)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from qosched.backends.local import process
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.protocol import ENV_CRASH_AT
 from qosched.backends.local.service import LocalService, assign_cores, wait_until_idle
@@ -80,7 +82,7 @@ def test_a_killed_service_loses_no_job_and_every_job_still_completes(tmp_path):
         service.step()
         time.sleep(0.2)
     assert service.job(first).state == "running"
-    # The service dies without stopping anything: workers keep running in their own session.
+    # The service dies without stopping anything: runners keep running in their own session.
     service.store.close()
     del service
     reopened = open_service(tmp_path)
@@ -92,6 +94,65 @@ def test_a_killed_service_loses_no_job_and_every_job_still_completes(tmp_path):
     reopened.close()
 
 
+#: A ``sitecustomize`` that makes ``python -m qosched.backends.local.worker`` run the runner: the
+#: runner's module had that name in earlier versions, so a process started this way has the
+#: command line of a runner the previous version launched.
+PREVIOUS_NAME_SITE = """
+import importlib.abc
+import importlib.util
+import sys
+
+
+class PreviousName(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "qosched.backends.local.worker":
+            return None
+        origin = importlib.util.find_spec("qosched.backends.local.runner").origin
+        return importlib.util.spec_from_file_location(name, origin)
+
+
+sys.meta_path.insert(0, PreviousName())
+"""
+
+
+def test_a_runner_the_previous_version_started_is_adopted_after_an_upgrade(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(PREVIOUS_NAME_SITE)
+    home = tmp_path / "home"
+    try:
+        with monkeypatch.context() as previous:  # the previous version launches the runner
+            previous.setattr(process, "RUNNER_MODULE", "qosched.backends.local.worker")
+            previous.setenv("PYTHONPATH", str(site), prepend=os.pathsep)
+            service = open_service(home, policy="fifo")
+            job_id = service.submit_spec(spec("old", iterations=100_000)).id
+            deadline = time.monotonic() + 60
+            while service.job(job_id).iterations_done < 2 and time.monotonic() < deadline:
+                service.step()
+                time.sleep(0.2)
+            assert service.job(job_id).state == "running"
+            (launched,) = [e for e in service.store.events(job_id) if e.kind == "launched"]
+            pid = launched.detail["pid"]
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert cmdline[1:3] == [b"-m", b"qosched.backends.local.worker"]
+            service.store.close()  # the service dies; its runner runs on
+            del service
+        upgraded = open_service(home, policy="fifo")
+        readopted = [e for e in upgraded.store.events(job_id) if e.kind == "re-adopted"]
+        assert [e.detail["pid"] for e in readopted] == [pid]
+        assert upgraded.job(job_id).state == "running"
+        upgraded.cancel(job_id)  # and it is the new service's to stop
+        assert wait_until_idle(upgraded, timeout_s=60)
+        assert upgraded.job(job_id).state == "cancelled"
+        assert upgraded.job(job_id).attempts == 1
+        upgraded.close()
+    finally:  # a failed check must not leave a 100,000-iteration job running
+        for folder, pids in process.find_runners().items():
+            if folder.startswith(str(home)):
+                for left in pids:
+                    os.kill(left, signal.SIGKILL)
+
+
 def test_a_crashing_job_is_retried_then_failed_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_CRASH_AT, "3")
     service = open_service(tmp_path)
@@ -100,7 +161,7 @@ def test_a_crashing_job_is_retried_then_failed_with_its_error(tmp_path, monkeypa
     job = service.job(job_id)
     assert job.state == "failed"
     assert job.attempts == 3
-    assert "QOSCHED_WORKER_CRASH_AT" in job.error or "crash" in job.error.lower()
+    assert "QOSCHED_RUNNER_CRASH_AT" in job.error or "crash" in job.error.lower()
     service.close()
 
 

@@ -1,5 +1,5 @@
 """GPUs in the local service, on this CPU-only machine: a declared inventory (as ``qosched up
---gpus 0,1``), real worker processes and command jobs that write down what they see. No CUDA is
+--gpus 0,1``), real runner processes and command jobs that write down what they see. No CUDA is
 involved: what is checked is what qosched controls, the GPUs each process is shown
 (``CUDA_VISIBLE_DEVICES``, ``QOSCHED_GPUS``) and who holds which GPU when."""
 
@@ -39,13 +39,13 @@ SEEING = textwrap.dedent(
     keys = json.loads(sys.argv[2])
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    def parent_env():  # the worker's, read while it waits for this process
+    def parent_env():  # the runner's, read while it waits for this process
         with open(f"/proc/{os.getppid()}/environ", "rb") as environ:
             items = [item.split(b"=", 1) for item in environ.read().split(b"\\0") if b"=" in item]
         return {k.decode(): v.decode() for k, v in items if k.decode() in keys}
     def note(kind, **extra):
         record = {"kind": kind, "pid": os.getpid(), "t": time.time(), "cwd": os.getcwd(),
-                  "env": {k: os.environ.get(k) for k in keys}, "worker_env": parent_env(),
+                  "env": {k: os.environ.get(k) for k in keys}, "runner_env": parent_env(),
                   **extra}
         with open(os.path.join(folder, "seen.jsonl"), "a") as out:
             out.write(json.dumps(record) + "\\n")
@@ -157,10 +157,10 @@ def test_each_process_sees_only_its_gpus_its_working_dir_and_its_env(tmp_path):
         "MY_SETTING": "a b=c",
     }
     assert start["cwd"] == str(work)
-    assert start["worker_env"]["CUDA_VISIBLE_DEVICES"] == given  # the worker's own, too
+    assert start["runner_env"]["CUDA_VISIBLE_DEVICES"] == given  # the runner's own, too
     [start, _] = seen(tmp_path / "home", cpu_job)
     assert start["env"]["CUDA_VISIBLE_DEVICES"] == "" and start["env"]["QOSCHED_GPUS"] == ""
-    assert start["worker_env"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert start["runner_env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert start["env"]["MY_SETTING"] is None and start["env"]["OMP_NUM_THREADS"] == "1"
     assert start["cwd"] == os.getcwd()  # no workingDir: the service's folder
 
@@ -240,7 +240,7 @@ def test_a_restarted_service_adopts_a_running_gpu_job_with_its_gpus(tmp_path):
         if service.job(job).state == "running":
             break
     held = service.job(job).gpus
-    service.close()  # the worker runs on
+    service.close()  # the runner keeps running
     service = open_service(tmp_path / "home")
     try:
         assert service.job(job).gpus == held

@@ -1,5 +1,5 @@
 """Kill the service anywhere: SIGKILL at every step boundary of a small real workload, restart,
-and check that every job completes exactly once, no job ever has two workers, no core is held by
+and check that every job completes exactly once, no job ever has two runners, no core is held by
 two jobs, and nothing is lost from the store."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from command_jobs import runs
 from kill_anywhere_driver import GPU_VICTIM, VICTIM, WORKLOAD, workloads
 
-from qosched.backends.local.process import find_workers
+from qosched.backends.local.process import find_runners
 from qosched.backends.local.protocol import RESULT_FILE, read_result
 from qosched.backends.local.store import Lifecycle, Store
 
@@ -78,7 +78,7 @@ CASES = {
 
 
 def needs_adoption(faults: list[str]) -> bool:
-    """A case that kills a restarted service while it adopts a worker needs that worker alive
+    """A case that kills a restarted service while it adopts a runner needs that runner alive
     at the restart: its first job is made long."""
     return any(fault.startswith("adopted:") for fault in faults)
 
@@ -165,5 +165,5 @@ def check_invariants(
             held.pop(event.job_id, None)
         cores = [core for cpus in held.values() for core in cpus]
         assert len(cores) == len(set(cores)), (event, held)
-    # Every worker is gone.
-    assert not [folder for folder in find_workers() if folder.startswith(str(home))]
+    # Every runner is gone.
+    assert not [folder for folder in find_runners() if folder.startswith(str(home))]

@@ -1,6 +1,6 @@
 """The predictor learns a command job's speed from the progress it reports.
 
-A command's worker writes its ``start`` line before the command has reported any iteration;
+A command's runner writes its ``start`` line before the command has reported any iteration;
 the speed must still be learned from the lines that follow (it once stayed at the 1 it/s
 placeholder for the whole run).
 """
@@ -31,5 +31,5 @@ def test_a_command_jobs_speed_is_learned_from_its_progress(tmp_path):
         left = job.iterations - job.iterations_done
         assert job.predicted_finish_at - time.time() < left / 5.0
     finally:
-        service.stop_workers(grace_s=2.0)
+        service.stop_runners(grace_s=2.0)
         service.close()

@@ -1,5 +1,5 @@
 """The local service under trouble: one job's bad input fails that job alone, recovery never
-refuses to start, store trouble is retried, a reused pid is never taken for a worker, and a
+refuses to start, store trouble is retried, a reused pid is never taken for a runner, and a
 stopped job's cores are handed on only once its processes are gone."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from command_jobs import CORES, counting_spec, python_spec, runs
 
 import qosched.backends.local.service as service_module
-from qosched.backends.local.process import find_workers
+from qosched.backends.local.process import find_runners
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.store import Store
 from qosched.cluster.policies import Policy
@@ -52,7 +52,7 @@ def kinds(service: LocalService, job_id: str) -> list[str]:
 
 # -- one job's trouble is that job's failure ------------------------------------------------------
 
-# Writes into the worker's own progress file, which only the worker may write.
+# Writes into the runner's own progress file, which only the runner may write.
 FOREIGN_LINE = """
     import os, time
     with open(os.path.join(os.environ["QOSCHED_JOB_DIR"], "progress.jsonl"), "a") as out:
@@ -76,7 +76,7 @@ FOREIGN_LINE = """
     ],
     ids=["not-json", "iteration-1e20", "time-past-year-9999"],
 )
-def test_a_bad_line_in_the_workers_progress_file_fails_that_job_alone(tmp_path, line, reason):
+def test_a_bad_line_in_the_runners_progress_file_fails_that_job_alone(tmp_path, line, reason):
     service = open_service(tmp_path)
     bad = service.submit_spec(python_spec("bad", FOREIGN_LINE.format(line=line))).id
     good = service.submit_spec(counting_spec("good")).id
@@ -87,7 +87,7 @@ def test_a_bad_line_in_the_workers_progress_file_fails_that_job_alone(tmp_path, 
     assert re.search(reason, failed.error), failed.error
     assert "failing" in kinds(service, bad)
     assert service.job(good).state == "succeeded"
-    assert not find_workers().get(str(tmp_path / "jobs" / bad))  # its worker was stopped
+    assert not find_runners().get(str(tmp_path / "jobs" / bad))  # its runner was stopped
     service.close()
 
 
@@ -114,7 +114,7 @@ def test_bad_lines_from_a_command_are_warnings_and_the_job_goes_on(tmp_path):
     warnings = [
         event.detail["message"]
         for event in service.store.events(job_id)
-        if event.kind == "worker-warning"
+        if event.kind == "worker-warning"  # the stored name, kept for existing stores
     ]
     assert [w.split(": ", 1)[0] for w in warnings] == [
         f"command_progress.jsonl:{n}" for n in (1, 2, 3, 4)
@@ -191,7 +191,7 @@ def test_a_job_folder_that_cannot_be_read_at_open_fails_that_job(tmp_path, fill,
     job_dir = tmp_path / "jobs" / job_id
     job_dir.mkdir(parents=True)
     fill(job_dir)
-    # It ran, and its worker died with the service.
+    # It ran, and its runner died with the service.
     service.store.record_launch_intent(job_id, time.time(), str(job_dir), [CORES[0]])
     service.store.record_launched(
         job_id, time.time(), cpus=[CORES[0]], pid=os.getpid(), start_ticks=0, attempt=1
@@ -285,14 +285,14 @@ def test_store_trouble_in_a_round_is_retried_and_runs_the_job_once(tmp_path, mon
     service.close()
 
 
-# -- a worker is known by a pidfd and its job folder, never by a pid alone -----------------------
+# -- a runner is known by a pidfd and its job folder, never by a pid alone -----------------------
 
 
 def test_a_reused_pid_is_not_adopted_and_never_signalled(tmp_path):
     service = open_service(tmp_path, cpus=CORES[:1])
     job_id = service.submit_spec(counting_spec("reused", iterations=1000, sleep_s=0.02)).id
     job_dir = tmp_path / "jobs" / job_id
-    # What the store says after the worker died and its pid went to another process (one that
+    # What the store says after the runner died and its pid went to another process (one that
     # even names the job folder on its command line).
     stranger = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", str(job_dir)],
@@ -405,7 +405,7 @@ def test_down_kills_a_job_ignoring_sigterm_after_the_grace_and_records_it_preemp
     service = open_service(tmp_path, cpus=CORES[:1], grace_s=0.5)
     stubborn = service.submit_spec(python_spec("stubborn", STUBBORN)).id
     child = int(wait_for_file_while_stepping(service, tmp_path / "jobs" / stubborn / "child.pid"))
-    service.stop_workers()
+    service.stop_runners()
     assert not pid_alive(child)
     job = service.job(stubborn)
     assert job.state == "preempted"  # it resumes at the next start
@@ -435,9 +435,9 @@ def test_a_job_that_completed_while_the_service_was_down_is_recorded_done_not_ru
     job_id = service.submit_spec(counting_spec("quick", iterations=10)).id
     job_dir = tmp_path / "jobs" / job_id
     wait_for_file_while_stepping(service, job_dir / "runs.jsonl")
-    service.close()  # the service dies; the worker finishes on its own
+    service.close()  # the service dies; the runner finishes on its own
     deadline = time.monotonic() + WAIT_S
-    while find_workers().get(str(job_dir)) and time.monotonic() < deadline:
+    while find_runners().get(str(job_dir)) and time.monotonic() < deadline:
         time.sleep(0.05)
     reopened = open_service(tmp_path)
     job = reopened.job(job_id)

@@ -249,7 +249,7 @@ def test_a_launch_record_makes_the_job_running_with_its_pid_in_one_commit(store)
         "launched",
         {"pid": 4242, "start_ticks": 99, "cpus": [0, 1], "attempt": 1},
     )
-    # A worker adopted again: the job stays running and the event says so.
+    # A runner adopted again: the job stays running and the event says so.
     again = store.record_launched(
         job_id, 3.0, cpus=[0, 1], pid=4242, start_ticks=99, attempt=1, kind="re-adopted"
     )

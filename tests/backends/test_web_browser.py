@@ -223,7 +223,7 @@ def test_one_job_shows_its_reasons_speed_allocations_and_log(page: Any, live: Li
     page.locator("#events td", has_text="deadline guaranteed").or_(
         page.locator("#events td", has_text="not guaranteed")
     ).first.wait_for()
-    page.locator("#events td", has_text="worker started").wait_for()
+    page.locator("#events td", has_text="runner started").wait_for()
     page.locator("#allocations tbody tr").first.wait_for()
     page.locator("#log", has_text="line 2").wait_for()
     page.locator("#speed circle.measured").first.wait_for()

@@ -1,7 +1,7 @@
 """A tiny real training run under a trainer framework, as a user's script would write it.
 
 ``python trainers.py FRAMEWORK STEPS [STOP_AT]``: trains for STEPS optimizer steps with
-qosched's callback; with STOP_AT, the process sends itself SIGTERM (as qosched's worker forwards
+qosched's callback; with STOP_AT, the process sends itself SIGTERM (as qosched's runner forwards
 a pre-emption) when that step ends. Runs under qosched's environment variables set by the test.
 """
 

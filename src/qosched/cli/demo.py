@@ -233,7 +233,7 @@ def _print(reports: list[RunReport]) -> None:
         )
     console.print(summary)
     print(
-        "CPU use of allocated cores: CPU time of the workers / cores held x time. "
+        "CPU use of allocated cores: CPU time of the runners / cores held x time. "
         "Prediction error: |predicted - actual| / actual remaining time.",
         file=sys.stderr,
     )

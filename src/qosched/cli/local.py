@@ -74,7 +74,7 @@ class Exit(IntEnum):
 
     SUCCEEDED = 0  # every job succeeded by its deadline (or, without --wait, was accepted)
     ERROR = 2  # bad input, no service, a job that cannot be cancelled
-    FAILED = 3  # the job failed (its worker kept crashing, or exceeded its memory)
+    FAILED = 3  # the job failed (its runner kept crashing, or exceeded its memory)
     DECLINED = 4  # its deadline could not be guaranteed and it did not allow best effort
     DEADLINE_MISSED = 5  # it succeeded, after its deadline
     CANCELLED = 6  # it was cancelled while being waited for
@@ -195,7 +195,7 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "logs",
         parents=[home],
         help="print a job's output, or follow it as it grows",
-        description="Print what a job's worker wrote so far; with --follow, keep printing what "
+        description="Print what a job's runner wrote so far; with --follow, keep printing what "
         "it writes until the job has ended.",
     )
     logs.add_argument("job", metavar="JOB", help="job id, like j-000001")
@@ -645,7 +645,7 @@ def run_cancel(args: argparse.Namespace) -> int:
         if job.state is Lifecycle.CANCELLED:
             print(f"{job.id} cancelled", flush=True)
         else:
-            print(f"{job.id} is being cancelled (its worker is stopping)", flush=True)
+            print(f"{job.id} is being cancelled (its runner is stopping)", flush=True)
     return Exit.ERROR if failed else Exit.SUCCEEDED
 
 
@@ -782,7 +782,7 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
     if kind == "launched":
         cores = cpu_ranges(detail.get("cores") or [])
         pid, attempt = detail.get("pid"), detail.get("attempt")
-        return f"worker started (pid {pid}, attempt {attempt}) on cores {cores}"
+        return f"runner started (pid {pid}, attempt {attempt}) on cores {cores}"
     if kind == "admitted":
         promise = (
             "deadline guaranteed" if detail.get("guaranteed") else "not guaranteed (best effort)"
@@ -791,7 +791,7 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
     if kind == "stopped":
         return str(detail.get("why", ""))
     if kind == "re-adopted":
-        return f"worker (pid {detail.get('pid')}) re-adopted by a restarted service"
+        return f"runner (pid {detail.get('pid')}) re-adopted by a restarted service"
     if kind == "submitted":
         return ""
     return ", ".join(f"{key} {value}" for key, value in sorted(detail.items()))

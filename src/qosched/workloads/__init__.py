@@ -1,7 +1,7 @@
 """Built-in real training workloads (PyTorch models on seeded synthetic data), by name.
 
-A job names one of these (``cnn``, ``transformer``) and the local worker trains it for real on the
-CPU cores the scheduler gives it; see ``qosched.backends.local.worker``.
+A job names one of these (``cnn``, ``transformer``) and the local runner trains it for real on the
+CPU cores the scheduler gives it; see ``qosched.backends.local.runner``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""How fast the built-in workloads train on this machine, measured by the real worker.
+"""How fast the built-in workloads train on this machine, measured by the real runner.
 
 A demo with fixed deadlines holds only on the machine it was tuned on: a little slower or busier
 and ``qos`` misses by a second. So the demo first measures: each workload runs in the real
-worker process (``python -m qosched.backends.local.worker``) on the core counts the demo will
+runner process (``python -m qosched.backends.local.runner``) on the core counts the demo will
 use, for a few seconds, and its progress lines give its speed; the time from launch to the first
 progress line is what a start costs (importing torch, building the model). Measuring through the
-worker, not in this process, counts exactly what a job pays: its process, its pinning, its
+runner, not in this process, counts exactly what a job pays: its process, its pinning, its
 thread settings and the contention of a neighbour running at the same time.
 """
 
@@ -21,18 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qosched.backends.local.process import launch_worker
-from qosched.backends.local.progress import WorkerEvent, read_progress
+from qosched.backends.local.process import launch_runner
+from qosched.backends.local.progress import RunnerEvent, read_progress
 from qosched.backends.local.protocol import (
     PROGRESS_FILE,
     Allocation,
-    WorkerJob,
+    RunnerJob,
     write_job_folder,
 )
 
 #: Iterations a measurement asks for: more than any measurement can do in its time.
 _ENDLESS = 10**9
-#: Progress samples after the first one that a speed needs, at least (the worker reports
+#: Progress samples after the first one that a speed needs, at least (the runner reports
 #: every 0.5 s).
 _MIN_SAMPLES = 4
 
@@ -66,7 +66,7 @@ def measure(
 ) -> list[Measurement]:
     """Run each ``(workload, cores)`` at the same time (their cores must not overlap: they
     share the machine as jobs side by side do) for ``seconds`` after its first progress line,
-    and measure it. RuntimeError if a worker fails or reports too little in ``timeout_s``."""
+    and measure it. RuntimeError if a runner fails or reports too little in ``timeout_s``."""
     taken = [core for _, cores in runs for core in cores]
     if len(taken) != len(set(taken)):
         raise ValueError(f"measurements running together must not share cores: {runs}")
@@ -83,7 +83,7 @@ def measure(
 
 
 def _launch(workload: str, cores: tuple[int, ...], job_dir: Path, python: str) -> _Running:
-    job = WorkerJob(
+    job = RunnerJob(
         job_id=f"calibrate-{workload}",
         workload=workload,
         command=None,
@@ -93,7 +93,7 @@ def _launch(workload: str, cores: tuple[int, ...], job_dir: Path, python: str) -
     )
     write_job_folder(job_dir, job, Allocation(cores, 1))
     launched = time.time()
-    process = launch_worker(
+    process = launch_runner(
         job_dir,
         python=python,
         stderr=subprocess.PIPE,
@@ -109,7 +109,7 @@ def _wait_for_speed(run: _Running, seconds: float, timeout_s: float) -> Measurem
         events = [
             event
             for event in read_progress(run.job_dir / PROGRESS_FILE)
-            if event.event is WorkerEvent.PROGRESS and event.iteration is not None
+            if event.event is RunnerEvent.PROGRESS and event.iteration is not None
         ]
         if len(events) > _MIN_SAMPLES and events[-1].t - events[0].t >= seconds:
             first, last = events[0], events[-1]
@@ -118,7 +118,7 @@ def _wait_for_speed(run: _Running, seconds: float, timeout_s: float) -> Measurem
         if run.process.poll() is not None:
             error = run.process.stderr.read().decode(errors="replace")[-2000:]
             raise RuntimeError(
-                f"measuring {run.workload} on cores {list(run.cores)}: the worker exited with "
+                f"measuring {run.workload} on cores {list(run.cores)}: the runner exited with "
                 f"code {run.process.returncode}\n{error}"
             )
         if time.time() > deadline:

@@ -181,7 +181,7 @@ class RunReport:
     policy: str
     wall_s: float
     jobs: tuple[JobOutcome, ...]
-    cpu_seconds_used: float  # CPU time the worker processes consumed
+    cpu_seconds_used: float  # CPU time the runner processes consumed
     core_seconds_allocated: float  # cores held by jobs, integrated over time
 
     @property
@@ -243,7 +243,7 @@ def run_workload(
                     raise TimeoutError(f"{policy}: jobs still running after {timeout_s:.0f} s")
                 time.sleep(0.5)
         finally:
-            service.stop_workers()
+            service.stop_runners()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         wall = time.time() - start
         outcomes = []

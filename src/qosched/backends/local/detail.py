@@ -28,7 +28,7 @@ def allocation_history(events: Sequence[Event]) -> tuple[HeldAllocation, ...]:
     replaces it, and a ``state`` event out of ``running`` ends it. ``until`` is None for the one
     held now."""
     history: list[HeldAllocation] = []
-    gpus: tuple[int, ...] = ()  # held by the job's worker, from a ``gpus`` event
+    gpus: tuple[int, ...] = ()  # held by the job's runner, from a ``gpus`` event
     for event in events:
         if event.kind == "gpus":
             gpus = tuple(event.detail.get("held", ()))
@@ -71,7 +71,7 @@ def job_detail(job: JobView, events: Sequence[Event]) -> JobDetail:
 
 def read_log_chunk(path: Path, offset: int, limit: int, *, state: Lifecycle | str) -> LogChunk:
     """At most ``limit`` bytes of the file at ``path`` from ``offset``; a missing file is an
-    empty log. ``state`` is the job's, read before this call: once it is final the worker has
+    empty log. ``state`` is the job's, read before this call: once it is final the runner has
     exited, nothing more is written, and the chunk is complete when it reaches the end."""
     final = Lifecycle(state) in FINAL_STATES
     try:

@@ -1,17 +1,18 @@
-"""A job's worker process as the service holds it: found by its job folder, held by a pidfd.
+"""A job's runner process as the service holds it: found by its job folder, held by a pidfd.
 
-A pid alone names whatever process has that number now; after the worker exits the number can
+A pid alone names whatever process has that number now; after the runner exits the number can
 be given to an unrelated process, which a later ``os.kill`` would hit and a liveness check would
 call "running". A pidfd (``os.pidfd_open``, Linux >= 5.3) names one process for good: once that
 process exits, polling the pidfd says so and ``pidfd_send_signal`` fails instead of reaching a
 stranger. Where the kernel (or a sandbox) refuses pidfds, the process's identity (pid and start
 time) is re-checked on every use instead.
 
-A worker is adopted only after its identity is checked (its command line names the worker
-module and this job's folder, and its start time matches when one was recorded), with the pidfd
-opened *before* that check, so the check is about the process the pidfd holds.
+A runner is adopted only after its identity is checked (its command line names the runner
+module, or the name an earlier version gave it, and this job's folder, and its start time matches
+when one was recorded), with the pidfd opened *before* that check, so the check is about the
+process the pidfd holds.
 
-Workers run in their own session and process group (``start_new_session``), so a command job's
+Runners live in their own session and process group (``start_new_session``), so a command job's
 children are reached through the group: ``kill_group`` signals every process of it, and ``gone``
 is true only when none is left. A process that leaves the group (``setsid``) escapes; only a
 cgroup could hold it.
@@ -31,9 +32,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
-#: The module a worker runs: ``python -m WORKER_MODULE JOB_DIR``.
-WORKER_MODULE = "qosched.backends.local.worker"
+#: The module a runner executes: ``python -m RUNNER_MODULE JOB_DIR``.
+RUNNER_MODULE = "qosched.backends.local.runner"
+#: The modules a runner is recognised by on its command line: ``RUNNER_MODULE``, and the name
+#: the same module had in earlier versions (``...local.worker``), so that a service restarted
+#: after an upgrade still adopts the runners the previous version started.
+RUNNER_MODULES = (RUNNER_MODULE, "qosched.backends.local.worker")
 
+_RUNNER_MODULES = tuple(module.encode() for module in RUNNER_MODULES)
 _PROC = Path("/proc")
 _PF_KTHREAD = 0x00200000
 _EXEC_RETRIES = 20
@@ -56,10 +62,10 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[22 - 3]) if fields is not None else None
 
 
-def worker_folder(pid: int, *, wait_for_exec: bool = False) -> str | None:
-    """The job folder ``pid`` is a worker for, or None when it is no worker (or gone).
+def runner_folder(pid: int, *, wait_for_exec: bool = False) -> str | None:
+    """The job folder ``pid`` is a runner for, or None when it is no runner (or gone).
     ``wait_for_exec``: a process in mid-exec shows an empty command line for a moment; wait
-    for it (a scan need not: the workers it looks for were started long before)."""
+    for it (a scan need not: the runners it looks for were started long before)."""
     for _ in range(_EXEC_RETRIES if wait_for_exec else 1):
         try:
             raw = (_PROC / str(pid) / "cmdline").read_bytes()
@@ -71,7 +77,7 @@ def worker_folder(pid: int, *, wait_for_exec: bool = False) -> str | None:
     argv = raw.split(b"\0")
     if argv and argv[-1] == b"":
         argv.pop()
-    if len(argv) != 4 or argv[1] != b"-m" or argv[2] != WORKER_MODULE.encode():
+    if len(argv) != 4 or argv[1] != b"-m" or argv[2] not in _RUNNER_MODULES:
         return None
     return os.fsdecode(argv[3])
 
@@ -102,14 +108,14 @@ def _execing(pid: int) -> bool:
     )
 
 
-def find_workers() -> dict[str, list[int]]:
-    """Every live worker on this machine by job folder (zombies excluded)."""
+def find_runners() -> dict[str, list[int]]:
+    """Every live runner on this machine by job folder (zombies excluded)."""
     found: dict[str, list[int]] = {}
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        folder = worker_folder(pid)
+        folder = runner_folder(pid)
         if folder is None:
             continue
         fields = _stat_fields(pid)
@@ -132,9 +138,9 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-class WorkerProcess:
-    """One worker, held by a pidfd; ``popen`` is set when this service started it (its exit
-    code is then known; an adopted worker's is read from its last progress event)."""
+class RunnerProcess:
+    """One runner, held by a pidfd; ``popen`` is set when this service started it (its exit
+    code is then known; an adopted runner's is read from its last progress event)."""
 
     def __init__(
         self, pid: int, ticks: int, pidfd: int | None, popen: subprocess.Popen | None = None
@@ -153,10 +159,10 @@ class WorkerProcess:
         *,
         log: IO[bytes],
         env: Mapping[str, str],
-    ) -> WorkerProcess:
-        """Start ``python -m WORKER_MODULE job_dir`` in a session of its own (it outlives the
+    ) -> RunnerProcess:
+        """Start ``python -m RUNNER_MODULE job_dir`` in a session of its own (it outlives the
         service, which re-adopts it after a restart)."""
-        popen = launch_worker(job_dir, python=python, stdout=log, env=env, own_session=True)
+        popen = launch_runner(job_dir, python=python, stdout=log, env=env, own_session=True)
         # Our child is not reaped until we wait for it, so its pid cannot be reused yet.
         pidfd = _open_pidfd(popen.pid)
         ticks = start_ticks(popen.pid)
@@ -170,29 +176,29 @@ class WorkerProcess:
         *,
         ticks: int | None = None,
         popen: subprocess.Popen | None = None,
-    ) -> WorkerProcess | None:
-        """The worker ``pid`` of ``job_dir`` if that is what ``pid`` is now (and, given
+    ) -> RunnerProcess | None:
+        """The runner ``pid`` of ``job_dir`` if that is what ``pid`` is now (and, given
         ``ticks``, started then); None otherwise."""
         try:
             pidfd = _open_pidfd(pid)
         except OSError:  # gone, or not ours to see
             return None
         now_ticks = start_ticks(pid)
-        worker = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen)
+        runner = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen)
         same = (
             now_ticks is not None
             and (ticks is None or ticks == now_ticks)
-            and worker_folder(pid, wait_for_exec=True) == str(job_dir)
-            and worker.running()  # checked last: the pidfd is about the process just checked
+            and runner_folder(pid, wait_for_exec=True) == str(job_dir)
+            and runner.running()  # checked last: the pidfd is about the process just checked
         )
         if not same:
-            worker.close()
+            runner.close()
             return None
-        worker.start_ticks = now_ticks
-        return worker
+        runner.start_ticks = now_ticks
+        return runner
 
     def running(self) -> bool:
-        """The worker itself has not exited (its children may have: see ``gone``)."""
+        """The runner itself has not exited (its children may have: see ``gone``)."""
         if self._closed or (self.popen is not None and self.popen.poll() is not None):
             return False
         if self._pidfd is None:
@@ -211,11 +217,11 @@ class WorkerProcess:
         )
 
     def exit_code(self) -> int | None:
-        """The exit code when this service started the worker and it exited; else None."""
+        """The exit code when this service started the runner and it exited; else None."""
         return None if self.popen is None else self.popen.poll()
 
     def send(self, signum: int) -> bool:
-        """Send ``signum`` to the worker; False when it has exited (nothing else is hit)."""
+        """Send ``signum`` to the runner; False when it has exited (nothing else is hit)."""
         if self._closed:
             return False
         try:
@@ -230,7 +236,7 @@ class WorkerProcess:
         return True
 
     def kill_group(self, signum: int = signal.SIGKILL) -> None:
-        """Send ``signum`` to every process of the worker's group. While the worker lives its
+        """Send ``signum`` to every process of the runner's group. While the runner lives its
         group id is its pid; after it exits, a group that still has members keeps its id (the
         kernel does not reuse an id in use as a group id), so the members found are its own."""
         if self.running():
@@ -244,7 +250,7 @@ class WorkerProcess:
             os.killpg(self.pid, signum)
 
     def gone(self) -> bool:
-        """No process of the worker's group is left: its cores may be handed on."""
+        """No process of the runner's group is left: its cores may be handed on."""
         return not self.running() and not group_members(self.pid)
 
     def close(self) -> None:
@@ -278,7 +284,7 @@ def tree_files(pid: int, name: str, proc: Path = Path("/proc")) -> Iterator[str]
                 pending.extend(int(child) for child in (task / "children").read_text().split())
 
 
-def launch_worker(
+def launch_runner(
     job_dir: Path,
     *,
     python: str = sys.executable,
@@ -287,12 +293,12 @@ def launch_worker(
     env: Mapping[str, str] | None = None,
     own_session: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start the worker of the job folder ``job_dir`` (``python -m WORKER_MODULE job_dir``, the
-    command line ``find_workers`` knows it by), its standard input closed. ``own_session``: in a
+    """Start the runner of the job folder ``job_dir`` (``python -m RUNNER_MODULE job_dir``, the
+    command line ``find_runners`` knows it by), its standard input closed. ``own_session``: in a
     session and process group of its own, so it outlives its starter and its whole group can be
     signalled. ``env`` defaults to this process's environment."""
     return subprocess.Popen(
-        [python, "-m", WORKER_MODULE, str(job_dir)],
+        [python, "-m", RUNNER_MODULE, str(job_dir)],
         stdout=stdout,
         stderr=stderr,
         stdin=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""``progress.jsonl``: the worker's append-only report, one JSON object per line."""
+"""``progress.jsonl``: the runner's append-only report, one JSON object per line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from qosched.core.bounds import check_count, check_number, check_time
 from qosched.core.errors import InputError
 
 
-class WorkerEvent(StrEnum):
+class RunnerEvent(StrEnum):
     START = "start"  # resumed_from, cpu_ids, threads, version; gpu_ids, processes (commands)
     PROGRESS = "progress"
     RESIZE = "resize"  # cpu_ids, threads, version
@@ -32,7 +32,7 @@ class ProgressEvent:
     """One line of ``progress.jsonl``. Fields an event does not carry are None."""
 
     t: float  # unix time
-    event: WorkerEvent
+    event: RunnerEvent
     iteration: int | None  # iterations done so far; None when not known (a command's start)
     cpus: int  # cores applied when the line was written
     loss: float | None  # latest loss; None before the first iteration or when not finite
@@ -41,7 +41,7 @@ class ProgressEvent:
     threads: int | None = None  # None for a command job: its thread pool is its own
     version: int | None = None  # allocation version applied; None = inherited affinity
     message: str | None = None
-    fatal: bool | None = None  # on errors: True when the worker exits because of it
+    fatal: bool | None = None  # on errors: True when the runner exits because of it
     exit_code: int | None = None  # command jobs: the child's exit code
 
 
@@ -60,11 +60,11 @@ _OPTIONAL = (
 
 class ProgressLog:
     """Appends events to ``progress.jsonl``; each line is flushed as it is written, so a crash
-    of the worker loses nothing that was already reported (a crash of the machine may)."""
+    of the runner loses nothing that was already reported (a crash of the machine may)."""
 
     def __init__(self, path: str | Path) -> None:
         _drop_torn_line(Path(path))
-        # Append mode: a restarted worker continues the same file after its predecessor's lines.
+        # Append mode: a restarted runner continues the same file after its predecessor's lines.
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self.cpus = 0
         # Where the job stands, kept current by the runner so that an error raised from deep
@@ -78,7 +78,7 @@ class ProgressLog:
 
     def write(
         self,
-        event: WorkerEvent,
+        event: RunnerEvent,
         *,
         iteration: int | None,
         loss: float | None,
@@ -116,7 +116,7 @@ class ProgressLog:
 
 def _drop_torn_line(path: Path) -> None:
     """Cut a last line without its newline: a predecessor killed in mid-write left it, and the
-    next line appended to it would make one line that is not JSON. Only one worker of a job
+    next line appended to it would make one line that is not JSON. Only one runner of a job
     runs at a time, so nobody else is writing it now."""
     try:
         with open(path, "rb+") as handle:
@@ -154,9 +154,9 @@ def _parse_event(data: object, source: Path, line: int) -> ProgressEvent:
         if name not in data:
             raise InputError("missing required field", source=source, line=line, field=name)
     try:
-        event = WorkerEvent(data["event"])
+        event = RunnerEvent(data["event"])
     except (TypeError, ValueError):
-        known = ", ".join(e.value for e in WorkerEvent)
+        known = ", ".join(e.value for e in RunnerEvent)
         raise InputError(
             f"unknown event {data['event']!r}; known: {known}",
             source=source,
@@ -207,8 +207,8 @@ def read_progress(path: str | Path) -> list[ProgressEvent]:
 
     A last line without its newline is being written right now and is left for the next read;
     any other malformed line, or a number out of bounds, is an ``InputError`` naming the line
-    (the file is the worker's own report: a line it did not write means it cannot be trusted).
-    Fields this version does not know are ignored, so a newer worker's file still reads.
+    (the file is the runner's own report: a line it did not write means it cannot be trusted).
+    Fields this version does not know are ignored, so a newer runner's file still reads.
     """
     path = Path(path)
     try:

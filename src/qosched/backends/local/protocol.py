@@ -1,8 +1,8 @@
-"""The files a scheduler and a job worker share in a job directory, and their validated types.
+"""The files a scheduler and a job runner share in a job directory, and their validated types.
 
-The layout and the meaning of every field are documented in ``qosched.backends.local.worker``.
+The layout and the meaning of every field are documented in ``qosched.backends.local.runner``.
 This module holds the names and the boundary checks, so the scheduler side can write exactly
-what the worker accepts (``write_worker_job``, ``write_allocation``) and read what it reports
+what the runner accepts (``write_runner_job``, ``write_allocation``) and read what it reports
 (``read_result``, ``qosched.backends.local.progress.read_progress``).
 """
 
@@ -24,7 +24,7 @@ ALLOCATION_FILE = "allocation.json"
 PROGRESS_FILE = "progress.jsonl"
 CHECKPOINT_FILE = "checkpoint.pt"
 RESULT_FILE = "result.json"
-# Where a command job may append {"iteration": n} lines; the worker relays them.
+# Where a command job may append {"iteration": n} lines; the runner relays them.
 COMMAND_PROGRESS_FILE = "command_progress.jsonl"
 
 EXIT_DONE = 0
@@ -33,7 +33,7 @@ EXIT_INPUT_ERROR = 2  # job.json, checkpoint or environment is wrong: retrying w
 EXIT_PREEMPTED = 3  # stopped by SIGTERM/SIGINT before completion; resumable from the checkpoint
 
 # Test hook: a built-in workload raises instead of completing this (1-based) iteration.
-ENV_CRASH_AT = "QOSCHED_WORKER_CRASH_AT"
+ENV_CRASH_AT = "QOSCHED_RUNNER_CRASH_AT"
 
 # Environment a command job is started with.
 ENV_PROGRESS_FILE = "QOSCHED_PROGRESS_FILE"
@@ -87,7 +87,7 @@ def _check_keys(
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerJob:
+class RunnerJob:
     """``job.json``: what to run. Exactly one of ``workload`` and ``command`` is set."""
 
     job_id: str
@@ -121,7 +121,7 @@ class WorkerJob:
         return data
 
 
-def parse_worker_job(data: object, *, source: str | Path | None = None) -> WorkerJob:
+def parse_runner_job(data: object, *, source: str | Path | None = None) -> RunnerJob:
     """Validate a decoded ``job.json``; every error names the field and what was expected."""
     if not isinstance(data, dict):
         raise InputError(f"expected a JSON object, got {type(data).__name__}", source=source)
@@ -151,7 +151,7 @@ def parse_worker_job(data: object, *, source: str | Path | None = None) -> Worke
                 source=source,
                 field="workload",
             )
-        # Imported here: it loads PyTorch, which a command job's worker never needs.
+        # Imported here: it loads PyTorch, which a command job's runner never needs.
         from qosched.workloads import get_workload
 
         try:
@@ -199,7 +199,7 @@ def parse_worker_job(data: object, *, source: str | Path | None = None) -> Worke
             source=source,
             field="workload",
         )
-    return WorkerJob(
+    return RunnerJob(
         job_id,
         workload,
         argv,
@@ -253,19 +253,19 @@ def _command_options(
     return working_dir, tuple(sorted(env.items())), launcher
 
 
-def load_worker_job(path: str | Path) -> WorkerJob:
+def load_runner_job(path: str | Path) -> RunnerJob:
     path = Path(path)
-    return parse_worker_job(_load_json_object(path, "job spec"), source=path)
+    return parse_runner_job(_load_json_object(path, "job spec"), source=path)
 
 
-def write_worker_job(path: str | Path, spec: WorkerJob) -> None:
+def write_runner_job(path: str | Path, spec: RunnerJob) -> None:
     atomic_write_json(path, spec.to_json())
 
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """``allocation.json``: the CPU cores a job may use now, and the GPUs it holds (fixed for
-    the life of a worker: a GPU job is re-sized by a restart). ``version`` tells updates
+    the life of a runner: a GPU job is re-sized by a restart). ``version`` tells updates
     apart."""
 
     cpus: tuple[int, ...]
@@ -323,15 +323,15 @@ def read_allocation(path: str | Path, *, cpu_count: int | None = None) -> Alloca
 
 
 def write_allocation(path: str | Path, allocation: Allocation) -> None:
-    """Atomically, so a polling worker never reads half a file."""
+    """Atomically, so a polling runner never reads half a file."""
     atomic_write_json(path, allocation.to_json())
 
 
-def write_job_folder(job_dir: Path, job: WorkerJob, allocation: Allocation | None) -> None:
-    """A new job folder holding what a worker reads at its start: ``job.json`` and, when
-    given, ``allocation.json`` (without one the worker keeps the cores it inherited)."""
+def write_job_folder(job_dir: Path, job: RunnerJob, allocation: Allocation | None) -> None:
+    """A new job folder holding what a runner reads at its start: ``job.json`` and, when
+    given, ``allocation.json`` (without one the runner keeps the cores it inherited)."""
     job_dir.mkdir(parents=True)
-    write_worker_job(job_dir / JOB_FILE, job)
+    write_runner_job(job_dir / JOB_FILE, job)
     if allocation is not None:
         write_allocation(job_dir / ALLOCATION_FILE, allocation)
 
@@ -342,9 +342,9 @@ class JobResult:
 
     job_id: str
     iterations: int | None  # total done; for a command, the last iteration it reported
-    iterations_run: int | None  # done by this worker process (less after a resume)
+    iterations_run: int | None  # done by this runner process (less after a resume)
     resumed_from: int | None
-    wall_s: float  # this worker process, start to completion
+    wall_s: float  # this runner process, start to completion
     final_loss: float | None
     mean_iteration_s: float | None  # None when this process ran no iteration it could time
 
@@ -356,7 +356,7 @@ _RESULT_FIELDS = tuple(field.name for field in fields(JobResult))
 
 
 def finite_or_none(value: float | None) -> float | None:
-    """JSON has no NaN or infinity; a diverged loss is reported as null (see the worker docs)."""
+    """JSON has no NaN or infinity; a diverged loss is reported as null (see the runner docs)."""
     return value if value is not None and math.isfinite(value) else None
 
 

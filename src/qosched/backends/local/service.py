@@ -14,29 +14,29 @@ The GPUs come from ``gpus.gpu_inventory``: declared (``qosched up --gpus``) or f
 
 Each round of :meth:`LocalService.step`:
 
-1. kills what must stop: a job over its memory limit at once, a worker still running
+1. kills what must stop: a job over its memory limit at once, a runner still running
    ``grace_s`` after its SIGTERM (cancel, pre-emption, a failed job) with SIGKILL to its whole
    process group;
-2. reaps worker processes that exited (done, pre-empted, crashed: retried from the last
-   checkpoint up to ``MAX_ATTEMPTS``, then failed with the worker's error); a job's cores are
+2. reaps runner processes that exited (done, pre-empted, crashed: retried from the last
+   checkpoint up to ``MAX_ATTEMPTS``, then failed with the runner's error); a job's cores are
    free only once no process of its group is left;
-3. reads each worker's ``progress.jsonl`` into the job's state (and the store, for the
+3. reads each runner's ``progress.jsonl`` into the job's state (and the store, for the
    predictor and for ``qosched status``);
 4. asks each pool's policy for counts when anything changed or the tick is due, maps counts
    onto concrete cores or GPUs (a job keeps them when its count is unchanged), and applies them:
    pre-empts the jobs that lost theirs with SIGTERM (they checkpoint and exit), re-sizes running
-   ones, and launches workers on cores and GPUs no other job holds. A CPU job is re-sized in
+   ones, and launches runners on cores and GPUs no other job holds. A CPU job is re-sized in
    place by rewriting ``allocation.json``; a GPU job or a ``launcher: torchrun`` job is re-sized
    by checkpoint-restart (a process's GPUs, and torchrun's process count, are fixed when it
    starts): it is stopped like a pre-empted job and launched again with its new count once its
    processes are gone.
 
 No core or GPU is in two jobs' hands: a job's cores and GPUs are handed on only once no process
-of its worker is left. GPUs given and given back are in the store's audit log (``gpus`` events
-with ``held`` before the worker starts, ``released`` once its processes are gone).
+of its runner is left. GPUs given and given back are in the store's audit log (``gpus`` events
+with ``held`` before the runner starts, ``released`` once its processes are gone).
 
 One job's trouble is that job's failure: an exception while handling one job in any of these
-steps (a progress line that is not the worker's, a number out of bounds, a launch that cannot
+steps (a progress line that is not the runner's, a number out of bounds, a launch that cannot
 start) fails that job with the reason in the store, and the round goes on for the others. Store
 trouble (``StoreUnavailableError``: a full disk, a lock held too long) is the service's: the
 round stops, the run loop backs off and retries, and the next round first rebuilds memory from
@@ -44,12 +44,12 @@ the store as a restart would, so nothing is left half-applied.
 
 Durability: every job and every state change is in the SQLite store before it is acted on; a
 launch is committed as an intent (``launching``, with the job folder) before the process starts
-and as ``launched`` (pid and start time) after. Workers run in their own session, so killing the
-service loses nothing: :meth:`open` finds live workers by their job folder (a process running
-``python -m qosched.backends.local.worker JOB_DIR``), adopts them, and restarts the others from
-their checkpoints; a job whose worker completed while the service was down is recorded done,
-never run again. Workers are held by pidfd (``process.WorkerProcess``), so a reused pid is never
-taken for a worker or sent a signal.
+and as ``launched`` (pid and start time) after. Runners live in their own session, so killing the
+service loses nothing: :meth:`open` finds live runners by their job folder (a process running
+``python -m qosched.backends.local.runner JOB_DIR``), adopts them, and restarts the others from
+their checkpoints; a job whose runner completed while the service was down is recorded done,
+never run again. Runners are held by pidfd (``process.RunnerProcess``), so a reused pid is never
+taken for a runner or sent a signal.
 
 Fault injection (tests): ``QOSCHED_FAULT_AT=POINT:N[,POINT:N...]`` makes the service SIGKILL
 itself the N-th time it passes ``POINT``, one of ``FAULT_POINTS``.
@@ -77,12 +77,12 @@ from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.process import (
-    WorkerProcess,
-    find_workers,
+    RunnerProcess,
+    find_runners,
+    runner_folder,
     tree_files,
-    worker_folder,
 )
-from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
+from qosched.backends.local.progress import ProgressEvent, RunnerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
     ENV_CUDA_DEVICES,
@@ -94,11 +94,11 @@ from qosched.backends.local.protocol import (
     PROGRESS_FILE,
     RESULT_FILE,
     Allocation,
-    WorkerJob,
+    RunnerJob,
     read_allocation,
     read_result,
     write_allocation,
-    write_worker_job,
+    write_runner_job,
 )
 from qosched.backends.local.speeds import prior_curve
 from qosched.backends.local.store import (
@@ -120,7 +120,7 @@ from qosched.core.validate import parse_int
 
 log = logging.getLogger(__name__)
 
-#: A job whose worker failed this many times is marked failed with the last error.
+#: A job whose runner failed this many times is marked failed with the last error.
 MAX_ATTEMPTS = 3
 #: Seconds between decisions when nothing happens; also how often progress is read.
 TICK_S = 5.0
@@ -134,12 +134,16 @@ RESIZE_PAUSE_S = 1.0
 GPU_RESIZE_PAUSE_S = 5.0
 #: Checkpoint a running job this often (iterations); also bounds the work a crash loses.
 CHECKPOINT_EVERY = 50
-#: Where a log line for each job's worker goes, inside its job directory.
-WORKER_LOG = "worker.log"
-#: Seconds a worker has between SIGTERM (cancel, pre-emption, ``down``, a failed job) and
+#: Where a log line for each job's runner goes, inside its job directory. The file keeps the
+#: name earlier versions gave it, so job folders (and runners) they left are read as before.
+RUNNER_LOG = "worker.log"
+#: The store event kind of a runner's non-fatal warning; a stored name (and a value the API
+#: returns) kept for existing data.
+RUNNER_WARNING = "worker-warning"
+#: Seconds a runner has between SIGTERM (cancel, pre-emption, ``down``, a failed job) and
 #: SIGKILL of its whole process group. A built-in workload checkpoints within one iteration.
 GRACE_S = 30.0
-#: After SIGKILL, how long ``stop_workers`` waits for the processes to go.
+#: After SIGKILL, how long ``stop_runners`` waits for the processes to go.
 KILL_WAIT_S = 10.0
 #: After store trouble the run loop waits this long, doubling up to ``STORE_RETRY_MAX_S``.
 STORE_RETRY_S = 1.0
@@ -148,15 +152,15 @@ STORE_RETRY_MAX_S = 30.0
 #: ``QOSCHED_FAULT_AT=POINT:N``: the service SIGKILLs itself the N-th time it passes POINT.
 FAULT_ENV = "QOSCHED_FAULT_AT"
 FAULT_POINTS = (
-    "intent",  # a launch intent committed; the worker not started yet
-    "popen",  # the worker started; its launch not committed yet
+    "intent",  # a launch intent committed; the runner not started yet
+    "popen",  # the runner started; its launch not committed yet
     "launched",  # the launch committed
     "progress",  # a job's new progress samples committed
     "resize",  # allocation.json rewritten and the re-size committed
-    "signal",  # SIGTERM sent to a worker (pre-emption, cancel, a failed job)
+    "signal",  # SIGTERM sent to a runner (pre-emption, cancel, a failed job)
     "result",  # a completed job's result committed
-    "reaped",  # an exited worker's job committed pre-empted, failed or cancelled
-    "adopted",  # a live worker committed as its job's (after a restart)
+    "reaped",  # an exited runner's job committed pre-empted, failed or cancelled
+    "adopted",  # a live runner committed as its job's (after a restart)
 )
 
 
@@ -192,24 +196,24 @@ class _Faults:
 @dataclass(slots=True)
 class _LiveJob:
     """What the service keeps in memory about one unfinished job: its stored record, the
-    policy's record of it (``policy_job``) and its worker."""
+    policy's record of it (``policy_job``) and its runner."""
 
     record: JobRecord
     spec: TrainingJobSpec  # record.spec, known to read
     policy_job: JobState
     job_dir: Path
-    worker: WorkerProcess | None = None
+    runner: RunnerProcess | None = None
     events_read: int = 0
     last_sample: tuple[float, int] | None = None  # (t, iteration) of the last progress sample
-    stored_until: float = -math.inf  # what the worker reported up to this time is stored
+    stored_until: float = -math.inf  # what the runner reported up to this time is stored
     cores: tuple[int, ...] = ()  # held by a CPU job; a GPU job holds none
-    gpus: tuple[int, ...] = ()  # held by a GPU job (its worker's, until it is gone)
+    gpus: tuple[int, ...] = ()  # held by a GPU job (its runner's, until it is gone)
     version: int = 0
-    stopping: bool = False  # the worker must stop; its cores stay held until it is gone
+    stopping: bool = False  # the runner must stop; its cores stay held until it is gone
     term_at: float | None = None  # time.monotonic() of the SIGTERM
     killed: bool = False  # SIGKILL sent to its process group
     cancelling: bool = False
-    failing: str | None = None  # the job failed (why); its worker is being stopped
+    failing: str | None = None  # the job failed (why); its runner is being stopped
     over_memory: str | None = None  # why the job was killed for its memory use
 
 
@@ -249,7 +253,7 @@ class LocalService:
         self._live: dict[str, _LiveJob] = {}
         self._dirty = True  # something changed since the last decision
         self._stale = False  # store trouble: memory may be ahead of the store
-        self._popens: dict[int, subprocess.Popen] = {}  # our workers while memory is rebuilt
+        self._popens: dict[int, subprocess.Popen] = {}  # our runners while memory is rebuilt
         self._next_decision = 0.0
         self._wake_at: float | None = None
 
@@ -268,7 +272,7 @@ class LocalService:
         """Open (or create) the service's state under ``home`` and re-adopt unfinished jobs; a job
         it cannot track is failed with the reason, never a reason not to start. ``gpus`` declares
         the GPUs (``()``: none); ``None`` asks NVML."""
-        # Absolute: workers are found again by the job folder on their command line.
+        # Absolute: runners are found again by the job folder on their command line.
         home = Path(home).absolute()
         (home / "jobs").mkdir(parents=True, exist_ok=True)
         allowed = tuple(sorted(os.sched_getaffinity(0)))
@@ -288,7 +292,7 @@ class LocalService:
         return service
 
     def run(self, stop: threading.Event) -> None:
-        """Schedule until ``stop`` is set, then stop running workers and wait for them. Store
+        """Schedule until ``stop`` is set, then stop the runners and wait for them. Store
         trouble in a round is logged and the round retried, with a growing pause."""
         backoff = STORE_RETRY_S
         while not stop.is_set():
@@ -309,37 +313,37 @@ class LocalService:
                 continue
             stop.wait(backoff)
             backoff = min(2 * backoff, STORE_RETRY_MAX_S)
-        self.stop_workers()
+        self.stop_runners()
 
-    def stop_workers(self, grace_s: float | None = None) -> None:
-        """SIGTERM every running worker (each checkpoints and exits), SIGKILL the process groups
+    def stop_runners(self, grace_s: float | None = None) -> None:
+        """SIGTERM every live runner (each checkpoints and exits), SIGKILL the process groups
         of those still running ``grace_s`` later (default: the service's), and record them
         pre-empted: they resume from their checkpoints at the next start."""
         grace = self.grace_s if grace_s is None else grace_s
         with self._lock:
             for live in list(self._live.values()):
-                if live.worker is not None and not live.worker.gone():
+                if live.runner is not None and not live.runner.gone():
                     self._stop(live)
             for wait_s, kill in ((grace, True), (KILL_WAIT_S, False)):
                 deadline = time.monotonic() + wait_s
-                while time.monotonic() < deadline and not self._workers_gone():
+                while time.monotonic() < deadline and not self._runners_gone():
                     time.sleep(0.05)
                 if kill:
                     for live in self._live.values():
-                        if live.worker is not None and not live.worker.gone():
-                            live.worker.kill_group(signal.SIGKILL)
+                        if live.runner is not None and not live.runner.gone():
+                            live.runner.kill_group(signal.SIGKILL)
                             live.killed = True
             try:
                 self._reap()
             except StoreUnavailableError as exc:  # recovery at the next start sorts them out
-                log.warning("cannot record the stopped workers: %s", exc)
+                log.warning("cannot record the stopped runners: %s", exc)
 
     def close(self) -> None:
-        """Let go of the workers (they keep running) and of the store."""
+        """Let go of the runners (they keep running) and of the store."""
         with self._lock:
             for live in self._live.values():
-                if live.worker is not None:
-                    live.worker.close()
+                if live.runner is not None:
+                    live.runner.close()
             self.store.close()
 
     # -- the API (see qosched.backends.local.api.Service) ---------------------------------------
@@ -392,7 +396,7 @@ class LocalService:
     def logs(self, job_id: str, tail_lines: int | None = None) -> str:
         with self._lock:
             self.store.get(job_id)  # UnknownJobError for a bad id
-            path = self.home / "jobs" / job_id / WORKER_LOG
+            path = self.home / "jobs" / job_id / RUNNER_LOG
         try:
             lines = path.read_text(errors="replace").splitlines()
         except FileNotFoundError:
@@ -402,16 +406,16 @@ class LocalService:
         return "\n".join(lines) + ("\n" if lines else "")
 
     def cancel(self, job_id: str) -> JobView:
-        """SIGTERM the job's worker (SIGKILL after the grace); the job is cancelled, and its
+        """SIGTERM the job's runner (SIGKILL after the grace); the job is cancelled, and its
         cores free, once no process of it is left."""
         with self._lock, self._marking_stale():
-            if self._stale:  # memory may not know a worker of this job yet
+            if self._stale:  # memory may not know a runner of this job yet
                 self._resync()
             record = self.store.get(job_id)
             if record.state not in (Lifecycle.QUEUED, Lifecycle.RUNNING, Lifecycle.PREEMPTED):
                 raise InputError(f"job {job_id} is already {record.state.value}", field="job")
             live = self._live.get(job_id)
-            if live is not None and live.worker is not None and not live.worker.gone():
+            if live is not None and live.runner is not None and not live.runner.gone():
                 if not live.cancelling:
                     # First in the store: a restarted service finishes the cancel.
                     self.store.add_event(job_id, self.clock(), "cancelling", {})
@@ -448,8 +452,8 @@ class LocalService:
                 self._resync()
             for action, doing in (
                 (self._enforce_memory_of, "checking its memory use"),
-                (self._escalate, "stopping its worker"),
-                (self._reap_one, "reaping its worker"),
+                (self._escalate, "stopping its runner"),
+                (self._reap_one, "reaping its runner"),
                 (self._read_progress_of, "reading its progress"),
             ):
                 for live in list(self._live.values()):
@@ -490,12 +494,12 @@ class LocalService:
 
     def _fail(self, live: _LiveJob, reason: str) -> None:
         """The job failed: recorded at once as ``failing``, and ``failed`` (with ``reason``) once
-        no process of its worker is left; its cores stay held until then."""
+        no process of its runner is left; its cores stay held until then."""
         job_id = live.record.id
         if live.failing is None:
             live.failing = reason
             self.store.add_event(job_id, self.clock(), "failing", {"why": reason})
-        if live.worker is not None and not live.worker.gone():
+        if live.runner is not None and not live.runner.gone():
             self._stop(live)
             return
         try:
@@ -511,7 +515,7 @@ class LocalService:
         error: str | None = None,
         result: dict[str, Any] | None = None,
     ) -> None:
-        if live.worker is None or live.worker.gone():  # e.g. a launch that failed to start
+        if live.runner is None or live.runner.gone():  # e.g. a launch that failed to start
             self._release_gpus(live, self.clock())
         self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
         self._forget(live.record.id)
@@ -571,7 +575,7 @@ class LocalService:
     def _view(self, now: float, gpu: bool = False, count: int | None = None) -> ClusterView:
         """The jobs of one pool the policy decides for, on ``count`` workers (default: the
         whole pool). A job that holds workers it cannot give back yet (it has done all its
-        iterations and is writing its result, or its worker is stopping) is not among them."""
+        iterations and is writing its result, or its runner is stopping) is not among them."""
         jobs = [
             live.policy_job
             for live in self._live.values()
@@ -640,7 +644,7 @@ class LocalService:
             units = assignment.get(live.record.id, ())
             if self._holding(live) or units == self._units(live):
                 continue
-            running = live.worker is not None
+            running = live.runner is not None
             if running and live.spec.restarts_on_resize:
                 units = ()  # re-sized by a restart: stopped now, launched again once gone
             giving_up = not units or (running and len(units) < len(self._units(live)))
@@ -670,32 +674,32 @@ class LocalService:
             others = {u for other in members if other is not live for u in self._units(other)}
             if others.intersection(units):
                 continue  # its holder is still stopping; the next round, once it is gone
-            if live.worker is not None:
+            if live.runner is not None:
                 self._isolated(live, "re-sizing it", self._resize, units, now)
             else:
                 self._isolated(live, "launching it", self._launch, units, now)
 
     def _release_gpus(self, live: _LiveJob, now: float) -> None:
-        """Its worker is gone (or never started): its GPUs may go to another job."""
+        """Its runner is gone (or never started): its GPUs may go to another job."""
         if live.gpus:
             self.store.add_event(live.record.id, now, "gpus", {"released": list(live.gpus)})
             live.gpus = ()
 
     def _launch(self, live: _LiveJob, units: tuple[int, ...], now: float) -> None:
-        """Intent (committed), worker, launch (committed): a service killed in between finds
-        the worker by its job folder at the next start."""
+        """Intent (committed), runner, launch (committed): a service killed in between finds
+        the runner by its job folder at the next start."""
         job_id = live.record.id
-        # Never two workers for one job: one may run from a launch whose record was lost.
-        for pid in find_workers().get(str(live.job_dir), []):
-            worker = WorkerProcess.adopt(pid, live.job_dir)
-            if worker is not None:
-                self._take_over(live, worker, now, self.store.get(job_id).attempts)
+        # Never two runners for one job: one may run from a launch whose record was lost.
+        for pid in find_runners().get(str(live.job_dir), []):
+            runner = RunnerProcess.adopt(pid, live.job_dir)
+            if runner is not None:
+                self._take_over(live, runner, now, self.store.get(job_id).attempts)
                 return
         live.job_dir.mkdir(parents=True, exist_ok=True)
         spec = live.spec
-        write_worker_job(
+        write_runner_job(
             live.job_dir / JOB_FILE,
-            WorkerJob(
+            RunnerJob(
                 job_id=job_id,
                 workload=spec.workload,
                 command=spec.command,
@@ -720,14 +724,14 @@ class LocalService:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.pop(FAULT_ENV, None)
-        # The worker too sees only the job's GPUs (none for a CPU job), as its command does.
+        # The runner too sees only the job's GPUs (none for a CPU job), as its command does.
         visible = ",".join(str(gpu) for gpu in gpus)
         env.update(
             {ENV_CUDA_DEVICES: visible, ENV_GPUS: visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         )
-        with (live.job_dir / WORKER_LOG).open("ab") as worker_log:
-            worker = WorkerProcess.start(self.python, live.job_dir, log=worker_log, env=env)
-        live.worker = worker
+        with (live.job_dir / RUNNER_LOG).open("ab") as runner_log:
+            runner = RunnerProcess.start(self.python, live.job_dir, log=runner_log, env=env)
+        live.runner = runner
         live.cores = held_cores
         live.stopping, live.term_at, live.killed = False, None, False
         self._faults.passed("popen")
@@ -735,8 +739,8 @@ class LocalService:
             job_id,
             now,
             cpus=held_cores,
-            pid=worker.pid,
-            start_ticks=worker.start_ticks,
+            pid=runner.pid,
+            start_ticks=runner.start_ticks,
             attempt=attempt,
             guaranteed=self._guaranteed(job_id),
         )
@@ -747,9 +751,9 @@ class LocalService:
             live.policy_job.started_s = now
         live.policy_job.reallocations += live.policy_job.started_s != now
 
-    def _take_over(self, live: _LiveJob, worker: WorkerProcess, now: float, attempt: int) -> None:
-        """Adopt a live worker of this job: it holds the cores its ``allocation.json`` gives."""
-        live.worker = worker
+    def _take_over(self, live: _LiveJob, runner: RunnerProcess, now: float, attempt: int) -> None:
+        """Adopt a live runner of this job: it holds the cores its ``allocation.json`` gives."""
+        live.runner = runner
         allocation = read_allocation(live.job_dir / ALLOCATION_FILE)
         live.cores = () if live.spec.gpu else tuple(sorted(allocation.cpus))
         live.gpus = tuple(sorted(allocation.gpus)) if live.spec.gpu else ()
@@ -761,8 +765,8 @@ class LocalService:
             record.id,
             now,
             cpus=live.cores,
-            pid=worker.pid,
-            start_ticks=worker.start_ticks,
+            pid=runner.pid,
+            start_ticks=runner.start_ticks,
             attempt=attempt,
             guaranteed=self._guaranteed(record.id),
             kind="re-adopted",
@@ -783,56 +787,56 @@ class LocalService:
         self._faults.passed("resize")
 
     def _preempt(self, live: _LiveJob) -> None:
-        if live.worker is not None:
+        if live.runner is not None:
             self._stop(live)
         else:
             live.cores = ()
             self._release_gpus(live, self.clock())
 
     def _stop(self, live: _LiveJob) -> None:
-        """SIGTERM the worker once (it checkpoints and exits); ``_escalate`` SIGKILLs its group
+        """SIGTERM the runner once (it checkpoints and exits); ``_escalate`` SIGKILLs its group
         after the grace. Its cores stay held until it is gone."""
         live.stopping = True
-        if live.term_at is None and live.worker is not None:
-            live.worker.send(signal.SIGTERM)
+        if live.term_at is None and live.runner is not None:
+            live.runner.send(signal.SIGTERM)
             live.term_at = time.monotonic()
             self._faults.passed("signal")
 
     def _escalate(self, live: _LiveJob) -> None:
-        worker = live.worker
-        if worker is None or live.term_at is None or live.killed:
+        runner = live.runner
+        if runner is None or live.term_at is None or live.killed:
             return
-        if time.monotonic() - live.term_at < self.grace_s or worker.gone():
+        if time.monotonic() - live.term_at < self.grace_s or runner.gone():
             return
-        worker.kill_group(signal.SIGKILL)
+        runner.kill_group(signal.SIGKILL)
         live.killed = True
         self.store.add_event(
             live.record.id,
             self.clock(),
             "killed",
-            {"pid": worker.pid, "why": f"still running {self.grace_s:g} s after SIGTERM"},
+            {"pid": runner.pid, "why": f"still running {self.grace_s:g} s after SIGTERM"},
         )
 
-    def _workers_gone(self) -> bool:
-        return all(live.worker is None or live.worker.gone() for live in self._live.values())
+    def _runners_gone(self) -> bool:
+        return all(live.runner is None or live.runner.gone() for live in self._live.values())
 
     def _reap(self) -> None:
         for live in list(self._live.values()):
-            self._isolated(live, "reaping its worker", self._reap_one)
+            self._isolated(live, "reaping its runner", self._reap_one)
 
     def _reap_one(self, live: _LiveJob) -> None:
-        """Act on a worker that exited since the last round."""
-        worker = live.worker
-        if worker is None or worker.running():
+        """Act on a runner that exited since the last round."""
+        runner = live.runner
+        if runner is None or runner.running():
             return
-        if not worker.gone():
-            # The worker exited but processes of its group live on (a command's children),
+        if not runner.gone():
+            # The runner exited but processes of its group live on (a command's children),
             # still on the job's cores: they go first.
-            worker.kill_group(signal.SIGKILL)
+            runner.kill_group(signal.SIGKILL)
             return
-        code = worker.exit_code()
-        worker.close()
-        live.worker = None
+        code = runner.exit_code()
+        runner.close()
+        live.runner = None
         self._dirty = True
         now = self.clock()
         self._release_gpus(live, now)
@@ -852,9 +856,9 @@ class LocalService:
         elif live.over_memory is not None:  # killed for it: a retry would do the same
             self._record_final(live, Lifecycle.FAILED, error=live.over_memory)
         else:
-            if code is None:  # a re-adopted worker: its last event says how it ended
+            if code is None:  # a re-adopted runner: its last event says how it ended
                 code = _exit_from_event(last)
-            stopped = last is not None and last.event is WorkerEvent.PREEMPTED
+            stopped = last is not None and last.event is RunnerEvent.PREEMPTED
             if live.killed:
                 why = f"did not stop within {self.grace_s:g} s of SIGTERM; killed"
                 self._mark_preempted(live, now, why)
@@ -862,7 +866,7 @@ class LocalService:
                 self._mark_preempted(live, now, "pre-empted by the scheduler")
             else:
                 message = (last.message if last is not None and last.message else None) or (
-                    f"worker exited with code {code}"
+                    f"runner exited with code {code}"
                 )
                 attempts = self.store.get(live.record.id).attempts
                 if code == EXIT_INPUT_ERROR or attempts >= MAX_ATTEMPTS:
@@ -873,19 +877,19 @@ class LocalService:
 
     def _enforce_memory_of(self, live: _LiveJob) -> None:
         """Kill a job whose processes use more resident memory than its spec allows (what a
-        cgroup limit would do, without needing one): the worker's whole process group, since a
+        cgroup limit would do, without needing one): the runner's whole process group, since a
         command job's own children count too."""
         limit = live.spec.resources.memory_bytes
-        worker = live.worker
-        if limit is None or worker is None or live.over_memory is not None:
+        runner = live.runner
+        if limit is None or runner is None or live.over_memory is not None:
             return
-        used = resident_bytes(worker.pid)
-        if used > limit and worker.running():  # still ours: the pid was not reused meanwhile
+        used = resident_bytes(runner.pid)
+        if used > limit and runner.running():  # still ours: the pid was not reused meanwhile
             live.over_memory = (
                 f"exceeded its memory limit of {limit / 2**20:.0f} MiB "
                 f"(resident {used / 2**20:.0f} MiB)"
             )
-            worker.kill_group(signal.SIGKILL)
+            runner.kill_group(signal.SIGKILL)
             live.stopping, live.killed = True, True
 
     def _mark_preempted(self, live: _LiveJob, now: float, why: str) -> None:
@@ -905,27 +909,27 @@ class LocalService:
         live = self._live.pop(job_id, None)
         if live is not None:
             live.policy_job.phase = Phase.FINISHED
-            if live.worker is not None:
-                live.worker.close()
+            if live.runner is not None:
+                live.runner.close()
 
     def _read_progress_of(self, live: _LiveJob) -> list[ProgressEvent]:
-        """Take in the worker's new events; an unreadable line or a number out of bounds is
+        """Take in the runner's new events; an unreadable line or a number out of bounds is
         an ``InputError`` naming the line (the caller fails the job)."""
         events = read_progress(live.job_dir / PROGRESS_FILE)
         job = live.policy_job
         stored = False
         for event in events[live.events_read :]:
             fresh = event.t > live.stored_until  # not stored before a restart
-            if event.event is WorkerEvent.WARNING or (
-                event.event is WorkerEvent.ERROR and not event.fatal
+            if event.event is RunnerEvent.WARNING or (
+                event.event is RunnerEvent.ERROR and not event.fatal
             ):
                 if fresh:
                     self.store.add_event(
-                        live.record.id, event.t, "worker-warning", {"message": event.message}
+                        live.record.id, event.t, RUNNER_WARNING, {"message": event.message}
                     )
                     stored = True
                 continue
-            if event.event in (WorkerEvent.START, WorkerEvent.RESIZE):
+            if event.event in (RunnerEvent.START, RunnerEvent.RESIZE):
                 # A new interval starts here. A command's start knows no iteration yet: the
                 # interval starts from what the job had done, and its start-up counts as
                 # active time (a little slow at first, never fast: safe for a deadline).
@@ -941,9 +945,9 @@ class LocalService:
             job.iterations_done = float(min(event.iteration, live.spec.iterations))
             job.last_update_s = event.t
             if fresh and event.event in (
-                WorkerEvent.PROGRESS,
-                WorkerEvent.CHECKPOINT,
-                WorkerEvent.DONE,
+                RunnerEvent.PROGRESS,
+                RunnerEvent.CHECKPOINT,
+                RunnerEvent.DONE,
             ):
                 self.store.add_progress(live.record.id, event.t, event.iteration, event.cpus)
                 stored = True
@@ -954,15 +958,15 @@ class LocalService:
 
     def _resync(self) -> None:
         """After store trouble: forget memory and rebuild it from the store, as a restart
-        would (live workers are found again by their job folders)."""
+        would (live runners are found again by their job folders)."""
         # Our own children, to be reaped and their exit codes known once adopted again; kept
         # across attempts, since a resync may itself meet store trouble half-way.
         popens = self._popens
         for live in self._live.values():
-            if live.worker is not None:
-                if live.worker.popen is not None:
-                    popens[live.worker.pid] = live.worker.popen
-                live.worker.close()
+            if live.runner is not None:
+                if live.runner.popen is not None:
+                    popens[live.runner.pid] = live.runner.popen
+                live.runner.close()
         self._live.clear()
         self.policy = create_policy(self.policy_name)
         self.gpu_policy = create_policy(self.policy_name)
@@ -971,40 +975,40 @@ class LocalService:
         self._stale = False
 
     def _recover(self, popens: dict[int, subprocess.Popen] | None = None) -> None:
-        """Rebuild memory from the store: adopt live workers, queue the rest again, and fail
+        """Rebuild memory from the store: adopt live runners, queue the rest again, and fail
         each job that cannot be tracked (with the reason) instead of refusing to start."""
         now = self.clock()
-        workers = find_workers()
+        runners = find_runners()
         for pid in popens or {}:  # ours, maybe started a moment ago: wait out an exec
-            folder = worker_folder(pid, wait_for_exec=True)
-            if folder is not None and pid not in workers.get(folder, []):
-                workers.setdefault(folder, []).append(pid)
+            folder = runner_folder(pid, wait_for_exec=True)
+            if folder is not None and pid not in runners.get(folder, []):
+                runners.setdefault(folder, []).append(pid)
         for job_id in self.store.unfinished_ids():
             try:
-                self._recover_one(job_id, now, workers, popens or {})
+                self._recover_one(job_id, now, runners, popens or {})
             except StoreUnavailableError:
                 raise
             except Exception as exc:
                 log.warning("job %s cannot be tracked", job_id, exc_info=True)
-                self._untrackable(job_id, f"cannot be tracked: {_reason(exc)}", workers)
+                self._untrackable(job_id, f"cannot be tracked: {_reason(exc)}", runners)
         self._dirty = True
 
-    def _untrackable(self, job_id: str, reason: str, workers: dict[str, list[int]]) -> None:
+    def _untrackable(self, job_id: str, reason: str, runners: dict[str, list[int]]) -> None:
         live = self._live.get(job_id)
         if live is not None:
             self._fail(live, reason)
             return
-        # Never tracked, so never given cores: a worker of it must not run on them.
+        # Never tracked, so never given cores: a runner of it must not run on them.
         job_dir = self.home / "jobs" / job_id
-        for pid in workers.get(str(job_dir), []):
-            worker = WorkerProcess.adopt(pid, job_dir)
-            if worker is not None:
-                worker.kill_group(signal.SIGKILL)
+        for pid in runners.get(str(job_dir), []):
+            runner = RunnerProcess.adopt(pid, job_dir)
+            if runner is not None:
+                runner.kill_group(signal.SIGKILL)
                 # Gone before its GPUs are released in the log below.
                 deadline = time.monotonic() + KILL_WAIT_S
-                while not worker.gone() and time.monotonic() < deadline:
+                while not runner.gone() and time.monotonic() < deadline:
                     time.sleep(0.05)
-                worker.close()
+                runner.close()
         with contextlib.suppress(IllegalTransitionError, UnknownJobError):
             held = _gpus_in_log(self.store.events(job_id))
             if held:
@@ -1015,7 +1019,7 @@ class LocalService:
         self,
         job_id: str,
         now: float,
-        workers: dict[str, list[int]],
+        runners: dict[str, list[int]],
         popens: dict[int, subprocess.Popen],
     ) -> None:
         record = self.store.get(job_id)
@@ -1024,7 +1028,7 @@ class LocalService:
         self._policy_of(live).admit(live.policy_job, self._view(now, live.spec.gpu))
         intent_attempt, launched = record.attempts, None
         events = self.store.events(job_id)
-        live.gpus = _gpus_in_log(events)  # held by its worker, if one is left
+        live.gpus = _gpus_in_log(events)  # held by its runner, if one is left
         for event in events:
             if event.kind == "launching":
                 intent_attempt, launched = int(event.detail["attempt"]), None
@@ -1034,22 +1038,22 @@ class LocalService:
                 live.cancelling = True
             elif event.kind == "failing":
                 live.failing = str(event.detail.get("why"))
-            elif event.kind == "worker-warning":
+            elif event.kind == RUNNER_WARNING:
                 live.stored_until = max(live.stored_until, event.t)
         samples = self.store.progress(job_id)
         if samples:
             live.stored_until = max(live.stored_until, samples[-1].t)
         found = [
-            worker
-            for pid in workers.get(str(live.job_dir), [])
-            if (worker := WorkerProcess.adopt(pid, live.job_dir, popen=popens.get(pid)))
+            runner
+            for pid in runners.get(str(live.job_dir), [])
+            if (runner := RunnerProcess.adopt(pid, live.job_dir, popen=popens.get(pid)))
         ]
         if launched is not None:  # the recorded one first, then the oldest
             recorded = (launched.detail.get("pid"), launched.detail.get("start_ticks"))
-            found.sort(key=lambda w: ((w.pid, w.start_ticks) != recorded, w.start_ticks))
-        for extra in found[1:]:  # never two workers for one job: keep one
+            found.sort(key=lambda r: ((r.pid, r.start_ticks) != recorded, r.start_ticks))
+        for extra in found[1:]:  # never two runners for one job: keep one
             extra.kill_group(signal.SIGKILL)
-            self.store.add_event(job_id, now, "killed", {"pid": extra.pid, "why": "a 2nd worker"})
+            self.store.add_event(job_id, now, "killed", {"pid": extra.pid, "why": "a 2nd runner"})
             extra.close()
         if found:
             self._take_over(live, found[0], now, intent_attempt)
@@ -1058,20 +1062,20 @@ class LocalService:
                 self._stop(live)
             return
         self._read_progress_of(live)
-        self._release_gpus(live, now)  # no worker of it is left
+        self._release_gpus(live, now)  # no runner of it is left
         if live.failing is not None:
             self._record_final(live, Lifecycle.FAILED, error=live.failing)
         elif (live.job_dir / RESULT_FILE).exists():  # it completed while the service was down
             result = read_result(live.job_dir / RESULT_FILE)
             if record.state is not Lifecycle.RUNNING:
-                # The service died between starting its worker and recording the launch: record
+                # The service died between starting its runner and recording the launch: record
                 # that it ran (holding nothing now), then that it is done.
                 self.store.transition(job_id, Lifecycle.RUNNING, now, allocation=())
             self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
         elif live.cancelling:
             self._record_final(live, Lifecycle.CANCELLED)
         elif record.state is Lifecycle.RUNNING:
-            self._mark_preempted(live, now, "the worker did not survive a service restart")
+            self._mark_preempted(live, now, "the runner did not survive a service restart")
 
     def _describe(self, record: JobRecord) -> JobView:
         live = self._live.get(record.id)
@@ -1145,7 +1149,7 @@ class LocalService:
     def read_log(self, job_id: str, offset: int, limit: int) -> LogChunk:
         with self._lock:
             state = self.store.get(job_id).state  # before the bytes: see read_log_chunk
-        path = self.home / "jobs" / job_id / WORKER_LOG
+        path = self.home / "jobs" / job_id / RUNNER_LOG
         return detail.read_log_chunk(path, offset, limit, state=state)
 
     # -- the web page's views (see qosched.backends.local.api.DashboardService) -----------------
@@ -1174,7 +1178,7 @@ class LocalService:
     def usage(self) -> dict[str, Any]:
         with self._lock:
             held = {
-                job_id: (live.cores, live.worker.pid if live.worker is not None else None)
+                job_id: (live.cores, live.runner.pid if live.runner is not None else None)
                 for job_id, live in self._live.items()
                 if live.cores
             }
@@ -1264,9 +1268,9 @@ def _reason(exc: BaseException) -> str:
 def _exit_from_event(event: ProgressEvent | None) -> int:
     if event is None:
         return 1
-    if event.event is WorkerEvent.DONE:
+    if event.event is RunnerEvent.DONE:
         return EXIT_DONE
-    if event.event is WorkerEvent.PREEMPTED:
+    if event.event is RunnerEvent.PREEMPTED:
         return EXIT_PREEMPTED
     return 1
 

@@ -341,9 +341,9 @@ class Store:
     def record_launch_intent(
         self, job_id: str, now: float, job_dir: str, cpus: Sequence[int]
     ) -> int:
-        """Before a worker is started: count the attempt and log a ``launching`` event naming the
+        """Before a runner is started: count the attempt and log a ``launching`` event naming the
         job folder, in one commit, so a service killed before it records the start finds the
-        worker by its folder instead of starting another. Returns the attempt number."""
+        runner by its folder instead of starting another. Returns the attempt number."""
         cores = _check_cpus(cpus)
         with self._write() as db:
             self._state(db, job_id)
@@ -366,7 +366,7 @@ class Store:
         guaranteed: bool | None = None,
         kind: str = "launched",
     ) -> JobRecord:
-        """The worker of a launch intent is running: the job becomes running on ``cpus`` and a
+        """The runner of a launch intent is running: the job becomes running on ``cpus`` and a
         ``kind`` event records its pid and start time (``/proc/PID/stat`` field 22), in one
         commit. A job already running (re-adopted) only gets the event."""
         with self._write() as db:

@@ -277,11 +277,11 @@ const EVENT_WORDS = {
   state: (d) => `${d.from} -> ${d.to}` + (d.cpus ? ` on cores ${cores(d.cpus)}` : "") +
     (d.error ? `: ${d.error}` : ""),
   allocation: (d) => `re-sized from cores ${cores(d.from)} to ${cores(d.to)}`,
-  launched: (d) => `worker started (pid ${d.pid}, attempt ${d.attempt}) on cores ${cores(d.cores)}`,
+  launched: (d) => `runner started (pid ${d.pid}, attempt ${d.attempt}) on cores ${cores(d.cores)}`,
   admitted: (d) => `by ${d.policy}: ` +
     (d.guaranteed ? "deadline guaranteed" : "not guaranteed (best effort)"),
   stopped: (d) => String(d.why ?? ""),
-  "re-adopted": (d) => `worker (pid ${d.pid}) re-adopted by a restarted service`,
+  "re-adopted": (d) => `runner (pid ${d.pid}) re-adopted by a restarted service`,
 };
 
 function eventText(event) {

@@ -1,4 +1,4 @@
-"""Job directories and worker processes for the local-worker tests (imported by name: pytest puts
+"""Job directories and runner processes for the local-runner tests (imported by name: pytest puts
 this folder on sys.path)."""
 
 from __future__ import annotations
@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from qosched.backends.local.process import launch_worker
-from qosched.backends.local.progress import ProgressEvent, WorkerEvent, read_progress
+from qosched.backends.local.process import launch_runner
+from qosched.backends.local.progress import ProgressEvent, RunnerEvent, read_progress
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
     PROGRESS_FILE,
     Allocation,
-    WorkerJob,
+    RunnerJob,
     write_allocation,
     write_job_folder,
 )
+from qosched.backends.local.service import RUNNER_LOG
 
 WAIT_S = 60.0  # generous: the machine may be busy with other test runs
 
@@ -39,7 +40,7 @@ def make_job_dir(
     cpus: tuple[int, ...] | None = (0,),
 ) -> Path:
     job_dir = root / job_id
-    spec = WorkerJob(
+    spec = RunnerJob(
         job_id,
         workload,
         tuple(command) if command is not None else None,
@@ -61,20 +62,20 @@ def events(job_dir: Path) -> list[ProgressEvent]:
 
 
 def log_of(job_dir: Path) -> str:
-    """What the worker printed, for assertion messages."""
-    path = job_dir / "worker.log"
+    """What the runner printed, for assertion messages."""
+    path = job_dir / RUNNER_LOG
     return path.read_text() if path.exists() else ""
 
 
-class Workers:
-    """Starts worker processes and kills any still running when the test ends."""
+class Runners:
+    """Starts runner processes and kills any still running when the test ends."""
 
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(self, job_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        with open(job_dir / "worker.log", "ab") as log:
-            process = launch_worker(job_dir, stdout=log, env={**os.environ, **(env or {})})
+        with open(job_dir / RUNNER_LOG, "ab") as log:
+            process = launch_runner(job_dir, stdout=log, env={**os.environ, **(env or {})})
         self.started.append(process)
         return process
 
@@ -95,7 +96,7 @@ def wait_for(
     matches: Callable[[ProgressEvent], bool],
     what: str,
 ) -> ProgressEvent:
-    """The first progress event that ``matches``; fails if the worker exits or time runs out."""
+    """The first progress event that ``matches``; fails if the runner exits or time runs out."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         for event in events(job_dir):
@@ -106,7 +107,7 @@ def wait_for(
         time.sleep(0.05)
     got = [(e.event.value, e.iteration) for e in events(job_dir)]
     pytest.fail(
-        f"no {what} event (worker exit code {process.poll()}); events: {got}\n{log_of(job_dir)}"
+        f"no {what} event (runner exit code {process.poll()}); events: {got}\n{log_of(job_dir)}"
     )
 
 
@@ -115,7 +116,7 @@ def terminate(process: subprocess.Popen[bytes]) -> int:
     return process.wait(timeout=WAIT_S)
 
 
-def is_event(kind: WorkerEvent, **fields: object) -> Callable[[ProgressEvent], bool]:
+def is_event(kind: RunnerEvent, **fields: object) -> Callable[[ProgressEvent], bool]:
     return lambda event: (
         event.event is kind and all(getattr(event, name) == value for name, value in fields.items())
     )

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from qosched.backends.local.progress import ProgressLog, WorkerEvent, read_progress
+from qosched.backends.local.progress import ProgressLog, RunnerEvent, read_progress
 from qosched.backends.local.protocol import (
     Allocation,
-    WorkerJob,
-    load_worker_job,
+    RunnerJob,
+    load_runner_job,
     parse_allocation,
-    parse_worker_job,
+    parse_runner_job,
     read_allocation,
     write_allocation,
-    write_worker_job,
+    write_runner_job,
 )
 from qosched.core.errors import InputError
 
@@ -38,14 +38,14 @@ def changed(**fields: Any) -> dict[str, Any]:
 
 
 def test_valid_job_spec_parses() -> None:
-    spec = parse_worker_job(VALID)
-    assert spec == WorkerJob("j1", "cnn", None, 100, 7, 25)
+    spec = parse_runner_job(VALID)
+    assert spec == RunnerJob("j1", "cnn", None, 100, 7, 25)
 
 
 def test_job_spec_roundtrips_through_the_file(tmp_path: Path) -> None:
-    spec = WorkerJob("j2", None, ("python", "train.py"), 10, 0, 5)
-    write_worker_job(tmp_path / "job.json", spec)
-    assert load_worker_job(tmp_path / "job.json") == spec
+    spec = RunnerJob("j2", None, ("python", "train.py"), 10, 0, 5)
+    write_runner_job(tmp_path / "job.json", spec)
+    assert load_runner_job(tmp_path / "job.json") == spec
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_job_spec_roundtrips_through_the_file(tmp_path: Path) -> None:
 )
 def test_bad_job_spec_names_the_field(data: dict[str, Any], field: str, expected: str) -> None:
     with pytest.raises(InputError) as info:
-        parse_worker_job(data, source="job.json")
+        parse_runner_job(data, source="job.json")
     assert info.value.field == field
     assert expected in str(info.value)
     assert str(info.value).startswith(f"job.json: field {field!r}: ")
@@ -103,7 +103,7 @@ def test_bad_job_spec_names_the_field(data: dict[str, Any], field: str, expected
 
 def test_unknown_workload_lists_the_known_ones() -> None:
     with pytest.raises(InputError, match="expected one of: cnn, transformer"):
-        parse_worker_job(changed(workload="resnet"))
+        parse_runner_job(changed(workload="resnet"))
 
 
 @pytest.mark.parametrize(
@@ -115,13 +115,13 @@ def test_unreadable_job_file_names_the_file(tmp_path: Path, text: str, expected:
     path = tmp_path / "job.json"
     path.write_text(text)
     with pytest.raises(InputError, match=expected) as info:
-        load_worker_job(path)
+        load_runner_job(path)
     assert info.value.source == str(path)
 
 
 def test_missing_job_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read job spec"):
-        load_worker_job(tmp_path / "job.json")
+        load_runner_job(tmp_path / "job.json")
 
 
 def test_allocation_roundtrips(tmp_path: Path) -> None:
@@ -168,14 +168,14 @@ def test_progress_log_roundtrips_and_skips_a_line_being_written(tmp_path: Path) 
     with ProgressLog(path) as log:
         log.cpus = 2
         log.write(
-            WorkerEvent.START, iteration=0, loss=None, resumed_from=0, cpu_ids=[0, 1], threads=2
+            RunnerEvent.START, iteration=0, loss=None, resumed_from=0, cpu_ids=[0, 1], threads=2
         )
-        log.write(WorkerEvent.PROGRESS, iteration=3, loss=float("nan"))
+        log.write(RunnerEvent.PROGRESS, iteration=3, loss=float("nan"))
     with open(path, "a") as handle:
         handle.write('{"t": 1, "event": "prog')  # a writer caught mid-line
     start, progress = read_progress(path)
     assert (start.event, start.resumed_from, start.cpu_ids, start.threads) == (
-        WorkerEvent.START,
+        RunnerEvent.START,
         0,
         (0, 1),
         2,
@@ -193,22 +193,22 @@ def test_malformed_progress_line_is_an_error(tmp_path: Path) -> None:
 
 def test_progress_log_refuses_unknown_fields(tmp_path: Path) -> None:
     with ProgressLog(tmp_path / "p.jsonl") as log, pytest.raises(TypeError, match="lose"):
-        log.write(WorkerEvent.PROGRESS, iteration=1, loss=0.5, lose=1)
+        log.write(RunnerEvent.PROGRESS, iteration=1, loss=0.5, lose=1)
 
 
-def test_a_restarted_worker_cuts_the_line_its_killed_predecessor_left_unfinished(
+def test_a_restarted_runner_cuts_the_line_its_killed_predecessor_left_unfinished(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "progress.jsonl"
     with ProgressLog(path) as log:
-        log.write(WorkerEvent.START, iteration=0, loss=None)
+        log.write(RunnerEvent.START, iteration=0, loss=None)
     with open(path, "a") as handle:
         handle.write('{"t": 1, "event": "prog')  # killed in mid-write
     with ProgressLog(path) as log:
-        log.write(WorkerEvent.PROGRESS, iteration=4, loss=None)
+        log.write(RunnerEvent.PROGRESS, iteration=4, loss=None)
     assert [(e.event, e.iteration) for e in read_progress(path)] == [
-        (WorkerEvent.START, 0),
-        (WorkerEvent.PROGRESS, 4),
+        (RunnerEvent.START, 0),
+        (RunnerEvent.PROGRESS, 4),
     ]
 
 

@@ -1,4 +1,4 @@
-"""The worker side of GPUs and command options: job.json's working_dir/env/launcher,
+"""The runner side of GPUs and command options: job.json's working_dir/env/launcher,
 allocation.json's gpus, and the environment a command starts with."""
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from qosched.backends.local.protocol import (
     EXIT_INPUT_ERROR,
     JOB_FILE,
     Allocation,
-    WorkerJob,
+    RunnerJob,
     parse_allocation,
-    parse_worker_job,
+    parse_runner_job,
     write_allocation,
-    write_worker_job,
+    write_runner_job,
 )
-from qosched.backends.local.worker import (
+from qosched.backends.local.runner import (
     StopRequest,
     command_argv,
     command_environment,
-    run_worker,
+    run_job,
 )
 from qosched.core.errors import InputError
 
@@ -32,7 +32,7 @@ BASE = {"job_id": "j", "command": ["x"], "iterations": 5, "seed": 0, "checkpoint
 
 
 def test_job_json_with_every_command_option_round_trips(tmp_path):
-    job = WorkerJob(
+    job = RunnerJob(
         "j",
         None,
         ("x",),
@@ -43,7 +43,7 @@ def test_job_json_with_every_command_option_round_trips(tmp_path):
         env=(("A", "1"),),
         launcher="torchrun",
     )
-    assert parse_worker_job(json.loads(json.dumps(job.to_json()))) == job
+    assert parse_runner_job(json.loads(json.dumps(job.to_json()))) == job
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_job_json_with_every_command_option_round_trips(tmp_path):
 )
 def test_bad_command_options_in_job_json_are_refused(extra, field):
     with pytest.raises(InputError) as error:
-        parse_worker_job({**BASE, **extra})
+        parse_runner_job({**BASE, **extra})
     assert error.value.field == field
 
 
@@ -98,7 +98,7 @@ def test_bad_allocation_gpus_are_refused(gpus):
 
 
 def test_a_commands_environment_puts_qosched_variables_over_the_specs(tmp_path):
-    job = WorkerJob("j", None, ("x",), 5, 0, 1, env=(("OMP_NUM_THREADS", "7"), ("MINE", "m")))
+    job = RunnerJob("j", None, ("x",), 5, 0, 1, env=(("OMP_NUM_THREADS", "7"), ("MINE", "m")))
     env = command_environment(
         job,
         tmp_path,
@@ -106,17 +106,17 @@ def test_a_commands_environment_puts_qosched_variables_over_the_specs(tmp_path):
         (1, 3),
         processes=2,
         progress_file=tmp_path / "p",
-        base={"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "QOSCHED_WORKER_CRASH_AT": "1"},
+        base={"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "QOSCHED_RUNNER_CRASH_AT": "1"},
     )
     assert env["CUDA_VISIBLE_DEVICES"] == env["QOSCHED_GPUS"] == "1,3"  # not the service's
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert env["QOSCHED_CPUS"] == "2,3,4,5"
     assert env["OMP_NUM_THREADS"] == "7" and env["MINE"] == "m" and env["PATH"] == "/bin"
-    assert "QOSCHED_WORKER_CRASH_AT" not in env
+    assert "QOSCHED_RUNNER_CRASH_AT" not in env
 
 
 def test_omp_threads_are_the_cores_shared_among_the_processes(tmp_path):
-    job = WorkerJob("j", None, ("x",), 5, 0, 1, launcher="torchrun")
+    job = RunnerJob("j", None, ("x",), 5, 0, 1, launcher="torchrun")
     env = command_environment(
         job, tmp_path, (0, 1, 2, 3, 4), (), processes=2, progress_file=tmp_path / "p", base={}
     )
@@ -128,16 +128,16 @@ def test_a_command_whose_working_dir_is_gone_fails_as_bad_input(tmp_path):
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     gone = tmp_path / "gone"
-    write_worker_job(
+    write_runner_job(
         job_dir / JOB_FILE,
-        WorkerJob("j", None, (sys.executable, "-c", "pass"), 1, 0, 1, working_dir=str(gone)),
+        RunnerJob("j", None, (sys.executable, "-c", "pass"), 1, 0, 1, working_dir=str(gone)),
     )
     cores = tuple(sorted(os.sched_getaffinity(0)))
     write_allocation(job_dir / "allocation.json", Allocation(cores[:1], 1))
     try:
-        assert run_worker(job_dir, stop=StopRequest()) == EXIT_INPUT_ERROR
+        assert run_job(job_dir, stop=StopRequest()) == EXIT_INPUT_ERROR
     finally:
-        set_process_affinity(os.getpid(), cores)  # the worker pinned this process
+        set_process_affinity(os.getpid(), cores)  # the runner pinned this process
     last = json.loads((job_dir / "progress.jsonl").read_text().splitlines()[-1])
     assert last["event"] == "error" and str(gone) in last["message"]
     assert "working_dir" in last["message"]
@@ -160,9 +160,9 @@ def test_a_torchrun_job_starts_one_process_per_core(tmp_path, program):
         "if os.environ['RANK'] == '0':\n"
         "    open(os.environ['QOSCHED_PROGRESS_FILE'], 'a').write('{\"iteration\": 1}\\n')\n"
     )
-    write_worker_job(
+    write_runner_job(
         job_dir / JOB_FILE,
-        WorkerJob(
+        RunnerJob(
             "j", None, (*program, "see.py"), 1, 0, 1, working_dir=str(tmp_path), launcher="torchrun"
         ),
     )
@@ -170,9 +170,9 @@ def test_a_torchrun_job_starts_one_process_per_core(tmp_path, program):
     cores = every[:2]
     write_allocation(job_dir / "allocation.json", Allocation(cores, 1))
     try:
-        assert run_worker(job_dir, stop=StopRequest()) == 0
+        assert run_job(job_dir, stop=StopRequest()) == 0
     finally:
-        set_process_affinity(os.getpid(), every)  # the worker pinned this process
+        set_process_affinity(os.getpid(), every)  # the runner pinned this process
     ranks = sorted(json.loads(line) for line in (job_dir / "ranks").read_text().splitlines())
     assert ranks == [[str(rank), str(len(cores)), str(tmp_path)] for rank in range(len(cores))]
 

@@ -1,4 +1,4 @@
-"""The worker as a real process: completion, live re-size, preemption and resume, crashes,
+"""The runner as a real process: completion, live re-size, preemption and resume, crashes,
 bad input and command jobs."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from worker_helpers import (
-    Workers,
+from runner_helpers import (
+    Runners,
     events,
     is_event,
     log_of,
@@ -26,7 +26,7 @@ from worker_helpers import (
 )
 
 from qosched.backends.local.affinity import thread_ids
-from qosched.backends.local.progress import WorkerEvent
+from qosched.backends.local.progress import RunnerEvent
 from qosched.backends.local.protocol import (
     CHECKPOINT_FILE,
     ENV_CRASH_AT,
@@ -41,8 +41,8 @@ from qosched.workloads import get_workload
 
 
 @pytest.fixture
-def workers() -> Iterator[Workers]:
-    started = Workers()
+def runners() -> Iterator[Runners]:
+    started = Runners()
     yield started
     started.stop_all()
 
@@ -57,9 +57,9 @@ def affinities(pid: int) -> set[frozenset[int]]:
     return {frozenset(os.sched_getaffinity(tid)) for tid in thread_ids(pid)}
 
 
-def test_job_runs_to_completion(tmp_path: Path, workers: Workers) -> None:
+def test_job_runs_to_completion(tmp_path: Path, runners: Runners) -> None:
     job_dir = make_job_dir(tmp_path, workload="transformer", iterations=30, checkpoint_every=10)
-    assert workers.run(job_dir) == EXIT_DONE, log_of(job_dir)
+    assert runners.run(job_dir) == EXIT_DONE, log_of(job_dir)
 
     result = read_result(job_dir / RESULT_FILE)
     assert (result.job_id, result.iterations, result.iterations_run) == ("job-1", 30, 30)
@@ -68,51 +68,51 @@ def test_job_runs_to_completion(tmp_path: Path, workers: Workers) -> None:
     assert 0 < result.mean_iteration_s < result.wall_s
 
     seen = events(job_dir)
-    assert seen[0].event is WorkerEvent.START and seen[0].cpu_ids == (0,) and seen[0].threads == 1
-    assert seen[-1].event is WorkerEvent.DONE and seen[-1].iteration == 30
+    assert seen[0].event is RunnerEvent.START and seen[0].cpu_ids == (0,) and seen[0].threads == 1
+    assert seen[-1].event is RunnerEvent.DONE and seen[-1].iteration == 30
     iterations = [e.iteration for e in seen]
     assert iterations == sorted(iterations)
-    assert [e.iteration for e in seen if e.event is WorkerEvent.CHECKPOINT] == [10, 20, 30]
+    assert [e.iteration for e in seen if e.event is RunnerEvent.CHECKPOINT] == [10, 20, 30]
     assert (job_dir / CHECKPOINT_FILE).exists()
 
 
-def test_resize_changes_the_running_worker(tmp_path: Path, workers: Workers) -> None:
+def test_resize_changes_the_runner_while_it_runs(tmp_path: Path, runners: Runners) -> None:
     needs_two_cores()
     job_dir = make_job_dir(tmp_path, iterations=100_000, checkpoint_every=100_000, cpus=(0,))
-    worker = workers.start(job_dir)
-    wait_for(job_dir, worker, is_event(WorkerEvent.START), "start")
-    assert os.sched_getaffinity(worker.pid) == {0}
+    runner = runners.start(job_dir)
+    wait_for(job_dir, runner, is_event(RunnerEvent.START), "start")
+    assert os.sched_getaffinity(runner.pid) == {0}
 
     set_allocation(job_dir, (0, 1), version=2)
-    grown = wait_for(job_dir, worker, is_event(WorkerEvent.RESIZE, version=2), "resize to [0, 1]")
+    grown = wait_for(job_dir, runner, is_event(RunnerEvent.RESIZE, version=2), "resize to [0, 1]")
     assert (grown.cpu_ids, grown.threads, grown.cpus) == ((0, 1), 2, 2)
-    assert os.sched_getaffinity(worker.pid) == {0, 1}
+    assert os.sched_getaffinity(runner.pid) == {0, 1}
     # Let a few iterations run on two threads, so PyTorch's pool has its second thread.
     wait_for(
         job_dir,
-        worker,
-        lambda e: e.event is WorkerEvent.PROGRESS and e.iteration > grown.iteration and e.cpus == 2,
+        runner,
+        lambda e: e.event is RunnerEvent.PROGRESS and e.iteration > grown.iteration and e.cpus == 2,
         "progress on two cores",
     )
-    assert affinities(worker.pid) == {frozenset({0, 1})}
+    assert affinities(runner.pid) == {frozenset({0, 1})}
 
     # Shrinking must reach every thread, not just the main one.
     set_allocation(job_dir, (1,), version=3)
-    shrunk = wait_for(job_dir, worker, is_event(WorkerEvent.RESIZE, version=3), "resize to [1]")
+    shrunk = wait_for(job_dir, runner, is_event(RunnerEvent.RESIZE, version=3), "resize to [1]")
     assert (shrunk.cpu_ids, shrunk.threads) == ((1,), 1)
-    assert affinities(worker.pid) == {frozenset({1})}
+    assert affinities(runner.pid) == {frozenset({1})}
 
     # An impossible allocation is reported, not applied, and the job goes on.
     set_allocation(job_dir, (1, 4096), version=4)
-    refused = wait_for(job_dir, worker, is_event(WorkerEvent.ERROR), "error for an unknown core")
+    refused = wait_for(job_dir, runner, is_event(RunnerEvent.ERROR), "error for an unknown core")
     assert refused.fatal is False and "unknown core(s) [4096]" in (refused.message or "")
-    assert affinities(worker.pid) == {frozenset({1})}
-    assert worker.poll() is None
+    assert affinities(runner.pid) == {frozenset({1})}
+    assert runner.poll() is None
 
-    assert terminate(worker) == EXIT_PREEMPTED
+    assert terminate(runner) == EXIT_PREEMPTED
 
 
-def test_sigterm_checkpoints_and_restart_resumes(tmp_path: Path, workers: Workers) -> None:
+def test_sigterm_checkpoints_and_restart_resumes(tmp_path: Path, runners: Runners) -> None:
     iterations, seed, batch_size = 80, 4, 16
     job_dir = make_job_dir(
         tmp_path,
@@ -122,19 +122,19 @@ def test_sigterm_checkpoints_and_restart_resumes(tmp_path: Path, workers: Worker
         checkpoint_every=1000,
         batch_size=batch_size,
     )
-    worker = workers.start(job_dir)
-    wait_for(job_dir, worker, is_event(WorkerEvent.PROGRESS), "progress")
-    assert terminate(worker) == EXIT_PREEMPTED, log_of(job_dir)
+    runner = runners.start(job_dir)
+    wait_for(job_dir, runner, is_event(RunnerEvent.PROGRESS), "progress")
+    assert terminate(runner) == EXIT_PREEMPTED, log_of(job_dir)
 
     preempted = events(job_dir)[-1]
-    assert preempted.event is WorkerEvent.PREEMPTED and "SIGTERM" in (preempted.message or "")
+    assert preempted.event is RunnerEvent.PREEMPTED and "SIGTERM" in (preempted.message or "")
     stopped_at = preempted.iteration
     assert stopped_at is not None and 0 < stopped_at < iterations
     assert (job_dir / CHECKPOINT_FILE).exists()
     assert not (job_dir / RESULT_FILE).exists()
 
-    assert workers.run(job_dir) == EXIT_DONE, log_of(job_dir)
-    starts = [e for e in events(job_dir) if e.event is WorkerEvent.START]
+    assert runners.run(job_dir) == EXIT_DONE, log_of(job_dir)
+    starts = [e for e in events(job_dir) if e.event is RunnerEvent.START]
     assert [s.resumed_from for s in starts] == [0, stopped_at]
     result = read_result(job_dir / RESULT_FILE)
     assert (result.iterations, result.iterations_run) == (iterations, iterations - stopped_at)
@@ -151,29 +151,29 @@ def test_sigterm_checkpoints_and_restart_resumes(tmp_path: Path, workers: Worker
     assert result.final_loss == reference
 
 
-def test_crash_hook_fails_with_an_error_event(tmp_path: Path, workers: Workers) -> None:
+def test_crash_hook_fails_with_an_error_event(tmp_path: Path, runners: Runners) -> None:
     job_dir = make_job_dir(tmp_path, iterations=10, batch_size=4, checkpoint_every=2)
-    assert workers.run(job_dir, env={ENV_CRASH_AT: "5"}) == EXIT_FAILED
+    assert runners.run(job_dir, env={ENV_CRASH_AT: "5"}) == EXIT_FAILED
 
     error = events(job_dir)[-1]
-    assert error.event is WorkerEvent.ERROR and error.fatal is True
+    assert error.event is RunnerEvent.ERROR and error.fatal is True
     assert error.message == f"RuntimeError: {ENV_CRASH_AT}=5: simulated crash in iteration 5"
     assert error.iteration == 4
     assert not (job_dir / RESULT_FILE).exists()
     # The hook fires before iteration 5 is checkpointed, so the latest checkpoint is at 4.
-    assert [e.iteration for e in events(job_dir) if e.event is WorkerEvent.CHECKPOINT] == [2, 4]
+    assert [e.iteration for e in events(job_dir) if e.event is RunnerEvent.CHECKPOINT] == [2, 4]
 
 
-def test_bad_job_file_exits_with_input_error(tmp_path: Path, workers: Workers) -> None:
+def test_bad_job_file_exits_with_input_error(tmp_path: Path, runners: Runners) -> None:
     job_dir = tmp_path / "bad"
     job_dir.mkdir()
     (job_dir / "job.json").write_text(
         '{"job_id": "x", "workload": "resnet", "iterations": 5, "seed": 0, "checkpoint_every": 5}'
     )
-    assert workers.run(job_dir) == EXIT_INPUT_ERROR
+    assert runners.run(job_dir) == EXIT_INPUT_ERROR
 
     (error,) = events(job_dir)
-    assert error.event is WorkerEvent.ERROR and error.fatal is True
+    assert error.event is RunnerEvent.ERROR and error.fatal is True
     assert "field 'workload': unknown workload 'resnet'" in (error.message or "")
     assert "field 'workload'" in log_of(job_dir)
 
@@ -198,22 +198,22 @@ COMMAND = textwrap.dedent(
 )
 
 
-def test_command_job_is_pinned_and_its_progress_relayed(tmp_path: Path, workers: Workers) -> None:
+def test_command_job_is_pinned_and_its_progress_relayed(tmp_path: Path, runners: Runners) -> None:
     core = max(os.sched_getaffinity(0))
     job_dir = make_job_dir(
         tmp_path, workload=None, command=[sys.executable, "-c", COMMAND], iterations=5, cpus=(core,)
     )
-    assert workers.run(job_dir) == EXIT_DONE, log_of(job_dir)
+    assert runners.run(job_dir) == EXIT_DONE, log_of(job_dir)
 
     seen = json.loads((job_dir / "seen.json").read_text())
     assert seen == {"affinity": [core], "cpus": str(core), "omp": "1", "iterations": "5"}
     relayed = events(job_dir)
-    assert relayed[0].event is WorkerEvent.START and relayed[0].cpu_ids == (core,)
-    warning = next(e for e in relayed if e.event is WorkerEvent.WARNING)
+    assert relayed[0].event is RunnerEvent.START and relayed[0].cpu_ids == (core,)
+    warning = next(e for e in relayed if e.event is RunnerEvent.WARNING)
     assert "command_progress.jsonl:1: not valid JSON" in (warning.message or "")
-    last_progress = [e for e in relayed if e.event is WorkerEvent.PROGRESS][-1]
+    last_progress = [e for e in relayed if e.event is RunnerEvent.PROGRESS][-1]
     assert (last_progress.iteration, last_progress.loss) == (5, 0.2)
-    assert relayed[-1].event is WorkerEvent.DONE and relayed[-1].exit_code == 0
+    assert relayed[-1].event is RunnerEvent.DONE and relayed[-1].exit_code == 0
     assert read_result(job_dir / RESULT_FILE).iterations == 5
 
 
@@ -231,24 +231,24 @@ LOOPING_COMMAND = textwrap.dedent(
 )
 
 
-def test_command_job_resizes_and_forwards_sigterm(tmp_path: Path, workers: Workers) -> None:
+def test_command_job_resizes_and_forwards_sigterm(tmp_path: Path, runners: Runners) -> None:
     needs_two_cores()
     job_dir = make_job_dir(
         tmp_path, workload=None, command=[sys.executable, "-c", LOOPING_COMMAND], cpus=(0,)
     )
-    worker = workers.start(job_dir)
-    wait_for(job_dir, worker, is_event(WorkerEvent.PROGRESS), "relayed progress")
+    runner = runners.start(job_dir)
+    wait_for(job_dir, runner, is_event(RunnerEvent.PROGRESS), "relayed progress")
     child = int((job_dir / "child.pid").read_text())
     assert os.sched_getaffinity(child) == {0}
 
     set_allocation(job_dir, (1,), version=2)
-    resized = wait_for(job_dir, worker, is_event(WorkerEvent.RESIZE, version=2), "resize")
+    resized = wait_for(job_dir, runner, is_event(RunnerEvent.RESIZE, version=2), "resize")
     assert resized.cpu_ids == (1,) and resized.threads is None
     assert affinities(child) == {frozenset({1})}
 
-    assert terminate(worker) == EXIT_PREEMPTED, log_of(job_dir)
+    assert terminate(runner) == EXIT_PREEMPTED, log_of(job_dir)
     preempted = events(job_dir)[-1]
-    assert preempted.event is WorkerEvent.PREEMPTED and preempted.exit_code == -signal.SIGTERM
+    assert preempted.event is RunnerEvent.PREEMPTED and preempted.exit_code == -signal.SIGTERM
     assert not Path(f"/proc/{child}").exists()
 
 
@@ -260,20 +260,20 @@ def gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"  # exited, waiting to be reaped
 
 
-def test_command_dies_with_a_killed_worker(tmp_path: Path, workers: Workers) -> None:
+def test_command_dies_with_a_killed_runner(tmp_path: Path, runners: Runners) -> None:
     job_dir = make_job_dir(
         tmp_path, workload=None, command=[sys.executable, "-c", LOOPING_COMMAND], cpus=None
     )
-    worker = workers.start(job_dir)
-    wait_for(job_dir, worker, is_event(WorkerEvent.PROGRESS), "relayed progress")
+    runner = runners.start(job_dir)
+    wait_for(job_dir, runner, is_event(RunnerEvent.PROGRESS), "relayed progress")
     child = int((job_dir / "child.pid").read_text())
-    worker.kill()
-    worker.wait()
+    runner.kill()
+    runner.wait()
     deadline = time.monotonic() + 10
     try:
         while not gone(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert gone(child), "the command outlived its worker"
+        assert gone(child), "the command outlived its runner"
     finally:
         if not gone(child):
             os.kill(child, signal.SIGKILL)

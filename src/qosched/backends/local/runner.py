@@ -1,6 +1,6 @@
-"""The job worker: one process per job, ``python -m qosched.backends.local.worker JOB_DIR``.
+"""The job runner: one process per job, ``python -m qosched.backends.local.runner JOB_DIR``.
 
-A scheduler prepares ``JOB_DIR``, starts the worker, re-sizes it by rewriting one file and reads
+A scheduler prepares ``JOB_DIR``, starts the runner, re-sizes it by rewriting one file and reads
 what it reports. Every file name below is a constant of ``qosched.backends.local.protocol``.
 
 ``job.json`` (``JOB_FILE``, written before launch, read once)::
@@ -19,36 +19,36 @@ file + ``os.replace``, e.g. with ``protocol.write_allocation``)::
 
     {"cpus": [core ids], "version": int >= 0, "gpus": [GPU indices]}   # gpus optional
 
-The worker applies it at start and, between iterations, looks at the file's ``stat`` at most every
+The runner applies it at start and, between iterations, looks at the file's ``stat`` at most every
 ``POLL_INTERVAL_S``; a new ``(cpus, version)`` is applied in place, without a restart: every
-thread of the worker is pinned to ``cpus`` and PyTorch's intra-op pool is set to ``len(cpus)``
+thread of the runner is pinned to ``cpus`` and PyTorch's intra-op pool is set to ``len(cpus)``
 threads; a ``resize`` event confirms it. A command job's child process (and its descendants) is
 pinned instead; its thread count is its own. An invalid allocation (an unknown core, bad JSON)
 gives a non-fatal ``error`` event and the old allocation stays. With no ``allocation.json`` at
-start, the worker uses the affinity it inherited. ``gpus`` is read once, at start: a job's GPUs
-never change while its worker runs (the scheduler re-sizes a GPU job by restarting it).
+start, the runner uses the affinity it inherited. ``gpus`` is read once, at start: a job's GPUs
+never change while its runner runs (the scheduler re-sizes a GPU job by restarting it).
 
-``progress.jsonl`` (``PROGRESS_FILE``, appended by the worker and by nothing else, one JSON
-object a line, flushed each line; a restarted worker first cuts a last line its killed
+``progress.jsonl`` (``PROGRESS_FILE``, appended by the runner and by nothing else, one JSON
+object a line, flushed each line; a restarted runner first cuts a last line its killed
 predecessor left without its newline)::
 
     {"t": unix time, "event": str, "iteration": done so far | null, "cpus": cores applied,
      "loss": latest loss | null, ...event fields}
 
-Events (``progress.WorkerEvent``): ``start`` (``resumed_from``, ``cpu_ids``, ``threads``,
+Events (``progress.RunnerEvent``): ``start`` (``resumed_from``, ``cpu_ids``, ``threads``,
 ``version``), ``progress`` (at most every ``REPORT_INTERVAL_S``), ``resize`` (``cpu_ids``,
 ``threads``, ``version``), ``checkpoint``, ``preempted``, ``done``, ``error`` (``message``;
-``fatal`` says whether the worker exits because of it), ``warning`` (``message``); a command
+``fatal`` says whether the runner exits because of it), ``warning`` (``message``); a command
 job's ``preempted``, ``done`` and fatal ``error`` carry the child's ``exit_code``. A loss that
 is not finite is written as null. ``progress.read_progress`` parses the file into typed events,
 with every number bounded (counts whole in [0, 2**53), times within year 9999 UTC); the
 scheduler fails a job whose file holds a line that is not such an event, naming the line
-(``progress.jsonl:N: ...``): the file is the worker's own report, and a line it did not write
+(``progress.jsonl:N: ...``): the file is the runner's own report, and a line it did not write
 means the job can no longer be followed.
 
 ``checkpoint.pt`` (``CHECKPOINT_FILE``): written every ``checkpoint_every`` iterations, at
 completion and on SIGTERM, atomically (temp file, fsync, ``os.replace``), so a kill at any moment
-leaves the old or the new one. A worker that finds one resumes from it and follows the loss
+leaves the old or the new one. A runner that finds one resumes from it and follows the loss
 trajectory of an uninterrupted run (same seed and thread count).
 
 ``result.json`` (``RESULT_FILE``, at completion): ``protocol.JobResult``.
@@ -61,7 +61,7 @@ the current iteration finishes, a checkpoint is written, restart to resume).
 Command jobs run ``command`` as a child process, pinned to the allocation from its first
 instruction, with ``QOSCHED_PROGRESS_FILE`` (``JOB_DIR/command_progress.jsonl``: append
 ``{"iteration": n}`` or ``{"iteration": n, "loss": x}`` lines, flushed, ``n`` whole in
-[0, 2**53); the worker relays them. A line it cannot use (not JSON, a stray ``print``, a number
+[0, 2**53); the runner relays them. A line it cannot use (not JSON, a stray ``print``, a number
 out of bounds) is skipped with a ``warning`` event and a line in the job's log, and the job goes
 on: a training script should not die of one bad line),
 ``QOSCHED_CPUS`` (comma-separated core ids), ``QOSCHED_GPUS`` and ``CUDA_VISIBLE_DEVICES`` (the
@@ -69,24 +69,24 @@ job's GPU indices, comma-separated; empty for a CPU job, which so sees no GPU at
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA then numbers GPUs as NVML and the scheduler do),
 ``OMP_NUM_THREADS``, ``QOSCHED_ITERATIONS``, ``QOSCHED_JOB_DIR`` and ``QOSCHED_ALLOCATION_FILE``
 (to follow later re-sizes itself). The command starts in ``working_dir`` (default: the
-worker's own) with the worker's environment plus ``env`` (the spec's), under the variables
+runner's own) with the runner's environment plus ``env`` (the spec's), under the variables
 above, which qosched sets last; ``OMP_NUM_THREADS`` is qosched's unless ``env`` sets it.
 
 With ``launcher: torchrun`` the child is ``python -m torch.distributed.run --standalone
---nproc-per-node N COMMAND...`` (the worker's own interpreter; with ``--no-python`` when
+--nproc-per-node N COMMAND...`` (the runner's own interpreter; with ``--no-python`` when
 ``COMMAND[0]`` does not end in ``.py``, so each rank runs that program itself, e.g. a Python of
 the user's choice), N the job's GPU count, or its core count for a CPU job, and
 ``OMP_NUM_THREADS`` is the cores divided among the N processes. N is fixed for the child's
 life; the scheduler changes it by stopping the job (SIGTERM: torchrun passes it to every rank,
-the script checkpoints) and starting a new worker. SIGTERM to
-the worker is forwarded to the child; the child gets SIGTERM too if the worker dies. The
-child's exit code becomes the worker's (128 + N when killed by signal N), except after a
+the script checkpoints) and starting a new runner. SIGTERM to
+the runner is forwarded to the child; the child gets SIGTERM too if the runner dies. The
+child's exit code becomes the runner's (128 + N when killed by signal N), except after a
 forwarded SIGTERM: then the job is ``EXIT_PREEMPTED`` unless the child exits 0 having reported
 ``iterations`` iterations.
 
-The worker sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set (see ``run_worker``).
+The runner sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set (see ``run_job``).
 
-Test hook: ``QOSCHED_WORKER_CRASH_AT=N`` makes a built-in workload raise instead of completing
+Test hook: ``QOSCHED_RUNNER_CRASH_AT=N`` makes a built-in workload raise instead of completing
 its N-th iteration (1-based, counted from the start of the job, not of this process), so a
 scheduler's retry logic can be exercised; the checkpoint at N is never written, so the hook
 fires again on every retry that still has it set.
@@ -110,7 +110,7 @@ from typing import Any
 
 from qosched.backends.local.affinity import set_process_affinity
 from qosched.backends.local.atomic import atomic_write, atomic_write_json, remove_stale_temps
-from qosched.backends.local.progress import ProgressLog, WorkerEvent
+from qosched.backends.local.progress import ProgressLog, RunnerEvent
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
     CHECKPOINT_FILE,
@@ -132,9 +132,9 @@ from qosched.backends.local.protocol import (
     RESULT_FILE,
     Allocation,
     JobResult,
-    WorkerJob,
+    RunnerJob,
     finite_or_none,
-    load_worker_job,
+    load_runner_job,
     read_allocation,
 )
 from qosched.core.bounds import COUNT_LIMIT, check_count
@@ -154,17 +154,17 @@ __all__ = [
     "PROGRESS_FILE",
     "RESULT_FILE",
     "main",
-    "run_worker",
+    "run_job",
 ]
 
 POLL_INTERVAL_S = 0.2  # allocation.json is looked at no more often than this
 REPORT_INTERVAL_S = 0.5  # progress lines are written no more often than this
-COMMAND_WAIT_S = 0.05  # how often a command job's worker wakes to relay, poll and forward
+COMMAND_WAIT_S = 0.05  # how often a command job's runner wakes to relay, poll and forward
 CHECKPOINT_FORMAT = 1
 
 
 class StopRequest:
-    """Remembers SIGTERM/SIGINT; the worker acts on it at the next iteration boundary."""
+    """Remembers SIGTERM/SIGINT; the runner acts on it at the next iteration boundary."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -220,7 +220,7 @@ class AllocationWatcher:
             message = str(exc) if isinstance(exc, InputError) else f"cannot apply {exc}"
             kept = list(self.current.cpus) if self.current else "the inherited affinity"
             self.log.write(
-                WorkerEvent.ERROR,
+                RunnerEvent.ERROR,
                 iteration=iteration,
                 loss=loss,
                 message=f"{message}; keeping {kept}",
@@ -266,7 +266,7 @@ class _Between:
         if self.watcher.poll(iteration=iteration, loss=loss):
             assert self.watcher.current is not None
             self.log.write(
-                WorkerEvent.RESIZE,
+                RunnerEvent.RESIZE,
                 iteration=iteration,
                 loss=loss,
                 cpu_ids=list(self.watcher.current.cpus),
@@ -282,13 +282,13 @@ class _Between:
         self.last_report = time.monotonic()
 
     def report(self, *, iteration: int | None, loss: float | None) -> None:
-        self.log.write(WorkerEvent.PROGRESS, iteration=iteration, loss=loss)
+        self.log.write(RunnerEvent.PROGRESS, iteration=iteration, loss=loss)
         self.reported()
 
     def preempted(self, *, iteration: int | None, loss: float | None, **fields: Any) -> int:
         """The job stops before completing, on the signal ``stop`` saw: ``EXIT_PREEMPTED``."""
         self.log.write(
-            WorkerEvent.PREEMPTED,
+            RunnerEvent.PREEMPTED,
             iteration=iteration,
             loss=loss,
             message=f"stopped by {self.stop.describe()}",
@@ -310,7 +310,7 @@ def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
-def _load_checkpoint(path: Path, spec: WorkerJob) -> dict[str, Any]:
+def _load_checkpoint(path: Path, spec: RunnerJob) -> dict[str, Any]:
     import torch
 
     try:
@@ -319,7 +319,7 @@ def _load_checkpoint(path: Path, spec: WorkerJob) -> dict[str, Any]:
     except Exception as exc:
         raise InputError(f"cannot load checkpoint: {exc}", source=path) from exc
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise InputError(f"not a format-{CHECKPOINT_FORMAT} worker checkpoint", source=path)
+        raise InputError(f"not a format-{CHECKPOINT_FORMAT} runner checkpoint", source=path)
     if payload.get("job_id") != spec.job_id:
         raise InputError(
             f"checkpoint belongs to job {payload.get('job_id')!r}, not {spec.job_id!r}",
@@ -329,7 +329,7 @@ def _load_checkpoint(path: Path, spec: WorkerJob) -> dict[str, Any]:
     return payload
 
 
-def _run_workload(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
+def _run_workload(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
     # PyTorch is imported only here: it takes seconds, and a command job never needs it.
     import torch
 
@@ -364,7 +364,7 @@ def _run_workload(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRe
     resumed_from = state.iteration
     log.note(state.iteration, loss)
     log.write(
-        WorkerEvent.START,
+        RunnerEvent.START,
         iteration=state.iteration,
         loss=loss,
         resumed_from=resumed_from,
@@ -385,7 +385,7 @@ def _run_workload(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRe
         }
         _save_checkpoint(checkpoint, payload)
         checkpointed_at = state.iteration
-        log.write(WorkerEvent.CHECKPOINT, iteration=state.iteration, loss=loss)
+        log.write(RunnerEvent.CHECKPOINT, iteration=state.iteration, loss=loss)
 
     between = _Between(watcher, log, stop, lambda: {"threads": torch.get_num_threads()})
     started = time.perf_counter()
@@ -419,7 +419,7 @@ def _run_workload(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRe
         mean_iteration_s=sum(step_times) / len(step_times) if step_times else None,
     )
     atomic_write_json(job_dir / RESULT_FILE, result.to_json())
-    log.write(WorkerEvent.DONE, iteration=state.iteration, loss=loss)
+    log.write(RunnerEvent.DONE, iteration=state.iteration, loss=loss)
     return EXIT_DONE
 
 
@@ -497,8 +497,8 @@ def _short(value: object) -> str:
 
 
 def _die_with_parent() -> Callable[[], None]:
-    """A ``preexec_fn`` making the kernel send the child SIGTERM if this worker dies, so a
-    killed worker never leaves a command running on cores the scheduler has handed on."""
+    """A ``preexec_fn`` making the kernel send the child SIGTERM if this runner dies, so a
+    killed runner never leaves a command running on cores the scheduler has handed on."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         prctl = libc.prctl
@@ -509,17 +509,17 @@ def _die_with_parent() -> Callable[[], None]:
 
     def setup() -> None:
         prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the worker died before prctl took effect
+        if os.getppid() != parent:  # the runner died before prctl took effect
             os._exit(EXIT_PREEMPTED)
 
     return setup
 
 
-def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
+def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
     assert spec.command is not None
     if os.environ.get(ENV_CRASH_AT):
         log.write(
-            WorkerEvent.WARNING,
+            RunnerEvent.WARNING,
             iteration=None,
             loss=None,
             message=f"{ENV_CRASH_AT} applies to built-in workloads only; ignored",
@@ -528,7 +528,7 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
     child: subprocess.Popen[bytes] | None = None
 
     def apply(allocation: Allocation) -> None:
-        # The worker itself mostly sleeps, but it should not wander onto other jobs' cores.
+        # The runner itself mostly sleeps, but it should not wander onto other jobs' cores.
         set_process_affinity(os.getpid(), allocation.cpus)
         if child is not None and child.poll() is None:
             set_process_affinity(child.pid, allocation.cpus, descendants=True)
@@ -562,7 +562,7 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
             field="working_dir" if exc.filename == spec.working_dir else "command",
         ) from exc
     log.write(
-        WorkerEvent.START,
+        RunnerEvent.START,
         iteration=None,
         loss=None,
         cpu_ids=list(cpus),
@@ -581,9 +581,9 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         log.note(progress.iteration, progress.loss)
         for problem in problems:
             # In the job's log too, where its user looks first.
-            print(f"qosched worker: warning: {problem}", file=sys.stderr, flush=True)
+            print(f"qosched runner: warning: {problem}", file=sys.stderr, flush=True)
             log.write(
-                WorkerEvent.WARNING,
+                RunnerEvent.WARNING,
                 iteration=progress.iteration,
                 loss=progress.loss,
                 message=problem,
@@ -610,13 +610,13 @@ def _run_command(spec: WorkerJob, job_dir: Path, log: ProgressLog, stop: StopReq
             mean_iteration_s=progress.mean_iteration_s(),
         )
         atomic_write_json(job_dir / RESULT_FILE, result.to_json())
-        log.write(WorkerEvent.DONE, iteration=progress.iteration, loss=progress.loss, exit_code=0)
+        log.write(RunnerEvent.DONE, iteration=progress.iteration, loss=progress.loss, exit_code=0)
         return EXIT_DONE
     if stop.requested:
         return between.preempted(iteration=progress.iteration, loss=progress.loss, exit_code=code)
     how = f"exited with code {code}" if code > 0 else f"was killed by {signal.Signals(-code).name}"
     log.write(
-        WorkerEvent.ERROR,
+        RunnerEvent.ERROR,
         iteration=progress.iteration,
         loss=progress.loss,
         message=f"command {how}",
@@ -641,7 +641,7 @@ def command_argv(command: tuple[str, ...], launcher: str | None, processes: int)
 
 
 def command_environment(
-    spec: WorkerJob,
+    spec: RunnerJob,
     job_dir: Path,
     cpus: tuple[int, ...],
     gpus: tuple[int, ...],
@@ -651,7 +651,7 @@ def command_environment(
     base: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment a command job starts with (see the module docstring): ``base`` (the
-    worker's own), then the spec's ``env``, then what qosched sets, which no spec overrides."""
+    runner's own), then the spec's ``env``, then what qosched sets, which no spec overrides."""
     env = dict(os.environ if base is None else base)
     env["OMP_NUM_THREADS"] = str(max(1, len(cpus) // max(1, processes)))
     env.update(spec.env)
@@ -673,7 +673,7 @@ def command_environment(
     return env
 
 
-def run_worker(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
+def run_job(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
     """Run the job in ``job_dir`` to completion or preemption; returns the exit code."""
     stop = stop or StopRequest().install()
     # Before PyTorch loads OpenMP (validating job.json imports it). With spinning waiters, two
@@ -684,18 +684,18 @@ def run_worker(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     job_dir = Path(job_dir).resolve()
     if not job_dir.is_dir():
-        print(f"qosched worker: {job_dir}: not a directory", file=sys.stderr)
+        print(f"qosched runner: {job_dir}: not a directory", file=sys.stderr)
         return EXIT_INPUT_ERROR
     with ProgressLog(job_dir / PROGRESS_FILE) as log:
         try:
-            spec = load_worker_job(job_dir / JOB_FILE)
+            spec = load_runner_job(job_dir / JOB_FILE)
             if spec.command is not None:
                 return _run_command(spec, job_dir, log, stop)
             return _run_workload(spec, job_dir, log, stop)
         except InputError as exc:
-            print(f"qosched worker: {exc}", file=sys.stderr)
+            print(f"qosched runner: {exc}", file=sys.stderr)
             log.write(
-                WorkerEvent.ERROR,
+                RunnerEvent.ERROR,
                 iteration=log.iteration,
                 loss=log.loss,
                 message=str(exc),
@@ -706,7 +706,7 @@ def run_worker(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
             traceback.print_exc(file=sys.stderr)
             last_line = traceback.format_exception_only(exc)[-1].strip()
             log.write(
-                WorkerEvent.ERROR,
+                RunnerEvent.ERROR,
                 iteration=log.iteration,
                 loss=log.loss,
                 message=last_line,
@@ -718,9 +718,9 @@ def run_worker(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m qosched.backends.local.worker JOB_DIR", file=sys.stderr)
+        print("usage: python -m qosched.backends.local.runner JOB_DIR", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    return run_worker(args[0])
+    return run_job(args[0])
 
 
 if __name__ == "__main__":
