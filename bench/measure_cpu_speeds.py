@@ -285,7 +285,7 @@ taken, and why the least disturbed round is kept.
 Two cores were measured two ways: *data-parallel*, as the model assumes (two processes, one per
 core, each on half the batch, gradients all-reduced with gloo over loopback; the time of a step
 includes the all-reduce), and *threads* (one process with two intra-op threads, what qosched's
-local worker does for a job given two cores). Times in ms; error = (model - measured) / measured.
+local runner does for a job given two cores). Times in ms; error = (model - measured) / measured.
 
 {measured_header}
 {measured_rows}

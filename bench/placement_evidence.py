@@ -13,7 +13,7 @@ is reported). Then:
 * calibration: the two whole-model plans are run first and every unit's time in them replaces
   its isolated cost (``placement.calibrate``); all plans are made and predicted on the
   calibrated costs (COS on the isolated costs is run too);
-* per-unit cost error: each run's segments (a run of consecutive units on one worker) timed in
+* per-unit cost error: each run's segments (a run of consecutive units on one processor) timed in
   the run against the sum of their units' isolated per-operator costs;
 * contention: each processor's busy time in a run against the plan's predicted load;
 * the runtime model (``placement.replay``): every plan replayed through the runtime's protocol,
@@ -112,8 +112,8 @@ def roofline_ratios(models: list[TenantModel], found) -> list[float]:
 
 
 def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace) -> dict:
-    workers = PLATFORM.pinned_processors()
-    found = measure(models, workers, seed=0, cache_path=args.cache)
+    pinned = PLATFORM.pinned_processors()
+    found = measure(models, pinned, seed=0, cache_path=args.cache)
     isolated = Problem(
         tuple(
             measured_tenant(c, g, found.channel, None)
@@ -133,7 +133,7 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
             TenantRun(t.name, prog, units, inputs, chosen.assignment(t.name))
             for t, (prog, units, inputs) in zip(models, programs, strict=True)
         ]
-        return run(runs, workers, rounds=args.requests, warmup=2, expected=expected)
+        return run(runs, pinned, rounds=args.requests, warmup=2, expected=expected)
 
     # Calibration: every tenant alone on each processor (the two whole-model plans) times each
     # unit; every plan below is made and predicted on those unit times.

@@ -66,9 +66,9 @@ def main() -> int:
         )
         return 0
     device_name = torch.cuda.get_device_name(0)
-    workers = CudaPlatform().pinned_processors()
-    print(f"CUDA device {device_name}; cpu worker on cores {workers[0].cores}")
-    found = measure(MIX, workers, seed=0, cache_path=args.cache)
+    pinned = CudaPlatform().pinned_processors()
+    print(f"CUDA device {device_name}; cpu process on cores {pinned[0].cores}")
+    found = measure(MIX, pinned, seed=0, cache_path=args.cache)
     problem = Problem(
         tuple(
             measured_tenant(c, g, found.channel, None)
@@ -124,7 +124,7 @@ def main() -> int:
             TenantRun(t.name, prog, units, inputs, chosen.assignment(t.name))
             for t, (prog, units, inputs) in zip(MIX, programs, strict=True)
         ]
-        result = run(runs, workers, rounds=args.requests, expected=expected, tolerance=1e-3)
+        result = run(runs, pinned, rounds=args.requests, expected=expected, tolerance=1e-3)
         predicted = chosen.throughput_rps * len(MIX)
         close = all(t.outputs_equal for t in result.tenants)
         results["plans"][name] = {

@@ -1,6 +1,6 @@
 """What a training script calls to run well under qosched; every call is harmless outside it.
 
-A command job (``spec.command`` in a TrainingJob) is started by qosched's worker with a few
+A command job (``spec.command`` in a TrainingJob) is started by qosched's runner with a few
 environment variables (see ``docs/local.md``). This module reads them, so a script needs no
 knowledge of the file protocol under it::
 
@@ -15,7 +15,7 @@ knowledge of the file protocol under it::
             raise SystemExit(0)
 
 ``report`` appends one JSON line ``{"iteration": n, "loss": x}`` to the file named by
-``QOSCHED_PROGRESS_FILE``; the worker relays it to the scheduler, whose predictor learns the job's
+``QOSCHED_PROGRESS_FILE``; the runner relays it to the scheduler, whose predictor learns the job's
 speed from it. In a multi-process job (``torchrun``) only global rank 0 reports; the other ranks'
 calls do nothing. Outside qosched (the variable unset), ``report`` does nothing and returns
 False, so the same script runs anywhere.

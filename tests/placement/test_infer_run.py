@@ -102,8 +102,8 @@ def test_a_plan_runs_on_two_core_sets_with_outputs_checked_against_the_model(tmp
     # tenant a's units alternate processors: 4 rounds x 2 gpu segments, b never uses the gpu
     on_gpu = [s for s in result.spans if s.track == "gpu" and "units" in s.name]
     assert len(on_gpu) == 4 * 2 and all(s.args["tenant"] == "a" for s in on_gpu)
-    # One message span around everything a worker does per message, one message at a time:
-    # a takes 3 segments plus its result's way back through the cpu worker, b one segment.
+    # One message span around everything a pinned process does per message, one message at a time:
+    # a takes 3 segments plus its result's way back through the cpu process, b one segment.
     messages = [s for s in result.spans if s.name.startswith("message")]
     per_tenant = {n: sum(s.args["tenant"] == n for s in messages) for n in "ab"}
     assert per_tenant == {"a": 4 * 4, "b": 4 * 1}
@@ -317,7 +317,7 @@ def test_the_roofline_platform_takes_a_gpu_calibration_factor():
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_workers_can_keep_freed_memory_on_glibc():
+def test_pinned_processes_can_keep_freed_memory_on_glibc():
     # Profiles and runs both start with it (pin); a False here would leave runs paying fresh
     # pages for every request's activations while the isolated profile does not.
     assert keep_freed_memory() is True

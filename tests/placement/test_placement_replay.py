@@ -54,7 +54,7 @@ def test_a_split_tenant_pipelines_only_as_deep_as_the_rounds_in_flight():
     assert one_deep.throughput_rps[0] == pytest.approx(1 / 2.4)
 
 
-def test_contention_slows_both_workers_only_while_both_are_busy():
+def test_contention_slows_both_processes_only_while_both_are_busy():
     problem = Problem((one("a", cpu=(1.0,)), one("b", gpu=(1.0,))))
     plan = [("cpu",), ("gpu",)]
     got = replay(problem, plan, RuntimeModel(contention=1.5), rounds=20, warmup=0)
@@ -64,7 +64,7 @@ def test_contention_slows_both_workers_only_while_both_are_busy():
     assert got.throughput_rps == pytest.approx((1.0,))
 
 
-def test_a_worker_left_alone_speeds_up_for_the_rest_of_its_message():
+def test_a_process_left_alone_speeds_up_for_the_rest_of_its_message():
     # a: 1 s on the cpu, b: 2 s on the gpu, twice as slow together: a is done at 2 s, when b
     # has done 1 s of its 2; b does the last second alone, done at 3 s.
     problem = Problem((one("a", cpu=(1.0,)), one("b", gpu=(2.0,))))
@@ -83,7 +83,7 @@ def test_a_replay_is_deterministic(seed):
 
 
 def test_overhead_and_scale_apply_per_message():
-    # one segment on the gpu, its result back through the cpu worker: two messages, each with
+    # one segment on the gpu, its result back through the cpu process: two messages, each with
     # the fixed overhead; only the segment's units are scaled
     t = one(gpu=(1.0,), output_from_gpu_s=0.0)
     model = RuntimeModel(depth=1, message_overhead_s=0.1, compute_scale=2.0)
@@ -147,7 +147,7 @@ def test_the_fit_recovers_the_model_that_made_the_samples():
 
 
 def test_a_fit_never_makes_company_faster():
-    # Messages that ran faster with the other worker busy: no contention term, not one below 1.
+    # Messages that ran faster with the other process busy: no contention term, not one below 1.
     samples = [MessageSample(i * 1e-3, 0.0, i * 1e-3 * (1.0 - 0.2 * o), o) for i, o in
                [(1, 0), (2, 1), (3, 0), (4, 1), (5, 0.5)]]  # fmt: skip
     got = fit_runtime_model(samples)
@@ -158,7 +158,7 @@ def test_a_fit_never_makes_company_faster():
 
 def test_message_samples_read_the_plan_from_the_timeline():
     # cpu unit, then a gpu unit: the cpu packs half the 0.5 s copy, the gpu unpacks the other
-    # half and packs half the 0.2 s result, which the cpu worker unpacks and finishes.
+    # half and packs half the 0.2 s result, which the cpu process unpacks and finishes.
     t = one(cpu=(1.0, 9.0), gpu=(9.0, 4.0), cut=(0.5,), output_from_gpu_s=0.2, copy_share=0.5)
     problem, plan = Problem((t,)), [("cpu", "gpu")]
 

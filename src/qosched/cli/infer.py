@@ -40,7 +40,7 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
     runner = commands.add_parser(
         "run",
         help="run a plan for real and compare with its prediction",
-        description="Execute a plan on a runnable platform (one pinned worker process per "
+        description="Execute a plan on a runnable platform (one pinned process per "
         "processor, every tenant served round-robin) and compare the measured throughput and "
         "latency with the plan's prediction.",
     )

@@ -8,7 +8,7 @@ CPU measured on this machine (or estimated too, with ``cpu_costs: roofline``); o
 platform (``cpu-sets``, ``cuda``) every operator is measured on both processors. ``--out`` keeps
 the plan for ``run``.
 
-``run`` executes a plan for real on a runnable platform (one pinned worker process per
+``run`` executes a plan for real on a runnable platform (one pinned process per
 processor, all tenants served round-robin) and compares the measured throughput and latency
 with the plan's prediction.
 """
@@ -90,13 +90,13 @@ def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str)
 
 def run_run(args: argparse.Namespace) -> int:
     spec = load_inference_spec(args.spec)
-    workers = spec.platform.pinned_processors()
+    pinned = spec.platform.pinned_processors()
     prepared = prepare_run(spec, args.plan)
     # A GPU's kernels round differently from the CPU's: there, results are checked to 1e-3.
-    tolerance = 1e-3 if any(w.device != "cpu" for w in workers) else None
+    tolerance = 1e-3 if any(p.device != "cpu" for p in pinned) else None
     result = run(
         prepared.tenants,
-        workers,
+        pinned,
         tolerance=tolerance,
         rounds=args.requests,
         warmup=args.warmup,
@@ -150,8 +150,8 @@ def run_run(args: argparse.Namespace) -> int:
         Console().print(
             f"this run's runtime model: {explained.model.message_overhead_s * 1e6:.0f} us per "
             f"message, operators {explained.model.compute_scale:.2f}x their isolated times, "
-            f"{explained.model.contention:.2f}x slower while both workers are busy; replayed with "
-            f"it, the plan gives {explained.replayed_rps:.1f} req/s (the protocol alone: "
+            f"{explained.model.contention:.2f}x slower while both processes are busy; replayed "
+            f"with it, the plan gives {explained.replayed_rps:.1f} req/s (the protocol alone: "
             f"{explained.replayed_default_rps:.1f})"
         )
     return 0

@@ -2,7 +2,7 @@
 a real run, not as the sum of their operators profiled in isolation.
 
 Isolated profiling times every operator hot (its weights and inputs in cache, repeated back to
-back) and as a bare ATen call. In a run the requests of several tenants alternate on a worker
+back) and as a bare ATen call. In a run the requests of several tenants share a process
 and every node pays the interpreter's dispatch, and how much that adds depends on the unit: on
 the core-set platform a ResNet ran 1.1x its isolated time as a whole and MobileNet 1.4x, while
 a MobileNet unit of a few tiny operators took 2-8x. A plan balanced on isolated costs was not

@@ -82,9 +82,9 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
 
 def measured_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
     """Tenants measured on both processors of the spec's runnable platform, and a title."""
-    workers = spec.platform.pinned_processors()
+    pinned = spec.platform.pinned_processors()
     models = [TenantModel(t.name, t.model, t.batch) for t in spec.tenants]
-    found = measure(models, workers, seed=spec.seed, cache_path=cache)
+    found = measure(models, pinned, seed=spec.seed, cache_path=cache)
     tenants: list[TenantGraph] = [
         measured_tenant(c, g, found.channel, t.latency_goal_s)
         for c, g, t in zip(found.cpu, found.gpu, spec.tenants, strict=True)
@@ -280,7 +280,7 @@ class Explained:
 
 def explain(result: MeasuredRun, predicted: Plan, problem: Problem) -> Explained | None:
     """How much of the gap between predicted and measured the protocol, the per-message
-    overhead, the slower operators and the workers' contention account for. ``None`` when the
+    overhead, the slower operators and the two processes' contention account for. ``None`` when the
     run timed too few messages to fit."""
     assignments = [t.assignment for t in predicted.tenants]
     try:

@@ -7,13 +7,13 @@ its operators. The two processors are profiled one after the other, so neither d
 other's measurement.
 
 The link: a cut costs ``latency + bytes / bandwidth``, both fitted by least squares on relative
-error to one-way times of tensors of several sizes bounced between the two workers exactly as
+error to one-way times of tensors of several sizes bounced between the two processes exactly as
 the runtime moves them (pickled through a pipe; to and from the device on CUDA). Cached like
 operator times.
 
 Contention, as the plan's cost model states it (``placement.ir``): a processor runs one unit at
 a time, so tenants sharing it add up (its load is the sum of theirs), and the two processors do
-not slow each other down. The worker processes copy the tensors themselves (the sender packs,
+not slow each other down. The pinned processes copy the tensors themselves (the sender packs,
 the receiver unpacks), so every copy also occupies each end for half its time
 (``COPY_SHARE``). ``bench/placement_evidence.py`` checks all of this against runs.
 """
@@ -40,7 +40,7 @@ from qosched.placement.profile import DEFAULT_REPEATS, ProfileCache, TenantProfi
 from qosched.placement.program import UnitProgram, build_model, export_program
 from qosched.placement.runtime import pack, to_device, unpack
 
-#: Share of a copy's time spent by each of the two workers (``TenantGraph.copy_share``).
+#: Share of a copy's time spent by each of the two pinned processes (``TenantGraph.copy_share``).
 COPY_SHARE = 0.5
 CHANNEL_SIZES = (256, 4 * 2**10, 64 * 2**10, 512 * 2**10, 4 * 2**20)
 CHANNEL_REPEATS = 15
@@ -58,7 +58,7 @@ class TenantModel:
 
 @dataclass(frozen=True)
 class Channel:
-    """One copy across the cut between the two workers: ``latency_s + bytes / bandwidth``."""
+    """One copy across the cut between the two processes: ``latency_s + bytes / bandwidth``."""
 
     latency_s: float
     bandwidth: float
@@ -88,17 +88,17 @@ class Measurement:
 
 
 def profile_job(
-    worker: PinnedProcessor,
+    pinned: PinnedProcessor,
     tenants: Sequence[TenantModel],
     seed: int,
     cache_path: str | None,
     repeats: int,
 ) -> tuple[list[MeasuredTenant], int, int]:
-    """Run in a process pinned to ``worker``: profile every tenant; returns the profiles and the
+    """Run pinned to ``pinned.cores``: profile every tenant; returns the profiles and the
     cache's hits and misses. Saves the cache."""
     cache = ProfileCache(cache_path)
-    device = torch.device(worker.device)
-    key = worker.cost_key()
+    device = torch.device(pinned.device)
+    key = pinned.cost_key()
     result = []
     for tenant in tenants:
         model, inputs = build_model(tenant.model, batch=tenant.batch, seed=seed)
@@ -114,9 +114,9 @@ def profile_job(
     return result, cache.hits, cache.misses
 
 
-def _echo(worker: PinnedProcessor, inbox: Any, outbox: Any) -> None:
-    pin(worker.cores)
-    device = torch.device(worker.device)
+def _echo(pinned: PinnedProcessor, inbox: Any, outbox: Any) -> None:
+    pin(pinned.cores)
+    device = torch.device(pinned.device)
     while True:
         data = inbox.get()
         if data is None:
@@ -128,14 +128,14 @@ def _echo(worker: PinnedProcessor, inbox: Any, outbox: Any) -> None:
 
 
 def _ping(
-    worker: PinnedProcessor,
+    pinned: PinnedProcessor,
     sizes: Sequence[int],
     repeats: int,
     to_echo: Any,
     from_echo: Any,
     out: Any,
 ) -> None:
-    pin(worker.cores)
+    pin(pinned.cores)
     one_way = []
     for size in sizes:
         values = {"x": torch.ones(size // 4, dtype=torch.float32)}
@@ -186,21 +186,21 @@ def measure_channel(a: PinnedProcessor, b: PinnedProcessor, cache: ProfileCache)
 
 def measure(
     tenants: Sequence[TenantModel],
-    workers: tuple[PinnedProcessor, PinnedProcessor],
+    pinned: tuple[PinnedProcessor, PinnedProcessor],
     *,
     seed: int = 0,
     cache_path: str | Path | None = None,
     repeats: int = DEFAULT_REPEATS,
 ) -> Measurement:
-    """Profile ``tenants`` on both workers (one after the other) and measure the channel."""
+    """Profile ``tenants`` on both processors (one after the other) and measure the channel."""
     path = None if cache_path is None else str(cache_path)
     cpu, cpu_hits, cpu_misses = run_pinned(
-        workers[0], profile_job, workers[0], tenants, seed, path, repeats
+        pinned[0], profile_job, pinned[0], tenants, seed, path, repeats
     )
     gpu, gpu_hits, gpu_misses = run_pinned(
-        workers[1], profile_job, workers[1], tenants, seed, path, repeats
+        pinned[1], profile_job, pinned[1], tenants, seed, path, repeats
     )
-    channel = measure_channel(workers[0], workers[1], ProfileCache(path))
+    channel = measure_channel(pinned[0], pinned[1], ProfileCache(path))
     return Measurement(
         tuple(cpu), tuple(gpu), channel, cpu_hits + gpu_hits, cpu_misses + gpu_misses
     )

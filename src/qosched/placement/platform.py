@@ -11,8 +11,8 @@ registered constructor (``@register_platform``) that validates its own keys:
   only; nothing to run on.
 - ``cpu-sets``: ``{cpu: [0], gpu: [1]}``: two disjoint sets of this machine's cores play the two
   processors. A real, if modest, heterogeneous platform: costs are measured on each set and
-  plans run for real. Sets of any size work ({0} and {1, 2, 3}); a worker on a set of n cores
-  runs PyTorch with n threads.
+  plans run for real. Sets of any size work ({0} and {1, 2, 3}); the process pinned to a set of n
+  cores runs PyTorch with n threads.
 - ``cuda``: ``{cpu: [0, ..., 14], gpu: 0, gpu_host: [15]}``: the CPU cores (default: every
   usable core but the last) and a CUDA device driven by a process on ``gpu_host`` (default: the
   last usable core).
@@ -61,7 +61,8 @@ class PinnedProcessor:
 
 class Platform(Protocol):
     """A ``machine`` of a spec. ``runnable`` says whether plans can run (and costs be
-    measured); ``workers`` is called only then and returns the cpu worker and the gpu worker."""
+    measured); ``pinned_processors`` is called only then and returns the cpu processor and the
+    gpu processor."""
 
     name: str
     runnable: bool
@@ -297,7 +298,7 @@ def keep_freed_memory() -> bool:
     """Make this process's allocator keep freed memory for reuse (glibc only; False elsewhere).
 
     By default glibc serves large blocks (a layer's activations) with a fresh ``mmap`` each and
-    hands them back on free, so every request of a worker pays page faults and zeroing for its
+    hands them back on free, so every request a process serves pays page faults and zeroing for its
     activations: a BERT segment measured 1.7x its isolated time in a run (where requests of
     several tenants alternate) and a copy's pipe write 4x. The isolated profile, repeating one
     operator, reuses its blocks; with this, a run does too.
@@ -324,18 +325,18 @@ def pin(cores: tuple[int, ...]) -> None:
 
 
 def process_context() -> BaseContext:
-    """Where worker processes come from: a fork server that has imported PyTorch and the
+    """Where pinned processes come from: a fork server that has imported PyTorch and the
     placement modules once but run nothing (so no thread pool is inherited), which makes each
-    new worker cost a fork instead of a fresh interpreter importing PyTorch."""
+    new pinned process cost a fork instead of a fresh interpreter importing PyTorch."""
     context = get_context("forkserver")
     context.set_forkserver_preload(["torch", "qosched.placement.measured"])
     return context
 
 
-def run_pinned(worker: PinnedProcessor, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a new process pinned to ``worker.cores`` (see :func:`process_context`);
+def run_pinned(pinned: PinnedProcessor, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a new process pinned to ``pinned.cores`` (see :func:`process_context`);
     ``fn`` must be importable at module level."""
     with ProcessPoolExecutor(
-        1, mp_context=process_context(), initializer=pin, initargs=(worker.cores,)
+        1, mp_context=process_context(), initializer=pin, initargs=(pinned.cores,)
     ) as pool:
         return pool.submit(fn, *args).result()

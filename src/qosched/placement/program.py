@@ -206,7 +206,7 @@ def live_across_cuts(
 ) -> list[tuple[str, ...]]:
     """For each unit ``k``, the values made at or before it (inputs included) that are read
     after it, outputs counting as read after the last unit; constants never cross a cut (every
-    worker holds them)."""
+    pinned process holds them)."""
     last_read: dict[str, int] = {}
     for node in nodes:
         for dep in node.all_input_nodes:
@@ -254,7 +254,7 @@ class UnitProgram:
     def _free_after_last_read(self) -> None:
         """Mark each value to be dropped after the step that reads it last, in execution order
         (unit by unit): a request then holds only the activations still to be read, as eager
-        PyTorch would, instead of freeing all of them at once when it ends (which a worker pays
+        PyTorch would, instead of freeing all of them at once when it ends (which a process pays
         between requests, outside any segment's time)."""
         kept = set(self.output_names) | set(self.constants)
         last: dict[str, tuple[int, int]] = {}

@@ -3,22 +3,22 @@ the round-robin cost model of ``placement.ir`` takes for granted.
 
 The cost model scores a plan by its busiest resource per round, as if the two processors always
 found work. The runtime (``placement.runtime``) cannot always give them work: a request's
-segments follow each other, each worker serves its inbox first come first served, and only
+segments follow each other, each process serves its inbox first come first served, and only
 ``depth`` rounds are in flight (round ``r + depth`` is admitted when round ``r`` has finished).
 :func:`replay` plays exactly that protocol on the plan's costs, event by event:
 
-- the host hands each request of a round, tenant by tenant, to the worker of its first unit
+- the host hands each request of a round, tenant by tenant, to the process of its first unit
   (a request starting on the gpu pays the input copy there);
-- a worker takes one message at a time: it unpacks the values (its share of the copy), runs
+- a process takes one message at a time: it unpacks the values (its share of the copy), runs
   the segment (``message_overhead_s + compute_scale * the units' costs``) and packs the live
-  values for the other worker (its share of the next copy); the part of a copy neither end
+  values for the other process (its share of the next copy); the part of a copy neither end
   spends (``1 - 2 * copy_share``) is in flight;
-- a request whose plan ends on the gpu comes back through the cpu worker, which finishes it.
+- a request whose plan ends on the gpu comes back through the cpu process, which finishes it.
 
 :class:`RuntimeModel` holds what isolated operator timings miss, each fitted to a run's own
-spans by :func:`fit_runtime_model`: a fixed cost per message (the worker's dispatch, the
+spans by :func:`fit_runtime_model`: a fixed cost per message (the process's dispatch, the
 interpreter), a scale on the isolated costs (operators run cold in a run, hot when profiled),
-and ``contention``: how much slower a worker computes while the other one is busy too (the two
+and ``contention``: how much slower a process computes while the other one is busy too (the two
 processors share caches and memory bandwidth on one machine). With the defaults (no overhead,
 scale 1, no contention) the replay differs from the cost model only by the overlap it loses.
 """
@@ -73,7 +73,7 @@ class Replayed:
 
 @dataclass(frozen=True)
 class _Step:
-    """One message's work on one worker: unpack, run a segment (or nothing), pack."""
+    """One message's work on one process: unpack, run a segment (or nothing), pack."""
 
     receive_s: float
     compute_s: float
@@ -109,7 +109,7 @@ def _steps(
             finishes=after is None,
         )
         steps.append((p, step))
-    if runs[-1][0] == "gpu":  # the cpu worker unpacks the result and finishes the request
+    if runs[-1][0] == "gpu":  # the cpu process unpacks the result and finishes the request
         back = _Step(share * tenant.output_from_gpu_s, model.message_overhead_s, 0.0, 0.0, True)
         steps.append(("cpu", back))
     if any(not math.isfinite(s.receive_s + s.compute_s + s.send_s) for _, s in steps):
@@ -126,8 +126,8 @@ def _busy_within(intervals: Iterable[tuple[float, float]], lo: float, hi: float)
     return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in intervals)
 
 
-# The order of events at one instant: completions (the cpu worker's, then the gpu worker's), then
-# arrivals, then the dispatch that hands idle workers their next message. A worker thus picks
+# The order of events at one instant: completions (the cpu process's, then the gpu process's), then
+# arrivals, then the dispatch that hands idle processes their next message. A process thus picks
 # among everything that arrived by then, as the runtime's inbox would have it.
 _ARRIVAL = len(PROCESSORS)
 _DISPATCH = _ARRIVAL + 1
@@ -136,7 +136,7 @@ _DISPATCH = _ARRIVAL + 1
 @dataclass(frozen=True)
 class _Message:
     """Step ``step`` of tenant ``tenant``'s request of round ``round``, on its way to or waiting
-    at the worker that runs it."""
+    at the process that runs it."""
 
     tenant: int
     round: int
@@ -145,8 +145,8 @@ class _Message:
 
 @dataclass
 class _Work:
-    """The message a worker is handling: ``left`` seconds of work (at full speed) remained at
-    ``since``, done at ``rate`` (below 1 while the other worker computes too)."""
+    """The message a process is handling: ``left`` seconds of work (at full speed) remained at
+    ``since``, done at ``rate`` (below 1 while the other process computes too)."""
 
     message: _Message
     started: float
@@ -158,7 +158,7 @@ class _Work:
 
 class _Replay:
     """The runtime's protocol as events on a :class:`qosched.sim.Engine`: messages arrive at a
-    worker's inbox, idle workers take the oldest, a worker's completion sends the next message
+    process's inbox, idle processes take the oldest, a process's completion sends the next message
     or finishes the request, and a round's last result admits round ``r + depth``."""
 
     def __init__(
@@ -188,7 +188,7 @@ class _Replay:
             raise AssertionError("replay stalled with requests outstanding")
 
     def submit(self, r: int) -> None:
-        """The host hands each tenant's request of round ``r`` to the worker of its first step."""
+        """The host hands each tenant's request of round ``r`` to the process of its first step."""
         now = self.engine.now
         for t, (host_delay, steps) in enumerate(self.plans):
             self.submitted[t, r] = now
@@ -211,8 +211,8 @@ class _Replay:
             )
 
     def dispatch_all(self) -> None:
-        """Idle workers take their oldest message; then every worker computes at the rate that
-        the number of busy workers allows."""
+        """Idle processes take their oldest message; then every process computes at the rate that
+        the number of busy processes allows."""
         now = self.engine.now
         for p in PROCESSORS:
             if self.current[p] is None and self.inbox[p]:
@@ -241,7 +241,7 @@ class _Replay:
         )
 
     def complete(self, processor: str) -> None:
-        """The worker's message is handled: the next one leaves for the other worker, or the
+        """The process's message is handled: the next one leaves for the other process, or the
         request is finished (and maybe its round with it)."""
         now = self.engine.now
         work = self.current[processor]
@@ -302,9 +302,9 @@ def replay(
 
 @dataclass(frozen=True)
 class MessageSample:
-    """One message a worker handled in a run: the isolated cost of the units it ran (0 for a
+    """One message a process handled in a run: the isolated cost of the units it ran (0 for a
     result coming back), the copies' shares it spent by the cost model, how long it took, and
-    the fraction of that time the other worker was busy too."""
+    the fraction of that time the other process was busy too."""
 
     isolated_s: float
     copies_s: float
@@ -339,7 +339,7 @@ def message_samples(
         k = int(span.args["segment"])  # type: ignore[arg-type]
         if not 0 <= k < len(steps) or steps[k][0] != span.track:
             raise InputError(
-                f"tenant {name!r}: message {k} on the {span.track} worker does not fit the plan",
+                f"tenant {name!r}: message {k} on the {span.track} process does not fit the plan",
                 field="assignments",
             )
         step = steps[k][1]
@@ -363,7 +363,7 @@ def fit_runtime_model(samples: Sequence[MessageSample], *, depth: int = 2) -> Ru
 
     Linear in ``(overhead, scale, scale * (contention - 1))``. A term that comes out below its
     range (a negative overhead, or contention below 1) is dropped and the rest refitted, so the
-    model never makes a worker faster with company than alone.
+    model never makes a process faster with company than alone.
     """
     usable = [s for s in samples if s.measured_s > 0 and math.isfinite(s.isolated_s + s.copies_s)]
     if len(usable) < 3:

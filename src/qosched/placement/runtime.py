@@ -1,36 +1,36 @@
-"""The multi-tenant runtime: a plan executed for real, one worker process per processor.
+"""The multi-tenant runtime: a plan executed for real, one pinned process per processor.
 
-Each worker is a process pinned to its processor's cores (``placement.platform.PinnedProcessor``)
-with one PyTorch thread per core (on a CUDA platform the gpu worker computes on the device). It
+Each is a process pinned to its processor's cores (``placement.platform.PinnedProcessor``)
+with one PyTorch thread per core (on a CUDA platform the gpu process computes on the device). It
 holds every tenant's program (``placement.program.UnitProgram``, the exported model with its real
 weights) and serves one inbox, first come first served, one piece of work at a time:
 
-- a *segment* is a maximal run of consecutive units a plan puts on one processor. A worker runs
+- a *segment* is a maximal run of consecutive units a plan puts on one processor. A process runs
   a segment, then sends the values live across the cut (``UnitProgram.live_after``) to the other
-  worker's inbox: pickled into bytes and sent through a pipe (the core-set platform's "link"),
+  process's inbox: pickled into bytes and sent through a pipe (the core-set platform's "link"),
   moved to or from the device on a CUDA platform;
-- the host owns the inputs and the results. The cost model's host is the cpu worker: a result
+- the host owns the inputs and the results. The cost model's host is the cpu process: a result
   there is delivered (a plan that ends on the gpu sends its result back to it), and the calling
-  process hands each request to the worker of its first unit (packed, so a plan that starts on
+  process hands each request to the process of its first unit (packed, so a plan that starts on
   the gpu pays the copy there, as the cost model says).
 
 Every message between processes goes through a ``SimpleQueue``, written in the sender's thread
-and drained on the other side by a thread of its own (see ``_drained``). Workers keep freed
+and drained on the other side by a thread of its own (see ``_drained``). The processes keep freed
 memory for reuse (``placement.platform.keep_freed_memory``), as the isolated profile does.
 
 The coordinator (the calling process) serves all tenants round-robin at one rate, as the cost
 model of ``placement.ir`` assumes: a round is one request of every tenant; up to ``depth`` rounds
 are in flight (2 lets both processors work on different rounds at once), and round ``r + depth``
 is admitted when round ``r`` has finished. The first ``warmup`` rounds are not measured. The
-cpu worker compares every result with the tenant's program run unsplit (``torch.equal``) and
+cpu process compares every result with the tenant's program run unsplit (``torch.equal``) and
 tells the coordinator when it finished and whether it was equal.
 
-Besides a span per segment, copy and unpack, each worker records one ``message`` span around
+Besides a span per segment, copy and unpack, each process records one ``message`` span around
 everything it does for a message: its busy time, overheads included, which
 ``placement.replay.message_samples`` fits the runtime model to.
 
 Times come from ``time.perf_counter`` (CLOCK_MONOTONIC on Linux, the same clock in every
-process), so the workers' spans line up on one timeline.
+process), so the processes' spans line up on one timeline.
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ RESULT_TIMEOUT_S = 600.0
 
 
 class RuntimeFailure(QoschedError, RuntimeError):
-    """A worker process failed; the message carries its traceback."""
+    """A pinned process failed; the message carries its traceback."""
 
 
 @dataclass(frozen=True)
 class TenantRun:
-    """What a worker needs to run one tenant: the saved exported program, the units (operator
+    """What a process needs to run one tenant: the saved exported program, the units (operator
     names of each), the request's inputs and the plan's processor per unit."""
 
     name: str
@@ -128,7 +128,7 @@ def _drained(source: Any, *, until: str) -> queue_module.Queue:
     pipe in the caller's thread. A ``Queue`` hands the bytes to a feeder thread instead, which
     shares the sender's core with its computing main thread: runs showed messages arriving
     0.5-2 ms late, a round's worth of idle time per few rounds. A synchronous write blocks while
-    the pipe is full, so the reading side drains its pipe in a thread of its own; no two workers
+    the pipe is full, so the reading side drains its pipe in a thread of its own; no two processes
     can then block each other by sending at once.
     """
     local: queue_module.Queue = queue_module.Queue()
@@ -144,30 +144,30 @@ def _drained(source: Any, *, until: str) -> queue_module.Queue:
     return local
 
 
-def _worker_main(
-    worker: PinnedProcessor,
+def _process_main(
+    pinned: PinnedProcessor,
     tenants: Sequence[TenantRun],
     inboxes: dict[str, Any],
     done: Any,
     check: _Check,
 ) -> None:
     try:
-        _serve(worker, tenants, inboxes, done, check)
+        _serve(pinned, tenants, inboxes, done, check)
     except BaseException:
-        done.put(("error", worker.processor, traceback.format_exc()))
+        done.put(("error", pinned.processor, traceback.format_exc()))
 
 
 def _serve(
-    worker: PinnedProcessor,
+    pinned: PinnedProcessor,
     tenants: Sequence[TenantRun],
     inboxes: dict[str, Any],
     done: Any,
     check: _Check,
 ) -> None:
-    pin(worker.cores)
-    me = worker.processor
+    pin(pinned.cores)
+    me = pinned.processor
     other = "gpu" if me == "cpu" else "cpu"
-    device = torch.device(worker.device)
+    device = torch.device(pinned.device)
     host = torch.device("cpu")
     programs = [UnitProgram(load_program(t.program), t.units, t.name).to(device) for t in tenants]
     plans = [segments(t.assignment) for t in tenants]
@@ -183,8 +183,8 @@ def _serve(
         spans.append((f"send {tenants[t].name}#{r}", me, start, time.perf_counter(), {"to": to}))
 
     def finish(t: int, r: int, values: dict[str, Any]) -> None:
-        # The result is on the host (the cpu worker): delivered. The coordinator only learns
-        # when and whether it was right; shipping the tensors on to it would cost this worker a
+        # The result is on the host (the cpu process): delivered. The coordinator only learns
+        # when and whether it was right; shipping the tensors on to it would cost this process a
         # copy the plan's costs do not have.
         at = time.perf_counter()
         done.put(("done", t, r, at, check.same(t, [values[n] for n in programs[t].output_names])))
@@ -225,8 +225,8 @@ def _serve(
         if kind == "stop":
             done.put(("spans", me, spans))
             return
-        # One span per message as well, around everything the worker does for it (unpacking,
-        # the segment, packing, finishing): what the worker is busy with, overheads included.
+        # One span per message as well, around everything the process does for it (unpacking,
+        # the segment, packing, finishing): what the process is busy with, overheads included.
         t, r = message[1], message[2]
         seg = message[3] if kind == "data" else 0
         handled = time.perf_counter()
@@ -292,7 +292,7 @@ class MeasuredRun:
 
 def run(
     tenants: Sequence[TenantRun],
-    workers: tuple[PinnedProcessor, PinnedProcessor],
+    pinned: tuple[PinnedProcessor, PinnedProcessor],
     *,
     rounds: int = 20,
     warmup: int = 2,
@@ -300,8 +300,8 @@ def run(
     expected: Sequence[Sequence[torch.Tensor]] | None = None,
     tolerance: float | None = None,
 ) -> MeasuredRun:
-    """Run ``rounds`` measured rounds (after ``warmup`` more) of every tenant on ``workers``
-    (the cpu worker, the gpu worker); ``expected[i]`` are tenant i's outputs run unsplit.
+    """Run ``rounds`` measured rounds (after ``warmup`` more) of every tenant on ``pinned``
+    (the cpu process, the gpu process); ``expected[i]`` are tenant i's outputs run unsplit.
 
     Results must equal ``expected`` bit for bit (``torch.equal``), or, with ``tolerance``, be
     within it (``torch.allclose`` with that relative and absolute tolerance: a GPU's kernels do
@@ -313,16 +313,16 @@ def run(
             raise InputError(f"expected a whole number >= {low}, got {value!r}", field=name)
     check = _Check(None if expected is None else tuple(tuple(e) for e in expected), tolerance)
     context = process_context()
-    inboxes = {w.processor: context.SimpleQueue() for w in workers}
+    inboxes = {p.processor: context.SimpleQueue() for p in pinned}
     done = context.SimpleQueue()
     processes = [
         context.Process(
-            target=_worker_main,
-            args=(w, list(tenants), inboxes, done, check),
-            name=f"qosched-{w.processor}",
+            target=_process_main,
+            args=(p, list(tenants), inboxes, done, check),
+            name=f"qosched-{p.processor}",
             daemon=True,
         )
-        for w in workers
+        for p in pinned
     ]
     for process in processes:
         process.start()
@@ -349,19 +349,19 @@ def _get(done: Any, processes: list, timeout: float) -> tuple:
             dead = [p for p in processes if p.exitcode not in (None, 0)]
             if dead:
                 raise RuntimeFailure(
-                    f"worker {dead[0].name} exited with code {dead[0].exitcode}"
+                    f"process {dead[0].name} exited with code {dead[0].exitcode}"
                 ) from None
             if time.monotonic() > deadline:
-                raise RuntimeFailure(f"no word from the workers for {timeout:.0f} s") from None
+                raise RuntimeFailure(f"no word from the processes for {timeout:.0f} s") from None
             continue
         if message[0] == "error":
-            raise RuntimeFailure(f"the {message[1]} worker failed:\n{message[2]}")
+            raise RuntimeFailure(f"the {message[1]} process failed:\n{message[2]}")
         return message
 
 
 @dataclass(frozen=True)
 class _Check:
-    """What the finishing worker compares each result with: tenant i's outputs run unsplit
+    """What the finishing process compares each result with: tenant i's outputs run unsplit
     (``None``: nothing to compare), bit for bit or within ``tolerance``."""
 
     expected: tuple[tuple[torch.Tensor, ...], ...] | None
@@ -397,8 +397,8 @@ def _coordinate(
     origin = time.perf_counter()
 
     def submit(r: int) -> None:
-        # The host hands each request to the worker of its first unit: routed through the cpu
-        # worker, a request starting on the gpu would wait behind whatever the cpu worker is
+        # The host hands each request to the process of its first unit: routed through the cpu
+        # process, a request starting on the gpu would wait behind whatever the cpu process is
         # computing, and the gpu would sit idle meanwhile.
         for t, tenant in enumerate(tenants):
             submitted[t, r] = time.perf_counter()

@@ -51,6 +51,8 @@ DEADLINE = PREFIX + "deadline"
 BEST_EFFORT = PREFIX + "best-effort"
 MODEL = PREFIX + "model"
 BATCH_SIZE = PREFIX + "batch-size"
+# Annotation keys stored on users' objects: they keep their names. Worker is the allocation
+# sense here, a count of GPUs or cores.
 REQUESTED_WORKERS = PREFIX + "requested-workers"
 MAX_WORKERS = PREFIX + "max-workers"
 ADMISSION = PREFIX + "admission"

@@ -8,7 +8,7 @@ elect a leader through a Lease.
 
 :func:`job` turns a ``TrainingJob`` spec (the local backend's YAML, so one file serves both)
 into a job StatefulSet (``Parallel`` pods, ``OnDelete`` updates, ``schedulerName: qosched``),
-its headless Service (stable pod DNS names for the workers' rendezvous) and the trainer's
+its headless Service (stable pod DNS names for the pods' rendezvous) and the trainer's
 ServiceAccount and RoleBinding.
 """
 
