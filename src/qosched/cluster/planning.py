@@ -62,13 +62,15 @@ class Ladder:
         self.rates = rates
         top_count = len(rates) - 1
         self.counts = sorted(g for g in set(allowed) if 1 <= g <= top_count and rates[g] > 0.0)
-        allowed_set = set(self.counts)
         # best[b]: count <= b with the highest speed (fewest workers on ties); 0 when none fits.
-        best, top = [0] * (top_count + 1), 0
-        for budget in range(1, top_count + 1):
-            if budget in allowed_set and (top == 0 or rates[budget] > rates[top]):
-                top = budget
-            best[budget] = top
+        # Filled a run at a time: it changes only at a count faster than every smaller one.
+        best: list[int] = []
+        top = 0
+        for count in self.counts:
+            if top == 0 or rates[count] > rates[top]:
+                best += [top] * (count - len(best))
+                top = count
+        best += [top] * (top_count + 1 - len(best))
         self.best = best
         # rate_within[b]: speed on the best count within budget b (0 for b = 0).
         self.rate_within = [rates[g] if g else 0.0 for g in best]
@@ -356,7 +358,10 @@ class Plan:
 
     @staticmethod
     def count_now_of(reservation: Reservation, now: float) -> int:
-        return next((c for s, e, c in reservation if s <= now < e), 0)
+        for start, end, count in reservation:
+            if start <= now < end:
+                return count
+        return 0
 
 
 @dataclass(frozen=True, slots=True)

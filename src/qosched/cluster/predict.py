@@ -307,6 +307,7 @@ class OnlinePredictor:
         self._observed_counts: list[int] = []
         self._half_width: dict[int, float] = {}  # log half-width at each observed count
         self._predictions: dict[int, Prediction] = {}
+        self._factors: dict[int, float] = {}  # see _table_factor
 
     @classmethod
     def from_curve(cls, curve: SpeedCurve, **options) -> OnlinePredictor:
@@ -318,11 +319,16 @@ class OnlinePredictor:
 
     def _table_factor(self, workers: int) -> float:
         """How much faster the table says the job runs on ``workers`` than the prior model does
-        (1 without a table, or where the table has no speed)."""
-        table = self.table
-        if table is None or not table.available(workers):
-            return 1.0
-        return table.rate(workers) * self.prior.iteration_time(workers)
+        (1 without a table, or where the table has no speed); fixed, so kept per count."""
+        factor = self._factors.get(workers)
+        if factor is None:
+            table = self.table
+            if table is None or not table.available(workers):
+                factor = 1.0
+            else:
+                factor = table.rate(workers) * self.prior.iteration_time(workers)
+            self._factors[workers] = factor
+        return factor
 
     @property
     def observed_seconds(self) -> float:
