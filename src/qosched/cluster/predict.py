@@ -143,8 +143,11 @@ def _fit_unchecked(n: np.ndarray, t: np.ndarray, w: np.ndarray) -> IterationTime
     return IterationTimeModel(compute, comm, overhead)
 
 
+@lru_cache(maxsize=1024)
 def prior_from_curve(curve: SpeedCurve) -> IterationTimeModel:
     """Fit to the curve's measured counts only (interpolated counts add no information)."""
+    # NOTE: cached (the model is immutable): every job of a (model, batch size) has the same
+    # prior, and a trace has a few dozen of them against up to 100,000 jobs, each a NNLS fit.
     if not curve.measured:
         raise ValueError(f"{curve.model} at batch size {curve.batch_size} has no measured speed")
     times = [1.0 / curve.rate(g) for g in curve.measured]

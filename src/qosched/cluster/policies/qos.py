@@ -268,8 +268,14 @@ class QualityOfService(Policy):
         keep: dict[str, Reservation] | None = None,
     ) -> Plan:
         """Deadline order on pessimistic predicted speeds: the safety margin."""
+        tracked_jobs = self._jobs
         demands = [
-            Demand.of_job(job, self._ladders(job, self._track(job, view))[1], view, keep_held=True)
+            Demand.of_job(
+                job,
+                self._ladders(job, tracked_jobs.get(job.job_id) or self._track(job, view))[1],
+                view,
+                keep_held=True,
+            )
             for job in jobs
         ]
         return plan_demands(demands, view.now, view.cluster.total_workers, keep)
@@ -361,10 +367,12 @@ class QualityOfService(Policy):
         return self._fresh
 
     def _guaranteed(self, view: ClusterView) -> list[JobState]:
+        tracked_jobs = self._jobs
         return [
             j
             for j in view.jobs
-            if j.spec.deadline_s is not None and self._track(j, view).guaranteed
+            if j.spec.deadline_s is not None
+            and (tracked_jobs.get(j.job_id) or self._track(j, view)).guaranteed
         ]
 
     # -- the policy interface -------------------------------------------------------------------
@@ -657,13 +665,15 @@ class QualityOfService(Policy):
         ``PIN_SLACK_PAUSES`` restart pauses: moving one to re-pack others could cost it its
         deadline."""
         margin = PIN_SLACK_PAUSES * view.restart_pause_s
+        now, tracked_jobs = view.now, self._jobs
         tight = set()
         for job in view.jobs:
             deadline = job.spec.deadline_s
-            if deadline is None or not job.workers or workers.get(job.job_id) != job.workers:
+            held = job.workers
+            if deadline is None or not held or workers.get(job.job_id) != held:
                 continue
-            rate = self._ladders(job, self._jobs[job.job_id])[0].rate(job.workers)
-            if rate > 0 and deadline - view.now - job.remaining_iterations / rate < margin:
+            rate = self._ladders(job, tracked_jobs[job.job_id])[0].rate(held)
+            if rate > 0 and deadline - now - job.remaining_iterations / rate < margin:
                 tight.add(job.job_id)
         return frozenset(tight)
 
