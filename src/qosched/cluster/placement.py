@@ -54,10 +54,13 @@ def _fit(workers: int, free: list[int], workers_per_node: int) -> Placement | No
 
 
 def _fit_around(
-    workers: int, free: list[int], reserved: Sequence[int], workers_per_node: int
+    workers: int, free: list[int], reserved: Sequence[int] | None, workers_per_node: int
 ) -> Placement | None:
     """``_fit`` on workers nobody else prefers, unless that splits the job and taking a reserved
-    spot does not: a split slows the job for the rest of its run, a move costs one restart."""
+    spot does not: a split slows the job for the rest of its run, a move costs one restart.
+    ``reserved`` None: nobody prefers any worker, so this is ``_fit`` itself."""
+    if reserved is None:
+        return _fit(workers, free, workers_per_node)
     unreserved = [max(f - r, 0) for f, r in zip(free, reserved, strict=True)]
     placement = _fit(workers, unreserved, workers_per_node)
     if placement is None or is_split(placement, workers_per_node):
@@ -90,6 +93,7 @@ def _pack(
     for placement in prefer.values():
         for node, n in placement:
             reserved[node] += n
+    around = reserved if prefer else None  # nothing preferred: plain best fit
     splits = 0
     for job_id, workers in order:
         if job_id in result or workers == 0:
@@ -101,7 +105,7 @@ def _pack(
             if not all(free[node] >= n for node, n in placement):
                 placement = None
         if placement is None:
-            placement = _fit_around(workers, free, reserved, cluster.workers_per_node)
+            placement = _fit_around(workers, free, around, cluster.workers_per_node)
         else:
             for node, n in placement:
                 free[node] -= n

@@ -62,13 +62,15 @@ class Ladder:
         self.rates = rates
         top_count = len(rates) - 1
         self.counts = sorted(g for g in set(allowed) if 1 <= g <= top_count and rates[g] > 0.0)
-        allowed_set = set(self.counts)
         # best[b]: count <= b with the highest speed (fewest workers on ties); 0 when none fits.
-        best, top = [0] * (top_count + 1), 0
-        for budget in range(1, top_count + 1):
-            if budget in allowed_set and (top == 0 or rates[budget] > rates[top]):
-                top = budget
-            best[budget] = top
+        # Filled a run at a time: it changes only at a count faster than every smaller one.
+        best: list[int] = []
+        top = 0
+        for count in self.counts:
+            if top == 0 or rates[count] > rates[top]:
+                best += [top] * (count - len(best))
+                top = count
+        best += [top] * (top_count + 1 - len(best))
         self.best = best
         # rate_within[b]: speed on the best count within budget b (0 for b = 0).
         self.rate_within = [rates[g] if g else 0.0 for g in best]
@@ -200,11 +202,18 @@ def delivers(
     ladder: Ladder, reservation: Reservation, remaining: float, start: float, deadline: float
 ) -> bool:
     """Whether running on ``reservation`` from ``start`` does ``remaining`` by ``deadline``."""
+    # NOTE: ``ladder.rate`` and ``max``/``min`` inlined: this runs for every kept reservation at
+    # every decision.
+    rates = ladder.rates
+    top = len(rates)
     done = 0.0
     for s, e, count in reservation:
-        s, e = max(s, start), min(e, deadline)
+        if s < start:
+            s = start
+        if e > deadline:
+            e = deadline
         if e > s and count:
-            done += ladder.rate(count) * (e - s)
+            done += (rates[count] if 0 < count < top else 0.0) * (e - s)
     return done >= remaining * (1 - TOLERANCE) - TOLERANCE
 
 
@@ -218,14 +227,30 @@ def minimum_share(
     # No share slower than remaining / (deadline - start) can make it, whatever is free.
     needed = remaining / (deadline - start)
     rate_within = ladder.rate_within
+    candidates = [share for share in counts if rate_within[share] >= needed * (1 - TOLERANCE)]
+    if not candidates:
+        return None
     # Fewest workers first: under light load the first candidate usually fits.
-    for share in counts:
-        if rate_within[share] < needed * (1 - TOLERANCE):
-            continue  # too slow even with the whole window to itself
-        finish = finish_time(ladder, share, remaining, start, deadline, p)
-        if finish is not None:
-            return share, finish
-    return None
+    finish = finish_time(ladder, candidates[0], remaining, start, deadline, p)
+    if finish is not None:
+        return candidates[0], finish
+    # A larger share does at least as much work in every segment (rate_within never falls as
+    # the budget grows, and float sums are monotone), so whether a share fits is monotone in
+    # it: the fewest workers that fit are found by bisection, and none fit if the most do not.
+    # The same share as trying each in turn, in a few walks of the profile instead of one per
+    # candidate (most candidates of a job that cannot fit).
+    low, high = 0, len(candidates) - 1  # candidates[low] does not fit
+    finish = finish_time(ladder, candidates[high], remaining, start, deadline, p)
+    if finish is None:
+        return None
+    while high - low > 1:  # candidates[high] fits, finishing at ``finish``
+        middle = (low + high) // 2
+        found = finish_time(ladder, candidates[middle], remaining, start, deadline, p)
+        if found is None:
+            low = middle
+        else:
+            high, finish = middle, found
+    return candidates[high], finish
 
 
 SHARE_SHAPES = ("front", "artifact")
@@ -356,7 +381,10 @@ class Plan:
 
     @staticmethod
     def count_now_of(reservation: Reservation, now: float) -> int:
-        return next((c for s, e, c in reservation if s <= now < e), 0)
+        for start, end, count in reservation:
+            if start <= now < end:
+                return count
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,16 +408,18 @@ class Demand:
         course ends, and one that ran before loses one more pause, since re-sizing it costs one.
         With ``keep_held``, a plan that keeps it on the count it holds throughout is charged no
         pause (a policy's choice: ElasticFlow's planning charges one either way)."""
-        pause = view.restart_pause_s if job.has_started else 0.0
+        pause = view.restart_pause_s if job.started_s is not None else 0.0
+        spec, now, resume = job.spec, view.now, job.resume_s
+        deadline = spec.deadline_s
         return cls(
-            job_id=job.job_id,
-            ladder=ladder,
-            remaining=job.remaining_iterations,
-            start=max(view.now, job.resume_s),
-            deadline=job.spec.deadline_s - pause,
-            order=(job.spec.deadline_s, job.spec.submit_s),
-            held=job.workers if keep_held else 0,
-            held_deadline=job.spec.deadline_s if keep_held else job.spec.deadline_s - pause,
+            job.job_id,
+            ladder,
+            job.remaining_iterations,
+            now if now >= resume else resume,  # max(now, resume), without the call
+            deadline - pause,
+            (deadline, spec.submit_s),
+            job.workers if keep_held else 0,
+            deadline if keep_held else deadline - pause,
         )
 
     def delivered_by(self, reservation: Reservation) -> bool:

@@ -143,8 +143,11 @@ def _fit_unchecked(n: np.ndarray, t: np.ndarray, w: np.ndarray) -> IterationTime
     return IterationTimeModel(compute, comm, overhead)
 
 
+@lru_cache(maxsize=1024)
 def prior_from_curve(curve: SpeedCurve) -> IterationTimeModel:
     """Fit to the curve's measured counts only (interpolated counts add no information)."""
+    # NOTE: cached (the model is immutable): every job of a (model, batch size) has the same
+    # prior, and a trace has a few dozen of them against up to 100,000 jobs, each a NNLS fit.
     if not curve.measured:
         raise ValueError(f"{curve.model} at batch size {curve.batch_size} has no measured speed")
     times = [1.0 / curve.rate(g) for g in curve.measured]
@@ -307,6 +310,7 @@ class OnlinePredictor:
         self._observed_counts: list[int] = []
         self._half_width: dict[int, float] = {}  # log half-width at each observed count
         self._predictions: dict[int, Prediction] = {}
+        self._factors: dict[int, float] = {}  # see _table_factor
 
     @classmethod
     def from_curve(cls, curve: SpeedCurve, **options) -> OnlinePredictor:
@@ -318,11 +322,16 @@ class OnlinePredictor:
 
     def _table_factor(self, workers: int) -> float:
         """How much faster the table says the job runs on ``workers`` than the prior model does
-        (1 without a table, or where the table has no speed)."""
-        table = self.table
-        if table is None or not table.available(workers):
-            return 1.0
-        return table.rate(workers) * self.prior.iteration_time(workers)
+        (1 without a table, or where the table has no speed); fixed, so kept per count."""
+        factor = self._factors.get(workers)
+        if factor is None:
+            table = self.table
+            if table is None or not table.available(workers):
+                factor = 1.0
+            else:
+                factor = table.rate(workers) * self.prior.iteration_time(workers)
+            self._factors[workers] = factor
+        return factor
 
     @property
     def observed_seconds(self) -> float:

@@ -364,7 +364,7 @@ class ClusterSimulator:
         for state in self._active.values():
             if state.workers:
                 since = max(state.last_update_s, state.resume_s)
-                until = min(now, work_until.get(state.job_id, now))
+                until = min(now, work_until.get(state.job_id, now)) if work_until else now
                 if until > since:
                     state.iterations_done = min(
                         float(state.spec.iterations),

@@ -70,6 +70,7 @@ class _Tracked:
     ladders: tuple[Ladder, Ladder] | None = None  # (expected, pessimistic), None = stale
     ladders_at_active_s: float = 0.0
     counts: tuple[int, ...] = field(default_factory=tuple)
+    usable: tuple[int, ...] = field(default_factory=tuple)  # ``counts`` the curve has a speed at
     # What the last failed guarantee was tried on: (prediction as of, jobs that had left).
     tried_on: tuple[float, int] | None = None
 
@@ -217,6 +218,7 @@ class QualityOfService(Policy):
                 min(job.curve.max_workers, view.cluster.total_workers),
                 view.cluster.workers_per_node,
             )
+            tracked.usable = tuple(g for g in tracked.counts if job.curve.available(g))
             self._jobs[job.job_id] = tracked
         return tracked
 
@@ -230,15 +232,26 @@ class QualityOfService(Policy):
             if job.active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
                 tracked.ladders = None
 
+    def _observe_jobs(self, view: ClusterView) -> None:
+        """`_observe` every job (tracking the new ones); the jobs that made no progress since
+        their last sample are skipped here, where the test is cheap."""
+        tracked_jobs = self._jobs
+        for job in view.jobs:
+            tracked = tracked_jobs.get(job.job_id)
+            if tracked is None:
+                tracked = self._track(job, view)
+            if job.workers and job.active_s > tracked.observed_active_s:
+                self._observe(job, tracked)
+
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
         """(expected, pessimistic) predicted speeds on the counts the job may use."""
         if tracked.ladders is None:
             expected = [0.0] * (job.curve.max_workers + 1)
             pessimistic = [0.0] * (job.curve.max_workers + 1)
-            for g in tracked.counts:
-                if job.curve.available(g):
-                    prediction = tracked.predictor.predict(g)
-                    expected[g], pessimistic[g] = prediction.rate, prediction.rate_low
+            predict = tracked.predictor.predict
+            for g in tracked.usable:
+                prediction = predict(g)
+                expected[g], pessimistic[g] = prediction.rate, prediction.rate_low
             tracked.ladders = (
                 Ladder(expected, tracked.counts),
                 Ladder(pessimistic, tracked.counts),
@@ -255,8 +268,14 @@ class QualityOfService(Policy):
         keep: dict[str, Reservation] | None = None,
     ) -> Plan:
         """Deadline order on pessimistic predicted speeds: the safety margin."""
+        tracked_jobs = self._jobs
         demands = [
-            Demand.of_job(job, self._ladders(job, self._track(job, view))[1], view, keep_held=True)
+            Demand.of_job(
+                job,
+                self._ladders(job, tracked_jobs.get(job.job_id) or self._track(job, view))[1],
+                view,
+                keep_held=True,
+            )
             for job in jobs
         ]
         return plan_demands(demands, view.now, view.cluster.total_workers, keep)
@@ -348,10 +367,12 @@ class QualityOfService(Policy):
         return self._fresh
 
     def _guaranteed(self, view: ClusterView) -> list[JobState]:
+        tracked_jobs = self._jobs
         return [
             j
             for j in view.jobs
-            if j.spec.deadline_s is not None and self._track(j, view).guaranteed
+            if j.spec.deadline_s is not None
+            and (tracked_jobs.get(j.job_id) or self._track(j, view)).guaranteed
         ]
 
     # -- the policy interface -------------------------------------------------------------------
@@ -360,8 +381,7 @@ class QualityOfService(Policy):
         self._track(job, view)
         if job.spec.deadline_s is None:
             return True
-        for other in view.jobs:
-            self._observe(other, self._track(other, view))
+        self._observe_jobs(view)
         if self._try_to_guarantee(job, self._guaranteed(view), view):
             return True
         return self.decline_to_best_effort
@@ -458,8 +478,7 @@ class QualityOfService(Policy):
     def _observe_all(self, view: ClusterView) -> None:
         """Feed every job's progress; forget the jobs that left (each frees workers a guarantee
         may now use)."""
-        for job in view.jobs:
-            self._observe(job, self._track(job, view))
+        self._observe_jobs(view)
         live = {job.job_id for job in view.jobs}
         for job_id in [j for j in self._jobs if j not in live]:
             del self._jobs[job_id]
@@ -596,15 +615,25 @@ class QualityOfService(Policy):
         """Unguaranteed deadline jobs that can still make it, planned on expected speeds on the
         workers ``plan`` leaves; last decision's reservations are kept while they still deliver."""
         now = view.now
-        demands = []
-        for job in view.jobs:
-            tracked = self._jobs[job.job_id]
-            if job.spec.deadline_s is None or tracked.guaranteed or job.spec.deadline_s <= now:
-                continue
-            demands.append(Demand.of_job(job, self._ladders(job, tracked)[0], view, keep_held=True))
+        tracked_jobs = self._jobs
+        hopeful_jobs = [
+            job
+            for job in view.jobs
+            if job.spec.deadline_s is not None
+            and job.spec.deadline_s > now
+            and not tracked_jobs[job.job_id].guaranteed
+        ]
         # Earliest deadlines first, and a bounded number per decision: planning a job that
         # cannot fit walks the whole profile, and the rest get their turn at later decisions.
-        demands = heapq.nsmallest(HOPEFUL_PER_DECISION, demands, key=lambda d: d.order)
+        # (Chosen before their demands are made: a demand's order is its job's deadline key.
+        # `_retry_guarantees` refreshed every unguaranteed job's ladders this decision, so the
+        # jobs left out lose no refresh.)
+        demands = [
+            Demand.of_job(
+                job, self._ladders(job, tracked_jobs[job.job_id])[0], view, keep_held=True
+            )
+            for job in heapq.nsmallest(HOPEFUL_PER_DECISION, hopeful_jobs, key=_deadline_key)
+        ]
         if not demands:
             self._hoped = {}
             return Plan()
@@ -636,13 +665,15 @@ class QualityOfService(Policy):
         ``PIN_SLACK_PAUSES`` restart pauses: moving one to re-pack others could cost it its
         deadline."""
         margin = PIN_SLACK_PAUSES * view.restart_pause_s
+        now, tracked_jobs = view.now, self._jobs
         tight = set()
         for job in view.jobs:
             deadline = job.spec.deadline_s
-            if deadline is None or not job.workers or workers.get(job.job_id) != job.workers:
+            held = job.workers
+            if deadline is None or not held or workers.get(job.job_id) != held:
                 continue
-            rate = self._ladders(job, self._jobs[job.job_id])[0].rate(job.workers)
-            if rate > 0 and deadline - view.now - job.remaining_iterations / rate < margin:
+            rate = self._ladders(job, tracked_jobs[job.job_id])[0].rate(held)
+            if rate > 0 and deadline - now - job.remaining_iterations / rate < margin:
                 tight.add(job.job_id)
         return frozenset(tight)
 
@@ -652,12 +683,10 @@ class QualityOfService(Policy):
         left = job.remaining_iterations / rate if rate > 0 else math.inf
         return left < FINISHING_PAUSES * view.restart_pause_s
 
-    def _calm(self, job: JobState, view: ClusterView) -> bool:
-        """Not re-sized within ``min_interval_s`` (default: ten restart pauses)."""
-        interval = self.min_interval_s
-        if interval is None:
-            interval = 10 * view.restart_pause_s
-        return view.now - self._jobs[job.job_id].last_change_s >= interval
+    def _interval(self, view: ClusterView) -> float:
+        """How long a re-sized job is left alone: ``min_interval_s`` (default: ten restart
+        pauses)."""
+        return 10 * view.restart_pause_s if self.min_interval_s is None else self.min_interval_s
 
     def _other_priority(self, job: JobState, now: float) -> tuple:
         tracked = self._jobs[job.job_id]
@@ -700,13 +729,12 @@ class QualityOfService(Policy):
         goal, while a deadline job finishing sooner than planned gains nothing it asked for."""
         workers = hand.workers
         pause = view.restart_pause_s
+        enough = self.gain_over_pause * pause
         heap: list[tuple[bool, float, int, JobState]] = []
+        tracked_jobs, ladders = self._jobs, self._ladders
 
-        def push(position: int, job: JobState) -> None:
-            current = workers.get(job.job_id, 0)
-            if not current:
-                return
-            expected = self._ladders(job, self._jobs[job.job_id])[0]
+        def push(position: int, job: JobState, current: int) -> None:
+            expected = ladders(job, tracked_jobs[job.job_id])[0]
             counts = expected.counts
             index = bisect.bisect_right(counts, current)
             if index == len(counts):
@@ -715,37 +743,42 @@ class QualityOfService(Policy):
             if step - current > hand.free:
                 return
             # A job that has run pays a pause for the change, unless this decision moves it anyway.
-            pays = pause if job.has_started and current == job.workers else 0.0
-            rate_now, rate_step = expected.rates[current], expected.rates[step]
-            saving = job.remaining_iterations * (1 / rate_now - 1 / max(rate_step, 1e-12))
-            if saving - pays > self.gain_over_pause * pause:
+            pays = pause if current == job.workers and job.started_s is not None else 0.0
+            rates = expected.rates
+            rate_now, rate_step = rates[current], rates[step]
+            remaining = job.remaining_iterations
+            saving = remaining * (1 / rate_now - 1 / max(rate_step, 1e-12))
+            if saving - pays > enough:
                 speedup = rate_step / rate_now - 1.0
                 has_deadline = job.spec.deadline_s is not None
                 gain = speedup / (step - current)
                 if not has_deadline:
                     # Mean completion time: shorter best-effort jobs first, softly (a strict
                     # shortest-first piles workers on one job past where they pay off).
-                    gain /= math.sqrt(max(job.remaining_iterations / rate_now, 1.0))
+                    gain /= math.sqrt(max(remaining / rate_now, 1.0))
                 heapq.heappush(heap, (has_deadline, -gain, position, job))
 
+        interval = self._interval(view)
+        now = view.now
         for position, job in enumerate(view.jobs):
-            if best_effort_only and job.spec.deadline_s is not None:
+            current = workers.get(job.job_id, 0)
+            if not current or (best_effort_only and job.spec.deadline_s is not None):
                 continue
             if (
-                not job.has_started
-                or job.workers != workers.get(job.job_id, 0)
-                or self._calm(job, view)
+                job.started_s is None
+                or job.workers != current
+                or now - tracked_jobs[job.job_id].last_change_s >= interval  # calm
             ):
-                push(position, job)
+                push(position, job, current)
         while heap and hand.free > 0:
             _, _, position, job = heapq.heappop(heap)
             current = workers[job.job_id]
-            counts = self._ladders(job, self._jobs[job.job_id])[0].counts
+            counts = ladders(job, tracked_jobs[job.job_id])[0].counts
             step = counts[bisect.bisect_right(counts, current)]
             if step - current > hand.free:
                 continue
             hand.give(job.job_id, step, had=current)
-            push(position, job)
+            push(position, job, step)
 
 
 def _deadline_key(job: JobState) -> tuple[float, float]:
