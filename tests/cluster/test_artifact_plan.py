@@ -116,3 +116,13 @@ def test_unknown_planner_is_refused():
         create_policy("elasticflow", planner="mine")
     with pytest.raises(ValueError, match="slot_s"):
         create_policy("elasticflow", planner="artifact", slot_s=0.0)
+
+
+def test_artifact_planner_gives_a_job_without_deadline_what_the_plan_leaves():
+    """The deadline job's minimum share is 1 GPU, raised to 4 by the spare hand-out; the job
+    without a deadline, arrived in the same slot, gets GPUs once the deadline job is done."""
+    trace = [job("due", 0.0, 300, deadline=1000.0), job("free", 10.0, 100)]
+    policy, config = configure("elasticflow", "artifact", SimConfig())
+    outcomes = {o.job_id: o for o in simulate(ONE_NODE, TABLES, policy, trace, config).outcomes}
+    assert outcomes["due"].met_deadline
+    assert outcomes["free"].finish_s is not None and not outcomes["free"].declined

@@ -324,8 +324,7 @@ class ClusterSimulator:
             self._schedule_next_arrival()
         self._advance_progress()
         admitted = self.policy.admit_together(batch, self._view())
-        if self._active or admitted:
-            self._request_decision()  # declined or not, the artifact decides at every arrival
+        self._request_decision()  # declined or not, the artifact decides at every arrival
         for state in batch:
             if admitted or state.spec.deadline_s is None:
                 self._active[state.job_id] = state

@@ -183,6 +183,15 @@ class ElasticFlow(Policy):
         order = sorted(order, key=lambda p: -p.gpus)  # stable: the artifact's size sort
         workers = {p.job_id: p.gpus for p in order if p.gpus}
         planned_end = {p.job_id: p.real_end for p in order}
+        # Jobs without a deadline (none in the artifact's traces) share what is left, in
+        # submission order, each on the largest power of two that fits.
+        free = view.cluster.total_workers - sum(workers.values())
+        best_effort = [j for j in view.jobs if j.spec.deadline_s is None]
+        for job in sorted(best_effort, key=lambda j: j.spec.submit_s):
+            count = _ladder(job.curve).within(free)
+            if count:
+                workers[job.job_id] = count
+                free -= count
         return Decision(workers, planned_end=planned_end, layout_order=tuple(workers))
 
     def allocate(self, view: ClusterView) -> Decision:
