@@ -9,8 +9,8 @@ first start is free.
 
 ``SimConfig.restart_model`` swaps that for the cost models of the ElasticFlow artifact's simulator
 (``scheduler/utils.py`` ``estimate_overhead``), and ``decision_slot_s`` for its 60 s decision slot;
-``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md). ``slot_progress``
-adds its way of advancing and ending jobs, which that page measures apart.
+``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md), and for its
+ElasticFlow ``slot_progress``, its way of advancing and ending jobs.
 """
 
 from __future__ import annotations
@@ -93,10 +93,12 @@ class SimConfig:
     decision_slot_s: float = 0.0
     # The ElasticFlow artifact's job accounting (``jobs.py`` ``run_all_jobs``, the end events of
     # ``scheduler.py``), with the "every-decision" model and a decision slot: at each decision a
-    # running job is planned to end at ``now + ceil(left / speed)``, does no work past that
+    # running job is planned to end when the policy's plan has it end (``Decision.planned_end``,
+    # rounded up to a second), else at ``now + ceil(left / speed)``; it does no work past that
     # planned end (so the overhead charged now is never made up), and ends at its end event, the
     # end of the slot it is planned to end in plus that overhead, unless a decision comes first
-    # and plans it again; its deadline is judged on the end planned at its last decision.
+    # and plans it again (moving its end event); its deadline is judged on the end planned at its
+    # last decision.
     slot_progress: bool = False
 
     def __post_init__(self) -> None:

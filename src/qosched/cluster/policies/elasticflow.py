@@ -36,6 +36,14 @@ GPU-time grows the *most* per added worker (``allocate_free_gpus``, ``get_margin
 fastest count within what earlier-deadline jobs leave, from now until done
 (`qosched.cluster.planning.artifact_fallback`): under overload the artifact's late jobs hold
 workers ahead of those that can still make it.
+
+Those three options approximate the artifact on qosched's continuous-time planner.
+``planner="artifact"`` instead runs the artifact's own arithmetic (`qosched.cluster.artifact_plan`:
+plans on the decision's slot grid, spare GPUs weighed by re-planned GPU-time), admits the arrivals
+of one decision together, asks for no wake-up at plan changes, and hands the simulator each job's
+planned end (``Decision.planned_end``) and the artifact's layout order (``Decision.layout_order``).
+``--fidelity artifact`` uses it; docs/results/fidelity.md compares it with the artifact decision by
+decision.
 """
 
 from __future__ import annotations
