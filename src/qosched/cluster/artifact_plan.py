@@ -20,7 +20,7 @@ the artifact's arithmetic, on which its figures depend:
   ``assigned``), and replaces its old one in the profile.
 
 Counts are the job's table counts up to its fastest one (the artifact's ``max_gpu`` on the A100
-tables). Everything is exact arithmetic on the tables' speeds; only the grid is the artifact's.
+tables). Times are the artifact's: whole seconds, ends on the decision's slot grid.
 """
 
 from __future__ import annotations
