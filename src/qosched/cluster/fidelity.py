@@ -30,16 +30,19 @@ class ArtifactPeer:
     scheduler: str  # the artifact's ``--schedule`` name
     options: Mapping[str, Any]  # the qosched policy's options that reproduce it
     restart_model: str  # the artifact's overhead model in that scheduler's loop
+    # The artifact's job accounting (``SimConfig.slot_progress``): planned ends, end events.
+    slot_progress: bool = False
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
     {
+        # ef-accessctrl: its planner step for step (``policies/elasticflow.py``,
+        # ``artifact_plan.py``), its job accounting, and no decision at a plan change alone.
         "elasticflow": ArtifactPeer(
             "ef-accessctrl",
-            MappingProxyType(
-                {"admission": "artifact", "spare_order": "artifact", "share_shape": "artifact"}
-            ),
+            MappingProxyType({"planner": "artifact", "slot_s": ARTIFACT_SLOT_S}),
             "every-decision",
+            slot_progress=True,
         ),
         "edf": ArtifactPeer("edf", MappingProxyType({"sizing": "artifact"}), "none"),
         # dlas-gpu: three queues split at 3,250 and 7,200 GPU-seconds (``jobs.py``).
@@ -90,5 +93,6 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         decision_slot_s=ARTIFACT_SLOT_S,
         restart_pause_s=0.0,  # the artifact's planners budget no overhead
         cross_node_factor=1.0,
+        slot_progress=peer.slot_progress,
     )
     return create_policy(name, **peer.options), artifact_config

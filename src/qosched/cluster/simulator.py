@@ -9,15 +9,15 @@ first start is free.
 
 ``SimConfig.restart_model`` swaps that for the cost models of the ElasticFlow artifact's simulator
 (``scheduler/utils.py`` ``estimate_overhead``), and ``decision_slot_s`` for its 60 s decision slot;
-``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md). ``slot_progress``
-adds its way of advancing and ending jobs, which that page measures apart.
+``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md), and for its
+ElasticFlow ``slot_progress``, its way of advancing and ending jobs.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +32,9 @@ from qosched.cluster.traces import Trace, check_job, column_name
 from qosched.core.errors import InputError, SimulationError
 from qosched.sim.engine import Engine, Event
 
-# Events at one instant: completions and arrivals first, then one scheduling decision.
-_EVENT_PRIORITY, _DECIDE_PRIORITY = 0, 1
+# Events at one instant: completions and arrivals first (the arrivals after the completions for
+# a policy that admits them together, as the ElasticFlow artifact does), then one decision.
+_EVENT_PRIORITY, _ADMIT_PRIORITY, _DECIDE_PRIORITY = 0, 1, 2
 # Fraction of a job's iterations below which what is left is float rounding, not work.
 _DONE_TOLERANCE = 1e-9
 
@@ -92,10 +93,12 @@ class SimConfig:
     decision_slot_s: float = 0.0
     # The ElasticFlow artifact's job accounting (``jobs.py`` ``run_all_jobs``, the end events of
     # ``scheduler.py``), with the "every-decision" model and a decision slot: at each decision a
-    # running job is planned to end at ``now + ceil(left / speed)``, does no work past that
+    # running job is planned to end when the policy's plan has it end (``Decision.planned_end``,
+    # rounded up to a second), else at ``now + ceil(left / speed)``; it does no work past that
     # planned end (so the overhead charged now is never made up), and ends at its end event, the
     # end of the slot it is planned to end in plus that overhead, unless a decision comes first
-    # and plans it again; its deadline is judged on the end planned at its last decision.
+    # and plans it again (moving its end event); its deadline is judged on the end planned at its
+    # last decision.
     slot_progress: bool = False
 
     def __post_init__(self) -> None:
@@ -219,6 +222,8 @@ class ClusterSimulator:
         self._work_until: dict[str, float] = {}
         self._planned_end: dict[str, float] = {}
         self._end_event_at: dict[str, float] = {}
+        self._policy_planned_end: Mapping[str, float] = {}  # the last decision's planned ends
+        self._layout_order: tuple[str, ...] = ()
 
     def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
         job = trace.jobs[index]
@@ -267,9 +272,12 @@ class ClusterSimulator:
         self.engine.schedule(
             self._on_arrival,
             at=max(state.spec.submit_s, self.engine.now),  # later: held back by a decision slot
-            priority=_EVENT_PRIORITY,
+            priority=self._arrival_priority(),
             label=f"arrival {state.job_id}",
         )
+
+    def _arrival_priority(self) -> int:
+        return _ADMIT_PRIORITY if self.policy.admits_together else _EVENT_PRIORITY
 
     def _slot_open_s(self) -> float:
         """The earliest time the next decision may be made."""
@@ -279,11 +287,17 @@ class ClusterSimulator:
         if self.engine.now < self._slot_open_s():
             # Within the slot of the last decision: the artifact handles it at the slot's end.
             self.engine.schedule(
-                self._on_arrival, at=self._slot_open_s(), priority=_EVENT_PRIORITY, label="arrival"
+                self._on_arrival,
+                at=self._slot_open_s(),
+                priority=self._arrival_priority(),
+                label="arrival",
             )
             return
         state = self._arrivals[self._next_arrival]
         self._next_arrival += 1
+        if self.policy.admits_together:
+            self._admit_together(state)
+            return
         if self._next_arrival < len(self._arrivals):
             self._schedule_next_arrival()
         self._advance_progress()
@@ -296,6 +310,32 @@ class ClusterSimulator:
             state.phase = Phase.DECLINED
             self._declined.add(state.job_id)
             self._settle()
+
+    def _admit_together(self, first: JobState) -> None:
+        """A policy that ``admits_together`` judges every arrival due now at once (with a
+        decision slot: all those held back by it), all admitted or all declined."""
+        now = self.engine.now
+        batch = [first]
+        while (
+            self._next_arrival < len(self._arrivals)
+            and self._arrivals[self._next_arrival].spec.submit_s <= now
+        ):
+            batch.append(self._arrivals[self._next_arrival])
+            self._next_arrival += 1
+        if self._next_arrival < len(self._arrivals):
+            self._schedule_next_arrival()
+        self._advance_progress()
+        admitted = self.policy.admit_together(batch, self._view())
+        self._request_decision()  # declined or not, the artifact decides at every arrival
+        for state in batch:
+            if admitted or state.spec.deadline_s is None:
+                self._active[state.job_id] = state
+                state.last_update_s = now
+                self._request_decision()
+            else:
+                state.phase = Phase.DECLINED
+                self._declined.add(state.job_id)
+                self._settle()
 
     def _on_completion(self, state: JobState) -> None:
         state.completion_event = None
@@ -387,6 +427,8 @@ class ClusterSimulator:
         restart_round = self._decisions > 0 and self._decisions % ARTIFACT_RESTART_EVERY == 0
         self._decisions += 1
         wanted = self._checked(decision, view)
+        self._policy_planned_end = decision.planned_end
+        self._layout_order = decision.layout_order
         current = {s.job_id: s.placement for s in view.jobs if s.placement}
         placements = place(
             wanted,
@@ -427,10 +469,12 @@ class ClusterSimulator:
         # The artifact re-places every job at every decision, largest first (ties by deadline),
         # on consecutive GPUs, and caches the GPU sets it has seen (any job's): a job's set is
         # its first GPU and its count in that packing.
-        running = sorted(
-            (state for state in jobs if state.workers),
-            key=lambda s: (-s.workers, _deadline_or_inf(s), s.spec.submit_s),
-        )
+        running = [state for state in jobs if state.workers]
+        if self._layout_order:  # the policy's order (a stable sort by size keeps it)
+            position = {job_id: i for i, job_id in enumerate(self._layout_order)}
+            running.sort(key=lambda s: (-s.workers, position.get(s.job_id, len(position))))
+        else:
+            running.sort(key=lambda s: (-s.workers, _deadline_or_inf(s), s.spec.submit_s))
         first = 0
         for state in running:
             key = (first, state.workers)
@@ -464,11 +508,15 @@ class ClusterSimulator:
         now, slot = self.engine.now, self.config.decision_slot_s
         state.resume_s = now + overhead
         self._set_rate(state)  # the speed, and a completion event replaced below
-        planned = now + math.ceil(state.remaining_iterations / state.rate - 1e-9)
+        planned_by_policy = self._policy_planned_end.get(state.job_id)
+        if planned_by_policy is not None:
+            planned = float(math.ceil(planned_by_policy - 1e-9))
+        else:
+            planned = now + math.ceil(state.remaining_iterations / state.rate - 1e-9)
         self._work_until[state.job_id] = planned
         self._planned_end[state.job_id] = planned
         end_event = now + math.ceil((planned - now) / slot - 1e-9) * slot + overhead
-        if planned <= state.resume_s:
+        if planned <= state.resume_s and planned_by_policy is None:
             # No work fits in this slot any more: keep the end event already due, else a job
             # re-planned at every slot (as the artifact would) never ends.
             due = self._end_event_at.get(state.job_id, end_event)

@@ -110,3 +110,9 @@ class Decision:
     # Jobs the backend must not move to re-pack others while their count is unchanged: a move
     # costs a restart pause, which a job with little slack cannot afford.
     pinned: frozenset[str] = frozenset()
+    # When the policy's plan has each job finish (seconds), for the backends that account jobs
+    # by their planned end (``SimConfig.slot_progress``); the others ignore it.
+    planned_end: Mapping[str, float] = field(default_factory=dict)
+    # The order the backend lays the jobs' workers out in, for the ElasticFlow artifact's
+    # GPU-set cache (``SimConfig.restart_model`` "every-decision"); empty: by size, then deadline.
+    layout_order: tuple[str, ...] = ()

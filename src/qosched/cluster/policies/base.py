@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -34,6 +34,14 @@ class Policy(ABC):
     #: Promises deadlines to the jobs it guarantees (``is_guaranteed``); a real backend then
     #: runs a job it does not guarantee only if its user allowed best effort.
     promises_deadlines: ClassVar[bool] = False
+
+    #: Judges the arrivals of one instant together (``admit_together``) instead of one by one.
+    admits_together: bool = False
+
+    def admit_together(self, jobs: Sequence[JobState], view: ClusterView) -> bool:
+        """With ``admits_together``: whether to admit all of ``jobs``, which arrive at once (none
+        is in ``view.jobs`` yet); False declines those with a deadline."""
+        return all(self.admit(job, view) for job in jobs)
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         """Called once when ``job`` arrives (it is not in ``view.jobs`` yet).

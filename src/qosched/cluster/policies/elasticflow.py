@@ -36,6 +36,14 @@ GPU-time grows the *most* per added worker (``allocate_free_gpus``, ``get_margin
 fastest count within what earlier-deadline jobs leave, from now until done
 (`qosched.cluster.planning.artifact_fallback`): under overload the artifact's late jobs hold
 workers ahead of those that can still make it.
+
+Those three options approximate the artifact on qosched's continuous-time planner.
+``planner="artifact"`` instead runs the artifact's own arithmetic (`qosched.cluster.artifact_plan`:
+plans on the decision's slot grid, spare GPUs weighed by re-planned GPU-time), admits the arrivals
+of one decision together, asks for no wake-up at plan changes, and hands the simulator each job's
+planned end (``Decision.planned_end``) and the artifact's layout order (``Decision.layout_order``).
+``--fidelity artifact`` uses it; docs/results/fidelity.md compares it with the artifact decision by
+decision.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from qosched.cluster.artifact_plan import ArtifactPlanner, PlannedJob
 from qosched.cluster.planning import (
     SHARE_SHAPES,
     Demand,
@@ -76,7 +85,13 @@ class ElasticFlow(Policy):
     honours_requests = False
 
     def __init__(
-        self, *, admission: str = "sound", spare_order: str = "gain", share_shape: str = "front"
+        self,
+        *,
+        admission: str = "sound",
+        spare_order: str = "gain",
+        share_shape: str = "front",
+        planner: str = "qosched",
+        slot_s: float = 60.0,
     ) -> None:
         if admission not in ("sound", "artifact"):
             raise ValueError(f"unknown admission {admission!r}; use sound or artifact")
@@ -86,7 +101,15 @@ class ElasticFlow(Policy):
             raise ValueError(f"unknown share shape {share_shape!r}; use front or artifact")
         self.admission = admission
         self.spare_order = spare_order
+        if planner not in ("qosched", "artifact"):
+            raise ValueError(f"unknown planner {planner!r}; use qosched or artifact")
+        if not slot_s > 0:
+            raise ValueError(f"slot_s must be > 0, got {slot_s}")
         self.share_shape = share_shape
+        self.planner = planner
+        self.slot_s = slot_s
+        # The artifact admits the arrivals of one decision together, all or none.
+        self.admits_together = planner == "artifact"
         self._kept: dict[str, Reservation] = {}  # reservations of the plan in force
         self._failed: set[str] = set()  # deadline jobs the plan in force cannot satisfy
         # The plan made while admitting, reused by the allocation at the same instant.
@@ -118,9 +141,32 @@ class ElasticFlow(Policy):
         self._kept = plan.reservations
         self._failed = set(plan.failed)
 
+    def _artifact_plan(
+        self, jobs: Sequence[JobState], view: ClusterView
+    ) -> tuple[ArtifactPlanner, list[PlannedJob], bool]:
+        planner = ArtifactPlanner(view.now, view.cluster.total_workers, self.slot_s)
+        ordered = sorted(jobs, key=lambda j: (j.spec.deadline_s, j.spec.submit_s))
+        planned = [
+            PlannedJob.of(j.job_id, j.curve, j.remaining_iterations, j.spec.deadline_s)
+            for j in ordered
+        ]
+        met = planner.plan_all(planned)
+        return planner, planned, met
+
+    def admit_together(self, jobs: Sequence[JobState], view: ClusterView) -> bool:
+        """``planner="artifact"``: the arrivals of one decision are admitted if the joint plan of
+        every admitted job and all of them meets every deadline, else all are declined."""
+        deadline_jobs = [j for j in view.jobs if j.spec.deadline_s is not None]
+        arrivals = [j for j in jobs if j.spec.deadline_s is not None]
+        if not arrivals:
+            return True
+        return self._artifact_plan([*deadline_jobs, *arrivals], view)[2]
+
     def admit(self, job: JobState, view: ClusterView) -> bool:
         if job.spec.deadline_s is None:
             return True
+        if self.planner == "artifact":
+            return self.admit_together([job], view)
         deadline_jobs = [j for j in view.jobs if j.spec.deadline_s is not None]
         plan = self._best_plan([*deadline_jobs, job], view)
         failed = set(plan.failed)
@@ -136,7 +182,29 @@ class ElasticFlow(Policy):
         self._adopt(plan)
         return True
 
+    def _allocate_as_artifact(self, view: ClusterView) -> Decision:
+        """The artifact's plan and spare hand-out (:mod:`qosched.cluster.artifact_plan`); jobs in
+        the order it lays out their GPUs, each with the real end its plan judges."""
+        deadline_jobs = [j for j in view.jobs if j.spec.deadline_s is not None]
+        planner, planned, _ = self._artifact_plan(deadline_jobs, view)
+        order = planner.hand_out(planned)
+        order = sorted(order, key=lambda p: -p.gpus)  # stable: the artifact's size sort
+        workers = {p.job_id: p.gpus for p in order if p.gpus}
+        planned_end = {p.job_id: p.real_end for p in order}
+        # Jobs without a deadline (none in the artifact's traces) share what is left, in
+        # submission order, each on the largest power of two that fits.
+        free = view.cluster.total_workers - sum(workers.values())
+        best_effort = [j for j in view.jobs if j.spec.deadline_s is None]
+        for job in sorted(best_effort, key=lambda j: j.spec.submit_s):
+            count = _ladder(job.curve).within(free)
+            if count:
+                workers[job.job_id] = count
+                free -= count
+        return Decision(workers, planned_end=planned_end, layout_order=tuple(workers))
+
     def allocate(self, view: ClusterView) -> Decision:
+        if self.planner == "artifact":
+            return self._allocate_as_artifact(view)
         deadline_jobs = [j for j in view.jobs if j.spec.deadline_s is not None]
         ids = frozenset(j.job_id for j in deadline_jobs)
         cached, self._cached = self._cached, None

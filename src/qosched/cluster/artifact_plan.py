@@ -1,0 +1,436 @@
+"""The ElasticFlow artifact's planner, step for step: what ``elasticflow(planner="artifact")`` runs.
+
+The artifact (``pkusys/ElasticFlow``, ``scheduler/scheduler.py``) plans at every decision from
+scratch, in deadline order, on a profile of future free GPUs that is a mapping from times to free
+counts, then hands the GPUs left now to jobs one level at a time. qosched's own planner
+(:mod:`qosched.cluster.planning`) models the same ideas on continuous time; this module repeats
+the artifact's arithmetic, on which its figures depend:
+
+- Times on the decision's slot grid. A job's end is ``now`` plus whole slots (``align``), the
+  profile changes only there and at the aligned deadline, and its *real* end, judged against the
+  deadline, is the start of its last segment plus the whole seconds its work takes there.
+- A minimum share (``_share``): for each level (table count up to the job's fastest) the work is
+  summed backward from the deadline on ``min(level, free)`` GPUs; at the segment where it is
+  covered the job is laid out forward, on the previous level before that segment and on this one
+  from it, until its work is done. A job no level satisfies runs on the last level until the
+  aligned deadline and from there on what is free, until done (``_late``).
+- Spare GPUs (``hand_out``): a job with none first, then the job whose planned GPU-time grows the
+  most per added GPU, one level at a time. Its new plan holds the higher level until the free
+  profile (without the job) next changes, then a minimum share from there (``_plan`` with
+  ``assigned``), and replaces its old one in the profile.
+
+Counts are the job's table counts up to its fastest one (the artifact's ``max_gpu`` on the A100
+tables). Times are the artifact's: whole seconds, ends on the decision's slot grid.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from qosched.cluster.throughput import SpeedCurve
+
+Profile = dict[float, int]  # time -> free GPUs from then on, in time order
+Allocation = dict[float, int]  # time -> GPUs the job holds from then on, in time order
+
+#: The artifact's sentinel marginal values (``sys.maxsize``).
+_TOP = float(sys.maxsize)
+
+
+def align(start: float, time: float, slot: float) -> float:
+    """``start`` plus the fewest whole slots that reach ``time``."""
+    slots = (time - start) // slot
+    if (time - start) % slot > 0:
+        slots += 1
+    return start + slots * slot
+
+
+def merged(mapping: dict[float, int]) -> dict[float, int]:
+    """Drop entries equal to the one before them."""
+    out: dict[float, int] = {}
+    last = None
+    for key, value in mapping.items():
+        if value != last:
+            out[key] = value
+            last = value
+    return out
+
+
+def _sorted(mapping: dict[float, int]) -> dict[float, int]:
+    return dict(sorted(mapping.items()))
+
+
+def _value_at(profile: Profile, time: float) -> int:
+    """The free count of the segment holding ``time`` (the last entry before it)."""
+    value = next(iter(profile.values()))
+    for key, free in profile.items():
+        if key < time:
+            value = free
+        else:
+            break
+    return value
+
+
+def gpu_time(allocation: Allocation, end: float) -> float:
+    """GPU-seconds of an allocation held until ``end``."""
+    total, last_time, last_count = 0.0, None, 0
+    for time, count in allocation.items():
+        if last_time is not None:
+            total += last_count * (time - last_time)
+        last_time, last_count = time, count
+    if last_time is None:
+        return 0.0
+    return total + last_count * (end - last_time)
+
+
+@dataclass(slots=True)
+class PlannedJob:
+    """One job's state in the planner: its speeds, work left and deadline, and its plan."""
+
+    job_id: str
+    curve: SpeedCurve
+    left: float
+    deadline: float
+    levels: tuple[int, ...]  # table counts up to the fastest, increasing
+    gpus: int = 0
+    allocation: Allocation = field(default_factory=dict)
+    end: float = 0.0  # aligned end
+    real_end: float = 0.0  # judged end
+    # The plan one level up, as the spare hand-out weighs it.
+    next_level: int = 0
+    marginal: float = 0.0
+    next_plan: tuple[Allocation, Profile, float, float] | None = None
+
+    @classmethod
+    def of(cls, job_id: str, curve: SpeedCurve, left: float, deadline: float) -> PlannedJob:
+        counts = [g for g in curve.measured if (g & (g - 1)) == 0 and curve.rate(g) > 0]
+        fastest = max(counts, key=curve.rate)
+        return cls(job_id, curve, left, deadline, tuple(g for g in counts if g <= fastest))
+
+    def rate(self, gpus: int) -> float:
+        return self.curve.rate(gpus)
+
+    def up(self, gpus: int) -> int:
+        """The next level above ``gpus`` (the first one for 0); ``gpus`` itself at the top."""
+        return next((g for g in self.levels if g > gpus), gpus if gpus else self.levels[0])
+
+    def within(self, free: int) -> int:
+        """The largest level that fits in ``free`` GPUs; 0 if none."""
+        return max((g for g in self.levels if g <= free), default=0)
+
+
+class ArtifactPlanner:
+    """Plans of one decision; ``capacity`` GPUs, decisions ``slot`` seconds apart."""
+
+    def __init__(self, now: float, capacity: int, slot: float) -> None:
+        self.now = now
+        self.capacity = capacity
+        self.slot = slot
+        self.free: Profile = {now: capacity}
+        self._last_level = 0  # the highest level the last failed share tried
+
+    # -- one job ---------------------------------------------------------------------------
+
+    def _plan(
+        self, job: PlannedJob, profile: Profile, assigned: int = 0
+    ) -> tuple[Allocation, Profile, float, float, bool]:
+        """A plan for ``job`` on ``profile`` (not changed): (allocation, the profile it leaves,
+        aligned end, real end, whether the real end meets the deadline). With ``assigned``, the
+        job holds that many GPUs from now until the profile next changes first."""
+        now, slot, left, deadline = self.now, self.slot, job.left, job.deadline
+        start = now
+        allocation: Allocation = {now: 0}
+        aligned_deadline = align(now, deadline, slot)
+        after = dict(profile)
+        if aligned_deadline not in after and aligned_deadline >= now:
+            after[aligned_deadline] = _value_at(profile, aligned_deadline)
+            after = _sorted(after)
+        if assigned:
+            later = [t for t in profile if t > now]
+            change = later[0] if later else aligned_deadline
+            allocation[now] = assigned
+            real = math.ceil(now + left / job.rate(assigned))
+            end = align(now, real, slot)
+            if change >= end and deadline >= real:
+                last = after[now]
+                for time in profile:
+                    if now <= time < end:
+                        last = after[time]
+                        after[time] -= assigned
+                if end not in profile:
+                    after[end] = last
+                return allocation, _sorted(after), end, real, True
+            span = (deadline if change == aligned_deadline else change) - now
+            left -= span * job.rate(assigned)
+            after[now] -= assigned
+            start = change
+            allocation[change] = 0
+        found = self._share(job, profile, after, allocation, start, left, aligned_deadline)
+        if found is not None:
+            return found
+        return self._late(job, profile, after, allocation, start, left, aligned_deadline)
+
+    def _share(
+        self,
+        job: PlannedJob,
+        profile: Profile,
+        after: Profile,
+        allocation: Allocation,
+        start: float,
+        left: float,
+        aligned_deadline: float,
+    ) -> tuple[Allocation, Profile, float, float, bool] | None:
+        """The minimum share from ``start``, taken out of ``after``; None if no level does it
+        (``allocation`` and ``after`` are then untouched but for zero entries)."""
+        deadline = job.deadline
+        previous = 0
+        for level in job.levels:
+            if level > self.capacity:
+                break
+            for time in after:
+                if time < aligned_deadline:
+                    allocation.setdefault(time, 0)
+            covered, period_end, point = 0.0, aligned_deadline, None
+            for time in reversed(list(after)):
+                if time >= aligned_deadline:
+                    continue
+                if time < start:
+                    break
+                gpus = min(level, job.within(after[time]))
+                if gpus == 0:
+                    period_end = time
+                    continue
+                span = (deadline if period_end == aligned_deadline else period_end) - time
+                covered += span * job.rate(gpus)
+                if covered >= left:
+                    point = time
+                    break
+                period_end = time
+            if point is not None:
+                return self._lay_out(
+                    job,
+                    profile,
+                    after,
+                    allocation,
+                    start,
+                    left,
+                    aligned_deadline,
+                    point,
+                    previous,
+                    level,
+                )
+            previous = level
+        self._last_level = previous
+        return None
+
+    def _lay_out(
+        self,
+        job: PlannedJob,
+        profile: Profile,
+        after: Profile,
+        allocation: Allocation,
+        start: float,
+        left: float,
+        aligned_deadline: float,
+        point: float,
+        before: int,
+        level: int,
+    ) -> tuple[Allocation, Profile, float, float, bool]:
+        """Forward from ``start``: ``before`` GPUs until ``point`` and ``level`` from it (each
+        within what is free), until the work is done."""
+        deadline, slot = job.deadline, self.slot
+
+        def count_at(time: float) -> int:
+            return min(level if time >= point else before, job.within(after[time]))
+
+        held_from, held, end, real = None, 0, None, 0.0
+        for time in list(after):
+            if time > aligned_deadline:
+                break
+            if time < start:
+                continue
+            if held_from is None:
+                held_from, held = time, count_at(time)
+                continue
+            allocation[held_from] = held
+            after[held_from] -= held
+            if held == 0:
+                held_from, held = time, count_at(time)
+                continue
+            span = (deadline if time == aligned_deadline else time) - held_from
+            done = span * job.rate(held)
+            if held_from < point or done < left:
+                left -= done
+            else:
+                seconds = math.ceil(left / job.rate(allocation[held_from]))
+                end = held_from + align(0, seconds, slot)
+                real = held_from + seconds
+                break
+            held_from, held = time, count_at(time)
+        if end is None:
+            allocation[held_from] = held
+            after[held_from] -= held
+            seconds = math.ceil(left / job.rate(allocation[held_from]))
+            real = held_from + seconds
+            end = held_from + align(0, seconds, slot)
+        allocation = _sorted(allocation)
+        last = self.capacity
+        for time, free in profile.items():
+            if start <= time < end:
+                last = free
+        if end not in profile:
+            after[end] = last
+        return allocation, _sorted(after), end, real, real <= deadline
+
+    def _late(
+        self,
+        job: PlannedJob,
+        profile: Profile,
+        after: Profile,
+        allocation: Allocation,
+        start: float,
+        left: float,
+        aligned_deadline: float,
+    ) -> tuple[Allocation, Profile, float, float, bool]:
+        """A job no level satisfies: the last level (within what is free) until the aligned
+        deadline, then what is free, until done, past its deadline."""
+        deadline, slot, now = job.deadline, self.slot, self.now
+        level = self._last_level
+        held_from, held = None, 0
+        for time in list(after):
+            if time > aligned_deadline:
+                break
+            if time < start:
+                continue
+            if held_from is None:
+                held_from, held = time, min(level, job.within(after[time]))
+                continue
+            allocation[held_from] = held
+            after[held_from] -= held
+            if held:
+                span = (deadline if time == aligned_deadline else time) - held_from
+                left -= span * job.rate(held)
+            held_from, held = time, min(level, job.within(after[time]))
+        top = max(job.levels)
+        last = _value_at(profile, aligned_deadline)
+        held_from = max(aligned_deadline, start)
+        for time in list(after):
+            if time <= aligned_deadline:
+                continue
+            gpus = min(job.within(after[held_from]), top)
+            allocation[held_from] = gpus
+            if gpus == 0:
+                held_from = time
+                continue
+            done = (time - held_from) * job.rate(gpus)
+            if done >= left:
+                real = math.ceil(held_from + left / job.rate(gpus))
+                end = align(now, real, slot)
+                for t in list(after):
+                    if t < aligned_deadline:
+                        continue
+                    if t < end and t in profile:
+                        last = profile[t]
+                    if held_from <= t < end:
+                        after[t] -= gpus
+                if held_from != end:
+                    after[held_from] = last - gpus
+                if end not in profile:
+                    after[end] = last
+                return _sorted(allocation), _sorted(after), end, real, False
+            left -= done
+            for t in profile:
+                if t < held_from:
+                    last = after[t]
+            for t in list(after):
+                if held_from <= t < time:
+                    after[t] -= gpus
+            held_from = time
+        gpus = min(self.capacity, top)
+        allocation[held_from] = gpus
+        real = math.ceil(held_from + left / job.rate(gpus))
+        end = align(now, real, slot)
+        after[held_from] = self.capacity - gpus
+        after[end] = self.capacity
+        return _sorted(allocation), _sorted(after), end, real, False
+
+    # -- all jobs --------------------------------------------------------------------------
+
+    def plan_all(self, jobs: Sequence[PlannedJob]) -> bool:
+        """Plan every job in deadline order from scratch; whether all meet their deadlines."""
+        self.free = {self.now: self.capacity}
+        met = True
+        for job in jobs:
+            allocation, after, end, real, ok = self._plan(job, self.free)
+            job.allocation, job.end, job.real_end = merged(allocation), end, real
+            self.free = merged(after)
+            met = met and ok
+        for job in jobs:
+            job.gpus = job.allocation.get(self.now, 0)
+        return met
+
+    def _weigh(self, job: PlannedJob, spare: int) -> None:
+        """The job's plan one level up and its GPU-time growth per added GPU."""
+        if job.next_level - job.gpus > spare or job.next_level == job.gpus:
+            job.marginal = -_TOP
+            return
+        profile = dict(self.free)
+        if job.end not in profile:
+            profile[job.end] = _value_at(profile, job.end)
+            profile = _sorted(profile)
+        held = 0
+        for time, count in job.allocation.items():
+            if time not in profile:
+                profile[time] = _value_at(profile, time)
+                profile = _sorted(profile)
+            for t in profile:
+                if t < time:
+                    continue
+                if t >= job.end:
+                    break
+                profile[t] += count - held
+            held = count
+        profile = merged(profile)
+        allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
+        job.next_plan = (merged(allocation), merged(after), end, real)
+        added = job.next_level - job.gpus
+        if added == 0:
+            job.marginal = -_TOP
+        else:
+            job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
+        if job.gpus == 0:
+            job.marginal = _TOP
+
+    def hand_out(self, jobs: list[PlannedJob]) -> list[PlannedJob]:
+        """Give the GPUs free now to ``jobs`` (in deadline order); the jobs in the artifact's final
+        order (the order it places them in, before it sorts by size)."""
+        for job in jobs:
+            job.next_level = job.up(job.gpus)
+        spare = self.capacity - sum(job.gpus for job in jobs)
+        if spare <= 0:
+            return jobs
+        for job in jobs:
+            self._weigh(job, spare)
+        order = sorted(jobs, key=lambda j: -j.marginal)
+        grew = True
+        while spare > 0 and grew:
+            grew = False
+            for job in order:
+                if job.next_level - job.gpus > spare or job.next_level == job.gpus:
+                    continue
+                assert job.next_plan is not None
+                allocation, after, end, real = job.next_plan
+                self.free = after
+                spare -= job.next_level - job.gpus
+                job.allocation, job.gpus = allocation, job.next_level
+                job.end, job.real_end = end, real
+                job.next_level = job.up(job.gpus)
+                grew = True
+                break
+            for job in order:
+                if job.next_level - job.gpus > 0:
+                    self._weigh(job, spare)
+            order.sort(key=lambda j: -j.marginal)
+        return order
