@@ -25,8 +25,11 @@ ROOMY = [
 ]  # fmt: skip
 
 
+CALIBRATED = {"fggr": {"calibrate": True}}
+
+
 def calibrated(apps, seed=0):
-    policy = FgGR()
+    policy = FgGR(calibrate=True)
     simulate(TOY, apps, policy, duration_s=0.03, seed=seed)
     return policy
 
@@ -38,7 +41,7 @@ def test_the_choice_does_not_depend_on_the_run_seed():
     assert {p.calibrated for p in runs} == {runs[0].calibrated} and runs[0].calibrated
     assert len({(p.admit, p.stream_priorities, p.slack_fraction, p.exposure) for p in runs}) == 1
     # ...and the same as with no run at all: setup is told only rates, goals and kernels.
-    alone = FgGR()
+    alone = FgGR(calibrate=True)
     alone.setup(app_infos(ROOMY, TOY))
     assert alone.calibrated == runs[0].calibrated
 
@@ -60,7 +63,9 @@ def test_what_if_arrivals_come_from_its_own_seeds():
 def test_calibration_picks_the_free_setting_where_nothing_needs_holding_back():
     policy = calibrated(ROOMY)
     assert policy.calibrated == "free" and policy.admit == "all"
-    by_policy = judge_mix(TOY, ROOMY, duration_s=0.03, seed=5, policies=["naive", "fggr"])
+    by_policy = judge_mix(
+        TOY, ROOMY, duration_s=0.03, seed=5, policies=["naive", "fggr"], options=CALIBRATED
+    )
     assert all(a.met for a in by_policy["fggr"])
     assert by_policy["fggr"][1].measured.throughput_ratio == pytest.approx(1.0, abs=0.02)
 
@@ -70,7 +75,9 @@ def test_calibration_picks_the_strict_setting_where_anything_beside_the_top_brea
     # to the safest one.
     policy = calibrated(CROWDED)
     assert policy.calibrated == "strict" and policy.admit == "idle"
-    by_policy = judge_mix(TOY, CROWDED, duration_s=0.03, seed=5, policies=["naive", "fggr"])
+    by_policy = judge_mix(
+        TOY, CROWDED, duration_s=0.03, seed=5, policies=["naive", "fggr"], options=CALIBRATED
+    )
     assert not by_policy["naive"][0].met
     assert by_policy["fggr"][0].met
 
@@ -117,7 +124,7 @@ def test_choose_prefers_throughput_then_safety():
 
 
 def test_without_kernels_fggr_keeps_its_own_setting():
-    policy = FgGR(slack_fraction=0.5)
+    policy = FgGR(slack_fraction=0.5, calibrate=True)
     policy.setup((AppInfo("hp", 1, P99), AppInfo("lp", 0, BEST_EFFORT)))
     assert policy.calibrated is None and policy.admit == "goals" and policy.slack_fraction == 0.5
 

@@ -171,7 +171,7 @@ class FgGR:
         *,
         admit: str = "goals",
         stream_priorities: bool = True,
-        calibrate: bool = True,
+        calibrate: bool = False,
         what_if: WhatIf | None = None,
     ) -> None:
         for name, value in (
@@ -212,7 +212,7 @@ class FgGR:
 
     def setup(self, apps: Sequence[AppInfo]) -> None:
         """A run begins: every app, its goal and its arrival rate (else learned from launches,
-        goals by default); with their kernels, the setting is calibrated first."""
+        goals by default); with `calibrate` and their kernels, the setting is calibrated first."""
         began = time.perf_counter()
         self._apply(self.options)
         self.calibrated = None
