@@ -21,7 +21,8 @@ and whether it was met, whether each policy meets every goal, and the rules (a)-
 and mix).
 
 sweep: fggr on examples/gpu_apps.yaml with each of its constants moved away from its default
-(the others at their defaults), to show what each trades.
+(the others at their defaults), to show what each trades; calibration is off there, so that
+the constant given is the one that runs.
 """
 
 from __future__ import annotations
@@ -164,6 +165,9 @@ class Outcome:
     rows: tuple[AppComparison, ...]
     utilization: float
     judged: tuple[AppOutcome, ...]
+    #: The setting a self-calibrating policy adopted, and what its setup cost (wall seconds).
+    calibrated: str | None = None
+    setup_s: float = 0.0
 
     @property
     def meets(self) -> bool:
@@ -189,7 +193,8 @@ def run_mix(path: Path, duration_s: float | None, estimates: dict) -> list[Outco
     times = {app.name: app.request_time_s for app in apps}
     outcomes = []
     for name in policy_names():
-        result = simulate(device, apps, create_policy(name), duration_s=duration, seed=spec.seed)
+        policy = create_policy(name)
+        result = simulate(device, apps, policy, duration_s=duration, seed=spec.seed)
         rows = compare(result, alone, times)
         judged = judge_outcomes(rows, goals)
         outcomes.append(
@@ -205,6 +210,8 @@ def run_mix(path: Path, duration_s: float | None, estimates: dict) -> list[Outco
                 rows=rows,
                 utilization=result.gpu_utilization,
                 judged=judged,
+                calibrated=getattr(policy, "calibrated", None),
+                setup_s=getattr(policy, "setup_s", 0.0),
             )
         )
     return outcomes
@@ -233,6 +240,9 @@ def mixes(*, quick: bool) -> None:
         for o in outcomes:
             print(f"| {o.policy} | {o.hp_p99:.3f} | {o.lp_throughput:.3f} | "
                   f"{o.utilization:.0%} | {'yes' if o.meets else 'no'} |")  # fmt: skip
+        for o in outcomes:
+            if o.calibrated:
+                print(f"\n{o.policy} calibrated: {o.calibrated} ({o.setup_s:.1f} s of setup)")
         broken = rule_violations({o.policy: o.judged for o in outcomes})
         print(f"\nrules (a)-(c) fggr breaks on {mix}: {'; '.join(broken) or 'none'}")
     out = plot(everything, ROOT / "docs" / "results" / "img" / "gpushare_tradeoff.png")
@@ -262,8 +272,8 @@ def sweep(*, quick: bool) -> None:
     print("| fggr options | high-priority p99 x | low-priority throughput x | SM use |")
     print("|---|---|---|---|")
     for options in SWEEP:
-        result = simulate(device, apps, create_policy("fggr", **options), duration_s=duration,
-                          seed=spec.seed)  # fmt: skip
+        policy = create_policy("fggr", calibrate=False, **options)
+        result = simulate(device, apps, policy, duration_s=duration, seed=spec.seed)
         rows = compare(result, alone)
         hp = max(r.p99_latency_ratio for r in rows if r.priority > lowest)
         lp = sum(r.throughput_ratio for r in rows if r.priority == lowest)

@@ -130,8 +130,9 @@ def random_mix(seed: int, *, models: Callable[[str, int], tuple[Kernel, ...]] | 
     return Mix(seed, device, tuple(apps), duration)
 
 
-def judge(mix: Mix) -> dict[str, tuple[AppOutcome, ...]]:
-    return judge_mix(mix.gpu, mix.apps, duration_s=mix.duration_s, seed=mix.seed)
+def judge(mix: Mix, *, calibrate: bool = False) -> dict[str, tuple[AppOutcome, ...]]:
+    options = {"fggr": {"calibrate": True}} if calibrate else None
+    return judge_mix(mix.gpu, mix.apps, duration_s=mix.duration_s, seed=mix.seed, options=options)
 
 
 def report(results: list[tuple[Mix, dict[str, tuple[AppOutcome, ...]]]]) -> dict:
@@ -190,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels-only", action="store_true",
                         help="explicit kernels only (no model estimation; faster)")  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
+    parser.add_argument(
+        "--calibrate", action="store_true", help="fggr calibrates its setting before each run"
+    )
     args = parser.parse_args(argv)
     first, _, last = args.seeds.partition(":")
     seeds = range(int(first), int(last or int(first) + 1))
@@ -198,12 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     for seed in seeds:
         mix = random_mix(seed, models=models)
-        results.append((mix, judge(mix)))
+        results.append((mix, judge(mix, calibrate=args.calibrate)))
         print(f"seed {seed}: {len(mix.apps)} apps, {mix.duration_s:.3f} s simulated "
               f"({time.perf_counter() - began:.0f} s so far)", file=sys.stderr)  # fmt: skip
     summary = report(results)
     command = "python bench/gpushare_mixes.py --seeds " + args.seeds
-    print_report(summary, command + (" --kernels-only" if args.kernels_only else ""))
+    command += " --kernels-only" if args.kernels_only else ""
+    print_report(summary, command + (" --calibrate" if args.calibrate else ""))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(summary, out, indent=1)

@@ -93,7 +93,9 @@ LP_LOAD = AppWorkload("lp", 0, (kernel("l", sms=50, time_s=1e-4, bandwidth=0.9),
 
 def test_fggr_bounds_the_wait_of_low_priority_below_a_throughput_goal():
     hp = dataclasses.replace(HP_LOAD, goal=Goal("throughput_share", 0.5))
-    result = simulate(TOY, [hp, LP_LOAD], FgGR(max_wait_s=1e-3), duration_s=0.05, record=True)
+    # The rule's own wait bound, not a calibrated setting: calibration off.
+    policy = FgGR(max_wait_s=1e-3, calibrate=False)
+    result = simulate(TOY, [hp, LP_LOAD], policy, duration_s=0.05, record=True)
     lp_spans = [s for s in result.spans if s.track.startswith("lp ")]
     assert result.app("lp").completed >= 10  # ~one per max_wait_s over 50 ms
     assert max(s.args["waited_s"] for s in lp_spans) <= 1e-3 + 1e-9
@@ -101,8 +103,9 @@ def test_fggr_bounds_the_wait_of_low_priority_below_a_throughput_goal():
 
 def test_fggr_bounds_a_wait_below_a_p99_goal_only_within_its_tail():
     # Under hp's default p99 <= 1.10x, a kernel that waited max_wait_s starts only while the
-    # requests it puts at risk stay within half of hp's 1 %: hp's p99 holds.
-    policy = FgGR(max_wait_s=1e-3)
+    # requests it puts at risk stay within half of hp's 1 %: hp's p99 holds (calibration off:
+    # the default setting is the one under test).
+    policy = FgGR(max_wait_s=1e-3, calibrate=False)
     result = simulate(TOY, [HP_LOAD, LP_LOAD], policy, duration_s=0.05)
     hp = result.app("hp")
     assert 1 <= policy.forced <= 0.005 * hp.completed + 1

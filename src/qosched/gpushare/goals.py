@@ -122,14 +122,19 @@ def measured_value(goal: Goal, measured: Measured) -> float:
     }.get(goal.kind, math.nan)
 
 
-def goal_met(goal: Goal, measured: Measured) -> bool:
+def goal_met(goal: Goal, measured: Measured, margin: float = 0.0) -> bool:
     """Whether ``measured`` meets ``goal``; best effort is always met, a goal on a quantity
-    that could not be measured (no request finished) is not."""
+    that could not be measured (no request finished) is not. With a ``margin`` (a share, for a
+    prediction that must leave room for its own error) a latency must stay ``margin`` below
+    the goal and a throughput ``margin`` above it (a throughput share at most at 1, alone)."""
     if not goal.protected:
         return True
     value = measured_value(goal, measured)
     if math.isnan(value):
         return False
     if goal.is_latency:
-        return value <= goal.value * (1 + TOLERANCE)
-    return value >= goal.value * (1 - TOLERANCE)
+        return value * (1 + margin) <= goal.value * (1 + TOLERANCE)
+    wanted = goal.value * (1 + margin)
+    if goal.kind == "throughput_share":
+        wanted = min(wanted, 1.0)
+    return value >= wanted * (1 - TOLERANCE)

@@ -164,9 +164,11 @@ def judge_mix(
     duration_s: float,
     seed: int = 0,
     policies: Sequence[str] | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> dict[str, tuple[AppOutcome, ...]]:
     """Simulate the mix under each policy (default: every registered one) and judge every app
-    against its goal (stated, or the default for its priority)."""
+    against its goal (stated, or the default for its priority). ``options``: constructor
+    options by policy name (e.g. ``{"fggr": {"calibrate": True}}``)."""
     from qosched.gpushare.policies import create_policy, policy_names
 
     goals = {info.name: info.goal for info in app_infos(apps)}
@@ -174,6 +176,7 @@ def judge_mix(
     alone = alone_results(gpu, apps, duration_s=duration_s, seed=seed)
     result = {}
     for name in policies or policy_names():
-        shared = simulate(gpu, apps, create_policy(name), duration_s=duration_s, seed=seed)
+        policy = create_policy(name, **(options or {}).get(name, {}))
+        shared = simulate(gpu, apps, policy, duration_s=duration_s, seed=seed)
         result[name] = outcomes(compare(shared, alone, times), goals)
     return result

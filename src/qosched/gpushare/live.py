@@ -10,6 +10,7 @@ done a less important one runs alone and its throughput would say nothing about 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -17,6 +18,7 @@ import torch
 
 from qosched.core.errors import InputError
 from qosched.gpushare.apps import AppsSpec, resolved_goals
+from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
 from qosched.gpushare.runtime import App, CallEstimator, Device, GpuRun, run_apps
 from qosched.gpushare.simulator import AppComparison
@@ -56,6 +58,13 @@ def build_apps(spec: AppsSpec, *, device: str, requests: int, seed: int = 0) -> 
     return apps
 
 
+def request_kernels(result: GpuRun, app: str) -> tuple[Kernel, ...]:
+    """The estimated kernels of ``app``'s first request, in order, as the policy saw them."""
+    records = sorted((r for r in result.records if r.app == app and r.request == 0),
+                     key=lambda r: r.index)  # fmt: skip
+    return tuple(r.kernel for r in records)
+
+
 def request_finishes(result: GpuRun, app: str) -> list[float]:
     """When each request of ``app`` finished (its last operator), in request order."""
     ends: dict[int, float] = {}
@@ -75,8 +84,11 @@ def compare_run(
     """Warm up, run each application alone, then all together under ``policy``; return one
     comparison row per application and the shared run (for its trace)."""
     with torch.inference_mode():
-        run_apps([App(a.name, a.priority, a.model, a.inputs[:1], a.goal) for a in apps], _Alone(),
-                 device=device, estimator=estimator)  # fmt: skip
+        warm = run_apps([App(a.name, a.priority, a.model, a.inputs[:1], a.goal) for a in apps],
+                        _Alone(), device=device, estimator=estimator)  # fmt: skip
+        # The warm-up's operators, as estimated (not timed), tell the policy each app's request
+        # before the shared run, as the simulator tells it the spec's kernels.
+        apps = [dataclasses.replace(a, kernels=request_kernels(warm, a.name)) for a in apps]
         alone = {
             a.name: run_apps([a], _Alone(), device=device, estimator=estimator).app(a.name)
             for a in apps

@@ -45,13 +45,18 @@ class Launch:
 @dataclass(frozen=True)
 class AppInfo:
     """What a backend tells a policy about one application before the run: its priority, its
-    goal (``gpushare.goals``, defaults resolved) and its arrivals (``poisson_rps``: requests per
-    second, open loop; None: back to back)."""
+    goal (``gpushare.goals``, defaults resolved), its arrivals (``poisson_rps``: requests per
+    second, open loop; None: back to back) and, where the backend knows them, one request as
+    the kernel sequence it launches (``kernels``, estimated, never measured) on ``gpu``, the
+    GPU those estimates are for. A backend that does not know them leaves both None. Nothing
+    here says when the run's requests will arrive: only their rate."""
 
     name: str
     priority: int
     goal: Goal
     poisson_rps: float | None = None
+    kernels: tuple[Kernel, ...] | None = None
+    gpu: Processor | None = None
 
 
 @dataclass(frozen=True)
@@ -95,13 +100,15 @@ class SharingPolicy(Protocol):
     not mutate the view, may keep its own state between calls (budgets, slices, counters), and must
     only return launches from ``view.waiting``.
 
-    Optional: a class attribute ``stream_priorities`` (default True when absent). True means the
-    backend runs each application on a CUDA stream of its priority, so the block scheduler hands
-    free SMs to important kernels first; False means equal-priority streams (as under MPS).
+    Optional: an attribute ``stream_priorities`` (default True when absent), read once after
+    ``setup``. True means the backend runs each application on a CUDA stream of its priority, so
+    the block scheduler hands free SMs to important kernels first; False means equal-priority
+    streams (as under MPS).
 
     Optional: a method ``setup(apps: tuple[AppInfo, ...])``, called once by the backend before the
-    first ``decide``, with every application of the run (its goal among them). A policy without
-    it learns what it needs from the launches it is offered.
+    first ``decide``, with every application of the run (its goal among them, and its request's
+    kernels where the backend knows them). A policy without it learns what it needs from the
+    launches it is offered.
     """
 
     name: str

@@ -69,6 +69,10 @@ class App:
     model: nn.Module
     inputs: tuple[tuple[Any, ...], ...]
     goal: Goal | None = None  # None: the default for its priority (goals.default_goal)
+    #: One request's operators as the policy will be offered them (estimated, on the run's GPU),
+    #: where known before the run (``live.compare_run`` takes them from its warm-up); a policy
+    #: may predict from them (``AppInfo.kernels``).
+    kernels: tuple[Kernel, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -572,19 +576,21 @@ def run_apps(
     if gpu_model is None:
         gpu_model = catalog_gpu_for(device.name) if isinstance(device, CudaDevice) else "a100"
     processor = gpu(gpu_model) if isinstance(gpu_model, str) else gpu_model
+    if estimator is None:
+        estimator = CallEstimator(processor)
+    elif estimator.gpu != processor:
+        raise InputError(f"estimator is for {estimator.gpu.name}, the run for {processor.name}")
     top = max(a.priority for a in apps)
-    # A policy may ask for equal-priority streams (``stream_priorities = False``, as under MPS).
+    set_up(policy, tuple(AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top),
+                                 kernels=a.kernels, gpu=processor if a.kernels else None)
+                         for a in apps))  # fmt: skip
+    # A policy may ask for equal-priority streams (``stream_priorities = False``, as under MPS),
+    # once it is set up.
     prioritised = uses_stream_priorities(policy)
     streams = {
         a.name: device.stream(a, high_priority=prioritised and a.priority == top and a.priority > 0)
         for a in apps
     }
-    if estimator is None:
-        estimator = CallEstimator(processor)
-    elif estimator.gpu != processor:
-        raise InputError(f"estimator is for {estimator.gpu.name}, the run for {processor.name}")
-    set_up(policy, tuple(AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top))
-                         for a in apps))  # fmt: skip
     run = _Run(estimator, Dispatcher(policy, processor, len(apps)), device)
     results: dict[str, AppOutputs] = {}
     errors: list[BaseException] = []

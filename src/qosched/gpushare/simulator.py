@@ -190,12 +190,20 @@ class _App:
     censored: int = 0
 
 
-def app_infos(apps: Sequence[AppWorkload]) -> tuple[AppInfo, ...]:
+def app_infos(apps: Sequence[AppWorkload], gpu: Processor | None = None) -> tuple[AppInfo, ...]:
     """What a policy's ``setup`` is told: each app's priority, goal (the default for its
-    priority in this mix when it states none) and arrival rate."""
+    priority in this mix when it states none), arrival rate and request's kernels (on ``gpu``,
+    when given). Never the run's seed: a policy cannot know when requests will arrive."""
     top = max(a.priority for a in apps)
     return tuple(
-        AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top), a.poisson_rps)
+        AppInfo(
+            a.name,
+            a.priority,
+            a.goal or default_goal(a.priority, top),
+            a.poisson_rps,
+            kernels=a.kernels if gpu is not None else None,
+            gpu=gpu,
+        )
         for a in apps
     )
 
@@ -226,7 +234,6 @@ class _Simulation:
         seed: int,
         record: bool,
         drain_factor: float,
-        stream_priorities: bool,
     ) -> None:
         if gpu.kind != "gpu" or not gpu.sm_count:
             raise InputError(f"{gpu.name!r} is not a GPU")
@@ -244,7 +251,7 @@ class _Simulation:
         self.stop_s = duration_s * drain_factor
         self.seed = seed
         self.record = record
-        self.stream_priorities = stream_priorities
+        self.stream_priorities = True  # the policy's, read once it is set up
         self.engine = Engine()
         self.apps = [_App(spec) for spec in apps]
         self.running: list[_Run] = []
@@ -275,7 +282,9 @@ class _Simulation:
 
     def run(self) -> SimulatedRun:
         started = time.perf_counter()
-        set_up(self.policy, app_infos([a.spec for a in self.apps]))
+        set_up(self.policy, app_infos([a.spec for a in self.apps], self.gpu))
+        # After setup: a policy may choose its streams from what it was told of the apps.
+        self.stream_priorities = uses_stream_priorities(self.policy)
         engine = self.engine
         for app in self.apps:
             if app.spec.poisson_rps is None:
@@ -589,7 +598,6 @@ def simulate(
         seed=seed,
         record=record,
         drain_factor=drain_factor,
-        stream_priorities=uses_stream_priorities(policy),
     ).run()
 
 

@@ -33,6 +33,14 @@ starts when every more important protected app ``P`` stays within its goal, as p
   request in progress, or the arrivals expected during the kernel): priority orders goals,
   and the wait bound is the last of them.
 
+**Calibration.** Where the backend tells the policy each app's request as estimated kernels
+(``AppInfo.kernels``), ``setup`` first predicts the mix under a few settings of this rule
+(:data:`CANDIDATES`, from strict to free) in a short what-if simulation (``gpushare.whatif``:
+arrivals of its own, never the run's, and kernel times perturbed), and adopts the one that
+meets the goals in priority order with a margin and then gives the other apps the most
+throughput. The rule above then runs with that setting, its feedback still correcting a
+wrong prediction. Without kernels the constructor's setting stays.
+
 ``violations()`` reports, per app with a latency goal, the requests the policy saw end late.
 """
 
@@ -40,8 +48,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, LATENCY_QUANTILE, Goal, default_goal
@@ -55,6 +65,14 @@ from qosched.gpushare.interference import (
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policies.base import register
 from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
+from qosched.gpushare.whatif import (
+    Prediction,
+    WhatIf,
+    choose,
+    knows_kernels,
+    meets_every_goal,
+    predict,
+)
 
 #: An open-loop app protected for its offered load may be stretched while it stays this busy.
 _OPEN_LOOP_BUSY = 0.5
@@ -66,6 +84,21 @@ _TRUSTED_DONE = 10
 _FADE_S = 1.0
 #: Requests of an app after which the p99 of its latencies alone is taken as measured.
 _TRUSTED_SAMPLES = 100
+#: What a kernel of a less important app waits for: ``idle``, every app of a higher priority
+#: with a goal to have no kernel running or waiting (as Orion, strictest); ``goals``, the rule
+#: of this module; ``all``, nothing (every kernel at once, as ``priority-streams``, or as
+#: ``naive`` on equal streams).
+ADMIT = ("idle", "goals", "all")
+#: The settings calibration chooses from, safest first (ties go to the earlier one); each
+#: changes the constructor's own setting (``goals``) by what it lists.
+CANDIDATES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("strict", {"admit": "idle"}),
+    ("cautious", {"slack_fraction": 0.5, "exposure": 0.0}),
+    ("goals", {}),
+    ("loose", {"safe_fraction": 1.0, "exposure": 0.2}),
+    ("free", {"admit": "all"}),
+    ("free-equal", {"admit": "all", "stream_priorities": False}),
+)
 
 
 def _poisson_p99_s(rps: float | None, service_s: float) -> float:
@@ -135,6 +168,11 @@ class FgGR:
         max_wait_s: float = 0.02,
         trust_step: float = 0.02,
         model: InterferenceModel = CALIBRATED,
+        *,
+        admit: str = "goals",
+        stream_priorities: bool = True,
+        calibrate: bool = False,
+        what_if: WhatIf | None = None,
     ) -> None:
         for name, value in (
             ("slack_fraction", slack_fraction),
@@ -146,22 +184,76 @@ class FgGR:
                 raise InputError(f"must be in [0, 1], got {value!r}", field=name)
         if not (math.isfinite(max_wait_s) and max_wait_s > 0):
             raise InputError(f"must be > 0, got {max_wait_s!r}", field="max_wait_s")
+        if admit not in ADMIT:
+            raise InputError(f"must be one of {', '.join(ADMIT)}, got {admit!r}", field="admit")
+        #: The constructor's setting: calibration starts from it on every setup.
+        self.options: dict[str, Any] = {
+            "slack_fraction": slack_fraction, "exposure": exposure,
+            "safe_fraction": safe_fraction, "max_wait_s": max_wait_s, "trust_step": trust_step,
+            "admit": admit, "stream_priorities": stream_priorities,
+        }  # fmt: skip
+        self.admit = admit
+        self.stream_priorities = stream_priorities
+        self.calibrate = calibrate
+        self.what_if = what_if or WhatIf()
+        self.model = model
+        #: The candidate calibration adopted on the last setup (None: not calibrated), and
+        #: what that setup cost (seconds of wall-clock time).
+        self.calibrated: str | None = None
+        self.setup_s = 0.0
         self.slack_fraction = slack_fraction
         self.exposure = exposure
         self.safe_fraction = safe_fraction
         self.max_wait_s = max_wait_s
         self.trust_step = trust_step
-        self.model = model
         self.apps: dict[str, _App] = {}
         self.forced = 0  # kernels started because they had waited max_wait_s
         self.last_s = 0.0
 
     def setup(self, apps: Sequence[AppInfo]) -> None:
         """A run begins: every app, its goal and its arrival rate (else learned from launches,
-        goals by default)."""
+        goals by default); with `calibrate` and their kernels, the setting is calibrated first."""
+        began = time.perf_counter()
+        self._apply(self.options)
+        self.calibrated = None
+        if self.calibrate and knows_kernels(apps):
+            self._calibrate(tuple(apps))
+        self.setup_s = time.perf_counter() - began
         self.apps = {a.name: _App(a.name, a.priority, a.goal, a.poisson_rps) for a in apps}
         self.forced = 0
         self.last_s = 0.0
+
+    def _apply(self, options: Mapping[str, Any]) -> None:
+        for name, value in options.items():
+            setattr(self, name, value)
+
+    def _candidate(self, changes: Mapping[str, Any]) -> FgGR:
+        return FgGR(model=self.model, calibrate=False, **{**self.options, **changes})
+
+    def _predict(self, apps: tuple[AppInfo, ...], indices: list[int]) -> tuple[Prediction, ...]:
+        factories = [lambda c=CANDIDATES[i][1]: self._candidate(c) for i in indices]
+        return predict(apps, factories, self.what_if)
+
+    def _calibrate(self, apps: tuple[AppInfo, ...]) -> None:
+        """Adopt the candidate the what-if predicts best; none meeting the most important
+        goals with the margin, the best without it; none at all, the constructor's setting."""
+        # The free settings first (they cost the least to simulate): where one meets every
+        # goal with the margin there is nothing to hold back, and the others are not run.
+        order = sorted(range(len(CANDIDATES)), key=lambda i: CANDIDATES[i][1].get("admit") != "all")
+        free = [i for i in order if CANDIDATES[i][1].get("admit") == "all"]
+        runs = dict(zip(free, self._predict(apps, free), strict=True))
+        if not any(meets_every_goal(p, self.what_if.margin) for p in runs.values()):
+            rest = [i for i in order if i not in runs]
+            runs.update(zip(rest, self._predict(apps, rest), strict=True))
+        indices = sorted(runs)  # safest first again
+        predictions = [runs[i] for i in indices]
+        for margin in (self.what_if.margin, 0.0):
+            chosen = choose(predictions, self.what_if, margin=margin)
+            if chosen is not None:
+                name, changes = CANDIDATES[indices[chosen]]
+                self._apply({**self.options, **changes})
+                self.calibrated = name
+                return
 
     def violations(self) -> dict[str, int]:
         """Requests of each latency-goal app that ended later than its target."""
@@ -278,6 +370,10 @@ class FgGR:
         self._observe(view)
         if not view.waiting:
             return Admission()
+        if self.admit == "all":
+            return Admission(start=view.waiting)
+        if self.admit == "idle":
+            return self._when_idle(view)
         active: list[tuple[Launch, float]] = [(r.launch, r.remaining) for r in view.running]
         start: list[Launch] = []
         wake: float | None = None
@@ -308,6 +404,17 @@ class FgGR:
                     due = view.now_s + self.max_wait_s
                 wake = due if wake is None else min(wake, due)
         return Admission(start=tuple(start), wake_at_s=wake)
+
+    def _when_idle(self, view: GpuView) -> Admission:
+        """Every kernel of whose app no app of a higher priority with a goal has anything
+        running or waiting (by priority alone, as Orion: apps of one level run together)."""
+        busy = {r.launch.app for r in view.running} | {w.app for w in view.waiting}
+        start = []
+        for launch in view.waiting:
+            if not any(a.priority > launch.priority and a.goal.protected and a.name in busy
+                       for a in self.apps.values()):  # fmt: skip
+                start.append(launch)
+        return Admission(start=tuple(start))
 
     def _may_force(self, launch: Launch, above: list[_App], view: GpuView) -> bool:
         """Whether a kernel that has waited ``max_wait_s`` may start anyway: throughput goals

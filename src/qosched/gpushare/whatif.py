@@ -1,0 +1,195 @@
+"""What-if runs: a mix simulated ahead of time, on arrivals and kernel times of its own.
+
+A policy told each app's request as estimated kernels (``AppInfo.kernels``) can predict, before
+the run, what each of a few candidate policies would give every app: :func:`predict` runs the
+mix in this package's simulator for a short window, once per draw, and judges every app against
+its goal (``gpushare.judge.outcomes``); :func:`choose` picks the candidate that meets the most
+important goals with a margin and then gives the other apps the most throughput. Mechanism
+only: the candidates are given as factories and nothing here names a policy.
+
+What the prediction never sees is the run itself. Each draw's arrivals come from the what-if's
+own seeds (a backend never tells a policy the run's seed, and the what-if does not guess it),
+and every kernel's duration is perturbed a little, so that a candidate chosen here has to hold
+on arrivals and times that are not the run's.
+
+On ``gpu sim`` the what-if runs the same simulator the run is then judged in, so its prediction
+is closer there than it can be on a real GPU, where what the simulator cannot show (cache and
+memory-controller contention, clock changes: docs/results/gpushare.md) separates the two;
+``gpu run`` is the test of that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qosched.core.errors import InputError
+from qosched.gpushare.goals import goal_met
+from qosched.gpushare.judge import AppOutcome, outcomes
+from qosched.gpushare.policy import AppInfo, SharingPolicy
+from qosched.gpushare.simulator import AppWorkload, alone_results, compare, simulate
+from qosched.hardware import Processor
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """How a what-if is run.
+
+    ``seeds``: one draw each (arrivals and perturbations), fixed and the what-if's own; a
+    candidate must meet a goal on every draw. ``jitter``: every kernel's duration (and its
+    bytes, so that its bandwidth share stays) is scaled by a factor drawn uniformly in
+    ``[1 - jitter, 1 + jitter]``: a setting that meets a goal only at the exact estimated
+    times is on a knife edge, and estimates are not exact. ``requests``: the window gives the
+    most important app about this many requests, within ``[min_s, max_s]`` of simulated time
+    (a p99 needs about 100). ``margin``: goals must be met with this share to spare
+    (``goals.goal_met``). ``tolerance``: throughputs this close (relative) count as equal.
+    """
+
+    seeds: tuple[int, ...] = (0x5EED0001, 0x5EED0002)
+    jitter: float = 0.1
+    requests: int = 100
+    min_s: float = 0.01
+    max_s: float = 0.2
+    margin: float = 0.03
+    tolerance: float = 0.02
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise InputError("a what-if needs at least one seed", field="seeds")
+        if not 0 <= self.jitter < 1:
+            raise InputError(f"must be in [0, 1), got {self.jitter!r}", field="jitter")
+        if self.requests < 1 or not 0 < self.min_s <= self.max_s:
+            raise InputError("requests must be >= 1 and 0 < min_s <= max_s", field="requests")
+        if not (0 <= self.margin < 1 and 0 <= self.tolerance < 1):
+            raise InputError("margin and tolerance must be in [0, 1)", field="margin")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One candidate's what-if: per draw, every app judged against its goal."""
+
+    draws: tuple[tuple[AppOutcome, ...], ...]
+
+
+def knows_kernels(apps: Sequence[AppInfo]) -> bool:
+    """Whether the backend told the policy enough to predict: every app's kernels and the GPU."""
+    return bool(apps) and all(a.kernels and a.gpu is not None for a in apps)
+
+
+def perturbed(apps: Sequence[AppInfo], seed: int, jitter: float) -> list[AppWorkload]:
+    """The apps as workloads, each kernel's time (and bytes) scaled by its own draw."""
+    result = []
+    for app in apps:
+        rng = np.random.default_rng([seed, zlib.crc32(app.name.encode()), 1])
+        factors = rng.uniform(1 - jitter, 1 + jitter, size=len(app.kernels or ()))
+        kernels = tuple(
+            dataclasses.replace(k, time_s=k.time_s * float(f), bytes=k.bytes * float(f))
+            for k, f in zip(app.kernels or (), factors, strict=True)
+        )
+        result.append(AppWorkload(app.name, app.priority, kernels, app.poisson_rps, app.goal))
+    return result
+
+
+def window_s(apps: Sequence[AppInfo], config: WhatIf) -> float:
+    """Simulated time for about ``config.requests`` requests of the most important app."""
+    top = max(apps, key=lambda a: (a.priority, a.goal.is_latency, a.goal.protected))
+    request_s = sum(k.time_s for k in top.kernels or ())
+    per_request = 1.0 / top.poisson_rps if top.poisson_rps else request_s
+    return float(min(config.max_s, max(config.min_s, config.requests * per_request)))
+
+
+def predict(
+    apps: Sequence[AppInfo],
+    candidates: Sequence[Callable[[], SharingPolicy]],
+    config: WhatIf,
+) -> tuple[Prediction, ...]:
+    """Every candidate (a fresh policy from each factory, per draw) on every draw of the mix."""
+    if not knows_kernels(apps):
+        raise InputError("a what-if needs every app's kernels and the GPU")
+    gpu: Processor = apps[0].gpu  # type: ignore[assignment]
+    duration = window_s(apps, config)
+    goals = {a.name: a.goal for a in apps}
+    draws: list[list[tuple[AppOutcome, ...]]] = [[] for _ in candidates]
+    for seed in config.seeds:
+        mix = perturbed(apps, seed, config.jitter)
+        times = {w.name: w.request_time_s for w in mix}
+        alone = alone_results(gpu, mix, duration_s=duration, seed=seed)
+        for i, make in enumerate(candidates):
+            shared = simulate(gpu, mix, make(), duration_s=duration, seed=seed)
+            draws[i].append(outcomes(compare(shared, alone, times), goals))
+    return tuple(Prediction(tuple(d)) for d in draws)
+
+
+def meets_every_goal(prediction: Prediction, margin: float) -> bool:
+    """Whether every app meets its goal, with ``margin``, on every draw."""
+    return all(goal_met(a.goal, a.measured, margin) for d in prediction.draws for a in d)
+
+
+def _throughput(apps: Sequence[AppOutcome], name: str) -> float:
+    value = next(a.measured.throughput_ratio for a in apps if a.name == name)
+    return 0.0 if math.isnan(value) else value
+
+
+def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) -> int | None:
+    """The candidate to adopt, by index (candidates are ordered safest first), or None when
+    none meets the most important goals on every draw.
+
+    Goals are read in priority order, as ``judge.required_goals`` reads them: a candidate
+    counts the levels of protected goals, from the most important down, that it meets (with
+    ``margin``) on every draw, and only those with the most such levels stay. Among them, the
+    other apps' throughput (the worst draw's) decides: first the worst of every app's share of
+    the most any candidate gives it (what rule (b) holds each app to), then app by app in
+    priority order; differences within ``config.tolerance`` are ties, and ties go to the safer
+    candidate."""
+    if not predictions:
+        return None
+    first = predictions[0].draws[0]
+    levels = sorted({a.priority for a in first if a.goal.protected}, reverse=True)
+
+    def depth(prediction: Prediction) -> int:
+        count = 0
+        for level in levels:
+            if not all(goal_met(a.goal, a.measured, margin) for draw in prediction.draws
+                       for a in draw if a.goal.protected and a.priority >= level):  # fmt: skip
+                break
+            count += 1
+        return count
+
+    depths = [depth(p) for p in predictions]
+    deepest = max(depths)
+    if levels and deepest == 0:
+        return None
+    floor = levels[deepest - 1] if deepest else math.inf
+    required = {a.name for a in first if a.goal.protected and a.priority >= floor}
+    others = [a.name for a in sorted(first, key=lambda a: -a.priority) if a.name not in required]
+    eligible = [i for i, d in enumerate(depths) if d == deepest]
+    tput = {
+        i: {n: min(_throughput(d, n) for d in predictions[i].draws) for n in others}
+        for i in eligible
+    }
+    most = {n: max(tput[i][n] for i in eligible) for n in others}
+
+    def share(i: int, name: str) -> float:
+        return tput[i][name] / most[name] if most[name] > 0 else 1.0
+
+    def better(i: int, j: int) -> bool:
+        worst_i = min((share(i, n) for n in others), default=1.0)
+        worst_j = min((share(j, n) for n in others), default=1.0)
+        if abs(worst_i - worst_j) > config.tolerance:
+            return worst_i > worst_j
+        for name in others:
+            gap = share(i, name) - share(j, name)
+            if abs(gap) > config.tolerance:
+                return gap > 0
+        return False
+
+    chosen = eligible[0]
+    for i in eligible[1:]:
+        if better(i, chosen):
+            chosen = i
+    return chosen
