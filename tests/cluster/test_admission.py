@@ -44,6 +44,25 @@ def test_qos_promises_deadlines(deadline, best_effort, expected):
     assert decide("qos", deadline, best_effort) is expected
 
 
+@pytest.mark.parametrize(
+    ("planner", "deadline", "expected"),
+    [
+        ("qosched", 1000.0, Admission.GUARANTEED),
+        ("qosched", 10.0, Admission.DECLINED),
+        ("artifact", 1000.0, Admission.GUARANTEED),
+        ("artifact", 10.0, Admission.DECLINED),
+        ("qosched", None, Admission.BEST_EFFORT),
+    ],
+)
+def test_elasticflow_guarantees_the_deadline_jobs_it_admits(planner, deadline, expected):
+    # Its admission control is the guarantee: a deadline job is admitted only when its plan
+    # meets the deadline (100 s of work on the whole node against 1,000 s, or 10 s).
+    policy = create_policy("elasticflow", planner=planner)
+    view = ClusterView(0.0, NODE, [], 0.0)
+    assert admit_job(policy, arriving(deadline), view, best_effort=False) is expected
+    assert policy.is_guaranteed("j") is (expected is Admission.GUARANTEED)
+
+
 @pytest.mark.parametrize("deadline", [1000.0, 10.0, None], ids=["easy", "impossible", "none"])
 def test_a_policy_that_promises_nothing_runs_every_job_best_effort(deadline):
     assert decide("fifo", deadline) is Admission.BEST_EFFORT

@@ -83,6 +83,7 @@ class ElasticFlow(Policy):
 
     largest_first = True
     honours_requests = False
+    promises_deadlines = True
 
     def __init__(
         self,
@@ -112,6 +113,7 @@ class ElasticFlow(Policy):
         self.admits_together = planner == "artifact"
         self._kept: dict[str, Reservation] = {}  # reservations of the plan in force
         self._failed: set[str] = set()  # deadline jobs the plan in force cannot satisfy
+        self._admitted: set[str] = set()  # deadline jobs admitted by their plan
         # The plan made while admitting, reused by the allocation at the same instant.
         self._cached: tuple[float, frozenset[str], Plan] | None = None
 
@@ -160,7 +162,10 @@ class ElasticFlow(Policy):
         arrivals = [j for j in jobs if j.spec.deadline_s is not None]
         if not arrivals:
             return True
-        return self._artifact_plan([*deadline_jobs, *arrivals], view)[2]
+        admitted = self._artifact_plan([*deadline_jobs, *arrivals], view)[2]
+        if admitted:
+            self._admitted.update(j.job_id for j in arrivals)
+        return admitted
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         if job.spec.deadline_s is None:
@@ -180,7 +185,14 @@ class ElasticFlow(Policy):
         ids = frozenset(j.job_id for j in deadline_jobs) | {job.job_id}
         self._cached = (view.now, ids, plan)
         self._adopt(plan)
+        self._admitted.add(job.job_id)
         return True
+
+    def is_guaranteed(self, job_id: str) -> bool:
+        """A deadline job is admitted only when its plan meets its deadline (the paper's
+        guarantee); one the plan in force has since failed (a restart pause can do that) is no
+        longer guaranteed."""
+        return job_id in self._admitted and job_id not in self._failed
 
     def _allocate_as_artifact(self, view: ClusterView) -> Decision:
         """The artifact's plan and spare hand-out (:mod:`qosched.cluster.artifact_plan`); jobs in
