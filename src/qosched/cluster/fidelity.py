@@ -32,6 +32,8 @@ class ArtifactPeer:
     restart_model: str  # the artifact's overhead model in that scheduler's loop
     # The artifact's job accounting (``SimConfig.slot_progress``): planned ends, end events.
     slot_progress: bool = False
+    # A job ends, and is judged, at the end of the slot its work runs out in.
+    finish_at_slot_end: bool = False
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -56,8 +58,14 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             "every-decision",
         ),
         # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
-        # estimates one for a job that has none, so its jobs never pay a restart.
-        "themis": ArtifactPeer("themis", MappingProxyType({"ratio": "artifact"}), "none"),
+        # estimates one for a job that has none, so its jobs never pay a restart; a job whose
+        # iterations run out in a slot gets the slot's end as its ``end_time``.
+        "themis": ArtifactPeer(
+            "themis",
+            MappingProxyType({"ratio": "artifact", "solver": "ecos"}),
+            "none",
+            finish_at_slot_end=True,
+        ),
         # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
         # cost, half a second per worker-doubling per resume, is too small to model.
         "chronus": ArtifactPeer(
@@ -94,5 +102,6 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         restart_pause_s=0.0,  # the artifact's planners budget no overhead
         cross_node_factor=1.0,
         slot_progress=peer.slot_progress,
+        finish_at_slot_end=peer.finish_at_slot_end,
     )
     return create_policy(name, **peer.options), artifact_config

@@ -100,6 +100,10 @@ class SimConfig:
     # and plans it again (moving its end event); its deadline is judged on the end planned at its
     # last decision.
     slot_progress: bool = False
+    # The ElasticFlow artifact's Themis loop (``scheduler.py`` ``themis_sim_jobs``), with a
+    # decision slot: a job whose work runs out within a slot ends at the slot's end, the next
+    # decision, and its deadline is judged there.
+    finish_at_slot_end: bool = False
 
     def __post_init__(self) -> None:
         if self.restart_model not in RESTART_MODELS:
@@ -119,6 +123,8 @@ class SimConfig:
                 "slot_progress needs restart_model every-decision and a decision slot",
                 field="slot_progress",
             )
+        if self.finish_at_slot_end and not self.decision_slot_s:
+            raise InputError("finish_at_slot_end needs a decision slot", field="finish_at_slot_end")
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -350,6 +356,9 @@ class ClusterSimulator:
         state.iterations_done = float(state.spec.iterations)
         state.phase = Phase.FINISHED
         state.finished_s = self.engine.now
+        if self.config.finish_at_slot_end:
+            # Its workers stay idle until then: no decision comes within the slot.
+            state.finished_s = max(state.finished_s, self._slot_open_s())
         self._set_allocation_total(self._allocated - state.workers)
         state.workers, state.placement, state.rate = 0, (), 0.0
         self._work_until.pop(state.job_id, None)
