@@ -34,6 +34,8 @@ class ArtifactPeer:
     slot_progress: bool = False
     # A job ends, and is judged, at the end of the slot its work runs out in.
     finish_at_slot_end: bool = False
+    # A job with a trace duration ends when it has run for that long (``SimConfig``).
+    duration_clock: bool = False
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -49,7 +51,12 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "edf": ArtifactPeer("edf", MappingProxyType({"sizing": "artifact"}), "none"),
         # dlas-gpu: three queues split at 3,250 and 7,200 GPU-seconds (``jobs.py``).
         "las": ArtifactPeer(
-            "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
+            "dlas-gpu",
+            MappingProxyType(
+                {"thresholds_worker_s": (3250.0, 7200.0), "queues": "artifact", "slot_s": 60.0}
+            ),
+            "on-start",
+            duration_clock=True,
         ),
         # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays at every round.
         "gandiva": ArtifactPeer(
@@ -103,5 +110,6 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         cross_node_factor=1.0,
         slot_progress=peer.slot_progress,
         finish_at_slot_end=peer.finish_at_slot_end,
+        duration_clock=peer.duration_clock,
     )
     return create_policy(name, **peer.options), artifact_config

@@ -41,7 +41,9 @@ _DONE_TOLERANCE = 1e-9
 #: How restarts cost progress. "pause": ``restart_pause_s`` whenever a started job's workers
 #: change. The ElasticFlow artifact's models: "every-decision" (its ElasticFlow: every running
 #: job loses a start-up overhead at every decision, less when its GPU set was seen before),
-#: "on-start" (its Tiresias: a job loses the overhead when it starts or resumes), "none" (its EDF).
+#: "on-start" (its Tiresias: a job loses the overhead when it starts or resumes, counted at the
+#: next decision, and every running job a full restart's on every ``ARTIFACT_RESTART_EVERY``-th
+#: decision), "none" (its EDF).
 RESTART_MODELS = ("pause", "every-decision", "on-start", "none")
 #: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
@@ -104,6 +106,10 @@ class SimConfig:
     # decision slot: a job whose work runs out within a slot ends at the slot's end, the next
     # decision, and its deadline is judged there.
     finish_at_slot_end: bool = False
+    # The ElasticFlow artifact's Tiresias loop (``dlas_sim_jobs``): a job whose trace gives a
+    # duration ends when it has run that many seconds outside restart pauses, whatever its
+    # iterations say (the loop counts time, not iterations).
+    duration_clock: bool = False
 
     def __post_init__(self) -> None:
         if self.restart_model not in RESTART_MODELS:
@@ -230,6 +236,8 @@ class ClusterSimulator:
         self._end_event_at: dict[str, float] = {}
         self._policy_planned_end: Mapping[str, float] = {}  # the last decision's planned ends
         self._layout_order: tuple[str, ...] = ()
+        # "on-start": per job started at the last decision, the overhead it has yet to pay.
+        self._start_charge: dict[str, float] = {}
 
     def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
         job = trace.jobs[index]
@@ -421,15 +429,23 @@ class ClusterSimulator:
                     )
                 state.attained_worker_s += state.workers * (now - state.last_update_s)
                 state.active_s += max(0.0, now - since)
-                if state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations:
+                if self._ran_out(state):
                     done.append(state)
             state.last_update_s = now
         for state in done:
             self._finish(state)
 
+    def _ran_out(self, state: JobState) -> bool:
+        duration = state.spec.duration_s
+        if self.config.duration_clock and duration is not None:
+            return state.active_s >= duration - 1e-9
+        return state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
+
     def _decide(self) -> None:
         self._decide_event = None
         self._advance_progress()
+        if self._start_charge:
+            self._take_start_charges()
         self._last_decision_s = self.engine.now
         view = self._view()
         decision = self.policy.allocate(view)
@@ -448,10 +464,20 @@ class ClusterSimulator:
         )
         for state in view.jobs:
             new = placements.get(state.job_id, ())
+            ran = state.workers > 0
             if new != state.placement:
                 self._apply(state, new, restart_round)
             elif self.config.noise and state.workers:
                 self._set_rate(state)  # same workers, a new draw of the noise
+            if restart_round and ran and state.workers and self.config.restart_model == "on-start":
+                # The artifact's Tiresias charges every running job a full restart on these
+                # rounds, not only those it starts.
+                self._pause(
+                    state,
+                    artifact_overhead_s(
+                        state.workers, self.cluster.total_workers, restart=True, cached=False
+                    ),
+                )
         if self.config.restart_model == "every-decision":
             self._charge_every_decision(view.jobs, restart_round)
         if self._allocated > self.cluster.total_workers:
@@ -469,6 +495,21 @@ class ClusterSimulator:
                 priority=_EVENT_PRIORITY,
                 label="wake",
             )
+
+    def _take_start_charges(self) -> None:
+        """ "on-start": the start overhead of a job started at the last decision, taken now.
+
+        The artifact's Tiresias plans a job it starts to end when its time left runs out, with
+        no overhead; only at its next decision does it count the time since less the overhead
+        as run. A job that ends before then never pays it.
+        """
+        for job_id, overhead in self._start_charge.items():
+            state = self._active.get(job_id)
+            if state is not None and state.workers:
+                state.active_s = max(0.0, state.active_s - overhead)
+                state.iterations_done = max(0.0, state.iterations_done - state.rate * overhead)
+                self._set_rate(state)
+        self._start_charge.clear()
 
     def _charge_every_decision(self, jobs: Sequence[JobState], restart_round: bool) -> None:
         """The artifact's ElasticFlow: every running job loses its start-up overhead now, the
@@ -595,9 +636,13 @@ class ClusterSimulator:
         if model == "pause" and state.has_started:
             state.resume_s = now + self.config.restart_pause_s
         elif model == "on-start" and waited:
-            state.resume_s = now + artifact_overhead_s(
+            overhead = artifact_overhead_s(
                 workers, self.cluster.total_workers, restart=restart_round, cached=False
             )
+            if restart_round:
+                state.resume_s = now + overhead
+            else:
+                self._start_charge[state.job_id] = overhead
         if not state.has_started:
             state.started_s = now
         state.phase = Phase.RUNNING
@@ -620,7 +665,10 @@ class ClusterSimulator:
         state.rate = rate
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
-        finish = max(now, state.resume_s) + state.remaining_iterations / state.rate
+        left_s = state.remaining_iterations / state.rate
+        if self.config.duration_clock and state.spec.duration_s is not None:
+            left_s = max(0.0, state.spec.duration_s - state.active_s)
+        finish = max(now, state.resume_s) + left_s
         state.completion_event = self.engine.schedule(
             lambda: self._on_completion(state),
             at=finish,
