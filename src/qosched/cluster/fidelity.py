@@ -34,8 +34,8 @@ class ArtifactPeer:
     slot_progress: bool = False
     # A job ends, and is judged, at the end of the slot its work runs out in.
     finish_at_slot_end: bool = False
-    # A job with a trace duration ends when it has run for that long (``SimConfig``).
-    duration_clock: bool = False
+    # What ends a job whose trace gives a duration (``SimConfig.ends_on``).
+    ends_on: str = "iterations"
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -56,7 +56,7 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
                 {"thresholds_worker_s": (3250.0, 7200.0), "queues": "artifact", "slot_s": 60.0}
             ),
             "on-start",
-            duration_clock=True,
+            ends_on="duration",
         ),
         # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays at every round.
         "gandiva": ArtifactPeer(
@@ -66,12 +66,14 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         ),
         # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
         # estimates one for a job that has none, so its jobs never pay a restart; a job whose
-        # iterations run out in a slot gets the slot's end as its ``end_time``.
+        # iterations run out in a slot gets the slot's end as its ``end_time``, one whose trace
+        # duration runs out first (``remaining_time``) that second.
         "themis": ArtifactPeer(
             "themis",
             MappingProxyType({"ratio": "artifact", "solver": "ecos"}),
             "none",
             finish_at_slot_end=True,
+            ends_on="either",
         ),
         # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
         # cost, half a second per worker-doubling per resume, is too small to model.
@@ -110,6 +112,6 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         cross_node_factor=1.0,
         slot_progress=peer.slot_progress,
         finish_at_slot_end=peer.finish_at_slot_end,
-        duration_clock=peer.duration_clock,
+        ends_on=peer.ends_on,
     )
     return create_policy(name, **peer.options), artifact_config

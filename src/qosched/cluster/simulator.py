@@ -45,6 +45,11 @@ _DONE_TOLERANCE = 1e-9
 #: next decision, and every running job a full restart's on every ``ARTIFACT_RESTART_EVERY``-th
 #: decision), "none" (its EDF).
 RESTART_MODELS = ("pause", "every-decision", "on-start", "none")
+#: What ends a job whose trace gives a duration (``JobSpec.duration_s``): "iterations", its
+#: work; "duration", having run that many seconds outside restart pauses, whatever its iterations
+#: say (the ElasticFlow artifact's Tiresias loop, ``dlas_sim_jobs``, counts time, not
+#: iterations); "either", whichever runs out first (its Themis loop, ``themis_sim_jobs``).
+ENDS_ON = ("iterations", "duration", "either")
 #: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
 ARTIFACT_RESTART_EVERY = 60
@@ -106,10 +111,8 @@ class SimConfig:
     # decision slot: a job whose work runs out within a slot ends at the slot's end, the next
     # decision, and its deadline is judged there.
     finish_at_slot_end: bool = False
-    # The ElasticFlow artifact's Tiresias loop (``dlas_sim_jobs``): a job whose trace gives a
-    # duration ends when it has run that many seconds outside restart pauses, whatever its
-    # iterations say (the loop counts time, not iterations).
-    duration_clock: bool = False
+    # See ENDS_ON: what running out ends a job whose trace gives a duration.
+    ends_on: str = "iterations"
 
     def __post_init__(self) -> None:
         if self.restart_model not in RESTART_MODELS:
@@ -128,6 +131,10 @@ class SimConfig:
             raise InputError(
                 "slot_progress needs restart_model every-decision and a decision slot",
                 field="slot_progress",
+            )
+        if self.ends_on not in ENDS_ON:
+            raise InputError(
+                f"unknown end rule {self.ends_on!r}; use {', '.join(ENDS_ON)}", field="ends_on"
             )
         if self.finish_at_slot_end and not self.decision_slot_s:
             raise InputError("finish_at_slot_end needs a decision slot", field="finish_at_slot_end")
@@ -361,12 +368,19 @@ class ClusterSimulator:
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
             state.completion_event = None
+        left = state.remaining_iterations
         state.iterations_done = float(state.spec.iterations)
         state.phase = Phase.FINISHED
         state.finished_s = self.engine.now
-        if self.config.finish_at_slot_end:
-            # Its workers stay idle until then: no decision comes within the slot.
-            state.finished_s = max(state.finished_s, self._slot_open_s())
+        slot_end = self._slot_open_s()
+        if self.config.finish_at_slot_end and (
+            left - state.rate * (slot_end - self.engine.now)
+            <= _DONE_TOLERANCE * state.spec.iterations
+        ):
+            # Its work is done within the slot: it ends at the slot's end (its workers stay
+            # idle until then, no decision comes within the slot). One stopped by its
+            # duration with work left ends now.
+            state.finished_s = max(state.finished_s, slot_end)
         self._set_allocation_total(self._allocated - state.workers)
         state.workers, state.placement, state.rate = 0, (), 0.0
         self._work_until.pop(state.job_id, None)
@@ -436,10 +450,12 @@ class ClusterSimulator:
             self._finish(state)
 
     def _ran_out(self, state: JobState) -> bool:
-        duration = state.spec.duration_s
-        if self.config.duration_clock and duration is not None:
-            return state.active_s >= duration - 1e-9
-        return state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
+        done = state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
+        ends_on, duration = self.config.ends_on, state.spec.duration_s
+        if ends_on == "iterations" or duration is None:
+            return done
+        timed_out = state.active_s >= duration - 1e-9
+        return timed_out if ends_on == "duration" else timed_out or done
 
     def _decide(self) -> None:
         self._decide_event = None
@@ -666,8 +682,10 @@ class ClusterSimulator:
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
         left_s = state.remaining_iterations / state.rate
-        if self.config.duration_clock and state.spec.duration_s is not None:
-            left_s = max(0.0, state.spec.duration_s - state.active_s)
+        ends_on, duration = self.config.ends_on, state.spec.duration_s
+        if ends_on != "iterations" and duration is not None:
+            time_left_s = max(0.0, duration - state.active_s)
+            left_s = time_left_s if ends_on == "duration" else min(left_s, time_left_s)
         finish = max(now, state.resume_s) + left_s
         state.completion_event = self.engine.schedule(
             lambda: self._on_completion(state),
