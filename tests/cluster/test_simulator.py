@@ -471,3 +471,19 @@ def test_on_start_restart_round_charges_every_running_job():
 def test_rejects_an_unknown_end_rule():
     with pytest.raises(InputError, match="end rule"):
         SimConfig(ends_on="budget")
+
+
+@pytest.mark.parametrize(("grid", "b_start"), [(False, 200.0), (True, 240.0)])
+def test_decision_grid_holds_an_arrival_on_an_idle_cluster_to_the_next_grid_point(grid, b_start):
+    # "a" arrives at 0 (the grid's origin) and ends at 10, which asks for a decision at the
+    # slot's end, 60. "b" arrives at 200, long after that slot: without the grid it starts
+    # then, with it at the next grid point, 240.
+    jobs = [job("a", 0.0, 10), job("b", 200.0, 10)]
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, decision_grid=grid)
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["b"].start_s == b_start
+
+
+def test_decision_grid_needs_a_slot():
+    with pytest.raises(InputError, match="decision_grid"):
+        SimConfig(decision_grid=True)

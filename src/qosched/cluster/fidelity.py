@@ -36,6 +36,8 @@ class ArtifactPeer:
     finish_at_slot_end: bool = False
     # What ends a job whose trace gives a duration (``SimConfig.ends_on``).
     ends_on: str = "iterations"
+    # Decisions on the slot grid from the first arrival (``SimConfig.decision_grid``).
+    decision_grid: bool = False
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -74,6 +76,7 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             "none",
             finish_at_slot_end=True,
             ends_on="either",
+            decision_grid=True,
         ),
         # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
         # cost, half a second per worker-doubling per resume, is too small to model.
@@ -113,5 +116,6 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         slot_progress=peer.slot_progress,
         finish_at_slot_end=peer.finish_at_slot_end,
         ends_on=peer.ends_on,
+        decision_grid=peer.decision_grid,
     )
     return create_policy(name, **peer.options), artifact_config

@@ -111,6 +111,9 @@ class SimConfig:
     # decision slot: a job whose work runs out within a slot ends at the slot's end, the next
     # decision, and its deadline is judged there.
     finish_at_slot_end: bool = False
+    # With a decision slot: decisions (and arrivals) only on the slot's grid from the first
+    # arrival, as in the artifact's Themis loop, whose clock steps a slot at a time, idle or not.
+    decision_grid: bool = False
     # See ENDS_ON: what running out ends a job whose trace gives a duration.
     ends_on: str = "iterations"
 
@@ -136,8 +139,9 @@ class SimConfig:
             raise InputError(
                 f"unknown end rule {self.ends_on!r}; use {', '.join(ENDS_ON)}", field="ends_on"
             )
-        if self.finish_at_slot_end and not self.decision_slot_s:
-            raise InputError("finish_at_slot_end needs a decision slot", field="finish_at_slot_end")
+        for name in ("finish_at_slot_end", "decision_grid"):
+            if getattr(self, name) and not self.decision_slot_s:
+                raise InputError(f"{name} needs a decision slot", field=name)
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -225,6 +229,7 @@ class ClusterSimulator:
         # Arrival order: by submission time, ties in trace order.
         self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
         self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
+        self._grid_origin_s = self.engine.now  # ``decision_grid``: the first arrival
         self._active: dict[str, JobState] = {}
         self._declined: set[str] = set()
         self._allocated = 0
@@ -304,12 +309,21 @@ class ClusterSimulator:
         """The earliest time the next decision may be made."""
         return self._last_decision_s + self.config.decision_slot_s
 
+    def _next_decision_s(self, at: float) -> float:
+        """When a decision asked for at ``at`` is made: not within the slot of the last one,
+        and with ``decision_grid`` on the next point of the grid."""
+        when = max(at, self._slot_open_s())
+        if self.config.decision_grid:
+            slot, origin = self.config.decision_slot_s, self._grid_origin_s
+            when = origin + math.ceil((when - origin) / slot - 1e-9) * slot
+        return when
+
     def _on_arrival(self) -> None:
-        if self.engine.now < self._slot_open_s():
+        if self.engine.now < self._next_decision_s(self.engine.now):
             # Within the slot of the last decision: the artifact handles it at the slot's end.
             self.engine.schedule(
                 self._on_arrival,
-                at=self._slot_open_s(),
+                at=self._next_decision_s(self.engine.now),
                 priority=self._arrival_priority(),
                 label="arrival",
             )
@@ -372,7 +386,7 @@ class ClusterSimulator:
         state.iterations_done = float(state.spec.iterations)
         state.phase = Phase.FINISHED
         state.finished_s = self.engine.now
-        slot_end = self._slot_open_s()
+        slot_end = self._next_decision_s(self.engine.now)
         if self.config.finish_at_slot_end and (
             left - state.rate * (slot_end - self.engine.now)
             <= _DONE_TOLERANCE * state.spec.iterations
@@ -401,7 +415,7 @@ class ClusterSimulator:
         if self._decide_event is None:
             self._decide_event = self.engine.schedule(
                 self._decide,
-                at=max(self.engine.now, self._slot_open_s()),
+                at=self._next_decision_s(self.engine.now),
                 priority=_DECIDE_PRIORITY,
                 label="decide",
             )
@@ -507,7 +521,7 @@ class ClusterSimulator:
         if decision.wake_at is not None:
             self._wake_event = self.engine.schedule(
                 self._on_wake,
-                at=max(decision.wake_at, self._slot_open_s()),
+                at=self._next_decision_s(decision.wake_at),
                 priority=_EVENT_PRIORITY,
                 label="wake",
             )
