@@ -527,7 +527,7 @@ class ClusterSimulator:
             )
 
     def _take_start_charges(self) -> None:
-        """ "on-start": the start overhead of a job started at the last decision, taken now.
+        """Under "on-start", the start overhead of the jobs started at the last decision.
 
         The artifact's Tiresias plans a job it starts to end when its time left runs out, with
         no overhead; only at its next decision does it count the time since less the overhead
