@@ -226,9 +226,12 @@ def test_las_artifact_keeps_running_jobs_ahead_of_waiting_ones(queues, x_times):
     assert times(outcomes["x"]) == x_times
 
 
-def test_las_rejects_unknown_queues():
-    with pytest.raises(ValueError, match="queues"):
-        create_policy("las", queues="fifo")
+@pytest.mark.parametrize(
+    ("options", "match"), [({"queues": "fifo"}, "queues"), ({"slot_s": 0.0}, "slot_s")]
+)
+def test_las_rejects_bad_options(options, match):
+    with pytest.raises(ValueError, match=match):
+        create_policy("las", **options)
 
 
 # --- elasticflow: admission ---------------------------------------------------------------------

@@ -122,6 +122,8 @@ class LeastAttainedService(Policy):
             raise ValueError(f"thresholds must be positive and increasing: {thresholds_worker_s}")
         if queues not in LAS_QUEUES:
             raise ValueError(f"unknown LAS queues {queues!r}; use {', '.join(LAS_QUEUES)}")
+        if not (math.isfinite(slot_s) and slot_s > 0):
+            raise ValueError(f"slot_s must be a positive number of seconds, got {slot_s}")
         self.thresholds = tuple(thresholds_worker_s)
         self.queues = queues
         self.slot_s = slot_s
