@@ -199,6 +199,14 @@ def test_artifact_fidelity_sets_the_peer_and_its_simulator(name):
         config.restart_pause_s,
         config.cross_node_factor,
     ) == (peer.restart_model, 60.0, 0.0, 1.0)
+    assert (
+        config.slot_progress,
+        config.finish_at_slot_end,
+        config.ends_on,
+        config.decision_grid,
+    ) == (peer.slot_progress, peer.finish_at_slot_end, peer.ends_on, peer.decision_grid)
+    for option, value in peer.options.items():
+        assert getattr(policy, {"thresholds_worker_s": "thresholds"}.get(option, option)) == value
 
 
 def test_sound_fidelity_changes_nothing():

@@ -187,6 +187,53 @@ def test_las_rejects_thresholds_that_are_not_positive_and_increasing(thresholds)
         create_policy("las", thresholds_worker_s=thresholds)
 
 
+def _artifact_las_run(queues: str, jobs: list[JobSpec], thresholds: tuple[float, ...]):
+    policy = create_policy("las", thresholds_worker_s=thresholds, queues=queues)
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, cross_node_factor=1.0)
+    result = simulate(ClusterSpec.from_flags(1, 2), TABLES, policy, jobs, config)
+    return {outcome.job_id: outcome for outcome in result.outcomes}
+
+
+@pytest.mark.parametrize(
+    ("queues", "b_times"),
+    # "a" (2 GPUs) crosses 300 GPU-s at 150 s. Exact: woken then. The artifact's job jump at
+    # the decision at 60 (c's arrival) is ceil((300 - 60 s run) / 2) + 60 = 180, and only
+    # then is "a" checked (360 GPU-s) and demoted; b and c run 10 s.
+    [("exact", (150.0, 160.0)), ("artifact", (180.0, 190.0))],
+)
+def test_las_artifact_demotes_at_its_job_jump(queues, b_times):
+    jobs = [
+        job("a", 0, 1000, workers=2),
+        job("b", 0, 10),
+        job("c", 60, 10),
+    ]
+    outcomes = _artifact_las_run(queues, jobs, (300.0,))
+    assert times(outcomes["b"]) == b_times
+    assert times(outcomes["c"]) == b_times
+
+
+@pytest.mark.parametrize(
+    ("queues", "x_times"),
+    # p runs 0-100; x (2 GPUs) and y (1) arrive within the first slot and are seen at 60: x
+    # does not fit, y does. At 120, with both GPUs free of p: exact, x came first and takes
+    # both (y is preempted); the artifact moved x, left waiting, behind the running y, so y
+    # keeps its GPU and x waits for y's end at 360.
+    [("exact", (120.0, 170.0)), ("artifact", (360.0, 410.0))],
+)
+def test_las_artifact_keeps_running_jobs_ahead_of_waiting_ones(queues, x_times):
+    jobs = [job("p", 0, 100), job("x", 10, 100, workers=2), job("y", 20, 300)]
+    outcomes = _artifact_las_run(queues, jobs, (10000.0,))
+    assert times(outcomes["x"]) == x_times
+
+
+@pytest.mark.parametrize(
+    ("options", "match"), [({"queues": "fifo"}, "queues"), ({"slot_s": 0.0}, "slot_s")]
+)
+def test_las_rejects_bad_options(options, match):
+    with pytest.raises(ValueError, match=match):
+        create_policy("las", **options)
+
+
 # --- elasticflow: admission ---------------------------------------------------------------------
 
 

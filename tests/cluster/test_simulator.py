@@ -414,3 +414,76 @@ def test_a_policy_sizing_jobs_itself_runs_a_request_larger_than_the_cluster(name
     (outcome,) = result.outcomes
     assert not outcome.declined
     assert outcome.finish_s == pytest.approx(10.0)
+
+
+# --- the ElasticFlow artifact's Tiresias and Themis job accounting -------------------------------
+
+
+def _timed(job_id: str, submit: float, iterations: int, duration: float) -> JobSpec:
+    return JobSpec(job_id, submit, "m", 64, iterations, None, 1, duration_s=duration)
+
+
+@pytest.mark.parametrize(
+    ("ends_on", "finishes"),
+    # One GPU each at 1 it/s: "short" has 100 iterations but a 50 s duration, "long" 100
+    # iterations and 150 s.
+    [
+        ("iterations", {"short": 100.0, "long": 100.0}),
+        ("duration", {"short": 50.0, "long": 150.0}),
+        ("either", {"short": 50.0, "long": 100.0}),
+    ],
+)
+def test_a_job_ends_on_what_runs_out(ends_on, finishes):
+    jobs = [_timed("short", 0.0, 100, 50.0), _timed("long", 0.0, 100, 150.0)]
+    result = simulate(
+        ClusterSpec.from_flags(1, 2),
+        SMALL,
+        create_policy("fifo"),
+        jobs,
+        SimConfig(restart_model="none", ends_on=ends_on),
+    )
+    assert {o.job_id: o.finish_s for o in outcomes_of(result).values()} == finishes
+
+
+def test_on_start_overhead_is_taken_at_the_next_decision_or_never():
+    # Both start at 0 on one GPU each with the artifact's 4 s start overhead (2 + 2 (log2 1 + 1)).
+    # "a" (50 s) ends before any other decision and never pays it. Its end asks for a decision,
+    # held to the slot's end at 60, where "b" has run 60 s less the 4: 100 - 56 left, so 104.
+    jobs = [_timed("a", 0.0, 1000, 50.0), _timed("b", 0.0, 1000, 100.0)]
+    config = SimConfig(restart_model="on-start", decision_slot_s=60.0, ends_on="duration")
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert {o.job_id: o.finish_s for o in outcomes_of(result).values()} == {
+        "a": 50.0,
+        "b": 104.0,
+    }
+
+
+def test_on_start_restart_round_charges_every_running_job():
+    # Themis re-decides every 60 s: decisions at 0, 60, ..., and the 61st (t = 3600) is a
+    # restart round, where the running job pays a full restart, 2 + 27 + 2 = 31 s, on top of
+    # its 4 s start overhead (taken at 60): 4000 s of run time end at 4035.
+    jobs = [_timed("a", 0.0, 10**6, 4000.0)]
+    config = SimConfig(restart_model="on-start", decision_slot_s=60.0, ends_on="duration")
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("themis"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == 4035.0
+
+
+def test_rejects_an_unknown_end_rule():
+    with pytest.raises(InputError, match="end rule"):
+        SimConfig(ends_on="budget")
+
+
+@pytest.mark.parametrize(("grid", "b_start"), [(False, 200.0), (True, 240.0)])
+def test_decision_grid_holds_an_arrival_on_an_idle_cluster_to_the_next_grid_point(grid, b_start):
+    # "a" arrives at 0 (the grid's origin) and ends at 10, which asks for a decision at the
+    # slot's end, 60. "b" arrives at 200, long after that slot: without the grid it starts
+    # then, with it at the next grid point, 240.
+    jobs = [job("a", 0.0, 10), job("b", 200.0, 10)]
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, decision_grid=grid)
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["b"].start_s == b_start
+
+
+def test_decision_grid_needs_a_slot():
+    with pytest.raises(InputError, match="decision_grid"):
+        SimConfig(decision_grid=True)

@@ -32,6 +32,12 @@ class ArtifactPeer:
     restart_model: str  # the artifact's overhead model in that scheduler's loop
     # The artifact's job accounting (``SimConfig.slot_progress``): planned ends, end events.
     slot_progress: bool = False
+    # A job ends, and is judged, at the end of the slot its work runs out in.
+    finish_at_slot_end: bool = False
+    # What ends a job whose trace gives a duration (``SimConfig.ends_on``).
+    ends_on: str = "iterations"
+    # Decisions on the slot grid from the first arrival (``SimConfig.decision_grid``).
+    decision_grid: bool = False
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -47,7 +53,12 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "edf": ArtifactPeer("edf", MappingProxyType({"sizing": "artifact"}), "none"),
         # dlas-gpu: three queues split at 3,250 and 7,200 GPU-seconds (``jobs.py``).
         "las": ArtifactPeer(
-            "dlas-gpu", MappingProxyType({"thresholds_worker_s": (3250.0, 7200.0)}), "on-start"
+            "dlas-gpu",
+            MappingProxyType(
+                {"thresholds_worker_s": (3250.0, 7200.0), "queues": "artifact", "slot_s": 60.0}
+            ),
+            "on-start",
+            ends_on="duration",
         ),
         # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays at every round.
         "gandiva": ArtifactPeer(
@@ -56,8 +67,17 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             "every-decision",
         ),
         # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
-        # estimates one for a job that has none, so its jobs never pay a restart.
-        "themis": ArtifactPeer("themis", MappingProxyType({"ratio": "artifact"}), "none"),
+        # estimates one for a job that has none, so its jobs never pay a restart; a job whose
+        # iterations run out in a slot gets the slot's end as its ``end_time``, one whose trace
+        # duration runs out first (``remaining_time``) that second.
+        "themis": ArtifactPeer(
+            "themis",
+            MappingProxyType({"ratio": "artifact", "solver": "ecos"}),
+            "none",
+            finish_at_slot_end=True,
+            ends_on="either",
+            decision_grid=True,
+        ),
         # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
         # cost, half a second per worker-doubling per resume, is too small to model.
         "chronus": ArtifactPeer(
@@ -94,5 +114,8 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         restart_pause_s=0.0,  # the artifact's planners budget no overhead
         cross_node_factor=1.0,
         slot_progress=peer.slot_progress,
+        finish_at_slot_end=peer.finish_at_slot_end,
+        ends_on=peer.ends_on,
+        decision_grid=peer.decision_grid,
     )
     return create_policy(name, **peer.options), artifact_config

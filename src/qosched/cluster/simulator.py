@@ -41,8 +41,15 @@ _DONE_TOLERANCE = 1e-9
 #: How restarts cost progress. "pause": ``restart_pause_s`` whenever a started job's workers
 #: change. The ElasticFlow artifact's models: "every-decision" (its ElasticFlow: every running
 #: job loses a start-up overhead at every decision, less when its GPU set was seen before),
-#: "on-start" (its Tiresias: a job loses the overhead when it starts or resumes), "none" (its EDF).
+#: "on-start" (its Tiresias: a job loses the overhead when it starts or resumes, counted at the
+#: next decision, and every running job a full restart's on every ``ARTIFACT_RESTART_EVERY``-th
+#: decision), "none" (its EDF).
 RESTART_MODELS = ("pause", "every-decision", "on-start", "none")
+#: What ends a job whose trace gives a duration (``JobSpec.duration_s``): "iterations", its
+#: work; "duration", having run that many seconds outside restart pauses, whatever its iterations
+#: say (the ElasticFlow artifact's Tiresias loop, ``dlas_sim_jobs``, counts time, not
+#: iterations); "either", whichever runs out first (its Themis loop, ``themis_sim_jobs``).
+ENDS_ON = ("iterations", "duration", "either")
 #: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
 ARTIFACT_RESTART_EVERY = 60
@@ -100,6 +107,15 @@ class SimConfig:
     # and plans it again (moving its end event); its deadline is judged on the end planned at its
     # last decision.
     slot_progress: bool = False
+    # The ElasticFlow artifact's Themis loop (``scheduler.py`` ``themis_sim_jobs``), with a
+    # decision slot: a job whose work runs out within a slot ends at the slot's end, the next
+    # decision, and its deadline is judged there.
+    finish_at_slot_end: bool = False
+    # With a decision slot: decisions (and arrivals) only on the slot's grid from the first
+    # arrival, as in the artifact's Themis loop, whose clock steps a slot at a time, idle or not.
+    decision_grid: bool = False
+    # See ENDS_ON: what running out ends a job whose trace gives a duration.
+    ends_on: str = "iterations"
 
     def __post_init__(self) -> None:
         if self.restart_model not in RESTART_MODELS:
@@ -119,6 +135,13 @@ class SimConfig:
                 "slot_progress needs restart_model every-decision and a decision slot",
                 field="slot_progress",
             )
+        if self.ends_on not in ENDS_ON:
+            raise InputError(
+                f"unknown end rule {self.ends_on!r}; use {', '.join(ENDS_ON)}", field="ends_on"
+            )
+        for name in ("finish_at_slot_end", "decision_grid"):
+            if getattr(self, name) and not self.decision_slot_s:
+                raise InputError(f"{name} needs a decision slot", field=name)
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -206,6 +229,7 @@ class ClusterSimulator:
         # Arrival order: by submission time, ties in trace order.
         self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
         self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
+        self._grid_origin_s = self.engine.now  # ``decision_grid``: the first arrival
         self._active: dict[str, JobState] = {}
         self._declined: set[str] = set()
         self._allocated = 0
@@ -224,6 +248,8 @@ class ClusterSimulator:
         self._end_event_at: dict[str, float] = {}
         self._policy_planned_end: Mapping[str, float] = {}  # the last decision's planned ends
         self._layout_order: tuple[str, ...] = ()
+        # "on-start": per job started at the last decision, the overhead it has yet to pay.
+        self._start_charge: dict[str, float] = {}
 
     def _validated_state(self, trace: Trace, index: int, throughputs: ThroughputModel) -> JobState:
         job = trace.jobs[index]
@@ -283,12 +309,21 @@ class ClusterSimulator:
         """The earliest time the next decision may be made."""
         return self._last_decision_s + self.config.decision_slot_s
 
+    def _next_decision_s(self, at: float) -> float:
+        """When a decision asked for at ``at`` is made: not within the slot of the last one,
+        and with ``decision_grid`` on the next point of the grid."""
+        when = max(at, self._slot_open_s())
+        if self.config.decision_grid:
+            slot, origin = self.config.decision_slot_s, self._grid_origin_s
+            when = origin + math.ceil((when - origin) / slot - 1e-9) * slot
+        return when
+
     def _on_arrival(self) -> None:
-        if self.engine.now < self._slot_open_s():
+        if self.engine.now < self._next_decision_s(self.engine.now):
             # Within the slot of the last decision: the artifact handles it at the slot's end.
             self.engine.schedule(
                 self._on_arrival,
-                at=self._slot_open_s(),
+                at=self._next_decision_s(self.engine.now),
                 priority=self._arrival_priority(),
                 label="arrival",
             )
@@ -347,9 +382,19 @@ class ClusterSimulator:
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
             state.completion_event = None
+        left = state.remaining_iterations
         state.iterations_done = float(state.spec.iterations)
         state.phase = Phase.FINISHED
         state.finished_s = self.engine.now
+        slot_end = self._next_decision_s(self.engine.now)
+        if self.config.finish_at_slot_end and (
+            left - state.rate * (slot_end - self.engine.now)
+            <= _DONE_TOLERANCE * state.spec.iterations
+        ):
+            # Its work is done within the slot: it ends at the slot's end (its workers stay
+            # idle until then, no decision comes within the slot). One stopped by its
+            # duration with work left ends now.
+            state.finished_s = max(state.finished_s, slot_end)
         self._set_allocation_total(self._allocated - state.workers)
         state.workers, state.placement, state.rate = 0, (), 0.0
         self._work_until.pop(state.job_id, None)
@@ -370,7 +415,7 @@ class ClusterSimulator:
         if self._decide_event is None:
             self._decide_event = self.engine.schedule(
                 self._decide,
-                at=max(self.engine.now, self._slot_open_s()),
+                at=self._next_decision_s(self.engine.now),
                 priority=_DECIDE_PRIORITY,
                 label="decide",
             )
@@ -412,15 +457,25 @@ class ClusterSimulator:
                     )
                 state.attained_worker_s += state.workers * (now - state.last_update_s)
                 state.active_s += max(0.0, now - since)
-                if state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations:
+                if self._ran_out(state):
                     done.append(state)
             state.last_update_s = now
         for state in done:
             self._finish(state)
 
+    def _ran_out(self, state: JobState) -> bool:
+        done = state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
+        ends_on, duration = self.config.ends_on, state.spec.duration_s
+        if ends_on == "iterations" or duration is None:
+            return done
+        timed_out = state.active_s >= duration - 1e-9
+        return timed_out if ends_on == "duration" else timed_out or done
+
     def _decide(self) -> None:
         self._decide_event = None
         self._advance_progress()
+        if self._start_charge:
+            self._take_start_charges()
         self._last_decision_s = self.engine.now
         view = self._view()
         decision = self.policy.allocate(view)
@@ -439,10 +494,20 @@ class ClusterSimulator:
         )
         for state in view.jobs:
             new = placements.get(state.job_id, ())
+            ran = state.workers > 0
             if new != state.placement:
                 self._apply(state, new, restart_round)
             elif self.config.noise and state.workers:
                 self._set_rate(state)  # same workers, a new draw of the noise
+            if restart_round and ran and state.workers and self.config.restart_model == "on-start":
+                # The artifact's Tiresias charges every running job a full restart on these
+                # rounds, not only those it starts.
+                self._pause(
+                    state,
+                    artifact_overhead_s(
+                        state.workers, self.cluster.total_workers, restart=True, cached=False
+                    ),
+                )
         if self.config.restart_model == "every-decision":
             self._charge_every_decision(view.jobs, restart_round)
         if self._allocated > self.cluster.total_workers:
@@ -456,10 +521,25 @@ class ClusterSimulator:
         if decision.wake_at is not None:
             self._wake_event = self.engine.schedule(
                 self._on_wake,
-                at=max(decision.wake_at, self._slot_open_s()),
+                at=self._next_decision_s(decision.wake_at),
                 priority=_EVENT_PRIORITY,
                 label="wake",
             )
+
+    def _take_start_charges(self) -> None:
+        """Under "on-start", the start overhead of the jobs started at the last decision.
+
+        The artifact's Tiresias plans a job it starts to end when its time left runs out, with
+        no overhead; only at its next decision does it count the time since less the overhead
+        as run. A job that ends before then never pays it.
+        """
+        for job_id, overhead in self._start_charge.items():
+            state = self._active.get(job_id)
+            if state is not None and state.workers:
+                state.active_s = max(0.0, state.active_s - overhead)
+                state.iterations_done = max(0.0, state.iterations_done - state.rate * overhead)
+                self._set_rate(state)
+        self._start_charge.clear()
 
     def _charge_every_decision(self, jobs: Sequence[JobState], restart_round: bool) -> None:
         """The artifact's ElasticFlow: every running job loses its start-up overhead now, the
@@ -586,9 +666,13 @@ class ClusterSimulator:
         if model == "pause" and state.has_started:
             state.resume_s = now + self.config.restart_pause_s
         elif model == "on-start" and waited:
-            state.resume_s = now + artifact_overhead_s(
+            overhead = artifact_overhead_s(
                 workers, self.cluster.total_workers, restart=restart_round, cached=False
             )
+            if restart_round:
+                state.resume_s = now + overhead
+            else:
+                self._start_charge[state.job_id] = overhead
         if not state.has_started:
             state.started_s = now
         state.phase = Phase.RUNNING
@@ -611,7 +695,12 @@ class ClusterSimulator:
         state.rate = rate
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
-        finish = max(now, state.resume_s) + state.remaining_iterations / state.rate
+        left_s = state.remaining_iterations / state.rate
+        ends_on, duration = self.config.ends_on, state.spec.duration_s
+        if ends_on != "iterations" and duration is not None:
+            time_left_s = max(0.0, duration - state.active_s)
+            left_s = time_left_s if ends_on == "duration" else min(left_s, time_left_s)
+        finish = max(now, state.resume_s) + left_s
         state.completion_event = self.engine.schedule(
             lambda: self._on_completion(state),
             at=finish,

@@ -87,6 +87,11 @@ class ShortestRemainingTimeFirst(Policy):
         return Decision(greedy_requested(ordered, view.cluster.total_workers))
 
 
+#: "exact": a job is in the queue its attained service puts it in, first come first served.
+#: "artifact": the ElasticFlow artifact's ``dlas_sim_jobs`` bookkeeping (see ``las``).
+LAS_QUEUES = ("exact", "artifact")
+
+
 @register("las")
 class LeastAttainedService(Policy):
     """Tiresias' discretised two-dimensional least-attained-service (2D-LAS), preemptive.
@@ -95,14 +100,38 @@ class LeastAttainedService(Policy):
     priority queues split at ``thresholds_worker_s``; a lower queue always goes first, first come
     first served inside a queue. The policy wakes itself when a running job crosses into the
     next queue. Tiresias' starvation promotion is not modelled.
+
+    ``queues="artifact"`` keeps the queues as the ElasticFlow artifact's ``dlas-gpu``
+    (``scheduler.py`` ``dlas_sim_jobs``) does: a job's service is its time running outside
+    restart pauses times its workers, checked only at a decision, which moves a job that has
+    reached its queue's limit to the back of the next queue; each queue is a list, arrivals at
+    its back, and after every decision the jobs left waiting move to its back, so the running
+    ones stay ahead of them; the policy wakes at the artifact's "job jump", which divides the
+    limit less the running seconds (not worker-seconds) by the workers, and at least a slot on.
     """
 
-    def __init__(self, thresholds_worker_s: tuple[float, ...] = (3600.0, 36000.0)) -> None:
+    def __init__(
+        self,
+        thresholds_worker_s: tuple[float, ...] = (3600.0, 36000.0),
+        queues: str = "exact",
+        slot_s: float = 60.0,
+    ) -> None:
         if list(thresholds_worker_s) != sorted(thresholds_worker_s) or any(
             t <= 0 for t in thresholds_worker_s
         ):
             raise ValueError(f"thresholds must be positive and increasing: {thresholds_worker_s}")
+        if queues not in LAS_QUEUES:
+            raise ValueError(f"unknown LAS queues {queues!r}; use {', '.join(LAS_QUEUES)}")
+        if not (math.isfinite(slot_s) and slot_s > 0):
+            raise ValueError(f"slot_s must be a positive number of seconds, got {slot_s}")
         self.thresholds = tuple(thresholds_worker_s)
+        self.queues = queues
+        self.slot_s = slot_s
+        # queues="artifact": each queue's job ids in order, and the artifact's list of runnable
+        # jobs (by size at the last decision, arrivals after), whose order demotions follow.
+        self._lists: list[list[str]] = [[] for _ in range(len(self.thresholds) + 1)]
+        self._level: dict[str, int] = {}
+        self._runnable: list[str] = []
 
     def _queue(self, attained: float) -> int:
         for index, threshold in enumerate(self.thresholds):
@@ -112,6 +141,8 @@ class LeastAttainedService(Policy):
         return len(self.thresholds)
 
     def allocate(self, view: ClusterView) -> Decision:
+        if self.queues == "artifact":
+            return self._allocate_artifact(view)
         ordered = sorted(
             view.jobs, key=lambda job: (self._queue(job.attained_worker_s), job.spec.submit_s)
         )
@@ -123,4 +154,48 @@ class LeastAttainedService(Policy):
             if g and queue < len(self.thresholds):
                 crossing = view.now + (self.thresholds[queue] - job.attained_worker_s) / g
                 wake_at = min(wake_at, crossing)
+        return Decision(workers, None if math.isinf(wake_at) else wake_at)
+
+    def _allocate_artifact(self, view: ClusterView) -> Decision:
+        jobs = {job.job_id: job for job in view.jobs}
+        level = self._level
+        for job_id in [j for j in level if j not in jobs]:  # ended
+            self._lists[level.pop(job_id)].remove(job_id)
+        self._runnable = [j for j in self._runnable if j in jobs]
+        for job in view.jobs:
+            if job.job_id not in level:  # an arrival: the back of the first queue
+                level[job.job_id] = 0
+                self._lists[0].append(job.job_id)
+                self._runnable.append(job.job_id)
+        last = len(self.thresholds)
+        for job_id in self._runnable:  # demotions, checked for the jobs that ran
+            job = jobs[job_id]
+            q = level[job_id]
+            served = int(job.active_s) * job.spec.requested_workers
+            if job.phase is Phase.RUNNING and q < last and served >= self.thresholds[q]:
+                self._lists[q].remove(job_id)
+                self._lists[q + 1].append(job_id)
+                level[job_id] = q + 1
+        free = view.cluster.total_workers
+        workers: dict[str, int] = {}
+        for queue in self._lists:
+            for job_id in queue:
+                want = jobs[job_id].spec.requested_workers
+                if want <= free:
+                    workers[job_id] = want
+                    free -= want
+        for index, queue in enumerate(self._lists):  # the waiting ones to the back
+            self._lists[index] = [j for j in queue if j in workers] + [
+                j for j in queue if j not in workers
+            ]
+        self._runnable.sort(key=lambda j: -jobs[j].spec.requested_workers)
+        wake_at = math.inf
+        for job_id, g in workers.items():
+            q = level[job_id]
+            if q < last:
+                executed = int(jobs[job_id].active_s)
+                jump = int(math.ceil((self.thresholds[q] - executed) / g) + view.now)
+                wake_at = min(wake_at, jump)
+        if wake_at - view.now < self.slot_s:
+            wake_at = view.now + self.slot_s
         return Decision(workers, None if math.isinf(wake_at) else wake_at)

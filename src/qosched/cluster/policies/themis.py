@@ -12,8 +12,10 @@ fractions fit the cluster, found here by bisection instead of a convex solver.
 isolated time is counted in iterations over the share fraction (``utils.py``
 ``get_isolated_throughputs`` returns the fraction, not a speed), and the time waited so far is
 measured from the last arrival or completion, not from now. Where the minimax has many solutions
-(the cluster has room at the optimum) the artifact's order is whichever its solver returns, which
-qosched does not reproduce (docs/results/fidelity.md, ``themis``).
+(the cluster has room at the optimum) the artifact's order is whichever point its solver returns:
+``solver="ecos"`` hands ECOS (the optional ``ecos`` package) the very problem cvxpy builds for it
+in the artifact, rows and columns in the artifact's job order, and takes its ``x``
+(docs/results/fidelity.md, ``themis``).
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from qosched.cluster.policies.base import Policy, greedy_requested, register
 from qosched.cluster.state import ClusterView, Decision, JobState
 
 RATIOS = ("sound", "artifact")
+#: "closed-form": bisection on the ratio bound, the least sufficient fraction where there is room.
+#: "ecos": the point ECOS returns on the artifact's cvxpy problem (needs the ``ecos`` package).
+SOLVERS = ("closed-form", "ecos")
 #: Bisection steps on the ratio bound: each halves the interval, so 100 reach float precision.
 _BISECTION_STEPS = 100
 
@@ -77,13 +84,79 @@ def minimax_fractions(terms: list[FairnessTerms], capacity: int) -> list[float]:
     return [term.fraction(low) for term in terms]
 
 
+def ecos_fractions(terms: list[FairnessTerms], capacity: int) -> list[float]:
+    """The time fractions ECOS returns for the artifact's minimax problem, with its defaults.
+
+    This is the standard form cvxpy 1.9 hands ECOS for ``themis_sim_jobs`` (checked entry for
+    entry against dumps from the artifact): variables (t, x_1..x_n, s_1..s_n), minimise t
+    subject to (waited_i + work_i s_i) / alone_i <= t, 0 <= x_i <= 1, sum(workers_i x_i) <=
+    capacity, and s_i >= 1 / (speed_i x_i) as the cone (speed_i x_i + s_i, speed_i x_i - s_i, 2).
+    The order of ``terms`` is the order of the rows and columns, which ECOS's iterates depend on.
+    With one job the artifact's problem has another form, and any fraction runs it alone: 1.
+    """
+    n = len(terms)
+    if n <= 1:
+        return [1.0] * n
+    try:
+        import ecos
+        from scipy import sparse
+    except ImportError as error:  # an optional dependency
+        raise ImportError(
+            "themis(solver='ecos') needs the ecos package: pip install 'qosched[fidelity]'"
+        ) from error
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    h: list[float] = []
+
+    def entry(row: int, col: int, value: float) -> None:
+        rows.append(row)
+        cols.append(col)
+        vals.append(value)
+
+    for i, term in enumerate(terms):  # the epigraph of the largest ratio
+        # cvxpy divides by a constant as a product with its inverse: the same floats.
+        inverse = 1.0 / term.alone
+        entry(i, 0, -1.0)
+        entry(i, n + 1 + i, term.work * inverse)
+        h.append(-(term.waited_s * inverse))
+    for i in range(n):  # x >= 0
+        entry(n + i, 1 + i, -1.0)
+        h.append(0.0)
+    for i in range(n):  # x <= 1
+        entry(2 * n + i, 1 + i, 1.0)
+        h.append(1.0)
+    for i, term in enumerate(terms):  # the cluster's GPUs
+        entry(3 * n, 1 + i, float(term.workers))
+    h.append(float(capacity))
+    for i, term in enumerate(terms):  # s_i >= 1 / (speed_i x_i)
+        row = 3 * n + 1 + 3 * i
+        entry(row, 1 + i, -term.speed)
+        entry(row, n + 1 + i, -1.0)
+        entry(row + 1, 1 + i, -term.speed)
+        entry(row + 1, n + 1 + i, 1.0)
+        h.extend((0.0, 0.0, 2.0))
+    shape = (len(h), 2 * n + 1)
+    g = sparse.csc_matrix((vals, (rows, cols)), shape=shape)
+    c = np.zeros(shape[1])
+    c[0] = 1.0
+    dims = {"l": 3 * n + 1, "q": [3] * n, "e": 0}
+    solution = ecos.solve(c, g, np.asarray(h), dims, verbose=False)
+    return [float(v) for v in solution["x"][1 : n + 1]]
+
+
 @register("themis")
 class Themis(Policy):
     """Finish-time fairness with requested workers; preempts every decision. See the module."""
 
-    def __init__(self, ratio: str = "sound", round_s: float = 60.0) -> None:
+    def __init__(
+        self, ratio: str = "sound", round_s: float = 60.0, solver: str = "closed-form"
+    ) -> None:
         if ratio not in RATIOS:
             raise ValueError(f"unknown Themis ratio {ratio!r}; use {', '.join(RATIOS)}")
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown Themis solver {solver!r}; use {', '.join(SOLVERS)}")
+        self.solver = solver
         if not (math.isfinite(round_s) and round_s > 0):
             raise ValueError(f"round_s must be a positive number of seconds, got {round_s}")
         self.ratio = ratio
@@ -99,6 +172,10 @@ class Themis(Policy):
 
     def allocate(self, view: ClusterView) -> Decision:
         jobs = [job for job in view.jobs if job.remaining_iterations > 0]
+        rank = {job_id: index for index, job_id in enumerate(self._order)}
+        if self.solver == "ecos":
+            # The artifact's list of runnable jobs: last round's order, then arrivals.
+            jobs.sort(key=lambda job: rank.get(job.job_id, len(rank)))
         capacity = view.cluster.total_workers
         active = frozenset(job.job_id for job in jobs)
         if active != self._active:  # an arrival or completion: the artifact's event time
@@ -107,17 +184,21 @@ class Themis(Policy):
         now = self._event_s if self.ratio == "artifact" else view.now
         share = math.ceil(capacity / len(jobs)) if jobs else 0
         terms = [self._terms(job, now, share) for job in jobs]
-        fractions = minimax_fractions(terms, capacity)
-        rank = {job_id: index for index, job_id in enumerate(self._order)}
-        keyed = sorted(
-            zip(jobs, fractions, terms, strict=True),
-            key=lambda item: (
-                -item[1],
-                -item[2].ratio(1.0),  # at x = 1 the neediest first
-                rank.get(item[0].job_id, len(rank)),
-                item[0].spec.submit_s,
-            ),
-        )
+        if self.solver == "ecos":
+            fractions = ecos_fractions(terms, capacity)
+            # As the artifact: decreasing x, a stable sort of its runnable list.
+            keyed = sorted(zip(jobs, fractions, terms, strict=True), key=lambda item: -item[1])
+        else:
+            fractions = minimax_fractions(terms, capacity)
+            keyed = sorted(
+                zip(jobs, fractions, terms, strict=True),
+                key=lambda item: (
+                    -item[1],
+                    -item[2].ratio(1.0),  # at x = 1 the neediest first
+                    rank.get(item[0].job_id, len(rank)),
+                    item[0].spec.submit_s,
+                ),
+            )
         ordered = [job for job, _, _ in keyed]
         self._order = [job.job_id for job in ordered]
         for job_id in list(self._banked):
