@@ -79,21 +79,19 @@ def with_allocation(free: Profile, allocation: Allocation, end: float) -> Profil
     held count at every time before ``end``, on the union of both mappings' times and ``end``
     (each mapping holds its last value until its next time; the first entry also covers any
     earlier time)."""
-    times = sorted({*free, *allocation, end})
-    free_items, held_items = list(free.items()), list(allocation.items())
-    out: Profile = {}
-    i = j = 0
-    free_now = free_items[0][1]
-    held = 0
-    for time in times:
-        while i < len(free_items) and free_items[i][0] <= time:
-            free_now = free_items[i][1]
-            i += 1
-        while j < len(held_items) and held_items[j][0] <= time:
-            held = held_items[j][1]
-            j += 1
-        out[time] = free_now + held if time < end else free_now
-    return out
+    times, counts = list(free), list(free.values())
+    for boundary in sorted({*allocation, end}):
+        at = bisect.bisect_left(times, boundary)
+        if at == len(times) or times[at] != boundary:
+            times.insert(at, boundary)
+            counts.insert(at, counts[at - 1] if at else counts[0])
+    held = list(allocation.items())
+    for k, (time, count) in enumerate(held):
+        until = min(held[k + 1][0], end) if k + 1 < len(held) else end
+        if count and time < until:
+            for at in range(bisect.bisect_left(times, time), bisect.bisect_left(times, until)):
+                counts[at] += count
+    return dict(zip(times, counts, strict=True))
 
 
 def gpu_time(allocation: Allocation, end: float) -> float:
