@@ -3,10 +3,19 @@ and ``elasticflow(planner="artifact")`` in the artifact's simulator (``--fidelit
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from cluster_helpers import job
 
-from qosched.cluster.artifact_plan import ArtifactPlanner, PlannedJob, align, gpu_time, merged
+from qosched.cluster.artifact_plan import (
+    ArtifactPlanner,
+    PlannedJob,
+    align,
+    gpu_time,
+    merged,
+    with_allocation,
+)
 from qosched.cluster.fidelity import configure
 from qosched.cluster.policies import create_policy
 from qosched.cluster.simulator import SimConfig, simulate
@@ -32,6 +41,29 @@ def test_align_rounds_up_to_whole_slots_from_the_start(start, time, aligned):
 def test_merged_drops_repeats_and_gpu_time_sums_segments():
     assert merged({0: 2, 60: 2, 120: 4, 180: 4}) == {0: 2, 120: 4}
     assert gpu_time({0: 1, 600: 2}, 840) == 600 * 1 + 240 * 2
+
+
+def test_with_allocation_gives_a_jobs_gpus_back_until_its_end():
+    # Free 2 GPUs from 0, 6 from 120; the job holds 1 from 0 and 3 from 60 until 180.
+    assert with_allocation({0: 2, 120: 6}, {0: 1, 60: 3}, 180) == {0: 3, 60: 5, 120: 9, 180: 6}
+
+
+def value_at(mapping: dict[float, int], time: float) -> int:
+    """A step function's value at ``time``: its last entry at or before it."""
+    return [v for t, v in sorted(mapping.items()) if t <= time][-1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_with_allocation_is_free_plus_held_before_the_end_on_random_profiles(seed):
+    rng = random.Random(seed)
+    free = {0: rng.randrange(9), **{60 * rng.randrange(1, 30): rng.randrange(9) for _ in range(6)}}
+    held = {0: rng.randrange(5), **{60 * rng.randrange(1, 30): rng.randrange(5) for _ in range(4)}}
+    end = 60 * rng.randrange(1, 35)
+    result = with_allocation(dict(sorted(free.items())), dict(sorted(held.items())), end)
+    assert list(result) == sorted(result)
+    for t in range(0, 60 * 36, 30):
+        expected = value_at(free, t) + (value_at(held, t) if t < end else 0)
+        assert value_at(result, t) == expected, t
 
 
 def test_a_later_deadline_job_runs_on_a_smaller_level_until_more_is_free():

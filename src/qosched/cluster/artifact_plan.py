@@ -25,6 +25,7 @@ tables). Times are the artifact's: whole seconds, ends on the decision's slot gr
 
 from __future__ import annotations
 
+import bisect
 import math
 import sys
 from collections.abc import Sequence
@@ -73,6 +74,26 @@ def _value_at(profile: Profile, time: float) -> int:
     return value
 
 
+def with_allocation(free: Profile, allocation: Allocation, end: float) -> Profile:
+    """``free`` with ``allocation``'s GPUs given back until ``end``: the free count plus the
+    held count at every time before ``end``, on the union of both mappings' times and ``end``
+    (each mapping holds its last value until its next time; the first entry also covers any
+    earlier time)."""
+    times, counts = list(free), list(free.values())
+    for boundary in sorted({*allocation, end}):
+        at = bisect.bisect_left(times, boundary)
+        if at == len(times) or times[at] != boundary:
+            times.insert(at, boundary)
+            counts.insert(at, counts[at - 1] if at else counts[0])
+    held = list(allocation.items())
+    for k, (time, count) in enumerate(held):
+        until = min(held[k + 1][0], end) if k + 1 < len(held) else end
+        if count and time < until:
+            for at in range(bisect.bisect_left(times, time), bisect.bisect_left(times, until)):
+                counts[at] += count
+    return dict(zip(times, counts, strict=True))
+
+
 def gpu_time(allocation: Allocation, end: float) -> float:
     """GPU-seconds of an allocation held until ``end``."""
     total, last_time, last_count = 0.0, None, 0
@@ -102,6 +123,11 @@ class PlannedJob:
     next_level: int = 0
     marginal: float = 0.0
     next_plan: tuple[Allocation, Profile, float, float] | None = None
+    # NOTE: the planner asks for these speeds millions of times per trace; kept per level.
+    _rates: dict[int, float] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._rates = {g: self.curve.rate(g) for g in self.levels}
 
     @classmethod
     def of(cls, job_id: str, curve: SpeedCurve, left: float, deadline: float) -> PlannedJob:
@@ -110,15 +136,17 @@ class PlannedJob:
         return cls(job_id, curve, left, deadline, tuple(g for g in counts if g <= fastest))
 
     def rate(self, gpus: int) -> float:
-        return self.curve.rate(gpus)
+        rate = self._rates.get(gpus)
+        return self.curve.rate(gpus) if rate is None else rate
 
     def up(self, gpus: int) -> int:
         """The next level above ``gpus`` (the first one for 0); ``gpus`` itself at the top."""
         return next((g for g in self.levels if g > gpus), gpus if gpus else self.levels[0])
 
     def within(self, free: int) -> int:
-        """The largest level that fits in ``free`` GPUs; 0 if none."""
-        return max((g for g in self.levels if g <= free), default=0)
+        """The largest level that fits in ``free`` GPUs; 0 if none (levels increase)."""
+        index = bisect.bisect_right(self.levels, free)
+        return self.levels[index - 1] if index else 0
 
 
 class ArtifactPlanner:
@@ -186,19 +214,26 @@ class ArtifactPlanner:
         (``allocation`` and ``after`` are then untouched but for zero entries)."""
         deadline = job.deadline
         previous = 0
+        # ``after`` does not change while the levels are tried: its segments from the aligned
+        # deadline back to ``start``, each with the largest level its free GPUs hold.
+        segments = None
         for level in job.levels:
             if level > self.capacity:
                 break
-            for time in after:
-                if time < aligned_deadline:
-                    allocation.setdefault(time, 0)
+            if segments is None:
+                for time in after:
+                    if time < aligned_deadline:
+                        allocation.setdefault(time, 0)
+                segments = []
+                for time in reversed(after):
+                    if time >= aligned_deadline:
+                        continue
+                    if time < start:
+                        break
+                    segments.append((time, job.within(after[time])))
             covered, period_end, point = 0.0, aligned_deadline, None
-            for time in reversed(list(after)):
-                if time >= aligned_deadline:
-                    continue
-                if time < start:
-                    break
-                gpus = min(level, job.within(after[time]))
+            for time, fits in segments:
+                gpus = level if fits > level else fits
                 if gpus == 0:
                     period_end = time
                     continue
@@ -240,10 +275,7 @@ class ArtifactPlanner:
     ) -> tuple[Allocation, Profile, float, float, bool]:
         """Forward from ``start``: ``before`` GPUs until ``point`` and ``level`` from it (each
         within what is free), until the work is done."""
-        deadline, slot = job.deadline, self.slot
-
-        def count_at(time: float) -> int:
-            return min(level if time >= point else before, job.within(after[time]))
+        deadline, slot, within = job.deadline, self.slot, job.within
 
         held_from, held, end, real = None, 0, None, 0.0
         for time in list(after):
@@ -252,12 +284,12 @@ class ArtifactPlanner:
             if time < start:
                 continue
             if held_from is None:
-                held_from, held = time, count_at(time)
+                held_from, held = time, min(level if time >= point else before, within(after[time]))
                 continue
             allocation[held_from] = held
             after[held_from] -= held
             if held == 0:
-                held_from, held = time, count_at(time)
+                held_from, held = time, min(level if time >= point else before, within(after[time]))
                 continue
             span = (deadline if time == aligned_deadline else time) - held_from
             done = span * job.rate(held)
@@ -268,7 +300,7 @@ class ArtifactPlanner:
                 end = held_from + align(0, seconds, slot)
                 real = held_from + seconds
                 break
-            held_from, held = time, count_at(time)
+            held_from, held = time, min(level if time >= point else before, within(after[time]))
         if end is None:
             allocation[held_from] = held
             after[held_from] -= held
@@ -376,23 +408,7 @@ class ArtifactPlanner:
         if job.next_level - job.gpus > spare or job.next_level == job.gpus:
             job.marginal = -_TOP
             return
-        profile = dict(self.free)
-        if job.end not in profile:
-            profile[job.end] = _value_at(profile, job.end)
-            profile = _sorted(profile)
-        held = 0
-        for time, count in job.allocation.items():
-            if time not in profile:
-                profile[time] = _value_at(profile, time)
-                profile = _sorted(profile)
-            for t in profile:
-                if t < time:
-                    continue
-                if t >= job.end:
-                    break
-                profile[t] += count - held
-            held = count
-        profile = merged(profile)
+        profile = merged(with_allocation(self.free, job.allocation, job.end))
         allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
         job.next_plan = (merged(allocation), merged(after), end, real)
         added = job.next_level - job.gpus
