@@ -149,7 +149,8 @@ def fggr_beside_hp(hp_kernel=HP, goal=P99):
         (kernel("c", sms=40, time_s=1e-3, bandwidth=0.1), True),
         # 0.8 + 0.7 > 1: max-min fair gives hp 0.5, a slowdown of 0.6 for 1 ms: 0.6 ms > 0.1 ms.
         (kernel("m", sms=40, time_s=1e-3, bandwidth=0.7), False),
-        # 40 + 70 SMs > 100: hp's next request waits for lp's one 1 ms wave: 1 ms > 0.1 ms.
+        # 40 + 70 SMs > 100: hp's next kernel runs on the 30 SMs left, at 3/4 of its speed,
+        # until lp's one 1 ms wave ends: 0.25 ms lost > 0.1 ms.
         (kernel("wide", sms=70, time_s=1e-3, bandwidth=0.1), False),
         # As wide, in 40 waves of 25 us: one wave (25 us) is under half of 0.1 ms.
         (kernel("waves", sms=70, time_s=1e-3, bandwidth=0.1, blocks=8 * 70 * 40), True),
@@ -195,8 +196,9 @@ def test_fggr_protects_every_level_from_the_ones_below():
     assert admission.start == (mid,)
 
 
-# One wave of 83 us (12 waves in 1 ms): over half of hp's 0.1 ms allowance, under all of it.
-WAVES_83US = kernel("waves", sms=70, time_s=1e-3, bandwidth=0.1, blocks=8 * 70 * 12)
+# One wave of 83 us (12 waves in 1 ms) on 90 SMs: hp's kernel runs on the 10 SMs left, at
+# 1/4 of its speed, for the wave: 62 us lost, over half of hp's 0.1 ms allowance, under all of it.
+WAVES_83US = kernel("waves", sms=90, time_s=1e-3, bandwidth=0.1, blocks=8 * 90 * 12)
 
 
 def test_fggr_spends_its_exposure_on_a_lag_beyond_the_free_half():
@@ -204,6 +206,90 @@ def test_fggr_spends_its_exposure_on_a_lag_beyond_the_free_half():
     lp = launch("lp", 0, WAVES_83US)
     assert policy.decide(view_with([hp], [lp])).start == (lp,)
     assert policy.apps["hp"].exposure == {"lp": 1.0}  # the request in progress, exposed
+
+
+def test_fggr_gives_the_allowance_to_a_lower_app_missing_its_own_goal():
+    # lp asks for half its throughput alone (500 requests/s of 1 ms) and has done 11 in 105 ms.
+    # Its 83 us wave beside hp is beyond the free half of hp's allowance: instead of spending
+    # hp's exposure (as for a best-effort lp), it takes the allowance.
+    policy = FgGR(model=MODEL)
+    policy.setup((AppInfo("hp", 1, P99), AppInfo("lp", 0, Goal("throughput_share", 0.5))))
+    for r in range(11):
+        lp = launch("lp", 0, WAVES_83US, request=r, ready_s=r * 1e-2)
+        policy.decide(view_with([], [lp], now=r * 1e-2))
+    hp = launch("hp", 1, HP, ready_s=0.105)
+    assert policy.decide(view_with([], [hp], now=0.105)).start == (hp,)
+    lp = launch("lp", 0, WAVES_83US, request=11, ready_s=0.105)
+    assert policy.decide(view_with([hp], [lp], now=0.105)).start == (lp,)
+    assert policy.apps["hp"].exposure == {}
+
+
+@pytest.mark.parametrize(("queued", "admitted"), [(0, True), (2, False)], ids=["none", "two"])
+def test_fggr_counts_the_delay_to_the_requests_queued_behind(queued, admitted):
+    # hp (100 requests/s of 1 ms, p99 <= 1.10x of ~1.9 ms alone: 0.19 ms of lag) has 0.1 ms
+    # left of its request. lp's 1 ms kernel leaves it 0.7 of the 0.8 of the bandwidth it asks:
+    # 14 us more for the request in progress, but 0.14 ms more for each request queued behind,
+    # which inherit the lag: two queued take it to 0.3 ms.
+    policy = FgGR(model=MODEL)
+    policy.setup((AppInfo("hp", 1, P99, poisson_rps=100.0), AppInfo("lp", 0, BEST_EFFORT)))
+    first = launch("hp", 1, HP)
+    assert policy.decide(view_with([], [first])).start == (first,)
+    hp = launch("hp", 1, HP, request=1, ready_s=1e-3)
+    assert policy.decide(view_with([], [hp], now=1e-3)).start == (hp,)
+    lp = launch("lp", 0, kernel("bw", sms=40, time_s=1e-3, bandwidth=0.3), ready_s=1.9e-3)
+    view = GpuView(now_s=1.9e-3, gpu=TOY, running=(Running(hp, 1e-3, 0.1),), waiting=(lp,),
+                   backlog={"hp": queued} if queued else {})  # fmt: skip
+    assert (policy.decide(view).start == (lp,)) is admitted
+
+
+def room_after_requests(goal):
+    """An fggr with hp (priority 1, ``goal``) after 11 closed-loop requests of 1 ms each, the
+    12th in progress, beside a best-effort app of its priority and one below it."""
+    policy = FgGR(model=MODEL)
+    policy.setup((AppInfo("hp", 1, goal), AppInfo("same", 1, BEST_EFFORT),
+                  AppInfo("low", 0, BEST_EFFORT)))  # fmt: skip
+    for r in range(12):
+        hp = launch("hp", 1, HP, request=r, ready_s=r * 1e-3)
+        assert policy.decide(view_with([], [hp], now=r * 1e-3)).start == (hp,)
+    return policy, hp
+
+
+# 0.8 + 0.7 of the bandwidth: 0.6 ms of delay to hp's 1 ms kernel, beyond a 0.5 ms allowance.
+HEAVY = kernel("m", sms=40, time_s=1e-3, bandwidth=0.7)
+
+
+@pytest.mark.parametrize(
+    ("goal", "app", "admitted"),
+    [
+        # p99 <= 1.5x: the requests so far took 1 ms, within 0.9 of the 1.5 ms target.
+        (Goal("p99_slowdown", 1.5), "same", True),
+        (Goal("p99_slowdown", 1.5), "low", False),  # room is for hp's own level only
+        # p99 <= 1.10x: 1 ms is over 0.9 of 1.1 ms, no measured room.
+        (Goal("p99_slowdown", 1.10), "same", False),
+    ],
+    ids=["room-same-level", "room-lower-level", "no-room"],
+)
+def test_fggr_runs_a_same_level_best_effort_app_while_the_goal_has_measured_room(
+    goal, app, admitted
+):
+    policy, hp = room_after_requests(goal)
+    candidate = launch(app, 1 if app == "same" else 0, HEAVY, ready_s=11e-3)
+    admission = policy.decide(view_with([hp], [candidate], now=11e-3))
+    assert (admission.start == (candidate,)) is admitted
+
+
+@pytest.mark.parametrize(("priority", "admitted"), [(1, True), (0, False)], ids=["same", "below"])
+def test_fggr_protects_a_best_effort_open_loop_only_from_the_priorities_below(priority, admitted):
+    # "open" (best effort, 500 requests/s of 1 ms) is protected for its offered load: it may
+    # stay at most half busy, so a 0.6 ms delay to its kernel is too much, for the level below.
+    policy = FgGR(model=MODEL)
+    policy.setup((AppInfo("open", 1, BEST_EFFORT, poisson_rps=500.0),
+                  AppInfo("other", priority, BEST_EFFORT)))  # fmt: skip
+    open_loop = launch("open", 1, HP)
+    assert policy.decide(view_with([], [open_loop])).start == (open_loop,)
+    other = launch("other", priority, HEAVY)
+    admission = policy.decide(view_with([open_loop], [other], now=1e-6))
+    assert (admission.start == (other,)) is admitted
 
 
 def test_fggr_halves_its_allowance_after_a_late_request():

@@ -9,18 +9,21 @@ starts when every more important protected app ``P`` stays within its goal, as p
 
 - **Delay.** What this kernel and the less important kernels in flight would cost ``P``. SMs:
   ``P``'s kernels need as many SMs as the largest of its request; when those are not free,
-  ``P`` waits for the less important kernels' waves (blocks are never pre-empted), once per
-  kernel boundary of ``P`` they live through, at most their life. Bandwidth: each of ``P``'s
-  kernels slowed by max-min fair sharing of DRAM while they overlap. The two terms carry the
-  weights the interference model (``gpushare.interference``) was fitted with.
+  ``P`` runs on the SMs that are, and loses the rest of the less important kernels' waves
+  (blocks are never pre-empted), once per kernel boundary of ``P`` they live through, at most
+  their life. Bandwidth: each of ``P``'s kernels slowed by max-min fair sharing of DRAM while
+  they overlap. Both terms in full (:data:`TAIL`): the requests that set a p99 are those that
+  pay all of them, not the mean the interference model was fitted to.
 - **Lag.** The policy keeps ``P``'s schedule alone (its requests back to back from their
   arrivals, at its kernels' times alone). ``P``'s lag behind it, when the request in progress
   ends, is what it lags now plus the delay: requests queued behind inherit it, so the lag is
-  what a goal bounds. A p99 goal allows ``target - p99 alone`` (``target``: the goal's
-  latency, or ``p99_slowdown`` x the p99 alone, from the schedule alone, or from an M/D/1
-  approximation while fewer than 100 requests are known); a throughput goal allows each
-  request to take ``1 / share`` of its time alone (closed loop), or as long as the app stays at
-  most half busy at the rate it asks (open loop).
+  what a goal bounds; where the less important kernels outlive the request in progress, the
+  requests queued behind it (or a closed loop's next one) pay their delay too. A p99 goal
+  allows ``target - p99 alone`` (``target``: the goal's latency, or ``p99_slowdown`` x the p99
+  alone, from the schedule alone, or from an M/D/1 approximation while fewer than 100
+  requests are known); a throughput goal allows each request to take ``1 / share`` of its
+  time alone (closed loop), or as long as the app stays at most half busy at the rate it asks
+  (open loop).
 - **Exposure.** A lag up to ``safe_fraction`` of the allowance is taken freely; beyond it (up
   to the allowance, or while ``P`` is idle up to what a request arriving now could absorb) a
   p99 goal takes it only for a few requests: the requests exposed (arrivals expected while the
@@ -28,9 +31,15 @@ starts when every more important protected app ``P`` stays within its goal, as p
   a less important app gets what the apps between have left.
 - **Feedback.** ``P``'s requests that end later than the target halve the allowance; each one
   on time gives back ``trust_step`` of it.
+- **Measured room and need.** A best-effort app of ``P``'s own priority runs beside it while
+  ``P``'s last requests all ended within 90 % of its target (as Orion runs a whole level); a
+  best-effort open loop is protected only from the priorities below it. A kernel of an app
+  that is missing its own goal, as measured (a throughput short of it, or more than 1 % of its
+  requests late), takes the whole allowance, without the hedges (the free half, exposure).
 - **Wait bound.** A kernel that has waited ``max_wait_s`` starts anyway, unless a more
-  important p99 goal would then have more than half of its 1 % of requests put at risk (the
-  request in progress, or the arrivals expected during the kernel): priority orders goals,
+  important p99 goal would then have more than half of its 1 % of requests (seen, or for an
+  open loop sent by now at its rate) put at risk (the request in progress, or the arrivals
+  expected during the kernel): priority orders goals,
   and the wait bound is the last of them.
 
 **Calibration.** Where the backend tells the policy each app's request as estimated kernels
@@ -56,7 +65,6 @@ from typing import Any
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, LATENCY_QUANTILE, Goal, default_goal
 from qosched.gpushare.interference import (
-    CALIBRATED,
     InterferenceModel,
     bandwidth_share,
     max_min_fair,
@@ -74,12 +82,19 @@ from qosched.gpushare.whatif import (
     predict,
 )
 
+#: The weights of the delay's two terms. The fitted ones (``interference.CALIBRATED``:
+#: bandwidth 0.505, drain 0.912) predict the mean slowdown over random overlaps; the requests
+#: that set a p99 are those that overlap a less important kernel for its whole life and wait
+#: for the whole rest of its wave, which pay both terms in full.
+TAIL = InterferenceModel(bandwidth=1.0, same_bound=0.0, sm_overflow=0.0, drain=1.0)
 #: An open-loop app protected for its offered load may be stretched while it stays this busy.
 _OPEN_LOOP_BUSY = 0.5
 #: An app with a throughput goal is left to itself while it does this much more than asked
 #: (after this many requests).
 _AHEAD = 1.1
 _TRUSTED_DONE = 10
+#: The share of a p99 target a goal's last requests stay under for it to have room.
+_ROOM = 0.1
 #: Time over which the spent exposure and risk fade by e.
 _FADE_S = 1.0
 #: Requests of an app after which the p99 of its latencies alone is taken as measured.
@@ -140,6 +155,7 @@ class _App:
     risked: int = -1  # the last request counted in risk
     first_s: float | None = None
     trust: float = 1.0  # of the slack admissions may spend: halved per late request
+    recent: list = field(default_factory=list)  # latencies of the last requests that ended
 
     @property
     def request_time_s(self) -> float:
@@ -167,7 +183,7 @@ class FgGR:
         safe_fraction: float = 0.5,
         max_wait_s: float = 0.02,
         trust_step: float = 0.02,
-        model: InterferenceModel = CALIBRATED,
+        model: InterferenceModel = TAIL,
         *,
         admit: str = "goals",
         stream_priorities: bool = True,
@@ -300,6 +316,7 @@ class FgGR:
             latency, alone = end - app.arrived_s, app.alone_latency_s
             bound = max(self._target_s(app), alone * (app.goal.value if app.goal.kind ==
                         "p99_slowdown" else 1.0))  # fmt: skip
+            app.recent = [*app.recent[1 - _TRUSTED_SAMPLES :], latency]
             if app.goal.is_latency and latency > bound * (1 + 1e-9):
                 app.late += 1
                 app.trust *= 0.5
@@ -380,7 +397,7 @@ class FgGR:
         held: list[int] = []  # priorities of the launches held back so far
         for launch in view.waiting:  # most important first
             mine = self._rank(self.apps[launch.app])
-            above = [a for a in self.apps.values() if self._rank(a) > mine and self._protected(a)]
+            above = [a for a in self.apps.values() if self._guards(a, launch, mine)]
             admit = not above or all(
                 self._fits(
                     a,
@@ -404,6 +421,15 @@ class FgGR:
                     due = view.now_s + self.max_wait_s
                 wake = due if wake is None else min(wake, due)
         return Admission(start=tuple(start), wake_at_s=wake)
+
+    def _guards(self, app: _App, launch: Launch, rank: tuple[int, int]) -> bool:
+        """Whether ``launch`` (of rank ``rank``) must keep ``app``'s goal: ``app`` is more
+        important and protected; a best-effort open loop, protected for its offered load, only
+        from the priorities below it (within one priority best-effort apps share, as Orion
+        runs a whole level)."""
+        if self._rank(app) <= rank or not self._protected(app):
+            return False
+        return app.goal.protected or app.priority > launch.priority
 
     def _when_idle(self, view: GpuView) -> Admission:
         """Every kernel of whose app no app of a higher priority with a goal has anything
@@ -429,7 +455,10 @@ class FgGR:
                 cost = 0.0 if app.risked == app.request else 1.0
             else:
                 cost = self._rate(app, view) * launch.kernel.time_s
-            tail = (1 - LATENCY_QUANTILE) * 0.5 * app.requests
+            # Of the requests seen, or (open loop) of those its rate says it has sent by now: an
+            # app whose arrivals pause does not hold a long kernel below it for ever.
+            sent = app.rps * (view.now_s - (app.first_s or 0.0)) if app.rps else 0.0
+            tail = (1 - LATENCY_QUANTILE) * 0.5 * max(app.requests, sent)
             if app.risk + cost > tail:
                 return False
             costs.append((app, cost))
@@ -452,6 +481,31 @@ class FgGR:
         wanted = goal.value if goal.kind == "throughput_rps" else goal.value * alone_rps
         return done / elapsed >= _AHEAD * wanted
 
+    def _has_room(self, app: _App) -> bool:
+        """Whether a p99 goal has measured room: its last requests (at least
+        ``_TRUSTED_DONE``) all ended within ``1 - _ROOM`` of the target, none late since."""
+        if not app.goal.is_latency or len(app.recent) < _TRUSTED_DONE or app.trust < 1.0:
+            return False
+        return max(app.recent) <= (1 - _ROOM) * self._target_s(app)
+
+    def _behind(self, app: _App, view: GpuView) -> bool:
+        """Whether a protected app is missing its own goal so far, as measured: a throughput
+        goal (after a few requests) not reached, a p99 goal with more than its 1 % of requests
+        seen late."""
+        goal = app.goal
+        if goal.is_latency:
+            return app.late > (1 - LATENCY_QUANTILE) * app.requests
+        if goal.kind not in ("throughput_share", "throughput_rps"):
+            return False
+        done = app.requests - (1 if app.busy else 0)
+        elapsed = view.now_s - (app.first_s or 0.0)
+        if done < _TRUSTED_DONE or elapsed <= 0:
+            return False
+        work = app.request_time_s
+        alone_rps = min(app.rps or math.inf, 1.0 / work) if work > 0 else math.inf
+        wanted = goal.value if goal.kind == "throughput_rps" else goal.value * alone_rps
+        return done / elapsed < wanted
+
     def _rate(self, app: _App, view: GpuView) -> float:
         """Requests per second: as stated (open loop), else as seen so far."""
         return app.rps or app.requests / max(view.now_s - (app.first_s or 0.0), 1e-9)
@@ -472,6 +526,12 @@ class FgGR:
         if app.requests == 0:
             return True  # nothing known of it yet but its goal: its first kernel will tell
         if app.goal.kind in ("throughput_share", "throughput_rps") and self._ahead(app, view):
+            return True
+        candidate = self.apps[launch.app]
+        # A best-effort app of the same priority runs beside it (as Orion runs a whole level)
+        # while the goal shows room, as measured on its last requests.
+        same_level = candidate.priority == app.priority and not self._protected(candidate)
+        if same_level and self._has_room(app):
             return True
         mine = [(a, left) for a, left in active if a.app == app.name]
         waiting = next((w for w in view.waiting if w.app == app.name), None)
@@ -499,9 +559,14 @@ class FgGR:
             lag = delay
         else:
             lag = max(0.0, view.now_s + app.left_s(index, remaining) - app.alone_finish_s) + delay
+            lag = max(lag, self._next_lag(app, index, remaining, lower, others, view, lag, delay))
         allowed = (target - self._base_s(app)) * self.slack_fraction * app.trust
         if lag <= self.safe_fraction * allowed:
             return True  # leaves room for as much again from elsewhere
+        if self._behind(self.apps[launch.app], view):
+            # The candidate's own goal is being missed: the hedges below (room for others,
+            # few requests exposed) give way to it; the allowance itself does not.
+            return lag <= allowed
         if not app.goal.is_latency:
             return lag <= allowed  # a throughput goal: the mean counts, not the tail
         if not share:
@@ -533,6 +598,34 @@ class FgGR:
             app.exposed = app.request
         return True
 
+    def _next_lag(
+        self,
+        app: _App,
+        index: int,
+        remaining: float,
+        lower: list[tuple[Launch, float]],
+        others: list[Kernel],
+        view: GpuView,
+        lag: float,
+        delay: float,
+    ) -> float:
+        """The lag of the requests after the one in progress, where the less important kernels
+        outlive it: queued ones (``view.backlog``) inherit ``lag`` and add the delay to their
+        own kernels; a closed loop's next request starts afresh and suffers only that delay."""
+        if not app.length or not all(i in app.kernels for i in range(app.length)):
+            return 0.0
+        life = max((rest * a.kernel.time_s for a, rest in lower), default=0.0)
+        if life <= app.left_s(index, remaining):
+            return 0.0
+        queued = view.backlog.get(app.name, 0)
+        if queued > 0:
+            more = self._delay(app, index, remaining, lower, others, view, requests=1 + queued)
+            return lag + more - delay
+        if app.rps is None:
+            more = self._delay(app, index, remaining, lower, others, view, requests=2)
+            return more - delay
+        return 0.0
+
     def _delay(
         self,
         app: _App,
@@ -541,9 +634,12 @@ class FgGR:
         lower: list[tuple[Launch, float]],
         others: list[Kernel],
         view: GpuView,
+        *,
+        requests: int = 1,
     ) -> float:
         """The delay ``lower`` kernels are predicted to cause ``app`` from kernel ``index``
-        (``remaining`` of it left) to the end of its request."""
+        (``remaining`` of it left) to the end of its request, or of the ``requests - 1`` whole
+        requests after it."""
         gpu = view.gpu
         sm_count = gpu.sm_count or 1
         count = max(app.length, index + 1)
@@ -551,6 +647,10 @@ class FgGR:
         if not upcoming:
             return 0.0
         left = app.left_s(index, remaining)
+        if requests > 1:
+            whole = [app.kernels[i] for i in range(app.length)]
+            upcoming += whole * (requests - 1)
+            left += app.request_time_s * (requests - 1)
         need = max(min(k.sms, sm_count) for k in upcoming)
         taken = sum(min(k.sms, sm_count) for k in others)
         held = sum(min(a.kernel.sms, sm_count) for a, _ in lower)
@@ -563,6 +663,10 @@ class FgGR:
                 wave = min(wave_time_s(kernel, gpu), life)
                 boundaries = min(len(upcoming), 1 + math.floor(life / max(mean_kernel, 1e-12)))
                 sm_delay += min(boundaries * wave, life)
+            # Meanwhile the app's kernel runs on the SMs that are free, at that fraction of
+            # its speed: only the rest of the wait is lost.
+            free = max(0, sm_count - taken - held)
+            sm_delay *= 1.0 - min(1.0, free / need) if need else 0.0
         # Bandwidth: each upcoming kernel slowed as max-min fair sharing says, for as long as
         # the less important kernels run.
         demands_lower = [bandwidth_share(a.kernel, gpu) for a, _ in lower]
