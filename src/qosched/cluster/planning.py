@@ -56,7 +56,7 @@ class Ladder:
     whole nodes, ...).
     """
 
-    __slots__ = ("best", "counts", "rate_within", "rates")
+    __slots__ = ("_per_worker", "best", "counts", "rate_within", "rates")
 
     def __init__(self, rates: Sequence[float], allowed: Iterable[int]) -> None:
         self.rates = rates
@@ -74,6 +74,15 @@ class Ladder:
         self.best = best
         # rate_within[b]: speed on the best count within budget b (0 for b = 0).
         self.rate_within = [rates[g] if g else 0.0 for g in best]
+        self._per_worker: float | None = None  # see per_worker
+
+    def per_worker(self) -> float:
+        """The highest speed per worker over the counts (0 with none): the most efficient
+        count's. Computed at the first call and kept (a ladder does not change)."""
+        if self._per_worker is None:
+            rates = self.rates
+            self._per_worker = max((rates[g] / g for g in self.counts), default=0.0)
+        return self._per_worker
 
     def rate(self, count: int) -> float:
         return self.rates[count] if 0 < count < len(self.rates) else 0.0

@@ -248,10 +248,9 @@ class QualityOfService(Policy):
         if tracked.ladders is None:
             expected = [0.0] * (job.curve.max_workers + 1)
             pessimistic = [0.0] * (job.curve.max_workers + 1)
-            predict = tracked.predictor.predict
-            for g in tracked.usable:
-                prediction = predict(g)
-                expected[g], pessimistic[g] = prediction.rate, prediction.rate_low
+            usable = tracked.usable
+            for g, (rate, low) in zip(usable, tracked.predictor.rates(usable), strict=True):
+                expected[g], pessimistic[g] = rate, low
             tracked.ladders = (
                 Ladder(expected, tracked.counts),
                 Ladder(pessimistic, tracked.counts),
@@ -320,7 +319,8 @@ class QualityOfService(Policy):
         if not kept.failed:
             return kept
         # ``kept`` fails ``job`` alone, so the fresh plan is adopted only if it fails no job.
-        before = [j for j in guaranteed if _deadline_key(j) <= _deadline_key(job)]
+        key = _deadline_key(job)
+        before = [j for j in guaranteed if (j.spec.deadline_s, j.spec.submit_s) <= key]
         if self._overfull(job, before, view):
             return kept  # the fresh plan fails a job too
         prefix = self._fresh_prefix(guaranteed, view)
@@ -351,7 +351,7 @@ class QualityOfService(Policy):
     def _least_worker_s(self, job: JobState) -> float:
         """Worker-seconds of the job's remaining work at its most efficient pessimistic count."""
         ladder = self._ladders(job, self._jobs[job.job_id])[1]
-        per_worker = max((ladder.rates[g] / g for g in ladder.counts), default=0.0)
+        per_worker = ladder.per_worker()
         return job.remaining_iterations / per_worker if per_worker > 0 else 0.0
 
     def _fresh_prefix(self, guaranteed: list[JobState], view: ClusterView) -> _FreshPrefix:
@@ -653,7 +653,7 @@ class QualityOfService(Policy):
         most efficient count. One deadline bought with many poorly scaling workers can cost
         the deadlines of many small jobs that arrive while it runs."""
         expected = self._ladders(job, self._jobs[job.job_id])[0]
-        per_worker = max((expected.rate(g) / g for g in expected.counts), default=0.0)
+        per_worker = expected.per_worker()
         if per_worker <= 0:
             return True
         held = sum((end - start) * count for start, end, count in reservation if count)

@@ -1,0 +1,59 @@
+"""The caches behind `qos`'s speed, each against the computation it saves, on seeded random cases:
+an invalidation bug makes one of these differ."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from qosched.cluster.planning import Ladder
+from qosched.cluster.predict import OnlinePredictor
+from qosched.cluster.throughput import ThroughputModel
+
+TABLES = ThroughputModel.bundled("A100")
+COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+
+def _random_curve(rng: random.Random):
+    model = rng.choice(sorted(TABLES.models))
+    return TABLES.curve(model, rng.choice(TABLES.batch_sizes(model)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_predictor_rates_are_predict_at_every_step_of_a_random_history(seed):
+    """`rates` (kept extrapolation terms, no Prediction per count) gives `predict`'s numbers
+    after every observation, as new counts are observed and the kept terms must be dropped."""
+    rng = random.Random(seed)
+    curve = _random_curve(rng)
+    fast = OnlinePredictor.from_curve(curve, confidence=rng.uniform(0.1, 0.9))
+    slow = OnlinePredictor.from_curve(curve, confidence=fast.confidence)
+    counts = [g for g in COUNTS if curve.available(g)]
+    time_s, done = 0.0, 0.0
+    for predictor in (fast, slow):
+        predictor.observe(time_s, done, 1)
+    for _ in range(40):
+        workers = rng.choice(counts[: rng.randint(1, len(counts))])
+        time_s += rng.uniform(1.0, 600.0)
+        done += rng.uniform(0.5, 1.5) * curve.rate(workers) * (time_s - fast._last[0])
+        for predictor in (fast, slow):
+            predictor.observe(time_s, done, workers)
+        if rng.random() < 0.7:  # not every observation is followed by a query
+            asked = rng.sample(counts, rng.randint(1, len(counts)))
+            expected = [(slow.predict(g).rate, slow.predict(g).rate_low) for g in asked]
+            assert fast.rates(asked) == expected
+            slow._predictions.clear()  # the reference recomputes from scratch every time
+            slow._extrapolations.clear()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_ladders_kept_speed_per_worker_is_the_best_over_its_counts(seed):
+    rng = random.Random(seed)
+    for _ in range(50):
+        top = rng.randint(1, 64)
+        rates = [0.0] + [rng.choice((0.0, rng.uniform(0.1, 50.0))) for _ in range(top)]
+        allowed = rng.sample(range(1, top + 1), rng.randint(0, top))
+        ladder = Ladder(rates, allowed)
+        best = max((rates[g] / g for g in ladder.counts), default=0.0)
+        assert ladder.per_worker() == best
+        assert ladder.per_worker() == best  # the kept value
