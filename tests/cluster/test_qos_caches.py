@@ -3,11 +3,13 @@ an invalidation bug makes one of these differ."""
 
 from __future__ import annotations
 
+import bisect
 import random
 
 import pytest
+from test_planning_share import _random_case
 
-from qosched.cluster.planning import Ladder
+from qosched.cluster.planning import Demand, Ladder, finish_time, reserve
 from qosched.cluster.predict import OnlinePredictor
 from qosched.cluster.throughput import ThroughputModel
 
@@ -57,3 +59,43 @@ def test_a_ladders_kept_speed_per_worker_is_the_best_over_its_counts(seed):
         best = max((rates[g] / g for g in ladder.counts), default=0.0)
         assert ladder.per_worker() == best
         assert ladder.per_worker() == best  # the kept value
+
+
+def _keep_held_walking_first(demand, profile, now):
+    """`Demand.keep_held` as it was: the finish first, then whether the held count is free."""
+    held = demand.held
+    ladder = demand.ladder
+    if not held or demand.held_deadline <= demand.deadline or ladder.within(held) != held:
+        return None
+    finish = finish_time(
+        ladder, held, demand.remaining, demand.start, demand.held_deadline, profile
+    )
+    if finish is None:
+        return None
+    first = bisect.bisect_right(profile.starts, now) - 1
+    for index in range(max(first, 0), len(profile.starts)):
+        if profile.starts[index] >= finish:
+            break
+        if profile.free[index] < held:
+            return None
+    return finish
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_keeping_the_held_count_finds_the_block_first_and_the_same_finish(seed):
+    """`keep_held` looks for the first segment without the held count free before walking the
+    profile: the same finish, or None, as walking first, on random profiles (some blocked at
+    once, some later, some never; starts at and after now; the odd job all but done)."""
+    ladder, remaining, start, deadline, profile = _random_case(seed)
+    rng = random.Random(seed)
+    held = rng.choice(ladder.counts) if ladder.counts else 1
+    if rng.random() < 0.4:  # someone else holds workers from time 0: blocked right away
+        capacity = max(profile.free)
+        taken = rng.randint(max(capacity - held + 1, 1), capacity)
+        filler = Ladder([0.0, *(float(g) for g in range(1, capacity + 1))], range(1, capacity + 1))
+        reserve(filler, taken, 0.0, rng.uniform(1.0, 300.0), profile)
+    if rng.random() < 0.2:
+        remaining = rng.choice((0.0, 1e-12))
+    demand = Demand("j", ladder, remaining, start, deadline, (deadline, 0.0), held, deadline + 30.0)
+    now = rng.choice((0.0, min(start, rng.uniform(0.0, 50.0))))
+    assert demand.keep_held(profile, now) == _keep_held_walking_first(demand, profile, now)

@@ -203,6 +203,9 @@ class QualityOfService(Policy):
         # (instant, jobs) the plan in force was made for, when it failed none and no decision
         # has changed a job since (see _kept_plan)
         self._adopted_for: tuple[float, frozenset[str]] | None = None
+        # (instant, jobs) whose reservations in force were all found, at that instant, to deliver
+        # and fit together, with no decision and no adoption since (see _note_kept)
+        self._kept_for: tuple[float, frozenset[str]] | None = None
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -289,6 +292,8 @@ class QualityOfService(Policy):
         if not self._kept:
             return self._plan(jobs, view)
         kept = self._plan(jobs, view, keep=self._kept)
+        if newcomer is not None:
+            self._note_kept(kept, [j for j in jobs if j is not newcomer], view.now)
         if not kept.failed:
             return kept
         if newcomer is not None and len(kept.failed) == 1:
@@ -298,6 +303,20 @@ class QualityOfService(Policy):
                 return kept
         fresh = self._plan(jobs, view)
         return fresh if len(fresh.failed) < len(kept.failed) else kept
+
+    def _note_kept(self, kept: Plan, jobs: list[JobState], now: float) -> None:
+        """Remember that ``kept`` (a plan keeping the reservations in force) kept every one of
+        ``jobs``: then each of their reservations delivers and all fit together at ``now``, which
+        is what `_kept_plan` would check again when an admission that failed is followed by a
+        decision at the same instant (the jobs' states cannot change in between without a
+        decision, which forgets this, or a job leaving, which changes the set)."""
+        in_force = self._kept
+        if all(
+            (reservation := in_force.get(j.job_id)) is not None
+            and kept.reservations.get(j.job_id) is reservation
+            for j in jobs
+        ):
+            self._kept_for = (now, frozenset(j.job_id for j in jobs))
 
     def _best_plan_with(self, job: JobState, guaranteed: list[JobState], view: ClusterView) -> Plan:
         """``_best_plan([*guaranteed, job], view)``, the same plan, made without re-planning the
@@ -444,14 +463,18 @@ class QualityOfService(Policy):
         self._kept = plan.reservations
         self._failed = set(plan.failed)
         self._adopted_for = None if plan.failed else (now, frozenset(j.job_id for j in jobs))
+        self._kept_for = None  # about the reservations in force before this plan
 
     def _kept_plan(self, guaranteed: list[JobState], view: ClusterView) -> Plan:
         """``_best_plan(guaranteed, view)``, made without checking each reservation when the
         plan in force was made at this instant, for exactly these jobs, failing none (an
         admission just now, with no decision since): each reservation was planned now, on
-        these ladders, so each delivers, and the kept plan is all of them taken together."""
+        these ladders, so each delivers, and the kept plan is all of them taken together. The
+        same when an admission that failed just now found each of them delivering
+        (`_note_kept`)."""
         now, capacity = view.now, view.cluster.total_workers
-        if self._adopted_for == (now, frozenset(j.job_id for j in guaranteed)):
+        key = (now, frozenset(j.job_id for j in guaranteed))
+        if key in (self._adopted_for, self._kept_for):
             ordered = sorted(guaranteed, key=_deadline_key)
             profile = FreeProfile(now, capacity)
             if take_all([self._kept[j.job_id] for j in ordered], now, profile):
@@ -589,7 +612,8 @@ class QualityOfService(Policy):
             change = changing.next_change(now)
             if change is not None:
                 wake = min(wake, change)
-        self._adopted_for = None  # the decision changes jobs, so re-check every reservation
+        # the decision changes jobs, so re-check every reservation
+        self._adopted_for = self._kept_for = None
         order = sorted(workers, key=lambda job_id: -workers[job_id])
         return Decision(
             {job_id: workers[job_id] for job_id in order if workers[job_id]},
