@@ -9,8 +9,12 @@ import random
 import pytest
 from test_planning_share import _random_case
 
+from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.planning import Demand, Ladder, finish_time, reserve
+from qosched.cluster.policies.qos import QualityOfService
 from qosched.cluster.predict import OnlinePredictor
+from qosched.cluster.simulator import simulate
+from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.throughput import ThroughputModel
 
 TABLES = ThroughputModel.bundled("A100")
@@ -99,3 +103,39 @@ def test_keeping_the_held_count_finds_the_block_first_and_the_same_finish(seed):
     demand = Demand("j", ladder, remaining, start, deadline, (deadline, 0.0), held, deadline + 30.0)
     now = rng.choice((0.0, min(start, rng.uniform(0.0, 50.0))))
     assert demand.keep_held(profile, now) == _keep_held_walking_first(demand, profile, now)
+
+
+class _ChecksKeptShortcut(QualityOfService):
+    """`qos` that, wherever `_kept_plan` may skip checking each reservation, also checks them
+    (`_best_plan`) and compares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compared = 0
+
+    def _kept_plan(self, guaranteed, view):
+        shortcut = super()._kept_plan(guaranteed, view)
+        key = (view.now, frozenset(j.job_id for j in guaranteed))
+        if key == self._kept_for:
+            checked = self._best_plan(guaranteed, view)
+            assert shortcut.reservations == checked.reservations
+            assert shortcut.failed == checked.failed == []
+            assert (shortcut.free.starts, shortcut.free.free) == (
+                checked.free.starts,
+                checked.free.free,
+            )
+            self.compared += 1
+        return shortcut
+
+
+@pytest.mark.parametrize(("load", "seed"), [(1.0, 11), (2.0, 12), (3.0, 13)])
+def test_a_failed_admissions_kept_check_is_the_decisions_own(load, seed):
+    """After an admission that failed, the decision at the same instant takes the reservations
+    in force as they are (`_note_kept`): the plan checking each again is the same."""
+    cluster = ClusterSpec.from_flags(4, 8)
+    jobs = generate_trace(
+        GeneratorConfig(jobs=80, load=load, cluster_workers=32, seed=seed), TABLES
+    )
+    policy = _ChecksKeptShortcut()
+    simulate(cluster, TABLES, policy, jobs)
+    assert policy.compared > 0  # the shortcut was taken, so the comparison means something

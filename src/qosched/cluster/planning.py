@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -492,6 +493,9 @@ def leftover(plan: Plan, now: float, capacity: int) -> FreeProfile:
     return profile
 
 
+_ORDER = operator.attrgetter("order")  # a demand's sort key, without a Python call per demand
+
+
 def plan_demands(
     demands: Sequence[Demand],
     now: float,
@@ -514,7 +518,7 @@ def plan_demands(
     if profile is None:
         profile = FreeProfile(now, capacity)
     plan = Plan()
-    ordered = sorted(demands, key=lambda d: d.order)
+    ordered = sorted(demands, key=_ORDER)
     to_plan = ordered
     if keep:
         delivering = [

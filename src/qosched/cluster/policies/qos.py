@@ -225,26 +225,21 @@ class QualityOfService(Policy):
             self._jobs[job.job_id] = tracked
         return tracked
 
-    def _observe(self, job: JobState, tracked: _Tracked) -> None:
-        """Feed progress at every decision (an interval must not span two allocations), but
-        re-derive speeds only after 10% more compute time, or a minute: refits are not free
-        and predictions move slowly."""
-        if job.workers and job.active_s > tracked.observed_active_s:
-            tracked.predictor.observe(job.active_s, job.iterations_done, job.workers)
-            tracked.observed_active_s = job.active_s
-            if job.active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
-                tracked.ladders = None
-
     def _observe_jobs(self, view: ClusterView) -> None:
-        """`_observe` every job (tracking the new ones); the jobs that made no progress since
-        their last sample are skipped here, where the test is cheap."""
+        """Feed every job's progress (tracking the new ones) at every decision: an interval must
+        not span two allocations. Speeds are re-derived only after 10% more compute time, or a
+        minute: refits are not free and predictions move slowly."""
         tracked_jobs = self._jobs
         for job in view.jobs:
             tracked = tracked_jobs.get(job.job_id)
             if tracked is None:
                 tracked = self._track(job, view)
-            if job.workers and job.active_s > tracked.observed_active_s:
-                self._observe(job, tracked)
+            active_s = job.active_s
+            if job.workers and active_s > tracked.observed_active_s:
+                tracked.predictor.observe(active_s, job.iterations_done, job.workers)
+                tracked.observed_active_s = active_s
+                if active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
+                    tracked.ladders = None
 
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
         """(expected, pessimistic) predicted speeds on the counts the job may use."""
@@ -270,16 +265,12 @@ class QualityOfService(Policy):
         keep: dict[str, Reservation] | None = None,
     ) -> Plan:
         """Deadline order on pessimistic predicted speeds: the safety margin."""
-        tracked_jobs = self._jobs
-        demands = [
-            Demand.of_job(
-                job,
-                self._ladders(job, tracked_jobs.get(job.job_id) or self._track(job, view))[1],
-                view,
-                keep_held=True,
-            )
-            for job in jobs
-        ]
+        tracked_jobs, ladders, of_job = self._jobs, self._ladders, Demand.of_job
+        demands = []
+        for job in jobs:
+            tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
+            pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
+            demands.append(of_job(job, pessimistic, view, keep_held=True))
         return plan_demands(demands, view.now, view.cluster.total_workers, keep)
 
     def _best_plan(
@@ -570,12 +561,14 @@ class QualityOfService(Policy):
         newcomers' needs, and a hopeless deadline does not take it from them."""
         now = view.now
         others = [j for j in view.jobs if j.job_id not in hand.workers]
-        others.sort(key=lambda j: self._other_priority(j, now))
+        # once per job: nothing it depends on changes during the decision
+        priority = {j.job_id: self._other_priority(j, now) for j in others}
+        others.sort(key=lambda j: priority[j.job_id])
         best_effort_shared = False
         for job in others:
             if hand.free <= 0:
                 break
-            if not best_effort_shared and self._other_priority(job, now)[0] is Urgency.HOPELESS:
+            if not best_effort_shared and priority[job.job_id][0] is Urgency.HOPELESS:
                 self._hand_out_spare(view, hand, best_effort_only=True)
                 best_effort_shared = True
                 if hand.free <= 0:
@@ -696,7 +689,9 @@ class QualityOfService(Policy):
             held = job.workers
             if deadline is None or not held or workers.get(job.job_id) != held:
                 continue
-            rate = self._ladders(job, tracked_jobs[job.job_id])[0].rate(held)
+            tracked = tracked_jobs[job.job_id]
+            expected = (tracked.ladders or self._ladders(job, tracked))[0]  # no call when kept
+            rate = expected.rate(held)
             if rate > 0 and deadline - now - job.remaining_iterations / rate < margin:
                 tight.add(job.job_id)
         return frozenset(tight)
@@ -758,7 +753,8 @@ class QualityOfService(Policy):
         tracked_jobs, ladders = self._jobs, self._ladders
 
         def push(position: int, job: JobState, current: int) -> None:
-            expected = ladders(job, tracked_jobs[job.job_id])[0]
+            tracked = tracked_jobs[job.job_id]
+            expected = (tracked.ladders or ladders(job, tracked))[0]  # no call when kept
             counts = expected.counts
             index = bisect.bisect_right(counts, current)
             if index == len(counts):
