@@ -21,10 +21,17 @@ def min_nodes(workers: int, workers_per_node: int) -> int:
     return -(-workers // workers_per_node)
 
 
+def size(placement: Placement) -> int:
+    """Workers in a placement."""
+    # NOTE: most placements are on one node; asked of every placed job at every decision.
+    if len(placement) == 1:
+        return placement[0][1]
+    return sum(n for _, n in placement)
+
+
 def is_split(placement: Placement, workers_per_node: int) -> bool:
     """True when the job spans more nodes than its worker count needs."""
-    workers = sum(n for _, n in placement)
-    return len(placement) > min_nodes(workers, workers_per_node)
+    return len(placement) > min_nodes(size(placement), workers_per_node)
 
 
 def _fit(workers: int, free: list[int], workers_per_node: int) -> Placement | None:
@@ -130,7 +137,7 @@ def place(
     unchanged = {
         job_id: current[job_id]
         for job_id, workers in wanted
-        if workers and job_id in current and sum(n for _, n in current[job_id]) == workers
+        if workers and job_id in current and size(current[job_id]) == workers
     }
     sticky, sticky_splits = _pack(order, cluster, unchanged, {})
     if sticky_splits == 0 or not unchanged:

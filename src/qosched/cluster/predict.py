@@ -311,6 +311,7 @@ class OnlinePredictor:
         self._half_width: dict[int, float] = {}  # log half-width at each observed count
         self._predictions: dict[int, Prediction] = {}
         self._factors: dict[int, float] = {}  # see _table_factor
+        self._extrapolations: dict[int, tuple[int, float]] = {}  # see _extrapolation
 
     @classmethod
     def from_curve(cls, curve: SpeedCurve, **options) -> OnlinePredictor:
@@ -391,24 +392,54 @@ class OnlinePredictor:
         cached = self._predictions.get(workers)
         if cached is not None:
             return cached
+        rate, spread = self._rate_and_spread(workers)
+        prediction = Prediction(rate, rate / spread, rate * spread)
+        self._predictions[workers] = prediction
+        return prediction
+
+    def rates(self, counts: Sequence[int]) -> list[tuple[float, float]]:
+        """``(rate, rate_low)`` of `predict` at each of ``counts``: the same numbers, without a
+        `Prediction` per count (a policy refreshing a job's ladders asks for all its counts)."""
+        if self._dirty:
+            self._refit()
+        pairs = []
+        for workers in counts:
+            rate, spread = self._rate_and_spread(workers)
+            low = rate / spread
+            if not 0.0 < low <= rate:
+                Prediction(rate, low, rate * spread)  # raises, as `predict` would
+            pairs.append((rate, low))
+        return pairs
+
+    def _rate_and_spread(self, workers: int) -> tuple[float, float]:
+        """The point rate at ``workers`` and the factor of its band either way."""
         rate = self._model.rate(workers) * self._table_factor(workers)
         if not self._observed_counts:
             half = self._z * self.prior_sigma
         elif workers in self._half_width:
             half = self._half_width[workers]
         else:
+            nearest, shape = self._extrapolation(workers)
+            half = math.hypot(self._half_width[nearest], shape)
+        # A count seen for a sliver of time has a huge stated uncertainty; the band is capped
+        # so that it stays a number (exp overflows past ~709) and reads as "unknown".
+        return rate, math.exp(min(half, MAX_LOG_HALF_WIDTH))
+
+    def _extrapolation(self, workers: int) -> tuple[int, float]:
+        """(nearest observed count, the band's shape term) at a count never observed.
+
+        Depends only on which counts have been observed, so it is kept per count until a new
+        count is observed (`_refit` clears it then): most refits only add time at known counts.
+        """
+        cached = self._extrapolations.get(workers)
+        if cached is None:
             nearest = self._nearest_observed(workers)
             doublings = abs(math.log2(workers / nearest))
             if self._observed_counts[0] < workers < self._observed_counts[-1]:
                 doublings /= 2.0  # interpolating between data, not extrapolating past it
             shape = self._z * min(EXTRAPOLATION_SIGMA_PER_DOUBLING * doublings, self.prior_sigma)
-            half = math.hypot(self._half_width[nearest], shape)
-        # A count seen for a sliver of time has a huge stated uncertainty; the band is capped
-        # so that it stays a number (exp overflows past ~709) and reads as "unknown".
-        spread = math.exp(min(half, MAX_LOG_HALF_WIDTH))
-        prediction = Prediction(rate, rate / spread, rate * spread)
-        self._predictions[workers] = prediction
-        return prediction
+            cached = self._extrapolations[workers] = (nearest, shape)
+        return cached
 
     def completion_s(
         self, now: float, remaining_iterations: float, workers: int
@@ -463,6 +494,8 @@ class OnlinePredictor:
             NOISE_PRIOR_DOF * NOISE_PRIOR_SIGMA**2 * mean_duration + sum(s.m2 for s in stats)
         ) / dof
         quantile = _t_quantile(self.confidence, min(dof, 400))
+        if counts != self._observed_counts:
+            self._extrapolations.clear()
         self._observed_counts = counts
         self._half_width = {
             c: quantile * math.sqrt(per_second / s.seconds)

@@ -203,6 +203,9 @@ class QualityOfService(Policy):
         # (instant, jobs) the plan in force was made for, when it failed none and no decision
         # has changed a job since (see _kept_plan)
         self._adopted_for: tuple[float, frozenset[str]] | None = None
+        # (instant, jobs) whose reservations in force were all found, at that instant, to deliver
+        # and fit together, with no decision and no adoption since (see _note_kept)
+        self._kept_for: tuple[float, frozenset[str]] | None = None
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -222,36 +225,30 @@ class QualityOfService(Policy):
             self._jobs[job.job_id] = tracked
         return tracked
 
-    def _observe(self, job: JobState, tracked: _Tracked) -> None:
-        """Feed progress at every decision (an interval must not span two allocations), but
-        re-derive speeds only after 10% more compute time, or a minute: refits are not free
-        and predictions move slowly."""
-        if job.workers and job.active_s > tracked.observed_active_s:
-            tracked.predictor.observe(job.active_s, job.iterations_done, job.workers)
-            tracked.observed_active_s = job.active_s
-            if job.active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
-                tracked.ladders = None
-
     def _observe_jobs(self, view: ClusterView) -> None:
-        """`_observe` every job (tracking the new ones); the jobs that made no progress since
-        their last sample are skipped here, where the test is cheap."""
+        """Feed every job's progress (tracking the new ones) at every decision: an interval must
+        not span two allocations. Speeds are re-derived only after 10% more compute time, or a
+        minute: refits are not free and predictions move slowly."""
         tracked_jobs = self._jobs
         for job in view.jobs:
             tracked = tracked_jobs.get(job.job_id)
             if tracked is None:
                 tracked = self._track(job, view)
-            if job.workers and job.active_s > tracked.observed_active_s:
-                self._observe(job, tracked)
+            active_s = job.active_s
+            if job.workers and active_s > tracked.observed_active_s:
+                tracked.predictor.observe(active_s, job.iterations_done, job.workers)
+                tracked.observed_active_s = active_s
+                if active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
+                    tracked.ladders = None
 
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
         """(expected, pessimistic) predicted speeds on the counts the job may use."""
         if tracked.ladders is None:
             expected = [0.0] * (job.curve.max_workers + 1)
             pessimistic = [0.0] * (job.curve.max_workers + 1)
-            predict = tracked.predictor.predict
-            for g in tracked.usable:
-                prediction = predict(g)
-                expected[g], pessimistic[g] = prediction.rate, prediction.rate_low
+            usable = tracked.usable
+            for g, (rate, low) in zip(usable, tracked.predictor.rates(usable), strict=True):
+                expected[g], pessimistic[g] = rate, low
             tracked.ladders = (
                 Ladder(expected, tracked.counts),
                 Ladder(pessimistic, tracked.counts),
@@ -268,16 +265,12 @@ class QualityOfService(Policy):
         keep: dict[str, Reservation] | None = None,
     ) -> Plan:
         """Deadline order on pessimistic predicted speeds: the safety margin."""
-        tracked_jobs = self._jobs
-        demands = [
-            Demand.of_job(
-                job,
-                self._ladders(job, tracked_jobs.get(job.job_id) or self._track(job, view))[1],
-                view,
-                keep_held=True,
-            )
-            for job in jobs
-        ]
+        tracked_jobs, ladders, of_job = self._jobs, self._ladders, Demand.of_job
+        demands = []
+        for job in jobs:
+            tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
+            pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
+            demands.append(of_job(job, pessimistic, view, keep_held=True))
         return plan_demands(demands, view.now, view.cluster.total_workers, keep)
 
     def _best_plan(
@@ -290,6 +283,8 @@ class QualityOfService(Policy):
         if not self._kept:
             return self._plan(jobs, view)
         kept = self._plan(jobs, view, keep=self._kept)
+        if newcomer is not None:
+            self._note_kept(kept, [j for j in jobs if j is not newcomer], view.now)
         if not kept.failed:
             return kept
         if newcomer is not None and len(kept.failed) == 1:
@@ -299,6 +294,20 @@ class QualityOfService(Policy):
                 return kept
         fresh = self._plan(jobs, view)
         return fresh if len(fresh.failed) < len(kept.failed) else kept
+
+    def _note_kept(self, kept: Plan, jobs: list[JobState], now: float) -> None:
+        """Remember that ``kept`` (a plan keeping the reservations in force) kept every one of
+        ``jobs``: then each of their reservations delivers and all fit together at ``now``, which
+        is what `_kept_plan` would check again when an admission that failed is followed by a
+        decision at the same instant (the jobs' states cannot change in between without a
+        decision, which forgets this, or a job leaving, which changes the set)."""
+        in_force = self._kept
+        if all(
+            (reservation := in_force.get(j.job_id)) is not None
+            and kept.reservations.get(j.job_id) is reservation
+            for j in jobs
+        ):
+            self._kept_for = (now, frozenset(j.job_id for j in jobs))
 
     def _best_plan_with(self, job: JobState, guaranteed: list[JobState], view: ClusterView) -> Plan:
         """``_best_plan([*guaranteed, job], view)``, the same plan, made without re-planning the
@@ -320,7 +329,8 @@ class QualityOfService(Policy):
         if not kept.failed:
             return kept
         # ``kept`` fails ``job`` alone, so the fresh plan is adopted only if it fails no job.
-        before = [j for j in guaranteed if _deadline_key(j) <= _deadline_key(job)]
+        key = _deadline_key(job)
+        before = [j for j in guaranteed if (j.spec.deadline_s, j.spec.submit_s) <= key]
         if self._overfull(job, before, view):
             return kept  # the fresh plan fails a job too
         prefix = self._fresh_prefix(guaranteed, view)
@@ -351,7 +361,7 @@ class QualityOfService(Policy):
     def _least_worker_s(self, job: JobState) -> float:
         """Worker-seconds of the job's remaining work at its most efficient pessimistic count."""
         ladder = self._ladders(job, self._jobs[job.job_id])[1]
-        per_worker = max((ladder.rates[g] / g for g in ladder.counts), default=0.0)
+        per_worker = ladder.per_worker()
         return job.remaining_iterations / per_worker if per_worker > 0 else 0.0
 
     def _fresh_prefix(self, guaranteed: list[JobState], view: ClusterView) -> _FreshPrefix:
@@ -444,14 +454,18 @@ class QualityOfService(Policy):
         self._kept = plan.reservations
         self._failed = set(plan.failed)
         self._adopted_for = None if plan.failed else (now, frozenset(j.job_id for j in jobs))
+        self._kept_for = None  # about the reservations in force before this plan
 
     def _kept_plan(self, guaranteed: list[JobState], view: ClusterView) -> Plan:
         """``_best_plan(guaranteed, view)``, made without checking each reservation when the
         plan in force was made at this instant, for exactly these jobs, failing none (an
         admission just now, with no decision since): each reservation was planned now, on
-        these ladders, so each delivers, and the kept plan is all of them taken together."""
+        these ladders, so each delivers, and the kept plan is all of them taken together. The
+        same when an admission that failed just now found each of them delivering
+        (`_note_kept`)."""
         now, capacity = view.now, view.cluster.total_workers
-        if self._adopted_for == (now, frozenset(j.job_id for j in guaranteed)):
+        key = (now, frozenset(j.job_id for j in guaranteed))
+        if key in (self._adopted_for, self._kept_for):
             ordered = sorted(guaranteed, key=_deadline_key)
             profile = FreeProfile(now, capacity)
             if take_all([self._kept[j.job_id] for j in ordered], now, profile):
@@ -547,12 +561,14 @@ class QualityOfService(Policy):
         newcomers' needs, and a hopeless deadline does not take it from them."""
         now = view.now
         others = [j for j in view.jobs if j.job_id not in hand.workers]
-        others.sort(key=lambda j: self._other_priority(j, now))
+        # once per job: nothing it depends on changes during the decision
+        priority = {j.job_id: self._other_priority(j, now) for j in others}
+        others.sort(key=lambda j: priority[j.job_id])
         best_effort_shared = False
         for job in others:
             if hand.free <= 0:
                 break
-            if not best_effort_shared and self._other_priority(job, now)[0] is Urgency.HOPELESS:
+            if not best_effort_shared and priority[job.job_id][0] is Urgency.HOPELESS:
                 self._hand_out_spare(view, hand, best_effort_only=True)
                 best_effort_shared = True
                 if hand.free <= 0:
@@ -589,7 +605,8 @@ class QualityOfService(Policy):
             change = changing.next_change(now)
             if change is not None:
                 wake = min(wake, change)
-        self._adopted_for = None  # the decision changes jobs, so re-check every reservation
+        # the decision changes jobs, so re-check every reservation
+        self._adopted_for = self._kept_for = None
         order = sorted(workers, key=lambda job_id: -workers[job_id])
         return Decision(
             {job_id: workers[job_id] for job_id in order if workers[job_id]},
@@ -653,7 +670,7 @@ class QualityOfService(Policy):
         most efficient count. One deadline bought with many poorly scaling workers can cost
         the deadlines of many small jobs that arrive while it runs."""
         expected = self._ladders(job, self._jobs[job.job_id])[0]
-        per_worker = max((expected.rate(g) / g for g in expected.counts), default=0.0)
+        per_worker = expected.per_worker()
         if per_worker <= 0:
             return True
         held = sum((end - start) * count for start, end, count in reservation if count)
@@ -672,7 +689,9 @@ class QualityOfService(Policy):
             held = job.workers
             if deadline is None or not held or workers.get(job.job_id) != held:
                 continue
-            rate = self._ladders(job, tracked_jobs[job.job_id])[0].rate(held)
+            tracked = tracked_jobs[job.job_id]
+            expected = (tracked.ladders or self._ladders(job, tracked))[0]  # no call when kept
+            rate = expected.rate(held)
             if rate > 0 and deadline - now - job.remaining_iterations / rate < margin:
                 tight.add(job.job_id)
         return frozenset(tight)
@@ -734,7 +753,8 @@ class QualityOfService(Policy):
         tracked_jobs, ladders = self._jobs, self._ladders
 
         def push(position: int, job: JobState, current: int) -> None:
-            expected = ladders(job, tracked_jobs[job.job_id])[0]
+            tracked = tracked_jobs[job.job_id]
+            expected = (tracked.ladders or ladders(job, tracked))[0]  # no call when kept
             counts = expected.counts
             index = bisect.bisect_right(counts, current)
             if index == len(counts):
