@@ -123,8 +123,11 @@ def test_ecos_returns_the_artifacts_point_where_the_minimax_has_many():
 
 def test_ecos_solver_says_what_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "ecos", None)
-    with pytest.raises(ImportError, match="ecos"):
+    with pytest.raises(InputError, match="pip install 'qosched\\[fidelity\\]'"):
         ecos_fractions(_ARTIFACT_ROUND, 64)
+    # Before a run starts, not at its first decision.
+    with pytest.raises(InputError, match="ecos"):
+        Themis(solver="ecos")
 
 
 class _Recording(Themis):

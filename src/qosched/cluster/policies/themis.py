@@ -27,6 +27,7 @@ import numpy as np
 
 from qosched.cluster.policies.base import Policy, greedy_requested, register
 from qosched.cluster.state import ClusterView, Decision, JobState
+from qosched.core.errors import InputError
 
 RATIOS = ("sound", "artifact")
 #: "closed-form": bisection on the ratio bound, the least sufficient fraction where there is room.
@@ -84,6 +85,17 @@ def minimax_fractions(terms: list[FairnessTerms], capacity: int) -> list[float]:
     return [term.fraction(low) for term in terms]
 
 
+def _require_ecos() -> None:
+    """ECOS is an optional dependency: say how to get it before a run starts, not midway."""
+    try:
+        import ecos  # noqa: F401
+    except ImportError as error:
+        raise InputError(
+            "themis(solver='ecos'), which --fidelity artifact sets, needs the ecos package: "
+            "pip install 'qosched[fidelity]'"
+        ) from error
+
+
 def ecos_fractions(terms: list[FairnessTerms], capacity: int) -> list[float]:
     """The time fractions ECOS returns for the artifact's minimax problem, with its defaults.
 
@@ -97,13 +109,10 @@ def ecos_fractions(terms: list[FairnessTerms], capacity: int) -> list[float]:
     n = len(terms)
     if n <= 1:
         return [1.0] * n
-    try:
-        import ecos
-        from scipy import sparse
-    except ImportError as error:  # an optional dependency
-        raise ImportError(
-            "themis(solver='ecos') needs the ecos package: pip install 'qosched[fidelity]'"
-        ) from error
+    _require_ecos()
+    import ecos
+    from scipy import sparse
+
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
@@ -156,6 +165,8 @@ class Themis(Policy):
             raise ValueError(f"unknown Themis ratio {ratio!r}; use {', '.join(RATIOS)}")
         if solver not in SOLVERS:
             raise ValueError(f"unknown Themis solver {solver!r}; use {', '.join(SOLVERS)}")
+        if solver == "ecos":
+            _require_ecos()
         self.solver = solver
         if not (math.isfinite(round_s) and round_s > 0):
             raise ValueError(f"round_s must be a positive number of seconds, got {round_s}")
