@@ -468,18 +468,24 @@ class FgGR:
                 app.risked = app.request
         return True
 
-    def _ahead(self, app: _App, view: GpuView) -> bool:
-        """Whether an app with a throughput goal has done comfortably more requests than the
-        goal asks, so far (judged once it has done a few)."""
+    def _pace(self, app: _App, view: GpuView) -> tuple[float, float] | None:
+        """For an app with a throughput goal: (requests done per second so far, the rate its
+        goal asks), once it has done a few; None before."""
         done = app.requests - (1 if app.busy else 0)
         elapsed = view.now_s - (app.first_s or 0.0)
         if done < _TRUSTED_DONE or elapsed <= 0:
-            return False
+            return None
         work = app.request_time_s
         alone_rps = min(app.rps or math.inf, 1.0 / work) if work > 0 else math.inf
         goal = app.goal
         wanted = goal.value if goal.kind == "throughput_rps" else goal.value * alone_rps
-        return done / elapsed >= _AHEAD * wanted
+        return done / elapsed, wanted
+
+    def _ahead(self, app: _App, view: GpuView) -> bool:
+        """Whether an app with a throughput goal has done comfortably more requests than the
+        goal asks, so far (judged once it has done a few)."""
+        pace = self._pace(app, view)
+        return pace is not None and pace[0] >= _AHEAD * pace[1]
 
     def _has_room(self, app: _App) -> bool:
         """Whether a p99 goal has measured room: its last requests (at least
@@ -497,14 +503,8 @@ class FgGR:
             return app.late > (1 - LATENCY_QUANTILE) * app.requests
         if goal.kind not in ("throughput_share", "throughput_rps"):
             return False
-        done = app.requests - (1 if app.busy else 0)
-        elapsed = view.now_s - (app.first_s or 0.0)
-        if done < _TRUSTED_DONE or elapsed <= 0:
-            return False
-        work = app.request_time_s
-        alone_rps = min(app.rps or math.inf, 1.0 / work) if work > 0 else math.inf
-        wanted = goal.value if goal.kind == "throughput_rps" else goal.value * alone_rps
-        return done / elapsed < wanted
+        pace = self._pace(app, view)
+        return pace is not None and pace[0] < pace[1]
 
     def _rate(self, app: _App, view: GpuView) -> float:
         """Requests per second: as stated (open loop), else as seen so far."""
