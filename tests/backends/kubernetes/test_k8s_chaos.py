@@ -2,7 +2,7 @@
 replica paused longer than the Lease, API errors and latency, dropped watches, compactions,
 pods deleted and recreated under the same name. Invariants: no pod bound twice or onto a full
 node, no write accepted from a replica that did not hold the Lease, every feasible job bound
-once the faults stop. Bounded in time (about 25 s)."""
+once the faults stop. Bounded in time (about 25 s; up to about 50 s on a busy machine)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ NODES = 6  # 4 GPUs each: 24 GPUs
 #: job -> GPUs (one per pod): 22 GPUs in all, so every job fits at once.
 JOBS = {f"ml/j{i}": gpus for i, gpus in enumerate([1, 2, 3, 1, 2, 3, 1, 2, 3, 4])}
 CHAOS_S = 14.0
+#: The faults go on past CHAOS_S, up to this long, until the replicas have made the rounds the
+#: test asks for: on a busy machine the same seconds hold fewer rounds.
+CHAOS_MAX_S = 40.0
+MIN_LEADING_ROUNDS, MIN_ROUNDS = 100, 300
 SETTLE_S = 12.0
 
 
@@ -113,9 +117,19 @@ def test_three_replicas_under_faults_keep_every_invariant(api):
     api.disturb(error_rate=0.05, max_latency_s=0.02, seed=SEED)
     faults: Counter = Counter()
     plan: list[str] = []
-    end = time.monotonic() + CHAOS_S
+    started = time.monotonic()
+
+    def enough() -> bool:
+        rounds = sum((r for _, _, r in replicas), Counter())
+        return (
+            rounds["leading"] >= MIN_LEADING_ROUNDS
+            and rounds["leading"] + rounds["following"] >= MIN_ROUNDS
+        )
+
     try:
-        while time.monotonic() < end:
+        while (elapsed := time.monotonic() - started) < CHAOS_S or (
+            elapsed < CHAOS_MAX_S and not enough()
+        ):
             time.sleep(rng.uniform(0.2, 0.6))
             if not plan:  # every kind of fault in each cycle, in a seeded order
                 plan = ["drop", "delete", "delete", "compact", "pause", "pause-leader"]
@@ -154,7 +168,8 @@ def test_three_replicas_under_faults_keep_every_invariant(api):
     assert all_bound(api)
     # The faults did happen: hundreds of rounds, stalls mid-write, a Lease changing hands.
     rounds = sum((r for _, _, r in replicas), Counter())
-    assert rounds["leading"] >= 100 and rounds["leading"] + rounds["following"] >= 300, rounds
+    assert rounds["leading"] >= MIN_LEADING_ROUNDS, rounds
+    assert rounds["leading"] + rounds["following"] >= MIN_ROUNDS, rounds
     assert min(faults.values()) >= 1 and len(faults) == 5 and faults["delete"] >= 3, faults
     assert sum(gate.paused_writing for _, gate, _ in replicas) >= 2
     assert len({r.holder for r in api.lease_log if r.holder}) >= 2
