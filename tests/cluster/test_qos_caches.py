@@ -4,17 +4,28 @@ an invalidation bug makes one of these differ."""
 from __future__ import annotations
 
 import bisect
+import collections
 import random
 
 import pytest
 from test_planning_share import _random_case
 
 from qosched.cluster.generate import GeneratorConfig, generate_trace
-from qosched.cluster.planning import Demand, Ladder, finish_time, reserve
+from qosched.cluster.job import JobSpec
+from qosched.cluster.planning import (
+    Demand,
+    Ladder,
+    delivers,
+    finish_time,
+    kept_delivers,
+    plan_demands,
+    reserve,
+)
 from qosched.cluster.policies.qos import QualityOfService
 from qosched.cluster.predict import OnlinePredictor
 from qosched.cluster.simulator import simulate
 from qosched.cluster.spec import ClusterSpec
+from qosched.cluster.state import ClusterView, JobState
 from qosched.cluster.throughput import ThroughputModel
 
 TABLES = ThroughputModel.bundled("A100")
@@ -139,3 +150,92 @@ def test_a_failed_admissions_kept_check_is_the_decisions_own(load, seed):
     policy = _ChecksKeptShortcut()
     simulate(cluster, TABLES, policy, jobs)
     assert policy.compared > 0  # the shortcut was taken, so the comparison means something
+
+
+def _random_kept(rng: random.Random):
+    """A job with a reservation kept from an earlier plan, near the edge of delivering."""
+    curve = _random_curve(rng)
+    counts = [g for g in COUNTS if curve.available(g)]
+    ladder = Ladder(
+        [
+            0.0,
+            *(
+                curve.rate(g) if curve.available(g) else 0.0
+                for g in range(1, curve.max_workers + 1)
+            ),
+        ],
+        counts,
+    )
+    now = rng.uniform(0.0, 1000.0)
+    held = rng.choice(counts)
+    reservation, start = [], now - rng.uniform(0.0, 200.0)
+    for _ in range(rng.randint(0, 3)):
+        end = start + rng.uniform(10.0, 2000.0)
+        reservation.append((start, end, held if rng.random() < 0.6 else rng.choice(counts)))
+        start = end
+    planned = sum(ladder.rate(c) * (max(e, now) - max(s, now)) for s, e, c in reservation)
+    deadline = now + rng.uniform(0.0, 4000.0)
+    spec = JobSpec("j", 0.0, curve.model, curve.batch_size, 10**9, deadline, held)
+    job = JobState(spec, curve)
+    job.workers = held if rng.random() < 0.8 else 0
+    job.started_s = None if rng.random() < 0.2 else 0.0
+    job.resume_s = now + rng.choice((0.0, -5.0, rng.uniform(0.0, 60.0)))
+    # Remaining work around what the reservation delivers, so both answers come up.
+    job.iterations_done = spec.iterations - max(planned * rng.uniform(0.9, 1.1), 1.0)
+    pause = rng.choice((0.0, 30.0))
+    view = ClusterView(now, ClusterSpec.from_flags(8, 8), (job,), pause)
+    return job, ladder, reservation, view
+
+
+def test_a_kept_reservations_check_without_a_demand_is_the_demands_own():
+    """`kept_delivers` answers as the demand `qos` would make for the job, on random jobs at
+    the edge of delivering: paused, resuming, never started, on their held count or not."""
+    rng = random.Random(21)
+    answers = collections.Counter()
+    for _ in range(3000):
+        job, ladder, reservation, view = _random_kept(rng)
+        demand = Demand.of_job(job, ladder, view, keep_held=True)
+        expected = demand.delivered_by(reservation)
+        assert kept_delivers(job, ladder, reservation, view) == expected
+        # which branch answered: with the pause, or only on the held count without it
+        with_pause = delivers(ladder, reservation, demand.remaining, demand.start, demand.deadline)
+        answers[expected, with_pause] += 1
+    # Both answers, and yes from the held count alone (a pause would make it late).
+    assert answers[True, True] and answers[False, False] and answers[True, False]
+
+
+class _ChecksPlanKeeping(QualityOfService):
+    """`qos` that, whenever it keeps its plan without a demand per delivering job, also makes
+    the plan from a demand for every job, as `plan_demands` does, and compares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compared = 0
+
+    def _plan_keeping(self, jobs, view, keep):
+        shortcut = super()._plan_keeping(jobs, view, keep)
+        if shortcut is not None:
+            demands = [
+                Demand.of_job(j, self._ladders(j, self._jobs[j.job_id])[1], view, keep_held=True)
+                for j in jobs
+            ]
+            checked = plan_demands(demands, view.now, view.cluster.total_workers, keep)
+            assert list(shortcut.reservations.items()) == list(checked.reservations.items())
+            assert shortcut.failed == checked.failed
+            assert (shortcut.free.starts, shortcut.free.free) == (
+                checked.free.starts,
+                checked.free.free,
+            )
+            self.compared += 1
+        return shortcut
+
+
+@pytest.mark.parametrize(("load", "seed"), [(1.0, 31), (3.0, 32)])
+def test_keeping_the_plan_without_a_demand_per_job_makes_the_same_plan(load, seed):
+    cluster = ClusterSpec.from_flags(4, 8)
+    jobs = generate_trace(
+        GeneratorConfig(jobs=80, load=load, cluster_workers=32, seed=seed), TABLES
+    )
+    policy = _ChecksPlanKeeping()
+    simulate(cluster, TABLES, policy, jobs)
+    assert policy.compared > 50

@@ -480,6 +480,29 @@ class Demand:
         return finish if finish is not None and finish <= limit else None
 
 
+def kept_delivers(
+    job: JobState, ladder: Ladder, reservation: Reservation, view: ClusterView
+) -> bool:
+    """``Demand.of_job(job, ladder, view, keep_held=True).delivered_by(reservation)``, without
+    making the demand: a policy keeping its plan asks this of every guaranteed job at every
+    decision, and almost every answer is yes, so the demand is made only for the others."""
+    pause = view.restart_pause_s if job.started_s is not None else 0.0
+    now, resume = view.now, job.resume_s
+    start = now if now >= resume else resume
+    held_deadline = job.spec.deadline_s
+    deadline = held_deadline - pause
+    remaining = job.remaining_iterations
+    if delivers(ladder, reservation, remaining, start, deadline):
+        return True
+    held = job.workers
+    return (
+        held_deadline > deadline
+        and bool(reservation)
+        and all(count == held for _, _, count in reservation)
+        and delivers(ladder, reservation, remaining, start, held_deadline)
+    )
+
+
 def leftover(plan: Plan, now: float, capacity: int) -> FreeProfile:
     """The free workers over time that ``plan``'s reservations leave (a copy: yours to consume)."""
     if plan.free is not None and plan.free.starts[0] <= now:

@@ -50,6 +50,7 @@ from qosched.cluster.planning import (
     Ladder,
     Plan,
     Reservation,
+    kept_delivers,
     leftover,
     plan_demands,
     take_all,
@@ -265,6 +266,10 @@ class QualityOfService(Policy):
         keep: dict[str, Reservation] | None = None,
     ) -> Plan:
         """Deadline order on pessimistic predicted speeds: the safety margin."""
+        if keep:
+            plan = self._plan_keeping(jobs, view, keep)
+            if plan is not None:
+                return plan
         tracked_jobs, ladders, of_job = self._jobs, self._ladders, Demand.of_job
         demands = []
         for job in jobs:
@@ -272,6 +277,32 @@ class QualityOfService(Policy):
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
             demands.append(of_job(job, pessimistic, view, keep_held=True))
         return plan_demands(demands, view.now, view.cluster.total_workers, keep)
+
+    def _plan_keeping(
+        self, jobs: Sequence[JobState], view: ClusterView, keep: dict[str, Reservation]
+    ) -> Plan | None:
+        """``_plan(jobs, view, keep)`` when the kept reservations that still deliver fit
+        together (None when they do not: then each must be taken in turn): the same plan, with
+        a demand made only for the jobs planned again (`kept_delivers`)."""
+        tracked_jobs, ladders = self._jobs, self._ladders
+        delivering, others = [], []
+        for job in jobs:
+            tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
+            pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
+            reservation = keep.get(job.job_id)
+            if reservation is not None and kept_delivers(job, pessimistic, reservation, view):
+                delivering.append(job)
+            else:
+                others.append(Demand.of_job(job, pessimistic, view, keep_held=True))
+        now, capacity = view.now, view.cluster.total_workers
+        delivering.sort(key=_deadline_key)  # a demand's order, as plan_demands sorts them
+        profile = FreeProfile(now, capacity)
+        if not take_all([keep[j.job_id] for j in delivering], now, profile):
+            return None
+        planned = plan_demands(others, now, capacity, profile=profile)
+        reservations = {j.job_id: keep[j.job_id] for j in delivering}
+        reservations.update(planned.reservations)
+        return Plan(reservations, planned.failed, profile)
 
     def _best_plan(
         self, jobs: Sequence[JobState], view: ClusterView, newcomer: JobState | None = None
