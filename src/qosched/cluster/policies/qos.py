@@ -41,7 +41,8 @@ import bisect
 import enum
 import heapq
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from qosched.cluster.planning import (
@@ -832,5 +833,8 @@ class QualityOfService(Policy):
             push(position, job, step)
 
 
-def _deadline_key(job: JobState) -> tuple[float, float]:
-    return (job.spec.deadline_s, job.spec.submit_s)
+#: A job's (deadline, submit time): a demand's order. An attrgetter, not a function: it sorts
+#: every guaranteed job at every decision, without a Python call per job.
+_deadline_key: Callable[[JobState], tuple[float, float]] = operator.attrgetter(
+    "spec.deadline_s", "spec.submit_s"
+)
