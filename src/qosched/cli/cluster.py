@@ -9,10 +9,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from importlib import resources
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from qosched.cluster import importers
 from qosched.cluster.fidelity import FIDELITIES, configure
@@ -24,6 +21,10 @@ from qosched.cluster.spec import RESOURCES, ClusterSpec, read_cluster_spec
 from qosched.cluster.throughput import BUNDLED, ThroughputModel
 from qosched.cluster.traces import Trace, read_trace, write_trace
 from qosched.core.errors import InputError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 HOUR = 3600.0
 
@@ -77,6 +78,11 @@ def _cluster(args: argparse.Namespace) -> ClusterSpec:
 
 
 def _err_console() -> Console:
+    # NOTE: rich is imported where it is used: `sim cluster --json` prints no table and shows
+    # no bar, and the whole command is timed against the peers' own simulators
+    # (bench/cluster_sim_speed.py).
+    from rich.console import Console
+
     return Console(stderr=True)
 
 
@@ -92,6 +98,14 @@ def run_policies(
     """Run each policy on the trace, with a progress bar on stderr when asked; ``fidelity``
     as in :mod:`qosched.cluster.fidelity`."""
     results = []
+    if show_progress:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
     progress = (
         Progress(
             TextColumn("{task.description:>12}"),
@@ -127,6 +141,8 @@ def _hours(value: float | None) -> str:
 
 def summary_table(summaries: Sequence[Summary], title: str, unit: str = "GPU") -> Table:
     """One row per policy; ``unit`` names the cluster's worker in the utilization header."""
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
     for header in (
         "policy",
@@ -184,6 +200,8 @@ def report(
         )
         print(json.dumps(payload))
         return
+    from rich.console import Console
+
     # A pipe or file gets the full table, not one squeezed to 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     unit = results[0].cluster.unit_name if results else "GPU"
