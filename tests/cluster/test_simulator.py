@@ -487,3 +487,73 @@ def test_decision_grid_holds_an_arrival_on_an_idle_cluster_to_the_next_grid_poin
 def test_decision_grid_needs_a_slot():
     with pytest.raises(InputError, match="decision_grid"):
         SimConfig(decision_grid=True)
+
+
+@pytest.mark.parametrize(
+    ("decide_at", "finish"),
+    [
+        ("events", {"a": 100.0, "b": 170.0, "c": 510.0}),
+        ("arrivals", {"a": 100.0, "b": 550.0, "c": 570.0}),
+    ],
+)
+def test_decide_at_arrivals_makes_rounds_only_at_arrivals_then_every_slot(decide_at, finish):
+    # One GPU, fifo. a (0, 100 s) runs at once; b (10, 50 s) is held to the slot's end, 60,
+    # and waits. By events: a's end at 100 asks for a decision at the slot's end, 120, where b
+    # starts (ends 170); c (500, 10 s) starts at once. By arrivals: a's end makes no round, so
+    # b waits for c's arrival at 500 and c, queued behind it, for the next round after the
+    # last arrival, one slot on: 560.
+    jobs = [job("a", 0.0, 100), job("b", 10.0, 50), job("c", 500.0, 10)]
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, decide_at=decide_at)
+    result = simulate(ClusterSpec.from_flags(1, 1), SMALL, create_policy("fifo"), jobs, config)
+    assert {o.job_id: o.finish_s for o in result.outcomes} == pytest.approx(finish)
+
+
+@pytest.mark.parametrize(("decide_at", "b_start"), [("events", 60.0), ("arrivals", 30.0)])
+def test_decide_at_arrivals_does_not_hold_the_last_arrival(decide_at, b_start):
+    # b arrives 30 s after the decision for a, within its slot, and is the trace's last
+    # arrival: the artifact's Gandiva loop moves an event to the slot's end only while another
+    # is queued behind it, so b is decided at once.
+    jobs = [job("a", 0.0, 100), job("b", 30.0, 20)]
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, decide_at=decide_at)
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["b"].start_s == b_start
+
+
+@pytest.mark.parametrize(("decide_at", "a_finish"), [("events", 108.0), ("arrivals", 104.0)])
+def test_decide_at_arrivals_charges_no_overhead_once_no_arrival_is_left(decide_at, a_finish):
+    # Two GPUs, every-decision overhead without the cache: 2 + 2 (log2 1 + 1) = 4 s a round.
+    # a (0, 100 s) pays 4 s at the round at 0; at b's round (70, the last arrival) it pays
+    # another 4 s by events, but nothing by arrivals, where a round with no arrival left to
+    # come is free: a ends at 108 or 104.
+    jobs = [job("a", 0.0, 100), job("b", 70.0, 10)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        decide_at=decide_at,
+        overhead_cache=False,
+        restart_pause_s=0.0,
+    )
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+@pytest.mark.parametrize(("cache", "a_finish"), [(True, 106.0), (False, 108.0)])
+def test_overhead_cache_off_charges_the_full_overhead_at_every_decision(cache, a_finish):
+    # a (0, 100 s) on one of two GPUs pays 4 s at the decision at 0 (a new GPU set); at b's
+    # decision (70) its set was seen before: 2 s with the cache, 4 s again without.
+    jobs = [job("a", 0.0, 100), job("b", 70.0, 10)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        overhead_cache=cache,
+        restart_pause_s=0.0,
+    )
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+def test_rejects_an_unknown_decision_rule_and_arrivals_without_a_slot():
+    with pytest.raises(InputError, match="decision rule"):
+        SimConfig(decide_at="ends")
+    with pytest.raises(InputError, match="decide_at"):
+        SimConfig(decide_at="arrivals")

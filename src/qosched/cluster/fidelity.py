@@ -38,6 +38,10 @@ class ArtifactPeer:
     ends_on: str = "iterations"
     # Decisions on the slot grid from the first arrival (``SimConfig.decision_grid``).
     decision_grid: bool = False
+    # When decisions are made (``SimConfig.decide_at``).
+    decide_at: str = "events"
+    # Whether a GPU set seen before costs less (``SimConfig.overhead_cache``).
+    overhead_cache: bool = True
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -60,11 +64,17 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             "on-start",
             ends_on="duration",
         ),
-        # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays at every round.
+        # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays the full
+        # overhead at every round (``estimate_overhead`` without the cache); rounds only at
+        # arrivals; the past interval credited to the jobs the resized sets run; a job ends when
+        # its trace duration of run time is spent (``time_slicing_execute``).
         "gandiva": ArtifactPeer(
             "gandiva",
-            MappingProxyType({"node_sets": True, "work_conserving": False}),
+            MappingProxyType({"node_sets": True, "work_conserving": False, "adjust_ahead": True}),
             "every-decision",
+            ends_on="duration",
+            decide_at="arrivals",
+            overhead_cache=False,
         ),
         # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
         # estimates one for a job that has none, so its jobs never pay a restart; a job whose
@@ -117,5 +127,7 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         finish_at_slot_end=peer.finish_at_slot_end,
         ends_on=peer.ends_on,
         decision_grid=peer.decision_grid,
+        decide_at=peer.decide_at,
+        overhead_cache=peer.overhead_cache,
     )
     return create_policy(name, **peer.options), artifact_config

@@ -53,6 +53,14 @@ ENDS_ON = ("iterations", "duration", "either")
 #: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
 ARTIFACT_RESTART_EVERY = 60
+#: When decisions are made. "events": at every arrival, end and wake-up (within a decision slot:
+#: at its end). "arrivals": the ElasticFlow artifact's Gandiva loop (``gandiva_sim_jobs``), whose
+#: rounds come only at arrivals, an arrival within a slot of the last round held to the slot's
+#: end unless no later one is left (its loop moves an event only while another is queued behind
+#: it); a job's end frees its workers but makes no round. Once the last arrival is handled it
+#: steps a slot at a time until every job is done, charging no overhead on those rounds (nor on
+#: the last arrival's) and not counting them toward the restart rounds. Needs a decision slot.
+DECIDE_AT = ("events", "arrivals")
 
 
 def artifact_overhead_s(
@@ -116,6 +124,12 @@ class SimConfig:
     decision_grid: bool = False
     # See ENDS_ON: what running out ends a job whose trace gives a duration.
     ends_on: str = "iterations"
+    # See DECIDE_AT.
+    decide_at: str = "events"
+    # "every-decision": a job whose GPU set was seen before pays the cached overhead (the
+    # artifact's ElasticFlow); False: the full one at every decision (its Gandiva loop calls
+    # ``estimate_overhead`` without the cache).
+    overhead_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.restart_model not in RESTART_MODELS:
@@ -139,9 +153,16 @@ class SimConfig:
             raise InputError(
                 f"unknown end rule {self.ends_on!r}; use {', '.join(ENDS_ON)}", field="ends_on"
             )
+        if self.decide_at not in DECIDE_AT:
+            raise InputError(
+                f"unknown decision rule {self.decide_at!r}; use {', '.join(DECIDE_AT)}",
+                field="decide_at",
+            )
         for name in ("finish_at_slot_end", "decision_grid"):
             if getattr(self, name) and not self.decision_slot_s:
                 raise InputError(f"{name} needs a decision slot", field=name)
+        if self.decide_at != "events" and not self.decision_slot_s:
+            raise InputError("decide_at arrivals needs a decision slot", field="decide_at")
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -239,6 +260,7 @@ class ClusterSimulator:
         self._progress_at = -math.inf
         self._settled = 0
         self._decisions = 0
+        self._rounds = 0  # decisions counted toward the restart rounds
         self._last_decision_s = -math.inf
         self._seen_placements: set[tuple[int, int]] = set()  # the artifact's GPU-set cache
         # slot_progress: per job, when its work stops (its planned end), the end planned at its
@@ -318,8 +340,22 @@ class ClusterSimulator:
             when = origin + math.ceil((when - origin) / slot - 1e-9) * slot
         return when
 
+    def _held(self) -> bool:
+        """Whether the arrival due now waits for the end of the last decision's slot."""
+        now = self.engine.now
+        if now >= self._next_decision_s(now):
+            return False
+        if self.config.decide_at == "arrivals" and self._decide_event is None:
+            # The artifact's Gandiva loop holds an event back only while another is queued
+            # behind it: the trace's last arrival (with those of its instant) is handled at once.
+            later = (
+                s for s in self._arrivals[self._next_arrival :] if s.spec.submit_s > now + 1e-9
+            )
+            return next(later, None) is not None
+        return True
+
     def _on_arrival(self) -> None:
-        if self.engine.now < self._next_decision_s(self.engine.now):
+        if self._held():
             # Within the slot of the last decision: the artifact handles it at the slot's end.
             self.engine.schedule(
                 self._on_arrival,
@@ -337,14 +373,18 @@ class ClusterSimulator:
             self._schedule_next_arrival()
         self._advance_progress()
         view = self._view()
+        # Not held though within the slot (``decide_at`` "arrivals"): decided at once.
+        at = self.engine.now if self.config.decide_at == "arrivals" else None
         if self.policy.admit(state, view):
             self._active[state.job_id] = state
             state.last_update_s = self.engine.now
-            self._request_decision()
+            self._request_decision(at)
         else:
             state.phase = Phase.DECLINED
             self._declined.add(state.job_id)
             self._settle()
+            if at is not None:  # every arrival makes a round
+                self._request_decision(at)
 
     def _admit_together(self, first: JobState) -> None:
         """A policy that ``admits_together`` judges every arrival due now at once (with a
@@ -400,7 +440,8 @@ class ClusterSimulator:
         self._work_until.pop(state.job_id, None)
         del self._active[state.job_id]
         self._settle()
-        self._request_decision()
+        if self.config.decide_at == "events":
+            self._request_decision()
 
     def _on_wake(self) -> None:
         self._wake_event = None
@@ -411,11 +452,12 @@ class ClusterSimulator:
         if self.on_progress is not None:
             self.on_progress(self._settled, len(self._states))
 
-    def _request_decision(self) -> None:
+    def _request_decision(self, at: float | None = None) -> None:
+        """A decision at the next time one may be made, or at ``at``."""
         if self._decide_event is None:
             self._decide_event = self.engine.schedule(
                 self._decide,
-                at=self._next_decision_s(self.engine.now),
+                at=self._next_decision_s(self.engine.now) if at is None else at,
                 priority=_DECIDE_PRIORITY,
                 label="decide",
             )
@@ -479,8 +521,11 @@ class ClusterSimulator:
         self._last_decision_s = self.engine.now
         view = self._view()
         decision = self.policy.allocate(view)
-        restart_round = self._decisions > 0 and self._decisions % ARTIFACT_RESTART_EVERY == 0
         self._decisions += 1
+        # ``decide_at`` "arrivals": a round with no arrival left to come is free and uncounted.
+        counted = self.config.decide_at == "events" or self._next_arrival < len(self._arrivals)
+        restart_round = counted and self._rounds > 0 and self._rounds % ARTIFACT_RESTART_EVERY == 0
+        self._rounds += counted
         wanted = self._checked(decision, view)
         self._policy_planned_end = decision.planned_end
         self._layout_order = decision.layout_order
@@ -508,7 +553,7 @@ class ClusterSimulator:
                         state.workers, self.cluster.total_workers, restart=True, cached=False
                     ),
                 )
-        if self.config.restart_model == "every-decision":
+        if self.config.restart_model == "every-decision" and counted:
             self._charge_every_decision(view.jobs, restart_round)
         if self._allocated > self.cluster.total_workers:
             raise SimulationError(
@@ -525,6 +570,8 @@ class ClusterSimulator:
                 priority=_EVENT_PRIORITY,
                 label="wake",
             )
+        if not counted and self._active:  # after the last arrival: a round every slot
+            self._request_decision(self.engine.now + self.config.decision_slot_s)
 
     def _take_start_charges(self) -> None:
         """Under "on-start", the start overhead of the jobs started at the last decision.
@@ -559,7 +606,7 @@ class ClusterSimulator:
         for state in running:
             key = (first, state.workers)
             first += state.workers
-            cached[state.job_id] = key in seen
+            cached[state.job_id] = key in seen and self.config.overhead_cache
             seen.add(key)
         if restart_round:
             seen.clear()  # after the overheads were looked up, as the artifact does
