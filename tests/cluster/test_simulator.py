@@ -557,3 +557,38 @@ def test_rejects_an_unknown_decision_rule_and_arrivals_without_a_slot():
         SimConfig(decide_at="ends")
     with pytest.raises(InputError, match="decide_at"):
         SimConfig(decide_at="arrivals")
+
+
+def test_decide_at_arrivals_a_job_waiting_across_the_last_counted_round_pays_its_overhead_later():
+    # One GPU, fifo, 4 s a round. The round at 0 (c still to come) charges a, which runs, and
+    # sets b's overhead too; c's round at 200 is the last arrival's, free, but b, running from
+    # it, pays the 4 s it was set: 204 + 50. c waits for the next round, 260.
+    jobs = [job("a", 0.0, 100), job("b", 0.0, 50), job("c", 200.0, 10)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        decide_at="arrivals",
+        overhead_cache=False,
+        restart_pause_s=0.0,
+    )
+    result = simulate(ClusterSpec.from_flags(1, 1), SMALL, create_policy("fifo"), jobs, config)
+    finish = {o.job_id: o.finish_s for o in result.outcomes}
+    assert finish == pytest.approx({"a": 104.0, "b": 254.0, "c": 270.0})
+
+
+def test_decide_at_arrivals_forgives_the_overhead_a_round_does_not_cover():
+    # 256 GPUs: an 8-GPU job pays 7 + 2 (log2 8 + 1) = 15 s a round, and 7 + 47 + 8 = 62 s on
+    # the 61st round (t = 3600), more than the 60 s to the next. One tiny arrival a minute up
+    # to 3720 keeps the rounds counted to 3660: 60 x 15 + 60 + 15 = 975 s lost, the 2 s the
+    # round at 3600 leaves over forgiven (carried over, they would make it 977); the round at
+    # 3720 is the last arrival's, free.
+    jobs = [job("a", 0.0, 80_000, workers=8)] + [job(f"t{i}", 60.0 * i, 1) for i in range(1, 63)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        decide_at="arrivals",
+        overhead_cache=False,
+        restart_pause_s=0.0,
+    )
+    result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(10_975.0)

@@ -59,7 +59,8 @@ ARTIFACT_RESTART_EVERY = 60
 #: end unless no later one is left (its loop moves an event only while another is queued behind
 #: it); a job's end frees its workers but makes no round. Once the last arrival is handled it
 #: steps a slot at a time until every job is done, charging no overhead on those rounds (nor on
-#: the last arrival's) and not counting them toward the restart rounds. Needs a decision slot.
+#: the last arrival's) and not counting them toward the restart rounds; a round's overhead
+#: comes out of the time to the next round, the rest of it forgiven. Needs a decision slot.
 DECIDE_AT = ("events", "arrivals")
 
 
@@ -261,6 +262,7 @@ class ClusterSimulator:
         self._settled = 0
         self._decisions = 0
         self._rounds = 0  # decisions counted toward the restart rounds
+        self._owed: dict[str, float] = {}  # ``decide_at`` "arrivals": overheads still to pay
         self._last_decision_s = -math.inf
         self._seen_placements: set[tuple[int, int]] = set()  # the artifact's GPU-set cache
         # slot_progress: per job, when its work stops (its planned end), the end planned at its
@@ -553,8 +555,11 @@ class ClusterSimulator:
                         state.workers, self.cluster.total_workers, restart=True, cached=False
                     ),
                 )
-        if self.config.restart_model == "every-decision" and counted:
-            self._charge_every_decision(view.jobs, restart_round)
+        if self.config.restart_model == "every-decision":
+            if counted:
+                self._charge_every_decision(view.jobs, restart_round)
+            if self.config.decide_at == "arrivals":
+                self._owe_overhead(view.jobs, counted, restart_round)
         if self._allocated > self.cluster.total_workers:
             raise SimulationError(
                 f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
@@ -620,12 +625,39 @@ class ClusterSimulator:
                 )
                 self._pause(state, overhead)
 
+    def _owe_overhead(self, jobs: Sequence[JobState], counted: bool, restart_round: bool) -> None:
+        """``decide_at`` "arrivals": the artifact's Gandiva loop sets every started job's
+        overhead at a counted round and a job pays it in the next interval it runs in. Counted
+        rounds come back to back until the last arrival, so only a job that waits across the
+        last of them pays it later, in the first interval it runs in after (taken here as any
+        job waiting then)."""
+        if counted:
+            self._owed = {
+                state.job_id: artifact_overhead_s(
+                    state.spec.requested_workers,
+                    self.cluster.total_workers,
+                    restart=restart_round,
+                    cached=False,
+                )
+                for state in jobs
+                if not state.workers
+            }
+            return
+        for state in jobs:
+            if state.workers and state.job_id in self._owed:
+                self._pause(state, self._owed.pop(state.job_id))
+
     def _pause(self, state: JobState, seconds: float) -> None:
         """No progress for ``seconds`` more from now (or from the end of a pause in course)."""
         if self.config.slot_progress:
             self._plan_slot_end(state, seconds)
             return
-        state.resume_s = max(self.engine.now, state.resume_s) + seconds
+        if self.config.decide_at == "arrivals":
+            # The artifact's Gandiva loop takes a round's overhead out of the time to the next
+            # round, ``max(time_diff - overhead, 0)``: what that time does not cover is forgiven.
+            state.resume_s = self.engine.now + seconds
+        else:
+            state.resume_s = max(self.engine.now, state.resume_s) + seconds
         self._set_rate(state)
 
     def _plan_slot_end(self, state: JobState, overhead: float) -> None:
