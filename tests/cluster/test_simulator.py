@@ -508,17 +508,6 @@ def test_decide_at_arrivals_makes_rounds_only_at_arrivals_then_every_slot(decide
     assert {o.job_id: o.finish_s for o in result.outcomes} == pytest.approx(finish)
 
 
-@pytest.mark.parametrize(("decide_at", "b_start"), [("events", 60.0), ("arrivals", 30.0)])
-def test_decide_at_arrivals_does_not_hold_the_last_arrival(decide_at, b_start):
-    # b arrives 30 s after the decision for a, within its slot, and is the trace's last
-    # arrival: the artifact's Gandiva loop moves an event to the slot's end only while another
-    # is queued behind it, so b is decided at once.
-    jobs = [job("a", 0.0, 100), job("b", 30.0, 20)]
-    config = SimConfig(restart_model="none", decision_slot_s=60.0, decide_at=decide_at)
-    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
-    assert outcomes_of(result)["b"].start_s == b_start
-
-
 @pytest.mark.parametrize(("decide_at", "a_finish"), [("events", 108.0), ("arrivals", 104.0)])
 def test_decide_at_arrivals_charges_no_overhead_once_no_arrival_is_left(decide_at, a_finish):
     # Two GPUs, every-decision overhead without the cache: 2 + 2 (log2 1 + 1) = 4 s a round.
@@ -576,12 +565,13 @@ def test_decide_at_arrivals_a_job_waiting_across_the_last_counted_round_pays_its
     assert finish == pytest.approx({"a": 104.0, "b": 254.0, "c": 270.0})
 
 
-def test_decide_at_arrivals_forgives_the_overhead_a_round_does_not_cover():
+@pytest.mark.parametrize(("forgive", "a_finish"), [(False, 10_977.0), (True, 10_975.0)])
+def test_decide_at_arrivals_with_forgiven_overhead(forgive, a_finish):
     # 256 GPUs: an 8-GPU job pays 7 + 2 (log2 8 + 1) = 15 s a round, and 7 + 47 + 8 = 62 s on
     # the 61st round (t = 3600), more than the 60 s to the next. One tiny arrival a minute up
     # to 3720 keeps the rounds counted to 3660: 60 x 15 + 60 + 15 = 975 s lost, the 2 s the
-    # round at 3600 leaves over forgiven (carried over, they would make it 977); the round at
-    # 3720 is the last arrival's, free.
+    # round at 3600 leaves over forgiven at the next (carried over, they make it 977); the
+    # round at 3720 is the last arrival's, free.
     jobs = [job("a", 0.0, 80_000, workers=8)] + [job(f"t{i}", 60.0 * i, 1) for i in range(1, 63)]
     config = SimConfig(
         restart_model="every-decision",
@@ -589,6 +579,30 @@ def test_decide_at_arrivals_forgives_the_overhead_a_round_does_not_cover():
         decide_at="arrivals",
         overhead_cache=False,
         restart_pause_s=0.0,
+        forgive_overhead=forgive,
     )
     result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
-    assert outcomes_of(result)["a"].finish_s == pytest.approx(10_975.0)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+@pytest.mark.parametrize(("held", "b_start"), [(True, 60.0), (False, 30.0)])
+def test_hold_last_arrival_off_decides_the_traces_last_arrival_when_it_comes(held, b_start):
+    # Decisions by events: a's arrival is decided at 0; b, the last arrival, comes 30 s later,
+    # within that slot: held to its end (60), or, as the artifact's Tiresias loop does with
+    # the last event of its queue, decided at once.
+    jobs = [job("a", 0.0, 100), job("b", 30.0, 20)]
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, hold_last_arrival=held)
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["b"].start_s == b_start
+
+
+@pytest.mark.parametrize(("forgive", "a_finish"), [(False, 10_077.0), (True, 10_075.0)])
+def test_forgive_overhead_ends_a_restart_pause_at_the_next_decision(forgive, a_finish):
+    # 256 GPUs, "on-start": the 8-GPU job a pays its 15 s start overhead (counted at 60) and, on
+    # the 61st decision (t = 3600), a full restart, 7 + 47 + 8 = 62 s; the next decision comes
+    # 60 s later (a tiny arrival a minute to 3720). Forgiven there, a loses 75 s in all, else
+    # 77: 10,000 s of work end at 10,075 or 10,077.
+    jobs = [job("a", 0.0, 80_000, workers=8)] + [job(f"t{i}", 60.0 * i, 1) for i in range(1, 63)]
+    config = SimConfig(restart_model="on-start", decision_slot_s=60.0, forgive_overhead=forgive)
+    result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)

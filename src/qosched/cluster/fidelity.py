@@ -40,8 +40,12 @@ class ArtifactPeer:
     decision_grid: bool = False
     # When decisions are made (``SimConfig.decide_at``).
     decide_at: str = "events"
+    # Whether the trace's last arrival waits for the slot's end (``SimConfig.hold_last_arrival``).
+    hold_last_arrival: bool = True
     # Whether a GPU set seen before costs less (``SimConfig.overhead_cache``).
     overhead_cache: bool = True
+    # Whether a pause in course ends at the next decision (``SimConfig.forgive_overhead``).
+    forgive_overhead: bool = False
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -63,6 +67,8 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             ),
             "on-start",
             ends_on="duration",
+            hold_last_arrival=False,
+            forgive_overhead=True,
         ),
         # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays the full
         # overhead at every round (``estimate_overhead`` without the cache); rounds only at
@@ -74,7 +80,9 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             "every-decision",
             ends_on="duration",
             decide_at="arrivals",
+            hold_last_arrival=False,
             overhead_cache=False,
+            forgive_overhead=True,
         ),
         # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
         # estimates one for a job that has none, so its jobs never pay a restart; a job whose
@@ -128,6 +136,8 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         ends_on=peer.ends_on,
         decision_grid=peer.decision_grid,
         decide_at=peer.decide_at,
+        hold_last_arrival=peer.hold_last_arrival,
         overhead_cache=peer.overhead_cache,
+        forgive_overhead=peer.forgive_overhead,
     )
     return create_policy(name, **peer.options), artifact_config

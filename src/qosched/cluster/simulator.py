@@ -55,12 +55,10 @@ ENDS_ON = ("iterations", "duration", "either")
 ARTIFACT_RESTART_EVERY = 60
 #: When decisions are made. "events": at every arrival, end and wake-up (within a decision slot:
 #: at its end). "arrivals": the ElasticFlow artifact's Gandiva loop (``gandiva_sim_jobs``), whose
-#: rounds come only at arrivals, an arrival within a slot of the last round held to the slot's
-#: end unless no later one is left (its loop moves an event only while another is queued behind
-#: it); a job's end frees its workers but makes no round. Once the last arrival is handled it
+#: rounds come only at arrivals (within a slot of the last round: at the slot's end); a job's
+#: end frees its workers but makes no round. Once the last arrival is handled it
 #: steps a slot at a time until every job is done, charging no overhead on those rounds (nor on
-#: the last arrival's) and not counting them toward the restart rounds; a round's overhead
-#: comes out of the time to the next round, the rest of it forgiven. Needs a decision slot.
+#: the last arrival's) and not counting them toward the restart rounds. Needs a decision slot.
 DECIDE_AT = ("events", "arrivals")
 
 
@@ -127,6 +125,16 @@ class SimConfig:
     ends_on: str = "iterations"
     # See DECIDE_AT.
     decide_at: str = "events"
+    # With a decision slot: False, the trace's last arrival (with those of its instant) is
+    # decided when it comes even within the slot of the last decision, as the artifact's
+    # Gandiva and Tiresias loops do: they move an arrival to the slot's end only while another
+    # arrival is queued behind it (``while ... len(JOBS.job_events) > 1``).
+    hold_last_arrival: bool = True
+    # True: a restart pause still in course at a decision ends there. The artifact's Gandiva and
+    # Tiresias loops count a job's progress since the last decision as ``max(elapsed -
+    # overhead, 0)`` and then reset its overhead, so what the time to the next decision does
+    # not cover (a 62 s restart round of an 8-GPU job on 256 GPUs, 60 s apart) is forgiven.
+    forgive_overhead: bool = False
     # "every-decision": a job whose GPU set was seen before pays the cached overhead (the
     # artifact's ElasticFlow); False: the full one at every decision (its Gandiva loop calls
     # ``estimate_overhead`` without the cache).
@@ -347,9 +355,7 @@ class ClusterSimulator:
         now = self.engine.now
         if now >= self._next_decision_s(now):
             return False
-        if self.config.decide_at == "arrivals" and self._decide_event is None:
-            # The artifact's Gandiva loop holds an event back only while another is queued
-            # behind it: the trace's last arrival (with those of its instant) is handled at once.
+        if not self.config.hold_last_arrival:
             later = (
                 s for s in self._arrivals[self._next_arrival :] if s.spec.submit_s > now + 1e-9
             )
@@ -357,6 +363,8 @@ class ClusterSimulator:
         return True
 
     def _on_arrival(self) -> None:
+        # Within the slot but not held (``hold_last_arrival``): decided now.
+        early = self.engine.now < self._next_decision_s(self.engine.now)
         if self._held():
             # Within the slot of the last decision: the artifact handles it at the slot's end.
             self.engine.schedule(
@@ -375,8 +383,7 @@ class ClusterSimulator:
             self._schedule_next_arrival()
         self._advance_progress()
         view = self._view()
-        # Not held though within the slot (``decide_at`` "arrivals"): decided at once.
-        at = self.engine.now if self.config.decide_at == "arrivals" else None
+        at = self.engine.now if early or self.config.decide_at == "arrivals" else None
         if self.policy.admit(state, view):
             self._active[state.job_id] = state
             state.last_update_s = self.engine.now
@@ -455,7 +462,10 @@ class ClusterSimulator:
             self.on_progress(self._settled, len(self._states))
 
     def _request_decision(self, at: float | None = None) -> None:
-        """A decision at the next time one may be made, or at ``at``."""
+        """A decision at the next time one may be made, or at ``at`` (sooner than one due)."""
+        if at is not None and self._decide_event is not None and self._decide_event.time > at:
+            self.engine.cancel(self._decide_event)
+            self._decide_event = None
         if self._decide_event is None:
             self._decide_event = self.engine.schedule(
                 self._decide,
@@ -518,6 +528,12 @@ class ClusterSimulator:
     def _decide(self) -> None:
         self._decide_event = None
         self._advance_progress()
+        if self.config.forgive_overhead:
+            now = self.engine.now
+            for state in self._active.values():
+                if state.workers and state.resume_s > now:
+                    state.resume_s = now
+                    self._set_rate(state)
         if self._start_charge:
             self._take_start_charges()
         self._last_decision_s = self.engine.now
@@ -652,12 +668,7 @@ class ClusterSimulator:
         if self.config.slot_progress:
             self._plan_slot_end(state, seconds)
             return
-        if self.config.decide_at == "arrivals":
-            # The artifact's Gandiva loop takes a round's overhead out of the time to the next
-            # round, ``max(time_diff - overhead, 0)``: what that time does not cover is forgiven.
-            state.resume_s = self.engine.now + seconds
-        else:
-            state.resume_s = max(self.engine.now, state.resume_s) + seconds
+        state.resume_s = max(self.engine.now, state.resume_s) + seconds
         self._set_rate(state)
 
     def _plan_slot_end(self, state: JobState, overhead: float) -> None:
