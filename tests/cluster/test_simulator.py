@@ -606,3 +606,16 @@ def test_forgive_overhead_ends_a_restart_pause_at_the_next_decision(forgive, a_f
     config = SimConfig(restart_model="on-start", decision_slot_s=60.0, forgive_overhead=forgive)
     result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+@pytest.mark.parametrize(("origin", "a_start"), [(None, 70.0), (0.0, 120.0)])
+def test_decision_grid_starts_at_the_first_arrival_or_at_the_given_origin(origin, a_start):
+    # The only job arrives at 70: on a grid from the first arrival it is decided then; on the
+    # 60 s grid from 0 (the artifact's Chronus clock) at 120.
+    config = SimConfig(
+        restart_model="none", decision_slot_s=60.0, decision_grid=True, grid_origin_s=origin
+    )
+    result = simulate(
+        ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), [job("a", 70.0, 10)], config
+    )
+    assert outcomes_of(result)["a"].start_s == a_start

@@ -38,6 +38,8 @@ class ArtifactPeer:
     ends_on: str = "iterations"
     # Decisions on the slot grid from the first arrival (``SimConfig.decision_grid``).
     decision_grid: bool = False
+    # Where that grid starts (``SimConfig.grid_origin_s``; None: the first arrival).
+    grid_origin_s: float | None = None
     # When decisions are made (``SimConfig.decide_at``).
     decide_at: str = "events"
     # Whether the trace's last arrival waits for the slot's end (``SimConfig.hold_last_arrival``).
@@ -97,9 +99,15 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             decision_grid=True,
         ),
         # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
-        # cost, half a second per worker-doubling per resume, is too small to model.
+        # cost, half a second per worker-doubling per resume, is too small to model. Its clock
+        # steps 60 s from 0 (``run``), so a lease boundary is decided on time, before the
+        # arrivals that follow it, which wait for the next one.
         "chronus": ArtifactPeer(
-            "time-aware-with-lease", MappingProxyType({"spare": "artifact"}), "none"
+            "time-aware-with-lease",
+            MappingProxyType({"spare": "artifact"}),
+            "none",
+            decision_grid=True,
+            grid_origin_s=0.0,
         ),
     }
 )
@@ -135,6 +143,7 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         finish_at_slot_end=peer.finish_at_slot_end,
         ends_on=peer.ends_on,
         decision_grid=peer.decision_grid,
+        grid_origin_s=peer.grid_origin_s,
         decide_at=peer.decide_at,
         hold_last_arrival=peer.hold_last_arrival,
         overhead_cache=peer.overhead_cache,

@@ -121,6 +121,9 @@ class SimConfig:
     # With a decision slot: decisions (and arrivals) only on the slot's grid from the first
     # arrival, as in the artifact's Themis loop, whose clock steps a slot at a time, idle or not.
     decision_grid: bool = False
+    # Where that grid starts: None, the first arrival (its Themis loop); a time, there (its
+    # Chronus loop's clock starts at 0).
+    grid_origin_s: float | None = None
     # See ENDS_ON: what running out ends a job whose trace gives a duration.
     ends_on: str = "iterations"
     # See DECIDE_AT.
@@ -167,6 +170,8 @@ class SimConfig:
                 f"unknown decision rule {self.decide_at!r}; use {', '.join(DECIDE_AT)}",
                 field="decide_at",
             )
+        if self.grid_origin_s is not None and not math.isfinite(self.grid_origin_s):
+            raise InputError(f"must be finite, got {self.grid_origin_s}", field="grid_origin_s")
         for name in ("finish_at_slot_end", "decision_grid"):
             if getattr(self, name) and not self.decision_slot_s:
                 raise InputError(f"{name} needs a decision slot", field=name)
@@ -259,7 +264,9 @@ class ClusterSimulator:
         # Arrival order: by submission time, ties in trace order.
         self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
         self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
-        self._grid_origin_s = self.engine.now  # ``decision_grid``: the first arrival
+        self._grid_origin_s = (  # ``decision_grid``: the first arrival or the given time
+            self.engine.now if self.config.grid_origin_s is None else self.config.grid_origin_s
+        )
         self._active: dict[str, JobState] = {}
         self._declined: set[str] = set()
         self._allocated = 0
