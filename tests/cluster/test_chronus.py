@@ -141,3 +141,14 @@ def test_artifact_decides_each_lease_boundary_on_time_before_later_arrivals(fide
     jobs = [job("a", 0, 200), job("b", 250, 10)]
     result = simulate(ClusterSpec.from_flags(1, 4), TABLES, policy, jobs, config)
     assert {o.job_id: o.start_s for o in result.outcomes}["b"] == b_start
+
+
+@pytest.mark.parametrize(("clock", "a_start"), [(True, 480.0), (False, 300.0)])
+def test_boundary_clock_keeps_an_arrival_after_an_idle_boundary_for_the_next(clock, a_start):
+    # The only job arrives at 250 on an empty cluster; no decision came at the boundary at 240.
+    # The artifact's clock passed it anyway, so the job waits for 480; without the clock the
+    # boundary is decided late, at the next grid point (300), with the job.
+    policy, config = configure("chronus", "artifact", SimConfig(cross_node_factor=1.0))
+    policy.boundary_clock = clock
+    result = simulate(ClusterSpec.from_flags(1, 4), TABLES, policy, [job("a", 250, 10)], config)
+    assert result.outcomes[0].start_s == a_start

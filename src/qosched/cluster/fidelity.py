@@ -101,10 +101,10 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
         # cost, half a second per worker-doubling per resume, is too small to model. Its clock
         # steps 60 s from 0 (``run``), so a lease boundary is decided on time, before the
-        # arrivals that follow it, which wait for the next one.
+        # arrivals that follow it, which wait for the next one, even on an idle cluster.
         "chronus": ArtifactPeer(
             "time-aware-with-lease",
-            MappingProxyType({"spare": "artifact"}),
+            MappingProxyType({"spare": "artifact", "boundary_clock": True}),
             "none",
             decision_grid=True,
             grid_origin_s=0.0,
