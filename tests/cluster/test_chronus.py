@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies.chronus import Chronus, _Ask, pack, packing_size
@@ -128,3 +129,26 @@ def test_never_more_workers_than_the_cluster_and_deterministic(spare):
 def test_rejects_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Chronus(**kwargs)
+
+
+@pytest.mark.parametrize(("fidelity", "b_start"), [("artifact", 480.0), ("sound", 250.0)])
+def test_artifact_decides_each_lease_boundary_on_time_before_later_arrivals(fidelity, b_start):
+    # 240 s leases. a (best effort, 200 s) ends at 200; b (best effort) arrives at 250. The
+    # artifact's clock steps 60 s from 0: the boundary at 240 is decided then, without b, which
+    # waits for the next, 480. Off that grid, the decision a's end asks for (200) pushes the
+    # boundary's to the slot's end, 260, where b would be judged with it (sound: at once).
+    policy, config = configure("chronus", fidelity, SimConfig(cross_node_factor=1.0))
+    jobs = [job("a", 0, 200), job("b", 250, 10)]
+    result = simulate(ClusterSpec.from_flags(1, 4), TABLES, policy, jobs, config)
+    assert {o.job_id: o.start_s for o in result.outcomes}["b"] == b_start
+
+
+@pytest.mark.parametrize(("clock", "a_start"), [(True, 480.0), (False, 300.0)])
+def test_boundary_clock_keeps_an_arrival_after_an_idle_boundary_for_the_next(clock, a_start):
+    # The only job arrives at 250 on an empty cluster; no decision came at the boundary at 240.
+    # The artifact's clock passed it anyway, so the job waits for 480; without the clock the
+    # boundary is decided late, at the next grid point (300), with the job.
+    policy, config = configure("chronus", "artifact", SimConfig(cross_node_factor=1.0))
+    policy.boundary_clock = clock
+    result = simulate(ClusterSpec.from_flags(1, 4), TABLES, policy, [job("a", 250, 10)], config)
+    assert result.outcomes[0].start_s == a_start

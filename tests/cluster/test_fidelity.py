@@ -205,8 +205,23 @@ def test_artifact_fidelity_sets_the_peer_and_its_simulator(name):
         config.ends_on,
         config.decision_grid,
     ) == (peer.slot_progress, peer.finish_at_slot_end, peer.ends_on, peer.decision_grid)
+    assert (
+        config.decide_at,
+        config.hold_last_arrival,
+        config.overhead_cache,
+        config.forgive_overhead,
+    ) == (peer.decide_at, peer.hold_last_arrival, peer.overhead_cache, peer.forgive_overhead)
     for option, value in peer.options.items():
         assert getattr(policy, {"thresholds_worker_s": "thresholds"}.get(option, option)) == value
+
+
+def test_artifact_gandiva_runs_in_the_artifacts_gandiva_loop():
+    _, config = configure("gandiva", "artifact", SimConfig())
+    assert (config.decide_at, config.overhead_cache, config.ends_on) == (
+        "arrivals",
+        False,
+        "duration",
+    )
 
 
 def test_sound_fidelity_changes_nothing():

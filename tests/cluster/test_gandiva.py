@@ -11,6 +11,7 @@ from cluster_helpers import job
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.policies import create_policy
 from qosched.cluster.policies.gandiva import Gandiva
+from qosched.cluster.policies.gandiva_nodesets import NodeSets
 from qosched.cluster.simulator import SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -115,3 +116,49 @@ def test_registered_and_rejects_a_bad_quantum():
     assert isinstance(create_policy("gandiva"), Gandiva)
     with pytest.raises(ValueError, match="quantum_s"):
         Gandiva(quantum_s=0.0)
+
+
+def test_node_sets_slice_time_only_in_a_round_on_the_minute():
+    # One 1-GPU node: a opens the set (capacity 1), b queues behind it. A round whose clock is a
+    # whole minute moves the job the set ran to its back; any other round leaves the order.
+    specs = [job("a", 0, 10_000), job("b", 0, 10_000)]
+    cluster = ClusterSpec.from_flags(1, 1)
+    policy = Gandiva(node_sets=True, work_conserving=False)
+    ran = [
+        sorted(policy.allocate(ClusterView(now, cluster, _states(specs))).workers)
+        for now in (0.0, 60.0, 90.0, 120.0, 150.0)
+    ]
+    assert ran == [["a"], ["b"], ["b"], ["a"], ["a"]]
+
+
+def test_node_sets_resize_groups_smallest_size_first():
+    # Three 2-GPU nodes. The 2-GPU jobs come first and open two sets; the four 1-GPU jobs
+    # share the third node. Demand 4 and 4 of 6 GPUs: the 2-GPU group's target, 3 GPUs, sheds
+    # one set; the 1-GPU group's, 3 GPUs, wants one more node. Resized smallest first, as the
+    # artifact's ``node_g`` is ordered, the 1-GPU group finds no free node, and the node the
+    # 2-GPU group then frees (its head set's, big0 joining big1) stays free.
+    sets = NodeSets(3, 2)
+    for job_id, size in [("big0", 2), ("big1", 2), ("s0", 1), ("s1", 1), ("s2", 1), ("s3", 1)]:
+        sets.size_of[job_id] = size
+        assert sets.place(job_id)
+    assert sets.free_nodes == 0
+    sets.adjust()
+    assert sets.free_nodes == 1
+    assert [len(s.jobs) for s in sets.groups[1]] == [4]
+    assert [s.jobs for s in sets.groups[2]] == [["big1", "big0"]]
+
+
+@pytest.mark.parametrize(
+    ("ahead", "running"), [(False, ["big0", "big1", "s0", "s1"]), (True, ["big1", "s0", "s1"])]
+)
+def test_node_sets_adjust_ahead_runs_the_sets_as_resized_at_the_end_of_the_round(ahead, running):
+    # The cluster of the test above. The round at 0 places the jobs; resized at its end
+    # (``adjust_ahead``, as the artifact credits the interval to the jobs its resized sets
+    # run), the 2-GPU group holds one set, big1's, with big0 queued behind it; otherwise both
+    # run until the next round.
+    specs = [job("big0", 0, 100, workers=2), job("big1", 0, 100, workers=2)] + [
+        job(f"s{i}", 0, 100) for i in range(4)
+    ]
+    policy = Gandiva(node_sets=True, work_conserving=False, adjust_ahead=ahead)
+    decision = policy.allocate(ClusterView(1.0, ClusterSpec.from_flags(3, 2), _states(specs)))
+    assert sorted(decision.workers) == running

@@ -487,3 +487,135 @@ def test_decision_grid_holds_an_arrival_on_an_idle_cluster_to_the_next_grid_poin
 def test_decision_grid_needs_a_slot():
     with pytest.raises(InputError, match="decision_grid"):
         SimConfig(decision_grid=True)
+
+
+@pytest.mark.parametrize(
+    ("decide_at", "finish"),
+    [
+        ("events", {"a": 100.0, "b": 170.0, "c": 510.0}),
+        ("arrivals", {"a": 100.0, "b": 550.0, "c": 570.0}),
+    ],
+)
+def test_decide_at_arrivals_makes_rounds_only_at_arrivals_then_every_slot(decide_at, finish):
+    # One GPU, fifo. a (0, 100 s) runs at once; b (10, 50 s) is held to the slot's end, 60,
+    # and waits. By events: a's end at 100 asks for a decision at the slot's end, 120, where b
+    # starts (ends 170); c (500, 10 s) starts at once. By arrivals: a's end makes no round, so
+    # b waits for c's arrival at 500 and c, queued behind it, for the next round after the
+    # last arrival, one slot on: 560.
+    jobs = [job("a", 0.0, 100), job("b", 10.0, 50), job("c", 500.0, 10)]
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, decide_at=decide_at)
+    result = simulate(ClusterSpec.from_flags(1, 1), SMALL, create_policy("fifo"), jobs, config)
+    assert {o.job_id: o.finish_s for o in result.outcomes} == pytest.approx(finish)
+
+
+@pytest.mark.parametrize(("decide_at", "a_finish"), [("events", 108.0), ("arrivals", 104.0)])
+def test_decide_at_arrivals_charges_no_overhead_once_no_arrival_is_left(decide_at, a_finish):
+    # Two GPUs, every-decision overhead without the cache: 2 + 2 (log2 1 + 1) = 4 s a round.
+    # a (0, 100 s) pays 4 s at the round at 0; at b's round (70, the last arrival) it pays
+    # another 4 s by events, but nothing by arrivals, where a round with no arrival left to
+    # come is free: a ends at 108 or 104.
+    jobs = [job("a", 0.0, 100), job("b", 70.0, 10)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        decide_at=decide_at,
+        overhead_cache=False,
+        restart_pause_s=0.0,
+    )
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+@pytest.mark.parametrize(("cache", "a_finish"), [(True, 106.0), (False, 108.0)])
+def test_overhead_cache_off_charges_the_full_overhead_at_every_decision(cache, a_finish):
+    # a (0, 100 s) on one of two GPUs pays 4 s at the decision at 0 (a new GPU set); at b's
+    # decision (70) its set was seen before: 2 s with the cache, 4 s again without.
+    jobs = [job("a", 0.0, 100), job("b", 70.0, 10)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        overhead_cache=cache,
+        restart_pause_s=0.0,
+    )
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+def test_rejects_an_unknown_decision_rule_and_arrivals_without_a_slot():
+    with pytest.raises(InputError, match="decision rule"):
+        SimConfig(decide_at="ends")
+    with pytest.raises(InputError, match="decide_at"):
+        SimConfig(decide_at="arrivals")
+
+
+def test_decide_at_arrivals_a_job_waiting_across_the_last_counted_round_pays_its_overhead_later():
+    # One GPU, fifo, 4 s a round. The round at 0 (c still to come) charges a, which runs, and
+    # sets b's overhead too; c's round at 200 is the last arrival's, free, but b, running from
+    # it, pays the 4 s it was set: 204 + 50. c waits for the next round, 260.
+    jobs = [job("a", 0.0, 100), job("b", 0.0, 50), job("c", 200.0, 10)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        decide_at="arrivals",
+        overhead_cache=False,
+        restart_pause_s=0.0,
+    )
+    result = simulate(ClusterSpec.from_flags(1, 1), SMALL, create_policy("fifo"), jobs, config)
+    finish = {o.job_id: o.finish_s for o in result.outcomes}
+    assert finish == pytest.approx({"a": 104.0, "b": 254.0, "c": 270.0})
+
+
+@pytest.mark.parametrize(("forgive", "a_finish"), [(False, 10_977.0), (True, 10_975.0)])
+def test_decide_at_arrivals_with_forgiven_overhead(forgive, a_finish):
+    # 256 GPUs: an 8-GPU job pays 7 + 2 (log2 8 + 1) = 15 s a round, and 7 + 47 + 8 = 62 s on
+    # the 61st round (t = 3600), more than the 60 s to the next. One tiny arrival a minute up
+    # to 3720 keeps the rounds counted to 3660: 60 x 15 + 60 + 15 = 975 s lost, the 2 s the
+    # round at 3600 leaves over forgiven at the next (carried over, they make it 977); the
+    # round at 3720 is the last arrival's, free.
+    jobs = [job("a", 0.0, 80_000, workers=8)] + [job(f"t{i}", 60.0 * i, 1) for i in range(1, 63)]
+    config = SimConfig(
+        restart_model="every-decision",
+        decision_slot_s=60.0,
+        decide_at="arrivals",
+        overhead_cache=False,
+        restart_pause_s=0.0,
+        forgive_overhead=forgive,
+    )
+    result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+@pytest.mark.parametrize(("held", "b_start"), [(True, 60.0), (False, 30.0)])
+def test_hold_last_arrival_off_decides_the_traces_last_arrival_when_it_comes(held, b_start):
+    # Decisions by events: a's arrival is decided at 0; b, the last arrival, comes 30 s later,
+    # within that slot: held to its end (60), or, as the artifact's Tiresias loop does with
+    # the last event of its queue, decided at once.
+    jobs = [job("a", 0.0, 100), job("b", 30.0, 20)]
+    config = SimConfig(restart_model="none", decision_slot_s=60.0, hold_last_arrival=held)
+    result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["b"].start_s == b_start
+
+
+@pytest.mark.parametrize(("forgive", "a_finish"), [(False, 10_077.0), (True, 10_075.0)])
+def test_forgive_overhead_ends_a_restart_pause_at_the_next_decision(forgive, a_finish):
+    # 256 GPUs, "on-start": the 8-GPU job a pays its 15 s start overhead (counted at 60) and, on
+    # the 61st decision (t = 3600), a full restart, 7 + 47 + 8 = 62 s; the next decision comes
+    # 60 s later (a tiny arrival a minute to 3720). Forgiven there, a loses 75 s in all, else
+    # 77: 10,000 s of work end at 10,075 or 10,077.
+    jobs = [job("a", 0.0, 80_000, workers=8)] + [job(f"t{i}", 60.0 * i, 1) for i in range(1, 63)]
+    config = SimConfig(restart_model="on-start", decision_slot_s=60.0, forgive_overhead=forgive)
+    result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
+    assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
+
+
+@pytest.mark.parametrize(("origin", "a_start"), [(None, 70.0), (0.0, 120.0)])
+def test_decision_grid_starts_at_the_first_arrival_or_at_the_given_origin(origin, a_start):
+    # The only job arrives at 70: on a grid from the first arrival it is decided then; on the
+    # 60 s grid from 0 (the artifact's Chronus clock) at 120.
+    config = SimConfig(
+        restart_model="none", decision_slot_s=60.0, decision_grid=True, grid_origin_s=origin
+    )
+    result = simulate(
+        ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), [job("a", 70.0, 10)], config
+    )
+    assert outcomes_of(result)["a"].start_s == a_start

@@ -38,6 +38,16 @@ class ArtifactPeer:
     ends_on: str = "iterations"
     # Decisions on the slot grid from the first arrival (``SimConfig.decision_grid``).
     decision_grid: bool = False
+    # Where that grid starts (``SimConfig.grid_origin_s``; None: the first arrival).
+    grid_origin_s: float | None = None
+    # When decisions are made (``SimConfig.decide_at``).
+    decide_at: str = "events"
+    # Whether the trace's last arrival waits for the slot's end (``SimConfig.hold_last_arrival``).
+    hold_last_arrival: bool = True
+    # Whether a GPU set seen before costs less (``SimConfig.overhead_cache``).
+    overhead_cache: bool = True
+    # Whether a pause in course ends at the next decision (``SimConfig.forgive_overhead``).
+    forgive_overhead: bool = False
 
 
 ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
@@ -59,12 +69,22 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             ),
             "on-start",
             ends_on="duration",
+            hold_last_arrival=False,
+            forgive_overhead=True,
         ),
-        # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays at every round.
+        # gandiva: node-set bookkeeping, idle spare GPUs; every running job pays the full
+        # overhead at every round (``estimate_overhead`` without the cache); rounds only at
+        # arrivals; the past interval credited to the jobs the resized sets run; a job ends when
+        # its trace duration of run time is spent (``time_slicing_execute``).
         "gandiva": ArtifactPeer(
             "gandiva",
-            MappingProxyType({"node_sets": True, "work_conserving": False}),
+            MappingProxyType({"node_sets": True, "work_conserving": False, "adjust_ahead": True}),
             "every-decision",
+            ends_on="duration",
+            decide_at="arrivals",
+            hold_last_arrival=False,
+            overhead_cache=False,
+            forgive_overhead=True,
         ),
         # themis: ``jobs.py`` gives every job a zero overhead on creation, and the loop only
         # estimates one for a job that has none, so its jobs never pay a restart; a job whose
@@ -79,9 +99,15 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
             decision_grid=True,
         ),
         # Chronus is a separate simulator in the artifact (``chronus-scheduler/``); its restart
-        # cost, half a second per worker-doubling per resume, is too small to model.
+        # cost, half a second per worker-doubling per resume, is too small to model. Its clock
+        # steps 60 s from 0 (``run``), so a lease boundary is decided on time, before the
+        # arrivals that follow it, which wait for the next one, even on an idle cluster.
         "chronus": ArtifactPeer(
-            "time-aware-with-lease", MappingProxyType({"spare": "artifact"}), "none"
+            "time-aware-with-lease",
+            MappingProxyType({"spare": "artifact", "boundary_clock": True}),
+            "none",
+            decision_grid=True,
+            grid_origin_s=0.0,
         ),
     }
 )
@@ -117,5 +143,10 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         finish_at_slot_end=peer.finish_at_slot_end,
         ends_on=peer.ends_on,
         decision_grid=peer.decision_grid,
+        grid_origin_s=peer.grid_origin_s,
+        decide_at=peer.decide_at,
+        hold_last_arrival=peer.hold_last_arrival,
+        overhead_cache=peer.overhead_cache,
+        forgive_overhead=peer.forgive_overhead,
     )
     return create_policy(name, **peer.options), artifact_config

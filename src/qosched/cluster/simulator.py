@@ -53,6 +53,13 @@ ENDS_ON = ("iterations", "duration", "either")
 #: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
 ARTIFACT_RESTART_EVERY = 60
+#: When decisions are made. "events": at every arrival, end and wake-up (within a decision slot:
+#: at its end). "arrivals": the ElasticFlow artifact's Gandiva loop (``gandiva_sim_jobs``), whose
+#: rounds come only at arrivals (within a slot of the last round: at the slot's end); a job's
+#: end frees its workers but makes no round. Once the last arrival is handled it
+#: steps a slot at a time until every job is done, charging no overhead on those rounds (nor on
+#: the last arrival's) and not counting them toward the restart rounds. Needs a decision slot.
+DECIDE_AT = ("events", "arrivals")
 
 
 def artifact_overhead_s(
@@ -114,8 +121,27 @@ class SimConfig:
     # With a decision slot: decisions (and arrivals) only on the slot's grid from the first
     # arrival, as in the artifact's Themis loop, whose clock steps a slot at a time, idle or not.
     decision_grid: bool = False
+    # Where that grid starts: None, the first arrival (its Themis loop); a time, there (its
+    # Chronus loop's clock starts at 0).
+    grid_origin_s: float | None = None
     # See ENDS_ON: what running out ends a job whose trace gives a duration.
     ends_on: str = "iterations"
+    # See DECIDE_AT.
+    decide_at: str = "events"
+    # With a decision slot: False, the trace's last arrival (with those of its instant) is
+    # decided when it comes even within the slot of the last decision, as the artifact's
+    # Gandiva and Tiresias loops do: they move an arrival to the slot's end only while another
+    # arrival is queued behind it (``while ... len(JOBS.job_events) > 1``).
+    hold_last_arrival: bool = True
+    # True: a restart pause still in course at a decision ends there. The artifact's Gandiva and
+    # Tiresias loops count a job's progress since the last decision as ``max(elapsed -
+    # overhead, 0)`` and then reset its overhead, so what the time to the next decision does
+    # not cover (a 62 s restart round of an 8-GPU job on 256 GPUs, 60 s apart) is forgiven.
+    forgive_overhead: bool = False
+    # "every-decision": a job whose GPU set was seen before pays the cached overhead (the
+    # artifact's ElasticFlow); False: the full one at every decision (its Gandiva loop calls
+    # ``estimate_overhead`` without the cache).
+    overhead_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.restart_model not in RESTART_MODELS:
@@ -139,9 +165,18 @@ class SimConfig:
             raise InputError(
                 f"unknown end rule {self.ends_on!r}; use {', '.join(ENDS_ON)}", field="ends_on"
             )
+        if self.decide_at not in DECIDE_AT:
+            raise InputError(
+                f"unknown decision rule {self.decide_at!r}; use {', '.join(DECIDE_AT)}",
+                field="decide_at",
+            )
+        if self.grid_origin_s is not None and not math.isfinite(self.grid_origin_s):
+            raise InputError(f"must be finite, got {self.grid_origin_s}", field="grid_origin_s")
         for name in ("finish_at_slot_end", "decision_grid"):
             if getattr(self, name) and not self.decision_slot_s:
                 raise InputError(f"{name} needs a decision slot", field=name)
+        if self.decide_at != "events" and not self.decision_slot_s:
+            raise InputError("decide_at arrivals needs a decision slot", field="decide_at")
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -229,7 +264,9 @@ class ClusterSimulator:
         # Arrival order: by submission time, ties in trace order.
         self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
         self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
-        self._grid_origin_s = self.engine.now  # ``decision_grid``: the first arrival
+        self._grid_origin_s = (  # ``decision_grid``: the first arrival or the given time
+            self.engine.now if self.config.grid_origin_s is None else self.config.grid_origin_s
+        )
         self._active: dict[str, JobState] = {}
         self._declined: set[str] = set()
         self._allocated = 0
@@ -239,6 +276,8 @@ class ClusterSimulator:
         self._progress_at = -math.inf
         self._settled = 0
         self._decisions = 0
+        self._rounds = 0  # decisions counted toward the restart rounds
+        self._owed: dict[str, float] = {}  # ``decide_at`` "arrivals": overheads still to pay
         self._last_decision_s = -math.inf
         self._seen_placements: set[tuple[int, int]] = set()  # the artifact's GPU-set cache
         # slot_progress: per job, when its work stops (its planned end), the end planned at its
@@ -318,8 +357,22 @@ class ClusterSimulator:
             when = origin + math.ceil((when - origin) / slot - 1e-9) * slot
         return when
 
+    def _held(self) -> bool:
+        """Whether the arrival due now waits for the end of the last decision's slot."""
+        now = self.engine.now
+        if now >= self._next_decision_s(now):
+            return False
+        if not self.config.hold_last_arrival:
+            later = (
+                s for s in self._arrivals[self._next_arrival :] if s.spec.submit_s > now + 1e-9
+            )
+            return next(later, None) is not None
+        return True
+
     def _on_arrival(self) -> None:
-        if self.engine.now < self._next_decision_s(self.engine.now):
+        # Within the slot but not held (``hold_last_arrival``): decided now.
+        early = self.engine.now < self._next_decision_s(self.engine.now)
+        if self._held():
             # Within the slot of the last decision: the artifact handles it at the slot's end.
             self.engine.schedule(
                 self._on_arrival,
@@ -337,14 +390,17 @@ class ClusterSimulator:
             self._schedule_next_arrival()
         self._advance_progress()
         view = self._view()
+        at = self.engine.now if early or self.config.decide_at == "arrivals" else None
         if self.policy.admit(state, view):
             self._active[state.job_id] = state
             state.last_update_s = self.engine.now
-            self._request_decision()
+            self._request_decision(at)
         else:
             state.phase = Phase.DECLINED
             self._declined.add(state.job_id)
             self._settle()
+            if at is not None:  # every arrival makes a round
+                self._request_decision(at)
 
     def _admit_together(self, first: JobState) -> None:
         """A policy that ``admits_together`` judges every arrival due now at once (with a
@@ -400,7 +456,8 @@ class ClusterSimulator:
         self._work_until.pop(state.job_id, None)
         del self._active[state.job_id]
         self._settle()
-        self._request_decision()
+        if self.config.decide_at == "events":
+            self._request_decision()
 
     def _on_wake(self) -> None:
         self._wake_event = None
@@ -411,11 +468,15 @@ class ClusterSimulator:
         if self.on_progress is not None:
             self.on_progress(self._settled, len(self._states))
 
-    def _request_decision(self) -> None:
+    def _request_decision(self, at: float | None = None) -> None:
+        """A decision at the next time one may be made, or at ``at`` (sooner than one due)."""
+        if at is not None and self._decide_event is not None and self._decide_event.time > at:
+            self.engine.cancel(self._decide_event)
+            self._decide_event = None
         if self._decide_event is None:
             self._decide_event = self.engine.schedule(
                 self._decide,
-                at=self._next_decision_s(self.engine.now),
+                at=self._next_decision_s(self.engine.now) if at is None else at,
                 priority=_DECIDE_PRIORITY,
                 label="decide",
             )
@@ -474,13 +535,22 @@ class ClusterSimulator:
     def _decide(self) -> None:
         self._decide_event = None
         self._advance_progress()
+        if self.config.forgive_overhead:
+            now = self.engine.now
+            for state in self._active.values():
+                if state.workers and state.resume_s > now:
+                    state.resume_s = now
+                    self._set_rate(state)
         if self._start_charge:
             self._take_start_charges()
         self._last_decision_s = self.engine.now
         view = self._view()
         decision = self.policy.allocate(view)
-        restart_round = self._decisions > 0 and self._decisions % ARTIFACT_RESTART_EVERY == 0
         self._decisions += 1
+        # ``decide_at`` "arrivals": a round with no arrival left to come is free and uncounted.
+        counted = self.config.decide_at == "events" or self._next_arrival < len(self._arrivals)
+        restart_round = counted and self._rounds > 0 and self._rounds % ARTIFACT_RESTART_EVERY == 0
+        self._rounds += counted
         wanted = self._checked(decision, view)
         self._policy_planned_end = decision.planned_end
         self._layout_order = decision.layout_order
@@ -509,7 +579,10 @@ class ClusterSimulator:
                     ),
                 )
         if self.config.restart_model == "every-decision":
-            self._charge_every_decision(view.jobs, restart_round)
+            if counted:
+                self._charge_every_decision(view.jobs, restart_round)
+            if self.config.decide_at == "arrivals":
+                self._owe_overhead(view.jobs, counted, restart_round)
         if self._allocated > self.cluster.total_workers:
             raise SimulationError(
                 f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
@@ -525,6 +598,8 @@ class ClusterSimulator:
                 priority=_EVENT_PRIORITY,
                 label="wake",
             )
+        if not counted and self._active:  # after the last arrival: a round every slot
+            self._request_decision(self.engine.now + self.config.decision_slot_s)
 
     def _take_start_charges(self) -> None:
         """Under "on-start", the start overhead of the jobs started at the last decision.
@@ -559,7 +634,7 @@ class ClusterSimulator:
         for state in running:
             key = (first, state.workers)
             first += state.workers
-            cached[state.job_id] = key in seen
+            cached[state.job_id] = key in seen and self.config.overhead_cache
             seen.add(key)
         if restart_round:
             seen.clear()  # after the overheads were looked up, as the artifact does
@@ -572,6 +647,28 @@ class ClusterSimulator:
                     cached=cached[state.job_id],
                 )
                 self._pause(state, overhead)
+
+    def _owe_overhead(self, jobs: Sequence[JobState], counted: bool, restart_round: bool) -> None:
+        """``decide_at`` "arrivals": the artifact's Gandiva loop sets every started job's
+        overhead at a counted round and a job pays it in the next interval it runs in. Counted
+        rounds come back to back until the last arrival, so only a job that waits across the
+        last of them pays it later, in the first interval it runs in after (taken here as any
+        job waiting then)."""
+        if counted:
+            self._owed = {
+                state.job_id: artifact_overhead_s(
+                    state.spec.requested_workers,
+                    self.cluster.total_workers,
+                    restart=restart_round,
+                    cached=False,
+                )
+                for state in jobs
+                if not state.workers
+            }
+            return
+        for state in jobs:
+            if state.workers and state.job_id in self._owed:
+                self._pause(state, self._owed.pop(state.job_id))
 
     def _pause(self, state: JobState, seconds: float) -> None:
         """No progress for ``seconds`` more from now (or from the end of a pause in course)."""

@@ -96,13 +96,19 @@ class Chronus(Policy):
 
     promises_deadlines = True
 
-    def __init__(self, lease_s: float = 240.0, spare: str = "all") -> None:
+    def __init__(
+        self, lease_s: float = 240.0, spare: str = "all", boundary_clock: bool = False
+    ) -> None:
         if not math.isfinite(lease_s) or lease_s <= 0:
             raise ValueError(f"lease_s must be finite and > 0, got {lease_s}")
         if spare not in SPARE_RULES:
             raise ValueError(f"unknown spare rule {spare!r}; use {', '.join(SPARE_RULES)}")
         self.lease_s = lease_s
         self.spare = spare
+        # True: a boundary decided late (no decision came at it: the cluster was empty) judges
+        # only the arrivals from before it; later ones wait for the next boundary, as in the
+        # artifact, whose clock passes every boundary, idle or not.
+        self.boundary_clock = boundary_clock
         self._jobs: dict[str, _Lease] = {}
         self._arrivals: list[JobState] = []  # admitted since the last boundary, not yet judged
         self._lease_index = -1  # the lease whose boundary was handled last
@@ -164,13 +170,22 @@ class Chronus(Policy):
                     workers[job_id] = alive[job_id].spec.requested_workers
                     state.leases_left -= 1
                 state.plan = state.plan[1:]
-        self._admit_arrivals(alive, index + 1, total)
+        self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
         self._workers = self._lend_spare(view, alive, workers, total)
 
-    def _admit_arrivals(self, alive: dict[str, JobState], index: int, total: int) -> None:
-        """Judge the arrivals against the leases from ``index`` on, in arrival order."""
+    def _admit_arrivals(
+        self, alive: dict[str, JobState], index: int, total: int, boundary_s: float
+    ) -> None:
+        """Judge the arrivals against the leases from ``index`` on, in arrival order (with
+        ``boundary_clock``, only those from before the boundary at ``boundary_s``)."""
+        later = [
+            job
+            for job in self._arrivals
+            if self.boundary_clock and job.spec.submit_s > boundary_s + _EPS
+        ]
+        waiting = {job.job_id for job in later}
         for job in self._arrivals:
-            if job.job_id not in alive:
+            if job.job_id not in alive or job.job_id in waiting:
                 continue
             rate = job.curve.rate(job.spec.requested_workers)
             g = job.spec.requested_workers
@@ -187,7 +202,7 @@ class Chronus(Policy):
             ]
             free = self._promised_free(alive, total)
             state.guaranteed = pack(asks, free, total) is not None
-        self._arrivals = []
+        self._arrivals = later
 
     def _ask(self, job: JobState, state: _Lease, index: int) -> _Ask:
         deadline = job.spec.deadline_s

@@ -14,10 +14,10 @@ every quantum. The artifact (``scheduler.py`` ``gandiva_sim_jobs``, ``cluster.py
 
 By default a group's share is counted in requested-size slots and its jobs queue group-wide.
 ``node_sets=True`` keeps the artifact's own bookkeeping instead (``gandiva_nodesets``): jobs
-bound to whole-node sets, each queueing its own jobs, with the artifact's quirks. Its rotation
-fires only at rounds falling on a multiple of 60 s, which its event-driven clock almost never
-reaches (5 of 1,739 rounds on a 400-job trace), so that mode does not rotate. Migration moves
-jobs without changing what runs and is not modelled. ``work_conserving`` (default) hands
+bound to whole-node sets, each queueing its own jobs, with the artifact's quirks. Like the
+artifact it rotates a set's jobs only in a round whose clock falls on a whole minute, which its
+event-driven clock seldom reaches (5 of 1,739 rounds on a 400-job trace). Migration moves jobs
+without changing what runs and is not modelled. ``work_conserving`` (default) hands
 workers no group's share covers to waiting jobs in arrival order; the artifact leaves them idle.
 """
 
@@ -29,6 +29,9 @@ from collections import defaultdict
 from qosched.cluster.policies.base import Policy, greedy_requested, register
 from qosched.cluster.policies.gandiva_nodesets import NodeSets
 from qosched.cluster.state import ClusterView, Decision, JobState
+
+#: The artifact's Gandiva time slice (``cluster.py`` ``time_slicing_execute``).
+_SLICE_S = 60
 
 
 @register("gandiva")
@@ -44,6 +47,7 @@ class Gandiva(Policy):
         quantum_s: float | None = 600.0,
         work_conserving: bool = True,
         node_sets: bool = False,
+        adjust_ahead: bool = False,
     ) -> None:
         if quantum_s is not None and (not quantum_s > 0 or math.isinf(quantum_s)):
             raise ValueError(f"quantum_s must be positive and finite: {quantum_s}")
@@ -53,6 +57,13 @@ class Gandiva(Policy):
         self._queues: dict[int, list[str]] = defaultdict(list)
         self._last_quantum: int | None = None
         self.node_sets = node_sets
+        # With node_sets: resize the groups at the end of a round rather than at the start of the
+        # next. Nothing changes in between, so the sets are the same, but the jobs that run in
+        # the interval are then those the resized sets run, as in the artifact, which resizes
+        # at the start of a round and then credits the past interval to the jobs its resized
+        # sets run (``gandiva_sim_jobs``: ``gandiva_node_set_adjust`` before
+        # ``time_slicing_execute``).
+        self.adjust_ahead = adjust_ahead
         self._sets: NodeSets | None = None
 
     def _sync_queues(self, groups: dict[int, list[JobState]]) -> None:
@@ -90,8 +101,11 @@ class Gandiva(Policy):
             self._sets = NodeSets(view.cluster.num_nodes, view.cluster.workers_per_node)
         sets = self._sets
         present = {job.job_id for job in view.jobs}
-        sets.adjust()  # still counts the jobs that finished since, as the artifact's round does
-        released = sets.finish(set(sets.size_of) - present)
+        if not self.adjust_ahead:
+            sets.adjust()  # still counts the jobs finished since, as the artifact's round does
+        # The artifact slices time only in a round on the minute (``int(cur_time % 60) == 0``).
+        rotate = int(view.now % _SLICE_S) == 0
+        released = sets.finish(set(sets.size_of) - present, rotate)
         for job in view.jobs:
             if job.job_id not in sets.size_of:
                 sets.size_of[job.job_id] = job.spec.requested_workers
@@ -99,6 +113,8 @@ class Gandiva(Policy):
                     sets.waiting.append(job.job_id)
         if released:
             sets.retry_waiting()
+        if self.adjust_ahead:
+            sets.adjust()  # the next round's, on the jobs in the sets until then
         return sets.running()
 
     def allocate(self, view: ClusterView) -> Decision:

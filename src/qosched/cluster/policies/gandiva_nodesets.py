@@ -13,7 +13,10 @@ Reproduced on purpose, as the artifact behaves:
   ``gandiva_node_set_expand``); otherwise the new sets stay empty until newcomers arrive;
 * a shrinking group keeps at least one set and piles the freed sets' jobs on its head set;
 * waiting jobs are retried only when a set is emptied, and a successful retry skips the next
-  waiting job (a list is changed while it is walked).
+  waiting job (a list is changed while it is walked);
+* groups are resized in order of size (its ``node_g`` dictionary), smallest first;
+* time slicing only in a round whose clock is a whole minute: a set holding more jobs than it
+  runs moves the ones it ran to its back.
 """
 
 from __future__ import annotations
@@ -121,7 +124,7 @@ class NodeSets:
         total = sum(demand.values())
         if not total:
             return
-        for size, sets in self.groups.items():
+        for size, sets in sorted(self.groups.items()):  # the artifact's ``node_g``: by size
             if not demand[size]:
                 continue
             target = min(math.floor(demand[size] / total * self.total), demand[size])
@@ -131,11 +134,18 @@ class NodeSets:
             elif diff < 0:
                 self._shrink(sets, math.ceil(-diff / size))
 
-    def finish(self, gone: set[str]) -> bool:
-        """Drop finished jobs; free the nodes of emptied sets. Whether any set was emptied."""
+    def finish(self, gone: set[str], rotate: bool = False) -> bool:
+        """Drop finished jobs; free the nodes of emptied sets. Whether any set was emptied.
+
+        ``rotate`` (a round on the minute, ``time_slicing_execute``): a set holding more jobs
+        than it runs, finished ones included, first moves the jobs it ran to its back.
+        """
         released = False
         for sets in self.groups.values():
             for node_set in list(sets):
+                if rotate and len(node_set.jobs) > node_set.capacity:
+                    ran = node_set.jobs[: node_set.capacity]
+                    node_set.jobs[:] = node_set.jobs[node_set.capacity :] + ran
                 node_set.jobs[:] = [j for j in node_set.jobs if j not in gone]
                 if not node_set.jobs:
                     sets.remove(node_set)
