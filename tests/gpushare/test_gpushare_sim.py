@@ -2,9 +2,11 @@ import math
 
 import pytest
 from gpushare_sim_helpers import TOY, kernel
+from hypothesis import given
+from hypothesis import strategies as st
 
 from qosched.core.errors import InputError, SimulationError
-from qosched.gpushare.interference import max_min_fair
+from qosched.gpushare.interference import FairShare, max_min_fair
 from qosched.gpushare.policies import create_policy, policy_names
 from qosched.gpushare.policy import Admission
 from qosched.gpushare.simulator import AppWorkload, simulate, sm_targets
@@ -153,6 +155,24 @@ def test_the_same_inputs_and_seed_give_the_same_run():
 def test_max_min_fair_meets_small_demands_and_splits_the_rest():
     assert max_min_fair([0.2, 0.9, 0.9], 1.0) == pytest.approx([0.2, 0.4, 0.4])
     assert max_min_fair([0.3, 0.3], 1.0) == pytest.approx([0.3, 0.3])
+
+
+@given(
+    st.lists(st.floats(0.0, 1.0) | st.sampled_from([0.0, 0.25, 0.5, 1.0]), max_size=8),
+    st.lists(st.floats(0.0, 1.0) | st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1, max_size=8),
+    st.floats(0.1, 2.0),
+)
+def test_fair_share_grants_a_new_demand_exactly_what_max_min_fair_would(others, new, capacity):
+    split = FairShare(others, capacity)
+    for demand in new:  # bit for bit: the admission rule's decisions must not move
+        assert split.grant(demand) == max_min_fair([demand, *others], capacity)[0]
+
+
+def test_fair_share_by_hand():
+    split = FairShare([0.2, 0.9], 1.0)
+    assert split.grant(0.9) == pytest.approx(0.4)  # 0.2 met, the rest halved
+    assert split.grant(0.1) == pytest.approx(0.1)  # below the equal share: met in full
+    assert FairShare([], 1.0).grant(3.0) == 1.0
 
 
 def test_sm_targets_serve_the_important_level_first_then_share_proportionally():

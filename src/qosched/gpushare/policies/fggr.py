@@ -60,14 +60,15 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, LATENCY_QUANTILE, Goal, default_goal
 from qosched.gpushare.interference import (
+    FairShare,
     InterferenceModel,
     bandwidth_share,
-    max_min_fair,
     wave_time_s,
 )
 from qosched.gpushare.kernel import Kernel
@@ -81,6 +82,7 @@ from qosched.gpushare.whatif import (
     meets_every_goal,
     predict,
 )
+from qosched.hardware import Processor
 
 #: The weights of the delay's two terms. The fitted ones (``interference.CALIBRATED``:
 #: bandwidth 0.505, drain 0.912) predict the mean slowdown over random overlaps; the requests
@@ -157,17 +159,73 @@ class _App:
     trust: float = 1.0  # of the slack admissions may spend: halved per late request
     recent: list = field(default_factory=list)  # latencies of the last requests that ended
 
+    # What follows from ``kernels`` and ``length`` alone, kept until either changes: the
+    # admission rule asks for it on every decision, for every protected app.
+    memo: dict = field(default_factory=dict, repr=False)
+
+    def learn(self, index: int, kernel: Kernel) -> None:
+        """The app's kernel ``index`` is ``kernel``."""
+        if self.kernels.get(index) is not kernel:
+            self.kernels[index] = kernel
+            self.memo.clear()
+
+    def learn_length(self, length: int) -> None:
+        """A request of the app has ended with ``length`` kernels."""
+        if length != self.length:
+            self.length = length
+            self.memo.clear()
+
     @property
     def request_time_s(self) -> float:
-        count = self.length or len(self.kernels)
-        return sum(k.time_s for i, k in self.kernels.items() if i < count)
+        if "request" not in self.memo:
+            count = self.length or len(self.kernels)
+            self.memo["request"] = sum(k.time_s for i, k in self.kernels.items() if i < count)
+        return self.memo["request"]
 
     def left_s(self, index: int, remaining: float) -> float:
         """Kernel time left in the request from kernel ``index`` (``remaining`` of it)."""
-        count = max(self.length, index + 1)
+        key = ("rest", index)
+        if key not in self.memo:
+            count = max(self.length, index + 1)
+            self.memo[key] = sum(
+                self.kernels[i].time_s for i in range(index + 1, count) if i in self.kernels
+            )
         here = self.kernels.get(index)
-        rest = sum(self.kernels[i].time_s for i in range(index + 1, count) if i in self.kernels)
-        return (here.time_s * remaining if here else 0.0) + rest
+        return (here.time_s * remaining if here else 0.0) + self.memo[key]
+
+    def upcoming(self, index: int, gpu: Processor) -> _Kernels:
+        """The known kernels of the request from ``index`` on."""
+        key = ("upcoming", index, gpu.memory_bandwidth, gpu.sm_count)
+        if key not in self.memo:
+            count = max(self.length, index + 1)
+            kernels = [self.kernels[i] for i in range(index, count) if i in self.kernels]
+            self.memo[key] = _Kernels.of(kernels, gpu)
+        return self.memo[key]
+
+    def whole(self, gpu: Processor) -> _Kernels:
+        """Every kernel of a request (all of them known)."""
+        key = ("whole", gpu.memory_bandwidth, gpu.sm_count)
+        if key not in self.memo:
+            self.memo[key] = _Kernels.of([self.kernels[i] for i in range(self.length)], gpu)
+        return self.memo[key]
+
+
+@dataclass(frozen=True)
+class _Kernels:
+    """Kernels as the delay model reads them: (share of the GPU's bandwidth, SMs, time alone)
+    each, and the most SMs one takes."""
+
+    each: tuple[tuple[float, int, float], ...]
+    need: int
+
+    @classmethod
+    def of(cls, kernels: Sequence[Kernel], gpu: Processor) -> _Kernels:
+        sm_count = gpu.sm_count or 1
+        each = tuple((bandwidth_share(k, gpu), min(k.sms, sm_count), k.time_s) for k in kernels)
+        return cls(each, max((sms for _, sms, _ in each), default=0))
+
+
+_NONE = _Kernels((), 0)
 
 
 @register("fggr")
@@ -294,7 +352,7 @@ class FgGR:
                 top = max(a.priority for a in self.apps.values())
                 for other in self.apps.values():
                     other.goal = default_goal(other.priority, top)
-            app.kernels[launch.index] = launch.kernel
+            app.learn(launch.index, launch.kernel)
             if launch.request != app.request:
                 self._new_request(app, launch, now)
             app.index = launch.index
@@ -307,7 +365,7 @@ class FgGR:
 
     def _new_request(self, app: _App, launch: Launch, now: float) -> None:
         if app.request >= 0:
-            app.length = app.index + 1
+            app.learn_length(app.index + 1)
             # A request that starts the instant the last one ended (queued, or closed loop)
             # was never seen idle: the last one ended now.
             end = now if app.busy else app.last_end_s
@@ -642,46 +700,56 @@ class FgGR:
         requests after it."""
         gpu = view.gpu
         sm_count = gpu.sm_count or 1
-        count = max(app.length, index + 1)
-        upcoming = [app.kernels[i] for i in range(index, count) if i in app.kernels]
-        if not upcoming:
+        head = app.upcoming(index, gpu)
+        if not head.each:
             return 0.0
         left = app.left_s(index, remaining)
-        if requests > 1:
-            whole = [app.kernels[i] for i in range(app.length)]
-            upcoming += whole * (requests - 1)
-            left += app.request_time_s * (requests - 1)
-        need = max(min(k.sms, sm_count) for k in upcoming)
+        repeats = requests - 1
+        whole = app.whole(gpu) if repeats > 0 else _NONE
+        if repeats > 0:
+            left += app.request_time_s * repeats
+        kernels = len(head.each) + len(whole.each) * repeats
+        need = max(head.need, whole.need)
         taken = sum(min(k.sms, sm_count) for k in others)
         held = sum(min(a.kernel.sms, sm_count) for a, _ in lower)
         sm_delay = 0.0
         if taken + need + held > sm_count:
-            mean_kernel = left / len(upcoming)
+            mean_kernel = left / kernels
             for launch, rest in lower:
                 kernel = launch.kernel
                 life = rest * kernel.time_s
                 wave = min(wave_time_s(kernel, gpu), life)
-                boundaries = min(len(upcoming), 1 + math.floor(life / max(mean_kernel, 1e-12)))
+                boundaries = min(kernels, 1 + math.floor(life / max(mean_kernel, 1e-12)))
                 sm_delay += min(boundaries * wave, life)
             # Meanwhile the app's kernel runs on the SMs that are free, at that fraction of
             # its speed: only the rest of the wait is lost.
             free = max(0, sm_count - taken - held)
             sm_delay *= 1.0 - min(1.0, free / need) if need else 0.0
         # Bandwidth: each upcoming kernel slowed as max-min fair sharing says, for as long as
-        # the less important kernels run.
+        # the less important kernels run (that bound reached ends the sum: its terms are >= 0).
+        overlap = max((rest * a.kernel.time_s for a, rest in lower), default=0.0)
         demands_lower = [bandwidth_share(a.kernel, gpu) for a, _ in lower]
         demands_other = [bandwidth_share(k, gpu) for k in others]
+        splits: dict[int, FairShare] = {}  # by the SMs the app's kernel takes
+        scaled: dict[float, FairShare] = {}  # by the share of their SMs the lower ones keep
         bw_delay = 0.0
-        for i, kernel in enumerate(upcoming):
-            mine = bandwidth_share(kernel, gpu)
-            # Stream priorities give app's kernel its SMs first; the less important kernels
-            # run (and use bandwidth) on what is left.
-            left_sms = max(0, sm_count - min(kernel.sms, sm_count) - taken)
-            scale = min(1.0, left_sms / held) if held else 0.0
-            grants = max_min_fair([mine, *demands_other, *(d * scale for d in demands_lower)], 1.0)
-            if grants[0] > 0:
-                share = remaining if i == 0 else 1.0
-                bw_delay += (mine / grants[0] - 1.0) * kernel.time_s * share
-        overlap = max((rest * a.kernel.time_s for a, rest in lower), default=0.0)
+        for i, (mine, sms, time_s) in enumerate(chain(head.each, *(whole.each,) * repeats)):
+            split = splits.get(sms)
+            if split is None:
+                # Stream priorities give app's kernel its SMs first; the less important
+                # kernels run (and use bandwidth) on what is left.
+                left_sms = max(0, sm_count - sms - taken)
+                scale = min(1.0, left_sms / held) if held else 0.0
+                split = scaled.get(scale)
+                if split is None:
+                    split = scaled[scale] = FairShare(
+                        [*demands_other, *(d * scale for d in demands_lower)], 1.0
+                    )
+                splits[sms] = split
+            grant = split.grant(mine)
+            if grant > 0:
+                bw_delay += (mine / grant - 1.0) * time_s * (remaining if i == 0 else 1.0)
+                if bw_delay >= overlap:
+                    break
         bw_delay = min(bw_delay, overlap)
         return self.model.drain * sm_delay + self.model.bandwidth * bw_delay
