@@ -211,6 +211,137 @@ def take_all(reservations: Sequence[Reservation], now: float, p: FreeProfile) ->
     return True
 
 
+class TakeAllMemo:
+    """`take_all` for a policy that takes its kept reservations together at decision after
+    decision: mostly the same ones, a few re-planned or gone.
+
+    It keeps the sweep of the last reservations taken (the boundaries after its instant, the
+    workers in use on each piece, and how many segment ends fall on each boundary), and makes
+    the next one from it: cut at the new instant, the reservations that left taken out, the new
+    ones put in. That is the sweep made afresh, segment for segment: a boundary stays while a
+    segment ends there (when the last one goes, the pieces on either side hold the same
+    workers), the workers in use are whole numbers, so any order of adding them gives the same
+    sums, and cutting at a later instant only drops boundaries before it (on the piece holding
+    the new instant the same segments are in use as on the old piece that held it).
+    """
+
+    __slots__ = ("_ends", "_held", "_now", "_starts", "_used")
+
+    #: Re-sweep from scratch when more than this share of the reservations changed.
+    REBUILD_SHARE = 0.25
+
+    def __init__(self) -> None:
+        self._held: dict[int, Reservation] = {}  # by id; held, so that the ids stay theirs
+        self._now = math.inf
+        self._starts: list[float] = []
+        self._used: list[int] = []
+        self._ends: dict[float, int] = {}  # segment ends on each boundary after ``_now``
+
+    def take_all(self, reservations: Sequence[Reservation], now: float, p: FreeProfile) -> bool:
+        """``take_all(reservations, now, p)``: the same answer, the same profile."""
+        if p.starts != [now]:
+            return take_all(reservations, now, p)  # it raises, as it should
+        held = {id(r): r for r in reservations}
+        if len(held) != len(reservations):  # one reservation twice: not a set
+            return take_all(reservations, now, p)
+        old = self._held
+        gone = [r for key, r in old.items() if key not in held]
+        new = [r for key, r in held.items() if key not in old]
+        if now < self._now or len(gone) + len(new) > self.REBUILD_SHARE * len(held):
+            self._rebuild(reservations, now)
+        else:
+            self._cut(now)
+            for reservation in gone:
+                self._add(reservation, -1)
+            for reservation in new:
+                self._add(reservation, 1)
+        self._held = held
+        capacity = p.free[0]
+        used = self._used
+        if max(used) > capacity:
+            return False
+        p.starts = list(self._starts)
+        p.free = [capacity - u for u in used]
+        return True
+
+    def _rebuild(self, reservations: Sequence[Reservation], now: float) -> None:
+        now = float(now)
+        delta: dict[float, int] = {}
+        ends: dict[float, int] = {}
+        for reservation in reservations:
+            for start, end, count in reservation:
+                if end <= now or not count:
+                    continue
+                start = float(start) if start > now else now
+                end = float(end)
+                delta[start] = delta.get(start, 0) + count
+                delta[end] = delta.get(end, 0) - count
+                if start != now:
+                    ends[start] = ends.get(start, 0) + 1
+                ends[end] = ends.get(end, 0) + 1
+        starts = sorted(delta.keys() | {now})
+        used, total = [], 0
+        for time in starts:
+            total += delta.get(time, 0)
+            used.append(total)
+        self._now, self._starts, self._used, self._ends = now, starts, used, ends
+
+    def _cut(self, now: float) -> None:
+        """The sweep from ``now`` on (no earlier than its instant)."""
+        now = float(now)
+        starts, ends = self._starts, self._ends
+        index = bisect.bisect_right(starts, now) - 1
+        for time in starts[1 : index + 1]:
+            del ends[time]
+        self._starts = [now, *starts[index + 1 :]]
+        self._used = self._used[index:]
+        self._now = now
+
+    def _add(self, reservation: Reservation, sign: int) -> None:
+        """Put the reservation into the sweep (``sign`` 1) or take it out (-1)."""
+        now = self._now
+        starts, used = self._starts, self._used
+        for start, end, count in reservation:
+            if end <= now or not count:
+                continue
+            start = float(start) if start > now else now
+            end = float(end)
+            if sign > 0:
+                first = self._boundary(start)
+                last = self._boundary(end)
+                for index in range(first, last):
+                    used[index] += count
+            else:
+                first = bisect.bisect_left(starts, start)
+                last = bisect.bisect_left(starts, end)
+                for index in range(first, last):
+                    used[index] -= count
+                # the end first: taking out the start boundary shifts the indices after it
+                self._unreference(end, last)
+                if start != now:
+                    self._unreference(start, first)
+
+    def _boundary(self, time: float) -> int:
+        """The index of the piece starting at ``time``, made a boundary if it was not one;
+        counts one more segment end there (none for the instant itself)."""
+        starts = self._starts
+        index = bisect.bisect_left(starts, time)
+        if index == len(starts) or starts[index] != time:
+            starts.insert(index, time)
+            self._used.insert(index, self._used[index - 1])
+        if time != self._now:
+            self._ends[time] = self._ends.get(time, 0) + 1
+        return index
+
+    def _unreference(self, time: float, index: int) -> None:
+        """One segment end fewer at boundary ``index`` (``time``); no boundary left without one."""
+        left = self._ends[time] - 1
+        if left:
+            self._ends[time] = left
+            return
+        del self._ends[time], self._starts[index], self._used[index]
+
+
 def delivers(
     ladder: Ladder, reservation: Reservation, remaining: float, start: float, deadline: float
 ) -> bool:

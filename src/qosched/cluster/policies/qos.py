@@ -51,10 +51,10 @@ from qosched.cluster.planning import (
     Ladder,
     Plan,
     Reservation,
+    TakeAllMemo,
     kept_delivers,
     leftover,
     plan_demands,
-    take_all,
 )
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.predict import OnlinePredictor
@@ -208,6 +208,9 @@ class QualityOfService(Policy):
         # (instant, jobs) whose reservations in force were all found, at that instant, to deliver
         # and fit together, with no decision and no adoption since (see _note_kept)
         self._kept_for: tuple[float, frozenset[str]] | None = None
+        # The kept reservations are taken together at decision after decision, mostly the same
+        # ones: the last sweep is cut to the new instant instead of made again.
+        self._swept = TakeAllMemo()
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -298,7 +301,7 @@ class QualityOfService(Policy):
         now, capacity = view.now, view.cluster.total_workers
         delivering.sort(key=_deadline_key)  # a demand's order, as plan_demands sorts them
         profile = FreeProfile(now, capacity)
-        if not take_all([keep[j.job_id] for j in delivering], now, profile):
+        if not self._swept.take_all([keep[j.job_id] for j in delivering], now, profile):
             return None
         planned = plan_demands(others, now, capacity, profile=profile)
         reservations = {j.job_id: keep[j.job_id] for j in delivering}
@@ -500,7 +503,7 @@ class QualityOfService(Policy):
         if key in (self._adopted_for, self._kept_for):
             ordered = sorted(guaranteed, key=_deadline_key)
             profile = FreeProfile(now, capacity)
-            if take_all([self._kept[j.job_id] for j in ordered], now, profile):
+            if self._swept.take_all([self._kept[j.job_id] for j in ordered], now, profile):
                 return Plan({j.job_id: self._kept[j.job_id] for j in ordered}, [], profile)
         return self._best_plan(guaranteed, view)
 
