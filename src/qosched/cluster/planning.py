@@ -57,7 +57,7 @@ class Ladder:
     whole nodes, ...).
     """
 
-    __slots__ = ("_per_worker", "best", "counts", "rate_within", "rates")
+    __slots__ = ("_count_rates", "_per_worker", "best", "counts", "rate_within", "rates")
 
     def __init__(self, rates: Sequence[float], allowed: Iterable[int]) -> None:
         self.rates = rates
@@ -65,17 +65,31 @@ class Ladder:
         self.counts = sorted(g for g in set(allowed) if 1 <= g <= top_count and rates[g] > 0.0)
         # best[b]: count <= b with the highest speed (fewest workers on ties); 0 when none fits.
         # Filled a run at a time: it changes only at a count faster than every smaller one.
+        # rate_within[b]: speed on the best count within budget b (0 for b = 0), in the same runs.
         best: list[int] = []
+        rate_within: list[float] = []
         top = 0
         for count in self.counts:
             if top == 0 or rates[count] > rates[top]:
-                best += [top] * (count - len(best))
+                run = count - len(best)
+                best += [top] * run
+                rate_within += [rates[top] if top else 0.0] * run
                 top = count
-        best += [top] * (top_count + 1 - len(best))
+        run = top_count + 1 - len(best)
+        best += [top] * run
+        rate_within += [rates[top] if top else 0.0] * run
         self.best = best
-        # rate_within[b]: speed on the best count within budget b (0 for b = 0).
-        self.rate_within = [rates[g] if g else 0.0 for g in best]
+        self.rate_within = rate_within
         self._per_worker: float | None = None  # see per_worker
+        self._count_rates: list[float] | None = None  # see count_rates
+
+    def count_rates(self) -> list[float]:
+        """``rate_within`` at each of the counts, in order: never falling, as ``rate_within``
+        never falls as the budget grows. Made at the first call and kept."""
+        if self._count_rates is None:
+            rate_within = self.rate_within
+            self._count_rates = [rate_within[g] for g in self.counts]
+        return self._count_rates
 
     def per_worker(self) -> float:
         """The highest speed per worker over the counts (0 with none): the most efficient
@@ -370,8 +384,8 @@ def minimum_share(
         return None
     # No share slower than remaining / (deadline - start) can make it, whatever is free.
     needed = remaining / (deadline - start)
-    rate_within = ladder.rate_within
-    candidates = [share for share in counts if rate_within[share] >= needed * (1 - TOLERANCE)]
+    # The counts whose speed is at least that: a tail of them, since their speeds never fall.
+    candidates = counts[bisect.bisect_left(ladder.count_rates(), needed * (1 - TOLERANCE)) :]
     if not candidates:
         return None
     # Fewest workers first: under light load the first candidate usually fits.
