@@ -68,7 +68,8 @@ def _fit_around(
     ``reserved`` None: nobody prefers any worker, so this is ``_fit`` itself."""
     if reserved is None:
         return _fit(workers, free, workers_per_node)
-    unreserved = [max(f - r, 0) for f, r in zip(free, reserved, strict=True)]
+    # NOTE: ``max(f - r, 0)`` without the call (the same ints): one list per job placed.
+    unreserved = [f - r if f > r else 0 for f, r in zip(free, reserved, strict=True)]
     placement = _fit(workers, unreserved, workers_per_node)
     if placement is None or is_split(placement, workers_per_node):
         trial = list(free)
