@@ -713,6 +713,38 @@ def plan_demands(
                     plan.reservations[demand.job_id] = reservation
                 else:
                     to_plan.append(demand)
+    _plan_in_order(to_plan, now, profile, shape, plan)
+    plan.free = profile
+    return plan
+
+
+def plan_failing_fewer(
+    demands: Sequence[Demand], now: float, capacity: int, than: int
+) -> Plan | None:
+    """``plan_demands(demands, now, capacity)`` if it fails fewer than ``than`` demands, else
+    None: a caller choosing between plans by how many jobs they fail needs no more. Found
+    without planning what comes after the ``than``-th failure (failures only add up, in order).
+    """
+    if than <= 0:
+        return None  # no plan fails fewer than none
+    profile = FreeProfile(now, capacity)
+    plan = Plan()
+    if not _plan_in_order(sorted(demands, key=_ORDER), now, profile, "front", plan, than):
+        return None
+    plan.free = profile
+    return plan
+
+
+def _plan_in_order(
+    to_plan: Sequence[Demand],
+    now: float,
+    profile: FreeProfile,
+    shape: str,
+    plan: Plan,
+    fail_limit: int | None = None,
+) -> bool:
+    """Plan each demand in turn on ``profile`` into ``plan``; False, part done, as soon as
+    ``fail_limit`` of them have failed."""
     for demand in to_plan:
         if shape == "artifact":
             reservation = artifact_share(
@@ -720,6 +752,8 @@ def plan_demands(
             )
             if reservation is None:
                 plan.failed.append(demand.job_id)
+                if fail_limit is not None and len(plan.failed) >= fail_limit:
+                    return False
                 reservation = artifact_fallback(
                     demand.ladder, demand.remaining, demand.start, profile
                 )
@@ -734,8 +768,9 @@ def plan_demands(
             found = None if finish is None else (demand.held, finish)
         if found is None:
             plan.failed.append(demand.job_id)
+            if fail_limit is not None and len(plan.failed) >= fail_limit:
+                return False
             continue
         share, finish = found
         plan.reservations[demand.job_id] = reserve(demand.ladder, share, now, finish, profile)
-    plan.free = profile
-    return plan
+    return True

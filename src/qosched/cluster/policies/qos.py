@@ -55,6 +55,7 @@ from qosched.cluster.planning import (
     kept_delivers,
     leftover,
     plan_demands,
+    plan_failing_fewer,
 )
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.predict import OnlinePredictor
@@ -274,13 +275,17 @@ class QualityOfService(Policy):
             plan = self._plan_keeping(jobs, view, keep)
             if plan is not None:
                 return plan
+        return plan_demands(self._demands(jobs, view), view.now, view.cluster.total_workers, keep)
+
+    def _demands(self, jobs: Sequence[JobState], view: ClusterView) -> list[Demand]:
+        """The jobs' demands on pessimistic predicted speeds (their ladders refreshed)."""
         tracked_jobs, ladders, of_job = self._jobs, self._ladders, Demand.of_job
         demands = []
         for job in jobs:
             tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
             demands.append(of_job(job, pessimistic, view, keep_held=True))
-        return plan_demands(demands, view.now, view.cluster.total_workers, keep)
+        return demands
 
     def _plan_keeping(
         self, jobs: Sequence[JobState], view: ClusterView, keep: dict[str, Reservation]
@@ -327,8 +332,10 @@ class QualityOfService(Policy):
             before = [j for j in jobs if j is not newcomer and _deadline_key(j) <= key]
             if self._overfull(newcomer, before, view):
                 return kept
-        fresh = self._plan(jobs, view)
-        return fresh if len(fresh.failed) < len(kept.failed) else kept
+        # The fresh plan is taken only if it fails fewer jobs: planned until it cannot.
+        demands = self._demands(jobs, view)
+        fresh = plan_failing_fewer(demands, view.now, view.cluster.total_workers, len(kept.failed))
+        return kept if fresh is None else fresh
 
     def _note_kept(self, kept: Plan, jobs: list[JobState], now: float) -> None:
         """Remember that ``kept`` (a plan keeping the reservations in force) kept every one of
