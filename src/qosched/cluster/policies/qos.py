@@ -732,8 +732,8 @@ class QualityOfService(Policy):
             if deadline is None or not held or workers.get(job.job_id) != held:
                 continue
             tracked = tracked_jobs[job.job_id]
-            expected = (tracked.ladders or self._ladders(job, tracked))[0]  # no call when kept
-            rate = expected.rate(held)
+            rates = (tracked.ladders or self._ladders(job, tracked))[0].rates  # no call when kept
+            rate = rates[held] if held < len(rates) else 0.0  # Ladder.rate; ``held`` is > 0
             if rate > 0 and deadline - now - job.remaining_iterations / rate < margin:
                 tight.add(job.job_id)
         return frozenset(tight)
