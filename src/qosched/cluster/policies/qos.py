@@ -42,7 +42,7 @@ import enum
 import heapq
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from qosched.cluster.planning import (
@@ -372,7 +372,8 @@ class QualityOfService(Policy):
             return kept
         # ``kept`` fails ``job`` alone, so the fresh plan is adopted only if it fails no job.
         key = _deadline_key(job)
-        before = [j for j in guaranteed if (j.spec.deadline_s, j.spec.submit_s) <= key]
+        # a generator: `_overfull` often answers before it has seen them all
+        before = (j for j in guaranteed if (j.spec.deadline_s, j.spec.submit_s) <= key)
         if self._overfull(job, before, view):
             return kept  # the fresh plan fails a job too
         prefix = self._fresh_prefix(guaranteed, view)
@@ -388,7 +389,7 @@ class QualityOfService(Policy):
         reservations = {**prefix.reservations, **own.reservations, **rest.reservations}
         return Plan(reservations, [], profile)
 
-    def _overfull(self, job: JobState, before: list[JobState], view: ClusterView) -> bool:
+    def _overfull(self, job: JobState, before: Iterable[JobState], view: ClusterView) -> bool:
         """Whether ``job`` and the guaranteed jobs ``before`` it (deadlines no later than its)
         cannot all finish in time, by worker-seconds alone: each needs at least its remaining
         work at its most efficient count, all of it before ``job``'s deadline."""
