@@ -49,7 +49,8 @@ def _fit(workers: int, free: list[int], workers_per_node: int) -> Placement | No
         return None
     taken = []
     remaining = workers
-    for node in sorted(range(len(free)), key=lambda n: (-free[n], n)):
+    # Most free first, ties by node: a stable sort keeps equal nodes in order, reversed too.
+    for node in sorted(range(len(free)), key=free.__getitem__, reverse=True):
         if remaining == 0:
             break
         share = min(free[node], remaining)
