@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from qosched.cluster.planning import FreeProfile, take, take_all
+from qosched.cluster.planning import FreeProfile, TakeAllMemo, take, take_all
 
 
 def segments(profile: FreeProfile) -> list[tuple[float, int]]:
@@ -80,3 +80,39 @@ def test_take_all_needs_a_fresh_profile():
     assert take([(0.0, 10.0, 4)], 0.0, profile)
     with pytest.raises(ValueError, match="nothing taken"):
         take_all([[(0.0, 10.0, 2)]], 0.0, profile)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6], ids=lambda s: f"s{s}")
+def test_take_all_memo_gives_the_profile_of_take_all_at_every_call(seed):
+    """Later instants, reservations leaving and coming, several at once and none at all."""
+    rng = random.Random(seed)
+    pool = _random_reservations(seed, 40)
+    memo, now = TakeAllMemo(), 0.0
+    chosen = rng.sample(pool, 12)
+    for step in range(60):
+        if step % 7 == 3:
+            chosen = rng.sample(pool, rng.randrange(0, 20))  # most of them change: a re-sweep
+        else:
+            for _ in range(rng.randrange(0, 3)):
+                if chosen and rng.random() < 0.5:
+                    chosen.remove(rng.choice(chosen))
+                else:
+                    extra = rng.choice(pool)
+                    if extra not in chosen:
+                        chosen.append(extra)
+        if step % 11 == 10:
+            now = max(0.0, now - 5.0)  # an earlier instant: a re-sweep
+        else:
+            now += rng.choice((0.0, 0.5, 1.0, 3.0))
+        capacity = rng.choice((8, 16, 1000))
+        expected, got = FreeProfile(now, capacity), FreeProfile(now, capacity)
+        fits = take_all(chosen, now, expected)
+        assert memo.take_all(chosen, now, got) == fits
+        assert segments(got) == segments(expected)
+
+
+def test_take_all_memo_needs_a_fresh_profile():
+    profile = FreeProfile(0.0, 8)
+    assert take([(0.0, 10.0, 4)], 0.0, profile)
+    with pytest.raises(ValueError, match="nothing taken"):
+        TakeAllMemo().take_all([[(0.0, 10.0, 2)]], 0.0, profile)

@@ -49,7 +49,8 @@ def _fit(workers: int, free: list[int], workers_per_node: int) -> Placement | No
         return None
     taken = []
     remaining = workers
-    for node in sorted(range(len(free)), key=lambda n: (-free[n], n)):
+    # Most free first, ties by node: a stable sort keeps equal nodes in order, reversed too.
+    for node in sorted(range(len(free)), key=free.__getitem__, reverse=True):
         if remaining == 0:
             break
         share = min(free[node], remaining)
@@ -68,7 +69,8 @@ def _fit_around(
     ``reserved`` None: nobody prefers any worker, so this is ``_fit`` itself."""
     if reserved is None:
         return _fit(workers, free, workers_per_node)
-    unreserved = [max(f - r, 0) for f, r in zip(free, reserved, strict=True)]
+    # NOTE: ``max(f - r, 0)`` without the call (the same ints): one list per job placed.
+    unreserved = [f - r if f > r else 0 for f, r in zip(free, reserved, strict=True)]
     placement = _fit(workers, unreserved, workers_per_node)
     if placement is None or is_split(placement, workers_per_node):
         trial = list(free)
@@ -134,11 +136,17 @@ def place(
 
     ``pinned`` jobs with an unchanged count stay where they are even in a re-pack."""
     order = sorted(wanted, key=lambda item: -item[1]) if largest_first else list(wanted)
-    unchanged = {
-        job_id: current[job_id]
-        for job_id, workers in wanted
-        if workers and job_id in current and size(current[job_id]) == workers
-    }
+    # NOTE: one look-up per job and `size` inlined for a one-node placement (the same test):
+    # this runs over every placed job at every decision.
+    unchanged = {}
+    for job_id, workers in wanted:
+        spot = current.get(job_id)
+        if (
+            workers
+            and spot is not None
+            and (spot[0][1] if len(spot) == 1 else size(spot)) == workers
+        ):
+            unchanged[job_id] = spot
     sticky, sticky_splits = _pack(order, cluster, unchanged, {})
     if sticky_splits == 0 or not unchanged:
         return sticky

@@ -57,7 +57,7 @@ class Ladder:
     whole nodes, ...).
     """
 
-    __slots__ = ("_per_worker", "best", "counts", "rate_within", "rates")
+    __slots__ = ("_count_rates", "_per_worker", "best", "counts", "rate_within", "rates")
 
     def __init__(self, rates: Sequence[float], allowed: Iterable[int]) -> None:
         self.rates = rates
@@ -65,17 +65,31 @@ class Ladder:
         self.counts = sorted(g for g in set(allowed) if 1 <= g <= top_count and rates[g] > 0.0)
         # best[b]: count <= b with the highest speed (fewest workers on ties); 0 when none fits.
         # Filled a run at a time: it changes only at a count faster than every smaller one.
+        # rate_within[b]: speed on the best count within budget b (0 for b = 0), in the same runs.
         best: list[int] = []
+        rate_within: list[float] = []
         top = 0
         for count in self.counts:
             if top == 0 or rates[count] > rates[top]:
-                best += [top] * (count - len(best))
+                run = count - len(best)
+                best += [top] * run
+                rate_within += [rates[top] if top else 0.0] * run
                 top = count
-        best += [top] * (top_count + 1 - len(best))
+        run = top_count + 1 - len(best)
+        best += [top] * run
+        rate_within += [rates[top] if top else 0.0] * run
         self.best = best
-        # rate_within[b]: speed on the best count within budget b (0 for b = 0).
-        self.rate_within = [rates[g] if g else 0.0 for g in best]
+        self.rate_within = rate_within
         self._per_worker: float | None = None  # see per_worker
+        self._count_rates: list[float] | None = None  # see count_rates
+
+    def count_rates(self) -> list[float]:
+        """``rate_within`` at each of the counts, in order: never falling, as ``rate_within``
+        never falls as the budget grows. Made at the first call and kept."""
+        if self._count_rates is None:
+            rate_within = self.rate_within
+            self._count_rates = [rate_within[g] for g in self.counts]
+        return self._count_rates
 
     def per_worker(self) -> float:
         """The highest speed per worker over the counts (0 with none): the most efficient
@@ -211,6 +225,137 @@ def take_all(reservations: Sequence[Reservation], now: float, p: FreeProfile) ->
     return True
 
 
+class TakeAllMemo:
+    """`take_all` for a policy that takes its kept reservations together at decision after
+    decision: mostly the same ones, a few re-planned or gone.
+
+    It keeps the sweep of the last reservations taken (the boundaries after its instant, the
+    workers in use on each piece, and how many segment ends fall on each boundary), and makes
+    the next one from it: cut at the new instant, the reservations that left taken out, the new
+    ones put in. That is the sweep made afresh, segment for segment: a boundary stays while a
+    segment ends there (when the last one goes, the pieces on either side hold the same
+    workers), the workers in use are whole numbers, so any order of adding them gives the same
+    sums, and cutting at a later instant only drops boundaries before it (on the piece holding
+    the new instant the same segments are in use as on the old piece that held it).
+    """
+
+    __slots__ = ("_ends", "_held", "_now", "_starts", "_used")
+
+    #: Re-sweep from scratch when more than this share of the reservations changed.
+    REBUILD_SHARE = 0.25
+
+    def __init__(self) -> None:
+        self._held: dict[int, Reservation] = {}  # by id; held, so that the ids stay theirs
+        self._now = math.inf
+        self._starts: list[float] = []
+        self._used: list[int] = []
+        self._ends: dict[float, int] = {}  # segment ends on each boundary after ``_now``
+
+    def take_all(self, reservations: Sequence[Reservation], now: float, p: FreeProfile) -> bool:
+        """``take_all(reservations, now, p)``: the same answer, the same profile."""
+        if p.starts != [now]:
+            return take_all(reservations, now, p)  # it raises, as it should
+        held = {id(r): r for r in reservations}
+        if len(held) != len(reservations):  # one reservation twice: not a set
+            return take_all(reservations, now, p)
+        old = self._held
+        gone = [r for key, r in old.items() if key not in held]
+        new = [r for key, r in held.items() if key not in old]
+        if now < self._now or len(gone) + len(new) > self.REBUILD_SHARE * len(held):
+            self._rebuild(reservations, now)
+        else:
+            self._cut(now)
+            for reservation in gone:
+                self._add(reservation, -1)
+            for reservation in new:
+                self._add(reservation, 1)
+        self._held = held
+        capacity = p.free[0]
+        used = self._used
+        if max(used) > capacity:
+            return False
+        p.starts = list(self._starts)
+        p.free = [capacity - u for u in used]
+        return True
+
+    def _rebuild(self, reservations: Sequence[Reservation], now: float) -> None:
+        now = float(now)
+        delta: dict[float, int] = {}
+        ends: dict[float, int] = {}
+        for reservation in reservations:
+            for start, end, count in reservation:
+                if end <= now or not count:
+                    continue
+                start = float(start) if start > now else now
+                end = float(end)
+                delta[start] = delta.get(start, 0) + count
+                delta[end] = delta.get(end, 0) - count
+                if start != now:
+                    ends[start] = ends.get(start, 0) + 1
+                ends[end] = ends.get(end, 0) + 1
+        starts = sorted(delta.keys() | {now})
+        used, total = [], 0
+        for time in starts:
+            total += delta.get(time, 0)
+            used.append(total)
+        self._now, self._starts, self._used, self._ends = now, starts, used, ends
+
+    def _cut(self, now: float) -> None:
+        """The sweep from ``now`` on (no earlier than its instant)."""
+        now = float(now)
+        starts, ends = self._starts, self._ends
+        index = bisect.bisect_right(starts, now) - 1
+        for time in starts[1 : index + 1]:
+            del ends[time]
+        self._starts = [now, *starts[index + 1 :]]
+        self._used = self._used[index:]
+        self._now = now
+
+    def _add(self, reservation: Reservation, sign: int) -> None:
+        """Put the reservation into the sweep (``sign`` 1) or take it out (-1)."""
+        now = self._now
+        starts, used = self._starts, self._used
+        for start, end, count in reservation:
+            if end <= now or not count:
+                continue
+            start = float(start) if start > now else now
+            end = float(end)
+            if sign > 0:
+                first = self._boundary(start)
+                last = self._boundary(end)
+                for index in range(first, last):
+                    used[index] += count
+            else:
+                first = bisect.bisect_left(starts, start)
+                last = bisect.bisect_left(starts, end)
+                for index in range(first, last):
+                    used[index] -= count
+                # the end first: taking out the start boundary shifts the indices after it
+                self._unreference(end, last)
+                if start != now:
+                    self._unreference(start, first)
+
+    def _boundary(self, time: float) -> int:
+        """The index of the piece starting at ``time``, made a boundary if it was not one;
+        counts one more segment end there (none for the instant itself)."""
+        starts = self._starts
+        index = bisect.bisect_left(starts, time)
+        if index == len(starts) or starts[index] != time:
+            starts.insert(index, time)
+            self._used.insert(index, self._used[index - 1])
+        if time != self._now:
+            self._ends[time] = self._ends.get(time, 0) + 1
+        return index
+
+    def _unreference(self, time: float, index: int) -> None:
+        """One segment end fewer at boundary ``index`` (``time``); no boundary left without one."""
+        left = self._ends[time] - 1
+        if left:
+            self._ends[time] = left
+            return
+        del self._ends[time], self._starts[index], self._used[index]
+
+
 def delivers(
     ladder: Ladder, reservation: Reservation, remaining: float, start: float, deadline: float
 ) -> bool:
@@ -239,8 +384,8 @@ def minimum_share(
         return None
     # No share slower than remaining / (deadline - start) can make it, whatever is free.
     needed = remaining / (deadline - start)
-    rate_within = ladder.rate_within
-    candidates = [share for share in counts if rate_within[share] >= needed * (1 - TOLERANCE)]
+    # The counts whose speed is at least that: a tail of them, since their speeds never fall.
+    candidates = counts[bisect.bisect_left(ladder.count_rates(), needed * (1 - TOLERANCE)) :]
     if not candidates:
         return None
     # Fewest workers first: under light load the first candidate usually fits.
@@ -471,7 +616,16 @@ class Demand:
         if limit > start:
             # Up to ``limit`` the walk is the same with the deadline cut there; a finish after
             # it, or none, is None either way.
-            return finish_time(self.ladder, held, remaining, start, min(deadline, limit), p)
+            end = min(deadline, limit)
+            # Every segment up to ``end`` has ``held`` free, so the walk adds up ``rate * (t1 -
+            # t0)`` over pieces of [start, end): rounding keeps that sum within a relative
+            # 1e-10 of ``rate * (end - start)`` on any profile of under a million segments.
+            # When even that, widened by 1e-9, falls short of the work, the walk finds no
+            # finish: None without the walk (most jobs this is asked for cannot finish).
+            rate = self.ladder.rate_within[held]
+            if rate * (end - start) * (1 + 1e-9) < remaining * (1 - TOLERANCE) - TOLERANCE:
+                return None
+            return finish_time(self.ladder, held, remaining, start, end, p)
         # Blocked from before it can progress: only a finish at ``start`` itself would do, and
         # no finish comes before ``start + remaining / fastest`` (no segment runs faster).
         if start + remaining / self.ladder.rate_within[-1] > limit:
@@ -568,6 +722,38 @@ def plan_demands(
                     plan.reservations[demand.job_id] = reservation
                 else:
                     to_plan.append(demand)
+    _plan_in_order(to_plan, now, profile, shape, plan)
+    plan.free = profile
+    return plan
+
+
+def plan_failing_fewer(
+    demands: Sequence[Demand], now: float, capacity: int, than: int
+) -> Plan | None:
+    """``plan_demands(demands, now, capacity)`` if it fails fewer than ``than`` demands, else
+    None: a caller choosing between plans by how many jobs they fail needs no more. Found
+    without planning what comes after the ``than``-th failure (failures only add up, in order).
+    """
+    if than <= 0:
+        return None  # no plan fails fewer than none
+    profile = FreeProfile(now, capacity)
+    plan = Plan()
+    if not _plan_in_order(sorted(demands, key=_ORDER), now, profile, "front", plan, than):
+        return None
+    plan.free = profile
+    return plan
+
+
+def _plan_in_order(
+    to_plan: Sequence[Demand],
+    now: float,
+    profile: FreeProfile,
+    shape: str,
+    plan: Plan,
+    fail_limit: int | None = None,
+) -> bool:
+    """Plan each demand in turn on ``profile`` into ``plan``; False, part done, as soon as
+    ``fail_limit`` of them have failed."""
     for demand in to_plan:
         if shape == "artifact":
             reservation = artifact_share(
@@ -575,6 +761,8 @@ def plan_demands(
             )
             if reservation is None:
                 plan.failed.append(demand.job_id)
+                if fail_limit is not None and len(plan.failed) >= fail_limit:
+                    return False
                 reservation = artifact_fallback(
                     demand.ladder, demand.remaining, demand.start, profile
                 )
@@ -589,8 +777,9 @@ def plan_demands(
             found = None if finish is None else (demand.held, finish)
         if found is None:
             plan.failed.append(demand.job_id)
+            if fail_limit is not None and len(plan.failed) >= fail_limit:
+                return False
             continue
         share, finish = found
         plan.reservations[demand.job_id] = reserve(demand.ladder, share, now, finish, profile)
-    plan.free = profile
-    return plan
+    return True

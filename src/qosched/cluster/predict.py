@@ -402,9 +402,31 @@ class OnlinePredictor:
         `Prediction` per count (a policy refreshing a job's ladders asks for all its counts)."""
         if self._dirty:
             self._refit()
+        # NOTE: `_rate_and_spread` and the model's `rate` inlined, the same operations in the
+        # same order: a policy refreshes several jobs' ladders at every decision.
+        model = self._model
+        compute, comm, overhead = model.compute_s, model.comm_s, model.overhead_s
+        factors, table_factor = self._factors, self._table_factor
+        half_width, exp, hypot = self._half_width, math.exp, math.hypot
+        half_unseen = self._z * self.prior_sigma if not self._observed_counts else None
         pairs = []
         for workers in counts:
-            rate, spread = self._rate_and_spread(workers)
+            if not workers >= 1:
+                model.rate(workers)  # raises, as `predict` would
+            factor = factors.get(workers)
+            if factor is None:
+                factor = table_factor(workers)
+            rate = 1.0 / (compute / workers + comm * (workers - 1) + overhead) * factor
+            if half_unseen is not None:
+                half = half_unseen
+            elif workers in half_width:
+                half = half_width[workers]
+            else:
+                nearest, shape = self._extrapolation(workers)
+                half = hypot(half_width[nearest], shape)
+            if half > MAX_LOG_HALF_WIDTH:  # min(half, MAX_LOG_HALF_WIDTH) without the call
+                half = MAX_LOG_HALF_WIDTH
+            spread = exp(half)
             low = rate / spread
             if not 0.0 < low <= rate:
                 Prediction(rate, low, rate * spread)  # raises, as `predict` would

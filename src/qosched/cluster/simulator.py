@@ -507,18 +507,27 @@ class ClusterSimulator:
         self._progress_at = now
         done = []
         work_until = self._work_until
+        # NOTE: ``max``/``min`` written out and `_ran_out` inlined for the usual end rule (the
+        # same values): this runs over every job at every event.
+        by_iterations = self.config.ends_on == "iterations"
         for state in self._active.values():
             if state.workers:
-                since = max(state.last_update_s, state.resume_s)
+                last, resume = state.last_update_s, state.resume_s
+                since = resume if resume > last else last
                 until = min(now, work_until.get(state.job_id, now)) if work_until else now
                 if until > since:
                     state.iterations_done = min(
                         float(state.spec.iterations),
                         state.iterations_done + state.rate * (until - since),
                     )
-                state.attained_worker_s += state.workers * (now - state.last_update_s)
-                state.active_s += max(0.0, now - since)
-                if self._ran_out(state):
+                state.attained_worker_s += state.workers * (now - last)
+                active = now - since
+                state.active_s += active if active > 0.0 else 0.0
+                if (
+                    state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
+                    if by_iterations
+                    else self._ran_out(state)
+                ):
                     done.append(state)
             state.last_update_s = now
         for state in done:

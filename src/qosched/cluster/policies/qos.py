@@ -42,7 +42,7 @@ import enum
 import heapq
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from qosched.cluster.planning import (
@@ -51,10 +51,11 @@ from qosched.cluster.planning import (
     Ladder,
     Plan,
     Reservation,
+    TakeAllMemo,
     kept_delivers,
     leftover,
     plan_demands,
-    take_all,
+    plan_failing_fewer,
 )
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.predict import OnlinePredictor
@@ -208,6 +209,9 @@ class QualityOfService(Policy):
         # (instant, jobs) whose reservations in force were all found, at that instant, to deliver
         # and fit together, with no decision and no adoption since (see _note_kept)
         self._kept_for: tuple[float, frozenset[str]] | None = None
+        # The kept reservations are taken together at decision after decision, mostly the same
+        # ones: the last sweep is cut to the new instant instead of made again.
+        self._swept = TakeAllMemo()
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -271,13 +275,17 @@ class QualityOfService(Policy):
             plan = self._plan_keeping(jobs, view, keep)
             if plan is not None:
                 return plan
+        return plan_demands(self._demands(jobs, view), view.now, view.cluster.total_workers, keep)
+
+    def _demands(self, jobs: Sequence[JobState], view: ClusterView) -> list[Demand]:
+        """The jobs' demands on pessimistic predicted speeds (their ladders refreshed)."""
         tracked_jobs, ladders, of_job = self._jobs, self._ladders, Demand.of_job
         demands = []
         for job in jobs:
             tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
             demands.append(of_job(job, pessimistic, view, keep_held=True))
-        return plan_demands(demands, view.now, view.cluster.total_workers, keep)
+        return demands
 
     def _plan_keeping(
         self, jobs: Sequence[JobState], view: ClusterView, keep: dict[str, Reservation]
@@ -298,7 +306,7 @@ class QualityOfService(Policy):
         now, capacity = view.now, view.cluster.total_workers
         delivering.sort(key=_deadline_key)  # a demand's order, as plan_demands sorts them
         profile = FreeProfile(now, capacity)
-        if not take_all([keep[j.job_id] for j in delivering], now, profile):
+        if not self._swept.take_all([keep[j.job_id] for j in delivering], now, profile):
             return None
         planned = plan_demands(others, now, capacity, profile=profile)
         reservations = {j.job_id: keep[j.job_id] for j in delivering}
@@ -324,8 +332,10 @@ class QualityOfService(Policy):
             before = [j for j in jobs if j is not newcomer and _deadline_key(j) <= key]
             if self._overfull(newcomer, before, view):
                 return kept
-        fresh = self._plan(jobs, view)
-        return fresh if len(fresh.failed) < len(kept.failed) else kept
+        # The fresh plan is taken only if it fails fewer jobs: planned until it cannot.
+        demands = self._demands(jobs, view)
+        fresh = plan_failing_fewer(demands, view.now, view.cluster.total_workers, len(kept.failed))
+        return kept if fresh is None else fresh
 
     def _note_kept(self, kept: Plan, jobs: list[JobState], now: float) -> None:
         """Remember that ``kept`` (a plan keeping the reservations in force) kept every one of
@@ -362,7 +372,8 @@ class QualityOfService(Policy):
             return kept
         # ``kept`` fails ``job`` alone, so the fresh plan is adopted only if it fails no job.
         key = _deadline_key(job)
-        before = [j for j in guaranteed if (j.spec.deadline_s, j.spec.submit_s) <= key]
+        # a generator: `_overfull` often answers before it has seen them all
+        before = (j for j in guaranteed if (j.spec.deadline_s, j.spec.submit_s) <= key)
         if self._overfull(job, before, view):
             return kept  # the fresh plan fails a job too
         prefix = self._fresh_prefix(guaranteed, view)
@@ -378,7 +389,7 @@ class QualityOfService(Policy):
         reservations = {**prefix.reservations, **own.reservations, **rest.reservations}
         return Plan(reservations, [], profile)
 
-    def _overfull(self, job: JobState, before: list[JobState], view: ClusterView) -> bool:
+    def _overfull(self, job: JobState, before: Iterable[JobState], view: ClusterView) -> bool:
         """Whether ``job`` and the guaranteed jobs ``before`` it (deadlines no later than its)
         cannot all finish in time, by worker-seconds alone: each needs at least its remaining
         work at its most efficient count, all of it before ``job``'s deadline."""
@@ -500,7 +511,7 @@ class QualityOfService(Policy):
         if key in (self._adopted_for, self._kept_for):
             ordered = sorted(guaranteed, key=_deadline_key)
             profile = FreeProfile(now, capacity)
-            if take_all([self._kept[j.job_id] for j in ordered], now, profile):
+            if self._swept.take_all([self._kept[j.job_id] for j in ordered], now, profile):
                 return Plan({j.job_id: self._kept[j.job_id] for j in ordered}, [], profile)
         return self._best_plan(guaranteed, view)
 
@@ -722,8 +733,8 @@ class QualityOfService(Policy):
             if deadline is None or not held or workers.get(job.job_id) != held:
                 continue
             tracked = tracked_jobs[job.job_id]
-            expected = (tracked.ladders or self._ladders(job, tracked))[0]  # no call when kept
-            rate = expected.rate(held)
+            rates = (tracked.ladders or self._ladders(job, tracked))[0].rates  # no call when kept
+            rate = rates[held] if held < len(rates) else 0.0  # Ladder.rate; ``held`` is > 0
             if rate > 0 and deadline - now - job.remaining_iterations / rate < margin:
                 tight.add(job.job_id)
         return frozenset(tight)
