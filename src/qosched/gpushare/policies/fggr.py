@@ -175,6 +175,10 @@ class _App:
             self.length = length
             self.memo.clear()
 
+    def knows_request(self) -> bool:
+        """Whether every kernel of a request is known (a request has ended)."""
+        return bool(self.length) and all(i in self.kernels for i in range(self.length))
+
     @property
     def request_time_s(self) -> float:
         if "request" not in self.memo:
@@ -487,7 +491,10 @@ class FgGR:
         runs a whole level)."""
         if self._rank(app) <= rank or not self._protected(app):
             return False
-        return app.goal.protected or app.priority > launch.priority
+        if app.goal.protected:
+            return True
+        # A load nobody asked to be kept does not outrank a goal someone stated.
+        return app.priority > launch.priority and not self.apps[launch.app].goal.protected
 
     def _when_idle(self, view: GpuView) -> Admission:
         """Every kernel of whose app no app of a higher priority with a goal has anything
@@ -670,7 +677,7 @@ class FgGR:
         """The lag of the requests after the one in progress, where the less important kernels
         outlive it: queued ones (``view.backlog``) inherit ``lag`` and add the delay to their
         own kernels; a closed loop's next request starts afresh and suffers only that delay."""
-        if not app.length or not all(i in app.kernels for i in range(app.length)):
+        if not app.knows_request():
             return 0.0
         life = max((rest * a.kernel.time_s for a, rest in lower), default=0.0)
         if life <= app.left_s(index, remaining):
