@@ -622,6 +622,14 @@ class FgGR:
         # not one request's latency, is what the goal bounds.
         if idle:
             lag = delay
+        elif (
+            delay <= 0.0
+            and app.knows_request()
+            and self._next_lag(app, index, remaining, lower, others, view, 0.0, 0.0) <= 0.0
+        ):
+            # Predicted to cost the app nothing (every kernel of its request known), however
+            # far behind it already is.
+            return True
         else:
             lag = max(0.0, view.now_s + app.left_s(index, remaining) - app.alone_finish_s) + delay
             lag = max(lag, self._next_lag(app, index, remaining, lower, others, view, lag, delay))
