@@ -33,7 +33,10 @@ starts when every more important protected app ``P`` stays within its goal, as p
   on time gives back ``trust_step`` of it.
 - **Measured room and need.** A best-effort app of ``P``'s own priority runs beside it while
   ``P``'s last requests all ended within 90 % of its target (as Orion runs a whole level); a
-  best-effort open loop is protected only from the priorities below it. A kernel of an app
+  best-effort open loop is protected only from the priorities below it, and only from apps
+  without a goal of their own (a load nobody asked to be kept does not outrank a stated goal).
+  A kernel predicted to cost an app nothing (a delay of 0 on a request whose kernels are all
+  known) never waits for it, however far behind it already is. A kernel of an app
   that is missing its own goal, as measured (a throughput short of it, or more than 1 % of its
   requests late), takes the whole allowance, without the hedges (the free half, exposure).
 - **Wait bound.** A kernel that has waited ``max_wait_s`` starts anyway, unless a more
