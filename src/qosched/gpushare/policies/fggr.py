@@ -36,7 +36,9 @@ starts when every more important protected app ``P`` stays within its goal, as p
   best-effort open loop is protected only from the priorities below it, and only from apps
   without a goal of their own (a load nobody asked to be kept does not outrank a stated goal).
   A kernel predicted to cost an app nothing (a delay of 0 on a request whose kernels are all
-  known) never waits for it, however far behind it already is. A kernel of an app
+  known) never waits for it, however far behind it already is; nor, for an app whose own
+  kernel is held in the same decision for the apps above it, does a kernel shorter than half
+  of its allowance (it costs the app at most its own life). A kernel of an app
   that is missing its own goal, as measured (a throughput short of it, or more than 1 % of its
   requests late), takes the whole allowance, without the hedges (the free half, exposure).
 - **Wait bound.** A kernel that has waited ``max_wait_s`` starts anyway, unless a more
@@ -102,6 +104,9 @@ _TRUSTED_DONE = 10
 _ROOM = 0.1
 #: Time over which the spent exposure and risk fade by e.
 _FADE_S = 1.0
+#: The share of its allowance a kernel may take from an app whose own kernel is held for the
+#: apps above it (whatever setting is adopted: the free half of the constructor's default).
+_HELD_FREE = 0.5
 #: Requests of an app after which the p99 of its latencies alone is taken as measured.
 _TRUSTED_SAMPLES = 100
 #: What a kernel of a less important app waits for: ``idle``, every app of a higher priority
@@ -460,6 +465,7 @@ class FgGR:
         start: list[Launch] = []
         wake: float | None = None
         held: list[int] = []  # priorities of the launches held back so far
+        held_apps: set[str] = set()  # and their apps
         for launch in view.waiting:  # most important first
             mine = self._rank(self.apps[launch.app])
             above = [a for a in self.apps.values() if self._guards(a, launch, mine)]
@@ -470,6 +476,7 @@ class FgGR:
                     active,
                     view,
                     share=not any(mine < r < self._rank(a) for r in held),
+                    waits=a.name in held_apps,
                 )
                 for a in above
             )
@@ -481,6 +488,7 @@ class FgGR:
                 active.append((launch, 1.0))
             else:
                 held.append(mine)
+                held_apps.add(launch.app)
                 due = launch.ready_s + self.max_wait_s
                 if due <= view.now_s:  # overdue and refused: ask again a wait later
                     due = view.now_s + self.max_wait_s
@@ -586,6 +594,7 @@ class FgGR:
         view: GpuView,
         *,
         share: bool,
+        waits: bool = False,
     ) -> bool:
         """Whether ``launch`` may start beside ``active`` as far as ``app`` (more important,
         protected) is concerned; spends ``app``'s exposure allowance when it must, and only
@@ -637,6 +646,10 @@ class FgGR:
             lag = max(0.0, view.now_s + app.left_s(index, remaining) - app.alone_finish_s) + delay
             lag = max(lag, self._next_lag(app, index, remaining, lower, others, view, lag, delay))
         allowed = (target - self._base_s(app)) * self.slack_fraction * app.trust
+        if waits and launch.kernel.time_s <= _HELD_FREE * allowed:
+            # The app's own kernel waits, in this decision, for the apps above it: this one
+            # costs it at most what it still holds when that kernel starts, its own life.
+            return True
         if lag <= self.safe_fraction * allowed:
             return True  # leaves room for as much again from elsewhere
         if self._behind(self.apps[launch.app], view):
