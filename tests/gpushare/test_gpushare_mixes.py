@@ -108,11 +108,27 @@ def a100_kernel(name, sms, time_us, share, waves=1):
                   bound="memory" if share >= 0.5 else "compute", time_s=time_us * 1e-6)  # fmt: skip
 
 
+# An mlp model's kernels as the bench estimates them (SMs, us alone, share of the bandwidth):
+# tiny, a few SMs and 2-3 us each.
+TINY = [(1, 2.7, 0.0), (43, 3.0, 0.27), (1, 3.1, 0.0), (1, 2.7, 0.0), (22, 2.6, 0.1),
+        (1, 3.1, 0.0), (1, 2.1, 0.0), (1, 2.4, 0.0)]  # fmt: skip
+
+
+def assert_top_and_bottom_served(apps, *, duration_s, seed):
+    """Under fggr the top app (first) and the bottom one (last) meet their p99 goals, and the
+    bottom one gets at least half its throughput alone."""
+    outcomes = judge_mix(gpu("A100"), apps, duration_s=duration_s, seed=seed, policies=["fggr"])
+    top, *_, bottom = outcomes["fggr"]
+    assert top.met, top.measured
+    assert bottom.met, bottom.measured
+    assert bottom.measured.throughput_ratio >= 0.5
+
+
 def test_a_best_effort_load_does_not_hold_back_a_lower_app_with_a_goal():
     # Held-out bench seed 44, its kernels written out: a best-effort open loop in the middle,
     # offered more than the top app's goal leaves it, was protected for that load from the app
-    # below, whose own p99 goal (tiny kernels: a few SMs, 2-3 us) orion meets there; fggr gave
-    # that app 0.2 % of its throughput (here 0.4 %, p99 8,117x).
+    # below, whose own p99 goal (tiny kernels) orion meets there; fggr gave that app 0.2 % of
+    # its throughput (here 0.4 %, p99 8,117x).
     apps = [
         AppWorkload("serving", 3, (a100_kernel("s0", 60, 518, 0.17, 3),
                                    a100_kernel("s1", 14, 227, 0.59),
@@ -122,41 +138,26 @@ def test_a_best_effort_load_does_not_hold_back_a_lower_app_with_a_goal():
                                   a100_kernel("b1", 59, 25, 0.19),
                                   a100_kernel("b2", 92, 15, 0.53)),
                     1355.0, BEST_EFFORT),
-        AppWorkload("small", 1, tuple(a100_kernel(f"m{i}", sms, us, share) for i, (sms, us, share)
-                                      in enumerate([(1, 2.7, 0.0), (43, 3.0, 0.27), (1, 3.1, 0.0),
-                                                    (1, 2.7, 0.0), (22, 2.6, 0.1), (1, 3.1, 0.0),
-                                                    (1, 2.1, 0.0), (1, 2.4, 0.0)])),
+        AppWorkload("small", 1, tuple(a100_kernel(f"m{i}", *k) for i, k in enumerate(TINY)),
                     None, Goal("p99_slowdown", 2.47)),
     ]  # fmt: skip
-    by_policy = judge_mix(gpu("A100"), apps, duration_s=0.06, seed=44, policies=["fggr"])
-    serving, _, small = by_policy["fggr"]
-    assert serving.met, serving.measured
-    assert small.met, small.measured
-    assert small.measured.throughput_ratio >= 0.5
+    assert_top_and_bottom_served(apps, duration_s=0.06, seed=44)
 
 
 def test_an_app_held_for_the_apps_above_it_does_not_hold_back_a_small_kernel_below():
     # After held-out bench seed 39 (where orion meets the lower app's goal): the middle app's
     # long kernels wait for the top app's goal (it finishes almost no request), and it refused
-    # every tiny kernel of the app below for its own goal. A kernel shorter than the free half
-    # of the middle app's allowance costs it at most its own life once its kernel may start.
+    # every tiny kernel of the app below for its own goal. A kernel shorter than half the
+    # middle app's allowance costs it at most its own life once its kernel may start.
     # Before: the lower app 0.08 % of its throughput, p99 2,285x.
-    small = [(1, 2.7, 0.0), (43, 3.0, 0.27), (1, 3.1, 0.0), (1, 2.7, 0.0), (22, 2.6, 0.1),
-             (1, 3.1, 0.0), (1, 2.1, 0.0), (1, 2.4, 0.0)]  # fmt: skip
+    serving = [(64, 40, 0.3), (48, 25, 0.5), (64, 60, 0.2), (32, 15, 0.6)] * 3
     apps = [
-        AppWorkload("serving", 3, tuple(a100_kernel(f"s{i}", sms, us, share) for i, (sms, us, share)
-                                        in enumerate([(64, 40, 0.3), (48, 25, 0.5),
-                                                      (64, 60, 0.2), (32, 15, 0.6)] * 3)),
+        AppWorkload("serving", 3, tuple(a100_kernel(f"s{i}", *k) for i, k in enumerate(serving)),
                     None, Goal("p99_slowdown", 1.3)),
         AppWorkload("batch", 2, (a100_kernel("b0", 84, 208, 0.22), a100_kernel("b1", 28, 28, 0.47),
                                  a100_kernel("b2", 63, 896, 0.76, 4)),
                     None, Goal("throughput_share", 0.6)),
-        AppWorkload("small", 1, tuple(a100_kernel(f"m{i}", sms, us, share)
-                                      for i, (sms, us, share) in enumerate(small)),
+        AppWorkload("small", 1, tuple(a100_kernel(f"m{i}", *k) for i, k in enumerate(TINY)),
                     None, Goal("p99_slowdown", 2.49)),
     ]  # fmt: skip
-    by_policy = judge_mix(gpu("A100"), apps, duration_s=0.05, seed=39, policies=["fggr"])
-    serving, _, small_app = by_policy["fggr"]
-    assert serving.met, serving.measured
-    assert small_app.met, small_app.measured
-    assert small_app.measured.throughput_ratio >= 0.5
+    assert_top_and_bottom_served(apps, duration_s=0.05, seed=39)
