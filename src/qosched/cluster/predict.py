@@ -392,7 +392,7 @@ class OnlinePredictor:
         cached = self._predictions.get(workers)
         if cached is not None:
             return cached
-        rate, spread = self._rate_and_spread(workers)
+        ((rate, spread),) = self._rates_and_spreads((workers,))
         prediction = Prediction(rate, rate / spread, rate * spread)
         self._predictions[workers] = prediction
         return prediction
@@ -402,17 +402,28 @@ class OnlinePredictor:
         `Prediction` per count (a policy refreshing a job's ladders asks for all its counts)."""
         if self._dirty:
             self._refit()
-        # NOTE: `_rate_and_spread` and the model's `rate` inlined, the same operations in the
-        # same order: a policy refreshes several jobs' ladders at every decision.
+        pairs = []
+        for rate, spread in self._rates_and_spreads(counts):
+            low = rate / spread
+            if not 0.0 < low <= rate:
+                Prediction(rate, low, rate * spread)  # raises, as `predict` would
+            pairs.append((rate, low))
+        return pairs
+
+    def _rates_and_spreads(self, counts: Sequence[int]) -> list[tuple[float, float]]:
+        """The point rate at each of ``counts`` and the factor of its band either way."""
+        # NOTE: the model's `rate` and `min` written out (the same operations in the same
+        # order), the look-ups taken once: a policy refreshes several jobs' ladders at every
+        # decision.
         model = self._model
         compute, comm, overhead = model.compute_s, model.comm_s, model.overhead_s
         factors, table_factor = self._factors, self._table_factor
         half_width, exp, hypot = self._half_width, math.exp, math.hypot
         half_unseen = self._z * self.prior_sigma if not self._observed_counts else None
-        pairs = []
+        result = []
         for workers in counts:
             if not workers >= 1:
-                model.rate(workers)  # raises, as `predict` would
+                model.rate(workers)  # raises
             factor = factors.get(workers)
             if factor is None:
                 factor = table_factor(workers)
@@ -424,28 +435,12 @@ class OnlinePredictor:
             else:
                 nearest, shape = self._extrapolation(workers)
                 half = hypot(half_width[nearest], shape)
-            if half > MAX_LOG_HALF_WIDTH:  # min(half, MAX_LOG_HALF_WIDTH) without the call
+            # A count seen for a sliver of time has a huge stated uncertainty; the band is
+            # capped so that it stays a number (exp overflows past ~709) and reads as "unknown".
+            if half > MAX_LOG_HALF_WIDTH:
                 half = MAX_LOG_HALF_WIDTH
-            spread = exp(half)
-            low = rate / spread
-            if not 0.0 < low <= rate:
-                Prediction(rate, low, rate * spread)  # raises, as `predict` would
-            pairs.append((rate, low))
-        return pairs
-
-    def _rate_and_spread(self, workers: int) -> tuple[float, float]:
-        """The point rate at ``workers`` and the factor of its band either way."""
-        rate = self._model.rate(workers) * self._table_factor(workers)
-        if not self._observed_counts:
-            half = self._z * self.prior_sigma
-        elif workers in self._half_width:
-            half = self._half_width[workers]
-        else:
-            nearest, shape = self._extrapolation(workers)
-            half = math.hypot(self._half_width[nearest], shape)
-        # A count seen for a sliver of time has a huge stated uncertainty; the band is capped
-        # so that it stays a number (exp overflows past ~709) and reads as "unknown".
-        return rate, math.exp(min(half, MAX_LOG_HALF_WIDTH))
+            result.append((rate, exp(half)))
+        return result
 
     def _extrapolation(self, workers: int) -> tuple[int, float]:
         """(nearest observed count, the band's shape term) at a count never observed.

@@ -237,7 +237,7 @@ class _Kernels:
         return cls(each, max((sms for _, sms, _ in each), default=0))
 
 
-_NONE = _Kernels((), 0)
+_NO_KERNELS = _Kernels((), 0)
 
 
 @register("fggr")
@@ -736,7 +736,7 @@ class FgGR:
             return 0.0
         left = app.left_s(index, remaining)
         repeats = requests - 1
-        whole = app.whole(gpu) if repeats > 0 else _NONE
+        whole = app.whole(gpu) if repeats > 0 else _NO_KERNELS
         if repeats > 0:
             left += app.request_time_s * repeats
         kernels = len(head.each) + len(whole.each) * repeats
