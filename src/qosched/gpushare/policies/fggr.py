@@ -65,7 +65,6 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 from qosched.core.errors import InputError
@@ -185,7 +184,11 @@ class _App:
 
     def knows_request(self) -> bool:
         """Whether every kernel of a request is known (a request has ended)."""
-        return bool(self.length) and all(i in self.kernels for i in range(self.length))
+        if "known" not in self.memo:
+            self.memo["known"] = bool(self.length) and all(
+                i in self.kernels for i in range(self.length)
+            )
+        return self.memo["known"]
 
     @property
     def request_time_s(self) -> float:
@@ -225,16 +228,26 @@ class _App:
 @dataclass(frozen=True)
 class _Kernels:
     """Kernels as the delay model reads them: (share of the GPU's bandwidth, SMs, time alone)
-    each, and the most SMs one takes."""
+    each, and the most SMs one takes. ``pairs`` are the distinct (share, SMs) of ``each``, in
+    first-seen order, and ``kinds`` the position of each kernel's pair in them: what the
+    bandwidth term grants a kernel depends on those two alone, so it is worked out once per
+    pair (a model's request repeats a few kernel shapes hundreds of times)."""
 
     each: tuple[tuple[float, int, float], ...]
     need: int
+    pairs: tuple[tuple[float, int], ...] = ()
+    kinds: tuple[int, ...] = ()
+    times: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, kernels: Sequence[Kernel], gpu: Processor) -> _Kernels:
         sm_count = gpu.sm_count or 1
         each = tuple((bandwidth_share(k, gpu), min(k.sms, sm_count), k.time_s) for k in kernels)
-        return cls(each, max((sms for _, sms, _ in each), default=0))
+        position: dict[tuple[float, int], int] = {}
+        kinds = tuple(position.setdefault((mine, sms), len(position)) for mine, sms, _ in each)
+        need = max((sms for _, sms, _ in each), default=0)
+        times = tuple(t for _, _, t in each)
+        return cls(each, need, tuple(position), kinds, times)
 
 
 _NO_KERNELS = _Kernels((), 0)
@@ -763,8 +776,8 @@ class FgGR:
         demands_other = [bandwidth_share(k, gpu) for k in others]
         splits: dict[int, FairShare] = {}  # by the SMs the app's kernel takes
         scaled: dict[float, FairShare] = {}  # by the share of their SMs the lower ones keep
-        bw_delay = 0.0
-        for i, (mine, sms, time_s) in enumerate(chain(head.each, *(whole.each,) * repeats)):
+
+        def split_for(sms: int) -> FairShare:
             split = splits.get(sms)
             if split is None:
                 # Stream priorities give app's kernel its SMs first; the less important
@@ -777,9 +790,33 @@ class FgGR:
                         [*demands_other, *(d * scale for d in demands_lower)], 1.0
                     )
                 splits[sms] = split
-            grant = split.grant(mine)
-            if grant > 0:
-                bw_delay += (mine / grant - 1.0) * time_s * (remaining if i == 0 else 1.0)
+            return split
+
+        excess: dict[tuple[float, int], float] = {}  # mine / grant - 1, by (share, SMs)
+
+        def excesses(profile: _Kernels) -> list[float]:
+            result = []
+            for pair in profile.pairs:
+                value = excess.get(pair)
+                if value is None:
+                    mine, sms = pair
+                    grant = split_for(sms).grant(mine)
+                    # Nothing granted adds nothing (a term of 0 leaves the sum as it is).
+                    value = excess[pair] = mine / grant - 1.0 if grant > 0 else 0.0
+                result.append(value)
+            return result
+
+        # The first kernel counts for what is left of it; the rest in full, in order.
+        ratios = excesses(head)
+        bw_delay = ratios[head.kinds[0]] * head.times[0] * remaining
+        parts = [(ratios, head.kinds[1:], head.times[1:])]
+        if repeats > 0:
+            parts += [(excesses(whole), whole.kinds, whole.times)] * repeats
+        for ratios, kinds, times in parts:
+            if bw_delay >= overlap:
+                break
+            for kind, time_s in zip(kinds, times, strict=True):
+                bw_delay += ratios[kind] * time_s
                 if bw_delay >= overlap:
                     break
         bw_delay = min(bw_delay, overlap)
