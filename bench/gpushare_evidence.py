@@ -3,7 +3,7 @@ policy against the baselines on standard mixes.
 
     python bench/gpushare_evidence.py calibrate      # seconds: fit the score to the simulator
     python bench/gpushare_evidence.py mixes [--quick] # minutes: every policy on every mix
-    python bench/gpushare_evidence.py mixes --calibrate  # the same, fggr calibrated first
+    python bench/gpushare_evidence.py mixes --online  # the same, fggr's online rule alone
     python bench/gpushare_evidence.py sweep [--quick] # a minute: fggr's constants, one at a time
 
 calibrate: random pairs of a higher-priority kernel (followed on its stream by a kernel as long
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("what", choices=("calibrate", "mixes", "sweep"))
     parser.add_argument("--quick", action="store_true", help="shorter simulated time")
     parser.add_argument(
-        "--calibrate", action="store_true", help="mixes: fggr calibrates before each run"
+        "--online", action="store_true", help="mixes: fggr's online rule alone (no calibration)"
     )
     args = parser.parse_args(argv)
     if args.what == "calibrate":
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "sweep":
         sweep(quick=args.quick)
     else:
-        mixes(quick=args.quick, calibrate=args.calibrate)
+        mixes(quick=args.quick, online=args.online)
     return 0
 
 
@@ -180,7 +180,7 @@ class Outcome:
 
 
 def run_mix(
-    path: Path, duration_s: float | None, estimates: dict, *, calibrate: bool = False
+    path: Path, duration_s: float | None, estimates: dict, *, online: bool = False
 ) -> list[Outcome]:
     spec = load_apps_spec(path)
     device = gpu(spec.gpu)
@@ -199,7 +199,7 @@ def run_mix(
     times = {app.name: app.request_time_s for app in apps}
     outcomes = []
     for name in policy_names():
-        options = {"calibrate": True} if calibrate and name == "fggr" else {}
+        options = {"calibrate": False} if online and name == "fggr" else {}
         policy = create_policy(name, **options)
         result = simulate(device, apps, policy, duration_s=duration, seed=spec.seed)
         rows = compare(result, alone, times)
@@ -224,12 +224,12 @@ def run_mix(
     return outcomes
 
 
-def mixes(*, quick: bool, calibrate: bool = False) -> None:
+def mixes(*, quick: bool, online: bool = False) -> None:
     estimates: dict = {}
     duration = 0.3 if quick else None
     everything: list[Outcome] = []
     for mix in MIXES:
-        outcomes = run_mix(ROOT / "examples" / mix, duration, estimates, calibrate=calibrate)
+        outcomes = run_mix(ROOT / "examples" / mix, duration, estimates, online=online)
         everything += outcomes
         print(f"\n### {mix}\n")
         print("| policy | app (priority) | goal | met | p50 latency x | p99 latency x | "
@@ -252,7 +252,7 @@ def mixes(*, quick: bool, calibrate: bool = False) -> None:
                 print(f"\n{o.policy} calibrated: {o.calibrated} ({o.setup_s:.1f} s of setup)")
         broken = rule_violations({o.policy: o.judged for o in outcomes})
         print(f"\nrules (a)-(c) fggr breaks on {mix}: {'; '.join(broken) or 'none'}")
-    if calibrate:
+    if online:
         return  # the figure is the default fggr's
     out = plot(everything, ROOT / "docs" / "results" / "img" / "gpushare_tradeoff.png")
     print(f"\nfigure: {out.relative_to(ROOT)}")

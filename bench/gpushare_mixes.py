@@ -1,6 +1,6 @@
 """GPU sharing judged on mixes nobody wrote by hand: seeded random mixes, every registered policy.
 
-    python bench/gpushare_mixes.py [--seeds 0:40] [--kernels-only] [--json OUT]
+    python bench/gpushare_mixes.py [--seeds 0:40] [--kernels-only] [--online] [--json OUT]
 
 Each seed draws one mix on an A100 (``random_mix``): 2-5 apps; each a small zoo model (mlp,
 resnet, mobilenet, bert at batch 1-8, kernels estimated without running it) or 1-6 explicit
@@ -130,8 +130,9 @@ def random_mix(seed: int, *, models: Callable[[str, int], tuple[Kernel, ...]] | 
     return Mix(seed, device, tuple(apps), duration)
 
 
-def judge(mix: Mix, *, calibrate: bool = False) -> dict[str, tuple[AppOutcome, ...]]:
-    options = {"fggr": {"calibrate": True}} if calibrate else None
+def judge(mix: Mix, *, online: bool = False) -> dict[str, tuple[AppOutcome, ...]]:
+    """Every policy on the mix; ``online``: fggr's online rule alone, not calibrated first."""
+    options = {"fggr": {"calibrate": False}} if online else None
     return judge_mix(mix.gpu, mix.apps, duration_s=mix.duration_s, seed=mix.seed, options=options)
 
 
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="explicit kernels only (no model estimation; faster)")  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
     parser.add_argument(
-        "--calibrate", action="store_true", help="fggr calibrates its setting before each run"
+        "--online", action="store_true", help="fggr's online rule alone (no calibration first)"
     )
     args = parser.parse_args(argv)
     first, _, last = args.seeds.partition(":")
@@ -202,13 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     for seed in seeds:
         mix = random_mix(seed, models=models)
-        results.append((mix, judge(mix, calibrate=args.calibrate)))
+        results.append((mix, judge(mix, online=args.online)))
         print(f"seed {seed}: {len(mix.apps)} apps, {mix.duration_s:.3f} s simulated "
               f"({time.perf_counter() - began:.0f} s so far)", file=sys.stderr)  # fmt: skip
     summary = report(results)
     command = "python bench/gpushare_mixes.py --seeds " + args.seeds
     command += " --kernels-only" if args.kernels_only else ""
-    print_report(summary, command + (" --calibrate" if args.calibrate else ""))
+    print_report(summary, command + (" --online" if args.online else ""))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(summary, out, indent=1)

@@ -90,7 +90,8 @@ def test_gpu_sim(capsys: pytest.CaptureFixture[str]) -> None:
 #: A small output that holds to its schema, written out by hand from the page's tables.
 GOOD_GPU_SIM = {
     "policy": "fggr", "gpu_utilization": 0.5, "wall_s": 0.1, "gpu": "A100-SXM4-80GB",
-    "duration_s": 0.5, "bandwidth_utilization": 0.2, "goals_met": True,
+    "duration_s": 0.5, "bandwidth_utilization": 0.2, "goals_met": True, "calibrated": "goals",
+    "setup_s": 2.5,
     "apps": [{
         "name": "serving", "priority": 1, "p50_latency_ratio": 1.0, "p99_latency_ratio": 1.05,
         "throughput_ratio": 1.0, "p50_latency_s": 0.001, "p99_latency_s": 0.002,

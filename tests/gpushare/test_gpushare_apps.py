@@ -7,6 +7,7 @@ from gpushare_sim_helpers import A100, kernel
 from qosched.cli.main import main
 from qosched.core.errors import InputError
 from qosched.gpushare.apps import load_apps_spec, parse_apps_spec, workloads
+from qosched.gpushare.policies.fggr import CANDIDATES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu_apps_kernels.yaml"
 
@@ -109,9 +110,13 @@ def test_cli_json_has_the_design_fields_and_the_trace_has_a_track_per_app(tmp_pa
     trace = tmp_path / "t.json"
     code = main(["gpu", "sim", str(EXAMPLE), "--policy", "fggr", "--json", "--trace", str(trace)])
     assert code == 0
-    result = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
     assert {"policy", "gpu_utilization", "wall_s", "apps"} <= set(result)
     assert result["policy"] == "fggr"
+    # fggr calibrates by default, says so while it does, and reports what it adopted.
+    assert "what-if" in captured.err
+    assert result["calibrated"] in dict(CANDIDATES) and result["setup_s"] > 0
     for app in result["apps"]:
         assert {"name", "priority", "p50_latency_ratio", "p99_latency_ratio",
                 "throughput_ratio"} <= set(app)  # fmt: skip
@@ -119,6 +124,14 @@ def test_cli_json_has_the_design_fields_and_the_trace_has_a_track_per_app(tmp_pa
     events = json.loads(trace.read_text())["traceEvents"]
     tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert tracks == {"serving (priority 2)", "analytics (priority 1)", "batch (priority 0)"}
+
+
+def test_cli_json_of_a_policy_that_does_not_calibrate(capsys):
+    assert main(["gpu", "sim", str(EXAMPLE), "--policy", "naive", "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["calibrated"] is None and result["setup_s"] == 0.0
+    assert "what-if" not in captured.err
 
 
 def test_cli_unknown_policy_is_a_clear_error(capsys):

@@ -46,6 +46,17 @@ def test_the_choice_does_not_depend_on_the_run_seed():
     assert alone.calibrated == runs[0].calibrated
 
 
+def test_fggr_calibrates_unless_told_not_to():
+    from qosched.gpushare.policies import create_policy
+
+    default = create_policy("fggr")
+    simulate(TOY, ROOMY, default, duration_s=0.03, seed=0)
+    assert default.calibrated == "free" and default.setup_s > 0
+    online = create_policy("fggr", calibrate=False)
+    simulate(TOY, ROOMY, online, duration_s=0.03, seed=0)
+    assert online.calibrated is None and online.admit == "goals"
+
+
 def test_what_if_arrivals_come_from_its_own_seeds():
     # Two draws of its own: different perturbations, neither the estimates themselves.
     infos = app_infos(ROOMY, TOY)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qosched.cli.gpu_sim import app_rows, print_comparison
+from qosched.cli.gpu_sim import app_rows, calibration_note, print_comparison
 from qosched.core.errors import InputError
 from qosched.gpushare.policies import create_policy, policy_names
 
@@ -77,6 +77,8 @@ def run_live(args: argparse.Namespace) -> int:
             "wall_s": shared.wall_s,
             "apps": app_rows(rows, judged),
             "goals_met": all(o.met for o in judged),
+            "calibrated": getattr(policy, "calibrated", None),
+            "setup_s": getattr(policy, "setup_s", 0.0),
         }))  # fmt: skip
         return 0
     print_comparison(
@@ -84,6 +86,8 @@ def run_live(args: argparse.Namespace) -> int:
         f"{args.requests} requests per application",
         rows,
         judged,
-        f"ran in {shared.wall_s:.2f} s" + (f"; timeline in {args.trace}" if args.trace else ""),
+        f"ran in {shared.wall_s:.2f} s"
+        + calibration_note(policy)
+        + (f"; timeline in {args.trace}" if args.trace else ""),
     )
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,9 @@ def run_sim(args: argparse.Namespace) -> int:
     policy = create_policy(args.policy)  # an unknown name fails before any estimation
     device = gpu(spec.gpu)
     apps = workloads(spec, device)
+    if getattr(policy, "calibrate", False):
+        # A what-if of the mix under each candidate setting comes first: seconds to a minute.
+        print(f"{args.policy}: choosing its setting on a what-if of the mix...", file=sys.stderr)
     shared = simulate(device, apps, policy, duration_s=spec.duration_s, seed=spec.seed,
                       record=bool(args.trace))  # fmt: skip
     alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed)
@@ -60,6 +64,8 @@ def run_sim(args: argparse.Namespace) -> int:
         "bandwidth_utilization": shared.bandwidth_utilization,
         "apps": app_rows(rows, judged),
         "goals_met": all(o.met for o in judged),
+        "calibrated": getattr(policy, "calibrated", None),
+        "setup_s": getattr(policy, "setup_s", 0.0),
     }
     if args.trace:
         write_chrome_trace(shared.spans, args.trace)
@@ -72,9 +78,18 @@ def run_sim(args: argparse.Namespace) -> int:
         judged,
         f"SM utilisation {shared.gpu_utilization:.1%}, bandwidth "
         f"{shared.bandwidth_utilization:.1%}, simulated in {shared.wall_s:.2f} s"
+        + calibration_note(policy)
         + (f"; timeline in {args.trace}" if args.trace else ""),
     )
     return 0
+
+
+def calibration_note(policy: object) -> str:
+    """The footer's word on the setting a self-calibrating policy adopted before the run."""
+    setting = getattr(policy, "calibrated", None)
+    if setting is None:
+        return ""
+    return f"; calibrated to `{setting}` before the run ({getattr(policy, 'setup_s', 0.0):.1f} s)"
 
 
 def app_rows(rows: Sequence[AppComparison], judged: Sequence[AppOutcome]) -> list[dict]:

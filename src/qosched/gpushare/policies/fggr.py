@@ -47,8 +47,9 @@ starts when every more important protected app ``P`` stays within its goal, as p
   expected during the kernel): priority orders goals,
   and the wait bound is the last of them.
 
-**Calibration.** Where the backend tells the policy each app's request as estimated kernels
-(``AppInfo.kernels``), ``setup`` first predicts the mix under a few settings of this rule
+**Calibration** (the default; ``calibrate=False`` runs the rule above alone). Where the
+backend tells the policy each app's request as estimated kernels (``AppInfo.kernels``),
+``setup`` first predicts the mix under a few settings of this rule
 (:data:`CANDIDATES`, from strict to free) in a short what-if simulation (``gpushare.whatif``:
 arrivals of its own, never the run's, and kernel times perturbed), and adopts the one that
 meets the goals in priority order with a margin and then gives the other apps the most
@@ -270,7 +271,7 @@ class FgGR:
         *,
         admit: str = "goals",
         stream_priorities: bool = True,
-        calibrate: bool = False,
+        calibrate: bool = True,
         what_if: WhatIf | None = None,
     ) -> None:
         for name, value in (
