@@ -149,6 +149,14 @@ class PlannedJob:
         return self.levels[index - 1] if index else 0
 
 
+def _read(profile: Profile, now: float, reads_now: bool, until: float) -> list[tuple[float, int]]:
+    """The entries of ``profile`` a plan that read them so (``ArtifactPlanner._reads_now`` and
+    ``_reads_until``) depends on."""
+    keys = list(profile)
+    first = 0 if reads_now else bisect.bisect_right(keys, now)
+    return list(profile.items())[first : bisect.bisect_right(keys, until)]
+
+
 class ArtifactPlanner:
     """Plans of one decision; ``capacity`` GPUs, decisions ``slot`` seconds apart."""
 
@@ -158,6 +166,15 @@ class ArtifactPlanner:
         self.slot = slot
         self.free: Profile = {now: capacity}
         self._last_level = 0  # the highest level the last failed share tried
+        # What the last ``_plan`` read of its profile: the entries after ``now`` up to this time
+        # (inf: all), and those from the first on if ``_reads_now``.
+        self._reads_until = math.inf
+        self._reads_now = False
+        # Per job id, the last weighing in this hand-out: (gpus, next level), what it read of the
+        # profile, and its result (``_weigh``).
+        self._weighed: dict[
+            str, tuple[tuple[int, int], bool, float, list[tuple[float, int]], float]
+        ] = {}
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -175,9 +192,12 @@ class ArtifactPlanner:
         if aligned_deadline not in after and aligned_deadline >= now:
             after[aligned_deadline] = _value_at(profile, aligned_deadline)
             after = _sorted(after)
+        self._reads_now = False
         if assigned:
             later = [t for t in profile if t > now]
             change = later[0] if later else aligned_deadline
+            # Without a later entry, an entry past the aligned deadline would change the plan.
+            self._reads_until = change if later else math.inf
             allocation[now] = assigned
             real = math.ceil(now + left / job.rate(assigned))
             end = align(now, real, slot)
@@ -195,6 +215,12 @@ class ArtifactPlanner:
             after[now] -= assigned
             start = change
             allocation[change] = 0
+            # With no later entry, the aligned deadline's inserted count is the one from now.
+            self._reads_now = start <= now or not later
+            if later:
+                self._reads_until = max(change, aligned_deadline)
+        else:
+            self._reads_now, self._reads_until = True, math.inf
         found = self._share(job, profile, after, allocation, start, left, aligned_deadline)
         if found is not None:
             return found
@@ -358,6 +384,8 @@ class ArtifactPlanner:
                 continue
             done = (time - held_from) * job.rate(gpus)
             if done >= left:
+                if self._reads_until != math.inf:
+                    self._reads_until = max(self._reads_until, time)
                 real = math.ceil(held_from + left / job.rate(gpus))
                 end = align(now, real, slot)
                 for t in list(after):
@@ -380,6 +408,7 @@ class ArtifactPlanner:
                 if held_from <= t < time:
                     after[t] -= gpus
             held_from = time
+        self._reads_until = math.inf
         gpus = min(self.capacity, top)
         allocation[held_from] = gpus
         real = math.ceil(held_from + left / job.rate(gpus))
@@ -409,6 +438,18 @@ class ArtifactPlanner:
             job.marginal = -_TOP
             return
         profile = merged(with_allocation(self.free, job.allocation, job.end))
+        # NOTE: most weighings in a hand-out see the same profile where the plan reads it, as
+        # the last one for this job and level did; their growth is taken over, and the plan is
+        # made again only if the job is raised (``next_plan`` None).
+        state = (job.gpus, job.next_level)
+        last = self._weighed.get(job.job_id)
+        if (
+            last is not None
+            and last[0] == state
+            and last[3] == _read(profile, self.now, *last[1:3])
+        ):
+            job.marginal, job.next_plan = last[4], None
+            return
         allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
         job.next_plan = (merged(allocation), merged(after), end, real)
         added = job.next_level - job.gpus
@@ -418,6 +459,16 @@ class ArtifactPlanner:
             job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
         if job.gpus == 0:
             job.marginal = _TOP
+        reads = (self._reads_now, self._reads_until)
+        self._weighed[job.job_id] = (state, *reads, _read(profile, self.now, *reads), job.marginal)
+
+    def _raised_plan(self, job: PlannedJob) -> tuple[Allocation, Profile, float, float]:
+        """The plan one level up that the job's last weighing made, on the profile now."""
+        if job.next_plan is None:
+            profile = merged(with_allocation(self.free, job.allocation, job.end))
+            allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
+            job.next_plan = (merged(allocation), merged(after), end, real)
+        return job.next_plan
 
     def hand_out(self, jobs: list[PlannedJob]) -> list[PlannedJob]:
         """Give the GPUs free now to ``jobs`` (in deadline order); the jobs in the artifact's final
@@ -427,6 +478,7 @@ class ArtifactPlanner:
         spare = self.capacity - sum(job.gpus for job in jobs)
         if spare <= 0:
             return jobs
+        self._weighed = {}
         for job in jobs:
             self._weigh(job, spare)
         order = sorted(jobs, key=lambda j: -j.marginal)
@@ -436,8 +488,7 @@ class ArtifactPlanner:
             for job in order:
                 if job.next_level - job.gpus > spare or job.next_level == job.gpus:
                     continue
-                assert job.next_plan is not None
-                allocation, after, end, real = job.next_plan
+                allocation, after, end, real = self._raised_plan(job)
                 self.free = after
                 spare -= job.next_level - job.gpus
                 job.allocation, job.gpus = allocation, job.next_level
