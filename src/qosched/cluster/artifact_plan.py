@@ -149,12 +149,19 @@ class PlannedJob:
         return self.levels[index - 1] if index else 0
 
 
-def _read(profile: Profile, now: float, reads_now: bool, until: float) -> list[tuple[float, int]]:
-    """The entries of ``profile`` a plan that read them so (``ArtifactPlanner._reads_now`` and
-    ``_reads_until``) depends on."""
+def _read(profile: Profile, now: float, job: PlannedJob, reads: str, until: float) -> list:
+    """What a plan of ``job`` that read ``profile`` so (``ArtifactPlanner._reads``) depends on:
+    the times after ``now`` up to ``until``, with the largest level each time's free count holds
+    (``"levels"``), or the entries up to ``until`` (``"counts"``, the count at now included), or
+    the times alone (``"times"``)."""
     keys = list(profile)
-    first = 0 if reads_now else bisect.bisect_right(keys, now)
-    return list(profile.items())[first : bisect.bisect_right(keys, until)]
+    if reads == "counts":
+        return list(profile.items())[: bisect.bisect_right(keys, until)]
+    part = keys[bisect.bisect_right(keys, now) : bisect.bisect_right(keys, until)]
+    if reads == "times":
+        return part
+    within = job.within
+    return [(time, within(profile[time])) for time in part]
 
 
 class ArtifactPlanner:
@@ -166,42 +173,52 @@ class ArtifactPlanner:
         self.slot = slot
         self.free: Profile = {now: capacity}
         self._last_level = 0  # the highest level the last failed share tried
-        # What the last ``_plan`` read of its profile: the entries after ``now`` up to this time
-        # (inf: all), and those from the first on if ``_reads_now``.
+        # What the last ``_plan`` read of its profile (see ``_read``): the entries after now up
+        # to this time (inf: all), and of them the times, the levels they hold or the counts.
         self._reads_until = math.inf
-        self._reads_now = False
+        self._reads = "counts"
+        self._dry = False  # whether the plan being made leaves its profile unfinished
         # Per job id, the last weighing in this hand-out: (gpus, next level), what it read of the
         # profile, and its result (``_weigh``).
-        self._weighed: dict[
-            str, tuple[tuple[int, int], bool, float, list[tuple[float, int]], float]
-        ] = {}
+        self._weighed: dict[str, tuple[tuple[int, int], str, float, list, float]] = {}
 
     # -- one job ---------------------------------------------------------------------------
 
     def _plan(
-        self, job: PlannedJob, profile: Profile, assigned: int = 0
+        self, job: PlannedJob, profile: Profile, assigned: int = 0, dry: bool = False
     ) -> tuple[Allocation, Profile, float, float, bool]:
-        """A plan for ``job`` on ``profile`` (not changed): (allocation, the profile it leaves,
-        aligned end, real end, whether the real end meets the deadline). With ``assigned``, the
-        job holds that many GPUs from now until the profile next changes first."""
+        """A plan for ``job`` on ``profile`` (not changed, in time order): (allocation, the
+        profile it leaves, aligned end, real end, whether the real end meets the deadline). With
+        ``assigned``, the job holds that many GPUs from now until the profile next changes
+        first. ``dry``: the profile it leaves is not finished (the rest is the same)."""
         now, slot, left, deadline = self.now, self.slot, job.left, job.deadline
+        self._dry = dry
         start = now
         allocation: Allocation = {now: 0}
         aligned_deadline = align(now, deadline, slot)
-        after = dict(profile)
-        if aligned_deadline not in after and aligned_deadline >= now:
-            after[aligned_deadline] = _value_at(profile, aligned_deadline)
-            after = _sorted(after)
-        self._reads_now = False
+        times = list(profile)
+        at = bisect.bisect_left(times, aligned_deadline)
+        if aligned_deadline >= now and (at == len(times) or times[at] != aligned_deadline):
+            # The aligned deadline inserted in time order, with the count of the segment
+            # holding it (``_value_at``).
+            items = list(profile.items())
+            items.insert(at, (aligned_deadline, items[at - 1][1] if at else items[0][1]))
+            after = dict(items)
+        else:
+            after = dict(profile)
+        self._reads = "times"
         if assigned:
-            later = [t for t in profile if t > now]
-            change = later[0] if later else aligned_deadline
+            first_later = bisect.bisect_right(times, now)
+            later = first_later < len(times)
+            change = times[first_later] if later else aligned_deadline
             # Without a later entry, an entry past the aligned deadline would change the plan.
             self._reads_until = change if later else math.inf
             allocation[now] = assigned
             real = math.ceil(now + left / job.rate(assigned))
             end = align(now, real, slot)
             if change >= end and deadline >= real:
+                if dry:
+                    return allocation, after, end, real, True
                 last = after[now]
                 for time in profile:
                     if now <= time < end:
@@ -216,11 +233,11 @@ class ArtifactPlanner:
             start = change
             allocation[change] = 0
             # With no later entry, the aligned deadline's inserted count is the one from now.
-            self._reads_now = start <= now or not later
+            self._reads = "counts" if start <= now or not later else "levels"
             if later:
                 self._reads_until = max(change, aligned_deadline)
         else:
-            self._reads_now, self._reads_until = True, math.inf
+            self._reads, self._reads_until = "counts", math.inf
         found = self._share(job, profile, after, allocation, start, left, aligned_deadline)
         if found is not None:
             return found
@@ -334,6 +351,8 @@ class ArtifactPlanner:
             real = held_from + seconds
             end = held_from + align(0, seconds, slot)
         allocation = _sorted(allocation)
+        if self._dry:
+            return allocation, after, end, real, real <= deadline
         last = self.capacity
         for time, free in profile.items():
             if start <= time < end:
@@ -388,6 +407,8 @@ class ArtifactPlanner:
                     self._reads_until = max(self._reads_until, time)
                 real = math.ceil(held_from + left / job.rate(gpus))
                 end = align(now, real, slot)
+                if self._dry:
+                    return _sorted(allocation), after, end, real, False
                 for t in list(after):
                     if t < aligned_deadline:
                         continue
@@ -401,12 +422,13 @@ class ArtifactPlanner:
                     after[end] = last
                 return _sorted(allocation), _sorted(after), end, real, False
             left -= done
-            for t in profile:
-                if t < held_from:
-                    last = after[t]
-            for t in list(after):
-                if held_from <= t < time:
-                    after[t] -= gpus
+            if not self._dry:
+                for t in profile:
+                    if t < held_from:
+                        last = after[t]
+                for t in list(after):
+                    if held_from <= t < time:
+                        after[t] -= gpus
             held_from = time
         self._reads_until = math.inf
         gpus = min(self.capacity, top)
@@ -439,19 +461,19 @@ class ArtifactPlanner:
             return
         profile = merged(with_allocation(self.free, job.allocation, job.end))
         # NOTE: most weighings in a hand-out see the same profile where the plan reads it, as
-        # the last one for this job and level did; their growth is taken over, and the plan is
-        # made again only if the job is raised (``next_plan`` None).
+        # the last one for this job and level did; their growth is taken over. The plan is made
+        # without the profile it leaves, and made whole only if the job is raised.
         state = (job.gpus, job.next_level)
         last = self._weighed.get(job.job_id)
         if (
             last is not None
             and last[0] == state
-            and last[3] == _read(profile, self.now, *last[1:3])
+            and last[3] == _read(profile, self.now, job, *last[1:3])
         ):
             job.marginal, job.next_plan = last[4], None
             return
-        allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
-        job.next_plan = (merged(allocation), merged(after), end, real)
+        allocation, _, end, _, _ = self._plan(job, profile, job.next_level, dry=True)
+        job.next_plan = None
         added = job.next_level - job.gpus
         if added == 0:
             job.marginal = -_TOP
@@ -459,8 +481,9 @@ class ArtifactPlanner:
             job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
         if job.gpus == 0:
             job.marginal = _TOP
-        reads = (self._reads_now, self._reads_until)
-        self._weighed[job.job_id] = (state, *reads, _read(profile, self.now, *reads), job.marginal)
+        reads = (self._reads, self._reads_until)
+        read = _read(profile, self.now, job, *reads)
+        self._weighed[job.job_id] = (state, *reads, read, job.marginal)
 
     def _raised_plan(self, job: PlannedJob) -> tuple[Allocation, Profile, float, float]:
         """The plan one level up that the job's last weighing made, on the profile now."""
