@@ -119,10 +119,9 @@ class PlannedJob:
     allocation: Allocation = field(default_factory=dict)
     end: float = 0.0  # aligned end
     real_end: float = 0.0  # judged end
-    # The plan one level up, as the spare hand-out weighs it.
+    # The level the spare hand-out would raise it to, and its GPU-time growth per added GPU.
     next_level: int = 0
     marginal: float = 0.0
-    next_plan: tuple[Allocation, Profile, float, float] | None = None
     # NOTE: the planner asks for these speeds millions of times per trace; kept per level.
     _rates: dict[int, float] = field(init=False, repr=False, default_factory=dict)
 
@@ -459,6 +458,10 @@ class ArtifactPlanner:
         if job.next_level - job.gpus > spare or job.next_level == job.gpus:
             job.marginal = -_TOP
             return
+        if job.gpus == 0:
+            # A waiting job comes first whatever its plan; that is made only if it is raised.
+            job.marginal = _TOP
+            return
         profile = merged(with_allocation(self.free, job.allocation, job.end))
         # NOTE: most weighings in a hand-out see the same profile where the plan reads it, as
         # the last one for this job and level did; their growth is taken over. The plan is made
@@ -470,28 +473,20 @@ class ArtifactPlanner:
             and last[0] == state
             and last[3] == _read(profile, self.now, job, *last[1:3])
         ):
-            job.marginal, job.next_plan = last[4], None
+            job.marginal = last[4]
             return
         allocation, _, end, _, _ = self._plan(job, profile, job.next_level, dry=True)
-        job.next_plan = None
         added = job.next_level - job.gpus
-        if added == 0:
-            job.marginal = -_TOP
-        else:
-            job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
-        if job.gpus == 0:
-            job.marginal = _TOP
+        job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
         reads = (self._reads, self._reads_until)
         read = _read(profile, self.now, job, *reads)
         self._weighed[job.job_id] = (state, *reads, read, job.marginal)
 
     def _raised_plan(self, job: PlannedJob) -> tuple[Allocation, Profile, float, float]:
-        """The plan one level up that the job's last weighing made, on the profile now."""
-        if job.next_plan is None:
-            profile = merged(with_allocation(self.free, job.allocation, job.end))
-            allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
-            job.next_plan = (merged(allocation), merged(after), end, real)
-        return job.next_plan
+        """The job's plan one level up on the profile now (the one its last weighing saw)."""
+        profile = merged(with_allocation(self.free, job.allocation, job.end))
+        allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
+        return merged(allocation), merged(after), end, real
 
     def hand_out(self, jobs: list[PlannedJob]) -> list[PlannedJob]:
         """Give the GPUs free now to ``jobs`` (in deadline order); the jobs in the artifact's final
