@@ -106,6 +106,35 @@ def gpu_time(allocation: Allocation, end: float) -> float:
     return total + last_count * (end - last_time)
 
 
+class _Within(dict[int, int]):
+    """Free count -> the largest of ``levels`` it holds (0 if none), filled as asked."""
+
+    def __init__(self, levels: tuple[int, ...]) -> None:
+        super().__init__()
+        self.levels = levels
+
+    def __missing__(self, free: int) -> int:
+        index = bisect.bisect_right(self.levels, free)
+        fits = self[free] = self.levels[index - 1] if index else 0
+        return fits
+
+
+class _Rates(dict[int, float]):
+    """GPU count -> the curve's speed there, filled as asked."""
+
+    def __init__(self, curve: SpeedCurve) -> None:
+        super().__init__()
+        self.curve = curve
+
+    def __missing__(self, gpus: int) -> float:
+        rate = self[gpus] = self.curve.rate(gpus)
+        return rate
+
+
+# Shared by the jobs of every decision: levels say all ``within`` needs.
+_WITHIN: dict[tuple[int, ...], _Within] = {}
+
+
 @dataclass(slots=True)
 class PlannedJob:
     """One job's state in the planner: its speeds, work left and deadline, and its plan."""
@@ -122,11 +151,19 @@ class PlannedJob:
     # The level the spare hand-out would raise it to, and its GPU-time growth per added GPU.
     next_level: int = 0
     marginal: float = 0.0
-    # NOTE: the planner asks for these speeds millions of times per trace; kept per level.
-    _rates: dict[int, float] = field(init=False, repr=False, default_factory=dict)
+    # NOTE: the planner asks for speeds and ``within`` millions of times per trace; the hot
+    # loops read these mappings (``rate`` and ``within`` by subscription) directly.
+    rates: dict[int, float] = field(init=False, repr=False, compare=False)
+    fits: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._rates = {g: self.curve.rate(g) for g in self.levels}
+        self.rates = _Rates(self.curve)
+        for g in self.levels:
+            self.rates[g]
+        fits = _WITHIN.get(self.levels)
+        if fits is None:
+            fits = _WITHIN[self.levels] = _Within(self.levels)
+        self.fits = fits
 
     @classmethod
     def of(cls, job_id: str, curve: SpeedCurve, left: float, deadline: float) -> PlannedJob:
@@ -135,8 +172,7 @@ class PlannedJob:
         return cls(job_id, curve, left, deadline, tuple(g for g in counts if g <= fastest))
 
     def rate(self, gpus: int) -> float:
-        rate = self._rates.get(gpus)
-        return self.curve.rate(gpus) if rate is None else rate
+        return self.rates[gpus]
 
     def up(self, gpus: int) -> int:
         """The next level above ``gpus`` (the first one for 0); ``gpus`` itself at the top."""
@@ -144,8 +180,7 @@ class PlannedJob:
 
     def within(self, free: int) -> int:
         """The largest level that fits in ``free`` GPUs; 0 if none (levels increase)."""
-        index = bisect.bisect_right(self.levels, free)
-        return self.levels[index - 1] if index else 0
+        return self.fits[free]
 
 
 def _read(profile: Profile, now: float, job: PlannedJob, reads: str, until: float) -> list:
@@ -159,8 +194,8 @@ def _read(profile: Profile, now: float, job: PlannedJob, reads: str, until: floa
     part = keys[bisect.bisect_right(keys, now) : bisect.bisect_right(keys, until)]
     if reads == "times":
         return part
-    within = job.within
-    return [(time, within(profile[time])) for time in part]
+    fits = job.fits
+    return [(time, fits[profile[time]]) for time in part]
 
 
 class ArtifactPlanner:
@@ -254,7 +289,7 @@ class ArtifactPlanner:
     ) -> tuple[Allocation, Profile, float, float, bool] | None:
         """The minimum share from ``start``, taken out of ``after``; None if no level does it
         (``allocation`` and ``after`` are then untouched but for zero entries)."""
-        deadline = job.deadline
+        deadline, fits, rates = job.deadline, job.fits, job.rates
         previous = 0
         # ``after`` does not change while the levels are tried: its segments from the aligned
         # deadline back to ``start``, each with the largest level its free GPUs hold.
@@ -272,7 +307,7 @@ class ArtifactPlanner:
                         continue
                     if time < start:
                         break
-                    segments.append((time, job.within(after[time])))
+                    segments.append((time, fits[after[time]]))
             covered, period_end, point = 0.0, aligned_deadline, None
             for time, fits in segments:
                 gpus = level if fits > level else fits
@@ -280,7 +315,7 @@ class ArtifactPlanner:
                     period_end = time
                     continue
                 span = (deadline if period_end == aligned_deadline else period_end) - time
-                covered += span * job.rate(gpus)
+                covered += span * rates[gpus]
                 if covered >= left:
                     point = time
                     break
@@ -317,7 +352,7 @@ class ArtifactPlanner:
     ) -> tuple[Allocation, Profile, float, float, bool]:
         """Forward from ``start``: ``before`` GPUs until ``point`` and ``level`` from it (each
         within what is free), until the work is done."""
-        deadline, slot, within = job.deadline, self.slot, job.within
+        deadline, slot, fits, rates = job.deadline, self.slot, job.fits, job.rates
 
         held_from, held, end, real = None, 0, None, 0.0
         for time in list(after):
@@ -326,27 +361,27 @@ class ArtifactPlanner:
             if time < start:
                 continue
             if held_from is None:
-                held_from, held = time, min(level if time >= point else before, within(after[time]))
+                held_from, held = time, min(level if time >= point else before, fits[after[time]])
                 continue
             allocation[held_from] = held
             after[held_from] -= held
             if held == 0:
-                held_from, held = time, min(level if time >= point else before, within(after[time]))
+                held_from, held = time, min(level if time >= point else before, fits[after[time]])
                 continue
             span = (deadline if time == aligned_deadline else time) - held_from
-            done = span * job.rate(held)
+            done = span * rates[held]
             if held_from < point or done < left:
                 left -= done
             else:
-                seconds = math.ceil(left / job.rate(allocation[held_from]))
+                seconds = math.ceil(left / rates[allocation[held_from]])
                 end = held_from + align(0, seconds, slot)
                 real = held_from + seconds
                 break
-            held_from, held = time, min(level if time >= point else before, within(after[time]))
+            held_from, held = time, min(level if time >= point else before, fits[after[time]])
         if end is None:
             allocation[held_from] = held
             after[held_from] -= held
-            seconds = math.ceil(left / job.rate(allocation[held_from]))
+            seconds = math.ceil(left / rates[allocation[held_from]])
             real = held_from + seconds
             end = held_from + align(0, seconds, slot)
         allocation = _sorted(allocation)
@@ -373,6 +408,7 @@ class ArtifactPlanner:
         """A job no level satisfies: the last level (within what is free) until the aligned
         deadline, then what is free, until done, past its deadline."""
         deadline, slot, now = job.deadline, self.slot, self.now
+        fits, rates = job.fits, job.rates
         level = self._last_level
         held_from, held = None, 0
         for time in list(after):
@@ -381,30 +417,30 @@ class ArtifactPlanner:
             if time < start:
                 continue
             if held_from is None:
-                held_from, held = time, min(level, job.within(after[time]))
+                held_from, held = time, min(level, fits[after[time]])
                 continue
             allocation[held_from] = held
             after[held_from] -= held
             if held:
                 span = (deadline if time == aligned_deadline else time) - held_from
-                left -= span * job.rate(held)
-            held_from, held = time, min(level, job.within(after[time]))
+                left -= span * rates[held]
+            held_from, held = time, min(level, fits[after[time]])
         top = max(job.levels)
         last = _value_at(profile, aligned_deadline)
         held_from = max(aligned_deadline, start)
         for time in list(after):
             if time <= aligned_deadline:
                 continue
-            gpus = min(job.within(after[held_from]), top)
+            gpus = min(fits[after[held_from]], top)
             allocation[held_from] = gpus
             if gpus == 0:
                 held_from = time
                 continue
-            done = (time - held_from) * job.rate(gpus)
+            done = (time - held_from) * rates[gpus]
             if done >= left:
                 if self._reads_until != math.inf:
                     self._reads_until = max(self._reads_until, time)
-                real = math.ceil(held_from + left / job.rate(gpus))
+                real = math.ceil(held_from + left / rates[gpus])
                 end = align(now, real, slot)
                 if self._dry:
                     return _sorted(allocation), after, end, real, False
@@ -432,7 +468,7 @@ class ArtifactPlanner:
         self._reads_until = math.inf
         gpus = min(self.capacity, top)
         allocation[held_from] = gpus
-        real = math.ceil(held_from + left / job.rate(gpus))
+        real = math.ceil(held_from + left / rates[gpus])
         end = align(now, real, slot)
         after[held_from] = self.capacity - gpus
         after[end] = self.capacity
