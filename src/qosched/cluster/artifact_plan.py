@@ -94,6 +94,29 @@ def with_allocation(free: Profile, allocation: Allocation, end: float) -> Profil
     return dict(zip(times, counts, strict=True))
 
 
+def given_back(free: Profile, allocation: Allocation, end: float) -> Profile:
+    """``merged(with_allocation(free, allocation, end))`` in one pass over both mappings (each in
+    time order)."""
+    free_times, free_counts = list(free), list(free.values())
+    held_times, held_counts = list(allocation), list(allocation.values())
+    n_free, n_held = len(free_times), len(held_times)
+    out: Profile = {}
+    i = j = held = 0
+    count = free_counts[0]
+    last = None
+    for time in sorted({*free, *allocation, end}):
+        while i < n_free and free_times[i] <= time:
+            count = free_counts[i]
+            i += 1
+        while j < n_held and held_times[j] <= time:
+            held = held_counts[j]
+            j += 1
+        value = count + held if time < end else count
+        if value != last:
+            out[time] = last = value
+    return out
+
+
 def gpu_time(allocation: Allocation, end: float) -> float:
     """GPU-seconds of an allocation held until ``end``."""
     total, last_time, last_count = 0.0, None, 0
@@ -498,7 +521,7 @@ class ArtifactPlanner:
             # A waiting job comes first whatever its plan; that is made only if it is raised.
             job.marginal = _TOP
             return
-        profile = merged(with_allocation(self.free, job.allocation, job.end))
+        profile = given_back(self.free, job.allocation, job.end)
         # NOTE: most weighings in a hand-out see the same profile where the plan reads it, as
         # the last one for this job and level did; their growth is taken over. The plan is made
         # without the profile it leaves, and made whole only if the job is raised.
@@ -520,7 +543,7 @@ class ArtifactPlanner:
 
     def _raised_plan(self, job: PlannedJob) -> tuple[Allocation, Profile, float, float]:
         """The job's plan one level up on the profile now (the one its last weighing saw)."""
-        profile = merged(with_allocation(self.free, job.allocation, job.end))
+        profile = given_back(self.free, job.allocation, job.end)
         allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
         return merged(allocation), merged(after), end, real
 
