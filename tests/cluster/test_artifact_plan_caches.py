@@ -13,6 +13,8 @@ from qosched.cluster.artifact_plan import (
     _TOP,
     ArtifactPlanner,
     PlannedJob,
+    _read,
+    _reads_again,
     given_back,
     gpu_time,
     merged,
@@ -201,3 +203,29 @@ def test_a_plan_is_the_same_on_any_profile_that_reads_the_same(seed):
         other = _perturbed(rng, profile, now, job, reads, until, capacity)
         again, _, end_again, real_again, _ = planner._plan(job, other, assigned, dry=True)
         assert (list(again.items()), end_again, real_again) == (list(allocation.items()), end, real)
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("reads", ["times", "levels", "counts"])
+def test_reads_again_is_read_of_given_back_compared(seed, reads):
+    """The walk that checks a weighing's reads says what building the profile and reading it
+    says, for the read it was taken on and for reads of other profiles."""
+    rng = random.Random(seed)
+    now = 7.5 + 60.0 * rng.randrange(0, 5)
+    (job,) = _random_jobs(rng, now, 1)
+
+    def case():
+        times = sorted(
+            {now, *(60.0 * rng.randrange(0, 40) + 7.5 for _ in range(rng.randint(0, 9)))}
+        )
+        free = merged({t: rng.randrange(0, 9) for t in times})
+        held = sorted({now, *(60.0 * rng.randrange(0, 40) + 7.5 for _ in range(rng.randint(0, 3)))})
+        return free, {t: rng.randrange(0, 5) for t in held}, 60.0 * rng.randrange(0, 45) + 7.5
+
+    until = rng.choice((now, now + 600.0, now + 1800.0 + rng.random(), float("inf")))
+    cases = [case() for _ in range(4)]
+    for free, allocation, end in cases:
+        for other in cases:
+            read = _read(given_back(*other), now, job, reads, until)
+            expected = _read(given_back(free, allocation, end), now, job, reads, until) == read
+            assert _reads_again(free, allocation, end, now, job, reads, until, read) == expected

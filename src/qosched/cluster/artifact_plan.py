@@ -117,6 +117,50 @@ def given_back(free: Profile, allocation: Allocation, end: float) -> Profile:
     return out
 
 
+def _reads_again(
+    free: Profile,
+    allocation: Allocation,
+    end: float,
+    now: float,
+    job: PlannedJob,
+    reads: str,
+    until: float,
+    read: list,
+) -> bool:
+    """Whether ``_read(given_back(free, allocation, end), now, job, reads, until) == read``,
+    walked as ``given_back`` walks, only until the first difference or ``until``."""
+    free_times, free_counts = list(free), list(free.values())
+    held_times, held_counts = list(allocation), list(allocation.values())
+    n_free, n_held, n_read = len(free_times), len(held_times), len(read)
+    fits = job.fits
+    i = j = held = k = 0
+    count = free_counts[0]
+    last = None
+    for time in sorted({*free, *allocation, end}):
+        if time > until:
+            break
+        while i < n_free and free_times[i] <= time:
+            count = free_counts[i]
+            i += 1
+        while j < n_held and held_times[j] <= time:
+            held = held_counts[j]
+            j += 1
+        value = count + held if time < end else count
+        if value == last:
+            continue
+        last = value
+        if reads == "counts":
+            entry = (time, value)
+        elif time <= now:
+            continue
+        else:
+            entry = time if reads == "times" else (time, fits[value])
+        if k == n_read or read[k] != entry:
+            return False
+        k += 1
+    return k == n_read
+
+
 def gpu_time(allocation: Allocation, end: float) -> float:
     """GPU-seconds of an allocation held until ``end``."""
     total, last_time, last_count = 0.0, None, 0
@@ -521,7 +565,6 @@ class ArtifactPlanner:
             # A waiting job comes first whatever its plan; that is made only if it is raised.
             job.marginal = _TOP
             return
-        profile = given_back(self.free, job.allocation, job.end)
         # NOTE: most weighings in a hand-out see the same profile where the plan reads it, as
         # the last one for this job and level did; their growth is taken over. The plan is made
         # without the profile it leaves, and made whole only if the job is raised.
@@ -530,10 +573,11 @@ class ArtifactPlanner:
         if (
             last is not None
             and last[0] == state
-            and last[3] == _read(profile, self.now, job, *last[1:3])
+            and _reads_again(self.free, job.allocation, job.end, self.now, job, *last[1:4])
         ):
             job.marginal = last[4]
             return
+        profile = given_back(self.free, job.allocation, job.end)
         allocation, _, end, _, _ = self._plan(job, profile, job.next_level, dry=True)
         added = job.next_level - job.gpus
         job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
