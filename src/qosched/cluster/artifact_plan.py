@@ -94,6 +94,73 @@ def with_allocation(free: Profile, allocation: Allocation, end: float) -> Profil
     return dict(zip(times, counts, strict=True))
 
 
+def given_back(free: Profile, allocation: Allocation, end: float) -> Profile:
+    """``merged(with_allocation(free, allocation, end))`` in one pass over both mappings (each in
+    time order)."""
+    free_times, free_counts = list(free), list(free.values())
+    held_times, held_counts = list(allocation), list(allocation.values())
+    n_free, n_held = len(free_times), len(held_times)
+    out: Profile = {}
+    i = j = held = 0
+    count = free_counts[0]
+    last = None
+    for time in sorted({*free, *allocation, end}):
+        while i < n_free and free_times[i] <= time:
+            count = free_counts[i]
+            i += 1
+        while j < n_held and held_times[j] <= time:
+            held = held_counts[j]
+            j += 1
+        value = count + held if time < end else count
+        if value != last:
+            out[time] = last = value
+    return out
+
+
+def _reads_again(
+    free: Profile,
+    allocation: Allocation,
+    end: float,
+    now: float,
+    job: PlannedJob,
+    reads: str,
+    until: float,
+    read: list,
+) -> bool:
+    """Whether ``_read(given_back(free, allocation, end), now, job, reads, until) == read``,
+    walked as ``given_back`` walks, only until the first difference or ``until``."""
+    free_times, free_counts = list(free), list(free.values())
+    held_times, held_counts = list(allocation), list(allocation.values())
+    n_free, n_held, n_read = len(free_times), len(held_times), len(read)
+    fits = job.fits
+    i = j = held = k = 0
+    count = free_counts[0]
+    last = None
+    for time in sorted({*free, *allocation, end}):
+        if time > until:
+            break
+        while i < n_free and free_times[i] <= time:
+            count = free_counts[i]
+            i += 1
+        while j < n_held and held_times[j] <= time:
+            held = held_counts[j]
+            j += 1
+        value = count + held if time < end else count
+        if value == last:
+            continue
+        last = value
+        if reads == "counts":
+            entry = (time, value)
+        elif time <= now:
+            continue
+        else:
+            entry = time if reads == "times" else (time, fits[value])
+        if k == n_read or read[k] != entry:
+            return False
+        k += 1
+    return k == n_read
+
+
 def gpu_time(allocation: Allocation, end: float) -> float:
     """GPU-seconds of an allocation held until ``end``."""
     total, last_time, last_count = 0.0, None, 0
@@ -104,6 +171,35 @@ def gpu_time(allocation: Allocation, end: float) -> float:
     if last_time is None:
         return 0.0
     return total + last_count * (end - last_time)
+
+
+class _Within(dict[int, int]):
+    """Free count -> the largest of ``levels`` it holds (0 if none), filled as asked."""
+
+    def __init__(self, levels: tuple[int, ...]) -> None:
+        super().__init__()
+        self.levels = levels
+
+    def __missing__(self, free: int) -> int:
+        index = bisect.bisect_right(self.levels, free)
+        fits = self[free] = self.levels[index - 1] if index else 0
+        return fits
+
+
+class _Rates(dict[int, float]):
+    """GPU count -> the curve's speed there, filled as asked."""
+
+    def __init__(self, curve: SpeedCurve) -> None:
+        super().__init__()
+        self.curve = curve
+
+    def __missing__(self, gpus: int) -> float:
+        rate = self[gpus] = self.curve.rate(gpus)
+        return rate
+
+
+# Shared by the jobs of every decision: levels say all ``within`` needs.
+_WITHIN: dict[tuple[int, ...], _Within] = {}
 
 
 @dataclass(slots=True)
@@ -119,15 +215,22 @@ class PlannedJob:
     allocation: Allocation = field(default_factory=dict)
     end: float = 0.0  # aligned end
     real_end: float = 0.0  # judged end
-    # The plan one level up, as the spare hand-out weighs it.
+    # The level the spare hand-out would raise it to, and its GPU-time growth per added GPU.
     next_level: int = 0
     marginal: float = 0.0
-    next_plan: tuple[Allocation, Profile, float, float] | None = None
-    # NOTE: the planner asks for these speeds millions of times per trace; kept per level.
-    _rates: dict[int, float] = field(init=False, repr=False, default_factory=dict)
+    # NOTE: the planner asks for speeds and ``within`` millions of times per trace; the hot
+    # loops read these mappings (``rate`` and ``within`` by subscription) directly.
+    rates: dict[int, float] = field(init=False, repr=False, compare=False)
+    fits: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._rates = {g: self.curve.rate(g) for g in self.levels}
+        self.rates = _Rates(self.curve)
+        for g in self.levels:
+            self.rates[g]
+        fits = _WITHIN.get(self.levels)
+        if fits is None:
+            fits = _WITHIN[self.levels] = _Within(self.levels)
+        self.fits = fits
 
     @classmethod
     def of(cls, job_id: str, curve: SpeedCurve, left: float, deadline: float) -> PlannedJob:
@@ -136,8 +239,7 @@ class PlannedJob:
         return cls(job_id, curve, left, deadline, tuple(g for g in counts if g <= fastest))
 
     def rate(self, gpus: int) -> float:
-        rate = self._rates.get(gpus)
-        return self.curve.rate(gpus) if rate is None else rate
+        return self.rates[gpus]
 
     def up(self, gpus: int) -> int:
         """The next level above ``gpus`` (the first one for 0); ``gpus`` itself at the top."""
@@ -145,8 +247,22 @@ class PlannedJob:
 
     def within(self, free: int) -> int:
         """The largest level that fits in ``free`` GPUs; 0 if none (levels increase)."""
-        index = bisect.bisect_right(self.levels, free)
-        return self.levels[index - 1] if index else 0
+        return self.fits[free]
+
+
+def _read(profile: Profile, now: float, job: PlannedJob, reads: str, until: float) -> list:
+    """What a plan of ``job`` that read ``profile`` so (``ArtifactPlanner._reads``) depends on:
+    the times after ``now`` up to ``until``, with the largest level each time's free count holds
+    (``"levels"``), or the entries up to ``until`` (``"counts"``, the count at now included), or
+    the times alone (``"times"``)."""
+    keys = list(profile)
+    if reads == "counts":
+        return list(profile.items())[: bisect.bisect_right(keys, until)]
+    part = keys[bisect.bisect_right(keys, now) : bisect.bisect_right(keys, until)]
+    if reads == "times":
+        return part
+    fits = job.fits
+    return [(time, fits[profile[time]]) for time in part]
 
 
 class ArtifactPlanner:
@@ -158,30 +274,52 @@ class ArtifactPlanner:
         self.slot = slot
         self.free: Profile = {now: capacity}
         self._last_level = 0  # the highest level the last failed share tried
+        # What the last ``_plan`` read of its profile (see ``_read``): the entries after now up
+        # to this time (inf: all), and of them the times, the levels they hold or the counts.
+        self._reads_until = math.inf
+        self._reads = "counts"
+        self._dry = False  # whether the plan being made leaves its profile unfinished
+        # Per job id, the last weighing in this hand-out: (gpus, next level), what it read of the
+        # profile, and its result (``_weigh``).
+        self._weighed: dict[str, tuple[tuple[int, int], str, float, list, float]] = {}
 
     # -- one job ---------------------------------------------------------------------------
 
     def _plan(
-        self, job: PlannedJob, profile: Profile, assigned: int = 0
+        self, job: PlannedJob, profile: Profile, assigned: int = 0, dry: bool = False
     ) -> tuple[Allocation, Profile, float, float, bool]:
-        """A plan for ``job`` on ``profile`` (not changed): (allocation, the profile it leaves,
-        aligned end, real end, whether the real end meets the deadline). With ``assigned``, the
-        job holds that many GPUs from now until the profile next changes first."""
+        """A plan for ``job`` on ``profile`` (not changed, in time order): (allocation, the
+        profile it leaves, aligned end, real end, whether the real end meets the deadline). With
+        ``assigned``, the job holds that many GPUs from now until the profile next changes
+        first. ``dry``: the profile it leaves is not finished (the rest is the same)."""
         now, slot, left, deadline = self.now, self.slot, job.left, job.deadline
+        self._dry = dry
         start = now
         allocation: Allocation = {now: 0}
         aligned_deadline = align(now, deadline, slot)
-        after = dict(profile)
-        if aligned_deadline not in after and aligned_deadline >= now:
-            after[aligned_deadline] = _value_at(profile, aligned_deadline)
-            after = _sorted(after)
+        times = list(profile)
+        at = bisect.bisect_left(times, aligned_deadline)
+        if aligned_deadline >= now and (at == len(times) or times[at] != aligned_deadline):
+            # The aligned deadline inserted in time order, with the count of the segment
+            # holding it (``_value_at``).
+            items = list(profile.items())
+            items.insert(at, (aligned_deadline, items[at - 1][1] if at else items[0][1]))
+            after = dict(items)
+        else:
+            after = dict(profile)
+        self._reads = "times"
         if assigned:
-            later = [t for t in profile if t > now]
-            change = later[0] if later else aligned_deadline
+            first_later = bisect.bisect_right(times, now)
+            later = first_later < len(times)
+            change = times[first_later] if later else aligned_deadline
+            # Without a later entry, an entry past the aligned deadline would change the plan.
+            self._reads_until = change if later else math.inf
             allocation[now] = assigned
             real = math.ceil(now + left / job.rate(assigned))
             end = align(now, real, slot)
             if change >= end and deadline >= real:
+                if dry:
+                    return allocation, after, end, real, True
                 last = after[now]
                 for time in profile:
                     if now <= time < end:
@@ -195,6 +333,12 @@ class ArtifactPlanner:
             after[now] -= assigned
             start = change
             allocation[change] = 0
+            # With no later entry, the aligned deadline's inserted count is the one from now.
+            self._reads = "counts" if start <= now or not later else "levels"
+            if later:
+                self._reads_until = max(change, aligned_deadline)
+        else:
+            self._reads, self._reads_until = "counts", math.inf
         found = self._share(job, profile, after, allocation, start, left, aligned_deadline)
         if found is not None:
             return found
@@ -212,7 +356,7 @@ class ArtifactPlanner:
     ) -> tuple[Allocation, Profile, float, float, bool] | None:
         """The minimum share from ``start``, taken out of ``after``; None if no level does it
         (``allocation`` and ``after`` are then untouched but for zero entries)."""
-        deadline = job.deadline
+        deadline, fits, rates = job.deadline, job.fits, job.rates
         previous = 0
         # ``after`` does not change while the levels are tried: its segments from the aligned
         # deadline back to ``start``, each with the largest level its free GPUs hold.
@@ -230,7 +374,7 @@ class ArtifactPlanner:
                         continue
                     if time < start:
                         break
-                    segments.append((time, job.within(after[time])))
+                    segments.append((time, fits[after[time]]))
             covered, period_end, point = 0.0, aligned_deadline, None
             for time, fits in segments:
                 gpus = level if fits > level else fits
@@ -238,7 +382,7 @@ class ArtifactPlanner:
                     period_end = time
                     continue
                 span = (deadline if period_end == aligned_deadline else period_end) - time
-                covered += span * job.rate(gpus)
+                covered += span * rates[gpus]
                 if covered >= left:
                     point = time
                     break
@@ -275,7 +419,7 @@ class ArtifactPlanner:
     ) -> tuple[Allocation, Profile, float, float, bool]:
         """Forward from ``start``: ``before`` GPUs until ``point`` and ``level`` from it (each
         within what is free), until the work is done."""
-        deadline, slot, within = job.deadline, self.slot, job.within
+        deadline, slot, fits, rates = job.deadline, self.slot, job.fits, job.rates
 
         held_from, held, end, real = None, 0, None, 0.0
         for time in list(after):
@@ -284,30 +428,32 @@ class ArtifactPlanner:
             if time < start:
                 continue
             if held_from is None:
-                held_from, held = time, min(level if time >= point else before, within(after[time]))
+                held_from, held = time, min(level if time >= point else before, fits[after[time]])
                 continue
             allocation[held_from] = held
             after[held_from] -= held
             if held == 0:
-                held_from, held = time, min(level if time >= point else before, within(after[time]))
+                held_from, held = time, min(level if time >= point else before, fits[after[time]])
                 continue
             span = (deadline if time == aligned_deadline else time) - held_from
-            done = span * job.rate(held)
+            done = span * rates[held]
             if held_from < point or done < left:
                 left -= done
             else:
-                seconds = math.ceil(left / job.rate(allocation[held_from]))
+                seconds = math.ceil(left / rates[allocation[held_from]])
                 end = held_from + align(0, seconds, slot)
                 real = held_from + seconds
                 break
-            held_from, held = time, min(level if time >= point else before, within(after[time]))
+            held_from, held = time, min(level if time >= point else before, fits[after[time]])
         if end is None:
             allocation[held_from] = held
             after[held_from] -= held
-            seconds = math.ceil(left / job.rate(allocation[held_from]))
+            seconds = math.ceil(left / rates[allocation[held_from]])
             real = held_from + seconds
             end = held_from + align(0, seconds, slot)
         allocation = _sorted(allocation)
+        if self._dry:
+            return allocation, after, end, real, real <= deadline
         last = self.capacity
         for time, free in profile.items():
             if start <= time < end:
@@ -329,6 +475,7 @@ class ArtifactPlanner:
         """A job no level satisfies: the last level (within what is free) until the aligned
         deadline, then what is free, until done, past its deadline."""
         deadline, slot, now = job.deadline, self.slot, self.now
+        fits, rates = job.fits, job.rates
         level = self._last_level
         held_from, held = None, 0
         for time in list(after):
@@ -337,29 +484,33 @@ class ArtifactPlanner:
             if time < start:
                 continue
             if held_from is None:
-                held_from, held = time, min(level, job.within(after[time]))
+                held_from, held = time, min(level, fits[after[time]])
                 continue
             allocation[held_from] = held
             after[held_from] -= held
             if held:
                 span = (deadline if time == aligned_deadline else time) - held_from
-                left -= span * job.rate(held)
-            held_from, held = time, min(level, job.within(after[time]))
+                left -= span * rates[held]
+            held_from, held = time, min(level, fits[after[time]])
         top = max(job.levels)
         last = _value_at(profile, aligned_deadline)
         held_from = max(aligned_deadline, start)
         for time in list(after):
             if time <= aligned_deadline:
                 continue
-            gpus = min(job.within(after[held_from]), top)
+            gpus = min(fits[after[held_from]], top)
             allocation[held_from] = gpus
             if gpus == 0:
                 held_from = time
                 continue
-            done = (time - held_from) * job.rate(gpus)
+            done = (time - held_from) * rates[gpus]
             if done >= left:
-                real = math.ceil(held_from + left / job.rate(gpus))
+                if self._reads_until != math.inf:
+                    self._reads_until = max(self._reads_until, time)
+                real = math.ceil(held_from + left / rates[gpus])
                 end = align(now, real, slot)
+                if self._dry:
+                    return _sorted(allocation), after, end, real, False
                 for t in list(after):
                     if t < aligned_deadline:
                         continue
@@ -373,16 +524,18 @@ class ArtifactPlanner:
                     after[end] = last
                 return _sorted(allocation), _sorted(after), end, real, False
             left -= done
-            for t in profile:
-                if t < held_from:
-                    last = after[t]
-            for t in list(after):
-                if held_from <= t < time:
-                    after[t] -= gpus
+            if not self._dry:
+                for t in profile:
+                    if t < held_from:
+                        last = after[t]
+                for t in list(after):
+                    if held_from <= t < time:
+                        after[t] -= gpus
             held_from = time
+        self._reads_until = math.inf
         gpus = min(self.capacity, top)
         allocation[held_from] = gpus
-        real = math.ceil(held_from + left / job.rate(gpus))
+        real = math.ceil(held_from + left / rates[gpus])
         end = align(now, real, slot)
         after[held_from] = self.capacity - gpus
         after[end] = self.capacity
@@ -408,16 +561,35 @@ class ArtifactPlanner:
         if job.next_level - job.gpus > spare or job.next_level == job.gpus:
             job.marginal = -_TOP
             return
-        profile = merged(with_allocation(self.free, job.allocation, job.end))
-        allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
-        job.next_plan = (merged(allocation), merged(after), end, real)
-        added = job.next_level - job.gpus
-        if added == 0:
-            job.marginal = -_TOP
-        else:
-            job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
         if job.gpus == 0:
+            # A waiting job comes first whatever its plan; that is made only if it is raised.
             job.marginal = _TOP
+            return
+        # NOTE: most weighings in a hand-out see the same profile where the plan reads it, as
+        # the last one for this job and level did; their growth is taken over. The plan is made
+        # without the profile it leaves, and made whole only if the job is raised.
+        state = (job.gpus, job.next_level)
+        last = self._weighed.get(job.job_id)
+        if (
+            last is not None
+            and last[0] == state
+            and _reads_again(self.free, job.allocation, job.end, self.now, job, *last[1:4])
+        ):
+            job.marginal = last[4]
+            return
+        profile = given_back(self.free, job.allocation, job.end)
+        allocation, _, end, _, _ = self._plan(job, profile, job.next_level, dry=True)
+        added = job.next_level - job.gpus
+        job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
+        reads = (self._reads, self._reads_until)
+        read = _read(profile, self.now, job, *reads)
+        self._weighed[job.job_id] = (state, *reads, read, job.marginal)
+
+    def _raised_plan(self, job: PlannedJob) -> tuple[Allocation, Profile, float, float]:
+        """The job's plan one level up on the profile now (the one its last weighing saw)."""
+        profile = given_back(self.free, job.allocation, job.end)
+        allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
+        return merged(allocation), merged(after), end, real
 
     def hand_out(self, jobs: list[PlannedJob]) -> list[PlannedJob]:
         """Give the GPUs free now to ``jobs`` (in deadline order); the jobs in the artifact's final
@@ -427,6 +599,7 @@ class ArtifactPlanner:
         spare = self.capacity - sum(job.gpus for job in jobs)
         if spare <= 0:
             return jobs
+        self._weighed = {}
         for job in jobs:
             self._weigh(job, spare)
         order = sorted(jobs, key=lambda j: -j.marginal)
@@ -436,8 +609,7 @@ class ArtifactPlanner:
             for job in order:
                 if job.next_level - job.gpus > spare or job.next_level == job.gpus:
                     continue
-                assert job.next_plan is not None
-                allocation, after, end, real = job.next_plan
+                allocation, after, end, real = self._raised_plan(job)
                 self.free = after
                 spare -= job.next_level - job.gpus
                 job.allocation, job.gpus = allocation, job.next_level
