@@ -144,7 +144,9 @@ def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) 
     ``margin``) on every draw, and only those with the most such levels stay. Among them, the
     other apps' throughput (the worst draw's) decides: first the worst of every app's share of
     the most any candidate gives it (what rule (b) holds each app to), then app by app in
-    priority order; differences within ``config.tolerance`` are ties, and ties go to the safer
+    priority order, and then the apps whose goals those levels hold, app by app in priority
+    order (a goal met leaves its app's throughput still worth having: ``naive`` is held to it by
+    rule (c)); differences within ``config.tolerance`` are ties, and ties go to the safer
     candidate."""
     if not predictions:
         return None
@@ -166,13 +168,15 @@ def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) 
         return None
     floor = levels[deepest - 1] if deepest else math.inf
     required = {a.name for a in first if a.goal.protected and a.priority >= floor}
-    others = [a.name for a in sorted(first, key=lambda a: -a.priority) if a.name not in required]
+    ranked = [a.name for a in sorted(first, key=lambda a: -a.priority)]
+    others = [n for n in ranked if n not in required]
+    held = [n for n in ranked if n in required]
     eligible = [i for i, d in enumerate(depths) if d == deepest]
     tput = {
-        i: {n: min(_throughput(d, n) for d in predictions[i].draws) for n in others}
+        i: {n: min(_throughput(d, n) for d in predictions[i].draws) for n in ranked}
         for i in eligible
     }
-    most = {n: max(tput[i][n] for i in eligible) for n in others}
+    most = {n: max(tput[i][n] for i in eligible) for n in ranked}
 
     def share(i: int, name: str) -> float:
         return tput[i][name] / most[name] if most[name] > 0 else 1.0
@@ -182,7 +186,7 @@ def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) 
         worst_j = min((share(j, n) for n in others), default=1.0)
         if abs(worst_i - worst_j) > config.tolerance:
             return worst_i > worst_j
-        for name in others:
+        for name in (*others, *held):
             gap = share(i, name) - share(j, name)
             if abs(gap) > config.tolerance:
                 return gap > 0
