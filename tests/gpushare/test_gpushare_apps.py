@@ -116,6 +116,8 @@ def test_cli_json_has_the_design_fields_and_the_trace_has_a_track_per_app(tmp_pa
     assert result["policy"] == "fggr"
     # fggr calibrates by default, says so while it does, and reports what it adopted.
     assert "what-if" in captured.err
+    runs = [line.split()[-3:] for line in captured.err.splitlines() if "what-if run" in line]
+    assert runs and runs[0][0] == "1" and runs[-1][0] == runs[-1][2]  # "D of T", to the end
     assert result["calibrated"] in dict(CANDIDATES) and result["setup_s"] > 0
     for app in result["apps"]:
         assert {"name", "priority", "p50_latency_ratio", "p99_latency_ratio",

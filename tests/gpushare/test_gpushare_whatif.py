@@ -57,6 +57,16 @@ def test_fggr_calibrates_unless_told_not_to():
     assert online.calibrated is None and online.admit == "goals"
 
 
+def test_calibration_tells_its_progress_run_by_run():
+    # CROWDED: the free settings miss hp's goal, so the other four are run after them: the
+    # total grows from 2 x 2 runs to 6 x 2.
+    policy = FgGR()
+    told = []
+    policy.progress = lambda done, total: told.append((done, total))
+    policy.setup(app_infos(CROWDED, TOY))
+    assert told == [(d, 4) for d in range(1, 5)] + [(d, 12) for d in range(5, 13)]
+
+
 def test_what_if_arrivals_come_from_its_own_seeds():
     # Two draws of its own: different perturbations, neither the estimates themselves.
     infos = app_infos(ROOMY, TOY)

@@ -14,7 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from qosched.cli.gpu_sim import app_rows, calibration_note, print_comparison
+from qosched.cli.gpu_sim import (
+    app_rows,
+    calibration_note,
+    print_comparison,
+    show_setup_progress,
+)
 from qosched.core.errors import InputError
 from qosched.gpushare.policies import create_policy, policy_names
 
@@ -54,6 +59,7 @@ def run_live(args: argparse.Namespace) -> int:
 
     spec = load_apps_spec(args.spec)
     policy = create_policy(args.policy)
+    show_setup_progress(policy, args.policy)
     if args.device == "cuda":
         if not torch.cuda.is_available():
             raise InputError(

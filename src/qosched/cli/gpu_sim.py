@@ -47,9 +47,7 @@ def run_sim(args: argparse.Namespace) -> int:
     policy = create_policy(args.policy)  # an unknown name fails before any estimation
     device = gpu(spec.gpu)
     apps = workloads(spec, device)
-    if getattr(policy, "calibrate", False):
-        # A what-if of the mix under each candidate setting comes first: seconds to a minute.
-        print(f"{args.policy}: choosing its setting on a what-if of the mix...", file=sys.stderr)
+    show_setup_progress(policy, args.policy)
     shared = simulate(device, apps, policy, duration_s=spec.duration_s, seed=spec.seed,
                       record=bool(args.trace))  # fmt: skip
     alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed)
@@ -82,6 +80,19 @@ def run_sim(args: argparse.Namespace) -> int:
         + (f"; timeline in {args.trace}" if args.trace else ""),
     )
     return 0
+
+
+def show_setup_progress(policy: object, name: str) -> None:
+    """Say on stderr that a self-calibrating policy is choosing its setting, and how far it is:
+    a what-if of the mix under each candidate comes first, seconds to a minute."""
+    if not getattr(policy, "calibrate", False):
+        return
+    print(f"{name}: choosing its setting on a what-if of the mix...", file=sys.stderr)
+
+    def show(done: int, total: int) -> None:
+        print(f"{name}: what-if run {done} of {total}", file=sys.stderr)
+
+    policy.progress = show  # type: ignore[attr-defined]
 
 
 def calibration_note(policy: object) -> str:

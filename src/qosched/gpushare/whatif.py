@@ -107,8 +107,11 @@ def predict(
     apps: Sequence[AppInfo],
     candidates: Sequence[Callable[[], SharingPolicy]],
     config: WhatIf,
+    *,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Prediction, ...]:
-    """Every candidate (a fresh policy from each factory, per draw) on every draw of the mix."""
+    """Every candidate (a fresh policy from each factory, per draw) on every draw of the mix;
+    ``progress(done, total)`` after each simulated run."""
     if not knows_kernels(apps):
         raise InputError("a what-if needs every app's kernels and the GPU")
     gpu: Processor = apps[0].gpu  # type: ignore[assignment]
@@ -122,6 +125,8 @@ def predict(
         for i, make in enumerate(candidates):
             shared = simulate(gpu, mix, make(), duration_s=duration, seed=seed)
             draws[i].append(outcomes(compare(shared, alone, times), goals))
+            if progress is not None:
+                progress(sum(map(len, draws)), len(candidates) * len(config.seeds))
     return tuple(Prediction(tuple(d)) for d in draws)
 
 

@@ -64,7 +64,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -296,6 +296,10 @@ class FgGR:
         self.stream_priorities = stream_priorities
         self.calibrate = calibrate
         self.what_if = what_if or WhatIf()
+        #: Told ``(done, total)`` after each what-if run of the setup (the total grows when
+        #: the free settings do not do and the others are run too), to show its progress.
+        self.progress: Callable[[int, int], None] | None = None
+        self._runs = 0  # what-if runs made in this setup
         self.model = model
         #: The candidate calibration adopted on the last setup (None: not calibrated), and
         #: what that setup cost (seconds of wall-clock time).
@@ -316,6 +320,7 @@ class FgGR:
         began = time.perf_counter()
         self._apply(self.options)
         self.calibrated = None
+        self._runs = 0
         if self.calibrate and knows_kernels(apps):
             self._calibrate(tuple(apps))
         self.setup_s = time.perf_counter() - began
@@ -332,7 +337,10 @@ class FgGR:
 
     def _predict(self, apps: tuple[AppInfo, ...], indices: list[int]) -> tuple[Prediction, ...]:
         factories = [lambda c=CANDIDATES[i][1]: self._candidate(c) for i in indices]
-        return predict(apps, factories, self.what_if)
+        report, before = self.progress, self._runs
+        self._runs += len(indices) * len(self.what_if.seeds)
+        tell = None if report is None else lambda done, total: report(before + done, before + total)
+        return predict(apps, factories, self.what_if, progress=tell)
 
     def _calibrate(self, apps: tuple[AppInfo, ...]) -> None:
         """Adopt the candidate the what-if predicts best; none meeting the most important
