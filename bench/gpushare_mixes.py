@@ -14,8 +14,11 @@ offered) or a loose p99 goal (1.5-3x). The simulated time gives the most importa
 Every mix runs under every registered policy (``gpushare.judge.judge_mix``). Printed (Markdown):
 the share of mixes where each policy meets every goal, and where it meets the protected goals
 (those not best effort); the mixes where ``fggr`` breaks a rule (a)-(c) of
-``gpushare.judge``; and, on mixes where ``fggr`` meets the protected goals, its throughput of
-every other app against the best policy that also meets them.
+``gpushare.judge``, each with the other registered policies that would keep every rule there if
+judged as ``fggr`` is (the rules hold each app to the best policy for it, so where apps conflict
+no single policy may keep them all), and how many mixes some policy keeps every rule on; and,
+on mixes where ``fggr`` meets the protected goals, its throughput of every other app against
+the best policy that also meets them.
 """
 
 from __future__ import annotations
@@ -145,10 +148,17 @@ def report(results: list[tuple[Mix, dict[str, tuple[AppOutcome, ...]]]]) -> dict
         all_goals = sum(all(a.met for a in by[name]) for _, by in results)
         protected = sum(protected_met(by[name]) for _, by in results)
         summary["policies"][name] = {"all_goals": all_goals / n, "protected": protected / n}
+    summary["keepable"] = 0
     for mix, by in results:
         broken = rule_violations(by)
+        # The rules read each app against the best policy for it: where apps conflict, no one
+        # policy may keep them all. Which registered policies would, judged as fggr is.
+        keepers = [p for p in policies if p != "fggr" and not rule_violations(by, policy=p)]
+        summary["keepable"] += bool(keepers or not broken)
         if broken:
-            summary["broken"].append({"seed": mix.seed, "mix": mix.describe(), "rules": broken})
+            summary["broken"].append(
+                {"seed": mix.seed, "mix": mix.describe(), "rules": broken, "kept_by": keepers}
+            )
         if not protected_met(by["fggr"]):
             continue
         meeting = [p for p in policies if protected_met(by[p])]
@@ -180,10 +190,14 @@ def print_report(summary: dict, command: str) -> None:
               f"protected goals ({len(ratios)} apps): median {statistics.median(ratios):.3f}, "
               f"min {min(ratios):.3f}, within 5 %: {within:.0%}")  # fmt: skip
     print(f"\nmixes where fggr breaks a rule: {len(summary['broken'])} of {n}")
+    keepable = summary["keepable"]
+    print(f"mixes where fggr or some other registered policy keeps every rule: {keepable} of {n}")
     for case in summary["broken"]:
         print(f"- seed {case['seed']}: {case['mix']}")
         for rule in case["rules"]:
             print(f"  - {rule}")
+        keepers = ", ".join(case["kept_by"]) or "no other registered policy"
+        print(f"  - every rule is kept here by: {keepers}")
 
 
 def main(argv: list[str] | None = None) -> int:
