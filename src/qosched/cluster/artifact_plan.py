@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from qosched.cluster.throughput import SpeedCurve
@@ -94,13 +94,14 @@ def with_allocation(free: Profile, allocation: Allocation, end: float) -> Profil
     return dict(zip(times, counts, strict=True))
 
 
-def given_back(free: Profile, allocation: Allocation, end: float) -> Profile:
-    """``merged(with_allocation(free, allocation, end))`` in one pass over both mappings (each in
-    time order)."""
+def _given_back_walk(
+    free: Profile, allocation: Allocation, end: float
+) -> Iterator[tuple[float, int]]:
+    """The entries of ``merged(with_allocation(free, allocation, end))`` in time order, walked
+    over both mappings (each in time order) at once."""
     free_times, free_counts = list(free), list(free.values())
     held_times, held_counts = list(allocation), list(allocation.values())
     n_free, n_held = len(free_times), len(held_times)
-    out: Profile = {}
     i = j = held = 0
     count = free_counts[0]
     last = None
@@ -113,8 +114,13 @@ def given_back(free: Profile, allocation: Allocation, end: float) -> Profile:
             j += 1
         value = count + held if time < end else count
         if value != last:
-            out[time] = last = value
-    return out
+            last = value
+            yield time, value
+
+
+def given_back(free: Profile, allocation: Allocation, end: float) -> Profile:
+    """``merged(with_allocation(free, allocation, end))`` in one pass over both mappings."""
+    return dict(_given_back_walk(free, allocation, end))
 
 
 def _reads_again(
@@ -129,26 +135,11 @@ def _reads_again(
 ) -> bool:
     """Whether ``_read(given_back(free, allocation, end), now, job, reads, until) == read``,
     walked as ``given_back`` walks, only until the first difference or ``until``."""
-    free_times, free_counts = list(free), list(free.values())
-    held_times, held_counts = list(allocation), list(allocation.values())
-    n_free, n_held, n_read = len(free_times), len(held_times), len(read)
-    fits = job.fits
-    i = j = held = k = 0
-    count = free_counts[0]
-    last = None
-    for time in sorted({*free, *allocation, end}):
+    fits, n_read = job.fits, len(read)
+    k = 0
+    for time, value in _given_back_walk(free, allocation, end):
         if time > until:
             break
-        while i < n_free and free_times[i] <= time:
-            count = free_counts[i]
-            i += 1
-        while j < n_held and held_times[j] <= time:
-            held = held_counts[j]
-            j += 1
-        value = count + held if time < end else count
-        if value == last:
-            continue
-        last = value
         if reads == "counts":
             entry = (time, value)
         elif time <= now:
