@@ -21,7 +21,6 @@ Times become seconds from the trace's first submission. Seeded: same file and se
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from pathlib import Path
 from qosched.cluster.job import JobSpec
 from qosched.cluster.throughput import ThroughputModel
 from qosched.core.bounds import check_count, check_datetime, check_number, check_time
+from qosched.core.csv_file import CsvRows, open_csv
 from qosched.core.errors import InputError
 
 IMPORT_FORMATS = ("itp", "helios", "philly", "pai")
@@ -79,12 +79,8 @@ def import_trace(
     if not 0 < low <= high:
         raise InputError(f"need 0 < low <= high, got {tightness}", field="tightness")
     path = Path(path)
-    try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise InputError(f"cannot read trace: {exc.strerror}", source=path) from exc
-    with handle:
-        records = list(_READERS[fmt](csv.reader(handle), path))
+    with open_csv(path, "trace") as rows:
+        records = list(_READERS[fmt](rows, path))
     kept = [r for r in records if r.run_s >= MIN_RUN_S and _usable_gpus(r.gpus)]
     if not kept:
         raise InputError(
@@ -141,7 +137,7 @@ def _header(rows: Iterator[list[str]], path: Path, needed: tuple[str, ...]) -> d
     return {name: header.index(name) for name in needed}
 
 
-def _cells(rows: csv.reader, path: Path, width: int) -> Iterator[tuple[int, list[str]]]:
+def _cells(rows: CsvRows, path: Path, width: int) -> Iterator[tuple[int, list[str]]]:
     for row in rows:
         if not any(cell.strip() for cell in row):
             continue
@@ -186,7 +182,7 @@ def _moment(text: str, field: str, path: Path, line: int) -> float:
     return check_datetime(moment, field=field, source=path, line=line)
 
 
-def _itp(rows: csv.reader, path: Path) -> Iterator[Record]:
+def _itp(rows: CsvRows, path: Path) -> Iterator[Record]:
     columns = _header(rows, path, ("job_id", "submission_time", "duration", "num_gpu"))
     for line, cells in _cells(rows, path, len(columns)):
         yield Record(
@@ -198,7 +194,7 @@ def _itp(rows: csv.reader, path: Path) -> Iterator[Record]:
         )
 
 
-def _helios(rows: csv.reader, path: Path) -> Iterator[Record]:
+def _helios(rows: CsvRows, path: Path) -> Iterator[Record]:
     columns = _header(rows, path, ("job_id", "gpu_num", "state", "submit_time", "duration"))
     for line, cells in _cells(rows, path, len(columns)):
         if cells[columns["state"]].upper() != "COMPLETED":
@@ -212,7 +208,7 @@ def _helios(rows: csv.reader, path: Path) -> Iterator[Record]:
         )
 
 
-def _philly(rows: csv.reader, path: Path) -> Iterator[Record]:
+def _philly(rows: CsvRows, path: Path) -> Iterator[Record]:
     columns = _header(rows, path, ("timestamp", "duration", "num_gpus"))
     for line, cells in _cells(rows, path, len(columns)):
         yield Record(
@@ -224,7 +220,7 @@ def _philly(rows: csv.reader, path: Path) -> Iterator[Record]:
         )
 
 
-def _pai(rows: csv.reader, path: Path) -> Iterator[Record]:
+def _pai(rows: CsvRows, path: Path) -> Iterator[Record]:
     """Tasks grouped into jobs: GPUs = sum of instances x plan_gpu / 100 (rounded up; plan_gpu is
     in per cent of a GPU), from the first task's start to the last task's end; a job with any
     task not Terminated is left out."""
@@ -256,7 +252,7 @@ def _pai(rows: csv.reader, path: Path) -> Iterator[Record]:
         yield Record(name, start, end - start, math.ceil(gpus - 1e-9), line)
 
 
-_READERS: dict[str, Callable[[csv.reader, Path], Iterator[Record]]] = {
+_READERS: dict[str, Callable[[CsvRows, Path], Iterator[Record]]] = {
     "itp": _itp,
     "helios": _helios,
     "philly": _philly,

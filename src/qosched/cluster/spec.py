@@ -6,6 +6,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from qosched.core.csv_file import read_text
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_float, parse_int
 
@@ -108,10 +109,7 @@ def read_cluster_spec(path: str | Path, resource: str = "gpu") -> ClusterSpec:
             f"expected one of {', '.join(RESOURCES)}, got {resource!r}", field="resource"
         )
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read cluster spec: {exc.strerror}", source=path) from exc
+    text = read_text(path, "cluster spec")
     # Keep each row's physical line number for error messages; blank lines are skipped.
     numbered = [
         (number, row)

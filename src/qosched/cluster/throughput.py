@@ -13,7 +13,6 @@ error, never interpolated, because speed depends on it in ways the tables do not
 
 from __future__ import annotations
 
-import csv
 import itertools
 import math
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from qosched.core.csv_file import open_csv
 from qosched.core.errors import InputError
 
 # The table sets under qosched/data/throughputs: two GPU models and this project's CPU tables.
@@ -168,8 +168,8 @@ class ThroughputModel:
 
 def read_table(path: Path) -> dict[int, dict[int, float]]:
     """``{batch_size: {workers: iterations/s}}``, every column present, unmeasured cells as 0.0."""
-    with path.open(newline="") as handle:
-        rows = list(csv.reader(handle))
+    with open_csv(path, "speed table") as handle:
+        rows = list(handle)
     if not rows or not rows[0] or rows[0][0].strip() != "global_batch_size":
         raise InputError("expected a header starting with 'global_batch_size'", source=path, line=1)
     counts = []

@@ -28,6 +28,7 @@ from pathlib import Path
 from qosched.cluster.job import JobSpec
 from qosched.cluster.throughput import ThroughputModel
 from qosched.core.bounds import check_count, check_time
+from qosched.core.csv_file import open_csv
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_bool, parse_float
 
@@ -104,12 +105,7 @@ def _resolve_columns(
 def read_trace(path: str | Path, throughputs: ThroughputModel | None = None) -> Trace:
     """Read a trace in either layout; with ``throughputs``, also check models, batches, requests."""
     path = Path(path)
-    try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise InputError(f"cannot read trace: {exc.strerror}", source=path) from exc
-    with handle:
-        reader = csv.reader(handle)
+    with open_csv(path, "trace") as reader:
         try:
             header = [name.strip() for name in next(reader)]
         except StopIteration:
