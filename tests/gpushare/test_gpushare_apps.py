@@ -136,6 +136,24 @@ def test_cli_json_of_a_policy_that_does_not_calibrate(capsys):
     assert "what-if" not in captured.err
 
 
+def test_cli_says_how_far_a_long_run_has_got(tmp_path, monkeypatch, capsys):
+    from qosched.cli.gpu_sim import RunProgress
+
+    monkeypatch.setattr(RunProgress, "EVERY_S", 0.0)  # every report shown, however quick
+    spec = tmp_path / "long.yaml"
+    spec.write_text(EXAMPLE.read_text().replace("duration_s: 0.5", "duration_s: 4"))
+    assert main(["gpu", "sim", str(spec), "--policy", "naive", "--json"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    shared = [line for line in lines if line.startswith("simulating: shared under naive, ")]
+    assert shared and all(line.endswith("% of 4 s") for line in shared)
+    assert any(line.startswith("simulating: batch alone, ") for line in lines)
+
+
+def test_cli_a_quick_run_prints_no_progress(capsys):
+    assert main(["gpu", "sim", str(EXAMPLE), "--policy", "naive"]) == 0
+    assert "simulating:" not in capsys.readouterr().err
+
+
 def test_cli_unknown_policy_is_a_clear_error(capsys):
     assert main(["gpu", "sim", str(EXAMPLE), "--policy", "nope"]) == 2
     assert "known policies" in capsys.readouterr().err
@@ -209,3 +227,51 @@ def test_an_alias_is_refused_with_its_line():
     with pytest.raises(InputError, match="anchors and aliases") as error:
         parse_apps_spec(text, source="apps.yaml")
     assert error.value.line == 7
+
+
+# An A100 (compute capability 8.0): 108 SMs, 255 registers per thread, 1,024 threads and 163 KB of
+# opt-in shared memory per block (CUDA C++ Programming Guide, compute capability table).
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (("sms: 64", "sms: 109"), "sms", "109 is more than the 108 SMs"),
+        (("registers_per_thread: 128", "registers_per_thread: 256"), "registers_per_thread",
+         "256 is more than the 255 registers per thread"),
+        (("shared_bytes_per_block: 32768", "shared_bytes_per_block: 200000"),
+         "shared_bytes_per_block", "shared memory per block"),
+        (("block: [256, 1, 1]", "block: [512, 4, 1]"), "block", "2048 is more than the 1024"),
+        (("block: [256, 1, 1]", "block: [1, 1, 65]"), "block[2]", "65 is more than the 64"),
+        (("grid: [256, 1, 1]", "grid: [256, 65536, 1]"), "grid[1]", "65536 is more than"),
+        (("grid: [256, 1, 1]", "grid: [2147483648, 1, 1]"), "grid[0]", "2147483648 is more"),
+    ],
+    ids=["sms", "registers", "shared", "threads", "block-z", "grid-y", "grid-x"],
+)  # fmt: skip
+def test_an_explicit_kernel_the_gpu_cannot_launch_is_refused_with_its_line(change, field, message):
+    old, new = change
+    text = EXAMPLE.read_text()
+    assert old in text
+    with pytest.raises(InputError, match=message) as error:
+        parse_apps_spec(text.replace(old, new, 1), source="k.yaml")
+    assert error.value.field == f"apps[0].kernels[0].{field}"
+    assert error.value.line == text[: text.index(old)].count("\n") + 1  # the field's own line
+
+
+def test_the_limits_are_the_spec_gpus_own():
+    # 100 SMs fit an A100 (108) but not a T4 (40).
+    text = EXAMPLE.read_text().replace("sms: 64", "sms: 100", 1)
+    parse_apps_spec(text)
+    with pytest.raises(InputError, match="100 is more than the 40 SMs of the T4"):
+        parse_apps_spec(text.replace("gpu: A100", "gpu: T4"))
+
+
+def test_an_unknown_gpu_names_the_spec_line():
+    with pytest.raises(InputError, match="unknown GPU 'B300'") as error:
+        parse_apps_spec(GOOD.replace("gpu: A100", "gpu: B300"), source="apps.yaml")
+    assert (error.value.source, error.value.line, error.value.field) == ("apps.yaml", 1, "gpu")
+
+
+def test_more_than_a_day_of_simulated_time_is_refused():
+    assert parse_apps_spec(GOOD.replace("duration_s: 0.5", "duration_s: 86400")).duration_s
+    with pytest.raises(InputError, match="<= 86400") as error:
+        parse_apps_spec(GOOD.replace("duration_s: 0.5", "duration_s: 86401"))
+    assert (error.value.field, error.value.line) == ("duration_s", 2)

@@ -11,7 +11,7 @@ from qosched.cli.main import main
 from qosched.core.errors import InputError
 from qosched.gpushare.apps import parse_apps_spec
 from qosched.gpushare.goals import DEFAULT_TOP_GOAL, Goal
-from qosched.gpushare.live import build_apps, compare_run, request_finishes
+from qosched.gpushare.live import MAX_REQUESTS, build_apps, compare_run, request_finishes
 from qosched.gpushare.policies import create_policy
 from qosched.gpushare.policy import Admission
 from qosched.gpushare.runtime import CallEstimator, CpuDevice, run_apps
@@ -70,6 +70,15 @@ apps:
     )
     with pytest.raises(InputError, match="only models can run"):
         build_apps(spec, device="cpu", requests=1)
+
+
+@pytest.mark.parametrize("requests", [0, MAX_REQUESTS + 1])
+def test_requests_out_of_bounds_are_refused(requests):
+    spec = parse_apps_spec(
+        "gpu: A100\nduration_s: 1\napps:\n  - {name: m, model: mlp, priority: 0, closed_loop: true}"
+    )
+    with pytest.raises(InputError, match=r"requests must be in \[1, 100,000\]"):
+        build_apps(spec, device="cpu", requests=requests)
 
 
 def test_cli_json_on_the_cpu_device(tmp_path, capsys):

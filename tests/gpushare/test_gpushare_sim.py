@@ -9,7 +9,14 @@ from qosched.core.errors import InputError, SimulationError
 from qosched.gpushare.interference import FairShare, max_min_fair
 from qosched.gpushare.policies import create_policy, policy_names
 from qosched.gpushare.policy import Admission
-from qosched.gpushare.simulator import AppWorkload, simulate, sm_targets
+from qosched.gpushare.simulator import (
+    MAX_LAUNCHES,
+    AppWorkload,
+    alone_results,
+    expected_launches,
+    simulate,
+    sm_targets,
+)
 
 
 class StartAll:
@@ -215,3 +222,35 @@ def test_utilization_counts_sms_held_over_the_window():
     assert result.gpu_utilization == pytest.approx(0.5)
     assert result.app("a").work_s == pytest.approx(1.0)
     assert not math.isnan(result.app("a").latency_quantile(0.99))
+
+
+def test_expected_launches_by_hand():
+    # Open loop: 100 requests/s x 2 s x 3 kernels; closed loop: 2 s / 0.5 s + 1 requests x 2.
+    open_loop = AppWorkload("o", 1, (kernel(time_s=0.1),) * 3, poisson_rps=100.0)
+    closed = AppWorkload("c", 0, (kernel(time_s=0.25),) * 2)
+    assert expected_launches([open_loop, closed], 2.0) == {"o": 600.0, "c": 10.0}
+
+
+def test_a_mix_over_the_launch_bound_is_refused_before_it_runs():
+    # A closed loop of one-microsecond kernels: a million requests a second. Refused at
+    # once, before the policy is set up or an arrival drawn, naming the app and the count.
+    tiny = AppWorkload("tiny", 0, (kernel(time_s=1e-6),))
+    seconds = MAX_LAUNCHES * 1e-6
+    simulate(TOY, [tiny], create_policy("naive"), duration_s=seconds / 100)
+    with pytest.raises(InputError, match=r"about 2,00\d,\d{3} kernels.*'tiny'") as error:
+        simulate(TOY, [tiny], create_policy("naive"), duration_s=seconds * 1.001)
+    assert error.value.field == "duration_s"
+    flood = AppWorkload("flood", 0, (kernel(),), poisson_rps=1e15)
+    with pytest.raises(InputError, match="lower poisson_rps"):
+        simulate(TOY, [flood], create_policy("naive"), duration_s=1.0)
+
+
+def test_a_long_run_reports_its_progress():
+    app = AppWorkload("a", 0, (kernel(time_s=1e-3),))
+    seen: list[float] = []
+    simulate(TOY, [app], create_policy("naive"), duration_s=20.0, progress=seen.append)
+    assert len(seen) >= 2  # 20,000 requests: several thousand engine steps each report
+    assert seen == sorted(seen) and seen[0] > 0 and seen[-1] <= 1.0
+    named: list[tuple[str, float]] = []
+    alone_results(TOY, [app], duration_s=20.0, progress=lambda n, d: named.append((n, d)))
+    assert [name for name, _ in named] == ["a"] * len(seen)

@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,9 +49,12 @@ def run_sim(args: argparse.Namespace) -> int:
     device = gpu(spec.gpu)
     apps = workloads(spec, device)
     show_setup_progress(policy, args.policy)
+    shown = RunProgress(spec.duration_s)
     shared = simulate(device, apps, policy, duration_s=spec.duration_s, seed=spec.seed,
-                      record=bool(args.trace))  # fmt: skip
-    alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed)
+                      record=bool(args.trace),
+                      progress=lambda done: shown(f"shared under {args.policy}", done))  # fmt: skip
+    alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed,
+                          progress=lambda name, done: shown(f"{name} alone", done))  # fmt: skip
     rows = compare(shared, alone, {app.name: app.request_time_s for app in apps})
     judged = outcomes(rows, resolved_goals(spec))
     result = {
@@ -93,6 +97,23 @@ def show_setup_progress(policy: object, name: str) -> None:
         print(f"{name}: what-if run {done} of {total}", file=sys.stderr)
 
     policy.progress = show  # type: ignore[attr-defined]
+
+
+class RunProgress:
+    """A line on stderr every few seconds while a long simulated run goes on (a short one, the
+    usual case, prints nothing): which run and how much of ``duration_s`` it has simulated."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, duration_s: float) -> None:
+        self.duration_s = duration_s
+        self.last = time.monotonic()
+
+    def __call__(self, run: str, done: float) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.EVERY_S:
+            self.last = now
+            print(f"simulating: {run}, {done:.0%} of {self.duration_s:g} s", file=sys.stderr)
 
 
 def calibration_note(policy: object) -> str:

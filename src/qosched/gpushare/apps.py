@@ -31,7 +31,9 @@ latency at most R x alone), ``{p99_latency_ms: L}``, ``{throughput_share: S}`` (
 throughput alone), ``{throughput_rps: N}`` or ``best_effort``. Without one, the most important
 app gets p99 within 1.10x and the others are best effort.
 
-Every error names the file, the line and the field (``apps[1].batch``).
+Every error names the file, the line and the field (``apps[1].batch``). Explicit kernels must be
+launchable on the spec's GPU (its SMs, registers per thread, shared memory and threads per block,
+CUDA's grid and block sizes); ``duration_s`` is at most a day.
 """
 
 from __future__ import annotations
@@ -49,12 +51,20 @@ from qosched.gpushare.goals import BEST_EFFORT, Goal, default_goal
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor
+from qosched.hardware.catalog import gpu as catalog_gpu
+from qosched.hardware.sm_limits import sm_limits
 
 _TOP = ("gpu", "duration_s", "seed", "dtype", "apps")
 _APP = ("name", "model", "batch", "dtype", "priority", "arrivals", "closed_loop", "kernels",
         "goal")  # fmt: skip
 _KERNEL = tuple(Kernel.__dataclass_fields__)
 _DTYPES = ("float32", "float16", "bfloat16")
+#: A day of simulated time; the simulator also bounds the kernel launches a run may make
+#: (``simulator.MAX_LAUNCHES``), which is what keeps a run short.
+MAX_DURATION_S = 86_400.0
+#: CUDA's launch limits, the same on every compute capability in the catalog (7.0-9.0).
+CUDA_MAX_GRID = (2**31 - 1, 65_535, 65_535)
+CUDA_MAX_BLOCK = (1024, 1024, 64)
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,8 @@ def workloads(
 class _Reader(SpecReader):
     """Walks the loaded document; every error carries the dotted path and its line."""
 
+    device: Processor  # the spec's GPU, once read
+
     def dtype(self, value: Any, path: str) -> str:
         if value not in _DTYPES:
             raise self.error(path, f"expected one of {', '.join(_DTYPES)}, got {show_value(value)}")
@@ -140,7 +152,16 @@ class _Reader(SpecReader):
                              line=1)  # fmt: skip
         top = self.mapping(data, "", _TOP)
         gpu = self.text(self.required(top, "", "gpu"), "gpu")
-        duration = self.positive(self.required(top, "", "duration_s"), "duration_s")
+        try:
+            self.device = catalog_gpu(gpu)
+        except InputError as exc:
+            raise self.error("gpu", exc.reason) from None
+        duration = self.number(
+            self.required(top, "", "duration_s"),
+            "duration_s",
+            maximum=MAX_DURATION_S,
+            positive=True,
+        )
         seed = self.whole(top.get("seed", 0), "seed", 0)
         dtype = self.dtype(top.get("dtype", "float32"), "dtype")
         items = self.required(top, "", "apps")
@@ -211,10 +232,36 @@ class _Reader(SpecReader):
             for key in ("name", "op", "bound"):
                 values[key] = self.text(fields[key], f"{where}.{key}")
             try:
-                result.append(Kernel(**values))
+                kernel = Kernel(**values)
             except InputError as exc:
                 raise self.error(where, exc.reason) from exc
+            self.fits_device(kernel, where)
+            result.append(kernel)
         return tuple(result)
+
+    def fits_device(self, kernel: Kernel, where: str) -> None:
+        """An explicit kernel within what the spec's GPU can launch: a kernel it could not run
+        would otherwise be simulated on what the simulator clamps it to, silently."""
+        device, limits = self.device, sm_limits(self.device)
+        dimensions = [
+            (f"{key}[{axis}]", getattr(kernel, key)[axis], most, f"{key} size on axis {axis}")
+            for key, maxima in (("grid", CUDA_MAX_GRID), ("block", CUDA_MAX_BLOCK))
+            for axis, most in enumerate(maxima)
+        ]
+        checks = [
+            ("sms", kernel.sms, device.sm_count, "SMs"),
+            ("registers_per_thread", kernel.registers_per_thread,
+             limits.max_registers_per_thread, "registers per thread"),
+            ("shared_bytes_per_block", kernel.shared_bytes_per_block, limits.shared_per_block,
+             "bytes of shared memory per block"),
+            *dimensions,
+            ("block", kernel.threads_per_block, limits.max_threads_per_block,
+             "threads per block"),
+        ]  # fmt: skip
+        for field, value, most, what in checks:
+            if value > most:
+                raise self.error(f"{where}.{field}", f"{value} is more than the {most} {what} "
+                                 f"of the {device.name}")  # fmt: skip
 
 
 # ---- goals -------------------------------------------------------------------------------

@@ -34,11 +34,18 @@ class _Alone:
         return Admission(start=view.waiting)
 
 
+#: Requests per application a run may serve: each is a real forward pass, run alone and then
+#: shared, so this is already hours for most models.
+MAX_REQUESTS = 100_000
+
+
 def build_apps(spec: AppsSpec, *, device: str, requests: int, seed: int = 0) -> list[App]:
     """The spec's applications as real models on ``device``, each with ``requests`` copies of
     its example input. Applications given as explicit kernels cannot run and are refused."""
-    if requests < 1:
-        raise InputError(f"requests must be >= 1, got {requests!r}", field="requests")
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise InputError(
+            f"requests must be in [1, {MAX_REQUESTS:,}], got {requests!r}", field="requests"
+        )
     apps = []
     goals = resolved_goals(spec)
     torch.manual_seed(seed)

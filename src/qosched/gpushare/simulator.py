@@ -32,11 +32,12 @@ replaces the previous one.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import zlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,6 +61,13 @@ from qosched.report.trace import Span
 from qosched.sim.engine import Engine
 
 _EPS = 1e-12
+
+#: The kernel launches one run may make, counted before it starts (`expected_launches`). A launch
+#: costs the simulator tens of microseconds, so this is minutes of CPU; a mix that would make
+#: more is refused rather than left running for hours (or filling memory with its arrivals).
+MAX_LAUNCHES = 2_000_000
+#: Engine steps between two calls of a run's progress callback.
+PROGRESS_STEPS = 8192
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,7 @@ class _Simulation:
         seed: int,
         record: bool,
         drain_factor: float,
+        progress: Callable[[float], None] | None = None,
     ) -> None:
         if gpu.kind != "gpu" or not gpu.sm_count:
             raise InputError(f"{gpu.name!r} is not a GPU")
@@ -244,6 +253,15 @@ class _Simulation:
         names = [a.name for a in apps]
         if not apps or len(set(names)) != len(names):
             raise InputError(f"apps must be a non-empty list with unique names, got {names}")
+        launches = expected_launches(apps, duration_s)
+        if sum(launches.values()) > MAX_LAUNCHES:
+            each = ", ".join(f"{name!r} {count:,.0f}" for name, count in launches.items())
+            raise InputError(
+                f"the mix would launch about {sum(launches.values()):,.0f} kernels in "
+                f"duration_s = {duration_s:g} s of simulated time ({each}), more than the "
+                f"{MAX_LAUNCHES:,} one run simulates; shorten duration_s or lower poisson_rps",
+                field="duration_s",
+            )
         self.gpu = gpu
         self.sm_count = gpu.sm_count
         self.policy = policy
@@ -251,6 +269,7 @@ class _Simulation:
         self.stop_s = duration_s * drain_factor
         self.seed = seed
         self.record = record
+        self.progress = progress
         self.stream_priorities = True  # the policy's, read once it is set up
         self.engine = Engine()
         self.apps = [_App(spec) for spec in apps]
@@ -294,8 +313,12 @@ class _Simulation:
                     engine.schedule(lambda a=app: self._arrive(a), at=float(t), label="arrival")
         engine.schedule(self._close_window, at=self.duration_s, priority=2, label="window")
         engine.schedule(self._stop, at=self.stop_s, priority=3, label="stop")
+        steps, progress = 0, self.progress
         while not self.stopped and engine.peek() != math.inf:
             engine.step()
+            steps += 1
+            if progress is not None and steps % PROGRESS_STEPS == 0:
+                progress(min(engine.now / self.duration_s, 1.0))
         end = engine.now
         self._advance(end)
         for app in self.apps:
@@ -572,6 +595,20 @@ class _Simulation:
             raise SimulationError(f"t={self.engine.now:.9f}: kernels running, none progressing")
 
 
+def expected_launches(apps: Sequence[AppWorkload], duration_s: float) -> dict[str, float]:
+    """The kernels each app launches in a run of ``duration_s``, at most and on average: an open
+    loop's expected arrivals, a closed loop's requests back to back alone (sharing only slows
+    it; the first request always starts), each times its kernels per request."""
+    launches = {}
+    for app in apps:
+        if app.poisson_rps is None:
+            requests = duration_s / app.request_time_s + 1.0
+        else:
+            requests = app.poisson_rps * duration_s
+        launches[app.name] = requests * len(app.kernels)
+    return launches
+
+
 def simulate(
     gpu: Processor,
     apps: Sequence[AppWorkload],
@@ -581,6 +618,7 @@ def simulate(
     seed: int = 0,
     record: bool = False,
     drain_factor: float = 4.0,
+    progress: Callable[[float], None] | None = None,
 ) -> SimulatedRun:
     """Run ``apps`` on ``gpu`` under ``policy`` for ``duration_s`` of simulated time.
 
@@ -588,7 +626,8 @@ def simulate(
     priorities (SMs go to the most important kernels first) is the policy's ``stream_priorities``
     attribute (default True: every policy in qosched runs each priority on its own CUDA stream
     priority; a naive MPS-style policy sets it False). ``record=True`` keeps kernel spans (for
-    a trace) and resource segments (for checks).
+    a trace) and resource segments (for checks). ``progress``, if given, is called now and then
+    with the share of ``duration_s`` simulated so far (1.0 while started requests drain).
     """
     return _Simulation(
         gpu,
@@ -598,6 +637,7 @@ def simulate(
         seed=seed,
         record=record,
         drain_factor=drain_factor,
+        progress=progress,
     ).run()
 
 
@@ -645,11 +685,24 @@ class AppComparison:
 
 
 def alone_results(
-    gpu: Processor, apps: Sequence[AppWorkload], *, duration_s: float, seed: int = 0
+    gpu: Processor,
+    apps: Sequence[AppWorkload],
+    *,
+    duration_s: float,
+    seed: int = 0,
+    progress: Callable[[str, float], None] | None = None,
 ) -> dict[str, SimulatedApp]:
-    """Each application alone on the GPU, with the same arrivals as when shared."""
+    """Each application alone on the GPU, with the same arrivals as when shared; ``progress``
+    as `simulate`'s, with the app's name first."""
     return {
-        app.name: simulate(gpu, [app], _Alone(), duration_s=duration_s, seed=seed).apps[0]
+        app.name: simulate(
+            gpu,
+            [app],
+            _Alone(),
+            duration_s=duration_s,
+            seed=seed,
+            progress=None if progress is None else functools.partial(progress, app.name),
+        ).apps[0]
         for app in apps
     }
 
