@@ -140,6 +140,10 @@ BAD_CONFIGS = [
     ("zero-tightness", {"tightness": (0.0, 1.0)}, "tightness"),
     ("fraction-above-1", {"best_effort_fraction": 1.5}, "best_effort_fraction"),
     ("negative-fraction", {"best_effort_fraction": -0.1}, "best_effort_fraction"),
+    ("a-million-and-one-jobs", {"jobs": 1_000_001}, "jobs"),
+    ("inf-median-duration", {"median_duration_s": float("inf")}, "median_duration_s"),
+    ("inf-sigma", {"duration_sigma": float("inf")}, "duration_sigma"),
+    ("inf-tightness", {"tightness": (0.5, float("inf"))}, "tightness"),
 ]
 
 
@@ -150,6 +154,11 @@ def test_invalid_config_raises_naming_the_field(kwargs, field):
     with pytest.raises(InputError) as caught:
         GeneratorConfig(**kwargs)
     assert caught.value.field == field
+    assert "expected" in caught.value.reason
+
+
+def test_a_million_jobs_is_the_largest_trace():
+    assert GeneratorConfig(jobs=1_000_000).jobs == 1_000_000
 
 
 def test_a_model_that_cannot_run_on_the_cluster_is_an_error_not_a_silent_job():

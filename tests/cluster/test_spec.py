@@ -162,13 +162,21 @@ def test_from_flags_defaults_cpus_and_memory_to_zero():
 
 @pytest.mark.parametrize(
     ("nodes", "workers_per_node", "cpus_per_node", "field"),
-    [(0, 8, 0, "nodes_per_switch"), (2, 0, 0, "workers_per_node"), (2, 8, -1, "cpus_per_node")],
-    ids=["zero-nodes", "zero-workers", "negative-cpus"],
-)
+    [(0, 8, 0, "nodes_per_switch"), (2, 0, 0, "workers_per_node"), (2, 8, -1, "cpus_per_node"),
+     (2**20 + 1, 8, 0, "nodes"), (2, 2**16 + 1, 0, "workers_per_node"),
+     (2, 8, 2**16 + 1, "cpus_per_node")],
+    ids=["zero-nodes", "zero-workers", "negative-cpus", "too-many-nodes", "too-many-workers",
+         "too-many-cpus"],
+)  # fmt: skip
 def test_from_flags_rejects_bad_sizes(nodes, workers_per_node, cpus_per_node, field):
     with pytest.raises(InputError) as caught:
         ClusterSpec.from_flags(nodes, workers_per_node, cpus_per_node)
     assert caught.value.field == field
+
+
+def test_the_largest_cluster_is_accepted():
+    spec = ClusterSpec.from_flags(2**20, 2**16)
+    assert spec.total_workers == 2**36
 
 
 def test_describe():

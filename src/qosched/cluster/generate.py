@@ -22,6 +22,10 @@ from qosched.core.errors import InputError
 REQUEST_MIX = ((1, 0.83), (2, 0.03), (4, 0.03), (8, 0.10), (16, 0.01))
 
 
+#: The most jobs one generated trace holds (ten times the largest trace simulated in the benches).
+MAX_JOBS = 1_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class GeneratorConfig:
     jobs: int = 100
@@ -36,19 +40,26 @@ class GeneratorConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        finite = math.isfinite
         checks = {
-            "jobs": self.jobs >= 1,
-            "load": self.load > 0 and math.isfinite(self.load),
-            "cluster_workers": self.cluster_workers >= 1,
-            "median_duration_s": self.median_duration_s > 0,
-            "duration_sigma": self.duration_sigma >= 0,
-            "min_duration_s": 0 < self.min_duration_s <= self.max_duration_s,
-            "tightness": 0 < self.tightness[0] <= self.tightness[1],
-            "best_effort_fraction": 0.0 <= self.best_effort_fraction <= 1.0,
+            "jobs": (1 <= self.jobs <= MAX_JOBS, f"1 to {MAX_JOBS:,}"),
+            "load": (self.load > 0 and finite(self.load), "a finite number > 0"),
+            "cluster_workers": (self.cluster_workers >= 1, ">= 1"),
+            "median_duration_s": (
+                self.median_duration_s > 0 and finite(self.median_duration_s),
+                "finite seconds > 0",
+            ),
+            "duration_sigma": (0 <= self.duration_sigma < math.inf, "a finite number >= 0"),
+            "min_duration_s": (
+                0 < self.min_duration_s <= self.max_duration_s < math.inf,
+                "0 < min_duration_s <= max_duration_s, finite",
+            ),
+            "tightness": (0 < self.tightness[0] <= self.tightness[1] < math.inf, "0 < LO <= HI"),
+            "best_effort_fraction": (0.0 <= self.best_effort_fraction <= 1.0, "in [0, 1]"),
         }
-        for name, ok in checks.items():
+        for name, (ok, expected) in checks.items():
             if not ok:
-                raise InputError(f"invalid value {getattr(self, name)!r}", field=name)
+                raise InputError(f"expected {expected}, got {getattr(self, name)!r}", field=name)
 
 
 def generate_trace(config: GeneratorConfig, throughputs: ThroughputModel) -> list[JobSpec]:

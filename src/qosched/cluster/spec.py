@@ -21,6 +21,10 @@ CLUSTER_SPEC_COLUMNS = (
 
 
 RESOURCES = ("gpu", "cpu")
+#: The largest cluster simulated: about a million nodes (a million-node run of a small trace takes
+#: seconds), each of up to 65,536 workers.
+MAX_NODES = 2**20
+MAX_WORKERS_PER_NODE = 2**16
 # Singular and plural name of one worker, by resource: what people read in tables and plots.
 UNIT_NAMES = {"gpu": ("GPU", "GPUs"), "cpu": ("CPU core", "CPU cores")}
 
@@ -53,6 +57,18 @@ class ClusterSpec:
         for name in ("cpus_per_node", "mem_per_node_bytes"):
             if getattr(self, name) < 0:
                 raise InputError(f"must be >= 0, got {getattr(self, name)}", field=name)
+        # Bounded so that a typo cannot make a simulation build a list of a billion nodes.
+        if self.num_nodes > MAX_NODES:
+            raise InputError(
+                f"a cluster has at most {MAX_NODES:,} nodes, got {self.num_nodes:,}",
+                field="nodes",
+            )
+        for name in ("workers_per_node", "cpus_per_node"):
+            if getattr(self, name) > MAX_WORKERS_PER_NODE:
+                raise InputError(
+                    f"at most {MAX_WORKERS_PER_NODE:,} per node, got {getattr(self, name):,}",
+                    field=name,
+                )
 
     @property
     def num_nodes(self) -> int:
