@@ -3,6 +3,7 @@
 import pytest
 from gpushare_sim_helpers import TOY, kernel
 
+from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome, judge_mix
 from qosched.gpushare.policies.fggr import CANDIDATES, FgGR
@@ -40,9 +41,10 @@ def test_the_choice_does_not_depend_on_the_run_seed():
     runs = [calibrated(ROOMY, seed=s) for s in (0, 1, 2, 3)]
     assert {p.calibrated for p in runs} == {runs[0].calibrated} and runs[0].calibrated
     assert len({(p.admit, p.stream_priorities, p.slack_fraction, p.exposure) for p in runs}) == 1
-    # ...and the same as with no run at all: setup is told only rates, goals and kernels.
+    # ...and the same as with no run at all: setup is told only rates, goals, kernels and how
+    # long the run lasts.
     alone = FgGR(calibrate=True)
-    alone.setup(app_infos(ROOMY, TOY))
+    alone.setup(app_infos(ROOMY, TOY, horizon_s=0.03))
     assert alone.calibrated == runs[0].calibrated
 
 
@@ -79,6 +81,37 @@ def test_what_if_arrivals_come_from_its_own_seeds():
             assert abs(k.time_s / base.time_s - 1) <= config.jitter
             assert k.bytes / k.time_s == pytest.approx(base.bytes / base.time_s)
     assert window_s(infos, config) == pytest.approx(0.1)  # 100 requests at 1000/s
+
+
+def test_the_window_is_never_longer_than_the_run():
+    # ROOMY's top app asks for 100 requests at 1000/s: 0.1 s, cut to a run of 0.03 s.
+    assert window_s(app_infos(ROOMY, TOY, horizon_s=0.03), WhatIf()) == pytest.approx(0.03)
+    assert window_s(app_infos(ROOMY, TOY, horizon_s=5.0), WhatIf()) == pytest.approx(0.1)
+
+
+def test_the_window_is_cut_to_the_launch_budget():
+    # A closed loop of 1 us requests, two kernels each: 2,000,000 launches a second, beside the
+    # top app's 1,000 (open loop, one kernel). 100,000 launches last 100,000 / 2,001,000 s.
+    tiny = AppWorkload("tiny", 0, (kernel("t", time_s=5e-7), kernel("u", time_s=5e-7)))
+    infos = app_infos([ROOMY[0], tiny], TOY)
+    assert window_s(infos, WhatIf()) == pytest.approx(1e5 / 2_001_000)
+    assert window_s(infos, WhatIf(max_launches=1_000)) == pytest.approx(1e3 / 2_001_000)
+    with pytest.raises(InputError, match="max_launches"):
+        WhatIf(max_launches=0)
+
+
+def test_a_short_run_of_tiny_kernels_calibrates_on_a_window_as_short():
+    # Found by a random mix: a 1 ms run beside a closed loop of 1 us kernels once calibrated on
+    # 0.2 s of what-if per candidate and draw, minutes of setup for a millisecond's run. The
+    # what-if now launches about what the run does.
+    tiny = AppWorkload("tiny", 0, (kernel("t", sms=10, time_s=1e-6),), None, BEST_EFFORT)
+    top = AppWorkload("top", 1, (kernel("h", sms=30, time_s=6e-3),), None, P99)
+    policy = FgGR(calibrate=True)
+    runs = []
+    policy.progress = lambda done, total: runs.append(total)
+    simulate(TOY, [top, tiny], policy, duration_s=1e-3, seed=0)
+    assert policy.calibrated is not None and runs
+    assert window_s(app_infos([top, tiny], TOY, horizon_s=1e-3), WhatIf()) == 1e-3
 
 
 def test_calibration_picks_the_free_setting_where_nothing_needs_holding_back():

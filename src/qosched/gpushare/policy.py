@@ -48,8 +48,10 @@ class AppInfo:
     goal (``gpushare.goals``, defaults resolved), its arrivals (``poisson_rps``: requests per
     second, open loop; None: back to back) and, where the backend knows them, one request as
     the kernel sequence it launches (``kernels``, estimated, never measured) on ``gpu``, the
-    GPU those estimates are for. A backend that does not know them leaves both None. Nothing
-    here says when the run's requests will arrive: only their rate."""
+    GPU those estimates are for. A backend that does not know them leaves both None.
+    ``horizon_s``: until when the run starts requests (a simulated run's ``duration_s``), where
+    the backend knows it. Nothing here says when the run's requests will arrive: only their
+    rate."""
 
     name: str
     priority: int
@@ -57,6 +59,7 @@ class AppInfo:
     poisson_rps: float | None = None
     kernels: tuple[Kernel, ...] | None = None
     gpu: Processor | None = None
+    horizon_s: float | None = None
 
 
 @dataclass(frozen=True)

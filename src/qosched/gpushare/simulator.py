@@ -198,10 +198,13 @@ class _App:
     censored: int = 0
 
 
-def app_infos(apps: Sequence[AppWorkload], gpu: Processor | None = None) -> tuple[AppInfo, ...]:
+def app_infos(
+    apps: Sequence[AppWorkload], gpu: Processor | None = None, horizon_s: float | None = None
+) -> tuple[AppInfo, ...]:
     """What a policy's ``setup`` is told: each app's priority, goal (the default for its
-    priority in this mix when it states none), arrival rate and request's kernels (on ``gpu``,
-    when given). Never the run's seed: a policy cannot know when requests will arrive."""
+    priority in this mix when it states none), arrival rate, request's kernels (on ``gpu``,
+    when given) and the run's ``horizon_s``. Never the run's seed: a policy cannot know when
+    requests will arrive."""
     top = max(a.priority for a in apps)
     return tuple(
         AppInfo(
@@ -211,6 +214,7 @@ def app_infos(apps: Sequence[AppWorkload], gpu: Processor | None = None) -> tupl
             a.poisson_rps,
             kernels=a.kernels if gpu is not None else None,
             gpu=gpu,
+            horizon_s=horizon_s,
         )
         for a in apps
     )
@@ -301,7 +305,7 @@ class _Simulation:
 
     def run(self) -> SimulatedRun:
         started = time.perf_counter()
-        set_up(self.policy, app_infos([a.spec for a in self.apps], self.gpu))
+        set_up(self.policy, app_infos([a.spec for a in self.apps], self.gpu, self.duration_s))
         # After setup: a policy may choose its streams from what it was told of the apps.
         self.stream_priorities = uses_stream_priorities(self.policy)
         engine = self.engine

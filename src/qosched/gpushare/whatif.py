@@ -32,7 +32,13 @@ from qosched.core.errors import InputError
 from qosched.gpushare.goals import goal_met
 from qosched.gpushare.judge import AppOutcome, outcomes
 from qosched.gpushare.policy import AppInfo, SharingPolicy
-from qosched.gpushare.simulator import AppWorkload, alone_results, compare, simulate
+from qosched.gpushare.simulator import (
+    MAX_LAUNCHES,
+    AppWorkload,
+    alone_results,
+    compare,
+    simulate,
+)
 from qosched.hardware import Processor
 
 
@@ -46,8 +52,12 @@ class WhatIf:
     ``[1 - jitter, 1 + jitter]``: a setting that meets a goal only at the exact estimated
     times is on a knife edge, and estimates are not exact. ``requests``: the window gives the
     most important app about this many requests, within ``[min_s, max_s]`` of simulated time
-    (a p99 needs about 100). ``margin``: goals must be met with this share to spare
-    (``goals.goal_met``). ``tolerance``: throughputs this close (relative) count as equal.
+    (a p99 needs about 100), never longer than the run itself where the backend says how long
+    that is (``AppInfo.horizon_s``), and shorter where the whole mix would launch more than
+    ``max_launches`` kernels in it (a closed loop of sub-microsecond kernels would otherwise
+    make the setup cost far more than the run). ``margin``: goals must be met with this share
+    to spare (``goals.goal_met``). ``tolerance``: throughputs this close (relative) count as
+    equal.
     """
 
     seeds: tuple[int, ...] = (0x5EED0001, 0x5EED0002)
@@ -57,6 +67,7 @@ class WhatIf:
     max_s: float = 0.2
     margin: float = 0.03
     tolerance: float = 0.02
+    max_launches: int = 100_000
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -67,6 +78,11 @@ class WhatIf:
             raise InputError("requests must be >= 1 and 0 < min_s <= max_s", field="requests")
         if not (0 <= self.margin < 1 and 0 <= self.tolerance < 1):
             raise InputError("margin and tolerance must be in [0, 1)", field="margin")
+        if not 1 <= self.max_launches <= MAX_LAUNCHES // 2:
+            raise InputError(
+                f"must be in [1, {MAX_LAUNCHES // 2:,}], got {self.max_launches!r}",
+                field="max_launches",
+            )
 
 
 @dataclass(frozen=True)
@@ -96,11 +112,24 @@ def perturbed(apps: Sequence[AppInfo], seed: int, jitter: float) -> list[AppWork
 
 
 def window_s(apps: Sequence[AppInfo], config: WhatIf) -> float:
-    """Simulated time for about ``config.requests`` requests of the most important app."""
+    """Simulated time for about ``config.requests`` requests of the most important app, within
+    ``[min_s, max_s]``, at most the run's horizon where it is known, and short enough for the
+    mix to launch at most ``max_launches`` kernels (each app at its offered rate, a closed loop
+    back to back as alone)."""
     top = max(apps, key=lambda a: (a.priority, a.goal.is_latency, a.goal.protected))
-    request_s = sum(k.time_s for k in top.kernels or ())
-    per_request = 1.0 / top.poisson_rps if top.poisson_rps else request_s
-    return float(min(config.max_s, max(config.min_s, config.requests * per_request)))
+    per_request = 1.0 / top.poisson_rps if top.poisson_rps else _request_s(top)
+    window = min(config.max_s, max(config.min_s, config.requests * per_request))
+    horizons = [a.horizon_s for a in apps if a.horizon_s is not None]
+    if horizons:
+        window = min(window, max(horizons))
+    launches_per_s = sum(
+        len(a.kernels or ()) * (a.poisson_rps or 1.0 / _request_s(a)) for a in apps
+    )
+    return float(min(window, config.max_launches / launches_per_s))
+
+
+def _request_s(app: AppInfo) -> float:
+    return sum(k.time_s for k in app.kernels or ())
 
 
 def predict(
