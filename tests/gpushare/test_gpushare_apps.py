@@ -256,6 +256,18 @@ def test_an_explicit_kernel_the_gpu_cannot_launch_is_refused_with_its_line(chang
     assert error.value.line == text[: text.index(old)].count("\n") + 1  # the field's own line
 
 
+@pytest.mark.parametrize(("time_s", "ok"), [("1.0e-6", True), ("9.9e-7", False),
+                                             ("3600", True), ("3601", False)])  # fmt: skip
+def test_an_explicit_kernel_lasts_a_microsecond_to_an_hour(time_s, ok):
+    text = EXAMPLE.read_text().replace("time_s: 2.0e-4", f"time_s: {time_s}", 1)
+    if ok:
+        assert parse_apps_spec(text).apps[0].kernels[0].time_s == float(time_s)
+        return
+    with pytest.raises(InputError, match=r"number in \[1e-06, 3600\]") as error:
+        parse_apps_spec(text, source="k.yaml")
+    assert error.value.field == "apps[0].kernels[0].time_s"
+
+
 def test_the_limits_are_the_spec_gpus_own():
     # 100 SMs fit an A100 (108) but not a T4 (40).
     text = EXAMPLE.read_text().replace("sms: 64", "sms: 100", 1)

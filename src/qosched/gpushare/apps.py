@@ -33,7 +33,7 @@ app gets p99 within 1.10x and the others are best effort.
 
 Every error names the file, the line and the field (``apps[1].batch``). Explicit kernels must be
 launchable on the spec's GPU (its SMs, registers per thread, shared memory and threads per block,
-CUDA's grid and block sizes); ``duration_s`` is at most a day.
+CUDA's grid and block sizes) and last 1 us to an hour; ``duration_s`` is at most a day.
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ _DTYPES = ("float32", "float16", "bfloat16")
 #: A day of simulated time; the simulator also bounds the kernel launches a run may make
 #: (``simulator.MAX_LAUNCHES``), which is what keeps a run short.
 MAX_DURATION_S = 86_400.0
+#: An explicit kernel's duration: an empty kernel takes about 2 us on the catalog GPUs
+#: (``estimate.LAUNCH_OVERHEAD_S``), so a shorter one is a typo in its unit; an hour bounds the
+#: other end (a spec in milliseconds read as seconds stays well under it).
+MIN_KERNEL_S = 1e-6
+MAX_KERNEL_S = 3600.0
 #: CUDA's launch limits, the same on every compute capability in the catalog (7.0-9.0).
 CUDA_MAX_GRID = (2**31 - 1, 65_535, 65_535)
 CUDA_MAX_BLOCK = (1024, 1024, 64)
@@ -227,8 +232,10 @@ class _Reader(SpecReader):
                                     for j, d in enumerate(dims))  # fmt: skip
             for key in ("registers_per_thread", "shared_bytes_per_block", "sms"):
                 values[key] = self.whole(fields[key], f"{where}.{key}", 0)
-            for key in ("flops", "bytes", "time_s", "occupancy"):
+            for key in ("flops", "bytes", "occupancy"):
                 values[key] = self.number(fields[key], f"{where}.{key}")
+            values["time_s"] = self.number(fields["time_s"], f"{where}.time_s",
+                                           minimum=MIN_KERNEL_S, maximum=MAX_KERNEL_S)  # fmt: skip
             for key in ("name", "op", "bound"):
                 values[key] = self.text(fields[key], f"{where}.{key}")
             try:
