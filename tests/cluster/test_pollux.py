@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.policies import create_policy
 from qosched.cluster.policies.pollux import (
@@ -174,6 +175,31 @@ def test_a_job_arriving_between_ticks_starts_at_the_next_tick():
     }
     assert (outcomes["a"].start_s, outcomes["b"].start_s) == (60.0, 120.0)
     assert outcomes["b"].finish_s == pytest.approx(170.0)
+
+
+def test_a_tick_the_simulator_did_not_decide_at_is_taken_at_the_next_decision():
+    # Asked to be woken at 120 s, decided at 137.5 s (a simulator on a clock of its own): the
+    # tick has passed, so the allocation is made now, not held for one that never comes. At
+    # 140 s, between that decision's tick and the next, nothing moves again.
+    policy = Pollux()
+    waiting = ClusterView(75.0, ONE_NODE, (state("a", "m", 70.0),))
+    assert (dict(policy.allocate(waiting).workers), policy.allocate(waiting).wake_at) == ({}, 120.0)
+    late = policy.allocate(ClusterView(137.5, ONE_NODE, (state("a", "m", 70.0),)))
+    assert dict(late.workers) == {"a": 1} and late.wake_at == 180.0
+    held = policy.allocate(ClusterView(140.0, ONE_NODE, (state("a", "m", 70.0, workers=1),)))
+    assert dict(held.workers) == {"a": 1} and held.wake_at == 180.0
+
+
+def test_a_trace_starting_off_the_minute_finishes_under_the_artifact_slots():
+    # Found by a random trace: under --fidelity artifact the simulator decides every 60 s from
+    # the first arrival (here 5,057.87 s), never on a multiple of 60 s; Pollux waited for one,
+    # and the run never ended.
+    jobs = [job("a", 5_057.87, 5_000, model="flat"), job("b", 5_100.5, 500, model="flat")]
+    policy, config = configure("pollux", "artifact", SimConfig())
+    result = simulate(ClusterSpec.from_flags(1, 4), TABLES, policy, jobs, config)
+    assert sorted(o.job_id for o in result.outcomes if o.finish_s is not None) == ["a", "b"]
+    first = min(o.start_s for o in result.outcomes)
+    assert first == pytest.approx(5_057.87 + 60.0)  # the first slot decision after the tick
 
 
 def test_registered_for_policy_all():

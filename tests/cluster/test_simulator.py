@@ -619,3 +619,30 @@ def test_decision_grid_starts_at_the_first_arrival_or_at_the_given_origin(origin
         ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), [job("a", 70.0, 10)], config
     )
     assert outcomes_of(result)["a"].start_s == a_start
+
+
+def test_a_policy_that_never_starts_a_job_is_an_error_not_a_hang():
+    # Asks to be woken every minute and never gives a worker: without the stall bound the
+    # simulation would decide forever.
+    never = Scripted(lambda view: Decision({}, view.now + 60.0))
+    with pytest.raises(SimulationError, match=r"'test-scripted' has left 1 job\(s\) waiting"):
+        simulate(ClusterSpec.from_flags(1, 8), SMALL, never, [job("a", 0.0, 10)])
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_finishes_a_trace_off_the_minute_under_the_artifact_slots(name):
+    # The artifact fidelity decides in 60 s slots from the first arrival; a trace whose first
+    # arrival is not on a multiple of 60 s puts every decision off the trace clock's minutes
+    # (Pollux once waited for a minute that never came). Every job is decided: run or declined.
+    from qosched.cluster.fidelity import configure
+
+    config = GeneratorConfig(jobs=30, load=1.0, cluster_workers=32, seed=7)
+    jobs = [
+        JobSpec(j.job_id, j.submit_s + 5_057.87, j.model, j.batch_size, j.iterations,
+                None if j.deadline_s is None else j.deadline_s + 5_057.87, j.requested_workers)
+        for j in generate_trace(config, BUNDLED)
+    ]  # fmt: skip
+    policy, sim_config = configure(name, "artifact", SimConfig())
+    result = simulate(CONFORMANCE_CLUSTER, BUNDLED, policy, jobs, sim_config)
+    assert len(result.outcomes) == len(jobs)
+    assert all(o.finish_s is not None or o.declined for o in result.outcomes)

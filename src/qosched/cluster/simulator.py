@@ -53,6 +53,10 @@ ENDS_ON = ("iterations", "duration", "either")
 #: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
 ARTIFACT_RESTART_EVERY = 60
+#: Decisions in a row that may leave every job waiting on an idle cluster, with no arrival to
+#: come, before the policy is taken to be stuck (a week of 60 s slots): without this bound a
+#: policy that waits for a moment the simulator never decides at would run forever.
+STALL_DECISIONS = 10_080
 #: When decisions are made. "events": at every arrival, end and wake-up (within a decision slot:
 #: at its end). "arrivals": the ElasticFlow artifact's Gandiva loop (``gandiva_sim_jobs``), whose
 #: rounds come only at arrivals (within a slot of the last round: at the slot's end); a job's
@@ -276,6 +280,7 @@ class ClusterSimulator:
         self._progress_at = -math.inf
         self._settled = 0
         self._decisions = 0
+        self._idle_decisions = 0  # in a row, all jobs waiting, nothing running, none to arrive
         self._rounds = 0  # decisions counted toward the restart rounds
         self._owed: dict[str, float] = {}  # ``decide_at`` "arrivals": overheads still to pay
         self._last_decision_s = -math.inf
@@ -597,6 +602,7 @@ class ClusterSimulator:
                 f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
                 f"cluster has {self.cluster.total_workers}"
             )
+        self._check_stall()
         if self._wake_event is not None:
             self.engine.cancel(self._wake_event)
             self._wake_event = None
@@ -609,6 +615,21 @@ class ClusterSimulator:
             )
         if not counted and self._active:  # after the last arrival: a round every slot
             self._request_decision(self.engine.now + self.config.decision_slot_s)
+
+    def _check_stall(self) -> None:
+        """SimulationError once the policy has left every job waiting on an idle cluster, with
+        no arrival to come, for ``STALL_DECISIONS`` decisions in a row: it is not going to
+        start one, and the simulation would otherwise never end."""
+        if self._allocated or not self._active or self._next_arrival < len(self._arrivals):
+            self._idle_decisions = 0
+            return
+        self._idle_decisions += 1
+        if self._idle_decisions >= STALL_DECISIONS:
+            raise SimulationError(
+                f"t={self.engine.now}: policy {self.policy.name!r} has left "
+                f"{len(self._active)} job(s) waiting on an idle cluster for {STALL_DECISIONS:,} "
+                "decisions in a row with no arrival to come; it would never finish them"
+            )
 
     def _take_start_charges(self) -> None:
         """Under "on-start", the start overhead of the jobs started at the last decision.

@@ -30,7 +30,10 @@ traces in ``pkusys/ElasticFlow`` ``pollux/pollux_simulator``) do, and how it is 
 - **Exploration.** The artifact lets a job grow to at most twice the most replicas it has run on
   (one before it has run): its throughput model is learnt as it goes.
 - **Interval.** Allocations change only at multiples of 60 s of the trace clock; arrivals and
-  completions in between wait for the next one, as in the artifact's simulator loop.
+  completions in between wait for the next one, as in the artifact's simulator loop. Where the
+  simulator decides on a clock of its own that never lands on those multiples (the 60 s slots
+  from the first arrival of ``--fidelity artifact``), the first decision after a tick stands
+  for it.
 
 Pollux ignores requested workers and deadlines: on deadline traces it is measured like the
 others (a job meets its deadline or not), and admits every job.
@@ -144,6 +147,7 @@ class Pollux(Policy):
         self.explore = explore
         self._most_held: dict[str, int] = {}
         self._restarts: dict[str, int] = {}  # absent: never allocated, as the artifact's None
+        self._wanted_s: float | None = None  # the tick the last decision asked to be woken at
 
     def _next_tick(self, now: float) -> float:
         return (math.floor(now / self.interval_s + _TICK_TOLERANCE) + 1) * self.interval_s
@@ -152,15 +156,26 @@ class Pollux(Policy):
         ticks = now / self.interval_s
         return abs(ticks - round(ticks)) <= _TICK_TOLERANCE
 
+    def _tick_missed(self, now: float) -> bool:
+        """Whether the tick asked for has passed without a decision at it: a simulator that
+        decides on a clock of its own (``--fidelity artifact``'s 60 s slots from the first
+        arrival) never lands on the trace clock's multiples of 60 s, and a Pollux that waited
+        for one would wait forever. It optimises at the first decision after the tick instead."""
+        wanted = self._wanted_s
+        return wanted is not None and now > wanted + _TICK_TOLERANCE * self.interval_s
+
     def allocate(self, view: ClusterView) -> Decision:
         jobs = view.jobs
         if not jobs:
+            self._wanted_s = None
             return Decision()
         for job in jobs:
             if job.workers > self._most_held.get(job.job_id, 0):
                 self._most_held[job.job_id] = job.workers
         wake_at = self._next_tick(view.now)
-        if not self._on_tick(view.now):
+        due = self._on_tick(view.now) or self._tick_missed(view.now)
+        self._wanted_s = wake_at
+        if not due:
             # Between ticks nothing moves: jobs keep their workers, arrivals wait.
             return Decision({job.job_id: job.workers for job in jobs if job.workers}, wake_at)
         counts = self._optimise(jobs, view)
