@@ -14,7 +14,7 @@ from cluster_helpers import job
 from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
-from qosched.cluster.policies.chronus import Chronus, _Ask, pack, packing_size
+from qosched.cluster.policies.chronus import Chronus, LeaseFree, _Ask, pack, packing_size
 from qosched.cluster.simulator import JobOutcome, SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -44,10 +44,23 @@ def test_packing_size_rounds_odd_counts_up_to_a_power_of_two(workers, size):
 def test_pack_puts_the_largest_job_in_its_latest_lease_and_the_next_below_it():
     # "a" (4 GPUs, 1 lease within 3) goes first and takes lease 2; "b" (2 GPUs, 2 leases within
     # 2) takes leases 1 and 0; leases past the list are whole.
-    free = [4, 4]
-    plans = pack([_Ask("b", 2, 2, 2), _Ask("a", 4, 1, 3)], free, total=4)
-    assert plans == {"a": [False, False, True], "b": [True, True]}
-    assert free == [2, 2, 0]
+    free = LeaseFree(4)
+    plans = pack([_Ask("b", 2, 2, 2), _Ask("a", 4, 1, 3)], free)
+    assert plans == {"a": [2], "b": [0, 1]}
+    assert [free[lease] for lease in range(5)] == [2, 2, 0, 4, 4]
+
+
+def test_pack_counts_the_leases_the_plans_in_force_hold():
+    # Plans hold 3 of 4 workers in leases 11 and 12 (numbered from base 10: leases 1 and 2 from
+    # now), so a 2-worker job fits only lease 0: needing 2 leases within 3 it fails, needing
+    # one it takes lease 0. Packing leaves the held counts as they were.
+    held = {11: 3, 12: 3}
+    assert pack([_Ask("a", 2, 2, 3)], LeaseFree(4, held, base=10)) is None
+    free = LeaseFree(4, held, base=10)
+    assert pack([_Ask("a", 2, 1, 3)], free) == {"a": [0]}
+    assert held == {11: 3, 12: 3} and [free[lease] for lease in range(3)] == [2, 1, 1]
+    far = pack([_Ask("b", 4, 1, 10**7)], LeaseFree(4, held, base=10))
+    assert far == {"b": [10**7 - 1]}  # a deadline ten million leases ahead, packed at once
 
 
 @pytest.mark.parametrize(
@@ -58,7 +71,7 @@ def test_pack_puts_the_largest_job_in_its_latest_lease_and_the_next_below_it():
     ],
 )
 def test_pack_fails_when_a_job_cannot_fit(asks):
-    assert pack(asks, [4, 4], total=4) is None
+    assert pack(asks, LeaseFree(4)) is None
 
 
 def test_artifact_spare_rule_leaves_a_guaranteed_job_waiting_for_its_latest_leases():
@@ -152,3 +165,19 @@ def test_boundary_clock_keeps_an_arrival_after_an_idle_boundary_for_the_next(clo
     policy.boundary_clock = clock
     result = simulate(ClusterSpec.from_flags(1, 4), TABLES, policy, [job("a", 250, 10)], config)
     assert result.outcomes[0].start_s == a_start
+
+
+def test_a_deadline_a_million_leases_ahead_is_planned_in_the_leases_it_takes():
+    # Found by a random trace: plans were lists of one flag per lease up to the deadline, walked
+    # at every boundary, so a job due in years (8.7 of them here: 1.1 million leases) made every
+    # decision cost millions of steps and a 9-job run took hours. A plan now holds only the
+    # leases it takes, and the promised leases are counted once, not rebuilt per decision.
+    jobs = [job("far", 0.0, 20_000, 4, deadline=273_000_000.0), job("near", 100.0, 2_000, 4,
+            deadline=20_000.0)]  # fmt: skip
+    policy = Chronus()
+    result = simulate(ClusterSpec.from_flags(1, 4), TABLES, policy, jobs,
+                      SimConfig(restart_pause_s=0.0, cross_node_factor=1.0))  # fmt: skip
+    finished = {o.job_id: o.finish_s for o in result.outcomes}
+    assert None not in finished.values()
+    assert result.decisions < 100  # a boundary a lease while jobs run, not until the deadline
+    assert policy._held == {}  # every promised lease released as its job ended

@@ -54,8 +54,9 @@ ENDS_ON = ("iterations", "duration", "either")
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
 ARTIFACT_RESTART_EVERY = 60
 #: Decisions in a row that may leave every job waiting on an idle cluster, with no arrival to
-#: come, before the policy is taken to be stuck (a week of 60 s slots): without this bound a
-#: policy that waits for a moment the simulator never decides at would run forever.
+#: come and no deadline ahead, before the policy is taken to be stuck (a week of 60 s slots):
+#: without this bound a policy that waits for a moment the simulator never decides at would run
+#: forever.
 STALL_DECISIONS = 10_080
 #: When decisions are made. "events": at every arrival, end and wake-up (within a decision slot:
 #: at its end). "arrivals": the ElasticFlow artifact's Gandiva loop (``gandiva_sim_jobs``), whose
@@ -618,9 +619,20 @@ class ClusterSimulator:
 
     def _check_stall(self) -> None:
         """SimulationError once the policy has left every job waiting on an idle cluster, with
-        no arrival to come, for ``STALL_DECISIONS`` decisions in a row: it is not going to
-        start one, and the simulation would otherwise never end."""
-        if self._allocated or not self._active or self._next_arrival < len(self._arrivals):
+        no arrival to come and every deadline passed, for ``STALL_DECISIONS`` decisions in a
+        row: it is not going to start one, and the simulation would otherwise never end.
+
+        Before the last deadline an idle wait can be the policy's plan (the artifact's Chronus
+        keeps a guaranteed job waiting for its leases just before its deadline, however far)."""
+        if (
+            self._allocated
+            or not self._active
+            or self._next_arrival < len(self._arrivals)
+            or any(
+                s.spec.deadline_s is not None and s.spec.deadline_s > self.engine.now
+                for s in self._active.values()
+            )
+        ):
             self._idle_decisions = 0
             return
         self._idle_decisions += 1

@@ -50,8 +50,39 @@ class _Lease:
     estimate_s: float
     leases_left: int
     guaranteed: bool
-    plan: list[bool] | None = None  # leases it holds from the current one on
+    # The leases it holds, ascending, numbered by Chronus's boundary count (``Chronus._base`` is
+    # the current one). Kept sparse: a plan's deadline may lie a million leases ahead.
+    plan: list[int] | None = None
     overrun: bool = False  # used up its leases unfinished: first in line for spare workers
+
+
+class LeaseFree:
+    """Workers left in each lease from the current one on (``free[0]`` is the current lease):
+    ``total`` less what the plans in force hold there (``held``, by boundary count from
+    ``base``; shared, never copied) less what this packing has taken itself. Leases no plan
+    reaches have all ``total``, however far ahead."""
+
+    __slots__ = ("_taken", "base", "held", "total")
+
+    def __init__(
+        self, total: int, held: dict[int, int] | None = None, base: int = 0, taken=None
+    ) -> None:
+        self.total = total
+        self.held = {} if held is None else held
+        self.base = base
+        self._taken: dict[int, int] = {} if taken is None else taken
+
+    def __getitem__(self, lease: int) -> int:
+        number = self.base + lease
+        return self.total - self.held.get(number, 0) - self._taken.get(number, 0)
+
+    def take(self, lease: int, workers: int) -> None:
+        number = self.base + lease
+        self._taken[number] = self._taken.get(number, 0) + workers
+
+    def copy(self) -> LeaseFree:
+        """The same leases; what the copy takes leaves this one as it is."""
+        return LeaseFree(self.total, self.held, self.base, dict(self._taken))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,29 +95,27 @@ class _Ask:
     horizon: int
 
 
-def pack(asks: list[_Ask], free: list[int], total: int) -> dict[str, list[bool]] | None:
+def pack(asks: list[_Ask], free: LeaseFree) -> dict[str, list[int]] | None:
     """Greedy lease packing: largest first, then least slack, each in its latest-fitting leases.
 
-    ``free`` holds the workers left in each lease from now on (changed in place; leases past its
-    end have all ``total``). Returns each ask's plan, or None as soon as one does not fit.
+    ``free`` holds the workers left in each lease from now on (taken from in place). Returns each
+    ask's plan, the leases it takes counted from the current one, ascending, or None as soon as
+    one does not fit.
     """
-    plans: dict[str, list[bool]] = {}
+    plans: dict[str, list[int]] = {}
     for ask in sorted(asks, key=lambda a: (-a.size, a.horizon - a.leases, -a.horizon)):
         if ask.leases > ask.horizon:
             return None
-        _extend_to(free, ask.horizon, total)
-        plan = [False] * ask.horizon
-        found = 0
+        taken: list[int] = []
         for index in range(ask.horizon - 1, -1, -1):
-            if found == ask.leases:
+            if len(taken) == ask.leases:
                 break
             if free[index] >= ask.size:
-                free[index] -= ask.size
-                plan[index] = True
-                found += 1
-        if found < ask.leases:
+                free.take(index, ask.size)
+                taken.append(index)
+        if len(taken) < ask.leases:
             return None
-        plans[ask.job_id] = plan
+        plans[ask.job_id] = taken[::-1]
     return plans
 
 
@@ -113,6 +142,11 @@ class Chronus(Policy):
         self._arrivals: list[JobState] = []  # admitted since the last boundary, not yet judged
         self._lease_index = -1  # the lease whose boundary was handled last
         self._workers: dict[str, int] = {}
+        # Plans count leases by boundaries handled: ``_base`` is the lease the next boundary
+        # runs (index 0 of a `LeaseFree`); ``_held`` the workers the plans hold in each.
+        self._base = 0
+        self._held: dict[int, int] = {}
+        self._workers_of: dict[str, int] = {}  # what each planned job holds in its leases
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         # Judged at the next lease boundary with the other arrivals, as the artifact does; until
@@ -127,7 +161,8 @@ class Chronus(Policy):
     def allocate(self, view: ClusterView) -> Decision:
         alive = {job.job_id: job for job in view.jobs}
         for job_id in [j for j in self._jobs if j not in alive]:
-            del self._jobs[job_id]
+            state = self._jobs.pop(job_id)
+            self._release(state.plan or (), self._workers_of.pop(job_id, 0))
         index = math.floor(view.now / self.lease_s + _EPS)
         if index > self._lease_index:
             self._lease_index = index
@@ -140,36 +175,45 @@ class Chronus(Policy):
         total = view.cluster.total_workers
         for state_id, state in self._jobs.items():
             if state.guaranteed:
-                self._shrink(state, alive[state_id])
+                self._shrink(state_id, state, alive[state_id])
                 if state.leases_left <= 0 and not any(state.plan or ()):
                     state.guaranteed, state.overrun, state.plan = False, True, None
-        free = self._promised_free(alive, total)
+        free = self._promised_free(total)
         waiting = [
             self._ask(alive[j], s, index)
             for j, s in self._jobs.items()
             if s.guaranteed and s.plan is None and s.leases_left > 0
         ]
         # One at a time, as the artifact's greedy selection does: a job that no longer fits loses
-        # its guarantee and leaves the leases it would have taken to the others.
+        # its guarantee and leaves the leases it would have taken to the others. Each plan is
+        # packed against the leases the plans before it in this loop took at their packing
+        # size, and held from then on at the job's own count (`_promised_free` next time).
+        planned: list[tuple[str, list[int]]] = []
         for ask in sorted(waiting, key=lambda a: (-a.size, a.horizon - a.leases, -a.horizon)):
-            trial = list(free)
-            plans = pack([ask], trial, total)
+            trial = free.copy()
+            plans = pack([ask], trial)
             state = self._jobs[ask.job_id]
             if plans is None:
                 state.guaranteed = False
             else:
-                state.plan = plans[ask.job_id]
+                state.plan = [self._base + lease for lease in plans[ask.job_id]]
+                planned.append((ask.job_id, state.plan))
                 free = trial
+        for job_id, plan in planned:
+            self._hold(plan, alive[job_id].spec.requested_workers)
+            self._workers_of[job_id] = alive[job_id].spec.requested_workers
         for state in self._jobs.values():
             if state.guaranteed and state.plan is None:
                 state.guaranteed = False
         workers: dict[str, int] = {}
+        current = self._base
         for job_id, state in self._jobs.items():
-            if state.plan:
-                if state.plan[0]:
-                    workers[job_id] = alive[job_id].spec.requested_workers
-                    state.leases_left -= 1
-                state.plan = state.plan[1:]
+            if state.plan and state.plan[0] == current:
+                workers[job_id] = alive[job_id].spec.requested_workers
+                state.leases_left -= 1
+                del state.plan[0]
+        self._held.pop(current, None)
+        self._base = current + 1
         self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
         self._workers = self._lend_spare(view, alive, workers, total)
 
@@ -200,8 +244,7 @@ class Chronus(Policy):
                 for j, s in self._jobs.items()
                 if (s.guaranteed and s.plan is None) or j == job.job_id
             ]
-            free = self._promised_free(alive, total)
-            state.guaranteed = pack(asks, free, total) is not None
+            state.guaranteed = pack(asks, self._promised_free(total)) is not None
         self._arrivals = later
 
     def _ask(self, job: JobState, state: _Lease, index: int) -> _Ask:
@@ -212,20 +255,25 @@ class Chronus(Policy):
             job.job_id, packing_size(job.spec.requested_workers), state.leases_left, horizon
         )
 
-    def _promised_free(self, alive: dict[str, JobState], total: int) -> list[int]:
+    def _promised_free(self, total: int) -> LeaseFree:
         """Workers left in each lease from the current one on, after the plans already given."""
-        free: list[int] = []
-        for job_id, state in self._jobs.items():
-            if not state.plan:
-                continue
-            _extend_to(free, len(state.plan), total)
-            g = alive[job_id].spec.requested_workers
-            for slot, held in enumerate(state.plan):
-                if held:
-                    free[slot] -= g
-        return free
+        return LeaseFree(total, self._held, self._base)
 
-    def _shrink(self, state: _Lease, job: JobState) -> None:
+    def _hold(self, plan: list[int], workers: int) -> None:
+        held = self._held
+        for lease in plan:
+            held[lease] = held.get(lease, 0) + workers
+
+    def _release(self, leases, workers: int) -> None:
+        held = self._held
+        for lease in leases:
+            left = held[lease] - workers
+            if left:
+                held[lease] = left
+            else:
+                del held[lease]
+
+    def _shrink(self, job_id: str, state: _Lease, job: JobState) -> None:
         """Drop the earliest planned leases a job no longer needs after running on spare."""
         done_s = job.iterations_done / job.curve.rate(job.spec.requested_workers)
         needed = max(0, math.ceil((state.estimate_s - done_s) / self.lease_s - _EPS))
@@ -234,12 +282,8 @@ class Chronus(Policy):
             return
         state.leases_left = needed
         if state.plan is not None:
-            for slot, held in enumerate(state.plan):
-                if surplus == 0:
-                    break
-                if held:
-                    state.plan[slot] = False
-                    surplus -= 1
+            self._release(state.plan[:surplus], self._workers_of.get(job_id, 0))
+            del state.plan[:surplus]
 
     def _lend_spare(
         self,
@@ -274,8 +318,3 @@ class Chronus(Policy):
         hopeless = deadline is not None and deadline < view.now + job.remaining_iterations / rate
         done_s = job.iterations_done / rate
         return (3 if hopeless else 2, (state.estimate_s - done_s) * g, job.spec.submit_s)
-
-
-def _extend_to(free: list[int], length: int, total: int) -> None:
-    if len(free) < length:
-        free.extend([total] * (length - len(free)))
