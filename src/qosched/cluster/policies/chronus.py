@@ -65,7 +65,11 @@ class LeaseFree:
     __slots__ = ("_taken", "base", "held", "total")
 
     def __init__(
-        self, total: int, held: dict[int, int] | None = None, base: int = 0, taken=None
+        self,
+        total: int,
+        held: dict[int, int] | None = None,
+        base: int = 0,
+        taken: dict[int, int] | None = None,
     ) -> None:
         self.total = total
         self.held = {} if held is None else held
@@ -176,7 +180,7 @@ class Chronus(Policy):
         for state_id, state in self._jobs.items():
             if state.guaranteed:
                 self._shrink(state_id, state, alive[state_id])
-                if state.leases_left <= 0 and not any(state.plan or ()):
+                if state.leases_left <= 0 and not state.plan:
                     state.guaranteed, state.overrun, state.plan = False, True, None
         free = self._promised_free(total)
         waiting = [
