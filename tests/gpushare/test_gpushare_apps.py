@@ -243,8 +243,12 @@ def test_an_alias_is_refused_with_its_line():
         (("block: [256, 1, 1]", "block: [1, 1, 65]"), "block[2]", "65 is more than the 64"),
         (("grid: [256, 1, 1]", "grid: [256, 65536, 1]"), "grid[1]", "65536 is more than"),
         (("grid: [256, 1, 1]", "grid: [2147483648, 1, 1]"), "grid[0]", "2147483648 is more"),
+        (("block: [256, 1, 1], registers_per_thread: 128", "block: [1024, 1, 1], "
+          "registers_per_thread: 128"), "registers_per_thread",
+         "131072 is more than the 65536 registers per block"),
     ],
-    ids=["sms", "registers", "shared", "threads", "block-z", "grid-y", "grid-x"],
+    ids=["sms", "registers", "shared", "threads", "block-z", "grid-y", "grid-x",
+         "registers-per-block"],
 )  # fmt: skip
 def test_an_explicit_kernel_the_gpu_cannot_launch_is_refused_with_its_line(change, field, message):
     old, new = change

@@ -264,6 +264,8 @@ class _Reader(SpecReader):
             *dimensions,
             ("block", kernel.threads_per_block, limits.max_threads_per_block,
              "threads per block"),
+            ("registers_per_thread", kernel.registers_per_thread * kernel.threads_per_block,
+             limits.max_registers_per_block, "registers per block (registers x threads)"),
         ]  # fmt: skip
         for field, value, most, what in checks:
             if value > most:
