@@ -291,3 +291,15 @@ def test_more_than_a_day_of_simulated_time_is_refused():
     with pytest.raises(InputError, match="<= 86400") as error:
         parse_apps_spec(GOOD.replace("duration_s: 0.5", "duration_s: 86401"))
     assert (error.value.field, error.value.line) == ("duration_s", 2)
+
+
+def test_at_most_48_apps_share_a_gpu():
+    app = "  - {name: a%d, priority: 0, closed_loop: true, kernels: [%s]}\n"
+    kernel = ("{name: k, op: o, grid: [64, 1, 1], block: [256, 1, 1], registers_per_thread: 32, "
+              "shared_bytes_per_block: 0, sms: 8, occupancy: 0.5, flops: 1.0e9, bytes: 1.0e7, "
+              "bound: compute, time_s: 1.0e-4}")  # fmt: skip
+    head = "gpu: A100\nduration_s: 0.01\napps:\n"
+    assert len(parse_apps_spec(head + "".join(app % (i, kernel) for i in range(48))).apps) == 48
+    with pytest.raises(InputError, match="at most 48 apps share one GPU, got 49") as error:
+        parse_apps_spec(head + "".join(app % (i, kernel) for i in range(49)), source="a.yaml")
+    assert (error.value.field, error.value.line) == ("apps", 3)

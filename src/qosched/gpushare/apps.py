@@ -62,6 +62,10 @@ _DTYPES = ("float32", "float16", "bfloat16")
 #: A day of simulated time; the simulator also bounds the kernel launches a run may make
 #: (``simulator.MAX_LAUNCHES``), which is what keeps a run short.
 MAX_DURATION_S = 86_400.0
+#: Apps on one GPU. ``fggr`` weighs every waiting kernel against every app above it, so a
+#: decision grows with the square of the apps: 48 closed loops take about half a minute of
+#: `gpu sim` on a 2-core machine, 200 more than five minutes.
+MAX_APPS = 48
 #: An explicit kernel's duration: an empty kernel takes about 2 us on the catalog GPUs
 #: (``estimate.LAUNCH_OVERHEAD_S``), so a shorter one is a typo in its unit; an hour bounds the
 #: other end (a spec in milliseconds read as seconds stays well under it).
@@ -172,6 +176,8 @@ class _Reader(SpecReader):
         items = self.required(top, "", "apps")
         if not isinstance(items, list) or not items:
             raise self.error("apps", f"expected a non-empty list, got {show_value(items)}")
+        if len(items) > MAX_APPS:
+            raise self.error("apps", f"at most {MAX_APPS} apps share one GPU, got {len(items)}")
         apps = tuple(self.app(item, f"apps[{i}]", dtype) for i, item in enumerate(items))
         seen: dict[str, int] = {}
         for i, app in enumerate(apps):
