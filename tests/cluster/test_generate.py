@@ -144,6 +144,7 @@ BAD_CONFIGS = [
     ("inf-median-duration", {"median_duration_s": float("inf")}, "median_duration_s"),
     ("inf-sigma", {"duration_sigma": float("inf")}, "duration_sigma"),
     ("inf-tightness", {"tightness": (0.5, float("inf"))}, "tightness"),
+    ("negative-seed", {"seed": -1}, "seed"),
 ]
 
 

@@ -361,12 +361,24 @@ def test_bad_job_raises_input_error_before_running(nodes, spec, message):
         {"restart_pause_s": float("nan")},
         {"cross_node_factor": 0.0},
         {"cross_node_factor": 1.5},
+        {"restart_pause_s": 86_400.5},
+        {"seed": -5},
+        {"seed": 1.5},
     ],
-    ids=["negative-pause", "infinite-pause", "nan-pause", "zero-factor", "factor-above-1"],
-)
+    ids=["negative-pause", "infinite-pause", "nan-pause", "zero-factor", "factor-above-1",
+         "pause-over-a-day", "negative-seed", "fractional-seed"],
+)  # fmt: skip
 def test_sim_config_rejects_invalid_constants(options):
-    with pytest.raises(InputError):
+    with pytest.raises(InputError) as error:
         SimConfig(**options)
+    assert error.value.field == next(iter(options))
+
+
+def test_a_day_long_restart_pause_is_simulated():
+    config = SimConfig(restart_pause_s=86_400.0)
+    result = simulate(ClusterSpec.from_flags(1, 8), SMALL, create_policy("qos"),
+                      [job("a", 0.0, 1_000, deadline=10**6)], config)  # fmt: skip
+    assert result.outcomes[0].finish_s is not None
 
 
 # --- running ------------------------------------------------------------------------------------

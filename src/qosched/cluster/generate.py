@@ -56,6 +56,7 @@ class GeneratorConfig:
             ),
             "tightness": (0 < self.tightness[0] <= self.tightness[1] < math.inf, "0 < LO <= HI"),
             "best_effort_fraction": (0.0 <= self.best_effort_fraction <= 1.0, "in [0, 1]"),
+            "seed": (isinstance(self.seed, int) and self.seed >= 0, "a whole number >= 0"),
         }
         for name, (ok, expected) in checks.items():
             if not ok:

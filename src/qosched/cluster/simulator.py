@@ -53,6 +53,8 @@ ENDS_ON = ("iterations", "duration", "either")
 #: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
 #: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
 ARTIFACT_RESTART_EVERY = 60
+#: The longest restart pause simulated: a day.
+MAX_RESTART_PAUSE_S = 86_400.0
 #: Decisions in a row that may leave every job waiting on an idle cluster, with no arrival to
 #: come and no deadline ahead, before the policy is taken to be stuck (a week of 60 s slots):
 #: without this bound a policy that waits for a moment the simulator never decides at would run
@@ -186,10 +188,15 @@ class SimConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
                 raise InputError(f"must be in [0, 1), got {value}", field=name)
-        if not (self.restart_pause_s >= 0 and math.isfinite(self.restart_pause_s)):
+        # A checkpoint-restart takes seconds to minutes; past a day a pause is a unit mistake,
+        # and pauses of 1e300 s left the planners' arithmetic spinning.
+        if not 0 <= self.restart_pause_s <= MAX_RESTART_PAUSE_S:
             raise InputError(
-                f"must be finite and >= 0, got {self.restart_pause_s}", field="restart_pause_s"
+                f"must be in [0, {MAX_RESTART_PAUSE_S:g}] seconds, got {self.restart_pause_s}",
+                field="restart_pause_s",
             )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InputError(f"must be a whole number >= 0, got {self.seed!r}", field="seed")
         if not 0 < self.cross_node_factor <= 1:
             raise InputError(
                 f"must be in (0, 1], got {self.cross_node_factor}", field="cross_node_factor"
