@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qosched.cli.outputs import output_dir, output_file
 from qosched.cluster import importers
 from qosched.cluster.fidelity import FIDELITIES, configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
@@ -319,6 +320,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
 
 
 def run_sim_cluster(args: argparse.Namespace) -> int:
+    output_dir(args.plot, "--plot")
+    output_dir(args.jobs_csv, "--jobs-csv")
     cluster = _cluster(args)
     throughputs = _throughputs(args.throughputs)
     names = _policies(args.policy or ["qos"])
@@ -390,6 +393,7 @@ def add_trace_import(commands: argparse._SubParsersAction) -> None:
 
 
 def run_trace_import(args: argparse.Namespace) -> int:
+    output_file(args.out, "--out")
     throughputs = _throughputs(args.throughputs)
     jobs = importers.import_trace(
         args.source, args.fmt, throughputs, seed=args.seed, tightness=tuple(args.tightness)
@@ -457,6 +461,7 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
 
 
 def run_trace_generate(args: argparse.Namespace) -> int:
+    output_file(args.out, "--out")
     config = GeneratorConfig(
         jobs=args.jobs,
         load=args.load,
@@ -477,6 +482,7 @@ def run_trace_generate(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    output_dir(args.out, "--out")
     examples = resources.files("qosched") / "data" / "examples"
     with (
         resources.as_file(examples / "workload.csv") as trace_path,

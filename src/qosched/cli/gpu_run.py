@@ -20,6 +20,7 @@ from qosched.cli.gpu_sim import (
     print_comparison,
     show_setup_progress,
 )
+from qosched.cli.outputs import output_file
 from qosched.core.errors import InputError
 from qosched.gpushare.policies import create_policy, policy_names
 
@@ -57,6 +58,7 @@ def run_live(args: argparse.Namespace) -> int:
     from qosched.gpushare.runtime import CallEstimator, CpuDevice, CudaDevice, catalog_gpu_for
     from qosched.hardware import gpu
 
+    output_file(args.trace, "--trace")
     spec = load_apps_spec(args.spec)
     policy = create_policy(args.policy)
     show_setup_progress(policy, args.policy)

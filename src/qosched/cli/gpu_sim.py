@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from qosched.cli.outputs import output_file
 from qosched.gpushare.policies import create_policy, policy_names
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def run_sim(args: argparse.Namespace) -> int:
     from qosched.hardware import gpu
     from qosched.report.trace import write_chrome_trace
 
+    output_file(args.trace, "--trace")
     spec = load_apps_spec(args.spec)
     policy = create_policy(args.policy)  # an unknown name fails before any estimation
     device = gpu(spec.gpu)

@@ -170,6 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QoschedError as exc:
         print(f"qosched: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # A file the command could not read or write (a full disk, a folder root may not
+        # write in: checks made before the run cannot foresee every one).
+        print(f"qosched: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("qosched: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,42 @@
+"""Where a command will write, checked before it runs: a simulation of minutes must not end in a
+traceback because its output folder cannot be made."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from qosched.core.errors import InputError
+
+
+def output_dir(path: str | None, flag: str) -> Path | None:
+    """The folder given to ``flag``, made now if missing; InputError if it cannot be made or
+    written to."""
+    if path is None:
+        return None
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create folder {path}: {exc.strerror}", field=flag) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write in folder {path}", field=flag)
+    return folder
+
+
+def output_file(path: str | None, flag: str) -> Path | None:
+    """The file given to ``flag``; InputError if it is a folder or its folder is missing or
+    not writable. Nothing is created: a run that fails first leaves no empty file."""
+    if path is None:
+        return None
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise InputError(f"{path} is a folder, not a file", field=flag)
+    if not folder.is_dir():
+        raise InputError(f"no folder {folder} to write {target.name} in", field=flag)
+    if not os.access(folder, os.W_OK | os.X_OK) or (
+        target.exists() and not os.access(target, os.W_OK)
+    ):
+        raise InputError(f"cannot write {path}", field=flag)
+    return target

@@ -1,0 +1,74 @@
+"""Where a command writes is checked before it runs, and a file it still cannot write is an
+error naming the file (exit 2), never a traceback after minutes of simulation."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from qosched.cli.main import main
+from qosched.cli.outputs import output_dir, output_file
+from qosched.core.errors import InputError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TRACE = ["sim", "cluster", "--nodes", "2", "--gpus-per-node", "8", "--policy", "edf"]
+
+
+def bundled_trace(tmp_path: Path) -> str:
+    out = tmp_path / "t.csv"
+    assert main(["trace", "generate", "--out", str(out), "--jobs", "5", "--seed", "1"]) == 0
+    return str(out)
+
+
+@pytest.mark.parametrize("flag", ["--jobs-csv", "--plot"])
+def test_an_output_folder_that_is_a_file_stops_the_run_before_it_starts(tmp_path, capsys, flag):
+    trace = bundled_trace(tmp_path)
+    blocker = tmp_path / "taken"
+    blocker.write_text("")
+    assert main([*TRACE, "--trace", trace, flag, str(blocker), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert f"field '{flag}': cannot create folder {blocker}" in captured.err
+    assert captured.out == ""  # nothing simulated, nothing printed
+
+
+def test_an_output_folder_is_made_with_its_parents(tmp_path, capsys):
+    trace = bundled_trace(tmp_path)
+    folder = tmp_path / "a" / "b"
+    assert main([*TRACE, "--trace", trace, "--jobs-csv", str(folder), "--json"]) == 0
+    assert (folder / "jobs_edf.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["gpu", "sim", str(EXAMPLES / "gpu_apps_small.yaml"), "--policy", "naive", "--trace"],
+         "--trace"),
+        (["trace", "generate", "--jobs", "3", "--out"], "--out"),
+    ],
+    ids=["gpu-sim-trace", "trace-generate-out"],
+)  # fmt: skip
+def test_an_output_file_in_a_missing_folder_is_refused_first(tmp_path, capsys, argv, flag):
+    target = tmp_path / "missing" / "out.file"
+    assert main([*argv, str(target)]) == 2
+    assert f"field '{flag}': no folder {target.parent}" in capsys.readouterr().err
+    assert not target.parent.exists()
+
+
+def test_output_file_refuses_a_folder_and_makes_nothing(tmp_path):
+    with pytest.raises(InputError, match="is a folder, not a file"):
+        output_file(str(tmp_path), "--out")
+    assert output_file(str(tmp_path / "new.csv"), "--out") == tmp_path / "new.csv"
+    assert not (tmp_path / "new.csv").exists()
+    assert output_file(None, "--out") is None and output_dir(None, "--plot") is None
+
+
+def test_a_write_that_fails_anyway_names_the_file(tmp_path, capsys, monkeypatch):
+    # Checks made first cannot foresee a full disk: the OSError still ends as an error line.
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "t.csv"))
+
+    monkeypatch.setattr("qosched.cli.cluster.write_trace", full)
+    assert main(["trace", "generate", "--out", str(tmp_path / "t.csv"), "--jobs", "3"]) == 2
+    assert f"{tmp_path / 't.csv'}: No space left on device" in capsys.readouterr().err
