@@ -599,18 +599,20 @@ class _Simulation:
             raise SimulationError(f"t={self.engine.now:.9f}: kernels running, none progressing")
 
 
+def launch_rate(kernels: Sequence[Kernel], poisson_rps: float | None) -> float:
+    """Kernels an app launches per second, at most and on average: an open loop at its offered
+    rate, a closed loop back to back as alone (sharing only slows it)."""
+    return len(kernels) * (poisson_rps or 1.0 / sum(k.time_s for k in kernels))
+
+
 def expected_launches(apps: Sequence[AppWorkload], duration_s: float) -> dict[str, float]:
-    """The kernels each app launches in a run of ``duration_s``, at most and on average: an open
-    loop's expected arrivals, a closed loop's requests back to back alone (sharing only slows
-    it; the first request always starts), each times its kernels per request."""
-    launches = {}
-    for app in apps:
-        if app.poisson_rps is None:
-            requests = duration_s / app.request_time_s + 1.0
-        else:
-            requests = app.poisson_rps * duration_s
-        launches[app.name] = requests * len(app.kernels)
-    return launches
+    """The kernels each app launches in a run of ``duration_s`` (`launch_rate`), a closed
+    loop's first request included, which always starts."""
+    return {
+        app.name: launch_rate(app.kernels, app.poisson_rps) * duration_s
+        + (len(app.kernels) if app.poisson_rps is None else 0)
+        for app in apps
+    }
 
 
 def simulate(

@@ -37,6 +37,7 @@ from qosched.gpushare.simulator import (
     AppWorkload,
     alone_results,
     compare,
+    launch_rate,
     simulate,
 )
 from qosched.hardware import Processor
@@ -117,19 +118,14 @@ def window_s(apps: Sequence[AppInfo], config: WhatIf) -> float:
     mix to launch at most ``max_launches`` kernels (each app at its offered rate, a closed loop
     back to back as alone)."""
     top = max(apps, key=lambda a: (a.priority, a.goal.is_latency, a.goal.protected))
-    per_request = 1.0 / top.poisson_rps if top.poisson_rps else _request_s(top)
+    request_s = sum(k.time_s for k in top.kernels or ())
+    per_request = 1.0 / top.poisson_rps if top.poisson_rps else request_s
     window = min(config.max_s, max(config.min_s, config.requests * per_request))
     horizons = [a.horizon_s for a in apps if a.horizon_s is not None]
     if horizons:
         window = min(window, max(horizons))
-    launches_per_s = sum(
-        len(a.kernels or ()) * (a.poisson_rps or 1.0 / _request_s(a)) for a in apps
-    )
+    launches_per_s = sum(launch_rate(a.kernels or (), a.poisson_rps) for a in apps)
     return float(min(window, config.max_launches / launches_per_s))
-
-
-def _request_s(app: AppInfo) -> float:
-    return sum(k.time_s for k in app.kernels or ())
 
 
 def predict(

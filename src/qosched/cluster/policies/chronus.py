@@ -20,6 +20,7 @@ shorten their plans, whereas the artifact leaves those workers idle.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from qosched.cluster.policies.base import Policy, register
@@ -50,6 +51,7 @@ class _Lease:
     estimate_s: float
     leases_left: int
     guaranteed: bool
+    workers: int  # what it runs on, in each lease its plan holds
     # The leases it holds, ascending, numbered by Chronus's boundary count (``Chronus._base`` is
     # the current one). Kept sparse: a plan's deadline may lie a million leases ahead.
     plan: list[int] | None = None
@@ -150,7 +152,6 @@ class Chronus(Policy):
         # runs (index 0 of a `LeaseFree`); ``_held`` the workers the plans hold in each.
         self._base = 0
         self._held: dict[int, int] = {}
-        self._workers_of: dict[str, int] = {}  # what each planned job holds in its leases
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         # Judged at the next lease boundary with the other arrivals, as the artifact does; until
@@ -166,7 +167,7 @@ class Chronus(Policy):
         alive = {job.job_id: job for job in view.jobs}
         for job_id in [j for j in self._jobs if j not in alive]:
             state = self._jobs.pop(job_id)
-            self._release(state.plan or (), self._workers_of.pop(job_id, 0))
+            self._release(state.plan or (), state.workers)
         index = math.floor(view.now / self.lease_s + _EPS)
         if index > self._lease_index:
             self._lease_index = index
@@ -179,7 +180,7 @@ class Chronus(Policy):
         total = view.cluster.total_workers
         for state_id, state in self._jobs.items():
             if state.guaranteed:
-                self._shrink(state_id, state, alive[state_id])
+                self._shrink(state, alive[state_id])
                 if state.leases_left <= 0 and not state.plan:
                     state.guaranteed, state.overrun, state.plan = False, True, None
         free = self._promised_free(total)
@@ -192,7 +193,7 @@ class Chronus(Policy):
         # its guarantee and leaves the leases it would have taken to the others. Each plan is
         # packed against the leases the plans before it in this loop took at their packing
         # size, and held from then on at the job's own count (`_promised_free` next time).
-        planned: list[tuple[str, list[int]]] = []
+        planned: list[_Lease] = []
         for ask in sorted(waiting, key=lambda a: (-a.size, a.horizon - a.leases, -a.horizon)):
             trial = free.copy()
             plans = pack([ask], trial)
@@ -201,11 +202,10 @@ class Chronus(Policy):
                 state.guaranteed = False
             else:
                 state.plan = [self._base + lease for lease in plans[ask.job_id]]
-                planned.append((ask.job_id, state.plan))
+                planned.append(state)
                 free = trial
-        for job_id, plan in planned:
-            self._hold(plan, alive[job_id].spec.requested_workers)
-            self._workers_of[job_id] = alive[job_id].spec.requested_workers
+        for state in planned:
+            self._hold(state.plan or (), state.workers)
         for state in self._jobs.values():
             if state.guaranteed and state.plan is None:
                 state.guaranteed = False
@@ -239,7 +239,7 @@ class Chronus(Policy):
             g = job.spec.requested_workers
             coef = 1 + (1 + math.log2(g)) * _RESUME_COST_S / self.lease_s
             estimate = job.remaining_iterations / rate * coef * _ESTIMATE_MARGIN
-            state = _Lease(estimate, math.ceil(estimate / self.lease_s), guaranteed=False)
+            state = _Lease(estimate, math.ceil(estimate / self.lease_s), False, g)
             self._jobs[job.job_id] = state
             if job.spec.deadline_s is None:
                 continue
@@ -263,12 +263,12 @@ class Chronus(Policy):
         """Workers left in each lease from the current one on, after the plans already given."""
         return LeaseFree(total, self._held, self._base)
 
-    def _hold(self, plan: list[int], workers: int) -> None:
+    def _hold(self, leases: Iterable[int], workers: int) -> None:
         held = self._held
-        for lease in plan:
+        for lease in leases:
             held[lease] = held.get(lease, 0) + workers
 
-    def _release(self, leases, workers: int) -> None:
+    def _release(self, leases: Iterable[int], workers: int) -> None:
         held = self._held
         for lease in leases:
             left = held[lease] - workers
@@ -277,7 +277,7 @@ class Chronus(Policy):
             else:
                 del held[lease]
 
-    def _shrink(self, job_id: str, state: _Lease, job: JobState) -> None:
+    def _shrink(self, state: _Lease, job: JobState) -> None:
         """Drop the earliest planned leases a job no longer needs after running on spare."""
         done_s = job.iterations_done / job.curve.rate(job.spec.requested_workers)
         needed = max(0, math.ceil((state.estimate_s - done_s) / self.lease_s - _EPS))
@@ -286,7 +286,7 @@ class Chronus(Policy):
             return
         state.leases_left = needed
         if state.plan is not None:
-            self._release(state.plan[:surplus], self._workers_of.get(job_id, 0))
+            self._release(state.plan[:surplus], state.workers)
             del state.plan[:surplus]
 
     def _lend_spare(
