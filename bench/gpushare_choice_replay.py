@@ -1,0 +1,206 @@
+"""How fggr's calibration would fare with other ways of choosing: its choices replayed on runs.
+
+    python bench/gpushare_choice_replay.py [--seeds 0:24] [--kernels-only] [--runs 4]
+                                           [--draws 8] [--save FILE] [--load FILE ...]
+
+``fggr`` calibrates before a run (``gpushare.whatif``): it simulates each of its candidate
+settings (``fggr.CANDIDATES``) on two draws of the mix's arrivals and kernel times, and adopts
+the one that meets the protected goals on both with a 3 % margin and then serves the other apps
+best. Whether another way of choosing would do better is a question about many runs, since
+one run's p99 of about 150 requests is close to their maximum and meeting a goal there is
+partly luck. So, for every mix of ``bench/gpushare_mixes.py`` (``random_mix``):
+
+1. every candidate's what-if on ``--draws`` draws (the first two are the default's own);
+2. every registered baseline and every candidate as a fixed setting (``calibrate=False``: the
+   rule calibration then runs) on ``--runs`` runs of the mix, each on arrivals of its own
+   (``gpushare_mixes.RUN_STRIDE``), judged as ``judge.rule_violations`` judges ``fggr``;
+3. each way of choosing (:data:`WAYS`) replayed on the what-ifs: the candidate it adopts is
+   judged, run by run, as if it were ``fggr``.
+
+The replay of the default is checked against ``FgGR().setup`` on every mix (the same choice,
+or the bench stops). Printed: per way of choosing, the runs where the adopted setting breaks
+a rule, by rule, and the runs where it meets every goal; per mix, the setting each way adopts
+and in how many runs it breaks a rule. ``--save`` keeps what was simulated (pickle) and
+``--load`` replays saved files without simulating again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpushare_mixes import Mix, add_mix_arguments, model_kernels, random_mix, seed_range
+from qosched.gpushare.judge import AppOutcome, outcomes, rule_violations
+from qosched.gpushare.policies import create_policy, policy_names
+from qosched.gpushare.policies.fggr import CANDIDATES, FgGR
+from qosched.gpushare.simulator import alone_results, app_infos, compare, simulate
+from qosched.gpushare.whatif import Prediction, WhatIf, choose, meets_every_goal, predict
+
+NAMES = [name for name, _ in CANDIDATES]
+FREE = [i for i, (_, changes) in enumerate(CANDIDATES) if changes.get("admit") == "all"]
+
+
+@dataclass(frozen=True)
+class Way:
+    """A way of choosing: the candidates are judged on the ``first`` draws; the one chosen is
+    then judged on the ``confirm`` draws too and chosen again (each candidate confirmed at
+    most once), as long as the choice moves; goals met with ``margin``."""
+
+    first: int
+    confirm: int = 0
+    margin: float = 0.03
+
+
+#: The default first (what ``FgGR`` does), then the variants tried against it.
+WAYS = {
+    "default: 2 draws, 3 % margin": Way(2),
+    "2 draws, no margin": Way(2, margin=0.0),
+    "2 draws, then 2 confirming the choice": Way(2, 2),
+    "2 draws, then 4 confirming the choice": Way(2, 4),
+    "4 draws": Way(4),
+    "8 draws": Way(8),
+}
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """One mix: every candidate's what-if on every draw, and per run every policy's and every
+    candidate's outcome (``fggr:NAME`` for a candidate)."""
+
+    mix: str
+    predictions: tuple[Prediction, ...]
+    runs: tuple[dict[str, tuple[AppOutcome, ...]], ...]
+
+
+def simulated(mix: Mix, runs: int, draws: int) -> Simulated:
+    infos = app_infos(mix.apps, mix.gpu, mix.duration_s)
+    default = WhatIf()
+    config = WhatIf(seeds=tuple(default.seeds[0] + i for i in range(draws)))
+    if config.seeds[:2] != default.seeds:
+        raise SystemExit("the replay's first draws must be the default's own")
+    factories = [lambda c=changes: FgGR(calibrate=False, **c) for _, changes in CANDIDATES]
+    predictions = predict(infos, factories, config)
+    chosen = FgGR()
+    chosen.setup(infos)
+    if replayed(predictions, WAYS["default: 2 draws, 3 % margin"]) != (chosen.calibrated or ""):
+        raise SystemExit(f"seed {mix.seed}: the replay of the default is not fggr's choice")
+    goals = {info.name: info.goal for info in infos}
+    times = {app.name: app.request_time_s for app in mix.apps}
+    baselines = [name for name in policy_names() if name != "fggr"]
+    judged = []
+    for run in range(runs):
+        seed = replace(mix, run=run).run_seed
+        alone = alone_results(mix.gpu, mix.apps, duration_s=mix.duration_s, seed=seed)
+        policies = {name: create_policy(name) for name in baselines}
+        policies |= {f"fggr:{name}": make() for name, make in zip(NAMES, factories, strict=True)}
+        by = {}
+        for name, policy in policies.items():
+            shared = simulate(mix.gpu, mix.apps, policy, duration_s=mix.duration_s, seed=seed)
+            by[name] = outcomes(compare(shared, alone, times), goals)
+        judged.append(by)
+    return Simulated(mix.describe(), predictions, tuple(judged))
+
+
+def _draws(prediction: Prediction, count: int, skip: int = 0) -> Prediction:
+    return Prediction(prediction.draws[skip : skip + count])
+
+
+def replayed(predictions: tuple[Prediction, ...], way: Way) -> str:
+    """The candidate ``way`` adopts ('' for none: the constructor's setting stays), as
+    ``FgGR._calibrate`` chooses: the free settings first, the rest only where neither free
+    one meets every goal with the margin; without the margin where nothing meets it."""
+    config = WhatIf()
+    runs = {i: _draws(predictions[i], way.first) for i in FREE}
+    confirmed: set[int] = set()
+    while True:
+        rest = [i for i in range(len(NAMES)) if i not in runs]
+        if rest and not any(meets_every_goal(p, way.margin) for p in runs.values()):
+            runs |= {i: _draws(predictions[i], way.first) for i in rest}
+        indices = sorted(runs)
+        chosen = choose([runs[i] for i in indices], config, margin=way.margin)
+        if chosen is None:
+            chosen = choose([runs[i] for i in indices], config, margin=0.0)
+        if chosen is None:
+            return ""
+        index = indices[chosen]
+        if index in confirmed or not way.confirm:
+            return NAMES[index]
+        more = _draws(predictions[index], way.confirm, skip=way.first)
+        runs[index] = Prediction(runs[index].draws + more.draws)
+        confirmed.add(index)
+
+
+def judged_as_fggr(by: dict[str, tuple[AppOutcome, ...]], setting: str) -> dict:
+    result = {name: apps for name, apps in by.items() if not name.startswith("fggr:")}
+    result["fggr"] = by[f"fggr:{setting or 'goals'}"]
+    return result
+
+
+def report(results: dict[int, Simulated]) -> None:
+    longest = max(len(name) for name in WAYS)
+    total = sum(len(s.runs) for s in results.values())
+    print(f"{len(results)} mixes, {total} runs\n")
+    print(f"| way of choosing{' ' * (longest - 15)} | runs breaking a rule | (a) | (b) | (c) "
+          f"| runs meeting every goal |")  # fmt: skip
+    print(f"|{'-' * (longest + 2)}|---|---|---|---|---|")
+    per_mix = {}
+    for name, way in WAYS.items():
+        tally: Counter[str] = Counter()
+        cells = []
+        for seed, sim in sorted(results.items()):
+            setting = replayed(sim.predictions, way)
+            broken_runs = 0
+            for by in sim.runs:
+                as_fggr = judged_as_fggr(by, setting)
+                broken = rule_violations(as_fggr)
+                tally.update({rule[:3] for rule in broken})
+                broken_runs += bool(broken)
+                tally["every goal"] += all(a.met for a in as_fggr["fggr"])
+            tally["broken"] += broken_runs
+            cells.append(
+                f"{seed}:{setting or 'goals'}" + (f"({broken_runs})" if broken_runs else "")
+            )
+        per_mix[name] = cells
+        print(f"| {name:{longest}s} | {tally['broken']} | {tally['(a)']} | {tally['(b)']} "
+              f"| {tally['(c)']} | {tally['every goal']} |")  # fmt: skip
+    print("\nPer mix, the setting adopted (and the runs where it breaks a rule):")
+    for name, cells in per_mix.items():
+        print(f"- {name}: {' '.join(cells)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_mix_arguments(parser, seeds="0:24", runs=4)
+    parser.add_argument("--draws", type=int, default=8, help="what-if draws (default 8)")
+    parser.add_argument("--save", metavar="FILE", help="keep what was simulated (pickle)")
+    parser.add_argument("--load", metavar="FILE", nargs="+", help="replay saved files only")
+    args = parser.parse_args(argv)
+    needed = max(way.first + way.confirm for way in WAYS.values())
+    if not needed <= args.draws <= 64:
+        parser.error(f"--draws must be in {needed}..64")
+    seeds = seed_range(parser, args)
+    if args.load:
+        results: dict[int, Simulated] = {}
+        for path in args.load:
+            results |= pickle.loads(Path(path).read_bytes())
+        report(results)
+        return 0
+    models = None if args.kernels_only else model_kernels()
+    results = {}
+    began = time.perf_counter()
+    for seed in seeds:
+        results[seed] = simulated(random_mix(seed, models=models), args.runs, args.draws)
+        if args.save:
+            Path(args.save).write_bytes(pickle.dumps(results))
+        print(f"seed {seed} ({time.perf_counter() - began:.0f} s so far)", file=sys.stderr)
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
