@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.load:
         results: dict[int, Simulated] = {}
         for path in args.load:
-            results |= pickle.loads(Path(path).read_bytes())
+            saved = pickle.loads(Path(path).read_bytes())
+            results |= {seed: Simulated(*fields) for seed, fields in saved.items()}
         report(results)
         return 0
     models = None if args.kernels_only else model_kernels()
@@ -195,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     for seed in seeds:
         results[seed] = simulated(random_mix(seed, models=models), args.runs, args.draws)
-        if args.save:
-            Path(args.save).write_bytes(pickle.dumps(results))
+        if args.save:  # plain tuples: the file loads wherever this module is imported from
+            saved = {s: (r.mix, r.predictions, r.runs) for s, r in results.items()}
+            Path(args.save).write_bytes(pickle.dumps(saved))
         print(f"seed {seed} ({time.perf_counter() - began:.0f} s so far)", file=sys.stderr)
     report(results)
     return 0
