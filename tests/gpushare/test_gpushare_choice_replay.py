@@ -71,6 +71,8 @@ def test_without_the_margin_a_goal_met_narrowly_counts(replay):
     assert replay.replayed(scripted(script), replay.Way(2, margin=0.0)) == "free"
 
 
-def test_nothing_meeting_the_goal_leaves_the_constructors_setting(replay):
+def test_nothing_meeting_the_goal_adopts_the_nearest_or_the_constructors_setting(replay):
     script = {name: ((1.5, 1.5, 1.5, 1.5), 1.0) for name, _ in CANDIDATES}
-    assert replay.replayed(scripted(script), replay.Way(2)) == ""
+    script["loose"] = ((1.3, 1.2, 1.5, 1.5), 1.0)
+    assert replay.replayed(scripted(script), replay.Way(2)) == "loose"
+    assert replay.replayed(scripted(script), replay.Way(2, nearest=False)) == ""

@@ -9,7 +9,14 @@ import pytest
 from qosched.cli.main import main
 from qosched.core.errors import InputError
 from qosched.gpushare.apps import parse_apps_spec, resolved_goals
-from qosched.gpushare.goals import BEST_EFFORT, DEFAULT_TOP_GOAL, Goal, Measured, goal_met
+from qosched.gpushare.goals import (
+    BEST_EFFORT,
+    DEFAULT_TOP_GOAL,
+    Goal,
+    Measured,
+    goal_met,
+    shortfall,
+)
 from qosched.gpushare.judge import AppOutcome, required_goals, rule_violations
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -105,6 +112,23 @@ def measured(p99_ratio=1.0, p99_s=1e-3, throughput=1.0, rps=100.0):
 )  # fmt: skip
 def test_goal_met_compares_the_quantity_the_goal_is_about(goal, outcome, met):
     assert goal_met(goal, outcome) is met
+
+
+@pytest.mark.parametrize(
+    ("goal", "outcome", "expected"),
+    [
+        (Goal("p99_slowdown", 1.1), measured(p99_ratio=1.32), 1.2),
+        (Goal("p99_latency", 2e-3), measured(p99_s=1e-3), 0.5),
+        (Goal("throughput_share", 0.5), measured(throughput=0.25), 2.0),
+        (Goal("throughput_rps", 100.0), measured(rps=80.0), 1.25),
+        (Goal("p99_slowdown", 1.1), measured(p99_ratio=math.nan), math.inf),
+        (Goal("throughput_share", 0.5), measured(throughput=0.0), math.inf),
+        (BEST_EFFORT, measured(throughput=0.0), 0.0),
+    ],
+    ids=["slowdown", "latency-met", "share", "rps", "unmeasured", "nothing-done", "best-effort"],
+)
+def test_shortfall_is_how_far_a_goal_is_missed_as_a_ratio(goal, outcome, expected):
+    assert shortfall(goal, outcome) == pytest.approx(expected)
 
 
 def outcome(name, priority, goal, *, met, throughput):

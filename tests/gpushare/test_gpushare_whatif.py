@@ -1,5 +1,7 @@
 """fggr's calibration: a what-if on the estimated kernels, never on the run's arrivals."""
 
+from dataclasses import replace
+
 import pytest
 from gpushare_sim_helpers import TOY, kernel
 
@@ -9,7 +11,7 @@ from qosched.gpushare.judge import AppOutcome, judge_mix
 from qosched.gpushare.policies.fggr import CANDIDATES, FgGR
 from qosched.gpushare.policy import AppInfo
 from qosched.gpushare.simulator import AppWorkload, app_infos, simulate
-from qosched.gpushare.whatif import Prediction, WhatIf, choose, perturbed, window_s
+from qosched.gpushare.whatif import Prediction, WhatIf, choose, nearest, perturbed, window_s
 
 P99 = Goal("p99_slowdown", 1.10)
 # hp closed loop beside a long kernel that takes most of the bandwidth: anything lp runs slows
@@ -191,6 +193,35 @@ def test_choose_gives_a_goal_met_more_throughput_when_the_others_tie():
     assert choose([candidate(0.90), candidate(0.91, hp=0.99)], WhatIf(), margin=0.03) == 0
     # The more important app's throughput is weighed first.
     assert choose([candidate(0.83), candidate(0.91, hp=0.9)], WhatIf(), margin=0.03) == 0
+
+
+def test_nearest_takes_the_candidate_closest_to_the_most_important_goal():
+    def candidate(p99s, mid_share):
+        share = Goal("throughput_share", 0.9)
+        return prediction(*([outcome("hp", 2, P99, p99=p), outcome("mid", 1, share,
+                            tput=mid_share)] for p in p99s))  # fmt: skip
+
+    # None meets hp's 1.10x; the worst draw decides (1.21x beats 1.32x), and the level below
+    # (mid, far from its own goal under the first) does not.
+    far, near, nearer_on_one_draw = (candidate((1.3, 1.32), 0.9), candidate((1.2, 1.21), 0.1),
+                                     candidate((1.12, 1.4), 0.9))  # fmt: skip
+    assert choose([far, near, nearer_on_one_draw], WhatIf(), margin=0.0) is None
+    assert nearest([far, near, nearer_on_one_draw], WhatIf()) == 1
+    # Within the tolerance (2 %) a tie, which goes to the safer (earlier) candidate.
+    assert nearest([candidate((1.22,), 0.1), candidate((1.2,), 0.1)], WhatIf()) == 0
+    # Nothing to come near: no goal, or no request of the goal's app finished anywhere.
+    no_goal = prediction([outcome("hp", 1, BEST_EFFORT), outcome("lp", 0, BEST_EFFORT)])
+    assert nearest([no_goal], WhatIf()) is None
+    assert nearest([candidate((float("nan"),), 0.1)], WhatIf()) is None
+
+
+def test_calibration_comes_nearest_to_a_goal_no_setting_meets():
+    # hp's p99 within 50 us, half its kernel's time alone: no setting meets it. Holding lp
+    # back whenever hp has work (strict) keeps hp's p99 at its time alone, 2x the goal; free
+    # settings slow it further. Calibration adopts the nearest, not the constructor's setting.
+    impossible = [replace(CROWDED[0], goal=Goal("p99_latency", 5e-5)), CROWDED[1]]
+    policy = calibrated(impossible)
+    assert policy.calibrated == "strict" and policy.admit == "idle"
 
 
 def test_without_kernels_fggr_keeps_its_own_setting():

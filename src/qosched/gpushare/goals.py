@@ -122,6 +122,18 @@ def measured_value(goal: Goal, measured: Measured) -> float:
     }.get(goal.kind, math.nan)
 
 
+def shortfall(goal: Goal, measured: Measured) -> float:
+    """How far ``measured`` is from ``goal``, as a ratio: at most 1 where the goal is met (a
+    latency over its goal, a goal throughput over the one measured), ``inf`` where nothing
+    was measured; 0 for best effort."""
+    if not goal.protected:
+        return 0.0
+    value = measured_value(goal, measured)
+    if math.isnan(value) or value <= 0:
+        return math.inf
+    return value / goal.value if goal.is_latency else goal.value / value
+
+
 def goal_met(goal: Goal, measured: Measured, margin: float = 0.0) -> bool:
     """Whether ``measured`` meets ``goal``; best effort is always met, a goal on a quantity
     that could not be measured (no request finished) is not. With a ``margin`` (a share, for a

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import goal_met
+from qosched.gpushare.goals import goal_met, shortfall
 from qosched.gpushare.judge import AppOutcome, outcomes
 from qosched.gpushare.policy import AppInfo, SharingPolicy
 from qosched.gpushare.simulator import (
@@ -227,3 +227,26 @@ def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) 
         if better(i, chosen):
             chosen = i
     return chosen
+
+
+def nearest(predictions: Sequence[Prediction], config: WhatIf) -> int | None:
+    """Where no candidate meets the most important goals (``choose`` gives None), the one that
+    comes nearest: the smallest shortfall (``goals.shortfall``) of the most important level's
+    protected goals, the worst over its apps and draws; within ``config.tolerance`` a tie,
+    which goes to the safer candidate. None where no app has a goal."""
+    if not predictions:
+        return None
+    first = predictions[0].draws[0]
+    levels = [a.priority for a in first if a.goal.protected]
+    if not levels:
+        return None
+    top = max(levels)
+    worst = [
+        max(shortfall(a.goal, a.measured) for draw in p.draws for a in draw
+            if a.goal.protected and a.priority == top)
+        for p in predictions
+    ]  # fmt: skip
+    best = min(worst)
+    if math.isinf(best):
+        return None
+    return next(i for i, w in enumerate(worst) if w <= best * (1 + config.tolerance))

@@ -53,8 +53,9 @@ backend tells the policy each app's request as estimated kernels (``AppInfo.kern
 (:data:`CANDIDATES`, from strict to free) in a short what-if simulation (``gpushare.whatif``:
 arrivals of its own, never the run's, and kernel times perturbed), and adopts the one that
 meets the goals in priority order with a margin and then gives the other apps the most
-throughput. The rule above then runs with that setting, its feedback still correcting a
-wrong prediction. Without kernels the constructor's setting stays.
+throughput (where none meets the most important goals, the one that comes nearest). The rule
+above then runs with that setting, its feedback still correcting a wrong prediction. Without
+kernels the constructor's setting stays.
 
 ``violations()`` reports, per app with a latency goal, the requests the policy saw end late.
 """
@@ -85,6 +86,7 @@ from qosched.gpushare.whatif import (
     choose,
     knows_kernels,
     meets_every_goal,
+    nearest,
     predict,
 )
 from qosched.hardware import Processor
@@ -344,7 +346,8 @@ class FgGR:
 
     def _calibrate(self, apps: tuple[AppInfo, ...]) -> None:
         """Adopt the candidate the what-if predicts best; none meeting the most important
-        goals with the margin, the best without it; none at all, the constructor's setting."""
+        goals with the margin, the best without it; none at all, the one nearest to them
+        (priority orders goals: the most important app is still served first)."""
         # The free settings first (they cost the least to simulate): where one meets every
         # goal with the margin there is nothing to hold back, and the others are not run.
         order = sorted(range(len(CANDIDATES)), key=lambda i: CANDIDATES[i][1].get("admit") != "all")
@@ -355,13 +358,15 @@ class FgGR:
             runs.update(zip(rest, self._predict(apps, rest), strict=True))
         indices = sorted(runs)  # safest first again
         predictions = [runs[i] for i in indices]
-        for margin in (self.what_if.margin, 0.0):
-            chosen = choose(predictions, self.what_if, margin=margin)
-            if chosen is not None:
-                name, changes = CANDIDATES[indices[chosen]]
-                self._apply({**self.options, **changes})
-                self.calibrated = name
-                return
+        chosen = choose(predictions, self.what_if, margin=self.what_if.margin)
+        if chosen is None:
+            chosen = choose(predictions, self.what_if, margin=0.0)
+        if chosen is None:
+            chosen = nearest(predictions, self.what_if)
+        if chosen is not None:
+            name, changes = CANDIDATES[indices[chosen]]
+            self._apply({**self.options, **changes})
+            self.calibrated = name
 
     def violations(self) -> dict[str, int]:
         """Requests of each latency-goal app that ended later than its target."""
