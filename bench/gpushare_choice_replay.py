@@ -35,18 +35,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpushare_mixes import Mix, add_mix_arguments, model_kernels, random_mix, seed_range
-from qosched.gpushare.judge import AppOutcome, outcomes, rule_violations
-from qosched.gpushare.policies import create_policy, policy_names
+from qosched.gpushare.judge import AppOutcome, judge_mix, rule_violations
+from qosched.gpushare.policies import policy_names
 from qosched.gpushare.policies.fggr import CANDIDATES, FgGR
-from qosched.gpushare.simulator import alone_results, app_infos, compare, simulate
-from qosched.gpushare.whatif import (
-    Prediction,
-    WhatIf,
-    choose,
-    meets_every_goal,
-    nearest,
-    predict,
-)
+from qosched.gpushare.simulator import app_infos
+from qosched.gpushare.whatif import Prediction, WhatIf, adopted, meets_every_goal, predict
 
 NAMES = [name for name, _ in CANDIDATES]
 FREE = [i for i, (_, changes) in enumerate(CANDIDATES) if changes.get("admit") == "all"]
@@ -66,9 +59,11 @@ class Way:
     nearest: bool = True
 
 
-#: The default first (what ``FgGR`` does), then the variants tried against it.
+#: What ``FgGR`` does.
+DEFAULT = Way(2)
+#: The default first, then the variants tried against it.
 WAYS = {
-    "default: 2 draws, 3 % margin": Way(2),
+    "default: 2 draws, 3 % margin": DEFAULT,
     "2 draws, the constructor's setting where none meets the top goal": Way(2, nearest=False),
     "2 draws, no margin": Way(2, margin=0.0),
     "2 draws, then 2 confirming the choice": Way(2, 2),
@@ -98,22 +93,15 @@ def simulated(mix: Mix, runs: int, draws: int) -> Simulated:
     predictions = predict(infos, factories, config)
     chosen = FgGR()
     chosen.setup(infos)
-    if replayed(predictions, WAYS["default: 2 draws, 3 % margin"]) != (chosen.calibrated or ""):
+    if replayed(predictions, DEFAULT) != (chosen.calibrated or ""):
         raise SystemExit(f"seed {mix.seed}: the replay of the default is not fggr's choice")
-    goals = {info.name: info.goal for info in infos}
-    times = {app.name: app.request_time_s for app in mix.apps}
     baselines = [name for name in policy_names() if name != "fggr"]
-    judged = []
-    for run in range(runs):
-        seed = replace(mix, run=run).run_seed
-        alone = alone_results(mix.gpu, mix.apps, duration_s=mix.duration_s, seed=seed)
-        policies = {name: create_policy(name) for name in baselines}
-        policies |= {f"fggr:{name}": make() for name, make in zip(NAMES, factories, strict=True)}
-        by = {}
-        for name, policy in policies.items():
-            shared = simulate(mix.gpu, mix.apps, policy, duration_s=mix.duration_s, seed=seed)
-            by[name] = outcomes(compare(shared, alone, times), goals)
-        judged.append(by)
+    settings = {f"fggr:{name}": make for name, make in zip(NAMES, factories, strict=True)}
+    judged = [
+        judge_mix(mix.gpu, mix.apps, duration_s=mix.duration_s, seed=replace(mix, run=run).run_seed,
+                  policies=baselines, more=settings)
+        for run in range(runs)
+    ]  # fmt: skip
     return Simulated(mix.describe(), predictions, tuple(judged))
 
 
@@ -123,8 +111,8 @@ def _draws(prediction: Prediction, count: int, skip: int = 0) -> Prediction:
 
 def replayed(predictions: tuple[Prediction, ...], way: Way) -> str:
     """The candidate ``way`` adopts ('' for none: the constructor's setting stays), as
-    ``FgGR._calibrate`` chooses: the free settings first, the rest only where neither free
-    one meets every goal with the margin; without the margin where nothing meets it."""
+    ``FgGR._calibrate`` chooses (``whatif.adopted``): the free settings first, the rest only
+    where neither free one meets every goal with the margin."""
     config = WhatIf()
     runs = {i: _draws(predictions[i], way.first) for i in FREE}
     confirmed: set[int] = set()
@@ -133,11 +121,8 @@ def replayed(predictions: tuple[Prediction, ...], way: Way) -> str:
         if rest and not any(meets_every_goal(p, way.margin) for p in runs.values()):
             runs |= {i: _draws(predictions[i], way.first) for i in rest}
         indices = sorted(runs)
-        chosen = choose([runs[i] for i in indices], config, margin=way.margin)
-        if chosen is None:
-            chosen = choose([runs[i] for i in indices], config, margin=0.0)
-        if chosen is None and way.nearest:
-            chosen = nearest([runs[i] for i in indices], config)
+        chosen = adopted([runs[i] for i in indices], config, margin=way.margin,
+                         fallback=way.nearest)  # fmt: skip
         if chosen is None:
             return ""
         index = indices[chosen]

@@ -18,10 +18,11 @@ The rules, for one mix run under every registered policy (:func:`rule_violations
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from qosched.gpushare.goals import Goal, Measured, goal_met, measured_value
+from qosched.gpushare.policy import SharingPolicy
 from qosched.gpushare.simulator import (
     AppComparison,
     AppWorkload,
@@ -165,18 +166,24 @@ def judge_mix(
     seed: int = 0,
     policies: Sequence[str] | None = None,
     options: Mapping[str, Mapping[str, object]] | None = None,
+    more: Mapping[str, Callable[[], SharingPolicy]] | None = None,
 ) -> dict[str, tuple[AppOutcome, ...]]:
     """Simulate the mix under each policy (default: every registered one) and judge every app
     against its goal (stated, or the default for its priority). ``options``: constructor
-    options by policy name (e.g. ``{"fggr": {"calibrate": True}}``)."""
+    options by policy name (e.g. ``{"fggr": {"calibrate": True}}``); ``more``: policies made
+    by the caller, by the label they are reported under, judged after those (against the same
+    runs alone)."""
     from qosched.gpushare.policies import create_policy, policy_names
 
     goals = {info.name: info.goal for info in app_infos(apps)}
     times = {app.name: app.request_time_s for app in apps}
     alone = alone_results(gpu, apps, duration_s=duration_s, seed=seed)
+    makers = {
+        name: lambda name=name: create_policy(name, **(options or {}).get(name, {}))
+        for name in policies or policy_names()
+    }
     result = {}
-    for name in policies or policy_names():
-        policy = create_policy(name, **(options or {}).get(name, {}))
-        shared = simulate(gpu, apps, policy, duration_s=duration_s, seed=seed)
-        result[name] = outcomes(compare(shared, alone, times), goals)
+    for label, make in {**makers, **(more or {})}.items():
+        shared = simulate(gpu, apps, make(), duration_s=duration_s, seed=seed)
+        result[label] = outcomes(compare(shared, alone, times), goals)
     return result

@@ -250,3 +250,22 @@ def nearest(predictions: Sequence[Prediction], config: WhatIf) -> int | None:
     if math.isinf(best):
         return None
     return next(i for i, w in enumerate(worst) if w <= best * (1 + config.tolerance))
+
+
+def adopted(
+    predictions: Sequence[Prediction],
+    config: WhatIf,
+    *,
+    margin: float | None = None,
+    fallback: bool = True,
+) -> int | None:
+    """The candidate calibration adopts: the one ``choose`` picks with ``margin`` (by default
+    ``config.margin``), else without any; where none meets the most important goals at all,
+    the ``nearest`` (with ``fallback``), else None (the policy keeps its own setting)."""
+    margin = config.margin if margin is None else margin
+    chosen = choose(predictions, config, margin=margin)
+    if chosen is None:
+        chosen = choose(predictions, config, margin=0.0)
+    if chosen is None and fallback:
+        chosen = nearest(predictions, config)
+    return chosen

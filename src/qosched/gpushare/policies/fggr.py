@@ -83,10 +83,9 @@ from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
 from qosched.gpushare.whatif import (
     Prediction,
     WhatIf,
-    choose,
+    adopted,
     knows_kernels,
     meets_every_goal,
-    nearest,
     predict,
 )
 from qosched.hardware import Processor
@@ -358,11 +357,7 @@ class FgGR:
             runs.update(zip(rest, self._predict(apps, rest), strict=True))
         indices = sorted(runs)  # safest first again
         predictions = [runs[i] for i in indices]
-        chosen = choose(predictions, self.what_if, margin=self.what_if.margin)
-        if chosen is None:
-            chosen = choose(predictions, self.what_if, margin=0.0)
-        if chosen is None:
-            chosen = nearest(predictions, self.what_if)
+        chosen = adopted(predictions, self.what_if)
         if chosen is not None:
             name, changes = CANDIDATES[indices[chosen]]
             self._apply({**self.options, **changes})
