@@ -265,9 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     for seed in seeds:
         mix = random_mix(seed, models=models)
-        for run in range(args.runs):
-            results.append((replace(mix, run=run), judge(replace(mix, run=run),
-                                                         online=args.online)))  # fmt: skip
+        for one_run in (replace(mix, run=run) for run in range(args.runs)):
+            results.append((one_run, judge(one_run, online=args.online)))
         print(f"seed {seed}: {len(mix.apps)} apps, {mix.duration_s:.3f} s simulated "
               f"({time.perf_counter() - began:.0f} s so far)", file=sys.stderr)  # fmt: skip
     summary = report(results)
