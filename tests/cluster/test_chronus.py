@@ -97,6 +97,31 @@ def test_an_arrival_that_would_break_a_guarantee_runs_only_on_spare_workers():
     assert run(sound, jobs) == {"a": (0.0, 10.0), "b": (10.0, 20.0)}
 
 
+@pytest.mark.parametrize(("credit", "finish"), [(True, 70.0), (False, 80.0)])
+def test_a_guaranteed_job_starting_after_a_wait_is_credited_the_lease_it_waited(credit, finish):
+    # "a" (4 GPUs, 40 s, planned 40 x 1.15 x 1.1 = 50.6 s: six leases) is planned at 10 into
+    # the latest six before its deadline, leases 4..9, and waits. The artifact's clock counts
+    # its progress from its last look at the waiting job, a lease before it starts: at 40 it is
+    # credited 10 s, so at 50 it has 20 s done, needs ceil(30.6 / 10) = 4 leases of its 5 left
+    # and drops lease 5. It waits again, is credited again at 60 (30 s done) and ends at 70,
+    # having run 20 s. Without the credit it runs its 40 s from 40.
+    policy = Chronus(lease_s=10.0, spare="artifact", credit_waited_lease=credit)
+    assert run(policy, [job("a", 0, 160, workers=4, deadline=100)]) == {"a": (40.0, finish)}
+
+
+@pytest.mark.parametrize(("spare", "order"), [("artifact", ("q", "p")), ("all", ("p", "q"))])
+def test_jobs_past_hope_are_served_latest_first_under_the_artifact_spare_rule(spare, order):
+    # Both are due at 5 and need the whole GPU set, so neither can meet its deadline. Planned
+    # lateness x workers: p (10 s, planned 12.65 s) 4 x 7.65, q (20 s, planned 25.3 s) 4 x
+    # 20.3. The artifact serves the latest first (its `emergence`, `best_func`) and its
+    # running job's lateness stays put while the other's grows, so q runs 0..20, then p. The
+    # default serves the least remaining work first.
+    jobs = [job("p", 0, 40, workers=4, deadline=5), job("q", 0, 80, workers=4, deadline=5)]
+    first, second = order
+    runs = run(Chronus(lease_s=10.0, spare=spare), jobs)
+    assert runs[first][0] == 0.0 and runs[second][0] == runs[first][1]
+
+
 def test_guarantee_is_reported_after_admission():
     policy = Chronus(lease_s=10.0)
     view = ClusterView(0.0, ClusterSpec.from_flags(1, 4), ())

@@ -307,6 +307,24 @@ def test_decision_that_keeps_a_job_where_it_is_costs_nothing():
     assert (outcome.finish_s, outcome.reallocations) == (10.0, 0)
 
 
+def test_credited_work_is_done_at_once_and_the_job_ends_that_much_sooner():
+    # "a": 10 iterations at 2/s on 2 GPUs. Credited 2 s of its allocation at its start, it has
+    # 4 iterations done at 0 and ends at 3; "b" on one GPU is credited nothing and ends at 10.
+    def credit_a_at_start(view: ClusterView) -> Decision:
+        alive = {j.job_id for j in view.jobs}
+        workers = {j: n for j, n in {"a": 2, "b": 1}.items() if j in alive}
+        return Decision(workers, credit_s={"a": 2.0} if view.now == 0 else {})
+
+    result = simulate(
+        ClusterSpec.from_flags(1, 4),
+        SMALL,
+        Scripted(credit_a_at_start),
+        [job("a", 0, 10), job("b", 0, 10)],
+    )
+    finished = {o.job_id: o.finish_s for o in result.outcomes}
+    assert finished == {"a": 3.0, "b": 10.0}
+
+
 # --- strictness about decisions -----------------------------------------------------------------
 
 BAD_DECISIONS = {
@@ -317,6 +335,9 @@ BAD_DECISIONS = {
     "wake-now": (lambda v: Decision({"a": 1}, wake_at=v.now), "not in the future"),
     "wake-in-the-past": (lambda v: Decision({"a": 1}, wake_at=v.now - 1), "not in the future"),
     "nothing-ever-runs": (lambda v: Decision({}), "unfinished"),
+    "negative-credit": (lambda v: Decision({"a": 1}, credit_s={"a": -1.0}), "must be >= 0"),
+    "infinite-credit": (lambda v: Decision({"a": 1}, credit_s={"a": float("inf")}), ">= 0"),
+    "credit-to-unknown-job": (lambda v: Decision({"a": 1}, credit_s={"ghost": 1.0}), "ghost"),
 }
 
 

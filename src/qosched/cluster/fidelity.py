@@ -104,7 +104,9 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         # arrivals that follow it, which wait for the next one, even on an idle cluster.
         "chronus": ArtifactPeer(
             "time-aware-with-lease",
-            MappingProxyType({"spare": "artifact", "boundary_clock": True}),
+            MappingProxyType(
+                {"spare": "artifact", "boundary_clock": True, "credit_waited_lease": True}
+            ),
             "none",
             decision_grid=True,
             grid_origin_s=0.0,

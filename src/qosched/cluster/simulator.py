@@ -600,6 +600,10 @@ class ClusterSimulator:
                         state.workers, self.cluster.total_workers, restart=True, cached=False
                     ),
                 )
+        for job_id, credit_s in decision.credit_s.items():
+            if job_id not in self._active:
+                raise SimulationError(f"t={self.engine.now}: credit for unknown job {job_id!r}")
+            self._credit(self._active[job_id], credit_s)
         if self.config.restart_model == "every-decision":
             if counted:
                 self._charge_every_decision(view.jobs, restart_round)
@@ -623,6 +627,17 @@ class ClusterSimulator:
             )
         if not counted and self._active:  # after the last arrival: a round every slot
             self._request_decision(self.engine.now + self.config.decision_slot_s)
+
+    def _credit(self, state: JobState, seconds: float) -> None:
+        """Count ``seconds`` of work on the job's allocation as done, from now."""
+        if not math.isfinite(seconds) or seconds < 0:
+            raise SimulationError(f"credit for job {state.job_id} must be >= 0, got {seconds}")
+        if not state.workers or not seconds:
+            return
+        state.iterations_done = min(
+            float(state.spec.iterations), state.iterations_done + self.true_rate(state) * seconds
+        )
+        self._set_rate(state)
 
     def _check_stall(self) -> None:
         """SimulationError once the policy has left every job waiting on an idle cluster, with

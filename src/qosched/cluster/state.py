@@ -119,3 +119,8 @@ class Decision:
     # The order the backend lays the jobs' workers out in, for the ElasticFlow artifact's
     # GPU-set cache (``SimConfig.restart_model`` "every-decision"); empty: by size, then deadline.
     layout_order: tuple[str, ...] = ()
+    # Seconds of work on its new allocation the simulator credits a job at this decision,
+    # though it did not run them: only reproductions of an artifact whose accounting does so
+    # ask for it (Chronus's lease start, ``Chronus(credit_waited_lease=True)``); the other
+    # backends ignore it.
+    credit_s: Mapping[str, float] = field(default_factory=dict)

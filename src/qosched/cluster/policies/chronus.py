@@ -12,9 +12,11 @@ whose plan holds the current lease run, and spare workers go to the rest.
 This follows the ElasticFlow artifact's Chronus (``chronus-scheduler/``, ``--schedule
 time-aware-with-lease``) on its greedy path, the one it takes without a Gurobi licence.
 ``spare="artifact"`` reproduces its spare rule: only jobs it does not guarantee get spare workers,
-fewest remaining worker-seconds first, hopeless ones last. The default ``spare="all"`` also lends
-them to guaranteed jobs waiting for their leases, earliest deadline first: running early can only
-shorten their plans, whereas the artifact leaves those workers idle.
+fewest remaining worker-seconds first, hopeless ones last and latest first. The default
+``spare="all"`` also lends them to guaranteed jobs waiting for their leases, earliest deadline
+first: running early can only shorten their plans, whereas the artifact leaves those workers
+idle. ``credit_waited_lease`` reproduces its progress accounting, which credits a guaranteed job
+that starts a lease after waiting with a lease of work it did not do.
 """
 
 from __future__ import annotations
@@ -132,7 +134,11 @@ class Chronus(Policy):
     promises_deadlines = True
 
     def __init__(
-        self, lease_s: float = 240.0, spare: str = "all", boundary_clock: bool = False
+        self,
+        lease_s: float = 240.0,
+        spare: str = "all",
+        boundary_clock: bool = False,
+        credit_waited_lease: bool = False,
     ) -> None:
         if not math.isfinite(lease_s) or lease_s <= 0:
             raise ValueError(f"lease_s must be finite and > 0, got {lease_s}")
@@ -144,6 +150,12 @@ class Chronus(Policy):
         # only the arrivals from before it; later ones wait for the next boundary, as in the
         # artifact, whose clock passes every boundary, idle or not.
         self.boundary_clock = boundary_clock
+        # True: a guaranteed job that starts a planned lease after waiting through the last
+        # one is credited that lease's work, as the artifact's progress clock does (it counts
+        # from its last look at the waiting job, a lease earlier); the lease it then no longer
+        # needs is dropped (`_shrink`), so such a job runs every other lease.
+        self.credit_waited_lease = credit_waited_lease
+        self._credit: dict[str, float] = {}  # for the decision at the current boundary
         self._jobs: dict[str, _Lease] = {}
         self._arrivals: list[JobState] = []  # admitted since the last boundary, not yet judged
         self._lease_index = -1  # the lease whose boundary was handled last
@@ -169,12 +181,15 @@ class Chronus(Policy):
             state = self._jobs.pop(job_id)
             self._release(state.plan or (), state.workers)
         index = math.floor(view.now / self.lease_s + _EPS)
+        credit: dict[str, float] = {}
         if index > self._lease_index:
             self._lease_index = index
             self._boundary(view, index, alive)
+            credit, self._credit = self._credit, {}
         workers = {j: g for j, g in self._workers.items() if j in alive}
         # Nothing left to decide about: waking at every boundary would never end the run.
-        return Decision(workers, (index + 1) * self.lease_s if view.jobs else None)
+        wake = (index + 1) * self.lease_s if view.jobs else None
+        return Decision(workers, wake, credit_s=credit)
 
     def _boundary(self, view: ClusterView, index: int, alive: dict[str, JobState]) -> None:
         total = view.cluster.total_workers
@@ -216,6 +231,8 @@ class Chronus(Policy):
                 workers[job_id] = alive[job_id].spec.requested_workers
                 state.leases_left -= 1
                 del state.plan[0]
+                if self.credit_waited_lease and job_id not in self._workers:
+                    self._credit[job_id] = self.lease_s
         self._held.pop(current, None)
         self._base = current + 1
         self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
@@ -311,6 +328,11 @@ class Chronus(Policy):
         return workers
 
     def _spare_key(self, view: ClusterView, job: JobState) -> tuple[int, float, float]:
+        """Rank for spare workers, smallest first: overrun jobs, then (``spare="all"``) the
+        guaranteed by deadline, then the others by least planned work left in worker-seconds,
+        then those that can no longer meet their deadline. Under ``spare="artifact"`` the last
+        go latest first, by planned lateness x workers (the artifact's ``emergence``): a job
+        that ran keeps its lateness while a waiting one's grows, so they take turns."""
         state = self._jobs[job.job_id]
         g = job.spec.requested_workers
         if state.overrun:
@@ -319,6 +341,9 @@ class Chronus(Policy):
             return (1, job.spec.deadline_s or math.inf, job.spec.submit_s)
         rate = job.curve.rate(g)
         deadline = job.spec.deadline_s
-        hopeless = deadline is not None and deadline < view.now + job.remaining_iterations / rate
-        done_s = job.iterations_done / rate
-        return (3 if hopeless else 2, (state.estimate_s - done_s) * g, job.spec.submit_s)
+        planned_left_s = state.estimate_s - job.iterations_done / rate
+        if deadline is None or deadline >= view.now + job.remaining_iterations / rate:
+            return (2, planned_left_s * g, job.spec.submit_s)
+        if self.spare == "artifact":
+            return (3, -(view.now + planned_left_s - deadline) * g, job.spec.submit_s)
+        return (3, planned_left_s * g, job.spec.submit_s)
