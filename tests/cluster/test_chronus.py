@@ -122,6 +122,18 @@ def test_jobs_past_hope_are_served_latest_first_under_the_artifact_spare_rule(sp
     assert runs[first][0] == 0.0 and runs[second][0] == runs[first][1]
 
 
+def test_jobs_on_spare_workers_pay_the_artifact_resume_cost_at_every_lease():
+    # p and q as above; each lease a job runs on spare workers costs it 0.5 x (1 + log2 4) =
+    # 1.5 s, which the artifact adds to its run time (its own progress runs ahead of it).
+    # q runs 0..10 and 10..20, 8.5 s of work each; at 20 its lateness is still 20.3 while
+    # p's is 20 + 12.65 - 5 = 27.65, so p runs 20..30 (8.5 s). At 30 q (30.3) goes before p
+    # (27.65) and ends at 30 + 1.5 + 3 = 34.5; p resumes at the next boundary, 40, and ends
+    # at 40 + 1.5 + 1.5 = 43.
+    jobs = [job("p", 0, 40, workers=4, deadline=5), job("q", 0, 80, workers=4, deadline=5)]
+    policy = Chronus(lease_s=10.0, spare="artifact", charge_resumes=True)
+    assert run(policy, jobs) == {"p": (20.0, 43.0), "q": (0.0, 34.5)}
+
+
 def test_guarantee_is_reported_after_admission():
     policy = Chronus(lease_s=10.0)
     view = ClusterView(0.0, ClusterSpec.from_flags(1, 4), ())

@@ -307,22 +307,25 @@ def test_decision_that_keeps_a_job_where_it_is_costs_nothing():
     assert (outcome.finish_s, outcome.reallocations) == (10.0, 0)
 
 
-def test_credited_work_is_done_at_once_and_the_job_ends_that_much_sooner():
+def test_credited_work_is_done_at_once_and_charged_time_does_none():
     # "a": 10 iterations at 2/s on 2 GPUs. Credited 2 s of its allocation at its start, it has
-    # 4 iterations done at 0 and ends at 3; "b" on one GPU is credited nothing and ends at 10.
+    # 4 iterations done at 0 and ends at 3; "b" on one GPU, charged 2 s, ends at 12; "c" at 10.
     def credit_a_at_start(view: ClusterView) -> Decision:
         alive = {j.job_id for j in view.jobs}
-        workers = {j: n for j, n in {"a": 2, "b": 1}.items() if j in alive}
-        return Decision(workers, credit_s={"a": 2.0} if view.now == 0 else {})
+        workers = {j: n for j, n in {"a": 2, "b": 1, "c": 1}.items() if j in alive}
+        start = view.now == 0
+        return Decision(
+            workers, credit_s={"a": 2.0} if start else {}, charge_s={"b": 2.0} if start else {}
+        )
 
     result = simulate(
         ClusterSpec.from_flags(1, 4),
         SMALL,
         Scripted(credit_a_at_start),
-        [job("a", 0, 10), job("b", 0, 10)],
+        [job("a", 0, 10), job("b", 0, 10), job("c", 0, 10)],
     )
     finished = {o.job_id: o.finish_s for o in result.outcomes}
-    assert finished == {"a": 3.0, "b": 10.0}
+    assert finished == {"a": 3.0, "b": 12.0, "c": 10.0}
 
 
 # --- strictness about decisions -----------------------------------------------------------------
@@ -338,6 +341,8 @@ BAD_DECISIONS = {
     "negative-credit": (lambda v: Decision({"a": 1}, credit_s={"a": -1.0}), "must be >= 0"),
     "infinite-credit": (lambda v: Decision({"a": 1}, credit_s={"a": float("inf")}), ">= 0"),
     "credit-to-unknown-job": (lambda v: Decision({"a": 1}, credit_s={"ghost": 1.0}), "ghost"),
+    "negative-charge": (lambda v: Decision({"a": 1}, charge_s={"a": -1.0}), "must be >= 0"),
+    "charge-to-unknown-job": (lambda v: Decision({"a": 1}, charge_s={"ghost": 1.0}), "ghost"),
 }
 
 

@@ -105,7 +105,12 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
         "chronus": ArtifactPeer(
             "time-aware-with-lease",
             MappingProxyType(
-                {"spare": "artifact", "boundary_clock": True, "credit_waited_lease": True}
+                {
+                    "spare": "artifact",
+                    "boundary_clock": True,
+                    "credit_waited_lease": True,
+                    "charge_resumes": True,
+                }
             ),
             "none",
             decision_grid=True,

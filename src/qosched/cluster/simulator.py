@@ -601,9 +601,13 @@ class ClusterSimulator:
                     ),
                 )
         for job_id, credit_s in decision.credit_s.items():
-            if job_id not in self._active:
-                raise SimulationError(f"t={self.engine.now}: credit for unknown job {job_id!r}")
-            self._credit(self._active[job_id], credit_s)
+            self._credit(self._known(job_id, "credit"), credit_s)
+        for job_id, charge_s in decision.charge_s.items():
+            state = self._known(job_id, "charge")
+            if not math.isfinite(charge_s) or charge_s < 0:
+                raise SimulationError(f"charge for job {job_id} must be >= 0, got {charge_s}")
+            if state.workers and charge_s:
+                self._pause(state, charge_s)
         if self.config.restart_model == "every-decision":
             if counted:
                 self._charge_every_decision(view.jobs, restart_round)
@@ -627,6 +631,11 @@ class ClusterSimulator:
             )
         if not counted and self._active:  # after the last arrival: a round every slot
             self._request_decision(self.engine.now + self.config.decision_slot_s)
+
+    def _known(self, job_id: str, what: str) -> JobState:
+        if job_id not in self._active:
+            raise SimulationError(f"t={self.engine.now}: {what} for unknown job {job_id!r}")
+        return self._active[job_id]
 
     def _credit(self, state: JobState, seconds: float) -> None:
         """Count ``seconds`` of work on the job's allocation as done, from now."""

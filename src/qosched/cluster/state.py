@@ -124,3 +124,7 @@ class Decision:
     # ask for it (Chronus's lease start, ``Chronus(credit_waited_lease=True)``); the other
     # backends ignore it.
     credit_s: Mapping[str, float] = field(default_factory=dict)
+    # Seconds at the start of its allocation in which the simulator has a job do no work: a
+    # restart cost the policy's artifact charges in its own way (Chronus's resume cost,
+    # ``Chronus(charge_resumes=True)``); the other backends ignore it.
+    charge_s: Mapping[str, float] = field(default_factory=dict)

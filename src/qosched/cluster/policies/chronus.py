@@ -58,6 +58,9 @@ class _Lease:
     # the current one). Kept sparse: a plan's deadline may lie a million leases ahead.
     plan: list[int] | None = None
     overrun: bool = False  # used up its leases unfinished: first in line for spare workers
+    # Resume costs charged so far (``Chronus.charge_resumes``): the artifact adds them to the
+    # run time it ends a job at, so its progress, unlike the simulator's, runs ahead of them.
+    charged_s: float = 0.0
 
 
 class LeaseFree:
@@ -139,6 +142,7 @@ class Chronus(Policy):
         spare: str = "all",
         boundary_clock: bool = False,
         credit_waited_lease: bool = False,
+        charge_resumes: bool = False,
     ) -> None:
         if not math.isfinite(lease_s) or lease_s <= 0:
             raise ValueError(f"lease_s must be finite and > 0, got {lease_s}")
@@ -155,7 +159,13 @@ class Chronus(Policy):
         # from its last look at the waiting job, a lease earlier); the lease it then no longer
         # needs is dropped (`_shrink`), so such a job runs every other lease.
         self.credit_waited_lease = credit_waited_lease
-        self._credit: dict[str, float] = {}  # for the decision at the current boundary
+        # True: every job run on spare workers in a lease, and every guaranteed job starting a
+        # lease after waiting, pays the artifact's resume cost, 0.5 s x (1 + log2 workers),
+        # as the artifact counts resumes (a job on spare workers resumes at every boundary).
+        self.charge_resumes = charge_resumes
+        # For the decision at the current boundary.
+        self._credit: dict[str, float] = {}
+        self._charge: dict[str, float] = {}
         self._jobs: dict[str, _Lease] = {}
         self._arrivals: list[JobState] = []  # admitted since the last boundary, not yet judged
         self._lease_index = -1  # the lease whose boundary was handled last
@@ -182,14 +192,16 @@ class Chronus(Policy):
             self._release(state.plan or (), state.workers)
         index = math.floor(view.now / self.lease_s + _EPS)
         credit: dict[str, float] = {}
+        charge: dict[str, float] = {}
         if index > self._lease_index:
             self._lease_index = index
             self._boundary(view, index, alive)
             credit, self._credit = self._credit, {}
+            charge, self._charge = self._charge, {}
         workers = {j: g for j, g in self._workers.items() if j in alive}
         # Nothing left to decide about: waking at every boundary would never end the run.
         wake = (index + 1) * self.lease_s if view.jobs else None
-        return Decision(workers, wake, credit_s=credit)
+        return Decision(workers, wake, credit_s=credit, charge_s=charge)
 
     def _boundary(self, view: ClusterView, index: int, alive: dict[str, JobState]) -> None:
         total = view.cluster.total_workers
@@ -233,10 +245,18 @@ class Chronus(Policy):
                 del state.plan[0]
                 if self.credit_waited_lease and job_id not in self._workers:
                     self._credit[job_id] = self.lease_s
+        resumed = {j for j in workers if j not in self._workers}
         self._held.pop(current, None)
         self._base = current + 1
         self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
-        self._workers = self._lend_spare(view, alive, workers, total)
+        lent = self._lend_spare(view, alive, dict(workers), total)
+        if self.charge_resumes:
+            for job_id, g in lent.items():
+                if job_id in resumed or job_id not in workers:
+                    cost = _RESUME_COST_S * (1 + math.log2(g))
+                    self._charge[job_id] = cost
+                    self._jobs[job_id].charged_s += cost
+        self._workers = lent
 
     def _admit_arrivals(
         self, alive: dict[str, JobState], index: int, total: int, boundary_s: float
@@ -296,7 +316,7 @@ class Chronus(Policy):
 
     def _shrink(self, state: _Lease, job: JobState) -> None:
         """Drop the earliest planned leases a job no longer needs after running on spare."""
-        done_s = job.iterations_done / job.curve.rate(job.spec.requested_workers)
+        done_s = self._done_s(job, state)
         needed = max(0, math.ceil((state.estimate_s - done_s) / self.lease_s - _EPS))
         surplus = state.leases_left - needed
         if surplus <= 0:
@@ -339,11 +359,19 @@ class Chronus(Policy):
             return (0, 0.0, job.spec.submit_s)
         if state.guaranteed:  # only under spare="all": promised work next, by deadline
             return (1, job.spec.deadline_s or math.inf, job.spec.submit_s)
-        rate = job.curve.rate(g)
         deadline = job.spec.deadline_s
-        planned_left_s = state.estimate_s - job.iterations_done / rate
-        if deadline is None or deadline >= view.now + job.remaining_iterations / rate:
+        done_s = self._done_s(job, state)
+        planned_left_s = state.estimate_s - done_s
+        if (
+            deadline is None
+            or deadline >= view.now + job.spec.iterations / job.curve.rate(g) - done_s
+        ):
             return (2, planned_left_s * g, job.spec.submit_s)
         if self.spare == "artifact":
             return (3, -(view.now + planned_left_s - deadline) * g, job.spec.submit_s)
         return (3, planned_left_s * g, job.spec.submit_s)
+
+    @staticmethod
+    def _done_s(job: JobState, state: _Lease) -> float:
+        """Run time the job has to its credit on its own workers, as the artifact counts it."""
+        return job.iterations_done / job.curve.rate(job.spec.requested_workers) + state.charged_s
