@@ -172,6 +172,53 @@ def test_never_more_workers_than_the_cluster_and_deterministic(spare):
     assert once() == (totals, outcomes)
 
 
+class _Ledger(Chronus):
+    """Chronus recording the work each decision credits and the time it charges."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.credited: dict[str, float] = {}
+        self.charged: dict[str, float] = {}
+
+    def allocate(self, view: ClusterView) -> Decision:
+        decision = super().allocate(view)
+        for book, entries in (
+            (self.credited, decision.credit_s),
+            (self.charged, decision.charge_s),
+        ):
+            for job_id, seconds in entries.items():
+                book[job_id] = book.get(job_id, 0.0) + seconds
+        return decision
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_artifact_accounting_conserves_work_on_generated_traces(seed):
+    # Each job runs on its requested workers only, so the time it holds them is its run time
+    # plus the time charged to it, less the work credited to it, of which a credit past its
+    # end counts only the part it needed.
+    tables = ThroughputModel.bundled()
+    config = GeneratorConfig(jobs=80, load=2.0, cluster_workers=16, seed=seed)
+    jobs = {j.job_id: j for j in generate_trace(config, tables)}
+    policy = _Ledger(spare="artifact", credit_waited_lease=True, charge_resumes=True)
+    result = simulate(ClusterSpec.from_flags(2, 8), tables, policy, list(jobs.values()),
+                      SimConfig(restart_model="none", cross_node_factor=1.0))  # fmt: skip
+    exact = 0
+    for outcome in result.outcomes:
+        spec = jobs[outcome.job_id]
+        assert outcome.finish_s is not None
+        curve = tables.curve(spec.model, spec.batch_size)
+        run_s = spec.iterations / curve.rate(spec.requested_workers)
+        held_s = outcome.worker_seconds / spec.requested_workers
+        credit = policy.credited.get(spec.job_id, 0.0)
+        charge = policy.charged.get(spec.job_id, 0.0)
+        if credit:
+            assert run_s - credit + charge - 1e-6 <= held_s <= run_s + charge + 1e-6
+        else:
+            assert held_s == pytest.approx(run_s + charge, rel=1e-9, abs=1e-6)
+            exact += charge > 0
+    assert policy.credited and exact > 10  # both kinds of job are exercised
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"lease_s": 0.0}, "lease_s"), ({"spare": "eager"}, "spare rule")],
