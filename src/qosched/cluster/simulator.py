@@ -638,11 +638,13 @@ class ClusterSimulator:
         return self._active[job_id]
 
     def _credit(self, state: JobState, seconds: float) -> None:
-        """Count ``seconds`` of work on the job's allocation as done, from now."""
+        """Count ``seconds`` of work on the job's allocation as done, from now, and as run (the
+        mirror of `_take_start_charges`)."""
         if not math.isfinite(seconds) or seconds < 0:
             raise SimulationError(f"credit for job {state.job_id} must be >= 0, got {seconds}")
         if not state.workers or not seconds:
             return
+        state.active_s += seconds
         state.iterations_done = min(
             float(state.spec.iterations), state.iterations_done + self.true_rate(state) * seconds
         )
