@@ -5,6 +5,7 @@ the ElasticFlow artifact's recorded times.
     python bench/cluster_sim_speed.py scaling [--jobs 1000,3000,10000,30000,100000] [--policies qos]
     python bench/cluster_sim_speed.py itp --traces DIR     # DIR: elasticflow-traces.tar.gz unpacked
     python bench/cluster_sim_speed.py artifact --trace philly_103959.csv --nodes 32 [--repeats 3]
+    python bench/cluster_sim_speed.py artifact --trace cluster10.csv --nodes 8    # Chronus
 
 - decision: one qos ``allocate()`` with 1,000 active jobs on 128x8 = 1,024 GPUs (jobs as in
   bench/bench_cluster_sim.py ``active_states``, admitted one by one first), CPU milliseconds per
@@ -67,6 +68,9 @@ ARTIFACT_S: dict[tuple[str, int], dict[str, list[tuple[float, float | None, str]
         "dlas-gpu": [(17.8, 2.7, "here")],
     },
     ("cluster01.csv", 64): {"ef-accessctrl": [(1365.0, None, "issue 16")]},
+    # The artifact's Chronus (``chronus-scheduler/main.py``, options of ``run_fig8b.sh``), its
+    # trace converted by its own scripts (docs/results/fidelity.md, section chronus).
+    ("cluster10.csv", 8): {"time-aware-with-lease": [(3480.0, 2207.0, "here")]},
 }
 #: The ITP release's clusters and the nodes of 8 GPUs the artifact simulates each on
 #: (``scheduler/run_fig8b.sh``: n64g8, n128g8, and n32g8 for cluster10).
@@ -75,7 +79,12 @@ ITP_NODES = {
     **dict.fromkeys(("cluster04", "cluster07", "cluster08", "cluster09"), 128),
     "cluster10": 32,
 }
-QOSCHED_PEER = {"ef-accessctrl": "elasticflow", "edf": "edf", "dlas-gpu": "las"}
+QOSCHED_PEER = {
+    "ef-accessctrl": "elasticflow",
+    "edf": "edf",
+    "dlas-gpu": "las",
+    "time-aware-with-lease": "chronus",
+}
 SCALING_TARGET = (100_000, 60.0)  # jobs, whole-command seconds
 ITP_TARGET_S = 300.0
 
