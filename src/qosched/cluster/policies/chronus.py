@@ -16,7 +16,8 @@ fewest remaining worker-seconds first, hopeless ones last and latest first. The 
 ``spare="all"`` also lends them to guaranteed jobs waiting for their leases, earliest deadline
 first: running early can only shorten their plans, whereas the artifact leaves those workers
 idle. ``credit_waited_lease`` reproduces its progress accounting, which credits a guaranteed job
-that starts a lease after waiting with a lease of work it did not do.
+that starts a lease after waiting with a lease of work it did not do, and ``charge_resumes`` its
+resume cost, which it counts at every lease a job runs on spare workers.
 """
 
 from __future__ import annotations
