@@ -600,14 +600,10 @@ class ClusterSimulator:
                         state.workers, self.cluster.total_workers, restart=True, cached=False
                     ),
                 )
-        for job_id, credit_s in decision.credit_s.items():
-            self._credit(self._known(job_id, "credit"), credit_s)
-        for job_id, charge_s in decision.charge_s.items():
-            state = self._known(job_id, "charge")
-            if not math.isfinite(charge_s) or charge_s < 0:
-                raise SimulationError(f"charge for job {job_id} must be >= 0, got {charge_s}")
-            if state.workers and charge_s:
-                self._pause(state, charge_s)
+        for state, seconds in self._seconds_by_job(decision.credit_s, "credit"):
+            self._credit(state, seconds)
+        for state, seconds in self._seconds_by_job(decision.charge_s, "charge"):
+            self._pause(state, seconds)
         if self.config.restart_model == "every-decision":
             if counted:
                 self._charge_every_decision(view.jobs, restart_round)
@@ -632,18 +628,27 @@ class ClusterSimulator:
         if not counted and self._active:  # after the last arrival: a round every slot
             self._request_decision(self.engine.now + self.config.decision_slot_s)
 
-    def _known(self, job_id: str, what: str) -> JobState:
-        if job_id not in self._active:
-            raise SimulationError(f"t={self.engine.now}: {what} for unknown job {job_id!r}")
-        return self._active[job_id]
+    def _seconds_by_job(
+        self, seconds_by_job: Mapping[str, float], what: str
+    ) -> list[tuple[JobState, float]]:
+        """A decision's credits or charges, checked: each for an admitted unfinished job, finite
+        and >= 0; those of jobs holding no workers, and zeros, left out."""
+        checked = []
+        for job_id, seconds in seconds_by_job.items():
+            state = self._active.get(job_id)
+            if state is None:
+                raise SimulationError(f"t={self.engine.now}: {what} for unknown job {job_id!r}")
+            if not math.isfinite(seconds) or seconds < 0:
+                raise SimulationError(
+                    f"t={self.engine.now}: {what} for job {job_id} must be >= 0, got {seconds}"
+                )
+            if state.workers and seconds:
+                checked.append((state, seconds))
+        return checked
 
     def _credit(self, state: JobState, seconds: float) -> None:
         """Count ``seconds`` of work on the job's allocation as done, from now, and as run (the
         mirror of `_take_start_charges`)."""
-        if not math.isfinite(seconds) or seconds < 0:
-            raise SimulationError(f"credit for job {state.job_id} must be >= 0, got {seconds}")
-        if not state.workers or not seconds:
-            return
         state.active_s += seconds
         state.iterations_done = min(
             float(state.spec.iterations), state.iterations_done + self.true_rate(state) * seconds

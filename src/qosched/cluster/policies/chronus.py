@@ -244,9 +244,10 @@ class Chronus(Policy):
                 workers[job_id] = alive[job_id].spec.requested_workers
                 state.leases_left -= 1
                 del state.plan[0]
-                if self.credit_waited_lease and job_id not in self._workers:
-                    self._credit[job_id] = self.lease_s
+        # Guaranteed jobs starting their lease after a wait (not running in the last one).
         resumed = {j for j in workers if j not in self._workers}
+        if self.credit_waited_lease:
+            self._credit = dict.fromkeys(resumed, self.lease_s)
         self._held.pop(current, None)
         self._base = current + 1
         self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
