@@ -76,16 +76,17 @@ def test_best_counts_picks_the_cheapest_split_of_the_capacity():
 def test_best_counts_breaks_a_tie_towards_fewer_workers():
     flat = Options(np.array([0, 1, 2]), np.array([5.0, 1.0, 1.0]))
     assert best_counts([flat], 2) == [1]
+    assert best_counts([flat], 10) == [1]  # a budget past what the jobs can use changes nothing
 
 
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", range(12))
 def test_best_counts_matches_brute_force_on_random_instances(seed):
     rng = np.random.default_rng(seed)
     options = []
     for _ in range(4):
         counts = np.array([0, *sorted(rng.choice(np.arange(1, 6), size=3, replace=False))])
         options.append(Options(counts, rng.uniform(0.1, 10.0, size=4)))
-    capacity = int(rng.integers(2, 10))
+    capacity = int(rng.integers(2, 25))  # past the most the jobs can use (20) too
     feasible = [
         picks
         for picks in itertools.product(range(4), repeat=4)

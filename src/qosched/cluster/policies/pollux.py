@@ -93,6 +93,27 @@ class Options:
     costs: np.ndarray
 
 
+def relative_speeds(
+    curve: SpeedCurve, *, most: int, fair_workers: int, workers_per_node: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """A job's candidate counts (0 first) and its speed at each over its speed on the fair
+    share: the part of its options that changes only with ``most`` and ``fair_workers``."""
+    counts = candidate_counts(curve, workers_per_node, most)
+    base = fair_rate(curve, fair_workers)
+    return np.array((0, *counts), dtype=np.int64), np.array([curve.rate(g) / base for g in counts])
+
+
+def options_of(
+    counts: np.ndarray, relative: np.ndarray, *, current: int, scale: float, factor: float
+) -> Options:
+    """`job_options` from the job's `relative_speeds`."""
+    penalties = np.where(counts[1:] == current, 1.0, factor)
+    costs = np.concatenate(
+        ([(0.0 + EPSILON) ** POWER], (relative * scale * penalties + EPSILON) ** POWER)
+    )
+    return Options(counts, costs)
+
+
 def job_options(
     curve: SpeedCurve,
     *,
@@ -104,28 +125,31 @@ def job_options(
     workers_per_node: int,
 ) -> Options:
     """Costs of each count for a job holding ``current`` workers, p = -1 (see the module)."""
-    counts = candidate_counts(curve, workers_per_node, most)
-    base = fair_rate(curve, fair_workers)
-    speedups = np.array([curve.rate(g) / base * scale for g in counts])
-    penalties = np.array([1.0 if g == current else factor for g in counts])
-    costs = np.concatenate(([(0.0 + EPSILON) ** POWER], (speedups * penalties + EPSILON) ** POWER))
-    return Options(np.array((0, *counts), dtype=np.int64), costs)
+    counts, relative = relative_speeds(
+        curve, most=most, fair_workers=fair_workers, workers_per_node=workers_per_node
+    )
+    return options_of(counts, relative, current=current, scale=scale, factor=factor)
 
 
 def best_counts(options: Sequence[Options], capacity: int) -> list[int]:
     """The counts minimising the sum of costs with at most ``capacity`` workers in all: a
     dynamic programme over (job, workers used), exact. Ties go to fewer workers."""
-    used = np.arange(capacity + 1)
-    best = np.zeros(capacity + 1)  # least cost of the jobs so far within each budget
+    # Budgets past what all the jobs together can use add nothing: the programme stops at the
+    # smaller of the two (the same choices: a budget beyond the jobs' use leaves each job the
+    # same options as one at it).
+    width = min(capacity, sum(int(option.counts.max()) for option in options)) + 1
+    best = np.zeros(width)  # least cost of the jobs so far within each budget
     choices = []
     for option in options:
-        spent = used[None, :] - option.counts[:, None]  # budget left before this job
-        totals = np.where(spent >= 0, best[np.maximum(spent, 0)] + option.costs[:, None], np.inf)
-        choice = np.argmin(totals, axis=0)  # first minimum: the smallest count
-        best = totals[choice, used]
-        choices.append(choice)
+        counts, costs = option.counts, option.costs
+        totals = np.full((len(counts), width), np.inf)
+        for k, count in enumerate(counts.tolist()):
+            if count < width:
+                np.add(best[: width - count], costs[k], out=totals[k, count:])
+        choices.append(totals.argmin(axis=0))  # first minimum: the smallest count
+        best = totals.min(axis=0)
     counts = []
-    budget = capacity
+    budget = width - 1
     for option, choice in zip(reversed(options), reversed(choices), strict=True):
         count = int(option.counts[choice[budget]])
         counts.append(count)
@@ -147,6 +171,8 @@ class Pollux(Policy):
         self.explore = explore
         self._most_held: dict[str, int] = {}
         self._restarts: dict[str, int] = {}  # absent: never allocated, as the artifact's None
+        # Per job: ((most, fair share, workers per node), its `relative_speeds` there).
+        self._relative: dict[str, tuple[tuple[int, int, int], np.ndarray, np.ndarray]] = {}
         self._wanted_s: float | None = None  # the tick the last decision asked to be woken at
 
     def _next_tick(self, now: float) -> float:
@@ -184,7 +210,7 @@ class Pollux(Policy):
                 previous = self._restarts.get(job.job_id)
                 self._restarts[job.job_id] = 0 if previous is None else previous + 1
         active = {job.job_id for job in jobs}
-        for memory in (self._most_held, self._restarts):
+        for memory in (self._most_held, self._restarts, self._relative):
             for job_id in [k for k in memory if k not in active]:
                 del memory[job_id]
         workers = {job.job_id: count for job, count in zip(jobs, counts, strict=True) if count}
@@ -199,16 +225,22 @@ class Pollux(Policy):
             most = job.curve.max_workers
             if self.explore:
                 most = min(most, max(2 * self._most_held.get(job.job_id, 0), 1))
-            age = view.now - job.spec.submit_s
-            options.append(
-                job_options(
-                    job.curve,
-                    current=job.workers,
-                    most=most,
-                    fair_workers=fair,
-                    scale=scale,
-                    factor=restart_factor(age, self._restarts.get(job.job_id, 0)),
-                    workers_per_node=cluster.workers_per_node,
+            # NOTE: Pollux optimises every 60 s for as long as jobs run (tens of thousands of
+            # times on a trace of months), and a job's counts and relative speeds change only
+            # with ``most`` and the fair share: kept per job until either does.
+            key = (most, fair, cluster.workers_per_node)
+            kept = self._relative.get(job.job_id)
+            if kept is None or kept[0] != key:
+                kept = self._relative[job.job_id] = (
+                    key,
+                    *relative_speeds(
+                        job.curve,
+                        most=most,
+                        fair_workers=fair,
+                        workers_per_node=cluster.workers_per_node,
+                    ),
                 )
-            )
+            age = view.now - job.spec.submit_s
+            factor = restart_factor(age, self._restarts.get(job.job_id, 0))
+            options.append(options_of(*kept[1:], current=job.workers, scale=scale, factor=factor))
         return best_counts(options, cluster.total_workers)
