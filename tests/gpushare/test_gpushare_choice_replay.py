@@ -76,3 +76,37 @@ def test_nothing_meeting_the_goal_adopts_the_nearest_or_the_constructors_setting
     script["loose"] = ((1.3, 1.2, 1.5, 1.5), 1.0)
     assert replay.replayed(scripted(script), replay.Way(2)) == "loose"
     assert replay.replayed(scripted(script), replay.Way(2, nearest=False)) == ""
+
+
+def _run_outcomes(lp_by_setting, lp_under_streams):
+    """One run: hp (goal 1.10x) met under every fggr setting and under priority-streams, lp's
+    throughput under each; naive misses hp's goal (so it holds nobody to its throughput)."""
+
+    def apps(hp_met, lp_tput):
+        p99 = 1.0 if hp_met else 2.0
+        hp = AppOutcome("hp", 1, P99, Measured(p99, p99 * 1e-3, 1.0, 100.0), hp_met)
+        lp = AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, lp_tput, lp_tput * 100), True)
+        return (hp, lp)
+
+    by = {"naive": apps(False, 1.0), "priority-streams": apps(True, lp_under_streams)}
+    by |= {f"fggr:{name}": apps(True, lp_by_setting[name]) for name, _ in CANDIDATES}
+    return by
+
+
+def test_in_hindsight_is_the_setting_breaking_fewest_runs_ties_to_the_safer(replay):
+    # By hand, rule (b): lp is held to its throughput under priority-streams, which meets hp's
+    # goal (within 5 %). Run 1 (0.85, so at least 0.8075): goals 0.9 and loose 0.82 keep it.
+    # Run 2 (0.5, at least 0.475): loose 0.6 keeps it, goals 0.4 does not. The others (0.1)
+    # break both. goals breaks 1 run, loose 0: loose.
+    rest = dict.fromkeys((n for n, _ in CANDIDATES), 0.1)
+    runs = (
+        _run_outcomes(rest | {"goals": 0.9, "loose": 0.82}, 0.85),
+        _run_outcomes(rest | {"goals": 0.4, "loose": 0.6}, 0.5),
+    )
+    assert replay.in_hindsight(replay.Simulated("mix", scripted(SCRIPT), runs)) == ("loose", 0)
+    # Every setting alike and none breaking a rule: the tie goes to the first (safest) setting.
+    same = (_run_outcomes(dict.fromkeys((n for n, _ in CANDIDATES), 0.5), 0.5),)
+    assert replay.in_hindsight(replay.Simulated("mix", scripted(SCRIPT), same)) == (
+        CANDIDATES[0][0],
+        0,
+    )
