@@ -1,7 +1,9 @@
 """How fggr's calibration would fare with other ways of choosing: its choices replayed on runs.
 
     python bench/gpushare_choice_replay.py [--seeds 0:24] [--kernels-only] [--runs 4]
-                                           [--draws 8] [--save FILE] [--load FILE ...]
+                                           [--draws 8] [--jitter 0.1] [--told-estimates]
+                                           [--estimate-error E] [--save FILE]
+                                           [--load FILE ...]
 
 ``fggr`` calibrates before a run (``gpushare.whatif``): it simulates each of its candidate
 settings (``fggr.CANDIDATES``) on two draws of the mix's arrivals and kernel times, and adopts
@@ -21,7 +23,13 @@ The replay of the default is checked against ``FgGR().setup`` on every mix (the 
 or the bench stops). Printed: per way of choosing, the runs where the adopted setting breaks
 a rule, by rule, and the runs where it meets every goal; per mix, the setting each way adopts
 and in how many runs it breaks a rule. ``--save`` keeps what was simulated (pickle) and
-``--load`` replays saved files without simulating again.
+``--load`` replays saved files without simulating again. ``--jitter`` runs the what-ifs (and
+the ``fggr`` they are checked against) with another spread of perturbed kernel times
+(``WhatIf.jitter``), and ``--told-estimates`` tells each candidate of the what-ifs the
+estimates while the perturbed kernels run (``WhatIf.told_estimates``); the runs depend on
+neither. ``--estimate-error E`` runs the kernels off
+their estimates as ``bench/gpushare_mixes.py`` does (``Mix.truth``); the what-ifs, like every
+policy, see only the estimates.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpushare_mixes import Mix, add_mix_arguments, model_kernels, random_mix, seed_range
-from qosched.gpushare.judge import AppOutcome, judge_mix, rule_violations
+from qosched.gpushare.judge import AppOutcome, rule_violations
 from qosched.gpushare.policies import policy_names
 from qosched.gpushare.policies.fggr import CANDIDATES, FgGR
 from qosched.gpushare.simulator import app_infos
@@ -83,25 +91,25 @@ class Simulated:
     runs: tuple[dict[str, tuple[AppOutcome, ...]], ...]
 
 
-def simulated(mix: Mix, runs: int, draws: int) -> Simulated:
+def simulated(mix: Mix, runs: int, draws: int, what_if: WhatIf | None = None) -> Simulated:
+    """The mix's what-ifs (``what_if``'s, on ``draws`` draws; the first two its own) and its
+    runs."""
     infos = app_infos(mix.apps, mix.gpu, mix.duration_s)
-    default = WhatIf()
-    config = WhatIf(seeds=tuple(default.seeds[0] + i for i in range(draws)))
+    default = what_if or WhatIf()
+    config = replace(default, seeds=tuple(default.seeds[0] + i for i in range(draws)))
     if config.seeds[:2] != default.seeds:
         raise SystemExit("the replay's first draws must be the default's own")
     factories = [lambda c=changes: FgGR(calibrate=False, **c) for _, changes in CANDIDATES]
     predictions = predict(infos, factories, config)
-    chosen = FgGR()
+    chosen = FgGR(what_if=default)
     chosen.setup(infos)
     if replayed(predictions, DEFAULT) != (chosen.calibrated or ""):
         raise SystemExit(f"seed {mix.seed}: the replay of the default is not fggr's choice")
     baselines = [name for name in policy_names() if name != "fggr"]
     settings = {f"fggr:{name}": make for name, make in zip(NAMES, factories, strict=True)}
     judged = [
-        judge_mix(mix.gpu, mix.apps, duration_s=mix.duration_s, seed=replace(mix, run=run).run_seed,
-                  policies=baselines, more=settings)
-        for run in range(runs)
-    ]  # fmt: skip
+        replace(mix, run=run).judged(policies=baselines, more=settings) for run in range(runs)
+    ]
     return Simulated(mix.describe(), predictions, tuple(judged))
 
 
@@ -199,11 +207,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_mix_arguments(parser, seeds="0:24", runs=4)
     parser.add_argument("--draws", type=int, default=8, help="what-if draws (default 8)")
+    parser.add_argument(
+        "--jitter", type=float, default=WhatIf.jitter, help="the what-ifs' kernel-time spread"
+    )
+    parser.add_argument(
+        "--told-estimates", action="store_true", help="what-if candidates told the estimates"
+    )
     parser.add_argument("--save", metavar="FILE", help="keep what was simulated (pickle)")
     parser.add_argument("--load", metavar="FILE", nargs="+", help="replay saved files only")
     args = parser.parse_args(argv)
     if not 2 <= args.draws <= 64:
         parser.error("--draws must be in 2..64")
+    if not 0 <= args.jitter < 1:
+        parser.error("--jitter must be in [0, 1)")
     seeds = seed_range(parser, args)
     if args.load:
         results: dict[int, Simulated] = {}
@@ -216,7 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     began = time.perf_counter()
     for seed in seeds:
-        results[seed] = simulated(random_mix(seed, models=models), args.runs, args.draws)
+        results[seed] = simulated(
+            replace(random_mix(seed, models=models), estimate_error=args.estimate_error),
+            args.runs,
+            args.draws,
+            WhatIf(jitter=args.jitter, told_estimates=args.told_estimates),
+        )
         if args.save:  # plain tuples: the file loads wherever this module is imported from
             saved = {s: (r.mix, r.predictions, r.runs) for s, r in results.items()}
             Path(args.save).write_bytes(pickle.dumps(saved))

@@ -1,7 +1,7 @@
 """GPU sharing judged on mixes nobody wrote by hand: seeded random mixes, every registered policy.
 
     python bench/gpushare_mixes.py [--seeds 0:40] [--kernels-only] [--online] [--runs K]
-                                   [--json OUT]
+                                   [--estimate-error E] [--json OUT]
 
 Each seed draws one mix on an A100 (``random_mix``): 2-5 apps; each a small zoo model (mlp,
 resnet, mobilenet, bert at batch 1-8, kernels estimated without running it) or 1-6 explicit
@@ -26,6 +26,12 @@ to their maximum, so whether a policy meets a goal there is partly the luck of t
 ``fggr`` and for the policies it is held to alike. ``--runs K`` judges every mix on K draws of
 its arrivals (the mix's own seed, then ``seed + 1000 k``) and reports every share over the
 runs, and for each mix in how many of its runs ``fggr`` breaks a rule.
+
+Every policy is told each app's kernels (``AppInfo.kernels``), and by default they are exactly
+what runs. On a real GPU they are estimates made without running the model, off by some share.
+``--estimate-error E`` runs every kernel for its estimated time (and bytes) times a factor of its
+own, drawn uniformly in ``[1 - E, 1 + E]`` and the same in every run of the mix (an estimator is
+wrong the same way each time), while every policy, and ``fggr``'s what-if, is told the estimate.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ import numpy as np
 from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.judge import AppOutcome, judge_mix, protected_met, rule_violations
 from qosched.gpushare.kernel import Kernel
-from qosched.gpushare.simulator import AppWorkload
+from qosched.gpushare.simulator import AppWorkload, app_infos
+from qosched.gpushare.whatif import perturbed
 from qosched.hardware import Processor, gpu
 
 MODELS = ("mlp", "resnet", "mobilenet", "bert")
@@ -51,6 +58,9 @@ TOP_REQUESTS = 150
 #: Run ``k`` of a mix draws its arrivals from seed ``mix seed + RUN_STRIDE * k`` (run 0: the
 #: mix's own seed, as the single-run report has always used).
 RUN_STRIDE = 1000
+#: Where the draws of a mix's estimate errors start (``Mix.truth``): far from the mixes' seeds and
+#: from the what-if's own (``WhatIf.seeds``).
+ESTIMATE_STREAM = 0x7E570000
 
 
 @dataclass(frozen=True)
@@ -61,10 +71,31 @@ class Mix:
     duration_s: float
     #: Which run of the mix: the apps are the same, the arrivals are drawn anew.
     run: int = 0
+    #: How far each kernel's time (and bytes) runs from what the policies are told (see the
+    #: module docstring); 0: exactly as told.
+    estimate_error: float = 0.0
 
     @property
     def run_seed(self) -> int:
         return self.seed + RUN_STRIDE * self.run
+
+    def truth(self) -> tuple[AppWorkload, ...]:
+        """The apps as they run: ``apps`` (the estimates every policy is told) with each
+        kernel's time and bytes off by its own draw within ``estimate_error``."""
+        if not self.estimate_error:
+            return self.apps
+        drawn = perturbed(
+            app_infos(self.apps, self.gpu), ESTIMATE_STREAM + self.seed, self.estimate_error
+        )
+        return tuple(replace(a, kernels=d.kernels) for a, d in zip(self.apps, drawn, strict=True))
+
+    def judged(self, **options) -> dict[str, tuple[AppOutcome, ...]]:
+        """``judge_mix`` on this run of the mix, each policy told the estimates."""
+        told = self.apps if self.estimate_error else None
+        return judge_mix(
+            self.gpu, self.truth(), duration_s=self.duration_s, seed=self.run_seed, told=told,
+            **options,
+        )  # fmt: skip
 
     def describe(self) -> str:
         parts = []
@@ -151,10 +182,7 @@ def random_mix(seed: int, *, models: Callable[[str, int], tuple[Kernel, ...]] | 
 
 def judge(mix: Mix, *, online: bool = False) -> dict[str, tuple[AppOutcome, ...]]:
     """Every policy on the mix; ``online``: fggr's online rule alone, not calibrated first."""
-    options = {"fggr": {"calibrate": False}} if online else None
-    return judge_mix(
-        mix.gpu, mix.apps, duration_s=mix.duration_s, seed=mix.run_seed, options=options
-    )
+    return mix.judged(options={"fggr": {"calibrate": False}} if online else None)
 
 
 def report(results: list[tuple[Mix, dict[str, tuple[AppOutcome, ...]]]]) -> dict:
@@ -235,12 +263,16 @@ def add_mix_arguments(parser: argparse.ArgumentParser, *, seeds: str, runs: int)
                         help="explicit kernels only (no model estimation; faster)")  # fmt: skip
     parser.add_argument("--runs", type=int, default=runs,
                         help=f"runs per mix, arrivals drawn anew (default {runs})")  # fmt: skip
+    parser.add_argument("--estimate-error", type=float, default=0.0, metavar="E",
+                        help="kernels run for their told time x U(1-E, 1+E)")  # fmt: skip
 
 
 def seed_range(parser: argparse.ArgumentParser, args: argparse.Namespace) -> range:
     """The mixes' seeds from ``--seeds``; a bad ``--seeds`` or ``--runs`` is a usage error."""
     if not 1 <= args.runs <= 100:
         parser.error("--runs must be in 1..100")
+    if not 0 <= args.estimate_error < 1:
+        parser.error("--estimate-error must be in [0, 1)")
     first, _, last = args.seeds.partition(":")
     try:
         seeds = range(int(first), int(last or int(first) + 1))
@@ -264,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     began = time.perf_counter()
     for seed in seeds:
-        mix = random_mix(seed, models=models)
+        mix = replace(random_mix(seed, models=models), estimate_error=args.estimate_error)
         for one_run in (replace(mix, run=run) for run in range(args.runs)):
             results.append((one_run, judge(one_run, online=args.online)))
         print(f"seed {seed}: {len(mix.apps)} apps, {mix.duration_s:.3f} s simulated "
@@ -274,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     command += " --kernels-only" if args.kernels_only else ""
     command += " --online" if args.online else ""
     command += f" --runs {args.runs}" if args.runs > 1 else ""
+    command += f" --estimate-error {args.estimate_error:g}" if args.estimate_error else ""
     print_report(summary, command, args.runs)
     if args.json:
         with open(args.json, "w") as out:

@@ -1,10 +1,10 @@
 """fggr against every registered policy, by goals: the example mixes and generated ones."""
 
-import importlib.util
-import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from gpushare_bench import load_bench
 
 from qosched.gpushare.apps import load_apps_spec, workloads
 from qosched.gpushare.goals import BEST_EFFORT, Goal
@@ -55,20 +55,32 @@ def test_small_mix_is_no_worse_than_naive_where_naive_meets_every_goal():
     assert cnn.measured.throughput_ratio >= 0.95 * by_policy["naive"][1].measured.throughput_ratio
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "gpushare_mixes", ROOT / "bench" / "gpushare_mixes.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_random_mixes_are_seeded():
     bench = load_bench()
     assert bench.random_mix(5).describe() == bench.random_mix(5).describe()
     assert bench.random_mix(5).describe() != bench.random_mix(6).describe()
+
+
+def test_estimate_errors_are_bounded_per_kernel_and_the_same_in_every_run():
+    bench = load_bench()
+    exact = bench.random_mix(3)
+    assert exact.truth() == exact.apps  # no error: what runs is what is told
+    off = replace(exact, estimate_error=0.2)
+    truth = off.truth()
+    factors = []
+    for told, runs in zip(off.apps, truth, strict=True):
+        assert (runs.name, runs.priority, runs.poisson_rps, runs.goal) == (
+            told.name, told.priority, told.poisson_rps, told.goal,
+        )  # fmt: skip
+        for k_told, k_runs in zip(told.kernels, runs.kernels, strict=True):
+            factor = k_runs.time_s / k_told.time_s
+            assert 0.8 <= factor <= 1.2
+            assert k_runs.bytes / k_told.bytes == pytest.approx(factor)  # same bandwidth share
+            assert (k_runs.sms, k_runs.grid) == (k_told.sms, k_told.grid)
+            factors.append(factor)
+    assert len(set(factors)) == len(factors)  # a draw per kernel
+    assert replace(off, run=3).truth() == truth  # the estimator errs the same way every run
+    assert replace(off, seed=4).truth() != truth
 
 
 # Generated mixes of explicit kernels (no estimation), each simulated under every policy.

@@ -217,6 +217,7 @@ def test_fggr_gives_the_allowance_to_a_lower_app_missing_its_own_goal():
     for r in range(11):
         lp = launch("lp", 0, WAVES_83US, request=r, ready_s=r * 1e-2)
         policy.decide(view_with([], [lp], now=r * 1e-2))
+        policy.decide(view_with([], [], now=r * 1e-2 + 1e-3))  # asked at its end, 1 ms later
     hp = launch("hp", 1, HP, ready_s=0.105)
     assert policy.decide(view_with([], [hp], now=0.105)).start == (hp,)
     lp = launch("lp", 0, WAVES_83US, request=11, ready_s=0.105)
@@ -293,8 +294,10 @@ def test_fggr_protects_a_best_effort_open_loop_only_from_the_priorities_below(pr
 
 
 def test_fggr_halves_its_allowance_after_a_late_request():
-    policy, _ = fggr_beside_hp()
-    # hp's request 0 (1 ms alone, target 1.1 ms) ends at 2 ms: late.
+    policy, hp = fggr_beside_hp()
+    # hp's request 0 (1 ms alone, target 1.1 ms), slowed beside another kernel (so its 2 ms are
+    # not its time alone), ends at 2 ms: late.
+    policy.decide(view_with([hp, launch("other", 0, HEAVY)], [], now=1e-3))
     later = launch("hp", 1, HP, request=1, ready_s=2e-3)
     policy.decide(view_with([], [later], now=2e-3))
     assert policy.violations() == {"hp": 1}

@@ -254,3 +254,49 @@ def test_a_long_run_reports_its_progress():
     named: list[tuple[str, float]] = []
     alone_results(TOY, [app], duration_s=20.0, progress=lambda n, d: named.append((n, d)))
     assert [name for name, _ in named] == ["a"] * len(seen)
+
+
+class Watcher:
+    """Starts every waiting kernel and keeps what it was told: at setup, and in each launch."""
+
+    name = "watcher"
+
+    def setup(self, apps):
+        self.told = {a.name: [k.time_s for k in a.kernels] for a in apps}
+        self.seen = []
+
+    def decide(self, view):
+        self.seen += [w.kernel.time_s for w in view.waiting]
+        return Admission(start=view.waiting)
+
+
+def test_a_policy_told_estimates_sees_only_them_while_the_true_kernels_run():
+    # One closed loop of a 1 s kernel on every SM that the policy is told takes 0.5 s: in a
+    # 10 s window ten requests end (at 1, 2, ..., 10 s; the tenth at the window's close), not
+    # twenty, and the policy never sees the true time.
+    truth = AppWorkload("a", 0, (kernel(sms=100, time_s=1.0),))
+    estimate = AppWorkload("a", 0, (kernel(sms=100, time_s=0.5),))
+    watcher = Watcher()
+    run = simulate(TOY, [truth], watcher, duration_s=10.0, told=[estimate])
+    assert run.app("a").latencies_s[:10] == pytest.approx([1.0] * 10)
+    assert run.app("a").work_s == pytest.approx(10.0)
+    assert watcher.told == {"a": [0.5]} and set(watcher.seen) == {0.5}
+    untold = simulate(TOY, [truth], Watcher(), duration_s=10.0)
+    assert untold.app("a").latencies_s == run.app("a").latencies_s
+
+
+@pytest.mark.parametrize(
+    "told",
+    [
+        [AppWorkload("b", 0, (kernel(time_s=0.5),))],
+        [AppWorkload("a", 1, (kernel(time_s=0.5),))],
+        [AppWorkload("a", 0, (kernel(time_s=0.5),), poisson_rps=5.0)],
+        [AppWorkload("a", 0, (kernel(time_s=0.5), kernel(time_s=0.5)))],
+        [],
+    ],
+    ids=["other-name", "other-priority", "other-rate", "other-kernel-count", "no-apps"],
+)
+def test_what_a_policy_is_told_must_be_the_same_apps(told):
+    truth = AppWorkload("a", 0, (kernel(time_s=1.0),))
+    with pytest.raises(InputError, match="told"):
+        simulate(TOY, [truth], StartAll(), duration_s=1.0, told=told)

@@ -9,9 +9,17 @@ from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome, judge_mix
 from qosched.gpushare.policies.fggr import CANDIDATES, FgGR
-from qosched.gpushare.policy import AppInfo
+from qosched.gpushare.policy import Admission, AppInfo
 from qosched.gpushare.simulator import AppWorkload, app_infos, simulate
-from qosched.gpushare.whatif import Prediction, WhatIf, choose, nearest, perturbed, window_s
+from qosched.gpushare.whatif import (
+    Prediction,
+    WhatIf,
+    choose,
+    nearest,
+    perturbed,
+    predict,
+    window_s,
+)
 
 P99 = Goal("p99_slowdown", 1.10)
 # hp closed loop beside a long kernel that takes most of the bandwidth: anything lp runs slows
@@ -241,3 +249,35 @@ def test_candidates_span_strict_to_free():
     assert names[0] == "strict" and names[-2:] == ["free", "free-equal"] and "goals" in names
     free_equal = FgGR(calibrate=False, **dict(CANDIDATES)["free-equal"])
     assert free_equal.admit == "all" and free_equal.stream_priorities is False
+
+
+class Watcher:
+    """Starts every waiting kernel; keeps the kernel times it is told at setup."""
+
+    name = "watcher"
+
+    def __init__(self, told):
+        self.told = told
+
+    def setup(self, apps):
+        self.told.append({a.name: tuple(k.time_s for k in a.kernels) for a in apps})
+
+    def decide(self, view):
+        return Admission(start=view.waiting)
+
+
+@pytest.mark.parametrize("told_estimates", [True, False])
+def test_each_candidate_is_told_the_estimates_while_the_perturbed_kernels_run(told_estimates):
+    # The jitter stands for the estimates' own error: a candidate acts on the estimates, as
+    # the policy will in the run, while the kernels it is judged on run perturbed.
+    infos = app_infos(ROOMY, TOY, horizon_s=0.03)
+    config = WhatIf(told_estimates=told_estimates)
+    told = []
+    predict(infos, [lambda: Watcher(told)], config)
+    estimates = {a.name: tuple(k.time_s for k in a.kernels) for a in ROOMY}
+    drawn = [
+        {a.name: tuple(k.time_s for k in a.kernels) for a in perturbed(infos, s, config.jitter)}
+        for s in config.seeds
+    ]
+    assert all(d != estimates for d in drawn)
+    assert told == ([estimates] * len(drawn) if told_estimates else drawn)

@@ -167,12 +167,14 @@ def judge_mix(
     policies: Sequence[str] | None = None,
     options: Mapping[str, Mapping[str, object]] | None = None,
     more: Mapping[str, Callable[[], SharingPolicy]] | None = None,
+    told: Sequence[AppWorkload] | None = None,
 ) -> dict[str, tuple[AppOutcome, ...]]:
     """Simulate the mix under each policy (default: every registered one) and judge every app
     against its goal (stated, or the default for its priority). ``options``: constructor
     options by policy name (e.g. ``{"fggr": {"calibrate": True}}``); ``more``: policies made
     by the caller, by the label they are reported under, judged after those (against the same
-    runs alone)."""
+    runs alone). ``told``: what every policy is told of the apps, where that is not what runs
+    (`simulator.simulate`)."""
     from qosched.gpushare.policies import create_policy, policy_names
 
     goals = {info.name: info.goal for info in app_infos(apps)}
@@ -184,6 +186,6 @@ def judge_mix(
     }
     result = {}
     for label, make in {**makers, **(more or {})}.items():
-        shared = simulate(gpu, apps, make(), duration_s=duration_s, seed=seed)
+        shared = simulate(gpu, apps, make(), duration_s=duration_s, seed=seed, told=told)
         result[label] = outcomes(compare(shared, alone, times), goals)
     return result

@@ -168,7 +168,8 @@ class SimulatedRun:
 
 @dataclass(eq=False)
 class _Run:
-    launch: Launch
+    launch: Launch  # what the policy was shown
+    kernel: Kernel  # what runs: the launch's kernel, or the truth behind its estimate
     started_s: float
     level: int
     sequence: int
@@ -185,7 +186,8 @@ class _Run:
 
 @dataclass(eq=False)
 class _App:
-    spec: AppWorkload
+    spec: AppWorkload  # what runs
+    told: AppWorkload  # what the policy is told of it: ``spec``, or its estimate
     queue: deque = field(default_factory=deque)  # arrival times of requests not started
     request: int = -1
     index: int = 0
@@ -196,6 +198,26 @@ class _App:
     work_s: float = 0.0
     window_work_s: float | None = None
     censored: int = 0
+
+
+def _told(apps: Sequence[AppWorkload], told: Sequence[AppWorkload] | None) -> Sequence[AppWorkload]:
+    """What the policy is told of ``apps``: ``told``, checked to be the same apps."""
+    if told is None:
+        return apps
+    if len(told) != len(apps):
+        raise InputError(f"told of {len(told)} apps, {len(apps)} run")
+    for app, shown in zip(apps, told, strict=True):
+        if (shown.name, shown.priority, shown.poisson_rps, shown.goal) != (
+            app.name,
+            app.priority,
+            app.poisson_rps,
+            app.goal,
+        ) or len(shown.kernels) != len(app.kernels):
+            raise InputError(
+                f"app {app.name!r}: what the policy is told must differ from what runs in its "
+                "kernels' estimates only (name, priority, rate, goal and kernel count the same)"
+            )
+    return told
 
 
 def app_infos(
@@ -247,6 +269,7 @@ class _Simulation:
         record: bool,
         drain_factor: float,
         progress: Callable[[float], None] | None = None,
+        told: Sequence[AppWorkload] | None = None,
     ) -> None:
         if gpu.kind != "gpu" or not gpu.sm_count:
             raise InputError(f"{gpu.name!r} is not a GPU")
@@ -276,7 +299,7 @@ class _Simulation:
         self.progress = progress
         self.stream_priorities = True  # the policy's, read once it is set up
         self.engine = Engine()
-        self.apps = [_App(spec) for spec in apps]
+        self.apps = [_App(spec, shown) for spec, shown in zip(apps, _told(apps, told), strict=True)]
         self.running: list[_Run] = []
         self.sequence = 0
         self.last_s = 0.0
@@ -305,7 +328,7 @@ class _Simulation:
 
     def run(self) -> SimulatedRun:
         started = time.perf_counter()
-        set_up(self.policy, app_infos([a.spec for a in self.apps], self.gpu, self.duration_s))
+        set_up(self.policy, app_infos([a.told for a in self.apps], self.gpu, self.duration_s))
         # After setup: a policy may choose its streams from what it was told of the apps.
         self.stream_priorities = uses_stream_priorities(self.policy)
         engine = self.engine
@@ -388,7 +411,7 @@ class _Simulation:
             priority=app.spec.priority,
             request=app.request,
             index=app.index,
-            kernel=app.spec.kernels[app.index],
+            kernel=app.told.kernels[app.index],
             ready_s=self.engine.now,
             arrived_s=app.arrived_s,
         )
@@ -427,7 +450,7 @@ class _Simulation:
                     "which is not waiting (started twice or never offered)"
                 )
             app.waiting = None
-            self._start(launch)
+            self._start(launch, app.spec.kernels[launch.index])
         if admission.wake_at_s is not None and not admission.wake_at_s > now:
             raise SimulationError(
                 f"t={now:.9f}: policy asked to wake at {admission.wake_at_s}, not later"
@@ -439,12 +462,12 @@ class _Simulation:
             self.wake = self.engine.schedule(self._ask, at=admission.wake_at_s, label="wake")
         self._reallocate()
 
-    def _start(self, launch: Launch) -> None:
-        kernel = launch.kernel
+    def _start(self, launch: Launch, kernel: Kernel) -> None:
         level = launch.priority if self.stream_priorities else 0
         self.running.append(
             _Run(
                 launch=launch,
+                kernel=kernel,
                 started_s=self.engine.now,
                 level=level,
                 sequence=self.sequence,
@@ -471,22 +494,23 @@ class _Simulation:
                 self.engine.cancel(run.release)
             launch = run.launch
             app = by_app[launch.app]
-            app.work_s += launch.kernel.time_s
+            kernel = run.kernel
+            app.work_s += kernel.time_s
             if self.record:
                 self.spans.append(
                     Span(
-                        name=launch.kernel.name,
+                        name=kernel.name,
                         process=f"{self.gpu.name} ({self.policy.name})",
                         track=f"{launch.app} (priority {launch.priority})",
                         start_s=run.started_s,
                         duration_s=now - run.started_s,
                         args={
-                            "op": launch.kernel.op,
+                            "op": kernel.op,
                             "request": launch.request,
                             "index": launch.index,
-                            "alone_s": launch.kernel.time_s,
+                            "alone_s": kernel.time_s,
                             "waited_s": run.started_s - launch.ready_s,
-                            "slowdown": (now - run.started_s) / launch.kernel.time_s,
+                            "slowdown": (now - run.started_s) / kernel.time_s,
                         },
                     )
                 )
@@ -516,7 +540,7 @@ class _Simulation:
             app.window_work_s = app.work_s
         for run in self.running:
             app = next(a for a in self.apps if a.spec.name == run.launch.app)
-            app.window_work_s += (1.0 - run.remaining) * run.launch.kernel.time_s
+            app.window_work_s += (1.0 - run.remaining) * run.kernel.time_s
 
     def _stop(self) -> None:
         self.stopped = True
@@ -529,7 +553,7 @@ class _Simulation:
             raise SimulationError(f"time went backwards: {self.last_s} -> {now}")
         if dt > 0:
             for run in self.running:
-                run.remaining -= run.rate * dt / run.launch.kernel.time_s
+                run.remaining -= run.rate * dt / run.kernel.time_s
             self.sm_busy += sum(r.held for r in self.running) * dt
             self.bw_busy += sum(r.bandwidth for r in self.running) * dt
             if self.record and self.running:
@@ -579,7 +603,7 @@ class _Simulation:
             if run.held > target + _EPS and run.release is None:
                 # Running blocks are not pre-empted: the SMs come free when the current wave
                 # ends (waves are equal slices of the kernel's work alone).
-                into_wave = math.fmod((1.0 - run.remaining) * run.launch.kernel.time_s, run.wave_s)
+                into_wave = math.fmod((1.0 - run.remaining) * run.kernel.time_s, run.wave_s)
                 delay = (run.wave_s - into_wave) / max(run.rate, 1e-9)
                 run.release = self.engine.schedule(
                     lambda r=run: self._release(r), delay=delay, label="hand-over"
@@ -588,7 +612,7 @@ class _Simulation:
             self.engine.cancel(self.completion)
         self.completion = None
         finish = min(
-            (r.remaining * r.launch.kernel.time_s / r.rate for r in runs if r.rate > 0),
+            (r.remaining * r.kernel.time_s / r.rate for r in runs if r.rate > 0),
             default=math.inf,
         )
         if finish < math.inf:
@@ -625,6 +649,7 @@ def simulate(
     record: bool = False,
     drain_factor: float = 4.0,
     progress: Callable[[float], None] | None = None,
+    told: Sequence[AppWorkload] | None = None,
 ) -> SimulatedRun:
     """Run ``apps`` on ``gpu`` under ``policy`` for ``duration_s`` of simulated time.
 
@@ -634,6 +659,12 @@ def simulate(
     priority; a naive MPS-style policy sets it False). ``record=True`` keeps kernel spans (for
     a trace) and resource segments (for checks). ``progress``, if given, is called now and then
     with the share of ``duration_s`` simulated so far (1.0 while started requests drain).
+
+    ``told``: what the policy is told of each app where that is not what runs, as a backend on a
+    real GPU tells it kernel times estimated without running the model: the same apps (names,
+    priorities, rates, goals, number of kernels per request) with the estimated kernels. The
+    policy sees only those, at setup and in every launch; the kernels of ``apps`` set how long
+    each launch takes and how much it contends.
     """
     return _Simulation(
         gpu,
@@ -644,6 +675,7 @@ def simulate(
         record=record,
         drain_factor=drain_factor,
         progress=progress,
+        told=told,
     ).run()
 
 

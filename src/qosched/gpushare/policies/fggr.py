@@ -41,6 +41,10 @@ starts when every more important protected app ``P`` stays within its goal, as p
   of its allowance (it costs the app at most its own life). A kernel of an app
   that is missing its own goal, as measured (a throughput short of it, or more than 1 % of its
   requests late), takes the whole allowance, without the hedges (the free half, exposure).
+- **Measured times.** Every time above is the kernel's estimate until the kernel has once run
+  with the GPU to itself (``gpushare.alone``): from then on its measured time alone, where the
+  two differ by more than 1 %. The estimates set each app's schedule alone and so its
+  allowance, and an estimate too long would let the apps below take more than the goal allows.
 - **Wait bound.** A kernel that has waited ``max_wait_s`` starts anyway, unless a more
   important p99 goal would then have more than half of its 1 % of requests (seen, or for an
   open loop sent by now at its rate) put at risk (the request in progress, or the arrivals
@@ -63,6 +67,7 @@ kernels the constructor's setting stays.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -70,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qosched.core.errors import InputError
+from qosched.gpushare.alone import AloneTimes
 from qosched.gpushare.goals import BEST_EFFORT, LATENCY_QUANTILE, Goal, default_goal
 from qosched.gpushare.interference import (
     FairShare,
@@ -110,6 +116,9 @@ _FADE_S = 1.0
 _HELD_FREE = 0.5
 #: Requests of an app after which the p99 of its latencies alone is taken as measured.
 _TRUSTED_SAMPLES = 100
+#: A kernel's measured time alone replaces the one it was told where they differ by more than
+#: this share (and again where the measurement moves by more): float noise changes nothing.
+_REMEASURED = 0.01
 #: What a kernel of a less important app waits for: ``idle``, every app of a higher priority
 #: with a goal to have no kernel running or waiting (as Orion, strictest); ``goals``, the rule
 #: of this module; ``all``, nothing (every kernel at once, as ``priority-streams``, or as
@@ -167,13 +176,25 @@ class _App:
     first_s: float | None = None
     trust: float = 1.0  # of the slack admissions may spend: halved per late request
     recent: list = field(default_factory=list)  # latencies of the last requests that ended
+    # By index: (kernel as told, time alone measured, the kernel with that time)
+    corrections: dict = field(default_factory=dict)
 
     # What follows from ``kernels`` and ``length`` alone, kept until either changes: the
     # admission rule asks for it on every decision, for every protected app.
     memo: dict = field(default_factory=dict, repr=False)
 
-    def learn(self, index: int, kernel: Kernel) -> None:
-        """The app's kernel ``index`` is ``kernel``."""
+    def learn(self, index: int, kernel: Kernel, alone_s: float | None = None) -> None:
+        """The app's kernel ``index`` is ``kernel``; with ``alone_s``, it was measured to take
+        that long alone, which overrides its estimated time."""
+        if alone_s is not None and abs(alone_s - kernel.time_s) > _REMEASURED * kernel.time_s:
+            told, measured, corrected = self.corrections.get(index, (None, None, None))
+            if told is not kernel or abs(alone_s - measured) > _REMEASURED * measured:
+                factor = alone_s / kernel.time_s
+                corrected = dataclasses.replace(
+                    kernel, time_s=alone_s, bytes=kernel.bytes * factor
+                )  # the same bandwidth share: bytes and time off alike
+                self.corrections[index] = (kernel, alone_s, corrected)
+            kernel = corrected
         if self.kernels.get(index) is not kernel:
             self.kernels[index] = kernel
             self.memo.clear()
@@ -312,6 +333,7 @@ class FgGR:
         self.max_wait_s = max_wait_s
         self.trust_step = trust_step
         self.apps: dict[str, _App] = {}
+        self.alone = AloneTimes()
         self.forced = 0  # kernels started because they had waited max_wait_s
         self.last_s = 0.0
 
@@ -326,6 +348,7 @@ class FgGR:
             self._calibrate(tuple(apps))
         self.setup_s = time.perf_counter() - began
         self.apps = {a.name: _App(a.name, a.priority, a.goal, a.poisson_rps) for a in apps}
+        self.alone = AloneTimes()
         self.forced = 0
         self.last_s = 0.0
 
@@ -371,6 +394,7 @@ class FgGR:
 
     def _observe(self, view: GpuView) -> None:
         now = view.now_s
+        self.alone.observe(view)
         # What was spent of the allowances fades (e-fold per ``_FADE_S``): an app that stops
         # sending requests does not hold the less important ones back for ever.
         fade = math.exp(-(now - self.last_s) / _FADE_S) if now > self.last_s else 1.0
@@ -386,7 +410,7 @@ class FgGR:
                 top = max(a.priority for a in self.apps.values())
                 for other in self.apps.values():
                     other.goal = default_goal(other.priority, top)
-            app.learn(launch.index, launch.kernel)
+            app.learn(launch.index, launch.kernel, self.alone.time_s(launch.app, launch.index))
             if launch.request != app.request:
                 self._new_request(app, launch, now)
             app.index = launch.index
@@ -477,6 +501,11 @@ class FgGR:
 
     def decide(self, view: GpuView) -> Admission:
         self._observe(view)
+        admission = self._admission(view)
+        self.alone.started(view, admission.start)
+        return admission
+
+    def _admission(self, view: GpuView) -> Admission:
         if not view.waiting:
             return Admission()
         if self.admit == "all":
