@@ -15,7 +15,9 @@ starts when every more important protected app ``P`` stays within its goal, as p
   they overlap. Both terms in full (:data:`TAIL`): the requests that set a p99 are those that
   pay all of them, not the mean the interference model was fitted to.
 - **Lag.** The policy keeps ``P``'s schedule alone (its requests back to back from their
-  arrivals, at its kernels' times alone). ``P``'s lag behind it, when the request in progress
+  arrivals, at its kernels' times alone; a request seen to end sooner than that schedule says,
+  as it does where the estimates are too long, pulls it back to its end, since alone it would
+  have ended no later). ``P``'s lag behind it, when the request in progress
   ends, is what it lags now plus the delay: requests queued behind inherit it, so the lag is
   what a goal bounds; where the less important kernels outlive the request in progress, the
   requests queued behind it (or a closed loop's next one) pay their delay too. A p99 goal
@@ -43,7 +45,8 @@ starts when every more important protected app ``P`` stays within its goal, as p
   requests late), takes the whole allowance, without the hedges (the free half, exposure).
 - **Measured times.** Every time above is the kernel's estimate until the kernel has once run
   with the GPU to itself (``gpushare.alone``): from then on its measured time alone, where the
-  two differ by more than 1 %. The estimates set each app's schedule alone and so its
+  two differ by more than 1 %, for the apps protected and for the less important kernels whose
+  delay is predicted alike. The estimates set each app's schedule alone and so its
   allowance, and an estimate too long would let the apps below take more than the goal allows.
 - **Wait bound.** A kernel that has waited ``max_wait_s`` starts anyway, unless a more
   important p99 goal would then have more than half of its 1 % of requests (seen, or for an
@@ -430,6 +433,16 @@ class FgGR:
             # Late: past the target, and past what its own latency alone allows (a request that
             # queued long behind its own app's requests may pass the target alone, too).
             latency, alone = end - app.arrived_s, app.alone_latency_s
+            if latency < alone * (1 - 1e-9):
+                # It ended sooner shared than its schedule alone says: the kernels' estimates
+                # are too long. Alone it would have ended no later, so the schedule alone is
+                # pulled back to what was seen; else it drifts ever later than the app's
+                # requests (a closed loop's above all), and the lag it bounds reads 0.
+                ranked = app.alone_latencies
+                del ranked[bisect.bisect_left(ranked, alone)]
+                bisect.insort(ranked, latency)
+                app.alone_latency_s = alone = latency
+                app.alone_finish_s = end
             bound = max(self._target_s(app), alone * (app.goal.value if app.goal.kind ==
                         "p99_slowdown" else 1.0))  # fmt: skip
             app.recent = [*app.recent[1 - _TRUSTED_SAMPLES :], latency]
@@ -512,12 +525,16 @@ class FgGR:
             return Admission(start=view.waiting)
         if self.admit == "idle":
             return self._when_idle(view)
-        active: list[tuple[Launch, float]] = [(r.launch, r.remaining) for r in view.running]
+        # Every kernel as measured where it has been (the backend's launches carry the
+        # estimates): the delay a less important kernel causes lasts as long as it truly runs.
+        measured = self._measured
+        active = [(measured(r.launch), r.remaining) for r in view.running]
         start: list[Launch] = []
         wake: float | None = None
         held: list[int] = []  # priorities of the launches held back so far
         held_apps: set[str] = set()  # and their apps
-        for launch in view.waiting:  # most important first
+        for told in view.waiting:  # most important first
+            launch = measured(told)
             mine = self._rank(self.apps[launch.app])
             above = [a for a in self.apps.values() if self._guards(a, launch, mine)]
             admit = not above or all(
@@ -535,7 +552,7 @@ class FgGR:
                 admit = self._may_force(launch, above, view)
                 self.forced += admit
             if admit:
-                start.append(launch)
+                start.append(told)
                 active.append((launch, 1.0))
             else:
                 held.append(mine)
@@ -545,6 +562,18 @@ class FgGR:
                     due = view.now_s + self.max_wait_s
                 wake = due if wake is None else min(wake, due)
         return Admission(start=tuple(start), wake_at_s=wake)
+
+    def _measured(self, launch: Launch) -> Launch:
+        """``launch`` with its kernel as the app's record has it: its time alone as measured,
+        where that differs from the estimate (``_App.learn``)."""
+        app = self.apps.get(launch.app)
+        kernel = app.kernels.get(launch.index) if app is not None else None
+        if kernel is None or kernel is launch.kernel or launch.index not in app.corrections:
+            return launch
+        told, _, corrected = app.corrections[launch.index]
+        if told is not launch.kernel and told != launch.kernel:
+            return launch  # another kernel at that index (a request of another shape)
+        return dataclasses.replace(launch, kernel=corrected)
 
     def _guards(self, app: _App, launch: Launch, rank: tuple[int, int]) -> bool:
         """Whether ``launch`` (of rank ``rank``) must keep ``app``'s goal: ``app`` is more
