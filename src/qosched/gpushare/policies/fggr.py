@@ -433,7 +433,7 @@ class FgGR:
             # Late: past the target, and past what its own latency alone allows (a request that
             # queued long behind its own app's requests may pass the target alone, too).
             latency, alone = end - app.arrived_s, app.alone_latency_s
-            if latency < alone * (1 - 1e-9):
+            if 0.0 <= latency < alone * (1 - 1e-9):
                 # It ended sooner shared than its schedule alone says: the kernels' estimates
                 # are too long. Alone it would have ended no later, so the schedule alone is
                 # pulled back to what was seen; else it drifts ever later than the app's
