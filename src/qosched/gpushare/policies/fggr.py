@@ -567,10 +567,11 @@ class FgGR:
         """``launch`` with its kernel as the app's record has it: its time alone as measured,
         where that differs from the estimate (``_App.learn``)."""
         app = self.apps.get(launch.app)
-        kernel = app.kernels.get(launch.index) if app is not None else None
-        if kernel is None or kernel is launch.kernel or launch.index not in app.corrections:
+        if app is None or launch.index not in app.corrections:
             return launch
         told, _, corrected = app.corrections[launch.index]
+        if app.kernels.get(launch.index) is not corrected:
+            return launch  # measured since within 1 % of the estimate
         if told is not launch.kernel and told != launch.kernel:
             return launch  # another kernel at that index (a request of another shape)
         return dataclasses.replace(launch, kernel=corrected)
