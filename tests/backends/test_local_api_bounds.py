@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_fuzz import documents, dump, spec_texts
 
-from qosched.backends.local.api import ApiServer, serve
+from qosched.backends.local.api import ApiServer, _Handler, serve
 from qosched.backends.local.service import LocalService
 
 TOKEN = "fuzz-token"
@@ -141,3 +144,33 @@ def test_a_job_of_the_largest_iterations_is_scheduled_without_error(tmp_path, po
         service.stop_runners(grace_s=10)
         service.close()
     LocalService.open(tmp_path, policy=policy).close()
+
+
+def test_a_body_that_stops_arriving_is_a_408_not_a_failure(
+    served: Served, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_Handler, "timeout", 0.5)
+    with socket.create_connection((served.server.host, served.server.port), timeout=30) as raw:
+        raw.sendall(
+            f"POST /jobs HTTP/1.1\r\nHost: {served.server.host}:{served.server.port}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\nonly part".encode()
+        )
+        reply = raw.makefile("rb").read()
+    assert reply.startswith(b"HTTP/1.0 408 "), reply[:200]
+    assert b"did not arrive within 0.5 s" in reply
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_clients_that_hang_up_leave_no_tracebacks(
+    served: Served, capfd: pytest.CaptureFixture[str]
+) -> None:
+    request = f"GET /healthz HTTP/1.1\r\nHost: {served.server.host}:{served.server.port}\r\n\r\n"
+    for _ in range(20):
+        with socket.create_connection((served.server.host, served.server.port)) as raw:
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            raw.sendall(request.encode())  # and gone at once, with a reset
+    with socket.create_connection((served.server.host, served.server.port), timeout=30) as raw:
+        raw.sendall(request.encode())
+        assert raw.makefile("rb").readline().startswith(b"HTTP/1.0 200 ")  # still serving
+    time.sleep(0.5)  # the handler threads of the hung-up clients have written what they would
+    assert "Traceback" not in capfd.readouterr().err

@@ -91,6 +91,85 @@ def test_a_bad_line_in_the_runners_progress_file_fails_that_job_alone(tmp_path, 
     service.close()
 
 
+# Replaces the runner's own progress file by a link to /dev/zero: read whole, it fills memory.
+ENDLESS_LOG = """
+    import os, time
+    path = os.path.join(os.environ["QOSCHED_JOB_DIR"], "progress.jsonl")
+    os.remove(path)
+    os.symlink("/dev/zero", path)
+    time.sleep(30)
+"""
+
+
+def test_a_runners_progress_file_made_a_link_to_dev_zero_fails_that_job_alone(tmp_path):
+    service = open_service(tmp_path)
+    bad = service.submit_spec(python_spec("endless", ENDLESS_LOG)).id
+    good = service.submit_spec(counting_spec("good")).id
+    assert idle(service)
+    failed = service.job(bad)
+    assert failed.state == "failed"
+    assert "progress.jsonl: is a symbolic link, not a regular file" in failed.error
+    assert service.job(good).state == "succeeded"
+    service.close()
+
+
+# Starts over from iteration 1 halfway, as a command without a checkpoint does when restarted.
+STARTS_OVER = """
+    import json, os, time
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        for i in [1, 2, 3, 4, 1, 2, 1, 2, 3, 4, 5]:
+            out.write(json.dumps({"iteration": i}) + "\\n")
+            out.flush()
+            time.sleep(0.6)  # over the runner's report interval: each value is relayed
+"""
+
+
+def test_progress_that_goes_back_is_one_warning_and_the_job_goes_on(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(python_spec("starts-over", STARTS_OVER)).id
+    assert idle(service)  # step() never raised
+    assert service.job(job_id).state == "succeeded"
+    warnings = [
+        event.detail["message"]
+        for event in service.store.events(job_id)
+        if event.kind == "worker-warning"
+    ]
+    assert warnings == ["progress went back from iteration 4 to 1"]  # said once per start
+    service.close()
+
+
+# Reports one iteration, then hangs.
+HANGS = """
+    import json, os, time
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write(json.dumps({"iteration": 1}) + "\\n")
+    time.sleep(60)
+"""
+
+
+def test_a_job_that_stops_reporting_is_noted_stalled_and_its_finish_no_longer_predicted(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(service_module, "STALL_MIN_S", 1.0)
+    service = open_service(tmp_path, cpus=CORES[:1])
+    job_id = service.submit_spec(python_spec("hangs", HANGS, iterations=2)).id
+    deadline = time.monotonic() + WAIT_S
+    while "stalled" not in kinds(service, job_id):
+        assert time.monotonic() < deadline, kinds(service, job_id)
+        service.step()
+        time.sleep(0.1)
+    (stalled,) = [e for e in service.store.events(job_id) if e.kind == "stalled"]
+    assert stalled.detail["iteration"] == 1 and stalled.detail["seconds"] >= 1
+    view = service.job(job_id)
+    assert view.state == "running" and view.predicted_finish_at is None
+    for _ in range(20):  # said once, not at every round
+        service.step()
+    assert kinds(service, job_id).count("stalled") == 1
+    service.cancel(job_id)
+    assert idle(service)
+    service.close()
+
+
 BAD_COMMAND_LINES = """
     import json, os, time
     with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
@@ -179,7 +258,7 @@ def fill_with_a_huge_iteration(job_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("fill", "reason"),
     [
-        (fill_with_a_directory, "IsADirectoryError"),
+        (fill_with_a_directory, "progress.jsonl: is a folder, not a regular file"),
         (fill_with_a_huge_iteration, "progress.jsonl:1: field 'iteration'"),
     ],
     ids=["unreadable", "iteration-1e20"],

@@ -307,6 +307,22 @@ def test_zero_progress_or_zero_length_intervals_are_ignored(prior, sample):
     assert predictor.predict(8).rate == pytest.approx(10.0)
 
 
+def test_a_restart_starts_the_next_interval_and_keeps_what_was_learnt(prior):
+    """A job that lost progress (restarted from an older checkpoint): the interval ending at the
+    restart measured nothing; the one after it measures as usual."""
+    predictor = OnlinePredictor(prior)
+    predictor.observe(0.0, 0.0, 8)
+    predictor.observe(10.0, 100.0, 8)  # 10 it/s
+    predictor.restart(15.0, 40.0)  # back to iteration 40, 5 s later
+    assert predictor.last_iterations == 40.0
+    assert predictor.predict(8).rate == pytest.approx(10.0)
+    assert predictor.observed_seconds == pytest.approx(10.0)
+    predictor.observe(25.0, 240.0, 8)  # 20 it/s for 10 s: 300 iterations in 20 s in all
+    assert predictor.predict(8).rate == pytest.approx(15.0)
+    with pytest.raises(ValueError, match="time went backwards"):
+        predictor.restart(20.0, 0.0)
+
+
 OBSERVE_ERROR_CASES = [
     ("time-backwards", (9.0, 200.0, 8), "time went backwards"),
     ("iterations-backwards", (20.0, 50.0, 8), "iterations went backwards"),

@@ -515,3 +515,19 @@ def test_guaranteed_jobs_keep_workers_beyond_their_plan_only_while_they_fit():
     QualityOfService()._keep_beyond_plan([first, second], plan, hand)
     # "first" (earlier deadline) takes 3 more and keeps its 4; "second" would need 2 of the 1 left.
     assert (hand.workers, hand.free) == ({"first": 4, "second": 1}, 1)
+
+
+def test_qos_measures_again_after_a_job_loses_progress():
+    """A backend may report fewer iterations than before (the job restarted from an older
+    checkpoint, or its command from scratch): the policy keeps deciding, and learns the job's
+    speed from the intervals after the loss only."""
+    running = state(job("a", 0.0, 10_000, deadline=20_000.0))
+    policy = QualityOfService()
+    policy.admit(running, ClusterView(0.0, ONE_NODE, (running,), 0.0))
+    running.workers = 2
+    for now, done in ((0.0, 0.0), (100.0, 100.0), (200.0, 20.0), (400.0, 220.0)):
+        running.active_s, running.iterations_done = now, done
+        decision = policy.allocate(ClusterView(now, ONE_NODE, (running,), 0.0))
+        assert sum(decision.workers.values()) <= 4  # the backend keeps it on 2 regardless
+    # 100 iterations in 100 s, then 200 in 200 s on 2 workers: 1 it/s, not the table's 2.
+    assert policy.predictor_of("a").predict(2).rate == pytest.approx(1.0)

@@ -790,6 +790,9 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
         return f"by {detail.get('policy')}: {promise}"
     if kind == "stopped":
         return str(detail.get("why", ""))
+    if kind == "stalled":
+        quiet = format_duration(int(detail.get("seconds") or 0))
+        return f"no progress reported for {quiet} (at iteration {detail.get('iteration')}): hung?"
     if kind == "re-adopted":
         return f"runner (pid {detail.get('pid')}) re-adopted by a restarted service"
     if kind == "submitted":

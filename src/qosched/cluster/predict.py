@@ -379,6 +379,23 @@ class OnlinePredictor:
         self._seconds += dt
         self._dirty = True
 
+    @property
+    def last_iterations(self) -> float | None:
+        """The iterations done at the last sample (None before the first)."""
+        return None if self._last is None else self._last[1]
+
+    def restart(self, time_s: float, iterations_done: float) -> None:
+        """Start the next interval at this sample without recording the one it ends: the job
+        lost progress (it restarted from an older checkpoint, or from scratch), so that
+        interval's iterations say nothing about its speed. What was learnt stays."""
+        if not (math.isfinite(time_s) and math.isfinite(iterations_done)):
+            raise ValueError(
+                f"time and iterations must be finite, got {time_s!r}, {iterations_done!r}"
+            )
+        if self._last is not None and time_s < self._last[0]:
+            raise ValueError(f"time went backwards: {time_s} s after a sample at {self._last[0]} s")
+        self._last = (time_s, iterations_done)
+
     def model(self) -> IterationTimeModel:
         """The current fit (the same object until new observations arrive)."""
         if self._dirty:

@@ -38,7 +38,8 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` tak
 Errors are ``{"error": message}``: 400 bad input (with ``reason``, ``source``, ``line``,
 ``field`` when known), 401 no or wrong token, 403 a foreign ``Host`` or ``Origin``, or a
 missing or wrong CSRF token, 404 unknown job or route, 405 wrong method,
-411 no ``Content-Length``, 413 a body over 1 MiB, 500 a failure of the service.
+408 a body that stops arriving for ``_Handler.timeout`` seconds, 411 no ``Content-Length``,
+413 a body over 1 MiB, 500 a failure of the service.
 """
 
 from __future__ import annotations
@@ -369,6 +370,13 @@ class _HttpServer(ThreadingHTTPServer):
     sessions: auth.Sessions
     check_host: bool
     shutdown_requested: threading.Event
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up before its reply is its own business: anyone on the machine
+        # could otherwise fill the service's log with tracebacks by connecting and leaving.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _HttpServer6(_HttpServer):
@@ -702,7 +710,14 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                 f"the body is {length} bytes; at most {MAX_BODY_BYTES} are accepted",
             )
-        body = self.rfile.read(length)
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True  # what is left of its body must not read as a request
+            raise _HttpError(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"the body did not arrive within {self.timeout} s of the last byte",
+            ) from None
         if len(body) != length:
             raise _HttpError(HTTPStatus.BAD_REQUEST, "the body ended before its Content-Length")
         return body

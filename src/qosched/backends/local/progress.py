@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from qosched.backends.local.files import read_regular
 from qosched.backends.local.protocol import finite_or_none
 from qosched.core.bounds import check_count, check_number, check_time
 from qosched.core.errors import InputError
@@ -202,30 +203,69 @@ def _parse_event(data: object, source: Path, line: int) -> ProgressEvent:
     )
 
 
-def read_progress(path: str | Path) -> list[ProgressEvent]:
-    """Every complete line of ``progress.jsonl`` (a missing file reads as no events).
+#: The most read from ``progress.jsonl`` per look, and the longest line it may hold: the runner
+#: writes lines of a few hundred bytes, so a longer one is not the runner's.
+PROGRESS_READ_BYTES = 1 << 20
+
+
+class ProgressFollower:
+    """Reads ``progress.jsonl`` as it grows: each `read` parses only the lines completed since
+    the last one, so following a job costs the same at its first report as at its millionth.
 
     A last line without its newline is being written right now and is left for the next read;
     any other malformed line, or a number out of bounds, is an ``InputError`` naming the line
-    (the file is the runner's own report: a line it did not write means it cannot be trusted).
-    Fields this version does not know are ignored, so a newer runner's file still reads.
+    (the file is the runner's own report: a line it did not write means it cannot be trusted),
+    and so is a file that is not a regular file (``qosched.backends.local.files``), that shrank,
+    or that holds a line over ``PROGRESS_READ_BYTES``. Fields this version does not know are
+    ignored, so a newer runner's file still reads. A missing file reads as no events.
     """
-    path = Path(path)
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.lines = 0
+
+    def read(self) -> list[ProgressEvent]:
+        """Every event completed since the last read."""
+        events: list[ProgressEvent] = []
+        while True:
+            got = read_regular(self.path, self.offset, PROGRESS_READ_BYTES)
+            if got is None:
+                return events
+            chunk, size = got
+            if size < self.offset:
+                raise InputError(
+                    f"shrank to {size} bytes after {self.offset} were read", source=self.path
+                )
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            if not complete:
+                if len(chunk) >= PROGRESS_READ_BYTES:
+                    raise InputError(
+                        f"a line longer than {PROGRESS_READ_BYTES} bytes",
+                        source=self.path,
+                        line=self.lines + 1,
+                    )
+                return events
+            self.offset += len(complete)
+            for raw in complete.split(b"\n")[:-1]:
+                self.lines += 1
+                if raw.strip():
+                    events.append(_parse_line(raw, self.path, self.lines))
+
+
+def read_progress(path: str | Path) -> list[ProgressEvent]:
+    """Every complete line of ``progress.jsonl``, as `ProgressFollower` reads them."""
+    return ProgressFollower(path).read()
+
+
+def _parse_line(raw: bytes, path: Path, number: int) -> ProgressEvent:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
+        line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text: {exc.reason}", source=path) from None
-    lines = text.split("\n")
-    events = []
-    for number, line in enumerate(lines[:-1], start=1):  # lines[-1] is "" or still being written
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except ValueError as exc:  # a JSONDecodeError, or an integer of over 4300 digits
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-            raise InputError(f"not valid JSON: {reason}", source=path, line=number) from None
-        events.append(_parse_event(data, path, number))
-    return events
+        raise InputError(f"not UTF-8 text: {exc.reason}", source=path, line=number) from None
+    try:
+        data = json.loads(line)
+    except ValueError as exc:  # a JSONDecodeError, or an integer of over 4300 digits
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise InputError(f"not valid JSON: {reason}", source=path, line=number) from None
+    return _parse_event(data, path, number)

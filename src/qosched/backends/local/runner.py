@@ -110,6 +110,7 @@ from typing import Any
 
 from qosched.backends.local.affinity import set_process_affinity
 from qosched.backends.local.atomic import atomic_write, atomic_write_json, remove_stale_temps
+from qosched.backends.local.files import read_regular
 from qosched.backends.local.progress import ProgressLog, RunnerEvent
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
@@ -160,6 +161,7 @@ __all__ = [
 POLL_INTERVAL_S = 0.2  # allocation.json is looked at no more often than this
 REPORT_INTERVAL_S = 0.5  # progress lines are written no more often than this
 COMMAND_WAIT_S = 0.05  # how often a command job's runner wakes to relay, poll and forward
+COMMAND_TERM_GRACE_S = 5.0  # how long a command its runner fails gets to exit after SIGTERM
 CHECKPOINT_FORMAT = 1
 
 
@@ -423,16 +425,36 @@ def _run_workload(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRe
     return EXIT_DONE
 
 
+#: The longest line of a command's progress file taken in: a report is one small JSON object, and
+#: a longer line (a command writing something else there) is skipped without being held whole.
+MAX_PROGRESS_LINE = 64 * 1024
+#: The most read from a command's progress file per look: a command writing faster than that
+#: is caught up with over several looks, never all at once.
+PROGRESS_READ_BYTES = 1 << 20
+
+
 class CommandProgress:
-    """Follows the lines a command appends to its progress file; keeps the latest values."""
+    """Follows the lines a command appends to its progress file; keeps the latest values.
+
+    The file is the command's to write, and it may make anything of it: a symbolic link, a FIFO
+    or a folder there is an ``InputError`` from `read` (see ``qosched.backends.local.files``),
+    and a line longer than ``MAX_PROGRESS_LINE`` is skipped as it is read, a bounded piece at a
+    time.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.touch()
         # Lines left by an earlier run of this job were relayed then; start after them.
-        existing = path.read_bytes()
-        self.offset = len(existing)
-        self.line = existing.count(b"\n")
+        self.offset = 0
+        self.line = 0
+        while got := read_regular(path, self.offset, PROGRESS_READ_BYTES):
+            chunk, _ = got
+            if not chunk:
+                break
+            self.offset += len(chunk)
+            self.line += chunk.count(b"\n")
+        self.skipping = False  # in the middle of a line too long to take
         self.iteration: int | None = None
         self.loss: float | None = None
         self.unreported = False
@@ -440,28 +462,47 @@ class CommandProgress:
         self.last: tuple[int, float] | None = None
 
     def read(self) -> list[str]:
-        """Take in new complete lines; returns a message for each line that was not understood."""
-        with open(self.path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() < self.offset:  # the command truncated it: start over
-                self.offset = 0
-                self.line = 0
-            handle.seek(self.offset)
-            chunk = handle.read()
-        # A line without its newline is still being written; it is read next time.
+        """Take in new complete lines; returns a message for each line that was not understood.
+        Raises ``InputError`` when the file is no longer a regular file."""
+        got = read_regular(self.path, self.offset, PROGRESS_READ_BYTES)
+        if got is None:  # removed: nothing new until the command writes it again
+            return []
+        chunk, size = got
+        if size < self.offset:  # the command truncated it: start over
+            self.offset, self.line, self.skipping = 0, 0, False
+            chunk, _ = read_regular(self.path, 0, PROGRESS_READ_BYTES) or (b"", 0)
+        problems = []
+        if self.skipping:
+            end = chunk.find(b"\n")
+            if end < 0:
+                self.offset += len(chunk)
+                return problems
+            self.offset += end + 1
+            self.skipping = False
+            chunk = chunk[end + 1 :]
+        # A line without its newline is still being written; it is read next time, unless it is
+        # already too long to be a report.
         complete = chunk[: chunk.rfind(b"\n") + 1]
         self.offset += len(complete)
-        problems = []
         for raw in complete.splitlines():
             self.line += 1
             problem = self._take(raw)
             if problem:
                 problems.append(f"{self.path.name}:{self.line}: {problem}; line ignored")
+        if len(chunk) - len(complete) > MAX_PROGRESS_LINE:
+            self.line += 1
+            self.offset += len(chunk) - len(complete)
+            self.skipping = True
+            problems.append(
+                f"{self.path.name}:{self.line}: longer than {MAX_PROGRESS_LINE} bytes; line ignored"
+            )
         return problems
 
     def _take(self, raw: bytes) -> str | None:
         if not raw.strip():
             return None
+        if len(raw) > MAX_PROGRESS_LINE:
+            return f"longer than {MAX_PROGRESS_LINE} bytes"
         try:
             data = json.loads(raw)
         except ValueError:  # bad JSON, bad UTF-8, or an integer of over 4300 digits
@@ -577,7 +618,11 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         if stop.requested and not forwarded and code is None:
             child.send_signal(signal.SIGTERM)
             forwarded = True
-        problems = progress.read()
+        try:
+            problems = progress.read()
+        except InputError:
+            _end_child(child)  # the job fails; its command must not run on without a runner
+            raise
         log.note(progress.iteration, progress.loss)
         for problem in problems:
             # In the job's log too, where its user looks first.
@@ -600,6 +645,15 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
     # reported every iteration, otherwise the scheduler would never resume it.
     reached_end = progress.iteration is not None and progress.iteration >= spec.iterations
     if code == 0 and (not forwarded or reached_end):
+        if not reached_end:  # done by the contract (exit 0), said so where its user looks
+            reported = "none" if progress.iteration is None else str(progress.iteration)
+            log.write(
+                RunnerEvent.WARNING,
+                iteration=progress.iteration,
+                loss=progress.loss,
+                message=f"the command exited 0 having reported {reported} of its "
+                f"{spec.iterations} iterations; the job counts as done",
+            )
         result = JobResult(
             job_id=spec.job_id,
             iterations=progress.iteration,
@@ -624,6 +678,18 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         exit_code=code,
     )
     return code if code > 0 else 128 - code
+
+
+def _end_child(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if the command is still there after ``COMMAND_TERM_GRACE_S``."""
+    if child.poll() is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=COMMAND_TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def command_argv(command: tuple[str, ...], launcher: str | None, processes: int) -> list[str]:

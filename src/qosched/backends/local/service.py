@@ -82,7 +82,7 @@ from qosched.backends.local.process import (
     runner_folder,
     tree_files,
 )
-from qosched.backends.local.progress import ProgressEvent, RunnerEvent, read_progress
+from qosched.backends.local.progress import ProgressEvent, ProgressFollower, RunnerEvent
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
     ENV_CUDA_DEVICES,
@@ -140,6 +140,12 @@ RUNNER_LOG = "worker.log"
 #: The store event kind of a runner's non-fatal warning; a stored name (and a value the API
 #: returns) kept for existing data.
 RUNNER_WARNING = "worker-warning"
+#: A running job that reports no progress for this long, and for ten of its predicted iterations,
+#: is noted as stalled (an event, once until it moves again), and its finish is no longer
+#: predicted: a hung command would otherwise show "in 1 s, on track" for ever.
+STALL_MIN_S = 300.0
+#: The store event kind of that note.
+STALLED = "stalled"
 #: Seconds a runner has between SIGTERM (cancel, pre-emption, ``down``, a failed job) and
 #: SIGKILL of its whole process group. A built-in workload checkpoints within one iteration.
 GRACE_S = 30.0
@@ -203,7 +209,11 @@ class _LiveJob:
     policy_job: JobState
     job_dir: Path
     runner: RunnerProcess | None = None
-    events_read: int = 0
+    progress: ProgressFollower | None = None  # its runner's progress.jsonl, as far as read
+    last_event: ProgressEvent | None = None  # the last one read
+    went_back: bool = False  # its progress went back since the last start or resize (said once)
+    progressed_at: float | None = None  # when its runner started or last reported more work
+    stalled: bool = False  # noted as stalled since (see STALL_MIN_S)
     last_sample: tuple[float, int] | None = None  # (t, iteration) of the last progress sample
     stored_until: float = -math.inf  # what the runner reported up to this time is stored
     cores: tuple[int, ...] = ()  # held by a CPU job; a GPU job holds none
@@ -460,6 +470,8 @@ class LocalService:
                     if live.failing is None or action != self._read_progress_of:
                         self._isolated(live, doing, action)
             now = self.clock()
+            for live in self._live.values():
+                self._note_stall(live, now)
             due = now >= self._next_decision or (self._wake_at is not None and now >= self._wake_at)
             if self._dirty or due:
                 self._decide(now)
@@ -844,8 +856,8 @@ class LocalService:
             self._record_final(live, Lifecycle.FAILED, error=live.failing)
             self._faults.passed("reaped")
             return
-        events = self._read_progress_of(live)
-        last = events[-1] if events else None
+        self._read_progress_of(live)
+        last = live.last_event
         if (live.job_dir / RESULT_FILE).exists():  # it completed, whatever else was asked
             result = read_result(live.job_dir / RESULT_FILE)
             self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
@@ -915,10 +927,12 @@ class LocalService:
     def _read_progress_of(self, live: _LiveJob) -> list[ProgressEvent]:
         """Take in the runner's new events; an unreadable line or a number out of bounds is
         an ``InputError`` naming the line (the caller fails the job)."""
-        events = read_progress(live.job_dir / PROGRESS_FILE)
+        if live.progress is None:
+            live.progress = ProgressFollower(live.job_dir / PROGRESS_FILE)
+        events = live.progress.read()
         job = live.policy_job
         stored = False
-        for event in events[live.events_read :]:
+        for event in events:
             fresh = event.t > live.stored_until  # not stored before a restart
             if event.event is RunnerEvent.WARNING or (
                 event.event is RunnerEvent.ERROR and not event.fatal
@@ -935,13 +949,33 @@ class LocalService:
                 # active time (a little slow at first, never fast: safe for a deadline).
                 done = event.iteration if event.iteration is not None else job.iterations_done
                 live.last_sample = (event.t, int(done))
+                live.went_back = False
+                if event.event is RunnerEvent.START:
+                    live.progressed_at, live.stalled = event.t, False
                 if event.iteration is None:
                     continue
             elif event.iteration is None:
                 continue
             elif live.last_sample is not None and event.t > live.last_sample[0]:
                 job.active_s += event.t - live.last_sample[0]
+                if event.iteration < live.last_sample[1] and fresh and not live.went_back:
+                    # Its command started over without a checkpoint (or reports wrongly): the
+                    # work since the last sample was lost, and the policy measures anew. Said
+                    # once per start, however often it happens.
+                    live.went_back = True
+                    self.store.add_event(
+                        live.record.id,
+                        event.t,
+                        RUNNER_WARNING,
+                        {
+                            "message": f"progress went back from iteration "
+                            f"{live.last_sample[1]} to {event.iteration}"
+                        },
+                    )
+                    stored = True
                 live.last_sample = (event.t, event.iteration)
+            if event.iteration > job.iterations_done:
+                live.progressed_at, live.stalled = event.t, False
             job.iterations_done = float(min(event.iteration, live.spec.iterations))
             job.last_update_s = event.t
             if fresh and event.event in (
@@ -951,7 +985,8 @@ class LocalService:
             ):
                 self.store.add_progress(live.record.id, event.t, event.iteration, event.cpus)
                 stored = True
-        live.events_read = len(events)
+        if events:
+            live.last_event = events[-1]
         if stored:
             self._faults.passed("progress")
         return events
@@ -1109,10 +1144,31 @@ class LocalService:
             error=record.error,
         )
 
-    def _predict_finish(self, live: _LiveJob) -> tuple[float | None, tuple[float, float] | None]:
-        """When the job finishes at its current core count, from the policy's predictor."""
+    def _note_stall(self, live: _LiveJob, now: float) -> None:
+        """An event, once, when a running job has reported no progress for ``STALL_MIN_S`` and
+        for ten of its predicted iterations."""
+        if live.stalled or live.progressed_at is None or live.runner is None or live.stopping:
+            return
+        quiet = now - live.progressed_at
+        if quiet < STALL_MIN_S:
+            return
+        model = self._policy_of(live).predictor_of(live.policy_job.job_id)
         workers = len(self._units(live))
-        if not workers:
+        if model is not None and workers and quiet < 10.0 / model.predict(workers).rate:
+            return
+        live.stalled = True
+        self.store.add_event(
+            live.record.id,
+            now,
+            STALLED,
+            {"seconds": round(quiet), "iteration": int(live.policy_job.iterations_done)},
+        )
+
+    def _predict_finish(self, live: _LiveJob) -> tuple[float | None, tuple[float, float] | None]:
+        """When the job finishes at its current core count, from the policy's predictor (not
+        while it is stalled: its speed says nothing then)."""
+        workers = len(self._units(live))
+        if not workers or live.stalled:
             return None, None
         model = self._policy_of(live).predictor_of(live.policy_job.job_id)
         if model is None:

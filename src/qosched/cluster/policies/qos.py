@@ -242,7 +242,11 @@ class QualityOfService(Policy):
                 tracked = self._track(job, view)
             active_s = job.active_s
             if job.workers and active_s > tracked.observed_active_s:
-                tracked.predictor.observe(active_s, job.iterations_done, job.workers)
+                predictor = tracked.predictor
+                if job.iterations_done >= predictor.last_iterations:
+                    predictor.observe(active_s, job.iterations_done, job.workers)
+                else:  # it lost progress (a backend restarted it from an older checkpoint)
+                    predictor.restart(active_s, job.iterations_done)
                 tracked.observed_active_s = active_s
                 if active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
                     tracked.ladders = None
