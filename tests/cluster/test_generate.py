@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from qosched.cluster.generate import GeneratorConfig, generate_trace
+from qosched.cli.main import main
+from qosched.cluster.generate import MAX_DURATION_S, GeneratorConfig, generate_trace
 from qosched.cluster.throughput import ThroughputModel
+from qosched.cluster.traces import read_trace, write_trace
 from qosched.core.errors import InputError
 
 
@@ -145,6 +147,20 @@ BAD_CONFIGS = [
     ("inf-sigma", {"duration_sigma": float("inf")}, "duration_sigma"),
     ("inf-tightness", {"tightness": (0.5, float("inf"))}, "tightness"),
     ("negative-seed", {"seed": -1}, "seed"),
+    ("sigma-700", {"duration_sigma": 700.0}, "duration_sigma"),
+    ("sigma-1e300", {"duration_sigma": 1e300}, "duration_sigma"),
+    ("sigma-just-above-10", {"duration_sigma": 10.01}, "duration_sigma"),
+    ("tightness-1e300", {"tightness": (1e300, 1e300)}, "tightness"),
+    ("tightness-above-100", {"tightness": (0.5, 101.0)}, "tightness"),
+    ("tightness-below-a-thousandth", {"tightness": (1e-4, 1.0)}, "tightness"),
+    ("load-1e-300", {"load": 1e-300}, "load"),
+    ("load-below-a-thousandth", {"load": 9e-4}, "load"),
+    ("load-above-a-thousand", {"load": 1001.0}, "load"),
+    ("median-1e300", {"median_duration_s": 1e300}, "median_duration_s"),
+    ("median-below-min-duration", {"median_duration_s": 30.0}, "median_duration_s"),
+    ("median-above-max-duration", {"median_duration_s": 8 * 24 * 3600.0}, "median_duration_s"),
+    ("max-duration-over-366-days", {"max_duration_s": 4e8}, "min_duration_s"),
+    ("cluster-larger-than-any", {"cluster_workers": 2**36 + 1}, "cluster_workers"),
 ]
 
 
@@ -167,3 +183,65 @@ def test_a_model_that_cannot_run_on_the_cluster_is_an_error_not_a_silent_job():
     tables = ThroughputModel({"big": {64: {4: 1.0, 8: 1.8}}})
     with pytest.raises(InputError, match="cluster_workers"):
         generate_trace(GeneratorConfig(jobs=3, cluster_workers=2), tables)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"duration_sigma": 10.0},
+        {"tightness": (100.0, 100.0)},
+        {"tightness": (1e-3, 1e-3)},
+        {"load": 1e-3},
+        {"load": 1e3},
+        {"median_duration_s": 60.0},
+        {"median_duration_s": 7 * 24 * 3600.0},
+    ],
+    ids=["largest-sigma", "largest-tightness", "least-tightness", "least-load", "most-load",
+         "median-at-min", "median-at-max"],
+)  # fmt: skip
+def test_jobs_at_the_ends_of_the_ranges_pass_the_trace_reader(tmp_path, a100, kwargs):
+    path = tmp_path / "trace.csv"
+    write_trace(generate_trace(GeneratorConfig(jobs=200, seed=3, **kwargs), a100), path)
+    assert len(read_trace(path, a100).jobs) == 200
+
+
+# 366-day jobs on a table of one speed, at the least load, on 100 workers: the arrivals reach
+# year 9999 after about 800 jobs, and seed 0 puts a deadline, 100 run times on, past it first.
+LONGEST = {
+    "min_duration_s": MAX_DURATION_S,
+    "median_duration_s": MAX_DURATION_S,
+    "max_duration_s": MAX_DURATION_S,
+    "load": 1e-3,
+    "cluster_workers": 100,
+}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"jobs": 2000}, "load"), ({"jobs": 2000, "tightness": (100.0, 100.0)}, "tightness")],
+    ids=["arrival-past-9999", "deadline-past-9999"],
+)
+def test_a_job_past_year_9999_is_refused_naming_the_option(kwargs, field):
+    tables = ThroughputModel({"m": {1: {1: 1.0}}})
+    with pytest.raises(InputError) as caught:
+        generate_trace(GeneratorConfig(seed=0, **LONGEST, **kwargs), tables)
+    assert caught.value.field == field
+    assert "year 9999" in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--duration-sigma", "700"], "--duration-sigma"),
+        (["--tightness", "1e300", "1e300"], "--tightness"),
+        (["--load", "1e-300"], "--load"),
+        (["--median-duration-s", "1e300"], "--median-duration-s"),
+        (["--seed", "-1"], "--seed"),
+    ],
+    ids=["sigma", "tightness", "load", "median", "seed"],
+)
+def test_cli_errors_name_the_option(tmp_path, capsys, args, option):
+    out = tmp_path / "trace.csv"
+    assert main(["trace", "generate", "--out", str(out), "--jobs", "5", *args]) == 2
+    assert f"field {option!r}: expected" in capsys.readouterr().err
+    assert not out.exists()

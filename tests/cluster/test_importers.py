@@ -11,7 +11,7 @@ import pytest
 from qosched.cli.main import main
 from qosched.cluster.importers import import_trace
 from qosched.cluster.throughput import ThroughputModel
-from qosched.cluster.traces import read_trace
+from qosched.cluster.traces import read_trace, write_trace
 from qosched.core.errors import InputError
 
 TABLES = ThroughputModel.bundled("A100")
@@ -111,6 +111,31 @@ BAD = [
     ),
     ("pai-short-row", "pai", ["j1,worker,2,Terminated"], 1, None),
     ("pai-bad-share", "pai", ["j1,worker,2,Terminated,1,9000,600,29,-100,V100"], 1, "plan_gpu"),
+    ("itp-duplicate-id", "itp", [ITP[0], "a,0,1000,1", "a,5,1000,1"], 3, "job_id"),
+    ("itp-run-over-366-days", "itp", [ITP[0], "a,0,253402300000,1"], 2, "duration"),
+    # Submitted late in year 9999: half the run time on, the deadline is in year 10000.
+    ("itp-deadline-past-9999", "itp", [ITP[0], "a,0,1000,1", "b,253402000000,1e6,1"], 3, None),
+    (
+        "philly-run-over-366-days",
+        "philly",
+        ["timestamp,duration,num_gpus", "2017-10-09 07:01:55,4e8,1"],
+        2,
+        "duration",
+    ),
+    (
+        "pai-empty-job-name",
+        "pai",
+        [",worker,1,Terminated,1000,3000,600,29,100,V100"],
+        1,
+        "job_name",
+    ),
+    (
+        "pai-run-over-366-days",
+        "pai",
+        ["j1,worker,1,Terminated,1000,3000,600,29,100,V100", "j1,ps,1,Terminated,0,4e8,6,2,,"],
+        1,
+        "end_time",
+    ),
 ]
 
 
@@ -125,6 +150,60 @@ def test_bad_input_names_file_line_and_column(tmp_path, fmt, lines, line, field)
     assert f"{path}:{line}:" in message
     if field is not None:
         assert f"field {field!r}" in message
+
+
+def test_the_same_id_in_a_row_left_out_is_no_clash(tmp_path):
+    # Line 3 ran under 10 minutes: only line 2 becomes a job named "a".
+    jobs = import_trace(write(tmp_path, [ITP[0], "a,0,1000,1", "a,5,100,1"]), "itp", TABLES)
+    assert [job.job_id for job in jobs] == ["a"]
+
+
+@pytest.mark.parametrize(
+    "tightness",
+    [
+        (1.0, float("inf")),
+        (1e300, 1e300),
+        (1.0, float("nan")),
+        (2.0, 1.0),
+        (0.0, 1.0),
+        (1, 101),
+        (1e-300, 1e-300),
+    ],
+    ids=["infinite", "1e300", "nan", "reversed", "zero", "above-100", "1e-300"],
+)
+def test_bad_tightness_is_refused_naming_it(tmp_path, tightness):
+    with pytest.raises(InputError) as caught:
+        import_trace(write(tmp_path, ITP), "itp", TABLES, tightness=tightness)
+    assert caught.value.field == "tightness"
+    assert "0.001 <= LOW <= HIGH <= 100" in caught.value.reason
+
+
+@pytest.mark.parametrize("tightness", [(1e-3, 1e-3), (100, 100)], ids=["least", "most"])
+def test_jobs_at_the_ends_of_the_tightness_range_pass_the_trace_reader(tmp_path, tightness):
+    # The second job is submitted in year 9892, where a float's step is 3e-5 s.
+    source = write(tmp_path, [ITP[0], "a,0,1000,1", "b,250000000000,1000,1"])
+    out = tmp_path / "deadlines.csv"
+    write_trace(import_trace(source, "itp", TABLES, tightness=tightness), out)
+    assert [job.job_id for job in read_trace(out, TABLES).jobs] == ["a", "b"]
+
+
+def test_negative_seed_is_refused_as_sim_and_generate_refuse_it(tmp_path):
+    with pytest.raises(InputError) as caught:
+        import_trace(write(tmp_path, ITP), "itp", TABLES, seed=-1)
+    assert caught.value.field == "seed"
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [(["--tightness", "1", "inf"], "--tightness"), (["--seed", "-1"], "--seed")],
+    ids=["tightness", "seed"],
+)
+def test_cli_errors_name_the_option(tmp_path, capsys, args, option):
+    source, out = write(tmp_path, ITP), tmp_path / "deadlines.csv"
+    argv = ["trace", "import", str(source), "--from", "itp", "--out", str(out), *args]
+    assert main(argv) == 2
+    assert f"field {option!r}: expected" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_a_trace_with_nothing_to_import_says_why(tmp_path):

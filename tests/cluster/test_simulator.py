@@ -386,13 +386,14 @@ def test_bad_job_raises_input_error_before_running(nodes, spec, message):
         {"restart_pause_s": float("inf")},
         {"restart_pause_s": float("nan")},
         {"cross_node_factor": 0.0},
+        {"cross_node_factor": 0.09},
         {"cross_node_factor": 1.5},
         {"restart_pause_s": 86_400.5},
         {"seed": -5},
         {"seed": 1.5},
     ],
-    ids=["negative-pause", "infinite-pause", "nan-pause", "zero-factor", "factor-above-1",
-         "pause-over-a-day", "negative-seed", "fractional-seed"],
+    ids=["negative-pause", "infinite-pause", "nan-pause", "zero-factor", "factor-below-0.1",
+         "factor-above-1", "pause-over-a-day", "negative-seed", "fractional-seed"],
 )  # fmt: skip
 def test_sim_config_rejects_invalid_constants(options):
     with pytest.raises(InputError) as error:

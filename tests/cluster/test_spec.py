@@ -117,6 +117,13 @@ BAD_ROWS = [
     ("negative-cpus", "2,4,8,-1,256", "num_cpu_p_node"),
     ("negative-memory", "2,4,8,96,-1", "mem_p_node"),
     ("nan-memory", "2,4,8,96,nan", "mem_p_node"),
+    ("memory-1e300-gib", "2,4,8,96,1e300", "mem_p_node"),
+    ("memory-over-a-pebibyte", "2,4,8,96,1048577", "mem_p_node"),
+    ("too-many-cpus", "2,4,8,100000,256", "num_cpu_p_node"),
+    ("too-many-gpus", "2,4,65537,96,256", "num_gpu_p_node"),
+    ("too-many-switches", "1048577,1,8,96,256", "num_switch"),
+    ("too-many-nodes-per-switch", "1,1048577,8,96,256", "num_node_p_switch"),
+    ("too-many-nodes-in-all", "1025,1024,8,96,256", "num_node_p_switch"),
 ]
 
 
@@ -129,6 +136,11 @@ def test_bad_row_names_file_line_and_field(tmp_path, row, field):
 
 def test_bad_row_after_a_blank_line_names_its_physical_line(tmp_path):
     raises_at(write(tmp_path, [HEADER, "", "2,4,0,96,256"]), 3, "num_gpu_p_node")
+
+
+def test_the_largest_spec_is_accepted(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, [HEADER, "1024,1024,65536,65536,1048576"]))
+    assert (spec.num_nodes, spec.workers_per_node, spec.mem_per_node_bytes) == (2**20, 2**16, 2**50)
 
 
 def test_zero_cpus_and_memory_are_allowed(tmp_path):
@@ -172,6 +184,12 @@ def test_from_flags_rejects_bad_sizes(nodes, workers_per_node, cpus_per_node, fi
     with pytest.raises(InputError) as caught:
         ClusterSpec.from_flags(nodes, workers_per_node, cpus_per_node)
     assert caught.value.field == field
+
+
+def test_memory_over_a_pebibyte_per_node_is_refused():
+    with pytest.raises(InputError) as caught:
+        ClusterSpec(1, 1, 8, mem_per_node_bytes=2**50 + 1)
+    assert caught.value.field == "mem_per_node_bytes"
 
 
 def test_the_largest_cluster_is_accepted():

@@ -99,6 +99,14 @@ BAD_CELLS = [
     ("non-numeric", "fast"),
     ("infinite", "inf"),
     ("negative-infinite", "-inf"),
+    # outside 1e-6..1e6 iterations/s, where fits of 1 / speed and iterations = duration x speed
+    # break down
+    ("near-float-max", "1.7e308"),
+    ("1e300", "1e300"),
+    ("1e200", "1e200"),
+    ("just-above-1e6", "1000001"),
+    ("1e-300", "1e-300"),
+    ("just-below-1e-6", "9e-7"),
 ]
 
 
@@ -141,6 +149,61 @@ def test_read_table_bad_header_names_file_and_line_1(tmp_path, text):
     with pytest.raises(InputError) as caught:
         read_table(path)
     assert f"{path}:1" in str(caught.value)
+
+
+def read_error(path) -> str:
+    """The message of the InputError reading ``path`` raises."""
+    with pytest.raises(InputError) as caught:
+        read_table(path)
+    return str(caught.value)
+
+
+def test_read_table_accepts_the_speed_range_ends(tmp_path):
+    path = write(tmp_path, "m.csv", "global_batch_size,1,2\n32,1e-6,1e6\n")
+    assert read_table(path) == {32: {1: 1e-6, 2: 1e6}}
+
+
+@pytest.mark.parametrize(
+    "count", ["65537", "100000000000000"], ids=["one-above-the-cap", "a-hundred-trillion"]
+)
+def test_read_table_worker_count_above_the_cap_names_line_1_and_the_column(tmp_path, count):
+    path = write(tmp_path, "speeds.csv", f"global_batch_size,1,2,{count}\n64,1,2,4\n")
+    message = read_error(path)
+    assert f"{path}:1: column 4:" in message
+    assert "65,536" in message
+    assert count in message
+
+
+def test_read_table_accepts_the_largest_worker_count(tmp_path):
+    path = write(tmp_path, "m.csv", "global_batch_size,1,65536\n64,1,2\n")
+    assert read_table(path) == {64: {1: 1.0, 65536: 2.0}}
+
+
+def test_read_table_repeated_worker_count_names_both_columns(tmp_path):
+    path = write(tmp_path, "speeds.csv", "global_batch_size,1,1,4,8\n64,1,2,4,8\n")
+    message = read_error(path)
+    assert f"{path}:1: column 3:" in message
+    assert "worker count 1 appears twice (first in column 2)" in message
+
+
+@pytest.mark.parametrize("batch", ["0", "-64"], ids=["zero", "negative"])
+def test_read_table_batch_size_below_1_names_file_line_and_column(tmp_path, batch):
+    path = write(tmp_path, "speeds.csv", f"global_batch_size,1,2\n64,1,2\n{batch},1,2\n")
+    message = read_error(path)
+    assert f"{path}:3: field 'global_batch_size'" in message
+    assert ">= 1" in message
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["global_batch_size,1,2,4,8\n", "global_batch_size,1,2\n\n,,\n"],
+    ids=["header-only", "header-and-blank-lines"],
+)
+def test_read_table_without_rows_says_so_at_read_time(tmp_path, text):
+    path = write(tmp_path, "speeds.csv", text)
+    with pytest.raises(InputError) as caught:
+        read_table(path)
+    assert f"{path}:1: no rows" in str(caught.value)
 
 
 # --- ThroughputModel.curve --------------------------------------------------------------------

@@ -268,6 +268,8 @@ EF_BAD_ROWS = [
     ("submit-after-year-9999", "b,1e12,100,resnet50,2e12,64,4,3600", "submit_time"),
     ("deadline-after-year-9999", "b,10,100,resnet50,1e12,64,4,3600", "ddl"),
     ("duration-after-year-9999", "b,10,100,resnet50,5000,64,4,1e12", "duration"),
+    ("zero-duration", "b,10,100,resnet50,5000,64,4,0", "duration"),
+    ("duration-over-366-days", "b,10,100,resnet50,5000,64,4,31622401", "duration"),
 ]
 
 
@@ -321,6 +323,20 @@ QS_BAD_ROWS = [
 def test_qosched_bad_row_names_file_line_and_field(tmp_path, row, field):
     path = write(tmp_path, [QS_HEADER, QS_GOOD_ROW, row])
     raises_at(path, 3, field)
+
+
+def test_a_job_running_over_366_days_on_its_workers_is_refused(tmp_path):
+    """Read against the speed table: 366 days at the table's speed on the requested workers is
+    the most a trace's job may run (a longer one kept the tick-driven policies busy for hours,
+    simulating years)."""
+    tp = ThroughputModel.bundled("A100")
+    rate = tp.curve("resnet50", 64).rate(1)
+    fits = int(366 * 86400 * rate)  # just under the bound, whatever the table's speed
+    path = write(tmp_path, [QS_HEADER, f"a,0,resnet50,64,{fits},,1,"])
+    assert read_trace(path, throughputs=tp).jobs[0].iterations == fits
+    path = write(tmp_path, [QS_HEADER, f"a,0,resnet50,64,{fits + int(rate) + 1},,1,"])
+    error = raises_at(path, 2, "iterations", throughputs=tp)
+    assert "366 days" in str(error)
 
 
 def test_bad_row_after_a_blank_line_names_its_physical_line(tmp_path):

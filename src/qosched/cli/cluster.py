@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -392,12 +392,27 @@ def add_trace_import(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_trace_import)
 
 
+@contextmanager
+def _naming_options(*options: str) -> Iterator[None]:
+    """An error in a setting the command took from one of ``options`` (``--tightness`` for the
+    field ``tightness``) names the option the user typed, not the field behind it; an error in
+    a file keeps naming the file."""
+    try:
+        yield
+    except InputError as exc:
+        option = f"--{(exc.field or '').replace('_', '-')}"
+        if exc.source is None and option in options:
+            raise InputError(exc.reason, field=option) from exc
+        raise
+
+
 def run_trace_import(args: argparse.Namespace) -> int:
     output_file(args.out, "--out")
     throughputs = _throughputs(args.throughputs)
-    jobs = importers.import_trace(
-        args.source, args.fmt, throughputs, seed=args.seed, tightness=tuple(args.tightness)
-    )
+    with _naming_options("--seed", "--tightness"):
+        jobs = importers.import_trace(
+            args.source, args.fmt, throughputs, seed=args.seed, tightness=tuple(args.tightness)
+        )
     write_trace(jobs, args.out, layout=args.format)
     _err_console().print(f"{len(jobs)} jobs written to {args.out}")
     return 0
@@ -462,17 +477,27 @@ def add_trace_generate(commands: argparse._SubParsersAction) -> None:
 
 def run_trace_generate(args: argparse.Namespace) -> int:
     output_file(args.out, "--out")
-    config = GeneratorConfig(
-        jobs=args.jobs,
-        load=args.load,
-        cluster_workers=args.cluster_workers,
-        median_duration_s=args.median_duration_s,
-        duration_sigma=args.duration_sigma,
-        tightness=tuple(args.tightness),
-        best_effort_fraction=args.best_effort_fraction,
-        seed=args.seed,
-    )
-    jobs = generate_trace(config, _throughputs(args.throughputs))
+    with _naming_options(
+        "--jobs",
+        "--load",
+        "--cluster-workers",
+        "--median-duration-s",
+        "--duration-sigma",
+        "--tightness",
+        "--best-effort-fraction",
+        "--seed",
+    ):
+        config = GeneratorConfig(
+            jobs=args.jobs,
+            load=args.load,
+            cluster_workers=args.cluster_workers,
+            median_duration_s=args.median_duration_s,
+            duration_sigma=args.duration_sigma,
+            tightness=tuple(args.tightness),
+            best_effort_fraction=args.best_effort_fraction,
+            seed=args.seed,
+        )
+        jobs = generate_trace(config, _throughputs(args.throughputs))
     write_trace(jobs, args.out, layout=args.format)
     _err_console().print(f"wrote {len(jobs)} jobs to {args.out} ({args.format} layout)")
     return 0

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qosched.cluster.job import JobSpec
+from qosched.cluster.job import MAX_RUN_S, JobSpec
+from qosched.cluster.spec import MAX_NODES, MAX_WORKERS_PER_NODE
 from qosched.cluster.throughput import ThroughputModel
+from qosched.core.bounds import COUNT_LIMIT, LATEST_TIME_S
 from qosched.core.errors import InputError
 
 # Share of jobs asking for 1, 2, 4, 8, 16 workers: the shape of the Microsoft ITP trace that
@@ -24,6 +26,24 @@ REQUEST_MIX = ((1, 0.83), (2, 0.03), (4, 0.03), (8, 0.10), (16, 0.01))
 
 #: The most jobs one generated trace holds (ten times the largest trace simulated in the benches).
 MAX_JOBS = 1_000_000
+#: The most workers a cluster may have (``qosched.cluster.spec``).
+MAX_CLUSTER_WORKERS = MAX_NODES * MAX_WORKERS_PER_NODE
+#: Offered loads from a thousandth to a thousand times what the cluster serves: a thousandth
+#: already leaves nearly every job alone on the cluster, a thousand times already submits them
+#: all at once; beyond either end only the arithmetic changes (gaps overflow or vanish).
+LOAD_RANGE = (1e-3, 1e3)
+#: ln(7 days / 60 s), the default range durations are clipped to, is 9.2: at sigma 10 one
+#: standard deviation already spans it, so a wider sigma only moves more jobs onto its ends (and
+#: exp() of sigma times a normal draw overflows from about 700).
+MAX_DURATION_SIGMA = 10.0
+#: Deadlines from a thousandth to a hundred run times after submission. A thousandth is already
+#: a deadline no job can meet; a much smaller one can round onto the submission time itself (at
+#: year-9999 times a float's step is 3e-5 s). A hundred run times constrains nothing: such a job
+#: is best effort.
+TIGHTNESS_RANGE = (1e-3, 100.0)
+#: The longest run a trace may hold (``job.MAX_RUN_S``, 366 days); at the fastest speed a table
+#: may give (``throughput.MAX_SPEED``) that stays below 2**53 iterations.
+MAX_DURATION_S = MAX_RUN_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,21 +60,33 @@ class GeneratorConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        finite = math.isfinite
+        low_load, high_load = LOAD_RANGE
+        low_tightness, high_tightness = TIGHTNESS_RANGE
         checks = {
             "jobs": (1 <= self.jobs <= MAX_JOBS, f"1 to {MAX_JOBS:,}"),
-            "load": (self.load > 0 and finite(self.load), "a finite number > 0"),
-            "cluster_workers": (self.cluster_workers >= 1, ">= 1"),
-            "median_duration_s": (
-                self.median_duration_s > 0 and finite(self.median_duration_s),
-                "finite seconds > 0",
+            "load": (low_load <= self.load <= high_load, f"{low_load:g} to {high_load:g}"),
+            "cluster_workers": (
+                1 <= self.cluster_workers <= MAX_CLUSTER_WORKERS,
+                f"1 to {MAX_CLUSTER_WORKERS:,} (the largest cluster)",
             ),
-            "duration_sigma": (0 <= self.duration_sigma < math.inf, "a finite number >= 0"),
             "min_duration_s": (
-                0 < self.min_duration_s <= self.max_duration_s < math.inf,
-                "0 < min_duration_s <= max_duration_s, finite",
+                0 < self.min_duration_s <= self.max_duration_s <= MAX_DURATION_S,
+                f"0 < min_duration_s <= max_duration_s <= {MAX_DURATION_S:,.0f} s (366 days)",
             ),
-            "tightness": (0 < self.tightness[0] <= self.tightness[1] < math.inf, "0 < LO <= HI"),
+            # Outside the clip range most jobs would get the clip's value, not a lognormal.
+            "median_duration_s": (
+                self.min_duration_s <= self.median_duration_s <= self.max_duration_s,
+                f"seconds from min_duration_s {self.min_duration_s:g} "
+                f"to max_duration_s {self.max_duration_s:g}",
+            ),
+            "duration_sigma": (
+                0 <= self.duration_sigma <= MAX_DURATION_SIGMA,
+                f"0 to {MAX_DURATION_SIGMA:g}",
+            ),
+            "tightness": (
+                low_tightness <= self.tightness[0] <= self.tightness[1] <= high_tightness,
+                f"{low_tightness:g} <= LO <= HI <= {high_tightness:g}",
+            ),
             "best_effort_fraction": (0.0 <= self.best_effort_fraction <= 1.0, "in [0, 1]"),
             "seed": (isinstance(self.seed, int) and self.seed >= 0, "a whole number >= 0"),
         }
@@ -93,7 +125,14 @@ def generate_trace(config: GeneratorConfig, throughputs: ThroughputModel) -> lis
                 config.max_duration_s,
             )
         )
-        iterations = max(1, round(duration * curve.rate(workers)))
+        work = duration * curve.rate(workers)
+        if not work < COUNT_LIMIT:  # only a table built in code, unbounded, gets here
+            raise InputError(
+                f"{model} at batch size {batch}: {duration:g} s at {curve.rate(workers):g} "
+                "iterations/s is 2**53 iterations or more",
+                field="max_duration_s",
+            )
+        iterations = max(1, round(work))
         duration = iterations / curve.rate(workers)
         tightness = rng.uniform(*config.tightness)
         best_effort = rng.random() < config.best_effort_fraction
@@ -109,6 +148,21 @@ def generate_trace(config: GeneratorConfig, throughputs: ThroughputModel) -> lis
             now += float(rng.exponential(mean_gap))
         submit = round(now, 3)
         deadline = None if best_effort else round(submit + max(tightness * duration, 1.0), 3)
+        # A trace holds times within year 9999 only: a few jobs at a tiny load on a small cluster
+        # can still spread past it, which no bound on one option alone rules out.
+        if submit > LATEST_TIME_S:
+            raise InputError(
+                f"job {index} would arrive after year 9999: {config.jobs:,} jobs at load "
+                f"{config.load:g} on {config.cluster_workers:,} workers; raise the load, or "
+                "give fewer jobs or more workers",
+                field="load",
+            )
+        if deadline is not None and deadline > LATEST_TIME_S:
+            raise InputError(
+                f"job {index}'s deadline would fall after year 9999; lower the tightness or "
+                "raise the load",
+                field="tightness",
+            )
         jobs.append(
             JobSpec(
                 job_id=str(index),

@@ -28,14 +28,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from qosched.cluster.job import JobSpec
+from qosched.cluster.generate import TIGHTNESS_RANGE
+from qosched.cluster.job import MAX_RUN_S, JobSpec
 from qosched.cluster.throughput import ThroughputModel
-from qosched.core.bounds import check_count, check_datetime, check_number, check_time
+from qosched.core.bounds import (
+    LATEST_TIME_S,
+    check_count,
+    check_datetime,
+    check_number,
+    check_time,
+)
 from qosched.core.csv_file import CsvRows, open_csv
 from qosched.core.errors import InputError
 
 IMPORT_FORMATS = ("itp", "helios", "philly", "pai")
 MIN_RUN_S = 600.0
+#: The longest run time a record may give: what a trace may hold (``job.MAX_RUN_S``, 366 days);
+#: a longer one is a broken record, and the trace written would be refused when read.
 MAX_GPUS = 64
 SKIPPED_GPU_COUNTS = frozenset({3, 5, 6, 7})
 #: The PAI task table's columns (the file has no header).
@@ -75,9 +84,17 @@ def import_trace(
     """The deadline jobs made from a ``fmt`` trace (see the module docstring)."""
     if fmt not in IMPORT_FORMATS:
         raise InputError(f"unknown format {fmt!r}; use {', '.join(IMPORT_FORMATS)}", field="format")
+    # The same seeds as `trace generate` and `sim cluster` take.
+    check_count(seed, field="seed")
+    # The same range as `trace generate` takes; a smaller LOW can put a deadline on the
+    # submission time itself.
     low, high = tightness
-    if not 0 < low <= high:
-        raise InputError(f"need 0 < low <= high, got {tightness}", field="tightness")
+    least, most = TIGHTNESS_RANGE
+    if not least <= low <= high <= most:
+        raise InputError(
+            f"expected {least:g} <= LOW <= HIGH <= {most:g}, got {low!r} {high!r}",
+            field="tightness",
+        )
     path = Path(path)
     with open_csv(path, "trace") as rows:
         records = list(_READERS[fmt](rows, path))
@@ -88,6 +105,7 @@ def import_trace(
             f"{MIN_RUN_S:.0f} s on 1-{MAX_GPUS} GPUs (3, 5, 6, 7 left out)",
             source=path,
         )
+    _refuse_repeated_ids(kept, path)
     origin = min(r.submit_s for r in kept)
     rng = random.Random(seed)
     pairs = [(m, b) for m in throughputs.models for b in throughputs.batch_sizes(m)]
@@ -103,6 +121,15 @@ def import_trace(
         model, batch = rng.choice(fitting)
         rate = throughputs.curve(model, batch).rate(record.gpus)
         submit = record.submit_s - origin
+        deadline = submit + rng.uniform(low, high) * record.run_s
+        if deadline > LATEST_TIME_S:
+            raise InputError(
+                f"job {record.job_id}: its deadline, {deadline:.0f} s after the first "
+                f"submission, lies past year 9999 (run time {record.run_s:g} s); lower the "
+                "tightness or leave the job out",
+                source=path,
+                line=record.line,
+            )
         jobs.append(
             JobSpec(
                 job_id=record.job_id,
@@ -110,7 +137,7 @@ def import_trace(
                 model=model,
                 batch_size=batch,
                 iterations=max(1, round(record.run_s * rate)),
-                deadline_s=submit + rng.uniform(low, high) * record.run_s,
+                deadline_s=deadline,
                 requested_workers=record.gpus,
                 duration_s=record.run_s,
             )
@@ -120,6 +147,21 @@ def import_trace(
 
 def _usable_gpus(gpus: int) -> bool:
     return 1 <= gpus <= MAX_GPUS and gpus not in SKIPPED_GPU_COUNTS
+
+
+def _refuse_repeated_ids(records: list[Record], path: Path) -> None:
+    """A trace names each job once; two rows of one id are a broken file, and the simulator
+    would refuse the written trace without saying which rows of this one clash."""
+    first: dict[str, int] = {}
+    for record in sorted(records, key=lambda r: r.line):
+        if record.job_id in first:
+            raise InputError(
+                f"duplicate job id {record.job_id!r} (first on line {first[record.job_id]})",
+                source=path,
+                line=record.line,
+                field="job_id",
+            )
+        first[record.job_id] = record.line
 
 
 def _header(rows: Iterator[list[str]], path: Path, needed: tuple[str, ...]) -> dict[str, int]:
@@ -162,6 +204,17 @@ def _seconds(text: str, field: str, path: Path, line: int) -> float:
     return check_time(_number(text, field, path, line), field=field, source=path, line=line)
 
 
+def _run_time(text: str, field: str, path: Path, line: int) -> float:
+    return check_number(
+        _number(text, field, path, line),
+        field=field,
+        minimum=0.0,
+        maximum=MAX_RUN_S,
+        source=path,
+        line=line,
+    )
+
+
 def _count(text: str, field: str, path: Path, line: int) -> int:
     return check_count(_number(text, field, path, line), field=field, source=path, line=line)
 
@@ -188,7 +241,7 @@ def _itp(rows: CsvRows, path: Path) -> Iterator[Record]:
         yield Record(
             cells[columns["job_id"]] or f"line{line}",
             _seconds(cells[columns["submission_time"]], "submission_time", path, line),
-            _seconds(cells[columns["duration"]], "duration", path, line),
+            _run_time(cells[columns["duration"]], "duration", path, line),
             _count(cells[columns["num_gpu"]], "num_gpu", path, line),
             line,
         )
@@ -202,7 +255,7 @@ def _helios(rows: CsvRows, path: Path) -> Iterator[Record]:
         yield Record(
             cells[columns["job_id"]] or f"line{line}",
             _moment(cells[columns["submit_time"]], "submit_time", path, line),
-            _seconds(cells[columns["duration"]], "duration", path, line),
+            _run_time(cells[columns["duration"]], "duration", path, line),
             _count(cells[columns["gpu_num"]], "gpu_num", path, line),
             line,
         )
@@ -214,7 +267,7 @@ def _philly(rows: CsvRows, path: Path) -> Iterator[Record]:
         yield Record(
             f"philly{line - 1}",
             _moment(cells[columns["timestamp"]], "timestamp", path, line),
-            _seconds(cells[columns["duration"]], "duration", path, line),
+            _run_time(cells[columns["duration"]], "duration", path, line),
             _count(cells[columns["num_gpus"]], "num_gpus", path, line),
             line,
         )
@@ -227,6 +280,14 @@ def _pai(rows: CsvRows, path: Path) -> Iterator[Record]:
     index = {name: i for i, name in enumerate(PAI_COLUMNS)}
     jobs: dict[str, list] = {}
     for line, cells in _cells(rows, path, len(PAI_COLUMNS)):
+        if not cells[index["job_name"]]:
+            # Tasks are grouped into jobs by name: unnamed ones would merge into one made-up job.
+            raise InputError(
+                "expected the name of the task's job, got an empty cell",
+                source=path,
+                line=line,
+                field="job_name",
+            )
         job = jobs.setdefault(cells[index["job_name"]], [line, math.inf, -math.inf, 0.0, False])
         if cells[index["status"]] != "Terminated" or not cells[index["end_time"]]:
             job[4] = True  # failed, killed or still running: not a job that completed
@@ -249,6 +310,14 @@ def _pai(rows: CsvRows, path: Path) -> Iterator[Record]:
     for name, (line, start, end, gpus, broken) in jobs.items():
         if broken or end <= start or gpus <= 0:
             continue
+        if end - start > MAX_RUN_S:
+            raise InputError(
+                f"job {name} runs {end - start:g} s from its first task's start to its last "
+                f"task's end; expected at most {MAX_RUN_S:g} s",
+                source=path,
+                line=line,
+                field="end_time",
+            )
         yield Record(name, start, end - start, math.ceil(gpus - 1e-9), line)
 
 

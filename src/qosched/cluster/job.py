@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from qosched.core.errors import InputError
 
+#: The longest run a job of a trace may take on its requested workers (and the longest
+#: ``duration_s``). The longest job of the ITP trace release runs 18 days; a job of years would
+#: only keep the policies that decide on a clock ticking through simulated years.
+MAX_RUN_S = 366 * 86400.0
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:

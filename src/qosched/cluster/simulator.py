@@ -86,6 +86,10 @@ def artifact_overhead_s(
     return overhead + 2.0 * (math.log2(workers) + 1.0)
 
 
+#: The smallest ``SimConfig.cross_node_factor``: a job split across nodes at least a tenth as fast.
+MIN_CROSS_NODE_FACTOR = 0.1
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """Mechanism constants. Defaults are documented in docs/ARCHITECTURE.md."""
@@ -197,9 +201,12 @@ class SimConfig:
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise InputError(f"must be a whole number >= 0, got {self.seed!r}", field="seed")
-        if not 0 < self.cross_node_factor <= 1:
+        # A job spanning nodes it could fit in runs at most 10x slower: a smaller factor would
+        # stretch its run past any horizon the policies' clocks can tick through.
+        if not MIN_CROSS_NODE_FACTOR <= self.cross_node_factor <= 1:
             raise InputError(
-                f"must be in (0, 1], got {self.cross_node_factor}", field="cross_node_factor"
+                f"must be in [{MIN_CROSS_NODE_FACTOR}, 1], got {self.cross_node_factor}",
+                field="cross_node_factor",
             )
 
 

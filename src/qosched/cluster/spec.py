@@ -6,6 +6,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from qosched.core.bounds import check_count
 from qosched.core.csv_file import read_text
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_float, parse_int
@@ -25,6 +26,9 @@ RESOURCES = ("gpu", "cpu")
 #: seconds), each of up to 65,536 workers.
 MAX_NODES = 2**20
 MAX_WORKERS_PER_NODE = 2**16
+#: The most memory of one node, in GiB: a pebibyte, far above the largest machines (tens of TiB),
+#: and small enough that the node's bytes stay below 2**53 (exact as a float).
+MAX_MEM_GIB = 2**20
 # Singular and plural name of one worker, by resource: what people read in tables and plots.
 UNIT_NAMES = {"gpu": ("GPU", "GPUs"), "cpu": ("CPU core", "CPU cores")}
 
@@ -69,6 +73,11 @@ class ClusterSpec:
                     f"at most {MAX_WORKERS_PER_NODE:,} per node, got {getattr(self, name):,}",
                     field=name,
                 )
+        if self.mem_per_node_bytes > MAX_MEM_GIB * GIB:
+            raise InputError(
+                f"at most {MAX_MEM_GIB:,} GiB per node, got {self.mem_per_node_bytes:,} bytes",
+                field="mem_per_node_bytes",
+            )
 
     @property
     def num_nodes(self) -> int:
@@ -155,17 +164,39 @@ def read_cluster_spec(path: str | Path, resource: str = "gpu") -> ClusterSpec:
         raise InputError(f"expected {len(header)} fields, got {len(row)}", source=path, line=line)
     values = dict(zip(header, (cell.strip() for cell in row), strict=True))
 
-    def whole(name: str, minimum: int) -> int:
-        return parse_int(values[name], field=name, source=path, line=line, minimum=minimum)
+    # Every field is bounded here, as ClusterSpec bounds it, so that an error names the file,
+    # line and column rather than only the field of the dataclass.
+    def whole(name: str, minimum: int, maximum: int) -> int:
+        value = parse_int(values[name], field=name, source=path, line=line, minimum=minimum)
+        return check_count(
+            value, field=name, minimum=minimum, maximum=maximum, source=path, line=line
+        )
 
     mem_gib = parse_float(
         values["mem_p_node"], field="mem_p_node", source=path, line=line, minimum=0
     )
-    gpus = whole("num_gpu_p_node", 1 if resource == "gpu" else 0)
-    cpus = whole("num_cpu_p_node", 1 if resource == "cpu" else 0)
+    if mem_gib > MAX_MEM_GIB:
+        raise InputError(
+            f"expected GiB per node from 0 to {MAX_MEM_GIB:,}, got {values['mem_p_node']!r}",
+            source=path,
+            line=line,
+            field="mem_p_node",
+        )
+    gpus = whole("num_gpu_p_node", 1 if resource == "gpu" else 0, MAX_WORKERS_PER_NODE)
+    cpus = whole("num_cpu_p_node", 1 if resource == "cpu" else 0, MAX_WORKERS_PER_NODE)
+    switches = whole("num_switch", 1, MAX_NODES)
+    nodes_per_switch = whole("num_node_p_switch", 1, MAX_NODES)
+    if switches * nodes_per_switch > MAX_NODES:
+        raise InputError(
+            f"num_switch x num_node_p_switch = {switches * nodes_per_switch:,} nodes; "
+            f"a cluster has at most {MAX_NODES:,}",
+            source=path,
+            line=line,
+            field="num_node_p_switch",
+        )
     return ClusterSpec(
-        num_switches=whole("num_switch", 1),
-        nodes_per_switch=whole("num_node_p_switch", 1),
+        num_switches=switches,
+        nodes_per_switch=nodes_per_switch,
         workers_per_node=gpus if resource == "gpu" else cpus,
         cpus_per_node=cpus,
         mem_per_node_bytes=int(mem_gib * GIB),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from qosched.core.bounds import check_count
 from qosched.core.csv_file import open_csv
 from qosched.core.errors import InputError
 
@@ -28,6 +29,17 @@ BUNDLED = ("A100", "T4", "CPU")
 #: What a real backend assumes of a job no table knows (a user's own command), in iterations per
 #: second per worker, until its own progress replaces it (``qosched.cluster.predict``).
 PLACEHOLDER_RATE = 1.0
+#: The speeds a table may give, in iterations/s. A training step launches at least one kernel
+#: and synchronises its workers, so a million steps a second is beyond any real job (the bundled
+#: tables measure 0.03 to 500); one step in 11.6 days is slower than anyone would measure. Outside
+#: this range the arithmetic downstream breaks: iterations = duration x speed overflow, fits of
+#: 1 / speed lose all precision, and a job that never finishes stalls a simulation.
+MIN_SPEED = 1e-6
+MAX_SPEED = 1e6
+#: The largest worker count a table may measure: the most workers one node may hold
+#: (``qosched.cluster.spec.MAX_WORKERS_PER_NODE``), far above any measured job, and a bound on
+#: the list of speeds that ``interpolate`` builds up to the largest count.
+MAX_TABLE_WORKERS = 2**16
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +192,21 @@ def read_table(path: Path) -> dict[int, dict[int, float]]:
             raise InputError(
                 f"column {column}: expected a worker count, got {name!r}", source=path, line=1
             ) from None
-        if count < 1:
-            raise InputError(f"column {column}: worker count must be >= 1", source=path, line=1)
+        if not 1 <= count <= MAX_TABLE_WORKERS:
+            raise InputError(
+                f"column {column}: expected a worker count from 1 to {MAX_TABLE_WORKERS:,}, "
+                f"got {name.strip()!r}",
+                source=path,
+                line=1,
+            )
+        if count in counts:
+            # Both columns would fill the same speed; silently keeping the last hides a typo.
+            raise InputError(
+                f"column {column}: worker count {count} appears twice "
+                f"(first in column {counts.index(count) + 2})",
+                source=path,
+                line=1,
+            )
         counts.append(count)
     table: dict[int, dict[int, float]] = {}
     for line, row in enumerate(rows[1:], start=2):
@@ -196,6 +221,9 @@ def read_table(path: Path) -> dict[int, dict[int, float]]:
                 line=line,
                 field="global_batch_size",
             ) from None
+        # A trace's batch size is a count >= 1 (``qosched.cluster.traces``): a row no job can
+        # name is refused here, where the file and line are known.
+        check_count(batch, field="global_batch_size", minimum=1, source=path, line=line)
         if batch in table:
             raise InputError(
                 f"batch size {batch} appears twice",
@@ -222,13 +250,20 @@ def read_table(path: Path) -> dict[int, dict[int, float]]:
                 ) from None
             if math.isnan(speed) or speed == 0.0:
                 continue
-            if speed < 0 or math.isinf(speed):
+            if not MIN_SPEED <= speed <= MAX_SPEED:
                 raise InputError(
-                    f"speed must be positive and finite, got {cell!r}",
+                    f"expected iterations/s from {MIN_SPEED:g} to {MAX_SPEED:g} "
+                    f"(or 0, nan or empty: not measured), got {cell!r}",
                     source=path,
                     line=line,
                     field=str(count),
                 )
             speeds[count] = speed
         table[batch] = speeds
+    if not table:
+        raise InputError(
+            "no rows after the header; expected one row per global batch size",
+            source=path,
+            line=1,
+        )
     return table

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qosched.cluster.job import JobSpec
+from qosched.cluster.job import MAX_RUN_S, JobSpec
 from qosched.cluster.throughput import ThroughputModel
 from qosched.core.bounds import check_count, check_time
 from qosched.core.csv_file import open_csv
@@ -212,6 +212,14 @@ def _parse_row(
     duration_column = "duration" if layout == "elasticflow" else "duration_s"
     if cells.get(duration_column, ""):
         duration = _time(cells[duration_column], duration_column, path, line)
+        if not 0 < duration <= MAX_RUN_S:
+            raise InputError(
+                f"expected a run time in (0, {MAX_RUN_S:.0f}] seconds (366 days), "
+                f"got {cells[duration_column]}",
+                source=path,
+                line=line,
+                field=duration_column,
+            )
     model = cell("model")
     if not model:
         raise InputError("must not be empty", source=path, line=line, field=columns["model"])
@@ -267,6 +275,16 @@ def check_job(
             source=source,
             line=line,
             field=column_name(layout, "workers"),
+        )
+    run_s = job.iterations / curve.rate(job.requested_workers)
+    if run_s > MAX_RUN_S:
+        raise InputError(
+            f"job {job.job_id}: {job.iterations} iterations run {run_s / 86400:.4g} days on its "
+            f"{job.requested_workers} requested workers at the table's speed; at most 366 days "
+            "are simulated",
+            source=source,
+            line=line,
+            field=column_name(layout, "iterations"),
         )
 
 
