@@ -96,7 +96,8 @@ GOOD_GPU_SIM = {
         "name": "serving", "priority": 1, "p50_latency_ratio": 1.0, "p99_latency_ratio": 1.05,
         "throughput_ratio": 1.0, "p50_latency_s": 0.001, "p99_latency_s": 0.002,
         "alone_p99_latency_s": 0.0019, "completed": 10, "unfinished": 0,
-        "throughput_rps": 20.0, "goal": {"kind": "p99_slowdown", "value": 1.1}, "met": True,
+        "throughput_rps": 20.0, "p99_lower_bound": False,
+        "goal": {"kind": "p99_slowdown", "value": 1.1}, "met": True,
     }],
 }  # fmt: skip
 

@@ -62,7 +62,8 @@ def test_models_are_estimated_through_the_given_estimator_with_batch_and_dtype()
     ("change", "line", "field", "message"),
     [
         (("priority: 2", "priority: -1"), 7, "apps[0].priority", "whole number >= 0"),
-        (("batch: 32", "batch: 0"), 11, "apps[1].batch", "whole number >= 1"),
+        (("batch: 32", "batch: 0"), 11, "apps[1].batch", r"in \[1, 65536\]"),
+        (("batch: 32", "batch: 4503599627370495"), 11, "apps[1].batch", "<= 65536"),
         (("poisson_rps: 200", "poisson_rps: fast"), 8, "apps[0].arrivals.poisson_rps",
          "positive number"),
         (("    closed_loop: true\n", ""), 9, "apps[1]", "exactly one of arrivals"),
@@ -71,9 +72,11 @@ def test_models_are_estimated_through_the_given_estimator_with_batch_and_dtype()
         (("name: batch", "name: serving"), 9, "apps[1].name", "duplicate app name"),
         (("duration_s: 0.5", "duration_s: 0"), 2, "duration_s", "positive number"),
         (("gpu: A100\n", ""), None, "gpu", "required"),
+        (("name: batch", 'name: "bat\\nch"'), 9, "apps[1].name", "printable characters only"),
+        (("name: batch", 'name: "\\u202ehctab"'), 9, "apps[1].name", "printable characters only"),
     ],
-    ids=["priority", "batch", "rps", "no-arrivals", "typo", "dtype", "duplicate", "duration",
-         "no-gpu"],
+    ids=["priority", "batch", "huge-batch", "rps", "no-arrivals", "typo", "dtype", "duplicate",
+         "duration", "no-gpu", "newline-in-name", "direction-override-in-name"],
 )  # fmt: skip
 def test_bad_specs_name_the_line_and_field(change, line, field, message):
     old, new = change
@@ -152,6 +155,16 @@ def test_cli_says_how_far_a_long_run_has_got(tmp_path, monkeypatch, capsys):
 def test_cli_a_quick_run_prints_no_progress(capsys):
     assert main(["gpu", "sim", str(EXAMPLE), "--policy", "naive"]) == 0
     assert "simulating:" not in capsys.readouterr().err
+
+
+def test_cli_prints_a_name_as_it_is_never_as_markup(tmp_path, capsys):
+    spec = tmp_path / "apps.yaml"
+    text = EXAMPLE.read_text()
+    first = next(line for line in text.splitlines() if line.strip().startswith("- name:"))
+    name = first.split(":", 1)[1].strip()
+    spec.write_text(text.replace(f"name: {name}", 'name: "[/bold][red]x"', 1))
+    assert main(["gpu", "sim", str(spec), "--policy", "naive"]) == 0
+    assert "[/bold][red]x" in capsys.readouterr().out
 
 
 def test_cli_unknown_policy_is_a_clear_error(capsys):

@@ -105,10 +105,12 @@ def measured(p99_ratio=1.0, p99_s=1e-3, throughput=1.0, rps=100.0):
         (Goal("throughput_share", 0.5), measured(throughput=0.5), True),
         (Goal("throughput_rps", 100.0), measured(rps=99.0), False),
         (Goal("p99_slowdown", 1.1), measured(p99_ratio=math.nan), False),  # nothing finished
+        (Goal("p99_latency", 2e-3), Measured(1.0, 1e-3, 1.0, 100.0, p99_lower_bound=True), False),
+        (Goal("throughput_rps", 50.0), Measured(9.0, 1.0, 1.0, 100.0, p99_lower_bound=True), True),
         (BEST_EFFORT, measured(throughput=0.0), True),
     ],
     ids=["slowdown-at-goal", "slowdown-over", "latency-over", "share-at-goal", "rps-under",
-         "unmeasured", "best-effort"],
+         "unmeasured", "latency-lower-bound", "rps-beside-a-lower-bound-p99", "best-effort"],
 )  # fmt: skip
 def test_goal_met_compares_the_quantity_the_goal_is_about(goal, outcome, met):
     assert goal_met(goal, outcome) is met
@@ -202,3 +204,33 @@ def test_gpu_sim_table_prints_goal_measured_and_met(capsys):
                  "naive"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "p99 <= 1.10x" in out and "MISSED" in out and "best effort" in out
+
+
+KERNEL = (
+    "{{name: k, op: k, grid: [1728, 1, 1], block: [256, 1, 1], registers_per_thread: 128, "
+    "shared_bytes_per_block: 49152, sms: 108, occupancy: 0.25, flops: 1.5e10, bytes: 2.0e8, "
+    "bound: compute, time_s: {time_s}}}"
+)
+
+
+def test_a_latency_goal_is_not_met_on_requests_the_run_cut_off(tmp_path, capsys):
+    """A 10 s kernel in a 0.2 s run: no request finishes, shared or alone. What the cut-off
+    requests had reached is a lower bound on their latency, so neither p99 goal can be met on
+    it, even where that bound is under the goal."""
+    spec = tmp_path / "cut_off.yaml"
+    spec.write_text(
+        "gpu: A100\nduration_s: 0.2\napps:\n"
+        "  - {name: slow, priority: 1, closed_loop: true, goal: {p99_slowdown: 1.1}, kernels: ["
+        + KERNEL.format(time_s=10.0)
+        + "]}\n"
+        "  - {name: slow2, priority: 0, closed_loop: true, goal: {p99_latency_ms: 900}, kernels: ["
+        + KERNEL.format(time_s=10.0)
+        + "]}\n"
+    )
+    assert main(["gpu", "sim", str(spec), "--policy", "exclusive", "--json"]) == 0
+    apps = {a["name"]: a for a in json.loads(capsys.readouterr().out)["apps"]}
+    for name in ("slow", "slow2"):
+        assert apps[name]["completed"] == 0 and apps[name]["unfinished"] >= 1
+        assert apps[name]["p99_lower_bound"] is True
+        assert apps[name]["met"] is False
+    assert apps["slow2"]["p99_latency_s"] < 0.9  # the bound alone would have passed

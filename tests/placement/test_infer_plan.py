@@ -35,7 +35,7 @@ def test_a_valid_spec_reads_back_with_defaults_and_units():
         (lambda d: d["machine"].pop("gpu"), "machine.gpu", "expected a name"),
         (lambda d: d.update(tenant=[]), "tenant", "did you mean 'tenants'"),
         (lambda d: d.update(tenants=[]), "tenants", "non-empty list"),
-        (lambda d: d["tenants"][0].update(batch=0), "tenants[0].batch", ">= 1"),
+        (lambda d: d["tenants"][0].update(batch=0), "tenants[0].batch", r"in \[1, 65536\]"),
         (lambda d: d["tenants"][0].update(batch=True), "tenants[0].batch", "whole number"),
         (
             lambda d: d["tenants"][1].update(latency_goal_ms=-1),
@@ -44,6 +44,10 @@ def test_a_valid_spec_reads_back_with_defaults_and_units():
         ),
         (lambda d: d["tenants"][1].update(name="a"), "tenants", "duplicate tenant names: a"),
         (lambda d: d.update(max_switches=-1), "max_switches", ">= 0"),
+        (lambda d: d["tenants"][0].update(name="a\tb"), "tenants[0].name", "printable"),
+        (lambda d: d["machine"].update(platform=["roofline"]), "machine.platform", "unknown"),
+        (lambda d: d["machine"].update(gpu_calibration=1e308), "machine.gpu_calibration", "1000"),
+        (lambda d: d["tenants"][0].update(batch=65_537), "tenants[0].batch", "<= 65536"),
     ],
 )
 def test_bad_specs_name_the_field(change, field, message):
@@ -117,7 +121,7 @@ def test_a_spec_file_error_names_its_line(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("machine: {gpu: T4, link: PCIe3-x16}\ntenants:\n  - {name: a, model: mlp}\n"
                     "  - {name: b, model: mlp, batch: 0}\n")  # fmt: skip
-    with pytest.raises(InputError, match=">= 1") as caught:
+    with pytest.raises(InputError, match=r"in \[1, 65536\]") as caught:
         load_inference_spec(path)
     assert (caught.value.field, caught.value.line) == ("tenants[1].batch", 4)
 

@@ -266,6 +266,17 @@ def test_a_good_plan_file_reads_back_and_is_rescored(tmp_path):
         (lambda d: d["tenants"][0].pop("batch"), "tenants[0].batch", "missing"),
         (lambda d: d["tenants"][0].update(copy_share=0.9), "tenants[0].copy_share", "copy share"),
         (lambda d: d.update(tenants=[]), "tenants", "at least one"),
+        (lambda d: d.update(max_switches=-1), "max_switches", ">= 0"),
+        (
+            lambda d: d["tenants"][0].update(latency_goal_s="soon"),
+            "tenants[0].latency_goal_s",
+            "positive finite latency goal",
+        ),
+        (
+            lambda d: d["tenants"][0].update(cpu_s=["inf", 1e-3]),
+            "tenants[0].assignment",
+            "cannot run there",
+        ),
     ],
 )
 def test_bad_plan_files_name_the_file_and_field(tmp_path, change, field, message):
@@ -311,9 +322,10 @@ def test_a_plan_whose_units_are_not_the_models_is_refused(tmp_path, capsys):
 def test_the_roofline_platform_takes_a_gpu_calibration_factor():
     machine = {"gpu": "T4", "link": "PCIe3-x16", "gpu_calibration": 1.7}
     assert parse_platform(machine).gpu_calibration == 1.7
-    with pytest.raises(InputError, match="positive factor") as caught:
-        parse_platform({**machine, "gpu_calibration": 0})
-    assert caught.value.field == "machine.gpu_calibration"
+    for bad in (0, 1e-4, 1e308, float("inf")):
+        with pytest.raises(InputError, match=r"in \[0.001, 1000\]") as caught:
+            parse_platform({**machine, "gpu_calibration": bad})
+        assert caught.value.field == "machine.gpu_calibration"
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
@@ -321,3 +333,28 @@ def test_pinned_processes_can_keep_freed_memory_on_glibc():
     # Profiles and runs both start with it (pin); a False here would leave runs paying fresh
     # pages for every request's activations while the isolated profile does not.
     assert keep_freed_memory() is True
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--requests", "100000000000000000000"), ("--warmup", "100001"), ("--depth", "0")],
+)
+def test_run_counts_out_of_range_are_refused_before_anything_loads(tmp_path, capsys, flag, value):
+    # Neither the spec nor the plan exists: the counts are checked first.
+    missing = str(tmp_path / "missing.yaml")
+    code = main(["infer", "run", missing, "--plan", str(tmp_path / "none.json"), flag, value])
+    assert code == 2
+    assert f"field '{flag}': expected a whole number in [" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "name", "message"),
+    [("--picture", "plan.txt", "expected an image file"), ("--out", "", "is a folder")],
+)
+def test_plan_outputs_are_checked_before_the_search(tmp_path, capsys, flag, name, message):
+    # The spec does not exist: an output found wrong after the search would never be reached.
+    target = tmp_path / name if name else tmp_path
+    code = main(["infer", "plan", str(tmp_path / "missing.yaml"), flag, str(target)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"field '{flag}'" in err and message in err

@@ -35,6 +35,16 @@ def test_pareto_skips_unsupported_units_and_forbidden_cuts():
         plan(Problem((t,)), 0)
 
 
+def test_a_budget_beyond_the_chain_is_the_chains_length():
+    """A chain of n units switches at most n - 1 times: a budget of 2**52 finds the same front
+    as n - 1, at once (the search's layers used to be as wide as the budget)."""
+    t = random_tenant(np.random.default_rng(3), 9)
+    started = time.perf_counter()
+    huge = pareto_candidates(t, 2**52)
+    assert time.perf_counter() - started < 30
+    assert [c.assignment for c in huge] == [c.assignment for c in pareto_candidates(t, 8)]
+
+
 def test_bad_max_switches():
     t = TenantGraph.from_costs("a", [1.0], [1.0], [])
     with pytest.raises(InputError):

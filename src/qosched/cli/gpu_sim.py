@@ -144,6 +144,7 @@ def print_comparison(
     measured for it and whether it was met (``gpu sim`` and ``gpu run``)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title)
     for column in ("app", "priority", "goal", "measured", "met", "p50 lat x", "p99 lat x",
@@ -153,7 +154,7 @@ def print_comparison(
                          no_wrap=column == "app")  # fmt: skip
     for row, outcome in zip(rows, judged, strict=True):
         met = "-" if not outcome.goal.protected else ("met" if outcome.met else "MISSED")
-        table.add_row(row.name, str(row.priority), outcome.goal.describe(),
+        table.add_row(Text(row.name), str(row.priority), outcome.goal.describe(),
                       outcome.describe_value(), met, _x(row.p50_latency_ratio),
                       _x(row.p99_latency_ratio), _x(row.throughput_ratio),
                       f"{row.p99_latency_s * 1e3:.3f}", f"{row.alone_p99_latency_s * 1e3:.3f}",

@@ -21,7 +21,10 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from qosched.cli.outputs import image_file, output_file
+from qosched.core.errors import InputError
 from qosched.placement.calibrate import measure_unit_times, write_calibration
 from qosched.placement.infer import (
     InferReport,
@@ -33,13 +36,16 @@ from qosched.placement.infer import (
 )
 from qosched.placement.ir import Plan
 from qosched.placement.planfile import plan_to_dict, write_plan
-from qosched.placement.runtime import run
+from qosched.placement.runtime import MAX_DEPTH, MAX_ROUNDS, run
 from qosched.placement.spec import load_inference_spec
 from qosched.report.placement_plots import plot_plan
 from qosched.report.trace import write_chrome_trace
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    # Where it will write, checked before the search: a plan of minutes must not end in an error.
+    output_file(args.out, "--out")
+    image_file(args.picture, "--picture")
     spec = load_inference_spec(args.spec)
     problem, title = spec_problem(spec, args.profile_cache, args.calibration or ())
     comparison = compare(problem, spec.max_switches)
@@ -69,7 +75,7 @@ def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str)
         switches = sum(a != b for a, b in itertools.pairwise(tenant.assignment))
         on_gpu = sum(p == "gpu" for p in tenant.assignment)
         table.add_row(
-            tenant.name,
+            Text(tenant.name),  # a name, never markup
             f"{on_gpu} of {len(tenant.assignment)}",
             str(switches),
             f"{tenant.latency_s * 1e3:.3f}",
@@ -89,6 +95,18 @@ def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str)
 
 
 def run_run(args: argparse.Namespace) -> int:
+    # Checked before any model loads: a typo in a count fails at once, not after the set-up.
+    for flag, value, low, high in (
+        ("--requests", args.requests, 1, MAX_ROUNDS),
+        ("--warmup", args.warmup, 0, MAX_ROUNDS),
+        ("--depth", args.depth, 1, MAX_DEPTH),
+    ):
+        if not low <= value <= high:
+            raise InputError(
+                f"expected a whole number in [{low}, {high:,}], got {value}", field=flag
+            )
+    output_file(args.trace, "--trace")
+    output_file(args.calibration_out, "--calibration-out")
     spec = load_inference_spec(args.spec)
     pinned = spec.platform.pinned_processors()
     prepared = prepare_run(spec, args.plan)
@@ -132,7 +150,7 @@ def run_run(args: argparse.Namespace) -> int:
         table.add_column(column)
     for t in report.tenants:
         table.add_row(
-            t.name,
+            Text(t.name),
             f"{t.predicted_rps:.1f}",
             f"{t.measured_rps:.1f}",
             f"{t.predicted_latency_s * 1e3:.2f}",

@@ -40,3 +40,17 @@ def output_file(path: str | None, flag: str) -> Path | None:
     ):
         raise InputError(f"cannot write {path}", field=flag)
     return target
+
+
+#: The image formats a picture is written in (matplotlib's, by the file's suffix).
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def image_file(path: str | None, flag: str) -> Path | None:
+    """`output_file`, whose suffix also names an image format a picture can be written in."""
+    target = output_file(path, flag)
+    if target is not None and target.suffix.lower() not in IMAGE_SUFFIXES:
+        raise InputError(
+            f"{path}: expected an image file ending in {', '.join(IMAGE_SUFFIXES)}", field=flag
+        )
+    return target

@@ -18,6 +18,10 @@ from qosched.core.errors import InputError
 COUNT_LIMIT = 2**53
 #: The last Unix second of year 9999 UTC: no time or deadline may lie beyond it.
 LATEST_TIME_S = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+#: The largest batch a model is built or estimated at: far past any serving batch, and small
+#: enough that no model's tensor sizes overflow (at 2**52 images, a ResNet's input has more
+#: elements than PyTorch can count).
+MAX_BATCH = 65_536
 
 
 def is_whole(value: Any) -> bool:

@@ -140,6 +140,17 @@ class SpecReader:
             raise self.error(path, f"expected a non-empty string, got {show_value(value)}")
         return self.clean(value, path)
 
+    def label(self, value: Any, path: str) -> str:
+        """A `text` that is printed as a row of a table: printable characters only (a newline,
+        a tab or a direction override would break the row or disguise the name)."""
+        text = self.text(value, path)
+        if not text.isprintable():
+            bad = next(c for c in text if not c.isprintable())
+            raise self.error(
+                path, f"expected printable characters only, got {show_value(text)} ({bad!r})"
+            )
+        return text
+
     def clean(self, value: str, path: str) -> str:
         """``value``, refused when no file, argv or UTF-8 database could hold it."""
         problem = text_problem(value)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qosched.core.bounds import COUNT_LIMIT, check_number, show_value
+from qosched.core.bounds import COUNT_LIMIT, MAX_BATCH, check_number, show_value
 from qosched.core.errors import InputError
 from qosched.core.spec_reader import SpecReader
 from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file
@@ -189,13 +189,13 @@ class _Reader(SpecReader):
 
     def app(self, value: Any, path: str, default_dtype: str) -> AppSpec:
         app = self.mapping(value, path, _APP)
-        name = self.text(self.required(app, path, "name"), f"{path}.name")
+        name = self.label(self.required(app, path, "name"), f"{path}.name")
         priority = self.whole(self.required(app, path, "priority"), f"{path}.priority", 0)
         has_model, has_kernels = app.get("model") is not None, app.get("kernels") is not None
         if has_model == has_kernels:
             raise self.error(path, "give exactly one of model (estimated) or kernels (explicit)")
         model = self.text(app["model"], f"{path}.model") if has_model else None
-        batch = self.whole(app.get("batch", 1), f"{path}.batch", 1)
+        batch = self.whole(app.get("batch", 1), f"{path}.batch", 1, MAX_BATCH)
         dtype = self.dtype(app.get("dtype", default_dtype), f"{path}.dtype")
         if has_kernels and ("batch" in app or "dtype" in app):
             raise self.error(f"{path}.kernels", "batch and dtype apply to a model, not kernels")

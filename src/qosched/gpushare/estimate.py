@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from qosched.core.bounds import MAX_BATCH
 from qosched.core.errors import InputError
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.kernel_classes import (
@@ -253,8 +254,10 @@ def estimate_model(
     from qosched.graph.zoo import ZOO
 
     device = _gpu_of(gpu)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InputError(f"batch must be a positive integer, got {batch!r}", field="batch")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise InputError(
+            f"batch must be a whole number in [1, {MAX_BATCH:,}], got {batch!r}", field="batch"
+        )
     _check(device, dtype)
     kwargs = {"batch": batch} if (model in ZOO or batch != 1) else {}
     try:

@@ -56,10 +56,11 @@ class AppOutcome:
         value, kind = self.value, self.goal.kind
         if math.isnan(value):
             return f"tput {self.measured.throughput_ratio:.3f}x" if kind == "best_effort" else "-"
+        at_least = ">= " if self.measured.p99_lower_bound else ""
         if kind == "p99_slowdown":
-            return f"{value:.3f}x"
+            return f"{at_least}{value:.3f}x"
         if kind == "p99_latency":
-            return f"{value * 1e3:.3f} ms"
+            return f"{at_least}{value * 1e3:.3f} ms"
         if kind == "throughput_share":
             return f"{value:.1%}"
         return f"{value:.1f}/s"
@@ -74,6 +75,7 @@ def outcomes(rows: Sequence[AppComparison], goals: Mapping[str, Goal]) -> tuple[
             p99_latency_s=row.p99_latency_s,
             throughput_ratio=row.throughput_ratio,
             throughput_rps=row.throughput_rps,
+            p99_lower_bound=row.p99_lower_bound,
         )
         goal = goals[row.name]
         result.append(AppOutcome(row.name, row.priority, goal, measured, goal_met(goal, measured)))

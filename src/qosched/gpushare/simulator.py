@@ -120,6 +120,13 @@ class SimulatedApp:
             return math.nan
         return float(np.quantile(np.asarray(self.latencies_s), q))
 
+    def latency_quantile_is_bound(self, q: float) -> bool:
+        """Whether `latency_quantile` is only a lower bound: with the unfinished requests taken
+        as the longest (their latency is at least what they had reached, and unbounded above),
+        the quantile's interpolation reaches one of them."""
+        n, unfinished = len(self.latencies_s), self.unfinished
+        return unfinished > 0 and math.ceil(q * (n - 1)) >= n - unfinished
+
 
 @dataclass(frozen=True)
 class Share:
@@ -705,6 +712,9 @@ class AppComparison:
     completed: int
     unfinished: int
     throughput_rps: float = math.nan  # requests per second (kernel work over request time)
+    # The p99 (and its ratio) is a lower bound: requests the run cut off reach into it, so no
+    # latency goal can be judged met on it.
+    p99_lower_bound: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -719,6 +729,7 @@ class AppComparison:
             "completed": self.completed,
             "unfinished": self.unfinished,
             "throughput_rps": self.throughput_rps,
+            "p99_lower_bound": self.p99_lower_bound,
         }
 
 
@@ -771,6 +782,7 @@ def compare(
                 throughput_rps=(
                     app.work_s / per_request / shared.duration_s if per_request else math.nan
                 ),
+                p99_lower_bound=app.latency_quantile_is_bound(0.99),
             )
         )
     return tuple(rows)

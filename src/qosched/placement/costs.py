@@ -29,6 +29,11 @@ from qosched.hardware.catalog import Link, Processor
 from qosched.hardware.roofline import roofline_time_s, transfer_time_s
 from qosched.placement.ir import TenantGraph
 
+#: A calibration factor (measured over modelled time) is within a thousandfold either way: one
+#: further off is not a calibration of that model but a different machine, and at 1e308 the
+#: modelled rates overflow.
+MIN_CALIBRATION, MAX_CALIBRATION = 1e-3, 1e3
+
 #: Share of a processor's peak FLOP/s that framework operators reach. One value per processor
 #: kind until per-operator calibration exists; 0.5 is a middle ground for dense kernels.
 DEFAULT_EFFICIENCY = 0.5
@@ -67,8 +72,16 @@ class CostModel:
                 raise InputError(f"must be >= 0, got {getattr(self, name)!r}", field=name)
         for name in ("cpu_calibration", "gpu_calibration"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise InputError(f"expected a positive factor, got {value!r}", field=name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not MIN_CALIBRATION <= value <= MAX_CALIBRATION
+            ):
+                raise InputError(
+                    f"expected a factor in [{MIN_CALIBRATION:g}, {MAX_CALIBRATION:g}], "
+                    f"got {value!r}",
+                    field=name,
+                )
 
     def operator_s(self, op: Operator, on: str) -> float:
         """Seconds for ``op`` on the ``"cpu"`` or the ``"gpu"``."""

@@ -97,7 +97,12 @@ class TenantGraph:
                     field="cpu_s",
                 )
         goal = self.latency_goal_s
-        if goal is not None and (isinstance(goal, bool) or not goal > 0 or math.isinf(goal)):
+        if goal is not None and (
+            isinstance(goal, bool)
+            or not isinstance(goal, int | float)
+            or not goal > 0
+            or math.isinf(goal)
+        ):
             raise InputError(
                 f"{where}: expected a positive finite latency goal, got {goal!r}",
                 field="latency_goal_s",

@@ -147,6 +147,10 @@ def read_plan(path: str | Path) -> PlanFile:
     machine = _field(data, "machine", dict, "", path)
     seed = _field(data, "seed", int, "", path)
     max_switches = _field(data, "max_switches", int, "", path)
+    if max_switches < 0:
+        raise InputError(
+            f"expected a whole number >= 0, got {max_switches}", source=path, field="max_switches"
+        )
     items = _field(data, "tenants", list, "", path)
     if not items:
         raise InputError("expected at least one tenant", source=path, field="tenants")
@@ -187,6 +191,15 @@ def read_plan(path: str | Path) -> PlanFile:
                 source=path,
                 field=f"{where}assignment",
             )
+        costs = {"cpu": graph.cpu_s, "gpu": graph.gpu_s}
+        for unit, processor in enumerate(assignment):
+            if math.isinf(costs[processor][unit]):
+                raise InputError(
+                    f"unit {graph.unit_ids[unit]!r} is planned on the {processor}, whose cost "
+                    "for it is infinite (it cannot run there)",
+                    source=path,
+                    field=f"{where}assignment",
+                )
         graphs.append(graph)
         assignments.append(tuple(assignment))
         models.append((name, model, batch))

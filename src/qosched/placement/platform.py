@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from qosched.core.errors import InputError
 from qosched.hardware.measure import cpu_model_name
+from qosched.placement.costs import MAX_CALIBRATION, MIN_CALIBRATION
 
 T = TypeVar("T")
 
@@ -100,7 +101,7 @@ def parse_platform(machine: Any, source: str | Path = "<spec>") -> Platform:
             f"expected a mapping, got {type(machine).__name__}", source=source, field="machine"
         )
     name = machine.get("platform", "roofline")
-    if name not in _PLATFORMS:
+    if not isinstance(name, str) or name not in _PLATFORMS:
         raise InputError(
             f"unknown platform {name!r} (known: {', '.join(platform_names())})",
             source=source,
@@ -171,9 +172,14 @@ class RooflinePlatform:
             if not isinstance(machine.get(key), str) or not machine[key]:
                 raise InputError("expected a name", source=source, field=f"machine.{key}")
         factor = machine.get("gpu_calibration", 1.0)
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0:
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, int | float)
+            or not MIN_CALIBRATION <= factor <= MAX_CALIBRATION
+        ):
             raise InputError(
-                f"expected a positive factor (measured / roofline), got {factor!r}",
+                f"expected a factor (measured / roofline) in [{MIN_CALIBRATION:g}, "
+                f"{MAX_CALIBRATION:g}], got {factor!r}",
                 source=source,
                 field="machine.gpu_calibration",
             )

@@ -290,6 +290,13 @@ class MeasuredRun:
         return sum(t.throughput_rps for t in self.tenants)
 
 
+#: The most rounds (measured, or warm-up) one run makes: each keeps a request's record per tenant
+#: in memory, and a hundred thousand already takes minutes.
+MAX_ROUNDS = 100_000
+#: The most rounds in flight at once: two keep both processors busy; more only queue.
+MAX_DEPTH = 64
+
+
 def run(
     tenants: Sequence[TenantRun],
     pinned: tuple[PinnedProcessor, PinnedProcessor],
@@ -308,9 +315,15 @@ def run(
     not round like the CPU's)."""
     if not tenants:
         raise InputError("expected at least one tenant", field="tenants")
-    for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0), ("depth", depth, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise InputError(f"expected a whole number >= {low}, got {value!r}", field=name)
+    for name, value, low, high in (
+        ("rounds", rounds, 1, MAX_ROUNDS),
+        ("warmup", warmup, 0, MAX_ROUNDS),
+        ("depth", depth, 1, MAX_DEPTH),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise InputError(
+                f"expected a whole number in [{low}, {high:,}], got {value!r}", field=name
+            )
     check = _Check(None if expected is None else tuple(tuple(e) for e in expected), tolerance)
     context = process_context()
     inboxes = {p.processor: context.SimpleQueue() for p in pinned}

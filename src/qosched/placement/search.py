@@ -296,7 +296,9 @@ def pareto_candidates(
     cell in every load. The error compounds at most once per unit; exact fronts grow quickly with
     the chain length and ``max_switches`` (minutes at 300 units and 3 switches), grid fronts do not.
     """
-    k = check_switch_budget(max_switches)
+    # A chain of n units switches processor at most n - 1 times: a larger budget allows nothing
+    # more, and the search's layers are as wide as the budget.
+    k = min(check_switch_budget(max_switches), max(tenant.n_units - 1, 0))
     if not resolution >= 0 or math.isinf(resolution):
         raise InputError(f"expected a resolution >= 0, got {resolution!r}", field="resolution")
     allowed = allowed_cuts(tenant, allowed_boundaries)

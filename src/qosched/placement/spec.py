@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qosched.core.bounds import MAX_BATCH
 from qosched.core.spec_reader import SpecReader
 from qosched.core.yaml_lines import load_with_lines, read_spec_file
 from qosched.placement.platform import Platform, parse_platform
@@ -77,9 +78,9 @@ def parse_inference_spec(
             goal_s = r.positive(tenant["latency_goal_ms"], f"{where}.latency_goal_ms") / 1000.0
         tenants.append(
             TenantSpec(
-                r.text(r.required(tenant, where, "name"), f"{where}.name"),
+                r.label(r.required(tenant, where, "name"), f"{where}.name"),
                 r.text(r.required(tenant, where, "model"), f"{where}.model"),
-                r.whole(tenant.get("batch", 1), f"{where}.batch", 1),
+                r.whole(tenant.get("batch", 1), f"{where}.batch", 1, MAX_BATCH),
                 goal_s,
             )
         )
