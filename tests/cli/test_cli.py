@@ -143,13 +143,18 @@ def test_generated_trace_reads_back_in_both_layouts(tmp_path):
     assert read_trace(paths["qosched"]).jobs == read_trace(paths["elasticflow"]).jobs
 
 
+NODES = ["--nodes", "1", "--gpus-per-node", "8"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--nodes", "1", "--gpus-per-node", "8", "--policy", "nope"], "known policies: "),
         (["--policy", "edf"], "give --cluster-spec PATH, or both --nodes N"),
+        ([*NODES, "--cross-node-factor", "0.05"], "field '--cross-node-factor': must be in [0.1"),
+        ([*NODES, "--restart-pause-s", "nan"], "field '--restart-pause-s'"),
     ],
-    ids=["unknown-policy", "no-cluster"],
+    ids=["unknown-policy", "no-cluster", "cross-node-factor", "restart-pause"],
 )
 def test_bad_flags_exit_2_with_a_clear_message(small_trace, capsys, args, message):
     assert main(["sim", "cluster", "--trace", str(small_trace), *args]) == 2
@@ -238,4 +243,4 @@ def test_out_of_range_hidden_speed_is_a_clear_error(small_trace, capsys):
         ]
     )
     assert code == 2
-    assert "speed_sigma" in capsys.readouterr().err
+    assert "field '--speed-sigma': must be in [0, 1)" in capsys.readouterr().err

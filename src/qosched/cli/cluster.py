@@ -309,19 +309,28 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(
-        restart_pause_s=args.restart_pause_s,
-        cross_node_factor=args.cross_node_factor,
-        speed_sigma=args.speed_sigma,
-        scaling_sigma=args.scaling_sigma,
-        noise=args.noise,
-        seed=args.seed,
-    )
+    with _naming_options(
+        "--restart-pause-s",
+        "--cross-node-factor",
+        "--speed-sigma",
+        "--scaling-sigma",
+        "--noise",
+        "--seed",
+    ):
+        return SimConfig(
+            restart_pause_s=args.restart_pause_s,
+            cross_node_factor=args.cross_node_factor,
+            speed_sigma=args.speed_sigma,
+            scaling_sigma=args.scaling_sigma,
+            noise=args.noise,
+            seed=args.seed,
+        )
 
 
 def run_sim_cluster(args: argparse.Namespace) -> int:
     output_dir(args.plot, "--plot")
     output_dir(args.jobs_csv, "--jobs-csv")
+    config = _config(args)  # before the trace: a bad option fails at once
     cluster = _cluster(args)
     throughputs = _throughputs(args.throughputs)
     names = _policies(args.policy or ["qos"])
@@ -331,7 +340,7 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
         throughputs,
         trace,
         names,
-        _config(args),
+        config,
         show_progress=sys.stderr.isatty(),
         fidelity=args.fidelity,
     )
