@@ -53,7 +53,7 @@ def test_table_shows_kernels_and_totals(capsys):
     [
         (["nope", "--gpu", "a100"], "unknown model 'nope'"),
         (["mlp", "--gpu", "k80"], "known GPUs: A100-SXM4-80GB"),
-        (["mlp", "--gpu", "a100", "--batch", "0"], "batch must be a positive integer"),
+        (["mlp", "--gpu", "a100", "--batch", "0"], "batch must be a whole number in [1, 65,536]"),
     ],
 )
 def test_bad_input_exits_2_naming_the_known_values(capsys, args, message):
