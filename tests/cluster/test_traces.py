@@ -269,6 +269,10 @@ EF_BAD_ROWS = [
     ("deadline-after-year-9999", "b,10,100,resnet50,1e12,64,4,3600", "ddl"),
     ("duration-after-year-9999", "b,10,100,resnet50,5000,64,4,1e12", "duration"),
     ("zero-duration", "b,10,100,resnet50,5000,64,4,0", "duration"),
+    ("underscore-in-a-number", "b,10,1_000,resnet50,5000,64,4,3600", "iteration"),
+    ("arabic-indic-digits", "b,10,\u0661\u0660\u0660,resnet50,5000,64,4,3600", "iteration"),
+    ("full-width-digit", "b,\uff11,100,resnet50,5000,64,4,3600", "submit_time"),
+    ("hexadecimal", "b,10,0x10,resnet50,5000,64,4,3600", "iteration"),
     ("duration-over-366-days", "b,10,100,resnet50,5000,64,4,31622401", "duration"),
 ]
 

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from qosched.core.bounds import COUNT_LIMIT
 from qosched.core.errors import InputError
+
+#: A decimal number as traces and tables write it, surrounding blanks allowed; ``nan`` and
+#: ``inf`` pass, to be refused as not finite with that message.
+_NUMBER = re.compile(
+    r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)\s*",
+    re.ASCII | re.IGNORECASE,
+)
 
 
 def parse_float(
@@ -18,8 +26,12 @@ def parse_float(
     minimum: float | None = None,
     positive: bool = False,
 ) -> float:
-    """A finite float, optionally ``>= minimum`` or ``> 0``."""
+    """A finite float, optionally ``>= minimum`` or ``> 0``, written as a decimal number in
+    ASCII (Python's ``float`` also takes ``1_000`` and other scripts' digits, which no
+    trace or table writes)."""
     try:
+        if not _NUMBER.fullmatch(text):
+            raise ValueError(text)
         value = float(text)
     except (TypeError, ValueError):
         raise InputError(
