@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from fake_apiserver import SERVERS
 from fake_rbac import token_of
@@ -84,6 +85,14 @@ def job_set(
             },
         },
     }
+
+
+def made_ago(sts: dict, seconds: float) -> dict:
+    """``sts`` as created ``seconds`` ago: a job that can have computed that long (a pod's
+    ``active_s`` counts at most its job's age)."""
+    when = datetime.fromtimestamp(time.time() - seconds, tz=UTC)
+    sts["metadata"]["creationTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return sts
 
 
 def client(

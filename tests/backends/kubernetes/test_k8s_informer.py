@@ -3,6 +3,7 @@ resumes from its resourceVersion, bookmarks, a relist on 410 Expired, back-off w
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -26,6 +27,11 @@ def informer(api: FakeApiServer, **options) -> Informer:
     api.stopping.append(cache.stop)
     cache.start()
     return cache
+
+
+def no_wait(seconds: float) -> bool:
+    """A back-off that does not wait: these tests check what happens after it, not its delay."""
+    return False
 
 
 def until(condition, timeout_s: float = 5.0) -> None:
@@ -77,7 +83,7 @@ def test_bookmarks_advance_the_version_of_a_quiet_watch(api):
 
 def test_a_watch_that_fell_behind_the_history_lists_again(api):
     api.history = 3
-    cache = informer(api)
+    cache = informer(api, sleep=no_wait)
     until(lambda: cache.synced and api.open_watches == 1)
     with api.lock:  # five changes at once: the open watch cannot read between them
         for name in ("n2", "n3", "n4", "n5"):
@@ -89,11 +95,11 @@ def test_a_watch_that_fell_behind_the_history_lists_again(api):
 
 
 def test_a_watch_from_a_compacted_version_lists_again(api):
-    cache = informer(api)
+    cache = informer(api, sleep=no_wait)
     until(lambda: cache.synced and api.open_watches == 1)
     api.fail("WATCH", "/nodes", 500)  # the next watch fails; the one after resumes
     api.drop_watches()
-    until(lambda: cache.failures == 1)
+    until(lambda: cache.failures >= 1 and api.open_watches == 1)
     api.add_node("n2")
     api.compact()  # its version is now too old: 410, then a list
     until(lambda: matches(cache, api) and cache.relists == 2)
@@ -107,8 +113,9 @@ def test_failures_back_off_exponentially_with_jitter_and_keep_the_cache(api):
         delays.append(seconds)
         return False
 
-    cache = informer(api, backoff_s=(1.0, 3.0), jitter=0.5, sleep=sleep)
+    cache = informer(api, backoff_s=(1.0, 3.0), jitter=0.5, sleep=sleep, backoff_reset_s=0.3)
     until(lambda: cache.synced and api.open_watches == 1)
+    time.sleep(1.1)  # the watch is no longer one that the server ended at once
     api.fail("WATCH", "/nodes", 500, times=3)
     api.drop_watches()
     until(lambda: len(delays) == 3)
@@ -117,7 +124,8 @@ def test_failures_back_off_exponentially_with_jitter_and_keep_the_cache(api):
     assert delays == [1.25, 2.5, 3.75]
     api.add_node("n2")
     until(lambda: matches(cache, api))
-    assert cache.failures == 0 and cache.relists == 1  # resumed, not listed again
+    assert cache.relists == 1  # resumed, not listed again
+    until(lambda: cache.failures == 0)  # once the watch has delivered events for 0.3 s
 
 
 def test_resync_lists_again(api):
@@ -136,3 +144,182 @@ def test_stop_ends_the_thread_and_its_watch(api):
     assert not cache._thread.is_alive()
     assert time.monotonic() - started < 2.0  # not the watch's 60 s
     until(lambda: api.open_watches == 0)
+
+
+# -- a scripted API, a clock the streams advance, and the back-offs asked for ----------------
+
+
+class Stream:
+    """A watch response: ``items`` are events (sent as JSON lines), raw ``bytes``, or
+    numbers of seconds the stream stays open before its next line (on the test's clock)."""
+
+    def __init__(self, items, clock: list[float]) -> None:
+        self.items, self.clock = items, clock
+
+    def stream(self, amt=None, decode_content=False):
+        for item in self.items:
+            if isinstance(item, int | float):
+                self.clock[0] += item
+            elif isinstance(item, bytes):
+                yield item
+            else:
+                yield (json.dumps(item) + "\n").encode()
+
+    def release_conn(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Listed:
+    def __init__(self, body) -> None:
+        self.data = json.dumps(body).encode()
+
+
+class Gone(Exception):
+    status = 410
+
+
+def node_object(name: str, version: int) -> dict:
+    return {"metadata": {"name": name, "resourceVersion": str(version)}}
+
+
+def scripted(watch, *, rounds: int = 100, items=None, list_version: str = "10"):
+    """An informer on a scripted API whose thread ends after ``rounds`` back-offs or when
+    ``watch(n)``, which answers the ``n``-th watch (a list of Stream items, or raises), returns
+    None. Returns the informer once its thread has ended, the delays it asked for and the
+    versions each watch started from."""
+    clock, delays, started = [0.0], [], []
+    lists = [0]
+
+    def list_func(watch_=False, **kwargs):
+        if kwargs.pop("watch", watch_):
+            started.append(kwargs["resource_version"])
+            answer = watch(len(started))
+            if answer is None:
+                cache._stop.set()
+            return Stream(answer or [], clock)
+        lists[0] += 1
+        items_now = [node_object("n1", 5)] if items is None else items
+        return Listed({"metadata": {"resourceVersion": list_version}, "items": items_now})
+
+    def sleep(seconds: float) -> bool:
+        delays.append(seconds)
+        return len(delays) >= rounds
+
+    cache = Informer(
+        list_func, name="nodes", rng=Half(), sleep=sleep, clock=lambda: clock[0], watch_timeout_s=60
+    )
+    cache.start()
+    cache._thread.join(timeout=10)
+    assert not cache._thread.is_alive()
+    cache.lists = lists[0]
+    return cache, delays, started
+
+
+#: client-go's reflector back-off: 0.8 s doubling up to 30 s; here with half the jitter (x1.5).
+GROWING = [1.2, 2.4, 4.8, 9.6, 19.2, 38.4, 45.0]
+
+
+def error_event(code: int) -> dict:
+    return {"type": "ERROR", "object": {"kind": "Status", "code": code, "message": "no"}}
+
+
+def bookmark(version: int) -> dict:
+    return {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(version)}}}
+
+
+def raise_gone(n):
+    raise Gone("Expired")
+
+
+@pytest.mark.parametrize(
+    ("watch", "lists"),
+    [
+        (raise_gone, 7),
+        (lambda n: [error_event(410)], 7),
+        (lambda n: [], 1),
+        (lambda n: [{"type": "ADDED", "object": node_object("n2", 11)}], 1),
+        (lambda n: [bookmark(11), error_event(500)], 1),
+        (lambda n: [30.0, error_event(500)], 1),
+    ],
+    ids=[
+        "410-status",
+        "410-error-event",
+        "closed-at-once",
+        "closed-at-once-after-an-event",
+        "open-then-error-500",
+        "open-quiet-then-error-500",
+    ],
+)
+def test_repeated_failures_back_off_and_never_reset_on_their_own(watch, lists):
+    cache, delays, _ = scripted(watch, rounds=len(GROWING))
+    assert delays == pytest.approx(GROWING)
+    assert cache.lists == lists  # 410s list again after each back-off; the others resume
+
+
+def test_a_watch_open_and_delivering_for_a_while_resets_the_back_off():
+    def watch(n):
+        if n == 3:  # 12 s open with events, then failed: a fresh start, not the third failure
+            return [bookmark(20), 6.0, bookmark(21), 6.0, bookmark(22), error_event(500)]
+        return [error_event(500)]
+
+    _, delays, started = scripted(watch, rounds=5)
+    assert delays == pytest.approx([1.2, 2.4, 1.2, 2.4, 4.8])
+    assert started[3:] == ["22", "22"]  # resumed from the last bookmark
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": "ADDED", "object": {"kind": "Node"}},
+        {"type": "ADDED", "object": {"metadata": {"resourceVersion": "11"}}},
+        {"type": "DELETED", "object": {}},
+        {"type": "MODIFIED", "object": None},
+        {"type": "WHATEVER", "object": node_object("n9", 11)},
+        [1, 2],
+        b"42\n",
+        b"{not json\n",
+    ],
+    ids=[
+        "no-metadata",
+        "no-name",
+        "deleted-empty",
+        "object-null",
+        "unknown-type",
+        "a-list",
+        "a-number",
+        "not-json",
+    ],
+)
+def test_a_malformed_event_is_skipped_and_the_stream_goes_on(bad):
+    def watch(n):
+        if n == 1:
+            return [bad, {"type": "ADDED", "object": node_object("n2", 12)}, 60.0]
+        return None
+
+    cache, _, started = scripted(watch)
+    assert set(cache.snapshot()) == {"n1", "n2"}  # the good event after it was applied
+    assert (cache.resource_version, cache.skipped, cache.lists) == ("12", 1, 1)
+    assert started[1] == "12"  # resumed past both
+
+
+def test_malformed_events_in_a_row_make_the_informer_list_again():
+    def watch(n):
+        if n == 1:
+            return [{"type": "ADDED", "object": {"kind": "Node"}}] * 3 + [60.0]
+        return None
+
+    cache, delays, _ = scripted(watch)
+    assert cache.lists == 2 and cache.skipped == 3
+    assert delays == pytest.approx([1.2])  # after a back-off, as any failure
+    assert cache.synced and set(cache.snapshot()) == {"n1"}
+
+
+def test_a_list_leaves_out_objects_without_a_name_and_needs_a_version():
+    good = node_object("n1", 5)
+    cache, delays, _ = scripted(lambda n: None, items=[good, {"metadata": {}}, {"kind": "Node"}])
+    assert set(cache.snapshot()) == {"n1"} and cache.skipped == 2 and delays == []
+    cache, delays, _ = scripted(lambda n: None, rounds=3, list_version="")
+    assert not cache.synced and delays == pytest.approx(GROWING[:3])

@@ -176,6 +176,12 @@ NINES = "9" * 400
         ({J.DEADLINE: NINES + "h"}, J.DEADLINE),
         ({J.DEADLINE: "99999999999d"}, J.DEADLINE),
         ({J.DEADLINE: "9999-12-31T23:00:00-12:00"}, J.DEADLINE),
+        ({J.BATCH_SIZE: "65537"}, J.BATCH_SIZE),
+        ({J.REQUESTED_WORKERS: str(2**20 + 1)}, J.REQUESTED_WORKERS),
+        ({J.MAX_WORKERS: "999999999999"}, J.MAX_WORKERS),
+        ({J.MODEL: ""}, J.MODEL),
+        ({J.MODEL: "  "}, J.MODEL),
+        ({J.MODEL: "m" * 257}, J.MODEL),
     ],
     ids=[
         "progress-infinity",
@@ -191,6 +197,12 @@ NINES = "9" * 400
         "deadline-400-nines-hours",
         "deadline-after-9999",
         "deadline-offset-past-9999",
+        "batch-past-max-batch",
+        "requested-workers-past-2**20",
+        "max-workers-12-digits",
+        "model-empty",
+        "model-blank",
+        "model-257-chars",
     ],
 )
 def test_out_of_bounds_annotations_are_input_errors(annotations, field):
@@ -206,8 +218,20 @@ def test_out_of_bounds_annotations_are_input_errors(annotations, field):
         ({J.ITERATIONS: str(2**53 - 1)}, "iterations", 2**53 - 1),
         ({J.DEADLINE: "9999-12-31T23:59:59Z"}, "deadline_at", 253_402_300_799.0),
         ({J.PROGRESS: '{"iteration": 12.0, "active_s": 3}'}, "progress", J.Progress(12, 3.0)),
+        ({J.BATCH_SIZE: "65536"}, "batch_size", 65_536),
+        ({J.REQUESTED_WORKERS: str(2**20)}, "requested_workers", 2**20),
+        ({J.MAX_WORKERS: str(2**20)}, "max_workers", 2**20),
+        ({J.MODEL: "m" * 256}, "model", "m" * 256),
     ],
-    ids=["iterations-largest", "deadline-last-second", "progress-whole-float"],
+    ids=[
+        "iterations-largest",
+        "deadline-last-second",
+        "progress-whole-float",
+        "batch-largest",
+        "requested-workers-largest",
+        "max-workers-largest",
+        "model-256-chars",
+    ],
 )
 def test_values_at_the_bounds_are_accepted(annotations, attribute, expected):
     assert getattr(J.read_job(stateful_set(annotations), "gpu"), attribute) == expected

@@ -200,3 +200,74 @@ def test_the_dashboard_queries_only_metrics_the_scheduler_exports():
     exported = {f.name for f in families} | {s.name for f in families for s in f.samples}
     assert queried and queried <= exported, queried - exported
     assert {"qosched_leader", "qosched_job_predicted_slack_seconds"} <= queried
+
+
+def test_health_fails_only_once_every_round_has_failed_for_the_stall_limit():
+    now = [0.0]
+    beat = Heartbeat(stall_s=60.0, clock=lambda: now[0])
+    for t in (10.0, 30.0, 50.0):  # rounds that fail now and then: healthy
+        now[0] = t
+        beat.beat(ok=t != 30.0)
+    assert beat.alive() and beat.failures == 0
+    for t in (70.0, 90.0, 111.0):  # the loop turns, but every round fails
+        now[0] = t
+        beat.beat(ok=False)
+    assert beat.failures == 3 and beat.last == 111.0
+    assert not beat.alive()  # 61 s since the last round that succeeded
+    beat.beat()
+    assert beat.alive()
+
+
+def test_a_finish_predicted_past_year_9999_is_shown_so_and_the_job_still_runs(api):
+    # 2**53 - 1 iterations at the placeholder 1 it/s: a finish some 285 million years away.
+    notes = {J.ITERATIONS: str(2**53 - 1), J.DEADLINE: "1h"}
+    api.create("statefulsets", job_set("long", annotations=notes))
+    SCRIPT["ml/long"] = 1
+    sched = scheduler(api.url)
+    reports = [sched.step() for _ in range(2)]
+    assert all(r.invalid == {} and r.errors == [] for r in reports)
+    assert api.get("pods", "ml/long-0")["spec"]["nodeName"] == "g1"  # not skipped: bound
+    (event,) = events(api, "long", "DeadlineAtRisk")
+    assert "predicted to finish after 9999-12-31T23:59:59Z with 1 workers" in event["message"]
+
+
+def test_a_pod_cannot_report_more_compute_time_than_its_job_has_existed(api):
+    api.create("statefulsets", job_set("j", annotations={J.DEADLINE: "10h"}))
+    SCRIPT["ml/j"] = 1
+    sched = scheduler(api.url)
+    sched.step()
+    report = '{"iteration": 1, "active_s": 200000000.0}'  # six years, on a job made just now
+    api.patch("pods", "ml/j-0", {"metadata": {"annotations": {J.PROGRESS: report}}})
+    step = sched.step()
+    created = J.read_job(api.get("statefulsets", "ml/j"), "gpu").created_at
+    assert step.invalid == {} and step.errors == []
+    assert 0.0 <= sched._states["ml/j"].active_s <= sched.clock() - created
+
+
+def test_progress_that_goes_back_is_told_once_per_pod_start(api):
+    api.create("statefulsets", job_set("j", annotations={J.ITERATIONS: "100000"}))
+    SCRIPT["ml/j"] = 1
+    sched = scheduler(api.url)
+    sched.step()
+
+    def report(iteration: int, restarts: int = 0) -> None:
+        progress = f'{{"iteration": {iteration}, "active_s": 1.0}}'
+        statuses = [{"name": "train", "restartCount": restarts}]
+        api.patch(
+            "pods",
+            "ml/j-0",
+            {
+                "metadata": {"annotations": {J.PROGRESS: progress}},
+                "status": {"containerStatuses": statuses},
+            },
+        )
+        sched.step()
+
+    for iteration in (5000, 100, 50, 200):  # back twice in one start: one Event
+        report(iteration)
+    (event,) = events(api, "j-0", "ProgressWentBack")
+    assert event["type"] == "Warning"
+    assert "went back from iteration 5000 to 100" in event["message"]
+    report(150, restarts=1)  # its container restarted, from behind its last report
+    told = events(api, "j-0", "ProgressWentBack")
+    assert len(told) == 2 and "from iteration 200 to 150" in told[1]["message"]

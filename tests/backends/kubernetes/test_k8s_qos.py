@@ -7,7 +7,7 @@ import json
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import gpus_on, job_set, scheduler, trainer_client
+from k8s_helpers import gpus_on, job_set, made_ago, scheduler, trainer_client
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.progress import ProgressReporter
@@ -53,7 +53,7 @@ def test_admission_is_written_on_the_job(
 
 def test_progress_from_the_pods_reaches_the_predictor(api):
     notes = {**RESNET, J.ITERATIONS: "100000", J.DEADLINE: "10h"}
-    api.create("statefulsets", job_set("j", annotations=notes))
+    api.create("statefulsets", made_ago(job_set("j", annotations=notes), 3600))
     sched = scheduler(api.url, policy="qos")
     for _ in range(3):
         sched.step()

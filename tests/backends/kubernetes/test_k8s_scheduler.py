@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import SCRIPT, bindings, gpus_on, job_set, scheduler
+from k8s_helpers import SCRIPT, bindings, gpus_on, job_set, made_ago, scheduler
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.fit import node_rooms
@@ -77,7 +77,7 @@ def test_the_policy_sees_the_workers_nodes_can_give(api):
 
 def test_elastic_replicas_grow_shrink_and_preempt_with_progress_kept(api):
     api.add_node("n1", gpus=4)
-    api.create("statefulsets", job_set("a", replicas=1))
+    api.create("statefulsets", made_ago(job_set("a", replicas=1), 3600))
     sched = scheduler(api.url)
     SCRIPT["ml/a"] = 2
     run(sched, 3)
@@ -253,3 +253,120 @@ def test_a_resize_the_kubelet_finds_infeasible_becomes_a_restart(api):
     assert pod["metadata"]["uid"] != uid
     assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "6"
     assert pod["spec"]["nodeName"] == "c1"
+
+
+def odd_node(name: str, status) -> dict:
+    return {"metadata": {"name": name}, "spec": {}, "status": status}
+
+
+def ready_with(allocatable) -> dict:
+    return {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        ready_with({"cpu": "8", "nvidia.com/gpu": "1e400"}),
+        ready_with({"cpu": "8", "nvidia.com/gpu": "1e300"}),
+        ready_with({"cpu": "8", "nvidia.com/gpu": "abc"}),
+        ready_with({"cpu": "8", "nvidia.com/gpu": "nan"}),
+        ready_with({"cpu": "8", "nvidia.com/gpu": "-4"}),
+        ready_with({"cpu": "8", "nvidia.com/gpu": "9" * 100}),
+        ready_with(["nvidia.com/gpu"]),
+        None,
+        ["Ready"],
+    ],
+    ids=[
+        "gpus-1e400",
+        "gpus-past-2**53",
+        "gpus-abc",
+        "gpus-nan",
+        "gpus-negative",
+        "gpus-100-digits",
+        "allocatable-list",
+        "status-null",
+        "status-list",
+    ],
+)
+def test_a_node_whose_room_cannot_be_read_is_left_out_and_the_rest_go_on(api, status, caplog):
+    api.add_node("n1", gpus=4)
+    api.create("nodes", odd_node("odd", status))
+    api.create("statefulsets", job_set("a"))
+    SCRIPT["ml/a"] = 2
+    sched = scheduler(api.url)
+    reports = run(sched, 3)
+    assert all(not r.failed and set(r.left_out) == {"odd"} for r in reports)
+    assert "node/odd" in reports[0].left_out["odd"]
+    assert gpus_on(api, "n1") == 2  # the job runs on the readable node
+    assert sched.metrics.registry.get_sample_value("qosched_nodes_left_out") == 1
+    logged = [r for r in caplog.records if "left out of the cluster" in r.getMessage()]
+    assert len(logged) == 1  # once per node, not once per round
+
+
+@pytest.mark.parametrize(
+    ("resource", "allocatable"),
+    [("gpu", {"cpu": "64", "nvidia.com/gpu": "70000"}), ("cpu", {"cpu": "100000"})],
+    ids=["gpus-70000", "cores-100000"],
+)
+def test_a_node_larger_than_the_policies_plan_on_is_capped(api, resource, allocatable):
+    api.create(
+        "nodes", odd_node("huge", ready_with({**allocatable, "memory": "4Ti", "pods": "110"}))
+    )
+    api.create("statefulsets", job_set("a", resource=resource))
+    SCRIPT["ml/a"] = 2
+    sched = scheduler(api.url, resource=resource)
+    reports = run(sched, 3)
+    assert not any(r.failed or r.left_out for r in reports)
+    cluster = sched._cluster(
+        node_rooms(sched.nodes.snapshot().values(), sched.pods.snapshot().values()), {}
+    )
+    assert (cluster.num_nodes, cluster.workers_per_node) == (1, 65_536)
+    assert api.get("pods", "ml/a-0")["spec"]["nodeName"] == "huge"
+
+
+def test_a_round_that_raises_is_counted_beats_the_heartbeat_and_the_next_goes_on(api):
+    api.add_node("n1", gpus=4)
+    api.create("statefulsets", job_set("a"))
+    SCRIPT["ml/a"] = 1
+    sched = scheduler(api.url)
+    read_jobs = sched._read_jobs
+
+    def broken(report):
+        raise RuntimeError("a bug")
+
+    sched._read_jobs = broken
+    before = sched.heartbeat.last
+    report = sched.step()  # does not raise
+    assert report.failed and any("RuntimeError: a bug" in e for e in report.errors)
+    assert sched.heartbeat.last > before and sched.heartbeat.failures == 1
+    assert sched.metrics.registry.get_sample_value("qosched_round_errors_total") == 1
+    sched._read_jobs = read_jobs
+    reports = run(sched, 2)
+    assert not reports[-1].failed and sched.heartbeat.failures == 0
+    assert gpus_on(api, "n1") == 1
+
+
+QOSCHED = {"schedulerName": "qosched"}
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"metadata": {"namespace": "ml"}, "spec": {"template": {"spec": QOSCHED}}},
+        {"metadata": {"name": "x", "namespace": "ml"}, "spec": None},
+        {"metadata": {"name": "x", "namespace": "ml"}},
+    ],
+    ids=["no-name", "spec-null", "no-spec"],
+)
+def test_a_statefulset_the_cache_cannot_describe_skips_only_itself(api, broken):
+    api.add_node("n1", gpus=4)
+    api.create("statefulsets", job_set("good"))
+    SCRIPT["ml/good"] = 1
+    sched = scheduler(api.url)
+    sched.step()  # the term's first round lists every cache afresh
+    sched.sets.stop()  # frozen, so the odd object below stays in the cache
+    with sched.sets._lock:
+        sched.sets._objects["ml/x"] = broken
+    report = sched.step()
+    assert not report.failed and report.decision == {"ml/good": 1}
+    assert "ml/x" in report.invalid and "statefulset/ml/x" in report.invalid["ml/x"]

@@ -1,10 +1,11 @@
 """Node accounting and gang placement on real, unequal Kubernetes nodes (pure functions).
 
 A node's room is its ``allocatable`` minus the requests of the pods bound to it that have not
-ended. Nodes that are cordoned or not Ready have no room. Placement puts all pods of a gang or
-none: each pod goes on a node already hosting the job when one has room, else on the node with
-the most room in the scheduler's resource (few nodes per job), all checked on a scratch copy
-before anything is bound.
+ended. Nodes that are cordoned or not Ready have no room, nor have nodes whose ``allocatable``
+cannot be read or lies out of bounds (:func:`unreadable_nodes` says why). Placement puts all
+pods of a gang or none: each pod goes on a node already hosting the job when one has room, else
+on the node with the most room in the scheduler's resource (few nodes per job), all checked on a
+scratch copy before anything is bound.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from qosched.backends.kubernetes.kube import key_of, quantity
+from qosched.cluster.spec import MAX_WORKERS_PER_NODE
+from qosched.core.bounds import COUNT_LIMIT, show_value
+from qosched.core.errors import InputError
 
 Room = dict[str, float]
 #: The resources placement checks; ``pods`` is the node's pod-count limit.
 CHECKED = ("cpu", "memory", "nvidia.com/gpu", "pods")
+#: Longer quantities are refused before parsing: the API server writes none near this.
+MAX_QUANTITY_TEXT = 64
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Room:
@@ -38,10 +44,71 @@ def is_ended(pod: Mapping[str, Any]) -> bool:
 
 
 def is_schedulable(node: Mapping[str, Any]) -> bool:
-    if node.get("spec", {}).get("unschedulable"):
+    if _mapping(node.get("spec")).get("unschedulable"):
         return False
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    conditions = _mapping(node.get("status")).get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def node_allocatable(node: Mapping[str, Any]) -> Room:
+    """A node's ``status.allocatable``; ``InputError`` naming the node and the resource when it
+    cannot be read or a quantity lies out of bounds (negative, not finite, 2**53 or more). One
+    such node must not stop the cluster's scheduling: the caller leaves it out."""
+    source = f"node/{_name(node)}"
+    status = node.get("status")
+    if not isinstance(status, dict):
+        raise InputError(
+            f"expected a mapping, got {show_value(status)}", source=source, field="status"
+        )
+    allocatable = status.get("allocatable") or {}
+    if not isinstance(allocatable, dict):
+        raise InputError(
+            f"expected a mapping, got {show_value(allocatable)}",
+            source=source,
+            field="status.allocatable",
+        )
+    room: Room = {}
+    for name, value in allocatable.items():
+        field = f"status.allocatable.{name}"
+        text = str(value)
+        if len(text) > MAX_QUANTITY_TEXT:
+            raise InputError(
+                f"expected a quantity of at most {MAX_QUANTITY_TEXT} characters, got {len(text)}",
+                source=source,
+                field=field,
+            )
+        try:
+            amount = quantity(value)
+        except (ArithmeticError, ValueError):
+            amount = math.nan
+        if not 0.0 <= amount < COUNT_LIMIT:  # NaN fails this too
+            raise InputError(
+                f"expected a quantity in [0, 2**53), got {text!r}", source=source, field=field
+            )
+        room[str(name)] = amount
+    return room
+
+
+def unreadable_nodes(nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Why each node whose room cannot be read is left out, by cache key (see
+    :func:`node_allocatable`). A cordoned or not Ready node has no room to read; its
+    ``allocatable`` is checked once it can be scheduled on."""
+    why: dict[str, str] = {}
+    for key, node in nodes.items():
+        if not isinstance(node.get("metadata"), dict) or not isinstance(
+            node["metadata"].get("name"), str
+        ):
+            why[key] = f"node {key}: no metadata.name"
+            continue
+        try:
+            if not isinstance(node.get("status"), dict) or is_schedulable(node):
+                node_allocatable(node)
+        except InputError as exc:
+            why[key] = str(exc)
+    return why
 
 
 def node_rooms(
@@ -51,12 +118,14 @@ def node_rooms(
     count: Any = None,
 ) -> dict[str, Room]:
     """Free resources per schedulable node; ``count(pod)`` says which bound pods to subtract
-    (default: all that have not ended)."""
+    (default: all that have not ended). A node whose room cannot be read has none."""
     rooms: dict[str, Room] = {}
     for node in nodes:
         if is_schedulable(node):
-            allocatable = node.get("status", {}).get("allocatable") or {}
-            rooms[node["metadata"]["name"]] = {k: quantity(v) for k, v in allocatable.items()}
+            try:
+                rooms[node["metadata"]["name"]] = node_allocatable(node)
+            except (InputError, KeyError, TypeError):
+                continue
     for pod in pods:
         node_name = pod.get("spec", {}).get("nodeName")
         if node_name not in rooms or is_ended(pod) or (count is not None and not count(pod)):
@@ -82,10 +151,16 @@ def take(room: Room, request: Mapping[str, float], sign: float = 1.0) -> None:
 
 
 def worker_capacity(rooms: Mapping[str, Room], resource: str) -> dict[str, int]:
-    """Whole workers of ``resource`` (``cpu`` cores or GPUs) each node can still give."""
-    return {
-        name: max(0, math.floor(room.get(resource, 0.0) + 1e-9)) for name, room in rooms.items()
-    }
+    """Whole workers of ``resource`` (``cpu`` cores or GPUs) each node can still give, at most
+    ``MAX_WORKERS_PER_NODE``: the policies plan on no larger node, and a larger one still gives
+    them that many."""
+    return {name: _whole_workers(room.get(resource, 0.0)) for name, room in rooms.items()}
+
+
+def _whole_workers(free: float) -> int:
+    if not free > 0:  # none left, or NaN from a pod's unreadable request
+        return 0
+    return math.floor(min(free, float(MAX_WORKERS_PER_NODE)) + 1e-9)
 
 
 def place_gang(
@@ -112,3 +187,11 @@ def place_gang(
         preferred.add(node)  # the gang's next pods join it there while it has room
         result[key_of(pod)] = node
     return result
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _name(node: Mapping[str, Any]) -> str:
+    return str(_mapping(node.get("metadata")).get("name", "?"))

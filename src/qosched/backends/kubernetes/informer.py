@@ -6,8 +6,22 @@ random share above ``watch_timeout_s`` so that replicas do not all re-watch at o
 for bookmarks so that a quiet stream still advances its version. When a stream ends it
 watches again from the last version seen; a watch that expired (HTTP 410 ``Expired``, as an
 ``ERROR`` event or as the response status) lists again; any other failure (a network error, a
-5xx, a 429) keeps the cache and retries after an exponential back-off with jitter, reset by
-the next success.
+5xx, a 429) keeps the cache and watches again.
+
+Between failures the informer backs off as client-go's reflector does: exponentially from
+0.8 s to 30 s, with jitter. A failure is a list or watch that fails, a watch that expired, an
+``ERROR`` event, and a watch that the server ended within ``SHORT_WATCH_S`` of opening it (a
+server or proxy that ends every watch at once, with or without events, would otherwise be
+asked thousands of times a second; a healthy one keeps it open until its timeout).
+The back-off starts again from its minimum only once a watch has stayed open and delivered
+events for ``backoff_reset_s`` (at most its own timeout): a server that accepts each watch and
+fails it at once never resets it.
+
+A malformed event (not JSON, of no known type, an object without ``metadata.name``) is logged
+and skipped, its ``resourceVersion`` taken where it has one, so that one bad event cannot stall
+the stream at its version; ``MAX_GARBLED`` of them in a row end the stream, and the informer
+lists again (after a back-off). A list is read the same way: objects without a name are left
+out, and a list without a ``resourceVersion`` is a failure.
 
 The scheduler's rounds only read the cache (:meth:`snapshot`), never the API, so a round
 lasts as long as its decisions and writes, not as long as a watch. :meth:`put` and
@@ -31,10 +45,19 @@ from qosched.backends.kubernetes.kube import key_of, read_json, status_of
 log = logging.getLogger(__name__)
 
 HTTP_GONE = 410
+#: A watch that ends this soon after it opened counts as a failure.
+SHORT_WATCH_S = 1.0
+#: Malformed events in a row (across watches) after which the informer lists again.
+MAX_GARBLED = 3
+EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
 
 class Expired(Exception):
     """The watch's version is older than the server's history: list again."""
+
+
+class Garbled(Exception):
+    """The stream keeps sending malformed events: list again."""
 
 
 class Informer:
@@ -43,7 +66,7 @@ class Informer:
     ``list_func`` is a client list method (``CoreV1Api.list_pod_for_all_namespaces``, ...);
     ``kwargs`` go to every list and watch call (a namespace, a label selector). ``sleep`` waits
     out a back-off (tests pass one that records it); it returns True when the informer is
-    stopping.
+    stopping. ``clock`` times the watches (monotonic seconds).
     """
 
     def __init__(
@@ -53,9 +76,11 @@ class Informer:
         name: str = "objects",
         watch_timeout_s: float = 300.0,
         backoff_s: tuple[float, float] = (0.8, 30.0),
+        backoff_reset_s: float = 10.0,
         jitter: float = 1.0,
         rng: random.Random | None = None,
         sleep: Callable[[float], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
         **kwargs: Any,
     ) -> None:
         self.list_func = list_func
@@ -63,7 +88,10 @@ class Informer:
         self.kwargs = kwargs
         self.watch_timeout_s = watch_timeout_s
         self.backoff_min_s, self.backoff_max_s = backoff_s
+        # A watch cannot stay open past its timeout: a shorter one must be able to reset too.
+        self.backoff_reset_s = min(backoff_reset_s, watch_timeout_s)
         self.jitter = jitter
+        self.clock = clock
         self.rng = rng or random.Random()
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
@@ -74,6 +102,8 @@ class Informer:
         self.relists = 0  # how many times the cache was rebuilt by a list
         self.watches = 0  # watch streams opened
         self.failures = 0  # consecutive failures
+        self.skipped = 0  # malformed events and listed objects skipped
+        self._garbled = 0  # malformed events in a row
         self._relist_wanted = 0  # generation of the list asked for by resync()
         self._listed = 0  # generation of the last list
         self._thread: threading.Thread | None = None
@@ -101,27 +131,37 @@ class Informer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            expired = False
             try:
                 if self.resource_version is None or self._listed < self._relist_wanted:
                     self._list()
-                self._watch()
-            except Expired:
-                log.info("%s: watch expired (410); listing again", self.name)
-                self.resource_version = None
+                if self._watch():
+                    continue  # ended as a watch ends (its timeout): resume at once
+                problem = f"the server ended the watch within {SHORT_WATCH_S:g} s"
+            except Expired as exc:
+                expired, problem = True, f"watch expired (410: {exc})"
+            except Garbled as exc:
+                expired, problem = True, f"{MAX_GARBLED} malformed watch events in a row ({exc})"
             except Exception as exc:
-                if self._stop.is_set():
-                    return
-                if self._listed < self._relist_wanted:
-                    continue  # resync() cut the stream: list now, no back-off
-                if status_of(exc) == HTTP_GONE:
-                    log.info("%s: watch expired (410); listing again", self.name)
-                    self.resource_version = None
-                    continue
-                self.failures += 1
-                delay = self.backoff(self.failures)
-                log.warning("%s: %s; retrying in %.1f s", self.name, _short(exc), delay)
-                if self._sleep(delay):
-                    return
+                expired, problem = status_of(exc) == HTTP_GONE, _short(exc)
+            if self._stop.is_set():
+                return
+            if self._listed < self._relist_wanted:
+                continue  # resync() cut the stream: list now, no back-off
+            if expired:
+                self.resource_version = None
+            self.failures += 1
+            delay = self.backoff(self.failures)
+            log.log(
+                logging.INFO if expired and self.failures == 1 else logging.WARNING,
+                "%s: %s; %s in %.1f s",
+                self.name,
+                problem,
+                "listing again" if expired else "retrying",
+                delay,
+            )
+            if self._sleep(delay):
+                return
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait after ``failures`` consecutive failures: exponential, capped, with
@@ -132,15 +172,30 @@ class Informer:
     def _list(self) -> None:
         wanted = self._relist_wanted
         body = read_json(self.list_func(_preload_content=False, **self.kwargs))
-        objects = {key_of(item): item for item in body.get("items", [])}
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        items = body.get("items") or [] if isinstance(body, dict) else None
+        if not isinstance(version, str) or not version or not isinstance(items, list):
+            raise ValueError("the list has no metadata.resourceVersion or no items list")
+        objects = {key_of(item): item for item in items if _unnamed(item) is None}
+        if len(objects) < len(items):
+            self.skipped += len(items) - len(objects)
+            log.warning(
+                "%s: %d listed objects without a metadata.name left out",
+                self.name,
+                len(items) - len(objects),
+            )
         with self._changed:
             self._objects = objects
-            self.resource_version = body["metadata"]["resourceVersion"]
+            self.resource_version = version
+            self._garbled = 0
             self.relists += 1
             self._listed = max(self._listed + 1, wanted)
             self._changed.notify_all()
 
-    def _watch(self) -> None:
+    def _watch(self) -> bool:
+        """One watch stream, until it ends; False when the server ended it within
+        ``SHORT_WATCH_S`` (a failure). An ``ERROR`` event raises."""
         timeout = int(self.watch_timeout_s * (1.0 + self.rng.random()))
         response = self.list_func(
             watch=True,
@@ -154,23 +209,39 @@ class Informer:
         )
         self._response = response
         self.watches += 1
-        self.failures = 0  # the stream is open: the back-off starts again from its minimum
+        opened, delivered = self.clock(), 0
         try:
             for event in _lines(response):
                 if self._stop.is_set() or self._listed < self._relist_wanted:
-                    return
-                self._apply(event)
+                    return True
+                delivered += self._apply(event)
+                self._healthy(opened, delivered)
         finally:
             self._response = None
             response.release_conn()
+        self._healthy(opened, delivered)
+        return self.clock() - opened >= SHORT_WATCH_S
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
+    def _healthy(self, opened: float, delivered: int) -> None:
+        """A watch open for ``backoff_reset_s`` that delivers events: the back-off starts again
+        from its minimum. Merely opening one proves nothing (it may fail at once)."""
+        if self.failures and delivered and self.clock() - opened >= self.backoff_reset_s:
+            self.failures = 0
+
+    def _apply(self, event: Any) -> bool:
+        """One watch event into the cache; False for a malformed one, which is skipped."""
+        why = _malformed(event)
+        if why is not None:
+            self._skip(event, why)
+            return False
+        self._garbled = 0
+        kind, obj = event["type"], event.get("object")
         if kind == "ERROR":
-            if obj.get("code") == HTTP_GONE:
+            obj = obj if isinstance(obj, dict) else {}
+            if str(obj.get("code")) == str(HTTP_GONE):
                 raise Expired(obj.get("message"))
-            raise RuntimeError(f"watch error: {obj.get('message')}")
-        version = (obj.get("metadata") or {}).get("resourceVersion")
+            raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+        version = obj["metadata"].get("resourceVersion")
         with self._changed:
             if kind == "DELETED":
                 self._objects.pop(key_of(obj), None)
@@ -182,6 +253,22 @@ class Informer:
             if version is not None:
                 self.resource_version = version
             self._changed.notify_all()
+        return True
+
+    def _skip(self, event: Any, why: str) -> None:
+        """Log and skip a malformed event, past its version where it has one (the same event
+        would otherwise come back on every watch from the version before it)."""
+        self.skipped += 1
+        self._garbled += 1
+        log.warning("%s: malformed watch event skipped: %s", self.name, why)
+        obj = event.get("object") if isinstance(event, dict) else None
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if isinstance(version, str) and version:
+            with self._changed:
+                self.resource_version = version
+        if self._garbled >= MAX_GARBLED:
+            raise Garbled(why)
 
     # -- what the scheduler reads -------------------------------------------------------------
 
@@ -255,17 +342,59 @@ def _older(version: str | None, than: str | None) -> bool:
         return False
 
 
-def _lines(response: Any) -> Iterator[dict[str, Any]]:
-    """The JSON events of a watch stream, one per line, as they arrive."""
+def _malformed(event: Any) -> str | None:
+    """Why a watch event cannot be applied; None when it can."""
+    if isinstance(event, bytes):
+        return f"not JSON: {event[:80]!r}"
+    if not isinstance(event, dict):
+        return f"expected a JSON object, got {type(event).__name__}"
+    kind = event.get("type")
+    if kind not in EVENT_TYPES:
+        return f"unknown type {str(kind)[:40]!r}"
+    if kind == "ERROR":
+        return None
+    obj = event.get("object")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return f"{kind} without object.metadata"
+    if kind == "BOOKMARK":
+        version = meta.get("resourceVersion")
+        return None if isinstance(version, str) and version else "BOOKMARK without a version"
+    return _unnamed(obj)
+
+
+def _unnamed(obj: Any) -> str | None:
+    """Why ``obj`` cannot be cached by ``namespace/name``; None when it can."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return "an object without metadata"
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not name:
+        return "an object without metadata.name"
+    if namespace is not None and not isinstance(namespace, str):
+        return f"object {name[:60]!r} with a metadata.namespace that is not a string"
+    return None
+
+
+def _lines(response: Any) -> Iterator[Any]:
+    """The JSON events of a watch stream, one per line, as they arrive; a line that is not JSON
+    comes as its bytes (the caller skips it)."""
     pending = b""
     for chunk in response.stream(amt=None, decode_content=False):
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             if line.strip():
-                yield json.loads(line)
+                yield _decode(line)
     if pending.strip():
-        yield json.loads(pending)
+        yield _decode(pending)
+
+
+def _decode(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return line
 
 
 def _short(exc: BaseException) -> str:

@@ -42,7 +42,14 @@ from typing import Any
 
 from qosched.backends.kubernetes.kube import key_of, parse_time, quantity
 from qosched.cluster.admission import Admission
-from qosched.core.bounds import LATEST_TIME_S, check_count, check_number, check_time
+from qosched.core.bounds import (
+    COUNT_LIMIT,
+    LATEST_TIME_S,
+    MAX_BATCH,
+    check_count,
+    check_number,
+    check_time,
+)
 from qosched.core.errors import InputError
 
 PREFIX = "qosched.io/"
@@ -67,6 +74,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 #: Longer annotation values are refused before any parsing: no valid one comes near.
 MAX_TEXT = 256
+#: The most workers a job may request or be bounded by: a million GPUs or cores, past any
+#: cluster's.
+WORKERS_LIMIT = 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +177,15 @@ def parse_deadline(text: str, created_at: float, *, source: str) -> float:
     return check_time(at, field=DEADLINE, source=source)
 
 
-def _int(annotations: dict[str, str], name: str, default: int | None, source: str) -> int | None:
-    """A whole number in [1, 2**53) from an annotation; ``default`` when absent."""
+def _int(
+    annotations: dict[str, str],
+    name: str,
+    default: int | None,
+    source: str,
+    *,
+    maximum: int = COUNT_LIMIT - 1,
+) -> int | None:
+    """A whole number in [1, ``maximum``] from an annotation; ``default`` when absent."""
     value = annotations.get(name)
     if value is None:
         return default
@@ -179,7 +196,19 @@ def _int(annotations: dict[str, str], name: str, default: int | None, source: st
         raise InputError(
             f"expected a whole number, got {value!r}", source=source, field=name
         ) from None
-    return check_count(number, field=name, minimum=1, source=source)
+    return check_count(number, field=name, minimum=1, maximum=maximum, source=source)
+
+
+def _model(annotations: dict[str, str], source: str) -> str:
+    """The speed table row: any name up to ``MAX_TEXT`` characters (an unknown one gets the
+    placeholder speeds), never an empty one; ``unknown`` when absent."""
+    value = annotations.get(MODEL)
+    if value is None:
+        return "unknown"
+    _short(value, source=source, field=MODEL)
+    if not value.strip():
+        raise InputError("expected a model name, got an empty one", source=source, field=MODEL)
+    return value
 
 
 def pod_template_request(template: dict[str, Any], resource: str) -> float:
@@ -252,10 +281,11 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
         iterations=iterations,
         deadline_at=deadline_at,
         best_effort=best_effort == "true",
-        model=annotations.get(MODEL, "unknown"),
-        batch_size=_int(annotations, BATCH_SIZE, 1, source) or 1,
-        requested_workers=_int(annotations, REQUESTED_WORKERS, 1, source) or 1,
-        max_workers=_int(annotations, MAX_WORKERS, None, source),
+        model=_model(annotations, source),
+        batch_size=_int(annotations, BATCH_SIZE, 1, source, maximum=MAX_BATCH) or 1,
+        requested_workers=_int(annotations, REQUESTED_WORKERS, 1, source, maximum=WORKERS_LIMIT)
+        or 1,
+        max_workers=_int(annotations, MAX_WORKERS, None, source, maximum=WORKERS_LIMIT),
         replicas=replicas,
         per_pod=per_pod,
         admission=admission,

@@ -4,8 +4,9 @@
 registry of its own. :func:`serve` answers, on one port:
 
 - ``/metrics``: the metrics in Prometheus' text format;
-- ``/healthz``: 200 while the scheduling loop turns (a round ended within ``stall_s``), so the
-  kubelet restarts a replica whose loop hangs;
+- ``/healthz``: 200 while the scheduling loop turns and its rounds succeed (a round ended
+  without an unexpected error within ``stall_s``), so the kubelet restarts a replica whose
+  loop hangs or whose every round has failed for that long;
 - ``/readyz``: 200 once every informer has listed and the Lease timer runs (a follower is ready:
   it can take over at once).
 """
@@ -81,6 +82,12 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge("qosched_leader", "1 while this replica leads.", registry=r)
+        self.left_out = Gauge(
+            "qosched_nodes_left_out",
+            "Nodes left out of the last round's cluster: their allocatable could not be read "
+            "or is out of bounds.",
+            registry=r,
+        )
         for outcome in OUTCOMES:
             self.decisions.labels(outcome).inc(0)
         for role in ("led", "followed", "abandoned"):
@@ -92,16 +99,18 @@ class Metrics:
         role = "abandoned" if report.abandoned else ("led" if report.leading else "followed")
         self.rounds.labels(role).inc()
         self.leader.set(1 if report.leading else 0)
+        # Before the role check: a round that failed before it knew whether it leads counts.
+        self.errors.inc(len(report.errors))
         if not report.leading and not report.abandoned:
             return
         self.duration.observe(seconds)
         self.bindings.inc(len(report.bound))
-        self.errors.inc(len(report.errors))
         for admission in report.admitted.values():
             self.decisions.labels(admission.value).inc()
         for outcome in RoundOutcome:
             self.decisions.labels(outcome.value).inc(len(getattr(report, outcome.value)))
         if report.synced:
+            self.left_out.set(len(report.left_out))
             for job in self._slack_jobs - set(report.slack):
                 self.slack.remove(job)
             for job, slack in report.slack.items():
@@ -150,15 +159,24 @@ def serve(
 
 
 class Heartbeat:
-    """When the scheduling loop last finished a round, for ``/healthz``."""
+    """When the scheduling loop last finished a round, and last finished one without an
+    unexpected error, for ``/healthz``."""
 
     def __init__(self, stall_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_s = stall_s
         self.clock = clock
-        self.last = clock()
+        self.last = self.last_ok = clock()
+        self.failures = 0  # rounds in a row that failed
 
-    def beat(self) -> None:
+    def beat(self, *, ok: bool = True) -> None:
+        """Called after every round; ``ok`` is False when it ended on an unexpected error."""
         self.last = self.clock()
+        if ok:
+            self.last_ok, self.failures = self.last, 0
+        else:
+            self.failures += 1
 
     def alive(self) -> bool:
-        return self.clock() - self.last <= self.stall_s
+        """A round succeeded within ``stall_s``: the loop turns, and a round that fails now and
+        then is no reason to restart, but one that has failed every time for that long is."""
+        return self.clock() - self.last_ok <= self.stall_s

@@ -21,8 +21,11 @@
    ``uid``), job by job in the decision's order.
 
 One job's failure (an annotation out of bounds, anything raised while handling it) skips that
-job for the round and is reported on it (:mod:`.events`); the other jobs go on. Each round is
-recorded in :mod:`.observe`'s metrics.
+job for the round and is reported on it (:mod:`.events`); the other jobs go on. A node whose
+``allocatable`` cannot be read or lies out of bounds is left out of the cluster (logged once,
+counted in a metric); the other nodes go on. Anything else a round raises ends that round only:
+it is logged and counted, and the next round starts as usual. Each round is recorded in
+:mod:`.observe`'s metrics and heartbeat.
 
 Nothing lives only in memory: everything a round needs is read from the API, and what the
 scheduler decides is written there (annotations, replicas, bindings) before the next round.
@@ -41,6 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -58,6 +62,7 @@ from qosched.backends.kubernetes.fit import (
     place_gang,
     pod_requests,
     take,
+    unreadable_nodes,
     worker_capacity,
 )
 from qosched.backends.kubernetes.informer import Informer
@@ -67,10 +72,11 @@ from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
-from qosched.cluster.spec import RESOURCES, ClusterSpec
+from qosched.cluster.spec import MAX_NODES, RESOURCES, ClusterSpec
 from qosched.cluster.state import ClusterView, Phase
 from qosched.cluster.state import JobState as ClusterJob
 from qosched.cluster.throughput import SpeedCurve, ThroughputModel
+from qosched.core.bounds import LATEST_TIME_S, check_count, check_number, show_value
 from qosched.core.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -83,6 +89,40 @@ BIND_TRIES = 3
 #: How long the first round of a term waits for its fresh lists before it gives up for now.
 LIST_WAIT_S = 10.0
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+#: The longest tick, watch and Lease: an hour (a scheduler that decides less often does not
+#: schedule, and a timer of 1e300 s cannot even be waited on).
+MAX_PERIOD_S = 3600.0
+#: The longest name or identity: a Kubernetes object name's limit, as a pod name (the usual
+#: identity) or a Lease name.
+MAX_NAME = 253
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+
+
+def _check_text(value: Any, name: str) -> None:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME:
+        raise InputError(
+            f"expected a non-empty string of at most {MAX_NAME} characters, got "
+            f"{show_value(value)}",
+            field=name,
+        )
+
+
+def _check_name(value: Any, name: str, pattern: re.Pattern[str]) -> None:
+    """A Kubernetes object name: the API server would refuse any other at the first write."""
+    _check_text(value, name)
+    if not pattern.fullmatch(value):
+        kind = "DNS label" if pattern is _DNS_LABEL else "DNS subdomain"
+        chars = "'-'" if pattern is _DNS_LABEL else "'-' and '.'"
+        raise InputError(
+            f"expected a Kubernetes name (a {kind}: lower case letters, digits, {chars}), got "
+            f"{show_value(value)}",
+            field=name,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +148,36 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.resource not in RESOURCES:
             raise InputError(
-                f"expected one of {', '.join(RESOURCES)}, got {self.resource!r}", field="resource"
+                f"expected one of {', '.join(RESOURCES)}, got {show_value(self.resource)}",
+                field="resource",
             )
-        if self.tick_s <= 0 or self.restart_pause_s < 0:
-            raise InputError("tick_s must be > 0 and restart_pause_s >= 0", field="tick_s")
-        if not (isinstance(self.lease_duration_s, int) and self.lease_duration_s >= 1):
-            raise InputError(
-                f"expected whole seconds >= 1, got {self.lease_duration_s!r}",
+        for name in ("scheduler_name", "policy", "identity"):
+            _check_text(getattr(self, name), name)
+        if self.throughputs is not None:
+            _check_text(self.throughputs, "throughputs")
+        if self.namespace is not None:
+            _check_name(self.namespace, "namespace", _DNS_LABEL)
+        _check_name(self.lease_name, "lease_name", _DNS_SUBDOMAIN)
+        _check_name(self.lease_namespace, "lease_namespace", _DNS_LABEL)
+        check_number(self.tick_s, field="tick_s", positive=True, maximum=MAX_PERIOD_S)
+        check_number(self.restart_pause_s, field="restart_pause_s", minimum=0.0)
+        check_number(self.watch_timeout_s, field="watch_timeout_s", minimum=1, maximum=MAX_PERIOD_S)
+        # Whole numbers written as 15.0 are taken, and kept as the ints the Lease and the
+        # server's socket need.
+        whole = {
+            "lease_duration_s": check_count(
+                self.lease_duration_s,
                 field="lease_duration_s",
-            )
+                minimum=1,
+                maximum=int(MAX_PERIOD_S),
+            ),
+            "http_port": check_count(self.http_port, field="http_port", maximum=65_535),
+        }
+        for name, value in whole.items():
+            object.__setattr__(self, name, value)
+        for name in ("lease_renew_deadline_s", "lease_retry_s"):
+            if getattr(self, name) is not None:
+                check_number(getattr(self, name), field=name, positive=True)
         renew = self.lease_renew_deadline_s or self.lease_duration_s * 2 / 3
         retry = self.lease_retry_s or self.lease_duration_s * 2 / 15
         if not renew < self.lease_duration_s:
@@ -130,8 +191,6 @@ class SchedulerConfig:
                 f"must be > 0 and shorter than the renew deadline ({renew} s), got {retry}",
                 field="lease_retry_s",
             )
-        if not 0 < self.http_port < 65536 and self.http_port != 0:
-            raise InputError(f"expected a port or 0, got {self.http_port}", field="http_port")
 
     @property
     def table_set(self) -> str:
@@ -155,7 +214,9 @@ class StepReport:
     released: list[str] = field(default_factory=list)  # pods deleted after a failed gang
     invalid: dict[str, str] = field(default_factory=dict)  # job -> why it was skipped
     slack: dict[str, float] = field(default_factory=dict)  # job -> deadline - predicted finish
+    left_out: dict[str, str] = field(default_factory=dict)  # node -> why its room is unreadable
     errors: list[str] = field(default_factory=list)
+    failed: bool = False  # the round ended on an unexpected error (in ``errors``)
 
 
 @dataclass(slots=True)
@@ -267,6 +328,10 @@ class K8sScheduler:
         self.resize_supported: bool | None = None  # learnt from the first resize answer
         self._term = 0  # the lease term the policy and states belong to
         self._fresh: set[str] = set()  # jobs this term's policy has not been told about
+        self._left_out: dict[str, str] = {}  # nodes already logged as left out, and why
+        # pod uid -> (its start: restarts so far, the last iteration it reported, and whether
+        # that start's going back was already told); for the ProgressWentBack Event only
+        self._reports: dict[str, tuple[int, int, bool]] = {}
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -309,8 +374,12 @@ class K8sScheduler:
         except NotLeading as exc:
             log.warning("round abandoned: %s", exc)
             report.leading, report.abandoned = False, True
+        except Exception as exc:  # a bug ends this round only; counted, and /healthz sees it
+            log.exception("scheduling round failed")
+            report.failed = True
+            report.errors.append(f"the round failed: {type(exc).__name__}: {exc}")
         self.metrics.record(report, self.monotonic() - started)
-        self.heartbeat.beat()
+        self.heartbeat.beat(ok=not report.failed)
         return report
 
     def ready(self) -> bool:
@@ -334,7 +403,12 @@ class K8sScheduler:
         ):
             return report  # never decide on a cache that was never complete
         report.synced = True
-        self._now = _View(self.nodes.snapshot(), self.pods.snapshot(), self.sets.snapshot())
+        nodes = self.nodes.snapshot()
+        report.left_out = unreadable_nodes(nodes)
+        self._note_left_out(report.left_out)
+        for key in report.left_out:
+            del nodes[key]
+        self._now = _View(nodes, self.pods.snapshot(), self.sets.snapshot())
         now = self.clock()
         jobs = self._read_jobs(report)
         rooms = node_rooms(self._now.nodes.values(), self._now.pods.values())
@@ -362,8 +436,13 @@ class K8sScheduler:
         counts = {k: w for k, w in (decision.workers if decision else {}).items() if k in admitted}
         report.decision = counts
         for key, job in admitted.items():
-            with self._isolated(job, report):
+            try:
                 self._forecast(job, counts.get(key, 0), now, report)
+            except NotLeading:
+                raise
+            except Exception as exc:  # a forecast only informs: the job keeps its workers
+                log.warning("no forecast for job %s", key, exc_info=True)
+                report.errors.append(f"{key}: no forecast: {type(exc).__name__}: {exc}")
         order = list(counts) + [k for k in admitted if k not in counts]
         for key in order:
             with self._isolated(admitted[key], report):
@@ -379,14 +458,16 @@ class K8sScheduler:
     def _read_jobs(self, report: StepReport) -> dict[str, _RoundJob]:
         jobs: dict[str, _RoundJob] = {}
         invalid: dict[str, tuple[dict[str, Any], str]] = {}
-        for sts in self._now.sets.values():
-            template = sts.get("spec", {}).get("template", {}).get("spec", {})
-            if template.get("schedulerName") != self.config.scheduler_name:
-                continue
+        for key, sts in self._now.sets.items():
             try:
+                template = sts["spec"]["template"]["spec"]
+                if template.get("schedulerName") != self.config.scheduler_name:
+                    continue
                 spec = J.read_job(sts, self.config.resource)
             except Exception as exc:  # one bad job is skipped, never the round
-                invalid[key_of(sts)] = (sts, str(exc))
+                # Keyed by the cache's key: the object itself may lack the name key_of needs.
+                why = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+                invalid[key] = (sts, why if key in why else f"statefulset/{key}: {why}")
                 continue
             jobs[spec.key] = _RoundJob(spec, [])
         waiting: dict[str, list[dict[str, Any]]] = {key: [] for key in invalid}
@@ -399,19 +480,41 @@ class K8sScheduler:
             elif owner in waiting and not pod["spec"].get("nodeName"):
                 waiting[owner].append(pod)
         for key, (sts, why) in invalid.items():
-            self._skip(sts, waiting[key], why, report)
+            self._skip(sts, waiting[key], why, report, key=key)
         for job in jobs.values():
             job.pods.sort(key=lambda p: p["metadata"]["name"])
+        present = {p["metadata"].get("uid") for p in self._now.pods.values()}
+        for uid in self._reports.keys() - present:  # pods gone: their reports with them
+            del self._reports[uid]
         return jobs
 
+    def _note_left_out(self, left_out: dict[str, str]) -> None:
+        """Log each node left out of the cluster once (again if the reason changes), and each
+        that comes back."""
+        for key, why in left_out.items():
+            if self._left_out.get(key) != why:
+                log.warning("node %s left out of the cluster: %s", key, why)
+        for key in self._left_out.keys() - left_out.keys():
+            log.info("node %s is back in the cluster (or gone)", key)
+        self._left_out = dict(left_out)
+
     def _skip(
-        self, sts: dict[str, Any], pending: list[dict[str, Any]], why: str, report: StepReport
+        self,
+        sts: dict[str, Any],
+        pending: list[dict[str, Any]],
+        why: str,
+        report: StepReport,
+        *,
+        key: str | None = None,
     ) -> None:
         """A job that cannot be read: reported on its StatefulSet (an Event) and on its pending
         pods (``PodScheduled=False``, reason ``InvalidJob``); the other jobs go on."""
-        report.invalid[key_of(sts)] = why
+        report.invalid[key or key_of(sts)] = why
         report.errors.append(why)
-        self.recorder.event(sts, WARNING, "InvalidJob", f"not scheduled: {why}")
+        if isinstance((sts.get("metadata") or {}).get("name"), str):  # an Event names its object
+            self.recorder.event(sts, WARNING, "InvalidJob", f"not scheduled: {why}")
+        else:
+            log.warning("job %s skipped this round: %s", key, why)
         for pod in pending:
             self.recorder.pod_condition(pod, "InvalidJob", why)
 
@@ -429,7 +532,7 @@ class K8sScheduler:
         if not capacity:
             return None
         per_node = max(capacity)
-        nodes = max(1, sum(capacity) // per_node)
+        nodes = min(MAX_NODES, max(1, sum(capacity) // per_node))
         return ClusterSpec(
             1,
             nodes,
@@ -448,9 +551,32 @@ class K8sScheduler:
                 report.errors.append(str(exc))
                 self.recorder.event(pod, WARNING, "InvalidProgress", str(exc))
                 continue
-            if progress is not None and (best is None or progress.iteration > best.iteration):
-                best = progress
+            if progress is not None:
+                self._note_went_back(pod, progress.iteration)
+                if best is None or progress.iteration > best.iteration:
+                    best = progress
         return best
+
+    def _note_went_back(self, pod: dict[str, Any], iteration: int) -> None:
+        """One Warning Event per pod start (the pod, or a restart of its containers) whose
+        report goes below an earlier report of the same pod: it resumed from an older
+        checkpoint, or from none, and the work since was lost (or it reports wrongly). The
+        report is taken as it is (the policy measures anew), as the local service does."""
+        uid = pod["metadata"].get("uid")
+        if not uid:
+            return
+        start, (last_start, last, told) = _restarts(pod), self._reports.get(uid, (-1, 0, False))
+        told = told and last_start == start
+        if iteration < last and not told:
+            told = self.recorder.event(
+                pod,
+                WARNING,
+                "ProgressWentBack",
+                f"progress went back from iteration {last} to {iteration}: the pod resumed "
+                "from an older checkpoint or none (or reports wrongly); the job's progress is "
+                "the highest report of its pods and its StatefulSet",
+            )
+        self._reports[uid] = (start, iteration, told)
 
     def _held(self, job: _RoundJob) -> int:
         if self.config.resource == "gpu":
@@ -507,7 +633,9 @@ class K8sScheduler:
             self._fresh.add(key)
         if progress is not None:
             state.iterations_done = float(min(progress.iteration, spec.iterations))
-            state.active_s = progress.active_s
+            # No job computed longer than it has existed: a larger report would make its speed
+            # look slower than any real one, and its predicted finish lie past year 9999.
+            state.active_s = min(progress.active_s, max(0.0, now - spec.created_at))
         state.workers = self._held(job)
         state.phase = Phase.RUNNING if state.workers else Phase.PENDING
         if state.started_s is None and (state.workers or state.active_s > 0):
@@ -579,7 +707,7 @@ class K8sScheduler:
             return
         if rate > 0:
             why = (
-                f"predicted to finish at {_iso(finish)} with {workers} workers at "
+                f"predicted to finish {_at(finish)} with {workers} workers at "
                 f"{rate:.3g} it/s, {-slack:.0f} s after its deadline {_iso(spec.deadline_at)}"
             )
         else:
@@ -898,7 +1026,17 @@ class K8sScheduler:
 
 
 def _iso(seconds: float) -> str:
+    """A time as Events show it, within 1970..9999 (the times a ``datetime`` can be)."""
+    seconds = min(max(0.0, seconds), LATEST_TIME_S)
     return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _at(seconds: float) -> str:
+    """``at <time>``; a time past year 9999 (a predicted finish at a crawl) cannot be shown,
+    only said to lie after it."""
+    if not seconds <= LATEST_TIME_S:  # NaN too
+        return f"after {_iso(LATEST_TIME_S)}"
+    return f"at {_iso(seconds)}"
 
 
 def _owner(pod: dict[str, Any]) -> str | None:
@@ -910,6 +1048,16 @@ def _owner(pod: dict[str, Any]) -> str | None:
 
 def _ended(pod: dict[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    """How often the pod's containers restarted: each restart is a new start of its work."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(
+        c["restartCount"]
+        for c in statuses
+        if isinstance(c, dict) and isinstance(c.get("restartCount"), int)
+    )
 
 
 def _resize_infeasible(pod: dict[str, Any]) -> bool:
