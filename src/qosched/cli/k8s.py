@@ -83,7 +83,12 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     job.add_argument(
         "--gpus-per-pod", type=int, default=1, help="GPUs each pod asks for (default 1)"
     )
-    job.add_argument("--replicas", type=int, default=1, help="pods to start with (GPU jobs)")
+    job.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="pods to start with (GPU jobs; default: enough for the spec's minGpus, else 1)",
+    )
     job.add_argument("--model", default=None, help="speed-table model (default: the workload)")
     job.add_argument(
         "--batch-size", type=int, default=None, help="batch size (default: the workload's own)"

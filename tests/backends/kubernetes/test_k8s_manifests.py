@@ -15,6 +15,7 @@ from k8s_helpers import SCRIPT, job_set, scheduler
 from qosched.backends.kubernetes import manifests
 from qosched.backends.local.jobspec import load_job_spec
 from qosched.cli.main import main
+from qosched.core.errors import InputError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "k8s"
 #: The release where the pod resize subresource is on by default, and the newest schemas.
@@ -161,3 +162,44 @@ def test_manifests_take_the_image(capsys):
     assert container["image"] == "registry.example.com/qosched:dev"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+GPU_SPEC = (
+    "apiVersion: qosched/v1\nkind: TrainingJob\nmetadata: {name: g}\nspec:\n"
+    "  command: [python, train.py]\n  work: {iterations: 1000}\n  deadline: 2h\n"
+    "  resources: {minGpus: 4, maxGpus: 8}\n"
+)
+
+
+def gpu_spec(tmp_path: Path):
+    path = tmp_path / "g.yaml"
+    path.write_text(GPU_SPEC)
+    return load_job_spec(path)
+
+
+def test_a_spec_stating_gpus_requests_them_and_starts_on_enough_pods(tmp_path):
+    sts = manifests.job(gpu_spec(tmp_path), image="x", gpus_per_pod=2)[-1]
+    notes = sts["metadata"]["annotations"]
+    assert notes["qosched.io/requested-workers"] == "4"
+    assert notes["qosched.io/max-workers"] == "8"
+    assert sts["spec"]["replicas"] == 2  # 4 GPUs on pods of 2
+    limits = sts["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "2"
+    assert manifests.job(gpu_spec(tmp_path), image="x", replicas=3)[-1]["spec"]["replicas"] == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"resource": "cpu"}, "resource"),
+        ({"replicas": 10**11}, "replicas"),
+        ({"batch_size": -5}, "batch_size"),
+        ({"namespace": "Bad_NS!"}, "namespace"),
+        ({"gpus_per_pod": 0}, "gpus_per_pod"),
+    ],
+    ids=["gpu-spec-as-cpu-job", "replicas-1e11", "negative-batch", "bad-namespace", "no-gpus"],
+)
+def test_a_job_the_cluster_would_refuse_or_misread_is_refused(tmp_path, options, field):
+    with pytest.raises(InputError) as caught:
+        manifests.job(gpu_spec(tmp_path), image="x", **options)
+    assert caught.value.field == field

@@ -14,13 +14,19 @@ ServiceAccount and RoleBinding.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.local.jobspec import TrainingJobSpec
+from qosched.core.bounds import MAX_BATCH, check_count
 from qosched.core.errors import InputError
+
+#: The most GPUs one pod asks for: a node's, at most (``cluster.spec``'s per-node bound).
+MAX_GPUS_PER_POD = 65_536
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 SCHEDULER = "qosched-scheduler"
 TRAINER = "qosched-trainer"
@@ -208,16 +214,35 @@ def job(
     namespace: str = "default",
     resource: str = "gpu",
     gpus_per_pod: int = 1,
-    replicas: int = 1,
+    replicas: int | None = None,
     model: str | None = None,
     batch_size: int | None = None,
     command: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """A job's objects from a ``TrainingJob`` spec. ``command`` (default: the spec's command,
     else ``qosched`` running the spec's built-in workload) runs in every pod; ``model`` and
-    ``batch_size`` name the speed-table row (default: the spec's workload)."""
-    if replicas < 1 or gpus_per_pod < 1:
-        raise InputError("replicas and gpus per pod must be >= 1", field="replicas")
+    ``batch_size`` name the speed-table row (default: the spec's workload).
+
+    A spec that states GPUs (``minGpus``) is a GPU job: its ``minGpus`` is what it requests and
+    its ``maxGpus`` the most it may be given, and it starts on enough pods of ``gpus_per_pod``
+    for ``minGpus`` unless ``replicas`` says otherwise. A spec that states only cores runs as a
+    GPU job of its requested cores' count, or, with ``resource="cpu"``, as one pod re-sized."""
+    gpus = spec.resources.gpu
+    if gpus and resource == "cpu":
+        raise InputError(
+            "the spec asks for GPUs (minGpus); make it a GPU job (resource gpu)", field="resource"
+        )
+    check_count(gpus_per_pod, field="gpus_per_pod", minimum=1, maximum=MAX_GPUS_PER_POD)
+    if replicas is None:
+        replicas = -(-spec.resources.min_gpus // gpus_per_pod) if gpus else 1
+    check_count(replicas, field="replicas", minimum=1, maximum=J.WORKERS_LIMIT)
+    if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
+        raise InputError(
+            f"expected a Kubernetes namespace (lower case letters, digits, '-'), got {namespace!r}",
+            field="namespace",
+        )
+    if batch_size is not None:
+        check_count(batch_size, field="batch_size", minimum=1, maximum=MAX_BATCH)
     if resource == "cpu":
         replicas = 1  # a CPU job is one pod, re-sized
     argv = command or (
@@ -237,7 +262,7 @@ def job(
         J.ITERATIONS: str(spec.iterations),
         J.DEADLINE: spec.deadline.to_text(),
         J.BEST_EFFORT: "true" if spec.best_effort else "false",
-        J.REQUESTED_WORKERS: str(spec.requested_cpus),
+        J.REQUESTED_WORKERS: str(spec.resources.min_gpus if gpus else spec.requested_cpus),
     }
     if model or spec.workload:
         annotations[J.MODEL] = model or str(spec.workload)
@@ -249,6 +274,8 @@ def job(
         annotations[J.BATCH_SIZE] = str(batch_size)
     if spec.resources.max_cpus is not None and resource == "cpu":
         annotations[J.MAX_WORKERS] = str(spec.resources.max_cpus)
+    if gpus and spec.resources.max_gpus is not None:
+        annotations[J.MAX_WORKERS] = str(spec.resources.max_gpus)
     requests: dict[str, str] = {"cpu": str(spec.resources.min_cpus) if resource == "cpu" else "1"}
     if spec.resources.memory_bytes is not None:
         requests["memory"] = str(spec.resources.memory_bytes)
