@@ -323,3 +323,32 @@ def test_a_list_leaves_out_objects_without_a_name_and_needs_a_version():
     assert set(cache.snapshot()) == {"n1"} and cache.skipped == 2 and delays == []
     cache, delays, _ = scripted(lambda n: None, rounds=3, list_version="")
     assert not cache.synced and delays == pytest.approx(GROWING[:3])
+
+
+def test_an_event_older_than_the_object_held_changes_nothing():
+    """The list holds n1 at version 30; a DELETED of n1 at 11 (an object of that name deleted
+    before this one was made) keeps it, and the watch's version never goes back."""
+
+    def watch(n):
+        if n == 1:
+            return [
+                {"type": "DELETED", "object": node_object("n1", 11)},
+                {"type": "MODIFIED", "object": node_object("n1", 12)},
+                60.0,
+            ]
+        return None
+
+    cache, _, started = scripted(watch, items=[node_object("n1", 30)], list_version="30")
+    assert cache.snapshot()["n1"]["metadata"]["resourceVersion"] == "30"
+    assert cache.resource_version == "30"
+    assert started[1] == "30"
+
+
+def test_a_deleted_event_as_new_as_the_object_removes_it():
+    def watch(n):
+        if n == 1:
+            return [{"type": "DELETED", "object": node_object("n1", 31)}, 60.0]
+        return None
+
+    cache, _, _ = scripted(watch, items=[node_object("n1", 30)], list_version="30")
+    assert cache.snapshot() == {} and cache.resource_version == "31"

@@ -243,14 +243,17 @@ class Informer:
             raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
         version = obj["metadata"].get("resourceVersion")
         with self._changed:
-            if kind == "DELETED":
-                self._objects.pop(key_of(obj), None)
-            elif kind in ("ADDED", "MODIFIED"):
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
                 key = key_of(obj)
                 held = self._objects.get(key)
+                # An event older than the object held (one of that name deleted before this
+                # one was made, events replayed after a relist) changes nothing.
                 if held is None or not _older(version, held["metadata"].get("resourceVersion")):
-                    self._objects[key] = obj
-            if version is not None:
+                    if kind != "DELETED":
+                        self._objects[key] = obj
+                    elif held is not None:
+                        del self._objects[key]
+            if version is not None and not _older(version, self.resource_version):
                 self.resource_version = version
             self._changed.notify_all()
         return True
