@@ -370,3 +370,26 @@ def test_a_statefulset_the_cache_cannot_describe_skips_only_itself(api, broken):
     report = sched.step()
     assert not report.failed and report.decision == {"ml/good": 1}
     assert "ml/x" in report.invalid and "statefulset/ml/x" in report.invalid["ml/x"]
+
+
+def test_a_pod_naming_qosched_outside_its_jobs_is_told_why_it_waits(api):
+    api.add_node("n1", gpus=4)
+    api.create(
+        "pods",
+        {
+            "metadata": {"name": "bare", "namespace": "ml"},
+            "spec": {
+                "schedulerName": "qosched",
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            },
+            "status": {"phase": "Pending"},
+        },
+    )
+    api.create("pods", foreign_pod("theirs", "n1", 1))  # another scheduler's: left alone
+    run(scheduler(api.url), rounds=3)
+    bare = api.get("pods", "ml/bare")
+    (condition,) = [c for c in bare["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (condition["status"], condition["reason"]) == ("False", "NotAJob")
+    assert "qosched.io/job" in condition["message"]
+    assert not bare["spec"].get("nodeName")
+    assert "conditions" not in api.get("pods", "other/theirs")["status"]

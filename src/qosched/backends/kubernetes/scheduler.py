@@ -91,6 +91,11 @@ LIST_WAIT_S = 10.0
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
+#: Why a pod that names this scheduler but belongs to none of its jobs stays pending.
+NOT_A_JOB = (
+    "qosched binds only the pods of StatefulSets labelled " + J.JOB_LABEL + " (see qosched k8s "
+    "job); this pod belongs to none, so it stays pending"
+)
 #: The longest tick, watch and Lease: an hour (a scheduler that decides less often does not
 #: schedule, and a timer of 1e300 s cannot even be waited on).
 MAX_PERIOD_S = 3600.0
@@ -479,6 +484,14 @@ class K8sScheduler:
                 jobs[owner].pods.append(pod)
             elif owner in waiting and not pod["spec"].get("nodeName"):
                 waiting[owner].append(pod)
+            elif (
+                owner not in waiting
+                and pod["spec"].get("schedulerName") == self.config.scheduler_name
+                and not pod["spec"].get("nodeName")
+            ):
+                # It names this scheduler, which binds only the pods of its jobs: said on the
+                # pod, or it would wait for ever without a word.
+                self.recorder.pod_condition(pod, "NotAJob", NOT_A_JOB)
         for key, (sts, why) in invalid.items():
             self._skip(sts, waiting[key], why, report, key=key)
         for job in jobs.values():
