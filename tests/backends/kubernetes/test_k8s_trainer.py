@@ -44,6 +44,27 @@ def test_training_reports_progress_and_resumes_from_its_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("iteration", "active_s"), [(3, float("nan")), (3, -1.0), (-1, 2.0), (2**53, 2.0)]
+)
+def test_a_report_the_scheduler_would_refuse_is_not_sent(iteration, active_s):
+    class Recording:
+        def __init__(self) -> None:
+            self.sent: list[dict] = []
+
+        def patch_namespaced_pod(self, name, namespace, body, **kwargs):
+            self.sent.append(body)
+
+    core = Recording()
+    reporter = ProgressReporter(object(), pod_name="t-0", namespace="ml", min_interval_s=0.0)
+    reporter.core = core  # what the reporter sends, recorded
+    assert reporter.report(iteration, active_s) is False  # logged, and training goes on
+    assert core.sent == []
+    assert reporter.report(3, 2.0) is True and len(core.sent) == 1
+    with pytest.raises(ValueError):
+        J.Progress(iteration, active_s).to_text()
+
+
+@pytest.mark.parametrize(
     ("text", "cores"),
     [("max 100000", None), ("150000 100000", 2), ("400000 100000", 4), ("garbage", None)],
 )

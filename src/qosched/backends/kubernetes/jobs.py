@@ -87,7 +87,13 @@ class Progress:
     active_s: float
 
     def to_text(self) -> str:
-        return json.dumps({"iteration": self.iteration, "active_s": round(self.active_s, 3)})
+        """The annotation's text; ValueError for what `parse_progress` would refuse (a report
+        the scheduler cannot read is not sent)."""
+        check_count(self.iteration, field="iteration")
+        check_number(self.active_s, field="active_s", minimum=0.0)
+        return json.dumps(
+            {"iteration": self.iteration, "active_s": round(self.active_s, 3)}, allow_nan=False
+        )
 
 
 def parse_progress(text: str | None, *, source: str) -> Progress | None:

@@ -60,7 +60,12 @@ class ProgressReporter:
         now = self.clock()
         if not force and now - self._last < self.min_interval_s:
             return False
-        body = {"metadata": {"annotations": {PROGRESS: Progress(iteration, active_s).to_text()}}}
+        try:
+            text = Progress(iteration, active_s).to_text()
+        except ValueError as exc:  # NaN, a negative count: the scheduler would refuse it
+            log.warning("progress not reported: %s", exc)
+            return False
+        body = {"metadata": {"annotations": {PROGRESS: text}}}
         try:
             self.core.patch_namespaced_pod(
                 self.pod_name,
