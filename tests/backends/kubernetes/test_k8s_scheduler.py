@@ -169,6 +169,22 @@ def test_cpu_job_is_resized_in_place(api):
     assert ("PATCH", "/api/v1/namespaces/ml/pods/c-0/resize") in api.requests
 
 
+def test_a_cpu_job_with_a_sidecar_is_sized_by_its_training_container(api):
+    """An injected proxy's core is the pod's, not the job's: counted as the job's, the pod was
+    never the size asked and was deleted and made again at every round."""
+    api.add_node("c1", cpu="8")
+    sts = job_set("c", resource="cpu")
+    sidecar = {"name": "proxy", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+    sts["spec"]["template"]["spec"]["containers"].append(sidecar)
+    api.create("statefulsets", sts)
+    SCRIPT["ml/c"] = 3
+    reports = run(scheduler(api.url, resource="cpu"), 5)
+    pod = api.get("pods", "ml/c-0")
+    assert pod["spec"]["nodeName"] == "c1"
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3"
+    assert [r.restarted for r in reports[1:]] == [[], [], [], []]  # sized once, then left
+
+
 def test_cpu_job_restarts_at_its_new_size_without_the_resize_subresource(api):
     api.resize_supported = False  # a cluster before Kubernetes 1.33
     api.add_node("c1", cpu="8")

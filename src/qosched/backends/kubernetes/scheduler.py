@@ -594,7 +594,7 @@ class K8sScheduler:
     def _held(self, job: _RoundJob) -> int:
         if self.config.resource == "gpu":
             return job.spec.per_pod * len(job.bound)
-        return sum(math.ceil(pod_requests(p).get("cpu", 0.0) - 1e-9) for p in job.bound)
+        return sum(_training_cores(p) for p in job.bound)
 
     def _update_states(
         self,
@@ -808,7 +808,7 @@ class K8sScheduler:
         if patch and self._patch_set(spec, patch, report) and spec.replicas != 1:
             report.scaled[spec.key] = 1
         for pod in job.pods:
-            cores = math.ceil(pod_requests(pod).get("cpu", 0.0) - 1e-9)
+            cores = _training_cores(pod)
             if cores == workers:
                 if _resize_infeasible(pod):
                     # The kubelet refused the size the pod already asks for (its node cannot
@@ -893,9 +893,7 @@ class K8sScheduler:
                     "pods are bound together once all of them do",
                 )
             return
-        if self.config.resource == "cpu" and any(
-            math.ceil(pod_requests(p).get("cpu", 0.0) - 1e-9) != workers for p in pods
-        ):
+        if self.config.resource == "cpu" and any(_training_cores(p) != workers for p in pods):
             return  # still at its old size: it is being restarted
         prefer = [p["spec"]["nodeName"] for p in present if p["spec"].get("nodeName")]
         resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
@@ -1085,6 +1083,14 @@ def _resize_infeasible(pod: dict[str, Any]) -> bool:
 def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     spec = obj["spec"]
     return (spec.get("template", {}).get("spec") or spec).get("containers", [])
+
+
+def _training_cores(pod: dict[str, Any]) -> int:
+    """The cores a CPU job's pod trains on: its first container's, the one qosched sizes. A
+    sidecar's cores (a service mesh's proxy) are the pod's to place, not the job's workers: with
+    them counted, the pod would never be the size asked and be restarted at every round."""
+    first = {"spec": {"containers": _containers(pod)[:1]}}
+    return math.ceil(pod_requests(first).get("cpu", 0.0) - 1e-9)
 
 
 def _cpu_container(name: str, cores: int) -> dict[str, Any]:
