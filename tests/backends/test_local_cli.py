@@ -406,3 +406,22 @@ def test_a_bad_cpu_list_is_a_usage_error(
         main(["up", "--home", str(tmp_path), "--cpus", text])
     assert caught.value.code == 2
     assert "--cpus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("best_effort", "guaranteed", "note"),
+    [(True, True, "(guaranteed)"), (True, False, "(best effort)"), (False, True, "(guaranteed)")],
+)
+def test_the_qos_column_says_guaranteed_or_best_effort_never_both(best_effort, guaranteed, note):
+    from qosched.backends.local.jobview import JobView
+    from qosched.backends.local.store import Lifecycle
+    from qosched.cli.local import _qos
+
+    now = time.time()
+    job = JobView(
+        id="j-1", name="a", state=Lifecycle.RUNNING, submitted_at=now, deadline_at=now + 600,
+        started_at=now, finished_at=None, iterations=10, iterations_done=1, cpus=(0,), gpus=(),
+        predicted_finish_at=now + 60, predicted_finish_band=(now + 50, now + 70),
+        best_effort=best_effort, guaranteed=guaranteed, attempts=1, error=None,
+    )  # fmt: skip
+    assert _qos(job).plain.endswith(note)

@@ -867,8 +867,8 @@ def _qos(job: JobView) -> Text:
     notes = []
     if job.guaranteed and job.finished_at is None:
         notes.append("guaranteed")
-    if job.best_effort:
-        notes.append("best effort")
+    elif job.best_effort and not job.guaranteed:  # a guaranteed job is not run best effort,
+        notes.append("best effort")  # whatever its spec would allow
     if notes:
         label = f"{label} ({', '.join(notes)})" if label else ", ".join(notes)
     return Text(label, style=style)
