@@ -191,3 +191,34 @@ def test_a_command_that_exits_0_short_of_its_work_is_done_with_a_warning(
         "the command exited 0 having reported 3 of its 20 iterations; the job counts as done"
     )
     assert relayed[-1].event is RunnerEvent.DONE and relayed[-1].iteration == 3
+
+
+ESCAPING = textwrap.dedent(
+    """
+    import json, os, signal, time
+    if os.fork() == 0:  # leaves the command's process group, and ignores SIGTERM
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(os.environ["QOSCHED_JOB_DIR"] + "/escaped.pid", "w") as out:
+            out.write(str(os.getpid()))
+        time.sleep(60)
+        os._exit(0)
+    while not os.path.exists(os.environ["QOSCHED_JOB_DIR"] + "/escaped.pid"):
+        time.sleep(0.01)
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write(json.dumps({"iteration": 2}) + "\\n")
+    """
+)
+
+
+def test_a_process_the_command_leaves_behind_is_stopped_with_the_job(
+    tmp_path: Path, runners: Runners
+) -> None:
+    job_dir = make_job_dir(
+        tmp_path, workload=None, command=[sys.executable, "-c", ESCAPING], iterations=2
+    )
+    assert runners.run(job_dir) == 0, log_of(job_dir)
+    escaped = int((job_dir / "escaped.pid").read_text())
+    assert not Path(f"/proc/{escaped}").exists(), "it outlived its job"
+    warnings = [e.message for e in events(job_dir) if e.event is RunnerEvent.WARNING]
+    assert warnings == ["1 process(es) the command left running when it exited were stopped"]

@@ -94,6 +94,7 @@ fires again on every retry that still has it set.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import math
@@ -162,6 +163,7 @@ POLL_INTERVAL_S = 0.2  # allocation.json is looked at no more often than this
 REPORT_INTERVAL_S = 0.5  # progress lines are written no more often than this
 COMMAND_WAIT_S = 0.05  # how often a command job's runner wakes to relay, poll and forward
 COMMAND_TERM_GRACE_S = 5.0  # how long a command its runner fails gets to exit after SIGTERM
+PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
 CHECKPOINT_FORMAT = 1
 
 
@@ -556,6 +558,52 @@ def _die_with_parent() -> Callable[[], None]:
     return setup
 
 
+def _become_subreaper() -> bool:
+    """Make this runner the parent its command's orphans are given to (Linux's child
+    subreaper), so a process that leaves the command's process group (``setsid``, a double
+    fork) is still the job's, and is stopped with it; False where the kernel cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _orphans() -> list[int]:
+    """The processes whose parent is now this runner: once its command has been reaped, what
+    the command left behind."""
+    me, found = os.getpid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+            found.append(int(entry.name))
+    return found
+
+
+def _end_orphans() -> int:
+    """Stop what the command left behind (SIGTERM, SIGKILL after ``COMMAND_TERM_GRACE_S``)
+    and reap it; returns how many processes there were. A stopped orphan's own children come
+    to this runner in turn, so it looks again until none is left."""
+    ended: set[int] = set()
+    deadline = time.monotonic() + COMMAND_TERM_GRACE_S
+    while pids := _orphans():
+        ended.update(pids)
+        hard = time.monotonic() > deadline
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+        time.sleep(COMMAND_WAIT_S)
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+    return len(ended)
+
+
 def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
     assert spec.command is not None
     if os.environ.get(ENV_CRASH_AT):
@@ -567,6 +615,7 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         )
     progress = CommandProgress(job_dir / COMMAND_PROGRESS_FILE)
     child: subprocess.Popen[bytes] | None = None
+    _become_subreaper()
 
     def apply(allocation: Allocation) -> None:
         # The runner itself mostly sleeps, but it should not wander onto other jobs' cores.
@@ -622,6 +671,7 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
             problems = progress.read()
         except InputError:
             _end_child(child)  # the job fails; its command must not run on without a runner
+            _end_orphans()
             raise
         log.note(progress.iteration, progress.loss)
         for problem in problems:
@@ -640,6 +690,14 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         if code is not None:
             break
         time.sleep(COMMAND_WAIT_S)
+    left = _end_orphans()
+    if left:
+        log.write(
+            RunnerEvent.WARNING,
+            iteration=progress.iteration,
+            loss=progress.loss,
+            message=f"{left} process(es) the command left running when it exited were stopped",
+        )
 
     # A command may well exit 0 after saving on SIGTERM; that counts as done only if it had
     # reported every iteration, otherwise the scheduler would never resume it.
