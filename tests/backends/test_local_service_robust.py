@@ -170,6 +170,22 @@ def test_a_job_that_stops_reporting_is_noted_stalled_and_its_finish_no_longer_pr
     service.close()
 
 
+EXITS_EARLY = """
+    import json, os
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write(json.dumps({"iteration": 3}) + "\\n")
+"""
+
+
+def test_a_command_exiting_0_early_is_done_and_shows_the_work_it_reported(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(python_spec("early", EXITS_EARLY, iterations=20)).id
+    assert idle(service)
+    job = service.job(job_id)
+    assert (job.state, job.iterations_done, job.iterations) == ("succeeded", 3, 20)
+    service.close()
+
+
 BAD_COMMAND_LINES = """
     import json, os, time
     with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:

@@ -1117,10 +1117,10 @@ class LocalService:
         total = record.spec.iterations if record.spec is not None else None
         done = live.policy_job.iterations_done if live is not None else None
         if done is None:
+            # What its runner last reported, also for a job that succeeded: a command that
+            # exits 0 early is done by the contract, but shows the work it reported.
             samples = self.store.progress(record.id)
-            done = samples[-1].iteration if samples else 0
-            if record.state is Lifecycle.SUCCEEDED and total is not None:
-                done = total
+            done = min(samples[-1].iteration, total or samples[-1].iteration) if samples else 0
         predicted = band = None
         if live is not None:
             predicted, band = self._predict_finish(live)
