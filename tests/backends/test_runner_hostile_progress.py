@@ -8,7 +8,6 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,14 +24,6 @@ from qosched.backends.local.protocol import EXIT_INPUT_ERROR
 from qosched.backends.local.runner import MAX_PROGRESS_LINE, CommandProgress
 from qosched.backends.local.runner import PROGRESS_READ_BYTES as LOOK_BYTES
 from qosched.core.errors import InputError
-
-
-@pytest.fixture
-def runners() -> Iterator[Runners]:
-    started = Runners()
-    yield started
-    started.stop_all()
-
 
 # --- reading a file the job may have replaced ------------------------------------------------
 

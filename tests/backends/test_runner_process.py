@@ -9,7 +9,6 @@ import signal
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,13 +37,6 @@ from qosched.backends.local.protocol import (
     read_result,
 )
 from qosched.workloads import get_workload
-
-
-@pytest.fixture
-def runners() -> Iterator[Runners]:
-    started = Runners()
-    yield started
-    started.stop_all()
 
 
 def needs_two_cores() -> None:

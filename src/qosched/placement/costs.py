@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from qosched.core.errors import InputError
 from qosched.graph.ir import Graph, Operator
@@ -33,6 +34,26 @@ from qosched.placement.ir import TenantGraph
 #: further off is not a calibration of that model but a different machine, and at 1e308 the
 #: modelled rates overflow.
 MIN_CALIBRATION, MAX_CALIBRATION = 1e-3, 1e3
+
+
+def check_calibration(
+    value: Any, *, field: str, meaning: str = "", source: str | None = None
+) -> float:
+    """``value`` as a calibration factor within ``MIN_CALIBRATION``..``MAX_CALIBRATION``;
+    InputError naming ``field`` (and ``source``) otherwise. ``meaning`` is said after "factor"."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not MIN_CALIBRATION <= value <= MAX_CALIBRATION
+    ):
+        raise InputError(
+            f"expected a factor{meaning} in [{MIN_CALIBRATION:g}, {MAX_CALIBRATION:g}], "
+            f"got {value!r}",
+            source=source,
+            field=field,
+        )
+    return float(value)
+
 
 #: Share of a processor's peak FLOP/s that framework operators reach. One value per processor
 #: kind until per-operator calibration exists; 0.5 is a middle ground for dense kernels.
@@ -71,17 +92,7 @@ class CostModel:
             if not getattr(self, name) >= 0:
                 raise InputError(f"must be >= 0, got {getattr(self, name)!r}", field=name)
         for name in ("cpu_calibration", "gpu_calibration"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not MIN_CALIBRATION <= value <= MAX_CALIBRATION
-            ):
-                raise InputError(
-                    f"expected a factor in [{MIN_CALIBRATION:g}, {MAX_CALIBRATION:g}], "
-                    f"got {value!r}",
-                    field=name,
-                )
+            check_calibration(getattr(self, name), field=name)
 
     def operator_s(self, op: Operator, on: str) -> float:
         """Seconds for ``op`` on the ``"cpu"`` or the ``"gpu"``."""

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from qosched.core.errors import InputError
 from qosched.hardware.measure import cpu_model_name
-from qosched.placement.costs import MAX_CALIBRATION, MIN_CALIBRATION
+from qosched.placement.costs import check_calibration
 
 T = TypeVar("T")
 
@@ -171,19 +171,13 @@ class RooflinePlatform:
         for key in ("gpu", "link"):
             if not isinstance(machine.get(key), str) or not machine[key]:
                 raise InputError("expected a name", source=source, field=f"machine.{key}")
-        factor = machine.get("gpu_calibration", 1.0)
-        if (
-            isinstance(factor, bool)
-            or not isinstance(factor, int | float)
-            or not MIN_CALIBRATION <= factor <= MAX_CALIBRATION
-        ):
-            raise InputError(
-                f"expected a factor (measured / roofline) in [{MIN_CALIBRATION:g}, "
-                f"{MAX_CALIBRATION:g}], got {factor!r}",
-                source=source,
-                field="machine.gpu_calibration",
-            )
-        return cls(machine["gpu"], machine["link"], float(factor), cpu_costs)
+        factor = check_calibration(
+            machine.get("gpu_calibration", 1.0),
+            field="machine.gpu_calibration",
+            meaning=" (measured / roofline)",
+            source=source,
+        )
+        return cls(machine["gpu"], machine["link"], factor, cpu_costs)
 
     def pinned_processors(self) -> tuple[PinnedProcessor, PinnedProcessor]:
         raise InputError(

@@ -14,19 +14,17 @@ ServiceAccount and RoleBinding.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
 
 from qosched.backends.kubernetes import jobs as J
-from qosched.backends.local.jobspec import TrainingJobSpec
+from qosched.backends.local.jobspec import DNS_LABEL, TrainingJobSpec
 from qosched.core.bounds import MAX_BATCH, check_count
 from qosched.core.errors import InputError
 
 #: The most GPUs one pod asks for: a node's, at most (``cluster.spec``'s per-node bound).
 MAX_GPUS_PER_POD = 65_536
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 SCHEDULER = "qosched-scheduler"
 TRAINER = "qosched-trainer"
@@ -236,7 +234,7 @@ def job(
     if replicas is None:
         replicas = -(-spec.resources.min_gpus // gpus_per_pod) if gpus else 1
     check_count(replicas, field="replicas", minimum=1, maximum=J.WORKERS_LIMIT)
-    if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
+    if not isinstance(namespace, str) or not DNS_LABEL.fullmatch(namespace):
         raise InputError(
             f"expected a Kubernetes namespace (lower case letters, digits, '-'), got {namespace!r}",
             field="namespace",

@@ -69,6 +69,7 @@ from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
+from qosched.backends.local.jobspec import DNS_LABEL
 from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
@@ -102,7 +103,6 @@ MAX_PERIOD_S = 3600.0
 #: The longest name or identity: a Kubernetes object name's limit, as a pod name (the usual
 #: identity) or a Lease name.
 MAX_NAME = 253
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(
     r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
@@ -121,8 +121,8 @@ def _check_name(value: Any, name: str, pattern: re.Pattern[str]) -> None:
     """A Kubernetes object name: the API server would refuse any other at the first write."""
     _check_text(value, name)
     if not pattern.fullmatch(value):
-        kind = "DNS label" if pattern is _DNS_LABEL else "DNS subdomain"
-        chars = "'-'" if pattern is _DNS_LABEL else "'-' and '.'"
+        kind = "DNS label" if pattern is DNS_LABEL else "DNS subdomain"
+        chars = "'-'" if pattern is DNS_LABEL else "'-' and '.'"
         raise InputError(
             f"expected a Kubernetes name (a {kind}: lower case letters, digits, {chars}), got "
             f"{show_value(value)}",
@@ -161,9 +161,9 @@ class SchedulerConfig:
         if self.throughputs is not None:
             _check_text(self.throughputs, "throughputs")
         if self.namespace is not None:
-            _check_name(self.namespace, "namespace", _DNS_LABEL)
+            _check_name(self.namespace, "namespace", DNS_LABEL)
         _check_name(self.lease_name, "lease_name", _DNS_SUBDOMAIN)
-        _check_name(self.lease_namespace, "lease_namespace", _DNS_LABEL)
+        _check_name(self.lease_namespace, "lease_namespace", DNS_LABEL)
         check_number(self.tick_s, field="tick_s", positive=True, maximum=MAX_PERIOD_S)
         check_number(self.restart_pause_s, field="restart_pause_s", minimum=0.0)
         check_number(self.watch_timeout_s, field="watch_timeout_s", minimum=1, maximum=MAX_PERIOD_S)

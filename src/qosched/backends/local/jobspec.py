@@ -72,7 +72,8 @@ BUILTIN_WORKLOADS = ("cnn", "transformer")
 ITERATIONS_PER_EPOCH: Mapping[str, int] = {"cnn": 100, "transformer": 50}
 
 MAX_NAME_LENGTH = 63  # a DNS-1123 label, so the name can become a Kubernetes object name as is
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: A DNS-1123 label (at most ``MAX_NAME_LENGTH`` characters): a job's name, a namespace.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 _TOP_KEYS = ("apiVersion", "kind", "metadata", "spec")
 _METADATA_KEYS = ("name",)
@@ -521,7 +522,7 @@ def _env(r: SpecReader, value: Any) -> dict[str, str]:
 
 def _name(r: SpecReader, value: Any, path: str) -> str:
     value = r.text(value, path)
-    if len(value) > MAX_NAME_LENGTH or not _NAME.fullmatch(value):
+    if len(value) > MAX_NAME_LENGTH or not DNS_LABEL.fullmatch(value):
         raise r.error(
             path,
             f"expected at most {MAX_NAME_LENGTH} lowercase letters, digits and '-', "
