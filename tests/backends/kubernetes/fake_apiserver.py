@@ -102,8 +102,9 @@ def merge(target: dict, patch: dict) -> dict:
 
 
 def _merge_key(items: list) -> str | None:
-    """The strategic-merge key of a list: containers merge by ``name``, conditions by ``type``."""
-    for key in ("name", "type"):
+    """The strategic-merge key of a list: owner references merge by ``uid``, containers by
+    ``name``, conditions by ``type``."""
+    for key in ("uid", "name", "type"):
         if items and all(isinstance(v, dict) and key in v for v in items):
             return key
     return None
@@ -464,7 +465,7 @@ class FakeApiServer:
         kind, namespace, name, sub = route
         resource = kind + (f"/{sub}" if sub else "")
         verb = verb_of(method, named=name is not None, watch=watch)
-        if not self.authorizer.allows(token, namespace, resource, verb):
+        if not self.authorizer.allows(token, namespace, resource, verb, name):
             raise ApiError(
                 403,
                 "Forbidden",

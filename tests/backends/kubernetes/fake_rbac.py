@@ -1,7 +1,8 @@
 """RBAC as the API server enforces it, from the very Role/ClusterRole/RoleBinding/
 ClusterRoleBinding objects a manifest holds: a request is allowed when some binding of its
 ServiceAccount grants (API group, resource[/subresource], verb) in the request's namespace
-(a RoleBinding only in its own namespace, a ClusterRoleBinding everywhere)."""
+(a RoleBinding only in its own namespace, a ClusterRoleBinding everywhere), and, where the
+rule names resources (``resourceNames``), only on a request for one of those names."""
 
 from __future__ import annotations
 
@@ -60,7 +61,14 @@ class Authorizer:
                         account = token_of(subject["namespace"], subject["name"])
                         self.bindings.append((scope, role, account))
 
-    def allows(self, token: str | None, namespace: str | None, resource: str, verb: str) -> bool:
+    def allows(
+        self,
+        token: str | None,
+        namespace: str | None,
+        resource: str,
+        verb: str,
+        name: str | None = None,
+    ) -> bool:
         group = GROUP_OF[resource.split("/")[0]]
         for scope, role, account in self.bindings:
             if account != token or (scope is not None and scope != namespace):
@@ -70,6 +78,7 @@ class Authorizer:
                     group in rule.get("apiGroups", [])
                     and resource in rule.get("resources", [])
                     and verb in rule.get("verbs", [])
+                    and ("resourceNames" not in rule or name in rule["resourceNames"])
                 ):
                     return True
         return False

@@ -183,14 +183,16 @@ def bindings(api) -> list[str]:
     return [path for method, path in api.requests if method == "POST" and path.endswith("/binding")]
 
 
-def trainer_client(url: str, namespace: str):
-    """A client with the token of the trainer ServiceAccount a job's manifests give its pods
-    in ``namespace``, the RBAC of those manifests applied on the server."""
+def trainer_client(url: str, namespace: str, job: str):
+    """A client with the token of the trainer ServiceAccount the manifests of job ``job`` give
+    its pods in ``namespace``, the RBAC of those manifests applied on the server."""
+    import dataclasses
     from pathlib import Path
 
     from qosched.backends.local.jobspec import load_job_spec
 
     spec = load_job_spec(Path(__file__).resolve().parents[3] / "examples/k8s/cnn-cpu.yaml")
+    spec = dataclasses.replace(spec, name=job)
     objects = manifests.job(spec, image="x", namespace=namespace, resource="cpu")
     SERVERS[url].allow(objects)
     account = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]

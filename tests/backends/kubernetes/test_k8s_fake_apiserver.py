@@ -27,7 +27,7 @@ def api():
 def core(api, kind: str = "scheduler"):
     clients = {
         "scheduler": lambda: client(api.url),
-        "trainer": lambda: trainer_client(api.url, "ml"),
+        "trainer": lambda: trainer_client(api.url, "ml", "j"),
         "anonymous": lambda: api_client(api.url),
     }
     return require().client.CoreV1Api(clients[kind]())
@@ -90,12 +90,29 @@ REFUSED = [
         lambda api: core(api, "trainer").patch_namespaced_pod("x", "other", {}),
         403,
     ),
+    # A job's pods write its progress on its first pod, and on no other job's pods.
+    (
+        "trainer-patches-another-jobs-pod",
+        lambda api: core(api, "trainer").patch_namespaced_pod("k-0", "ml", {}),
+        403,
+    ),
+    (
+        "trainer-patches-its-second-pod",
+        lambda api: core(api, "trainer").patch_namespaced_pod("j-1", "ml", {}),
+        403,
+    ),
+    ("trainer-lists-pods", lambda api: core(api, "trainer").list_namespaced_pod("ml"), 403),
 ]
 
 
 @pytest.mark.parametrize(("call", "code"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
 def test_rbac_is_enforced_from_the_manifests(api, call, code):
     assert status(lambda: call(api)) == code
+
+
+def test_a_jobs_trainer_may_patch_its_reporting_pod(api):
+    body = {"metadata": {"annotations": {"qosched.io/progress": '{"iteration": 1, "active_s": 1}'}}}
+    assert status(lambda: core(api, "trainer").patch_namespaced_pod("j-0", "ml", body)) == 200
 
 
 def test_a_pod_spec_cannot_change_through_the_pod(api):

@@ -1,14 +1,16 @@
 """One bad job never stops the others: out-of-bounds annotations are skipped and reported on
 the job (an Event, a pod condition); writes made from a stale cache never reach a pod
-recreated under the same name (the binding's uid, the delete's precondition)."""
+recreated under the same name (the binding's uid, the delete's precondition); no job's pods can
+report progress for another."""
 
 from __future__ import annotations
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import SCRIPT, Scripted, job_set, scheduler
+from k8s_helpers import SCRIPT, Scripted, job_set, scheduler, trainer_client
 
 from qosched.backends.kubernetes import jobs as J
+from qosched.backends.kubernetes.kube import require
 
 RESNET = {J.MODEL: "resnet50", J.BATCH_SIZE: "64"}
 NINES = "9" * 400
@@ -137,3 +139,38 @@ def test_a_job_whose_handling_fails_is_skipped_and_the_others_scheduled(api):
     assert report.decision == {"ml/good": 1} and report.bound == {"ml/good-0": "g1"}
     assert len(events_on(api, "bad", "InvalidJob")) == 1
     assert pod_scheduled(api.get("pods", "ml/bad-0"))["reason"] == "InvalidJob"
+
+
+DONE = {"metadata": {"annotations": {J.PROGRESS: '{"iteration": 1000, "active_s": 80}'}}}
+
+
+def test_a_pod_that_claims_another_job_is_not_that_jobs_pod(api):
+    # A job's trainer may patch its first pod, owner references included: pointing them at
+    # another job must not make its report (all of the other job's work) count for that job.
+    api.create("statefulsets", job_set("j"))
+    api.create("statefulsets", job_set("k"))
+    SCRIPT.update({"ml/j": 1, "ml/k": 1})
+    sched = scheduler(api.url)
+    sched.step()
+    owner = api.get("pods", "ml/k-0")["metadata"]["ownerReferences"]
+    forged = [{**ref, "name": "j"} for ref in owner]
+    trainer = require().client.CoreV1Api(trainer_client(api.url, "ml", "k"))
+    trainer.patch_namespaced_pod(
+        "k-0", "ml", {"metadata": {"ownerReferences": forged, **DONE["metadata"]}}
+    )
+    assert api.get("pods", "ml/k-0")["metadata"]["ownerReferences"][0]["name"] == "j"
+    report = sched.step()
+    assert report.succeeded == []
+    assert J.STATE not in api.get("statefulsets", "ml/j")["metadata"]["annotations"]
+    assert api.get("pods", "ml/j-0")["spec"]["nodeName"] == "g1"  # j runs on
+
+
+def test_only_the_jobs_first_pod_reports_its_progress(api):
+    api.create("statefulsets", job_set("j", replicas=2))
+    SCRIPT["ml/j"] = 2
+    sched = scheduler(api.url)
+    sched.step()
+    api.patch("pods", "ml/j-1", DONE)  # no trainer may write there (its Role names j-0)
+    assert sched.step().succeeded == []
+    api.patch("pods", "ml/j-0", DONE)
+    assert sched.step().succeeded == ["ml/j"]

@@ -62,7 +62,7 @@ def test_progress_from_the_pods_reaches_the_predictor(api):
     workers = sched._states["ml/j"].workers
     table_rate = sched._states["ml/j"].curve.rate(workers)
     reporter = ProgressReporter(
-        trainer_client(api.url, "ml"), pod_name=pods[0]["metadata"]["name"], namespace="ml"
+        trainer_client(api.url, "ml", "j"), pod_name=pods[0]["metadata"]["name"], namespace="ml"
     )
     measured_rate = 2.0 * table_rate  # the job runs twice as fast as its table says
     for active_s in (10.0, 110.0, 210.0):

@@ -26,7 +26,7 @@ def test_training_reports_progress_and_resumes_from_its_checkpoint(tmp_path):
             },
         )
         reporter = ProgressReporter(
-            trainer_client(api.url, "ml"), pod_name="t-0", namespace="ml", min_interval_s=0.0
+            trainer_client(api.url, "ml", "t"), pod_name="t-0", namespace="ml", min_interval_s=0.0
         )
         options = {"checkpoint_every": 2, "limit": lambda: 1, "wait_at_end": False}
         assert train("cnn", 3, tmp_path, reporter, **options) == 3
@@ -62,6 +62,23 @@ def test_a_report_the_scheduler_would_refuse_is_not_sent(iteration, active_s):
     assert reporter.report(3, 2.0) is True and len(core.sent) == 1
     with pytest.raises(ValueError):
         J.Progress(iteration, active_s).to_text()
+
+
+def test_only_the_jobs_first_pod_sends_reports():
+    class Recording:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def patch_namespaced_pod(self, name, namespace, body, **kwargs):
+            self.sent.append(name)
+
+    sent = {}
+    for pod in ("t-0", "t-1", "t-10"):
+        reporter = ProgressReporter(object(), pod_name=pod, namespace="ml", job="t")
+        reporter.core = Recording()
+        reporter.report(3, 2.0, force=True)
+        sent[pod] = reporter.core.sent
+    assert sent == {"t-0": ["t-0"], "t-1": [], "t-10": []}
 
 
 @pytest.mark.parametrize(

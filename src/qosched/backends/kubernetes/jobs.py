@@ -20,11 +20,13 @@ rebuilds everything from the API:
 ``qosched.io/progress``   (both)        ``{"iteration": n, "active_s": s}``, see below
 ======================================  =================================================
 
-Progress is reported by the training pods: each patches its own pod's ``qosched.io/progress``
-annotation (:mod:`qosched.backends.kubernetes.progress`), with the iterations done and its
-compute seconds (training time across restarts, restart pauses excluded, carried in its
-checkpoint). The scheduler copies the latest value onto the StatefulSet when the job's pods go
-away (pre-emption, completion), so progress survives pods and scheduler alike.
+Progress is reported by the job's first pod (:func:`reporting_pod`, ordinal 0): it patches its
+own ``qosched.io/progress`` annotation (:mod:`qosched.backends.kubernetes.progress`), with the
+iterations done and its compute seconds (training time across restarts, restart pauses
+excluded, carried in its checkpoint). Only that pod's report is read, and the job's Role lets
+its pods patch that pod alone: no job can write another's progress. The scheduler copies the
+latest value onto the StatefulSet when the job's pods go away (pre-emption, completion), so
+progress survives pods and scheduler alike.
 
 Workers: on a GPU scheduler every pod is ``gpus-per-pod`` workers (its ``nvidia.com/gpu``
 request) and the worker count changes by ``spec.replicas`` (elastic replicas, checkpoint
@@ -68,6 +70,10 @@ PROGRESS = PREFIX + "progress"
 #: Label on the StatefulSet and its pods naming the job, so kubectl can select them.
 JOB_LABEL = PREFIX + "job"
 
+#: A pod of job NAME is named NAME-ORDINAL (the StatefulSet's naming; a pod's name never
+#: changes, unlike its labels and owner references, which its own patches could rewrite).
+_ORDINAL = re.compile(r"-(0|[1-9][0-9]{0,8})")
+
 SUCCEEDED = "succeeded"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -94,6 +100,17 @@ class Progress:
         return json.dumps(
             {"iteration": self.iteration, "active_s": round(self.active_s, 3)}, allow_nan=False
         )
+
+
+def reporting_pod(job: str) -> str:
+    """The one pod of a job that reports its progress: the StatefulSet's ordinal 0, which runs
+    whenever the job does (replicas are numbered from 0 and scaling down drops the last)."""
+    return f"{job}-0"
+
+
+def is_pod_of(pod_name: str, job: str) -> bool:
+    """Whether a pod's name is that of a pod of StatefulSet ``job``."""
+    return pod_name.startswith(job) and _ORDINAL.fullmatch(pod_name, len(job)) is not None
 
 
 def parse_progress(text: str | None, *, source: str) -> Progress | None:

@@ -1,15 +1,16 @@
 """What ``qosched k8s manifests`` and ``qosched k8s job`` print: plain Kubernetes objects.
 
 :func:`deployment` is the scheduler's installation: a Namespace, a ServiceAccount, RBAC that
-grants exactly the calls the scheduler makes (and a ``qosched-trainer`` ClusterRole that lets a
-training pod patch pods, for its progress annotation, bound per namespace by the job
-manifests), a ConfigMap with the scheduler's settings and a Deployment of two replicas that
-elect a leader through a Lease.
+grants exactly the calls the scheduler makes, a ConfigMap with the scheduler's settings and a
+Deployment of two replicas that elect a leader through a Lease.
 
 :func:`job` turns a ``TrainingJob`` spec (the local backend's YAML, so one file serves both)
 into a job StatefulSet (``Parallel`` pods, ``OnDelete`` updates, ``schedulerName: qosched``),
 its headless Service (stable pod DNS names for the pods' rendezvous) and the trainer's
-ServiceAccount and RoleBinding.
+ServiceAccount, Role and RoleBinding. The Role lets the job's pods get and patch one pod: the
+job's first (``NAME-0``), which reports the job's progress on its annotation. Progress is what
+the scheduler admits and sizes by, so no pod may write another job's: a Role naming pods is the
+only RBAC that says so (a Role cannot say "the caller's own pod").
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from qosched.core.errors import InputError
 MAX_GPUS_PER_POD = 65_536
 
 SCHEDULER = "qosched-scheduler"
-TRAINER = "qosched-trainer"
 #: The image ``make image`` builds from the repository's Dockerfile.
 DEFAULT_IMAGE = "ghcr.io/qosched/qosched:0.1.0"
 #: Where the scheduler serves /metrics, /healthz and /readyz.
@@ -53,7 +53,11 @@ SCHEDULER_RULES = [
     _rule(["apps"], ["statefulsets"], ["list", "watch", "patch"]),
 ]
 LEASE_RULES = [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])]
-TRAINER_RULES = [_rule([""], ["pods"], ["get", "patch"])]
+
+
+def trainer_rules(job: str) -> list[dict[str, Any]]:
+    """A job's trainer may read and patch its reporting pod, and nothing else."""
+    return [{**_rule([""], ["pods"], ["get", "patch"]), "resourceNames": [J.reporting_pod(job)]}]
 
 
 def scheduler_config(
@@ -161,12 +165,6 @@ def deployment(
             "metadata": {"name": SCHEDULER, **meta},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SCHEDULER},
             "subjects": subject,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": TRAINER, "labels": dict(LABELS)},
-            "rules": TRAINER_RULES,
         },
         {
             "apiVersion": "v1",
@@ -295,13 +293,15 @@ def job(
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": trainer, "namespace": namespace, "labels": labels},
+            "rules": trainer_rules(spec.name),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": {"name": trainer, "namespace": namespace, "labels": labels},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": TRAINER,
-            },
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": trainer},
             "subjects": [{"kind": "ServiceAccount", "name": trainer, "namespace": namespace}],
         },
         {

@@ -556,7 +556,10 @@ class K8sScheduler:
 
     def _progress(self, job: _RoundJob, report: StepReport) -> J.Progress | None:
         best = job.spec.progress
+        reporter = J.reporting_pod(job.spec.name)
         for pod in job.pods:
+            if pod["metadata"]["name"] != reporter:
+                continue  # only the job's first pod may report (its Role), so only it is read
             text = (pod["metadata"].get("annotations") or {}).get(J.PROGRESS)
             try:
                 progress = J.parse_progress(text, source=f"pod/{key_of(pod)}")
@@ -1051,9 +1054,16 @@ def _at(seconds: float) -> str:
 
 
 def _owner(pod: dict[str, Any]) -> str | None:
-    for ref in pod["metadata"].get("ownerReferences") or []:
+    """The job (``namespace/name``) a pod belongs to: its StatefulSet owner, when the pod's name
+    is one of that StatefulSet's. A pod can patch its own owner references, not its name: a
+    pod claiming another job is nobody's (it still takes room on its node)."""
+    meta = pod["metadata"]
+    for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == "StatefulSet":
-            return f"{pod['metadata'].get('namespace', 'default')}/{ref['name']}"
+            name = ref.get("name")
+            if isinstance(name, str) and J.is_pod_of(meta.get("name", ""), name):
+                return f"{meta.get('namespace', 'default')}/{name}"
+            return None
     return None
 
 
