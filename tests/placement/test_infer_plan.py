@@ -21,6 +21,11 @@ VALID = {
 }
 
 
+def test_the_most_tenants_allowed_read_back():
+    tenants = [{"name": f"t{i}", "model": "mlp"} for i in range(64)]
+    assert len(parse_inference_spec({**VALID, "tenants": tenants}).tenants) == 64
+
+
 def test_a_valid_spec_reads_back_with_defaults_and_units():
     spec = parse_inference_spec(VALID)
     assert (spec.platform.gpu, spec.platform.link, spec.max_switches) == ("T4", "PCIe3-x16", 2)
@@ -48,6 +53,11 @@ def test_a_valid_spec_reads_back_with_defaults_and_units():
         (lambda d: d["machine"].update(platform=["roofline"]), "machine.platform", "unknown"),
         (lambda d: d["machine"].update(gpu_calibration=1e308), "machine.gpu_calibration", "1000"),
         (lambda d: d["tenants"][0].update(batch=65_537), "tenants[0].batch", "<= 65536"),
+        (
+            lambda d: d.update(tenants=[{"name": f"t{i}", "model": "mlp"} for i in range(65)]),
+            "tenants",
+            "at most 64 tenants share one machine, got 65",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(change, field, message):
