@@ -213,3 +213,44 @@ def test_a_process_the_command_leaves_behind_is_stopped_with_the_job(
     assert not Path(f"/proc/{escaped}").exists(), "it outlived its job"
     warnings = [e.message for e in events(job_dir) if e.event is RunnerEvent.WARNING]
     assert warnings == ["1 process(es) the command left running when it exited were stopped"]
+
+
+DETACHING = textwrap.dedent(
+    """
+    import json, os, time
+    helpers = []
+    for _ in range(5):  # a detached helper that ends at once: a double fork
+        reader, writer = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            helper = os.fork()
+            if helper == 0:
+                os._exit(0)
+            os.write(writer, str(helper).encode())
+            os._exit(0)
+        os.waitpid(middle, 0)
+        helpers.append(int(os.read(reader, 32)))
+    time.sleep(1.0)  # the helpers' parent is now the runner, which had time to reap them
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+    zombies = [pid for pid in helpers if state(pid) == "Z"]
+    with open(os.environ["QOSCHED_JOB_DIR"] + "/zombies.json", "w") as out:
+        json.dump(zombies, out)
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write(json.dumps({"iteration": 1}) + "\\n")
+    """
+)
+
+
+def test_detached_helpers_that_end_are_reaped_while_the_command_runs(
+    tmp_path: Path, runners: Runners
+) -> None:
+    job_dir = make_job_dir(
+        tmp_path, workload=None, command=[sys.executable, "-c", DETACHING], iterations=1
+    )
+    assert runners.run(job_dir) == 0, log_of(job_dir)
+    assert json.loads((job_dir / "zombies.json").read_text()) == []

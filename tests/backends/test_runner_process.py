@@ -25,6 +25,7 @@ from runner_helpers import (
 )
 
 from qosched.backends.local.affinity import thread_ids
+from qosched.backends.local.process import RunnerProcess, stragglers
 from qosched.backends.local.progress import RunnerEvent
 from qosched.backends.local.protocol import (
     CHECKPOINT_FILE,
@@ -269,3 +270,59 @@ def test_command_dies_with_a_killed_runner(tmp_path: Path, runners: Runners) -> 
     finally:
         if not gone(child):
             os.kill(child, signal.SIGKILL)
+
+
+ESCAPE_THEN_LOOP = textwrap.dedent(
+    """
+    import json, os, signal, time
+    if os.fork() == 0:  # leaves the runner's process group, and ignores SIGTERM
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(os.environ["QOSCHED_JOB_DIR"] + "/escaped.pid", "w") as out:
+            out.write(str(os.getpid()))
+        time.sleep(120)
+        os._exit(0)
+    i = 0
+    while True:
+        i += 1
+        with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+            out.write(json.dumps({"iteration": i}) + "\\n")
+        time.sleep(0.05)
+    """
+)
+
+
+def test_a_process_that_escaped_a_killed_runner_still_holds_the_job(tmp_path: Path) -> None:
+    # The runner stops what its command left when the command ends; killed itself, it cannot.
+    # The service then finds the escaped process by the job folder in its environment: the
+    # job is not gone (its cores are not handed on) until that process is stopped too.
+    job_dir = make_job_dir(
+        tmp_path, workload=None, command=[sys.executable, "-c", ESCAPE_THEN_LOOP], cpus=None
+    )
+    with open(job_dir / "runner.log", "ab") as log:
+        runner = RunnerProcess.start(sys.executable, job_dir, log=log, env=os.environ)
+    escaped_file = job_dir / "escaped.pid"
+    escaped = None
+    try:
+        deadline = time.monotonic() + 30
+        while not escaped_file.exists() or not escaped_file.read_text():
+            assert time.monotonic() < deadline, log_of(job_dir)
+            time.sleep(0.05)
+        escaped = int(escaped_file.read_text())
+        runner.send(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while runner.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the command itself goes on the runner's death (SIGTERM)
+        assert not runner.running() and not gone(escaped)
+        assert stragglers(job_dir) == [escaped]
+        assert not runner.gone(), "the escaped process still runs on the job's cores"
+        runner.kill_group(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not runner.gone() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runner.gone() and gone(escaped)
+    finally:
+        runner.close()
+        if escaped is not None and not gone(escaped):
+            os.kill(escaped, signal.SIGKILL)

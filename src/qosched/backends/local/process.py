@@ -14,8 +14,11 @@ process the pidfd holds.
 
 Runners live in their own session and process group (``start_new_session``), so a command job's
 children are reached through the group: ``kill_group`` signals every process of it, and ``gone``
-is true only when none is left. A process that leaves the group (``setsid``) escapes; only a
-cgroup could hold it.
+is true only when none is left. A process that leaves the group (``setsid``, a double fork) is
+stopped by its runner, their child subreaper, when the command ends; if the runner itself is
+killed first, such a process is found by the job folder its environment names
+(``QOSCHED_JOB_DIR``, inherited from the command) and counts as the group's. A process that
+rewrites its environment as well escapes; only a cgroup could hold it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
+
+from qosched.backends.local.protocol import ENV_JOB_DIR
 
 #: The module a runner executes: ``python -m RUNNER_MODULE JOB_DIR``.
 RUNNER_MODULE = "qosched.backends.local.runner"
@@ -138,14 +143,64 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def _environ_names(pid: int, entry: bytes) -> bool:
+    """Whether ``pid``'s environment holds ``entry`` (``NAME=value``); False for a process gone,
+    a zombie (its environment reads empty) or another user's."""
+    try:
+        environ = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return entry in environ.split(b"\0")
+
+
+def stragglers(job_dir: Path) -> list[int]:
+    """Live processes whose environment says they belong to job ``job_dir``: what a command
+    left outside its runner's process group, found once the runner is gone."""
+    entry = f"{ENV_JOB_DIR}={job_dir}".encode()
+    me = os.getpid()
+    return [
+        int(e.name)
+        for e in _PROC.iterdir()
+        if e.name.isdigit() and int(e.name) != me and _environ_names(int(e.name), entry)
+    ]
+
+
+def _signal_straggler(pid: int, job_dir: Path, signum: int) -> None:
+    """Signal ``pid`` if it is still a process of job ``job_dir``, held by a pidfd between the
+    check and the signal so that a reused pid is never hit."""
+    entry = f"{ENV_JOB_DIR}={job_dir}".encode()
+    try:
+        pidfd = _open_pidfd(pid)
+    except OSError:
+        return
+    try:
+        if not _environ_names(pid, entry):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if pidfd is not None:
+                signal.pidfd_send_signal(pidfd, signum)
+            else:
+                os.kill(pid, signum)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
 class RunnerProcess:
     """One runner, held by a pidfd; ``popen`` is set when this service started it (its exit
     code is then known; an adopted runner's is read from its last progress event)."""
 
     def __init__(
-        self, pid: int, ticks: int, pidfd: int | None, popen: subprocess.Popen | None = None
+        self,
+        pid: int,
+        ticks: int,
+        pidfd: int | None,
+        popen: subprocess.Popen | None = None,
+        job_dir: Path | None = None,
     ) -> None:
         self.pid = pid
+        # Its command's processes name it, resolved as the runner resolves it (``stragglers``).
+        self.job_dir = None if job_dir is None else job_dir.resolve()
         self.start_ticks = ticks
         self._pidfd = pidfd  # None: no pidfds here; identity is re-checked on every use
         self._closed = False
@@ -166,7 +221,7 @@ class RunnerProcess:
         # Our child is not reaped until we wait for it, so its pid cannot be reused yet.
         pidfd = _open_pidfd(popen.pid)
         ticks = start_ticks(popen.pid)
-        return cls(popen.pid, ticks if ticks is not None else -1, pidfd, popen)
+        return cls(popen.pid, ticks if ticks is not None else -1, pidfd, popen, job_dir)
 
     @classmethod
     def adopt(
@@ -184,7 +239,7 @@ class RunnerProcess:
         except OSError:  # gone, or not ours to see
             return None
         now_ticks = start_ticks(pid)
-        runner = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen)
+        runner = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen, job_dir)
         same = (
             now_ticks is not None
             and (ticks is None or ticks == now_ticks)
@@ -236,22 +291,31 @@ class RunnerProcess:
         return True
 
     def kill_group(self, signum: int = signal.SIGKILL) -> None:
-        """Send ``signum`` to every process of the runner's group. While the runner lives its
-        group id is its pid; after it exits, a group that still has members keeps its id (the
-        kernel does not reuse an id in use as a group id), so the members found are its own."""
+        """Send ``signum`` to every process of the runner's group, and, once the runner has
+        exited, to its job's stragglers. While the runner lives its group id is its pid; after
+        it exits, a group that still has members keeps its id (the kernel does not reuse an id
+        in use as a group id), so the members found are its own."""
         if self.running():
             fields = _stat_fields(self.pid)
             if fields is None or int(fields[5 - 3]) != self.pid:
                 self.send(signum)  # not a group leader (not started by a service): itself only
                 return
-        elif not group_members(self.pid):
-            return
+        else:
+            # A runner that exits stops what its command left; one that was killed could not.
+            for pid in self._stragglers():
+                _signal_straggler(pid, self.job_dir, signum)  # type: ignore[arg-type]
+            if not group_members(self.pid):
+                return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
     def gone(self) -> bool:
-        """No process of the runner's group is left: its cores may be handed on."""
-        return not self.running() and not group_members(self.pid)
+        """No process of the runner's group, nor of its job outside it, is left: its cores
+        may be handed on."""
+        return not self.running() and not group_members(self.pid) and not self._stragglers()
+
+    def _stragglers(self) -> list[int]:
+        return [] if self.job_dir is None else stragglers(self.job_dir)
 
     def close(self) -> None:
         self._closed = True

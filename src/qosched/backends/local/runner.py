@@ -585,6 +585,21 @@ def _orphans() -> list[int]:
     return found
 
 
+def _reap_exited_orphans(command: int) -> None:
+    """Reap the orphans (see ``_become_subreaper``) that have exited while the command runs: a
+    command that keeps starting detached helpers would otherwise fill the process table with
+    zombies until the job ends. The command itself is left for its ``Popen`` to reap."""
+    while True:
+        try:
+            exited = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if exited is None or exited.si_pid in (0, command):
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(exited.si_pid, 0)
+
+
 def _end_orphans() -> int:
     """Stop what the command left behind (SIGTERM, SIGKILL after ``COMMAND_TERM_GRACE_S``)
     and reap it; returns how many processes there were. A stopped orphan's own children come
@@ -689,6 +704,7 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
             progress.unreported = False
         if code is not None:
             break
+        _reap_exited_orphans(child.pid)
         time.sleep(COMMAND_WAIT_S)
     left = _end_orphans()
     if left:
