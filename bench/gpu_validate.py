@@ -2,7 +2,7 @@
 
     python bench/gpu_validate.py [--models resnet50,bert_base,mobilenet,mlp] [--batches 1,16]
                                  [--dtype float16] [--reps 5] [--requests 30] [--out FILE]
-                                 [--no-pairs]
+                                 [--no-pairs] [--device cuda|cpu]
 
 On a machine with CUDA, in a few minutes:
 
@@ -35,11 +35,18 @@ On a machine with CUDA, in a few minutes:
 
 Everything is written to ``--out`` (JSON). Without CUDA it says so, runs the runtime once on the
 CPU device (small models) as a smoke check, and exits 0.
+
+``--device cpu`` is a rehearsal: all four parts run on this machine's CPU (float32, smaller
+operators, the small models of the smoke check for the runtime), with wall-clock and profiler
+CPU times where the GPU run uses CUDA events and kernel times, so that the script's own code
+(the profiler ranges, the pairs, the summaries, the JSON) is known to run before a GPU's scarce
+minutes are spent on it. Its numbers say nothing about the estimates or the score.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -70,6 +77,56 @@ from qosched.hardware import Processor, gpu
 #: The policies the runtime check compares: plain co-location, stream priorities, Orion's rule
 #: and qosched's.
 RUNTIME_POLICIES = ("naive", "priority-streams", "orion", "fggr")
+
+
+class Target:
+    """Where the measurements run: the CUDA GPU, or this machine's CPU for a rehearsal (see the
+    module docstring), where each CUDA-only step has a CPU stand-in."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device  # "cuda" or "cpu"
+
+    @property
+    def cuda(self) -> bool:
+        return self.device == "cuda"
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def start(self) -> object:
+        """A mark to time from: a recorded CUDA event (on the current stream), or the clock."""
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def elapsed_s(self, mark: object) -> float:
+        """Seconds from ``mark`` to now on the device, after everything queued there is done."""
+        if not self.cuda:
+            return time.perf_counter() - mark  # type: ignore[operator]
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        torch.cuda.synchronize()
+        return mark.elapsed_time(end) / 1e3  # type: ignore[attr-defined]
+
+    def stream(self, priority: int) -> object:
+        return torch.cuda.Stream(priority=priority) if self.cuda else None
+
+    def on(self, stream: object) -> contextlib.AbstractContextManager:
+        return torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext()
+
+    def activities(self) -> list:
+        cpu = torch.profiler.ProfilerActivity.CPU
+        return [cpu, torch.profiler.ProfilerActivity.CUDA] if self.cuda else [cpu]
+
+    def range_us(self, event) -> float:
+        """What a profiler range measured: its kernels' device time, or its CPU time."""
+        return _device_us(event) if self.cuda else float(event.cpu_time_total)
+
+
+CUDA = Target("cuda")
 
 
 # ---- per-operator validation ---------------------------------------------------------------
@@ -105,34 +162,32 @@ def _cast(inputs: tuple, dtype: torch.dtype) -> tuple:
     return tuple(torch.randn_like(t, dtype=dtype) if t.is_floating_point() else t for t in inputs)
 
 
-def validate_model(name: str, batch: int, dtype: str, reps: int, catalog: Processor) -> dict:
+def validate_model(
+    name: str, batch: int, dtype: str, reps: int, catalog: Processor, target: Target = CUDA
+) -> dict:
     torch_dtype = getattr(torch, dtype)
-    model, inputs = load_model(name, batch=batch, device="cuda")
+    model, inputs = load_model(name, batch=batch, device=target.device)
     model = model.to(torch_dtype)
     inputs = _cast(inputs, torch_dtype)
     estimator = CallEstimator(catalog)
     with torch.no_grad():
         for _ in range(3):  # warm-up: cuDNN/cuBLAS heuristics, allocator
             model(*inputs)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        target.sync()
+        mark = target.start()
         for _ in range(reps):
             model(*inputs)
-        end.record()
-        torch.cuda.synchronize()
-        forward_s = start.elapsed_time(end) / 1e3 / reps
+        forward_s = target.elapsed_s(mark) / reps
         modes = [_Annotate(estimator, rep) for rep in range(reps)]
-        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        with torch.profiler.profile(activities=activities) as prof:
+        with torch.profiler.profile(activities=target.activities()) as prof:
             for mode in modes:
                 with mode:
                     model(*inputs)
-            torch.cuda.synchronize()
+            target.sync()
     # The CPU-side range of each label; its device time sums the kernels its operator launched
     # (the GPU-side annotation of the same name spans them, gaps included: not used).
     measured_us = {
-        e.name: _device_us(e)
+        e.name: target.range_us(e)
         for e in prof.events()
         if e.name.startswith("qop") and e.device_type == DeviceType.CPU
     }
@@ -193,58 +248,66 @@ def summarise(models: list[dict]) -> dict:
 # ---- the interference score against measured pairs -----------------------------------------
 
 
-def pair_operators(dtype: torch.dtype) -> list[tuple[str, object, tuple]]:
-    """Real operators of different sizes and bottlenecks, as (label, ATen overload, args)."""
+def pair_operators(
+    dtype: torch.dtype, device: str = "cuda", scale: int = 1
+) -> list[tuple[str, object, tuple]]:
+    """Real operators of different sizes and bottlenecks, as (label, ATen overload, args); a
+    rehearsal shrinks every dimension ``scale`` times (elements ``scale**2`` times)."""
     aten = torch.ops.aten
+    n, batch, image, elements = (
+        4096 // scale,
+        max(1, 32 // scale),
+        56 // min(scale, 4),
+        2**20 // scale**2,
+    )
 
     def rand(*shape):
-        return torch.randn(*shape, device="cuda", dtype=dtype)
+        return torch.randn(*shape, device=device, dtype=dtype)
 
     return [
-        ("mm 4096^3", aten.mm.default, (rand(4096, 4096), rand(4096, 4096))),
-        ("mm 1024^3", aten.mm.default, (rand(1024, 1024), rand(1024, 1024))),
-        ("mm 64x4096x4096", aten.mm.default, (rand(64, 4096), rand(4096, 4096))),
-        ("conv 32x64x56x56 3x3", aten.convolution.default,
-         (rand(32, 64, 56, 56), rand(64, 64, 3, 3), None, [1, 1], [1, 1], [1, 1], False, [0, 0],
-          1)),
-        ("add 64M", aten.add.Tensor, (rand(64 * 2**20), rand(64 * 2**20))),
-        ("add 1M", aten.add.Tensor, (rand(2**20), rand(2**20))),
-        ("relu 16M", aten.relu.default, (rand(16 * 2**20),)),
-        ("softmax 4096x4096", aten._softmax.default, (rand(4096, 4096), -1, False)),
+        (f"mm {n}^3", aten.mm.default, (rand(n, n), rand(n, n))),
+        (f"mm {n // 4}^3", aten.mm.default, (rand(n // 4, n // 4), rand(n // 4, n // 4))),
+        (f"mm 64x{n}x{n}", aten.mm.default, (rand(64, n), rand(n, n))),
+        (f"conv {batch}x64x{image}x{image} 3x3", aten.convolution.default,
+         (rand(batch, 64, image, image), rand(64, 64, 3, 3), None, [1, 1], [1, 1], [1, 1], False,
+          [0, 0], 1)),
+        (f"add {64 * elements}", aten.add.Tensor, (rand(64 * elements), rand(64 * elements))),
+        (f"add {elements}", aten.add.Tensor, (rand(elements), rand(elements))),
+        (f"relu {16 * elements}", aten.relu.default, (rand(16 * elements),)),
+        (f"softmax {n}x{n}", aten._softmax.default, (rand(n, n), -1, False)),
     ]  # fmt: skip
 
 
-def _median_time_s(run, reps: int) -> float:
+def _median_time_s(run, reps: int, target: Target = CUDA) -> float:
     times = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        mark = target.start()
         run()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(target.elapsed_s(mark))
     return statistics.median(times)
 
 
-def interference_check(catalog: Processor, dtype: torch.dtype, reps: int) -> dict:
+def interference_check(
+    catalog: Processor, dtype: torch.dtype, reps: int, target: Target = CUDA, scale: int = 1
+) -> dict:
     """Every ordered pair of :func:`pair_operators`: the score against the measured slowdown."""
     from scipy.optimize import nnls
     from scipy.stats import spearmanr
 
     estimator = CallEstimator(catalog)
     ops = []
-    for label, func, args in pair_operators(dtype):
+    for label, func, args in pair_operators(dtype, target.device, scale):
         kernels = estimator.kernels(func, args, {})
         ops.append((label, lambda f=func, a=args: f(*a), merge(kernels)))
-    low, high = torch.cuda.Stream(priority=0), torch.cuda.Stream(priority=-1)
+    low, high = target.stream(0), target.stream(-1)
     with torch.no_grad():
         for _, run, _ in ops:  # warm-up
             run()
-        torch.cuda.synchronize()
+        target.sync()
         alone = {}
         for label, run, _ in ops:
-            with torch.cuda.stream(high):
-                alone[label] = _median_time_s(lambda r=run: (r(), r()), reps)
+            with target.on(high):
+                alone[label] = _median_time_s(lambda r=run: (r(), r()), reps, target)
         single = {label: alone[label] / 2 for label, _, _ in ops}
         rows = []
         for p_label, p_run, p_kernel in ops:
@@ -253,18 +316,14 @@ def interference_check(catalog: Processor, dtype: torch.dtype, reps: int) -> dic
                 count = max(1, min(1000, round(3 * alone[p_label] / single[c_label]) + 1))
                 times = []
                 for _ in range(reps):
-                    with torch.cuda.stream(low):
+                    with target.on(low):  # queued, and run beside what follows (on a GPU)
                         for _ in range(count):
                             c_run()
-                    with torch.cuda.stream(high):
-                        start = torch.cuda.Event(enable_timing=True)
-                        end = torch.cuda.Event(enable_timing=True)
-                        start.record()
+                    with target.on(high):
+                        mark = target.start()
                         p_run()
                         p_run()
-                        end.record()
-                    torch.cuda.synchronize()
-                    times.append(start.elapsed_time(end) / 1e3)
+                        times.append(target.elapsed_s(mark))
                 measured = (statistics.median(times) - alone[p_label]) / single[p_label]
                 values = features(c_kernel, [p_kernel], catalog)
                 rows.append({
@@ -372,9 +431,16 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="measure pairwise slowdowns against the interference score",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: rehearse every part on this machine's CPU (its numbers mean nothing)",
+    )
     args = parser.parse_args(argv)
+    rehearsal = args.device == "cpu"
 
-    if not torch.cuda.is_available():
+    if not rehearsal and not torch.cuda.is_available():
         print(
             "gpu_validate: no CUDA GPU on this machine (torch.cuda.is_available() is False); "
             "nothing to measure. Running the sharing runtime once on the CPU device as a smoke "
@@ -391,15 +457,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
 
-    device_name = torch.cuda.get_device_name()
-    catalog = catalog_gpu_for(device_name)
+    target = Target(args.device)
+    if rehearsal:
+        # float16 convolutions are slow or missing on CPUs; the rehearsal checks code, not speed.
+        args.dtype, device_name, catalog = "float32", "cpu (rehearsal)", gpu("a100")
+        print(
+            "gpu_validate: a rehearsal on this machine's CPU: every part runs, on CPU times "
+            "and smaller operators; the numbers say nothing about the estimates."
+        )
+    else:
+        device_name = torch.cuda.get_device_name()
+        catalog = catalog_gpu_for(device_name)
     print(f"GPU {device_name!r} -> catalog {catalog.name}; dtype {args.dtype}")
     models = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             began = time.perf_counter()
             try:
-                m = validate_model(name, batch, args.dtype, args.reps, catalog)
+                m = validate_model(name, batch, args.dtype, args.reps, catalog, target)
             except Exception as e:  # keep going: one model's failure is a result too
                 print(f"  {name} batch {batch}: FAILED {type(e).__name__}: {e}")
                 models.append({"model": name, "batch": batch, "error": f"{type(e).__name__}: {e}"})
@@ -417,11 +492,15 @@ def main(argv: list[str] | None = None) -> int:
 
     runtime: dict = {}
     try:
-        hi, lo = _apps(
-            "resnet50", 1, "bert_base", 32, args.requests, "cuda", getattr(torch, args.dtype)
-        )
-        runtime = runtime_check(CudaDevice(), hi, lo)
-        print("\nruntime (resnet50 b1 priority 1 beside bert_base b32 priority 0):")
+        if rehearsal:  # the smoke check's small models
+            hi, lo = _apps("mlp", 8, "resnet", 2, min(args.requests, 6), "cpu", torch.float32)
+            runtime = runtime_check(CpuDevice(), hi, lo)
+        else:
+            hi, lo = _apps(
+                "resnet50", 1, "bert_base", 32, args.requests, "cuda", getattr(torch, args.dtype)
+            )
+            runtime = runtime_check(CudaDevice(), hi, lo)
+        print(f"\nruntime ({hi.name} priority 1 beside {lo.name} priority 0):")
         for name, row in runtime.items():
             print(f"  {name}: {json.dumps(row)}")
     except Exception as e:
@@ -431,13 +510,20 @@ def main(argv: list[str] | None = None) -> int:
     interference: dict = {}
     if args.pairs:
         try:
-            interference = interference_check(catalog, getattr(torch, args.dtype), args.reps)
+            interference = interference_check(
+                catalog,
+                getattr(torch, args.dtype),
+                args.reps,
+                target,
+                scale=16 if rehearsal else 1,  # 4096^3 products take seconds on a CPU
+            )
             _print_interference(interference)
         except Exception as e:  # the other results still count
             interference = {"error": f"{type(e).__name__}: {e}"}
             print(f"interference check FAILED: {interference['error']}")
 
     out = {
+        "rehearsal": rehearsal,
         "device": device_name,
         "catalog_gpu": catalog.name,
         "dtype": args.dtype,

@@ -1,8 +1,10 @@
-"""bench/gpu_validate.py without a GPU: says so, smoke-runs the runtime on the CPU, exits 0."""
+"""bench/gpu_validate.py without a GPU: says so, smoke-runs the runtime on the CPU, exits 0; and
+its rehearsal on the CPU runs every part the GPU run will."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,28 @@ def test_summary_errors_are_computed_per_class():
     assert gemm["mean_abs_rel_error"] == pytest.approx(0.75)
     assert gemm["median_ratio"] == pytest.approx(1.25)
     assert summary["per_class"]["elementwise"]["median_abs_rel_error"] == 0
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant} in the JSON")
+
+
+def test_the_rehearsal_on_the_cpu_runs_every_part_and_writes_strict_json(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("gpu_validate_rehearsal", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "gpu_validate.json"
+    argv = ["--device", "cpu", "--models", "mlp", "--batches", "1", "--reps", "1"]
+    assert module.main([*argv, "--requests", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "FAILED" not in printed and "rehearsal" in printed
+    report = json.loads(out.read_text(), parse_constant=_refuse)
+    assert report["rehearsal"] is True and report["dtype"] == "float32"
+    (mlp,) = report["models"]
+    # Every operator the estimator saw was found again in the profile, by its range's name.
+    assert len(mlp["ops"]) >= 3 and all(op["measured_s"] > 0 for op in mlp["ops"])
+    assert report["summary"]["per_model"]["mlp@1"]["n"] == len(mlp["ops"])
+    assert set(report["runtime"]) == set(module.RUNTIME_POLICIES)
+    pairs = report["interference"]["pairs"]
+    assert len(pairs) == len(module.pair_operators(module.torch.float32, "cpu", 16)) ** 2
+    assert set(report["interference"]["fitted_weights"]) == set(module.FEATURES)
