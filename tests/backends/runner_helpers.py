@@ -24,6 +24,19 @@ from qosched.backends.local.protocol import (
 )
 from qosched.backends.local.service import RUNNER_LOG
 
+#: The start of a command's script that forks a process which leaves the command's process group
+#: (``setsid``), ignores SIGTERM, writes its pid to ``escaped.pid`` in the job folder and sleeps.
+ESCAPE = """
+import json, os, signal, time
+if os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(os.environ["QOSCHED_JOB_DIR"] + "/escaped.pid", "w") as out:
+        out.write(str(os.getpid()))
+    time.sleep(120)
+    os._exit(0)
+"""
+
 WAIT_S = 60.0  # generous: the machine may be busy with other test runs
 
 

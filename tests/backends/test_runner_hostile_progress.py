@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runner_helpers import Runners, events, log_of, make_job_dir
+from runner_helpers import ESCAPE, Runners, events, log_of, make_job_dir
 
 from qosched.backends.local.files import read_regular
 from qosched.backends.local.progress import (
@@ -184,16 +184,8 @@ def test_a_command_that_exits_0_short_of_its_work_is_done_with_a_warning(
     assert relayed[-1].event is RunnerEvent.DONE and relayed[-1].iteration == 3
 
 
-ESCAPING = textwrap.dedent(
+ESCAPING = ESCAPE + textwrap.dedent(
     """
-    import json, os, signal, time
-    if os.fork() == 0:  # leaves the command's process group, and ignores SIGTERM
-        os.setsid()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with open(os.environ["QOSCHED_JOB_DIR"] + "/escaped.pid", "w") as out:
-            out.write(str(os.getpid()))
-        time.sleep(60)
-        os._exit(0)
     while not os.path.exists(os.environ["QOSCHED_JOB_DIR"] + "/escaped.pid"):
         time.sleep(0.01)
     with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:

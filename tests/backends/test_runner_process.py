@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from runner_helpers import (
+    ESCAPE,
     Runners,
     events,
     is_event,
@@ -272,16 +273,8 @@ def test_command_dies_with_a_killed_runner(tmp_path: Path, runners: Runners) -> 
             os.kill(child, signal.SIGKILL)
 
 
-ESCAPE_THEN_LOOP = textwrap.dedent(
+ESCAPE_THEN_LOOP = ESCAPE + textwrap.dedent(
     """
-    import json, os, signal, time
-    if os.fork() == 0:  # leaves the runner's process group, and ignores SIGTERM
-        os.setsid()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with open(os.environ["QOSCHED_JOB_DIR"] + "/escaped.pid", "w") as out:
-            out.write(str(os.getpid()))
-        time.sleep(120)
-        os._exit(0)
     i = 0
     while True:
         i += 1
