@@ -1,4 +1,5 @@
-"""``hf:<model_type>``: Hugging Face models from a default configuration, no weights."""
+"""``hf:<model_type>``: Hugging Face models from a default configuration, no weights: encoders,
+decoder language models, encoder-decoders, speech and two-tower models, each with its inputs."""
 
 from __future__ import annotations
 
@@ -40,3 +41,60 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes the import fail
     with pytest.raises(InputError, match=r"qosched\[transformers\]"):
         load_model("hf:bert")
+
+
+def _flops_by_target(spec: str) -> dict[str, int]:
+    flops: dict[str, int] = {}
+    for op in capture_spec(spec).operators:
+        flops[op.target] = flops.get(op.target, 0) + op.flops
+    return flops
+
+
+def test_a_decoder_language_model_is_captured_as_one_pass_over_the_prompt():
+    # GPT2Config(): 12 layers, width 768, MLP 3072; its key-value cache is not returned.
+    flops = _flops_by_target("hf:gpt2")
+    seq, width, layers = 128, 768, 12
+    per_layer = 3 * width * width + width * width + 2 * width * 4 * width  # qkv, out, MLP
+    assert flops["aten.addmm.default"] == layers * 2 * seq * per_layer
+    assert flops["aten.bmm.default"] == layers * 2 * (2 * seq * seq * width)  # QK^T and AV
+
+
+def test_an_encoder_decoder_gets_decoder_inputs_and_runs_both_stacks():
+    # T5Config(): 6 encoder and 6 decoder layers, width 512, feed-forward 2048, no biases; the
+    # decoder reads 128 tokens (teacher-forced) and cross-attends to the encoder's 128.
+    flops = _flops_by_target("hf:t5")
+    seq, width, ffn, layers = 128, 512, 2048, 6
+    feed_forward = 2 * 2 * seq * width * ffn
+    encoder = layers * (4 * 2 * seq * width * width + feed_forward)
+    decoder = layers * (8 * 2 * seq * width * width + feed_forward)  # self- and cross-attention
+    assert flops["aten.mm.default"] == encoder + decoder
+    # Scores and weighted sums: encoder self, decoder self and decoder cross-attention.
+    assert flops["aten.bmm.default"] == 3 * layers * 2 * (2 * seq * seq * width)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "shapes"),
+    [
+        ("whisper", [(2, 80, 3000), (2, 128)]),  # log-mel frames of 30 s, decoder tokens
+        ("wav2vec2", [(2, 16000)]),  # one second of samples
+        ("clip", [(2, 77), (2, 3, 224, 224)]),  # tokens up to its 77 positions, and images
+        ("llama", [(2, 128)]),
+    ],
+)
+def test_speech_and_two_tower_models_get_inputs_of_each_kind(model_type, shapes):
+    model, inputs = hf_model(f"hf:{model_type}", batch=2)
+    assert [tuple(t.shape) for t in inputs] == shapes
+    if len(shapes) > 1:  # passed by position, read by name
+        assert len(model.input_names) == len(shapes)
+    assert getattr(model.config, "use_cache", False) is False  # no key-value cache to return
+
+
+def test_a_model_needing_a_missing_library_is_named(monkeypatch):
+    import transformers
+
+    def needs_timm(config):
+        raise ImportError("\nTimmBackbone requires the timm library but it was not found.\n")
+
+    monkeypatch.setattr(transformers.AutoModel, "from_config", needs_timm)
+    with pytest.raises(InputError, match="needs another library for it: TimmBackbone requires"):
+        hf_model("hf:bert")

@@ -358,3 +358,19 @@ def test_plan_outputs_are_checked_before_the_search(tmp_path, capsys, flag, name
     assert code == 2
     err = capsys.readouterr().err
     assert f"field '{flag}'" in err and message in err
+
+
+@needs_two_cores
+def test_a_run_equals_the_unsplit_program_bit_for_bit_on_the_threads_it_runs_on(tmp_path, capsys):
+    # The machine has two cores, each set one: each process computes on one thread. A ResNet's
+    # convolutions split their sums by thread count, so the reference must be computed on one
+    # thread too; computed on the parent's threads, it differed in the last bits ("NO").
+    spec = _spec(tmp_path, tenants=({"name": "vision", "model": "resnet"},))
+    plan_path, cache = tmp_path / "plan.json", tmp_path / "profile.json"
+    args = ["--profile-cache", str(cache), "--json"]
+    assert main(["infer", "plan", str(spec), "--out", str(plan_path), *args]) == 0
+    capsys.readouterr()
+    run_args = ["--plan", str(plan_path), "--requests", "2", "--warmup", "0", *args]
+    assert main(["infer", "run", str(spec), *run_args]) == 0
+    (tenant,) = json.loads(capsys.readouterr().out)["tenants"]
+    assert tenant["outputs_equal"] is True

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -16,6 +19,37 @@ from qosched.placement.program import (
     save_program,
 )
 from qosched.placement.runtime import pack, unpack
+
+
+def test_a_hugging_face_model_is_saved_with_flat_outputs_that_load_in_a_fresh_process(tmp_path):
+    # A plan's program is loaded in the processes that run it, where transformers was never
+    # imported: torch.export cannot rebuild a ModelOutput there ("not registered"), so those
+    # processes could not start. Flat outputs, in the structure's leaf order, load anywhere.
+    from torch.utils import _pytree as pytree
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(
+        vocab_size=16, n_embd=8, n_layer=1, n_head=2, n_positions=8, use_cache=False
+    )
+    model, ids = GPT2Model(config).eval(), torch.zeros(1, 8, dtype=torch.long)
+    path = tmp_path / "program.pt2"
+    path.write_bytes(save_program(export_program(model, (ids,))))
+    script = (
+        "import sys, torch\n"
+        "program = torch.export.load(sys.argv[1])\n"
+        "(out,) = program.module()(torch.zeros(1, 8, dtype=torch.long))\n"
+        "torch.save(out, sys.argv[2])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(tmp_path / "out.pt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with torch.no_grad():
+        (want,) = pytree.tree_leaves(model(ids))
+    assert torch.allclose(torch.load(tmp_path / "out.pt"), want)
 
 
 @pytest.mark.parametrize("spec", ["mlp", "bert", "placement_helpers:residual"])

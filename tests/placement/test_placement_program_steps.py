@@ -39,6 +39,24 @@ def test_nodes_follow_their_inputs_and_reader_less_reads_follow_their_readers():
     assert got == {"x": -1, "w": -1, "a": 0, "b": 0, "wt": 1, "c": 1, "d": 1, "z": 0}
 
 
+def test_a_chain_of_reads_of_weights_alone_goes_with_its_first_reader():
+    # A scale kept as a log (CLIP's logit scale): e = exp(w), f = mul(e, e), both reading weights
+    # only, then g = mul(a, f) of unit 1. e and f go with g; before, f's read of e (not yet
+    # placed) raised KeyError: 'e'.
+    g = fx.Graph()
+    x = g.placeholder("x")
+    w = g.placeholder("w")
+    a = g.create_node("call_function", torch.relu, (x,), name="a")
+    e = g.create_node("call_function", torch.exp, (w,), name="e")
+    f = g.create_node("call_function", torch.mul, (e, e), name="f")
+    out = g.create_node("call_function", torch.mul, (a, f), name="g")
+    g.output(out)
+    nodes = [n for n in g.nodes if n.op == "call_function"]
+    got = assign_units(nodes, {"a": 1}, ("x", "w"))
+    assert got == {"x": -1, "w": -1, "a": 1, "e": 1, "f": 1, "g": 1}
+    check_chain(nodes, got, "t")
+
+
 def test_an_anchor_wins_over_the_inputs_a_node_reads():
     # b is named by unit 1 although it only reads a of unit 0
     got = assign_units(graph(), {"a": 0, "b": 1, "c": 1}, ("x", "w"))

@@ -247,11 +247,11 @@ def estimate_graph(graph: Graph, gpu: Processor, *, dtype: str = "float32") -> M
 def estimate_model(
     model: str, gpu: Processor | str, *, batch: int = 1, dtype: str = "float32"
 ) -> ModelEstimate:
-    """Capture ``model`` (a zoo name or ``package.module:factory``) on meta tensors and estimate
-    it on ``gpu`` (a Processor or a catalog name). A zoo model takes ``batch``; a factory gets
+    """Capture ``model`` (a zoo name, ``hf:<model_type>`` or ``package.module:factory``) on meta
+    tensors and estimate it on ``gpu`` (a Processor or a catalog name). A zoo or ``hf:`` model
+    takes ``batch``; a factory gets
     ``batch=`` only when ``batch != 1`` and must then accept it."""
-    from qosched.graph.capture import capture, load_model
-    from qosched.graph.zoo import ZOO
+    from qosched.graph.capture import capture, load_model, takes_batch_and_device
 
     device = _gpu_of(gpu)
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
@@ -259,7 +259,7 @@ def estimate_model(
             f"batch must be a whole number in [1, {MAX_BATCH:,}], got {batch!r}", field="batch"
         )
     _check(device, dtype)
-    kwargs = {"batch": batch} if (model in ZOO or batch != 1) else {}
+    kwargs = {"batch": batch} if (takes_batch_and_device(model) or batch != 1) else {}
     try:
         module, inputs = load_model(model, **kwargs)
     except TypeError as e:

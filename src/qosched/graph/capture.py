@@ -256,6 +256,12 @@ def _operator(node: fx.Node, val: Any, alias: dict[str, str], param_names: set[s
     )
 
 
+def takes_batch_and_device(spec: str) -> bool:
+    """Whether the factory of ``spec`` takes ``batch`` and ``device``: the zoo's and ``hf:``'s
+    do; a user's ``package.module:factory`` is called only with what it is documented to take."""
+    return spec in ZOO or spec.startswith(hf.PREFIX)
+
+
 def load_model(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
     """Model and example inputs from a zoo name, ``hf:<model_type>`` (Hugging Face
     ``transformers`` from a default configuration, see :mod:`qosched.graph.hf`) or an import path

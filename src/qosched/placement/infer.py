@@ -10,9 +10,10 @@ every operator is measured on both processors.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,7 @@ from typing import Any
 import torch
 
 from qosched.core.errors import InputError
-from qosched.graph.capture import capture, load_model
-from qosched.graph.zoo import ZOO
+from qosched.graph.capture import capture, load_model, takes_batch_and_device
 from qosched.hardware.catalog import gpu, link
 from qosched.hardware.measure import measure_cpu
 from qosched.placement import baselines
@@ -53,7 +53,7 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
     )
     tenants = []
     for tenant in spec.tenants:
-        options = {"batch": tenant.batch} if tenant.model in ZOO else {}
+        options = {"batch": tenant.batch} if takes_batch_and_device(tenant.model) else {}
         module, inputs = load_model(tenant.model, **options)
         graph = capture(module, inputs, name=tenant.name)
         tenants.append(
@@ -129,6 +129,18 @@ def spec_problem(
     if missing:
         title += f" (not calibrated: {', '.join(missing)})"
     return problem, title
+
+
+@contextlib.contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """PyTorch's intra-op threads set to ``count`` (unchanged for None) for the block."""
+    before = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -211,8 +223,12 @@ class PreparedRun:
     problem: Problem
 
 
-def prepare_run(spec: InferenceSpec, plan_path: str | Path) -> PreparedRun:
-    """The tenants of ``spec`` ready to run ``plan_path``'s plan. InputError when the plan does
+def prepare_run(
+    spec: InferenceSpec, plan_path: str | Path, *, threads: int | None = None
+) -> PreparedRun:
+    """The tenants of ``spec`` ready to run ``plan_path``'s plan, with the outputs they must give
+    (computed on ``threads`` threads when given: as many as the processes that will run them
+    use, since a matrix product splits its sums by thread count). InputError when the plan does
     not fit the spec."""
     planned = read_plan(plan_path)
     if planned.machine != spec.platform.to_dict():
@@ -245,8 +261,11 @@ def prepare_run(spec: InferenceSpec, plan_path: str | Path) -> PreparedRun:
                 field="tenants",
             )
         program = export_program(model, inputs)
-        with torch.no_grad():
-            expected.append(tuple(torch.utils._pytree.tree_leaves(model(*inputs))))
+        # The unsplit program's outputs: what its units must give. Eager PyTorch may differ in
+        # the last bits where an operator's lowering to core ATen computes it in another order
+        # (attention, a Hugging Face model's layer norms).
+        with torch.no_grad(), _threads(threads):
+            expected.append(tuple(program.module()(*inputs)))
         tenants.append(
             TenantRun(
                 tenant.name,

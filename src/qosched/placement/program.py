@@ -9,7 +9,8 @@ plan (the chain of :func:`qosched.graph.passes.linearize` over the coarsened gra
 - a node that names a captured (coarsened) operator belongs to that operator's unit;
 - a node folded into an operator by ``coarsen`` that reads another node (an elementwise op fused
   into its producer, a ``getitem``) belongs to the latest unit among the nodes it reads;
-- a node that reads no other node (a weight transpose, ``arange``) belongs to the earliest unit
+- a node that reads no other node (a weight transpose, ``arange``), or only such nodes (the
+  ``exp`` of a weight kept as a log, and what reads that alone), belongs to the earliest unit
   that reads it.
 
 Running the units in order, each unit's nodes in graph order, is the graph's own execution order
@@ -33,9 +34,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 from qosched.core.errors import InputError
-from qosched.graph.capture import capture, load_model
+from qosched.graph.capture import capture, load_model, takes_batch_and_device
 from qosched.graph.passes import coarsen, linearize
-from qosched.graph.zoo import ZOO
 
 Env = dict[str, Any]
 
@@ -49,7 +49,9 @@ def build_model(spec: str, *, batch: int = 1, seed: int = 0) -> tuple[nn.Module,
     the factory builds the model on ``meta`` (nothing could run).
     """
     torch.manual_seed(seed)
-    options: dict[str, Any] = {"batch": batch, "device": "cpu"} if spec in ZOO else {}
+    options: dict[str, Any] = (
+        {"batch": batch, "device": "cpu"} if takes_batch_and_device(spec) else {}
+    )
     model, inputs = load_model(spec, **options)
     devices = {t.device.type for t in (*model.parameters(), *model.buffers())}
     if devices - {"cpu"}:
@@ -68,10 +70,25 @@ def build_model(spec: str, *, batch: int = 1, seed: int = 0) -> tuple[nn.Module,
     return model.eval(), pytree.tree_map_only(torch.Tensor, real, inputs)
 
 
+class _FlatOutputs(nn.Module):
+    """A model returning its outputs' tensors as a flat tuple. A plan's program is saved and
+    loaded again in each process that runs it, and ``torch.export`` can load only output
+    structures it knows (a Hugging Face ``ModelOutput`` it cannot); the runtimes compare flat
+    outputs anyway. The operators, and so their names, are the model's own."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: Any) -> tuple[Any, ...]:
+        return tuple(pytree.tree_leaves(self.model(*inputs)))
+
+
 def export_program(model: nn.Module, inputs: tuple) -> torch.export.ExportedProgram:
-    """``model`` exported in eval mode and lowered to core ATen, as ``capture`` lowers it."""
+    """``model`` exported in eval mode and lowered to core ATen, as ``capture`` lowers it, its
+    outputs flattened (:class:`_FlatOutputs`)."""
     try:
-        return torch.export.export(model.eval(), inputs).run_decompositions()
+        return torch.export.export(_FlatOutputs(model.eval()), inputs).run_decompositions()
     except Exception as e:
         raise InputError(f"torch.export could not export the model: {e}") from e
 
@@ -152,11 +169,17 @@ def assign_units(
     computed = set()  # nodes, as opposed to inputs and constants
     pending: list[fx.Node] = []
     for node in nodes:
-        deps = [d.name for d in node.all_input_nodes if d.name in computed]
+        # A pending node (one that reads inputs and constants alone) has no unit yet: a node
+        # reading only such nodes is pending too, and goes with its readers in turn.
+        units = [
+            unit_of[d.name]
+            for d in node.all_input_nodes
+            if d.name in computed and d.name in unit_of
+        ]
         if node.name in anchor:
             unit_of[node.name] = anchor[node.name]
-        elif deps:
-            unit_of[node.name] = max(unit_of[d] for d in deps)
+        elif units:
+            unit_of[node.name] = max(units)
         else:
             pending.append(node)
         computed.add(node.name)

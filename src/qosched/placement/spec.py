@@ -10,7 +10,7 @@ seed: 0                 # optional: seeds the models' weights and inputs where t
 tenants:
   - name: vision
     model: resnet       # a zoo name, or package.module:factory returning (module, inputs)
-    batch: 1            # optional, zoo models only (default 1)
+    batch: 1            # optional, zoo and hf: models only (default 1)
     latency_goal_ms: 20 # optional
   - name: text
     model: bert
