@@ -21,7 +21,7 @@ from qosched.backends.local.progress import (
     RunnerEvent,
 )
 from qosched.backends.local.protocol import EXIT_INPUT_ERROR
-from qosched.backends.local.runner import MAX_PROGRESS_LINE, CommandProgress
+from qosched.backends.local.runner import MAX_LINE_WARNINGS, MAX_PROGRESS_LINE, CommandProgress
 from qosched.backends.local.runner import PROGRESS_READ_BYTES as LOOK_BYTES
 from qosched.core.errors import InputError
 
@@ -182,6 +182,29 @@ def test_a_command_that_exits_0_short_of_its_work_is_done_with_a_warning(
         "the command exited 0 having reported 3 of its 20 iterations; the job counts as done"
     )
     assert relayed[-1].event is RunnerEvent.DONE and relayed[-1].iteration == 3
+
+
+def test_a_flood_of_unusable_lines_makes_a_bounded_number_of_warnings(
+    tmp_path: Path, runners: Runners
+) -> None:
+    # Each warning becomes an entry of the job's audit log, which the web page shows.
+    script = (
+        "import json, os\n"
+        "with open(os.environ['QOSCHED_PROGRESS_FILE'], 'a') as out:\n"
+        "    out.write('junk\\n' * 5000 + json.dumps({'iteration': 20}) + '\\n')\n"
+    )
+    job_dir = make_job_dir(
+        tmp_path, workload=None, command=[sys.executable, "-c", script], iterations=20
+    )
+    assert runners.run(job_dir) == 0, log_of(job_dir)
+    warnings = [e.message or "" for e in events(job_dir) if e.event is RunnerEvent.WARNING]
+    assert len(warnings) == MAX_LINE_WARNINGS + 1
+    assert warnings[0].startswith("command_progress.jsonl:1: not valid JSON")
+    assert warnings[-1] == (
+        f"more than {MAX_LINE_WARNINGS} lines of command_progress.jsonl could not be used; "
+        "only the job's log names the others"
+    )
+    assert "command_progress.jsonl:5000: not valid JSON" in log_of(job_dir)
 
 
 ESCAPING = textwrap.dedent(

@@ -62,8 +62,9 @@ Command jobs run ``command`` as a child process, pinned to the allocation from i
 instruction, with ``QOSCHED_PROGRESS_FILE`` (``JOB_DIR/command_progress.jsonl``: append
 ``{"iteration": n}`` or ``{"iteration": n, "loss": x}`` lines, flushed, ``n`` whole in
 [0, 2**53); the runner relays them. A line it cannot use (not JSON, a stray ``print``, a number
-out of bounds) is skipped with a ``warning`` event and a line in the job's log, and the job goes
-on: a training script should not die of one bad line),
+out of bounds) is skipped with a line in the job's log and, for the first ``MAX_LINE_WARNINGS``
+of a run, a ``warning`` event, and the job goes on: a training script should not die of one
+bad line),
 ``QOSCHED_CPUS`` (comma-separated core ids), ``QOSCHED_GPUS`` and ``CUDA_VISIBLE_DEVICES`` (the
 job's GPU indices, comma-separated; empty for a CPU job, which so sees no GPU at all), with
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA then numbers GPUs as NVML and the scheduler do),
@@ -433,6 +434,11 @@ MAX_PROGRESS_LINE = 64 * 1024
 #: The most read from a command's progress file per look: a command writing faster than that
 #: is caught up with over several looks, never all at once.
 PROGRESS_READ_BYTES = 1 << 20
+#: The most unusable lines of a command's progress file, per run, that become ``warning``
+#: events: each is an entry of the job's audit log, kept in the store and sent to the web page
+#: with the job's detail, so a command writing junk there must not add them without bound. The
+#: job's log names every such line.
+MAX_LINE_WARNINGS = 20
 
 
 class CommandProgress:
@@ -661,6 +667,7 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         version=watcher.current.version if watcher.current else None,
     )
     forwarded = False
+    warned = 0  # unusable progress lines so far
     between.reported()  # the first progress event is due a report interval after the start
     while True:
         code = child.poll()
@@ -677,6 +684,14 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         for problem in problems:
             # In the job's log too, where its user looks first.
             print(f"qosched runner: warning: {problem}", file=sys.stderr, flush=True)
+            warned += 1
+            if warned > MAX_LINE_WARNINGS + 1:
+                continue
+            if warned > MAX_LINE_WARNINGS:
+                problem = (
+                    f"more than {MAX_LINE_WARNINGS} lines of {progress.path.name} could not be "
+                    "used; only the job's log names the others"
+                )
             log.write(
                 RunnerEvent.WARNING,
                 iteration=progress.iteration,
