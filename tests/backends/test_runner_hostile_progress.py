@@ -19,9 +19,15 @@ from qosched.backends.local.progress import (
     ProgressFollower,
     ProgressLog,
     RunnerEvent,
+    read_progress,
 )
 from qosched.backends.local.protocol import EXIT_INPUT_ERROR
-from qosched.backends.local.runner import MAX_LINE_WARNINGS, MAX_PROGRESS_LINE, CommandProgress
+from qosched.backends.local.runner import (
+    MAX_PROGRESS_LINE,
+    MAX_WARNINGS,
+    AllocationWatcher,
+    CommandProgress,
+)
 from qosched.backends.local.runner import PROGRESS_READ_BYTES as LOOK_BYTES
 from qosched.core.errors import InputError
 
@@ -198,13 +204,34 @@ def test_a_flood_of_unusable_lines_makes_a_bounded_number_of_warnings(
     )
     assert runners.run(job_dir) == 0, log_of(job_dir)
     warnings = [e.message or "" for e in events(job_dir) if e.event is RunnerEvent.WARNING]
-    assert len(warnings) == MAX_LINE_WARNINGS + 1
+    assert len(warnings) == MAX_WARNINGS + 1
     assert warnings[0].startswith("command_progress.jsonl:1: not valid JSON")
     assert warnings[-1] == (
-        f"more than {MAX_LINE_WARNINGS} lines of command_progress.jsonl could not be used; "
+        f"more than {MAX_WARNINGS} lines of command_progress.jsonl could not be used; "
         "only the job's log names the others"
     )
     assert "command_progress.jsonl:5000: not valid JSON" in log_of(job_dir)
+
+
+def test_an_allocation_file_rewritten_with_junk_makes_a_bounded_number_of_errors(
+    tmp_path: Path,
+) -> None:
+    # The command may write the file it is told to read its re-sizes from; it is looked at
+    # 5 times a second.
+    path, progress = tmp_path / "allocation.json", tmp_path / "progress.jsonl"
+    log = ProgressLog(progress)
+    watcher = AllocationWatcher(path, log, apply=lambda allocation: None)
+    for n in range(3 * MAX_WARNINGS):
+        path.write_text("junk" * (n + 1))  # a new size: seen as changed each time
+        assert watcher.poll(iteration=None, loss=None, force=True) is False
+    log.close()
+    errors = [e.message or "" for e in read_progress(progress) if e.event is RunnerEvent.ERROR]
+    assert len(errors) == MAX_WARNINGS + 1
+    assert "allocation.json:1: not valid JSON" in errors[0]
+    assert errors[-1] == (
+        f"allocation.json could not be applied more than {MAX_WARNINGS} times; "
+        "no more such errors are reported"
+    )
 
 
 ESCAPING = textwrap.dedent(
