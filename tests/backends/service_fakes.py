@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from qosched.backends.local.api import ApiServer, LogChunk, Metrics, ServiceStatus, serve
-from qosched.backends.local.detail import job_detail, read_log_chunk
+from qosched.backends.local.detail import job_detail, read_log_chunk, read_log_tail
 from qosched.backends.local.home import Endpoint, ensure_token, remove_endpoint, write_endpoint
 from qosched.backends.local.jobspec import parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
@@ -132,13 +132,12 @@ class FakeService:
         with self._lock:
             return job_detail(_view(self._get(job_id)), list(self._events[job_id]))
 
-    def logs(self, job_id: str, tail_lines: int | None = None) -> str:
+    def logs(self, job_id: str, tail_lines: int | None = None, limit: int | None = None) -> str:
         with self._lock:
             self._get(job_id)
-        lines = self._log_path(job_id).read_text().splitlines(keepends=True)
         if tail_lines is not None:
-            lines = lines[-tail_lines:] if tail_lines else []
-        return "".join(lines)
+            return read_log_tail(self._log_path(job_id), tail_lines, limit)
+        return self._log_path(job_id).read_text()
 
     def read_log(self, job_id: str, offset: int, limit: int) -> LogChunk:
         with self._lock:

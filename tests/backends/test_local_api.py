@@ -29,6 +29,7 @@ from qosched.backends.local.api import (
     serve,
 )
 from qosched.backends.local.client import Client
+from qosched.backends.local.detail import read_log_tail
 from qosched.backends.local.jobview import Outcome
 from qosched.backends.local.prometheus import exposition
 from qosched.backends.local.store import UnknownJobError
@@ -530,6 +531,45 @@ def test_logs_by_offset_are_complete_once_the_job_ended_and_all_is_read(running:
     assert (body, response.getheader("X-Qosched-Log-Complete")) == (b"\ntwo\n", "true")
 
 
+def test_the_tail_of_one_endless_line_is_cut_to_limit(running: Running) -> None:
+    # A job printing a progress bar with no line breaks: the page must not get all of it.
+    job = submit(running)
+    running.service.write_log(job["id"], "start\n" + "x" * 200_000)
+    status, _, body = call(running, "GET", f"/jobs/{job['id']}/logs?tail=40&limit=1000")
+    assert (status, body) == (200, b"x" * 1000 + b"\n")
+    assert call(running, "GET", f"/jobs/{job['id']}/logs?tail=2&limit=300000")[2] == (
+        b"start\n" + b"x" * 200_000 + b"\n"
+    )
+
+
+TAILS = [
+    # (what the log holds, lines, limit, the tail)
+    ("lines", b"a\nb\nc\n", 2, None, "b\nc\n"),
+    ("no-final-newline", b"a\nb\nc", 2, None, "b\nc\n"),
+    ("fewer-lines-than-asked", b"a\nb\n", 5, None, "a\nb\n"),
+    ("zero-lines", b"a\nb\n", 0, None, ""),
+    ("empty", b"", 3, None, ""),
+    ("carriage-returns", b"10%\r50%\r100%\n", 2, None, "50%\n100%\n"),
+    ("crlf", b"a\r\nb\r\n", 1, None, "b\n"),
+    ("limit-cuts-the-first-line", b"abcdef\ngh\n", 5, 7, "def\ngh\n"),
+    ("limit-cuts-a-character", "a\u00e9\u00e9\n".encode(), 1, 4, "\u00e9\n"),
+    ("bad-utf8", b"\xff\xfe\n", 1, None, "\ufffd\ufffd\n"),
+    ("past-the-first-read", b"x" * 200_000 + b"\nend\n", 2, None, "x" * 200_000 + "\nend\n"),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "lines", "limit", "tail"), [t[1:] for t in TAILS], ids=[t[0] for t in TAILS]
+)
+def test_read_log_tail(
+    tmp_path: Path, data: bytes, lines: int, limit: int | None, tail: str
+) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(data)
+    assert read_log_tail(path, lines, limit) == tail
+    assert read_log_tail(tmp_path / "missing", lines, limit) == ""
+
+
 BAD_LOG_QUERIES = [
     ("offset-past-end", "offset=99", "offset"),
     ("negative-offset", "offset=-1", "offset"),
@@ -537,6 +577,8 @@ BAD_LOG_QUERIES = [
     ("zero-limit", "offset=0&limit=0", "limit"),
     ("limit-over-chunk", f"offset=0&limit={MAX_LOG_CHUNK + 1}", "limit"),
     ("tail-and-offset", "offset=0&tail=2", "tail"),
+    ("limit-alone", "limit=5", "limit"),
+    ("tail-limit-over-chunk", f"tail=2&limit={MAX_LOG_CHUNK + 1}", "limit"),
     ("non-ascii-digits", "offset=%D9%A3", "offset"),
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,12 @@ import pytest
 from qosched.backends.local import process
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.protocol import ENV_CRASH_AT
-from qosched.backends.local.service import LocalService, assign_cores, wait_until_idle
+from qosched.backends.local.service import (
+    RUNNER_LOG,
+    LocalService,
+    assign_cores,
+    wait_until_idle,
+)
 from qosched.core.errors import InputError
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
@@ -242,3 +248,21 @@ def test_resident_bytes_counts_a_process_and_its_children():
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
     assert resident_bytes(parent.pid) == 0
+
+
+def test_the_tail_of_a_long_log_is_read_from_its_end(tmp_path):
+    # The web page asks for a job's last lines every few seconds, however long its log grew.
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(spec("chatty")).id
+    log = tmp_path / "jobs" / job_id / RUNNER_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(b"early line\n" * 1_000_000 + "last but one\nlast \u2713\n".encode())
+    tracemalloc.start()
+    try:
+        tail = service.logs(job_id, tail_lines=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        service.close()
+    assert tail == "last but one\nlast \u2713\n"
+    assert peak < 1 << 20  # the log is 11 MB

@@ -19,9 +19,15 @@ from qosched.backends.local.progress import (
     ProgressFollower,
     ProgressLog,
     RunnerEvent,
+    read_progress,
 )
 from qosched.backends.local.protocol import EXIT_INPUT_ERROR
-from qosched.backends.local.runner import MAX_PROGRESS_LINE, CommandProgress
+from qosched.backends.local.runner import (
+    MAX_PROGRESS_LINE,
+    MAX_WARNINGS,
+    AllocationWatcher,
+    CommandProgress,
+)
 from qosched.backends.local.runner import PROGRESS_READ_BYTES as LOOK_BYTES
 from qosched.core.errors import InputError
 
@@ -182,6 +188,50 @@ def test_a_command_that_exits_0_short_of_its_work_is_done_with_a_warning(
         "the command exited 0 having reported 3 of its 20 iterations; the job counts as done"
     )
     assert relayed[-1].event is RunnerEvent.DONE and relayed[-1].iteration == 3
+
+
+def test_a_flood_of_unusable_lines_makes_a_bounded_number_of_warnings(
+    tmp_path: Path, runners: Runners
+) -> None:
+    # Each warning becomes an entry of the job's audit log, which the web page shows.
+    script = (
+        "import json, os\n"
+        "with open(os.environ['QOSCHED_PROGRESS_FILE'], 'a') as out:\n"
+        "    out.write('junk\\n' * 5000 + json.dumps({'iteration': 20}) + '\\n')\n"
+    )
+    job_dir = make_job_dir(
+        tmp_path, workload=None, command=[sys.executable, "-c", script], iterations=20
+    )
+    assert runners.run(job_dir) == 0, log_of(job_dir)
+    warnings = [e.message or "" for e in events(job_dir) if e.event is RunnerEvent.WARNING]
+    assert len(warnings) == MAX_WARNINGS + 1
+    assert warnings[0].startswith("command_progress.jsonl:1: not valid JSON")
+    assert warnings[-1] == (
+        f"more than {MAX_WARNINGS} lines of command_progress.jsonl could not be used; "
+        "only the job's log names the others"
+    )
+    assert "command_progress.jsonl:5000: not valid JSON" in log_of(job_dir)
+
+
+def test_an_allocation_file_rewritten_with_junk_makes_a_bounded_number_of_errors(
+    tmp_path: Path,
+) -> None:
+    # The command may write the file it is told to read its re-sizes from; it is looked at
+    # 5 times a second.
+    path, progress = tmp_path / "allocation.json", tmp_path / "progress.jsonl"
+    log = ProgressLog(progress)
+    watcher = AllocationWatcher(path, log, apply=lambda allocation: None)
+    for n in range(3 * MAX_WARNINGS):
+        path.write_text("junk" * (n + 1))  # a new size: seen as changed each time
+        assert watcher.poll(iteration=None, loss=None, force=True) is False
+    log.close()
+    errors = [e.message or "" for e in read_progress(progress) if e.event is RunnerEvent.ERROR]
+    assert len(errors) == MAX_WARNINGS + 1
+    assert "allocation.json:1: not valid JSON" in errors[0]
+    assert errors[-1] == (
+        f"allocation.json could not be applied more than {MAX_WARNINGS} times; "
+        "no more such errors are reported"
+    )
 
 
 ESCAPING = ESCAPE + textwrap.dedent(

@@ -29,7 +29,7 @@ from qosched.backends.local.api import ApiServer, serve
 from qosched.backends.local.client import Client
 from qosched.backends.local.home import Endpoint, ensure_token, write_endpoint
 from qosched.backends.local.jobview import HeldAllocation
-from qosched.backends.local.service import LocalService
+from qosched.backends.local.service import RUNNER_LOG, LocalService
 from qosched.backends.local.store import ProgressSample
 from qosched.backends.local.web import auth, views
 from qosched.core.errors import InputError
@@ -236,6 +236,18 @@ def test_one_job_shows_its_reasons_speed_allocations_and_log(page: Any, live: Li
     for done_with in (job_id, other):  # free the cores for the next tests
         with contextlib.suppress(InputError):  # it finished already: its core is free too
             live.client.cancel(done_with)
+
+
+def test_the_log_shows_only_the_end_of_one_endless_line(page: Any, live: Live) -> None:
+    # A progress bar drawn without line breaks makes a job's whole output one line.
+    signed_in(page, live)
+    job_id = live.submit("endless", iterations=3, step_s=0.01)
+    row(page, job_id).locator("td.state", has_text="succeeded").wait_for()
+    with (live.home / "jobs" / job_id / RUNNER_LOG).open("a") as log:
+        log.write("x" * (1 << 20) + "the end")
+    row(page, job_id).click()
+    page.locator("#log", has_text="the end").wait_for()
+    assert page.evaluate("document.getElementById('log').textContent.length") <= 64 * 1024 + 1
 
 
 def test_machine_use_counts_the_cores_held_and_the_cpu_time_used(page: Any, live: Live) -> None:

@@ -13,7 +13,8 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` tak
 ``GET /jobs``               every job, in submission order
 ``GET /jobs/{id}``          one job
 ``GET /jobs/{id}/detail``   one job with its allocation history, events and slack
-``GET /jobs/{id}/logs``     its output as ``text/plain``; ``?tail=N`` keeps the last N lines;
+``GET /jobs/{id}/logs``     its output as ``text/plain``; ``?tail=N`` keeps the last N lines
+                            (``&limit=M``: of the last M bytes, at most 1 MiB);
                             ``?offset=N[&limit=M]`` gives the raw bytes from byte N on
                             (``application/octet-stream``, at most M, default and most 1 MiB)
                             with headers ``X-Qosched-Log-Offset`` (where the next read starts)
@@ -108,8 +109,9 @@ class Service(Protocol):
         """
         ...
 
-    def logs(self, job_id: str, tail_lines: int | None = None) -> str:
-        """The job's output so far, only its last ``tail_lines`` lines when given.
+    def logs(self, job_id: str, tail_lines: int | None = None, limit: int | None = None) -> str:
+        """The job's output so far, only its last ``tail_lines`` lines when given, and of those
+        only what lies in the output's last ``limit`` bytes when that is given too.
 
         Raises ``UnknownJobError``.
         """
@@ -494,8 +496,15 @@ class _Handler(BaseHTTPRequestHandler):
                 LOG_COMPLETE_HEADER: "true" if chunk.complete else "false",
             }
             return _Reply(HTTPStatus.OK, chunk.data, "application/octet-stream", headers)
-        tail = _query_count(query, "tail") if "tail" in query else None
-        return _text_reply(self.server.service.logs(args[0], tail))
+        if "tail" not in query:
+            if "limit" in query:
+                raise InputError("give limit with tail or offset", field="limit")
+            return _text_reply(self.server.service.logs(args[0]))
+        tail = _query_count(query, "tail")
+        limit = None
+        if "limit" in query:  # the page's: a log of one endless line must not all come back
+            limit = _query_count(query, "limit", minimum=1, maximum=MAX_LOG_CHUNK)
+        return _text_reply(self.server.service.logs(args[0], tail, limit))
 
     def _shutdown(self, args: list[str]) -> _Reply:
         reply = _json_reply({"status": "stopping"}, HTTPStatus.ACCEPTED)

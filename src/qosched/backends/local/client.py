@@ -75,12 +75,14 @@ class Client:
         path = _job_path(job_id) + "/detail"
         return self._typed(JobDetail.from_json, "GET", path, job_id=job_id)
 
-    def logs(self, job_id: str, tail_lines: int | None = None) -> str:
+    def logs(self, job_id: str, tail_lines: int | None = None, limit: int | None = None) -> str:
         if tail_lines is not None and tail_lines < 0:
             raise InputError(f"expected a whole number >= 0, got {tail_lines}", field="tail")
         path = _job_path(job_id) + "/logs"
         if tail_lines is not None:
             path += f"?tail={tail_lines}"
+            if limit is not None:
+                path += f"&limit={check_count(limit, field='limit', minimum=1)}"
         return self._request("GET", path, job_id=job_id).decode("utf-8", errors="replace")
 
     def read_log(self, job_id: str, offset: int, limit: int | None = None) -> LogChunk:

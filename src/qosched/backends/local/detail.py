@@ -19,6 +19,10 @@ from qosched.core.errors import InputError
 
 RUNNING = Lifecycle.RUNNING.value
 _ENDED_UNFINISHED = FINAL_STATES - {Lifecycle.SUCCEEDED}
+#: What ``read_log_tail`` reads first from the end; it doubles that each time it needs to look
+#: further back, so the work stays linear in what it reads however long the last lines are.
+_TAIL_FIRST_READ = 64 * 1024
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 
 
 def allocation_history(events: Sequence[Event]) -> tuple[HeldAllocation, ...]:
@@ -67,6 +71,38 @@ def job_detail(job: JobView, events: Sequence[Event]) -> JobDetail:
         events=tuple(EventView(e.t, e.kind, e.detail) for e in events),
         slack_s=slack,
     )
+
+
+def read_log_tail(path: Path, lines: int, limit: int | None = None) -> str:
+    """The last ``lines`` lines of the file at ``path`` (split as ``str.splitlines`` splits),
+    each ending in a newline; with ``limit``, only what of them lies in its last ``limit``
+    bytes (the first line then maybe cut). A missing file is an empty log.
+
+    Read from the end: a job's log may be gigabytes, and the web page asks for its tail every
+    few seconds.
+    """
+    if lines <= 0:
+        return ""
+    try:
+        with open(path, "rb") as log:
+            size = os.fstat(log.fileno()).st_size
+            floor = 0 if limit is None else max(size - limit, 0)
+            want = _TAIL_FIRST_READ
+            while True:
+                start = max(size - want, floor)
+                log.seek(start)
+                data = log.read(size - start)
+                if start > 0:  # not half a character
+                    data = data.lstrip(_UTF8_CONTINUATION)
+                found = data.decode(errors="replace").splitlines()
+                # Past the first line, which may have begun before ``start``, are enough lines.
+                if len(found) > lines or start == floor:
+                    break
+                want *= 2
+    except FileNotFoundError:
+        return ""
+    found = found[-lines:]
+    return "\n".join(found) + ("\n" if found else "")
 
 
 def read_log_chunk(path: Path, offset: int, limit: int, *, state: Lifecycle | str) -> LogChunk:

@@ -62,8 +62,9 @@ Command jobs run ``command`` as a child process, pinned to the allocation from i
 instruction, with ``QOSCHED_PROGRESS_FILE`` (``JOB_DIR/command_progress.jsonl``: append
 ``{"iteration": n}`` or ``{"iteration": n, "loss": x}`` lines, flushed, ``n`` whole in
 [0, 2**53); the runner relays them. A line it cannot use (not JSON, a stray ``print``, a number
-out of bounds) is skipped with a ``warning`` event and a line in the job's log, and the job goes
-on: a training script should not die of one bad line),
+out of bounds) is skipped with a line in the job's log and, for the first ``MAX_WARNINGS``
+of a run, a ``warning`` event, and the job goes on: a training script should not die of one
+bad line),
 ``QOSCHED_CPUS`` (comma-separated core ids), ``QOSCHED_GPUS`` and ``CUDA_VISIBLE_DEVICES`` (the
 job's GPU indices, comma-separated; empty for a CPU job, which so sees no GPU at all), with
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA then numbers GPUs as NVML and the scheduler do),
@@ -162,6 +163,11 @@ __all__ = [
 POLL_INTERVAL_S = 0.2  # allocation.json is looked at no more often than this
 REPORT_INTERVAL_S = 0.5  # progress lines are written no more often than this
 COMMAND_WAIT_S = 0.05  # how often a command job's runner wakes to relay, poll and forward
+#: The most warnings of one kind (an unusable line of the command's progress file, an unusable
+#: ``allocation.json``) a run reports as events, before one saying there were more: each is an
+#: entry of the job's audit log, kept in the store and sent to the web page with the job's
+#: detail, and a command writing junk to those files must not add them without bound.
+MAX_WARNINGS = 20
 COMMAND_TERM_GRACE_S = 5.0  # how long a command its runner fails gets to exit after SIGTERM
 PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
 CHECKPOINT_FORMAT = 1
@@ -189,6 +195,21 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum is not None else "nothing"
 
 
+class WarningBudget:
+    """Counts the warnings of one kind in a run, to report at most ``MAX_WARNINGS``."""
+
+    def __init__(self, more: str) -> None:
+        self.more = more  # said once, in place of the first warning over the budget
+        self.count = 0
+
+    def take(self, message: str) -> str | None:
+        """What to report for one more warning: ``message``, ``more`` or nothing."""
+        self.count += 1
+        if self.count <= MAX_WARNINGS:
+            return message
+        return self.more if self.count == MAX_WARNINGS + 1 else None
+
+
 class AllocationWatcher:
     """Applies ``allocation.json`` when it changes; ``current`` is the allocation in force."""
 
@@ -199,6 +220,10 @@ class AllocationWatcher:
         self.current: Allocation | None = None
         self._seen: tuple[int, int, int] | None = None
         self._next_poll = 0.0
+        self._errors = WarningBudget(
+            f"{path.name} could not be applied more than {MAX_WARNINGS} times; "
+            "no more such errors are reported"
+        )
 
     def poll(self, *, iteration: int | None, loss: float | None, force: bool = False) -> bool:
         """True when a new allocation was applied by this call."""
@@ -223,13 +248,11 @@ class AllocationWatcher:
         except (InputError, OSError) as exc:
             message = str(exc) if isinstance(exc, InputError) else f"cannot apply {exc}"
             kept = list(self.current.cpus) if self.current else "the inherited affinity"
-            self.log.write(
-                RunnerEvent.ERROR,
-                iteration=iteration,
-                loss=loss,
-                message=f"{message}; keeping {kept}",
-                fatal=False,
-            )
+            reported = self._errors.take(f"{message}; keeping {kept}")
+            if reported is not None:
+                self.log.write(
+                    RunnerEvent.ERROR, iteration=iteration, loss=loss, message=reported, fatal=False
+                )
             return False
         self.current = allocation
         self.log.cpus = len(allocation.cpus)
@@ -676,6 +699,10 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         version=watcher.current.version if watcher.current else None,
     )
     forwarded = False
+    bad_lines = WarningBudget(
+        f"more than {MAX_WARNINGS} lines of {progress.path.name} could not be used; only the "
+        "job's log names the others"
+    )
     between.reported()  # the first progress event is due a report interval after the start
     while True:
         code = child.poll()
@@ -692,12 +719,14 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         for problem in problems:
             # In the job's log too, where its user looks first.
             print(f"qosched runner: warning: {problem}", file=sys.stderr, flush=True)
-            log.write(
-                RunnerEvent.WARNING,
-                iteration=progress.iteration,
-                loss=progress.loss,
-                message=problem,
-            )
+            reported = bad_lines.take(problem)
+            if reported is not None:
+                log.write(
+                    RunnerEvent.WARNING,
+                    iteration=progress.iteration,
+                    loss=progress.loss,
+                    message=reported,
+                )
         between.follow_allocation(iteration=progress.iteration, loss=progress.loss)
         if progress.unreported and (code is not None or between.report_due()):
             between.report(iteration=progress.iteration, loss=progress.loss)

@@ -403,16 +403,16 @@ class LocalService:
         with self._lock:
             return self._describe(self.store.get(job_id))
 
-    def logs(self, job_id: str, tail_lines: int | None = None) -> str:
+    def logs(self, job_id: str, tail_lines: int | None = None, limit: int | None = None) -> str:
         with self._lock:
             self.store.get(job_id)  # UnknownJobError for a bad id
             path = self.home / "jobs" / job_id / RUNNER_LOG
+        if tail_lines is not None:
+            return detail.read_log_tail(path, tail_lines, limit)
         try:
             lines = path.read_text(errors="replace").splitlines()
         except FileNotFoundError:
             return ""
-        if tail_lines is not None:
-            lines = lines[-tail_lines:] if tail_lines > 0 else []
         return "\n".join(lines) + ("\n" if lines else "")
 
     def cancel(self, job_id: str) -> JobView:

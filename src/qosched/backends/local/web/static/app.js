@@ -6,6 +6,7 @@
 const POLL_MS = 1000; // jobs, status, timeline, usage
 const DETAIL_POLL_MS = 2000; // the selected job's detail, speed and log
 const LOG_TAIL_LINES = 40;
+const LOG_TAIL_BYTES = 64 * 1024; // of a job printing one endless line, only its end
 const USAGE_POINTS = 300; // seconds of machine use kept in the chart
 const FINAL = new Set(["succeeded", "failed", "cancelled", "declined"]);
 const SVG = "http://www.w3.org/2000/svg";
@@ -305,7 +306,7 @@ async function refreshDetail() {
   const path = `/jobs/${encodeURIComponent(jobId)}`;
   const [detail, speed, log] = await Promise.all([
     api("GET", `${path}/detail`), api("GET", `${path}/speed`),
-    api("GET", `${path}/logs?tail=${LOG_TAIL_LINES}`),
+    api("GET", `${path}/logs?tail=${LOG_TAIL_LINES}&limit=${LOG_TAIL_BYTES}`),
   ]);
   if (state.selected !== jobId) return;
   document.getElementById("detail-title").textContent =
