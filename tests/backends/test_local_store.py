@@ -459,3 +459,39 @@ def test_rows_survive_a_killed_writer(tmp_path, kill_after):
 def test_unopenable_path_is_a_store_error(tmp_path):
     with pytest.raises(StoreError, match="cannot open the database"):
         Store(tmp_path / "no-such-dir" / "qosched.db")
+
+
+# --- reading what another process appended ----------------------------------------------------
+
+
+def test_every_event_is_read_again_with_what_another_process_appended(tmp_path):
+    # The web page reads every event each second: the store keeps those it parsed and reads
+    # only the new rows, which another Store on the same file (another process) may add.
+    path = tmp_path / "qosched.db"
+    with Store(path) as mine, Store(path) as theirs:
+        job = mine.submit(SPEC, 1.0)
+        before = mine.events()
+        theirs.add_event(job, 2.0, "note", {"n": 1})
+        mine.add_event(None, 3.0, "service", {"n": 2})
+        theirs.add_event(job, 4.0, "note", {"n": 3})
+        after = mine.events()
+        assert after[: len(before)] == before
+        assert [(e.t, e.kind, dict(e.detail)) for e in after[len(before) :]] == [
+            (2.0, "note", {"n": 1}),
+            (3.0, "service", {"n": 2}),
+            (4.0, "note", {"n": 3}),
+        ]
+        # The same as a fresh reader sees, and as one job's own entries are read.
+        with Store(path) as fresh:
+            assert fresh.events() == after
+        assert mine.events(job) == tuple(e for e in after if e.job_id == job)
+
+
+def test_a_stored_spec_is_read_once_and_its_jobs_listed_from_it(store):
+    first = store.submit(SPEC, 1.0)
+    second = store.submit(SPEC, 2.0)
+    listed = store.list()
+    assert [r.spec for r in listed] == [SPEC, SPEC]
+    again = store.list()
+    assert again[0].spec is listed[0].spec and again[1].spec is listed[1].spec  # not re-read
+    assert store.get(first).spec == SPEC and store.get(second).id == second

@@ -195,6 +195,12 @@ class Store:
         # can be closed by whichever thread calls close().
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        # Read-side caches, so that the web page's polls (every job, every event, each second)
+        # cost what changed rather than the whole history: a job's spec never changes once
+        # stored (kept with the text it was read from), and events are only ever appended.
+        self._specs: dict[str, tuple[str, TrainingJobSpec | None, str | None]] = {}
+        self._events: list[Event] = []
+        self._events_seq = 0
         try:
             # isolation_level=None: no implicit transactions; _write() issues BEGIN IMMEDIATE.
             self._db = sqlite3.connect(
@@ -418,6 +424,8 @@ class Store:
 
     def events(self, job_id: str | None = None) -> tuple[Event, ...]:
         """The audit log in order: one job's entries, or every entry when ``job_id`` is None."""
+        if job_id is None:
+            return self._all_events()
         query = "SELECT job_id, t, kind, detail_json FROM events"
         params: tuple[str, ...] = ()
         if job_id is not None:
@@ -431,6 +439,20 @@ class Store:
             Event(job, t, kind, MappingProxyType(json.loads(detail)))
             for job, t, kind, detail in rows
         )
+
+    def _all_events(self) -> tuple[Event, ...]:
+        """Every entry, those appended since the last call (by any process) read and parsed
+        now. Rows are committed in ``seq`` order (SQLite lets one writer in at a time), so what
+        lies past the last ``seq`` seen is all that is new."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT seq, job_id, t, kind, detail_json FROM events WHERE seq > ? ORDER BY seq",
+                (self._events_seq,),
+            ).fetchall()
+            for seq, job, t, kind, detail in rows:
+                self._events.append(Event(job, t, kind, MappingProxyType(json.loads(detail))))
+                self._events_seq = seq
+            return tuple(self._events)
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -543,6 +565,24 @@ class Store:
             (job_id, t, kind, json.dumps(dict(detail), sort_keys=True)),
         )
 
+    def _spec(self, job_id: str, spec_json: str) -> tuple[TrainingJobSpec | None, str | None]:
+        """The job's spec read from its stored text, or why it does not read (once per text)."""
+        cached = self._specs.get(job_id)
+        if cached is not None and cached[0] == spec_json:
+            return cached[1], cached[2]
+        spec: TrainingJobSpec | None = None
+        spec_error = None
+        try:
+            spec = TrainingJobSpec.from_dict(
+                json.loads(spec_json), source=f"{self.path}: job {job_id}"
+            )
+        except (InputError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # Listed and failed, never run; the other jobs are not held back by it.
+            spec_error = f"its stored spec does not read: {exc}"
+        with self._lock:
+            self._specs[job_id] = (spec_json, spec, spec_error)
+        return spec, spec_error
+
     def _record(self, row: tuple[Any, ...]) -> JobRecord:
         (
             job_id,
@@ -560,15 +600,7 @@ class Store:
             best_effort,
             guaranteed,
         ) = row
-        spec: TrainingJobSpec | None = None
-        spec_error = None
-        try:
-            spec = TrainingJobSpec.from_dict(
-                json.loads(spec_json), source=f"{self.path}: job {job_id}"
-            )
-        except (InputError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-            # Listed and failed, never run; the other jobs are not held back by it.
-            spec_error = f"its stored spec does not read: {exc}"
+        spec, spec_error = self._spec(job_id, spec_json)
         result = None if result_json is None else MappingProxyType(json.loads(result_json))
         return JobRecord(
             id=job_id,
