@@ -298,3 +298,15 @@ def test_the_page_loads_nothing_from_elsewhere(running: Running) -> None:
 @pytest.mark.parametrize("path", ["/timeline", "/usage", "/jobs/j-000001/speed"])
 def test_a_service_without_the_pages_views_answers_501(running: Running, path: str) -> None:
     assert call(running, "GET", path, headers=bearer(running))[0] == 501
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [("0", 400), ("-5", 400), ("1e3", 400), ("31622401", 400), ("", 400), ("3600", 501)],
+)
+def test_the_timeline_window_is_whole_seconds_up_to_a_year(
+    running: Running, query: str, status: int
+) -> None:
+    # Checked before the view is asked (this fake has none: 501 once the window reads).
+    got = call(running, "GET", f"/timeline?window={query}", headers=bearer(running))
+    assert got[0] == status, got[2]

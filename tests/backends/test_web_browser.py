@@ -401,9 +401,11 @@ class FakeDashboard(FakeService):
     """The in-memory service with the page's views, built by the same functions as
     ``LocalService``'s from the fake's events, and a known speed curve."""
 
-    def timeline(self) -> dict[str, Any]:
+    def timeline(self, window_s: float | None = None) -> dict[str, Any]:
         events = [event for job in self.jobs() for event in self.job_detail_events(job.id)]
-        return views.timeline(self.jobs(), events, now=self.clock(), cpus=range(4))
+        return views.timeline(
+            self.jobs(), events, now=self.clock(), cpus=range(4), window_s=window_s
+        )
 
     def job_detail_events(self, job_id: str) -> list[Any]:
         with self._lock:

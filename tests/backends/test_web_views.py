@@ -42,6 +42,23 @@ def test_timeline_has_one_segment_per_allocation_held() -> None:
     assert line["cpus"] == [0, 1] and line["gpus"] == [] and line["now"] == 20.0
 
 
+def test_a_timeline_window_keeps_what_was_held_or_marked_in_it() -> None:
+    # j-1's life ends at 14 s (LIFE); j-2 runs from 1 s and still holds core 1 at 100 s.
+    events = [*LIFE, state("j-2", 1.0, "queued", "running", cpus=[1])]
+    jobs = [job("j-1", "succeeded"), job("j-2", "running")]
+    late = views.timeline(jobs, events, now=100.0, cpus=[0, 1], window_s=50.0)
+    assert [j["id"] for j in late["jobs"]] == ["j-2"]  # j-1 ended 36 s before the window
+    assert late["segments"] == [{"job": "j-2", "from": 1.0, "until": None, "cpus": [1], "gpus": []}]
+    assert late["marks"] == []  # j-2's start is older than the window
+    # A window reaching back to 9 s: j-1's last allocation (10-14 s) and the marks from 9 s on,
+    # and j-1's preemption at 8 s is not.
+    mid = views.timeline(jobs, events, now=100.0, cpus=[0, 1], window_s=91.0)
+    assert [(s["job"], s["from"]) for s in mid["segments"]] == [("j-1", 10.0), ("j-2", 1.0)]
+    assert [(m["t"], m["kind"]) for m in mid["marks"]] == [(10.0, "restart"), (14.0, "succeeded")]
+    whole = views.timeline(jobs, events, now=100.0, cpus=[0, 1])
+    assert len(whole["segments"]) == 4 and len(whole["jobs"]) == 2
+
+
 def test_timeline_marks_start_resize_preemption_restart_and_end() -> None:
     line = views.timeline([job("j-1", "succeeded")], LIFE, now=20.0, cpus=[0, 1])
     assert [(m["t"], m["kind"]) for m in line["marks"]] == [

@@ -31,7 +31,8 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` tak
 ``POST /login-codes``       a new one-time login code -> 201 ``{"code", "url"}``
 ``GET /static/{name}``      the page's script and style sheet
 ``GET /timeline``           every allocation of every job, for the page's Gantt chart
-                            (``qosched.backends.local.web.views.timeline``)
+                            (``qosched.backends.local.web.views.timeline``); ``?window=S``:
+                            only those of the last S seconds (whole, at most a year)
 ``GET /jobs/{id}/speed``    the job's speed against cores: measured and predicted
 ``GET /usage``              per job: cores held and CPU seconds its processes used
 ==========================  ===================================================================
@@ -72,6 +73,8 @@ MAX_BODY_BYTES = 1 << 20
 _MAX_DRAIN_BYTES = 8 * MAX_BODY_BYTES
 #: The most bytes of a log one ``?offset=`` request returns.
 MAX_LOG_CHUNK = 1 << 20
+#: The longest window ``GET /timeline?window=S`` takes: a year of seconds.
+MAX_TIMELINE_WINDOW_S = 366 * 86_400
 SOURCE_HEADER = "X-Qosched-Source"
 LOG_OFFSET_HEADER = "X-Qosched-Log-Offset"
 LOG_COMPLETE_HEADER = "X-Qosched-Log-Complete"
@@ -144,7 +147,7 @@ class DashboardService(Service, Protocol):
     """What the web page needs beyond ``Service``; a service without these methods answers
     their routes with 501."""
 
-    def timeline(self) -> dict[str, Any]:
+    def timeline(self, window_s: float | None = None) -> dict[str, Any]:
         """``GET /timeline``: see ``qosched.backends.local.web.views.timeline``."""
         ...
 
@@ -555,7 +558,11 @@ class _Handler(BaseHTTPRequestHandler):
         return view(*args)
 
     def _timeline(self, args: list[str]) -> _Reply:
-        return _json_reply(self._dashboard("timeline"))
+        query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+        if "window" not in query:
+            return _json_reply(self._dashboard("timeline"))
+        window = _query_count(query, "window", minimum=1, maximum=MAX_TIMELINE_WINDOW_S)
+        return _json_reply(self._dashboard("timeline", window))
 
     def _speed(self, args: list[str]) -> _Reply:
         return _json_reply(self._dashboard("job_speed", args[0]))

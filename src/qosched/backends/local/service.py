@@ -1210,10 +1210,14 @@ class LocalService:
 
     # -- the web page's views (see qosched.backends.local.api.DashboardService) -----------------
 
-    def timeline(self) -> dict[str, Any]:
+    def timeline(self, window_s: float | None = None) -> dict[str, Any]:
         with self._lock:
             return views.timeline(
-                self.jobs(), self.store.events(), now=self.clock(), cpus=self.cores
+                self.jobs(),
+                self.store.events(),
+                now=self.clock(),
+                cpus=self.cores,
+                window_s=window_s,
             )
 
     def job_speed(self, job_id: str) -> dict[str, Any]:

@@ -30,8 +30,12 @@ def timeline(
     now: float,
     cpus: Sequence[int],
     gpus: Sequence[int] = (),
+    window_s: float | None = None,
 ) -> dict[str, Any]:
-    """Every allocation of every job and the moments that changed them.
+    """Every allocation of every job and the moments that changed them; with ``window_s``,
+    only those of the last ``window_s`` seconds (allocations still held then, marks made then,
+    and the jobs they name), which is what the page draws: a service's whole history grows
+    with every job it ever ran.
 
     ``jobs`` are ``Service.jobs``; ``events`` the whole audit log in order. Returns
     ``{"now", "cpus", "gpus", "jobs": [{"id", "name", "state"}], "segments": [{"job", "from",
@@ -43,18 +47,27 @@ def timeline(
     for event in events:
         if event.job_id is not None:
             by_job.setdefault(event.job_id, []).append(event)
+    since = -math.inf if window_s is None else now - window_s
     segments: list[dict[str, Any]] = []
     marks: list[dict[str, Any]] = []
+    shown = []
     for job in jobs:
         own = by_job.get(job.id, [])
-        for held in allocation_history(own):
-            segments.append({"job": job.id, **held.to_json()})
-        marks.extend(_marks(job.id, own))
+        held = [
+            {"job": job.id, **h.to_json()}
+            for h in allocation_history(own)
+            if h.until is None or h.until >= since
+        ]
+        made = [m for m in _marks(job.id, own) if m["t"] >= since]
+        if held or made or window_s is None:
+            segments.extend(held)
+            marks.extend(made)
+            shown.append(job)
     return {
         "now": now,
         "cpus": list(cpus),
         "gpus": list(gpus),
-        "jobs": [{"id": j.id, "name": j.name, "state": j.state.value} for j in jobs],
+        "jobs": [{"id": j.id, "name": j.name, "state": j.state.value} for j in shown],
         "segments": segments,
         "marks": marks,
     }

@@ -6,6 +6,7 @@
 const POLL_MS = 1000; // jobs, status, timeline, usage
 const DETAIL_POLL_MS = 2000; // the selected job's detail, speed and log
 const LOG_TAIL_LINES = 40;
+const TIMELINE_S = 3600; // the Gantt chart's longest span: the service sends only that much
 const LOG_TAIL_BYTES = 64 * 1024; // of a job printing one endless line, only its end
 const USAGE_POINTS = 300; // seconds of machine use kept in the chart
 const FINAL = new Set(["succeeded", "failed", "cancelled", "declined"]);
@@ -174,9 +175,10 @@ function renderTimeline(data) {
   const rows = [...data.cpus.map((c) => ["cpu", c]), ...data.gpus.map((g) => ["gpu", g])];
   const width = Math.max(host.clientWidth || 800, 400), left = 60, right = 10, rowHeight = 22;
   const height = rows.length * rowHeight + 30;
-  // From the first allocation on (at least the last 20 s, at most the last hour).
+  // From the first allocation on (at least the last 20 s, at most TIMELINE_S).
   const end = data.now;
-  const start = Math.max(end - 3600, Math.min(end - 20, ...data.segments.map((s) => s.from)));
+  const first = data.segments.reduce((t, s) => Math.min(t, s.from), end - 20);
+  const start = Math.max(end - TIMELINE_S, first);
   const x = (t) => left + ((t - start) / Math.max(end - start, 1e-9)) * (width - left - right);
   const chart = svg("svg", { width, height, role: "img", "aria-label": "allocations over time" });
   rows.forEach(([kind, id], index) => {
@@ -399,7 +401,8 @@ async function submit(event) {
 async function refresh() {
   try {
     const [status, jobs, timeline, usage] = await Promise.all([
-      api("GET", "/status"), api("GET", "/jobs"), api("GET", "/timeline"), api("GET", "/usage"),
+      api("GET", "/status"), api("GET", "/jobs"), api("GET", `/timeline?window=${TIMELINE_S}`),
+      api("GET", "/usage"),
     ]);
     document.getElementById("policy").textContent = `policy ${status.policy}`;
     renderJobs(jobs, timeline.now);
