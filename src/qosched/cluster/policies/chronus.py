@@ -212,7 +212,7 @@ def _capped_horizons(asks: list[_Ask]) -> list[int]:
     """
     furthest = max(ask.horizon for ask in asks)
     last = [ask for ask in asks if ask.horizon == furthest]
-    before = max((ask.horizon for ask in asks if ask.horizon < furthest), default=1)
+    before = max((ask.horizon for ask in asks if ask.horizon < furthest), default=0)
     cap = min(furthest, max(before, 1) + sum(ask.leases for ask in last))
     return [min(ask.horizon, cap) for ask in asks]
 
