@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qosched.cli.outputs import output_dir, output_file
 from qosched.cluster import importers
@@ -17,6 +17,7 @@ from qosched.cluster.fidelity import FIDELITIES, configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.metrics import Summary, summarize, write_job_csv
 from qosched.cluster.policies import create_policy, policy_names
+from qosched.cluster.policies.chronus import SELECTIONS
 from qosched.cluster.simulator import SimConfig, SimResult, simulate
 from qosched.cluster.spec import RESOURCES, ClusterSpec, read_cluster_spec
 from qosched.cluster.throughput import BUNDLED, ThroughputModel
@@ -95,9 +96,11 @@ def run_policies(
     config: SimConfig,
     show_progress: bool,
     fidelity: str = "sound",
+    policy_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[SimResult]:
     """Run each policy on the trace, with a progress bar on stderr when asked; ``fidelity``
-    as in :mod:`qosched.cluster.fidelity`."""
+    as in :mod:`qosched.cluster.fidelity`; ``policy_options`` a policy's own options by its
+    name."""
     results = []
     if show_progress:
         from rich.progress import (
@@ -129,7 +132,8 @@ def run_policies(
                     if done % 50 == 0 or done == total:
                         progress.update(task, completed=done)
 
-            policy, policy_config = configure(name, fidelity, config)
+            options = (policy_options or {}).get(name)
+            policy, policy_config = configure(name, fidelity, config, options)
             results.append(
                 simulate(cluster, throughputs, policy, trace, policy_config, on_progress)
             )
@@ -304,6 +308,14 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
         "policy and the simulator behave as the peers' published artifacts do (restart "
         "overheads, 60 s decision slot, admission, sizing); see docs/results/fidelity.md",
     )
+    parser.add_argument(
+        "--chronus-selection",
+        choices=SELECTIONS,
+        default="greedy",
+        help="how chronus picks the guaranteed jobs' leases at each boundary: greedy (default; "
+        "the ElasticFlow artifact's path without Gurobi) or mip (its MIP, here solved by HiGHS, "
+        "the greedy selection where it finds no plan)",
+    )
     _add_sim_options(parser)
     parser.set_defaults(run=run_sim_cluster)
 
@@ -343,6 +355,7 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
         config,
         show_progress=sys.stderr.isatty(),
         fidelity=args.fidelity,
+        policy_options={"chronus": {"selection": args.chronus_selection}},
     )
     title = f"{Path(args.trace).name}: {len(trace.jobs)} jobs on {cluster.describe()}"
     report(results, as_json=args.json, title=title, plot_dir=args.plot, jobs_csv_dir=args.jobs_csv)

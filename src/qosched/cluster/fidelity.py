@@ -123,18 +123,22 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
 OTHERS_RESTART_MODEL = "every-decision"
 
 
-def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimConfig]:
-    """The policy called ``name`` and the simulator configuration to run it with."""
+def configure(
+    name: str, fidelity: str, config: SimConfig, options: Mapping[str, Any] | None = None
+) -> tuple[Policy, SimConfig]:
+    """The policy called ``name`` and the simulator configuration to run it with; ``options``
+    are the policy's own (``chronus``'s ``selection``), over those the fidelity sets."""
+    options = options or {}
     if fidelity not in FIDELITIES:
         raise InputError(
             f"unknown fidelity {fidelity!r}; use {' or '.join(FIDELITIES)}", field="--fidelity"
         )
     if fidelity == "sound":
-        return create_policy(name), config
+        return create_policy(name, **options), config
     # The artifact's simulation speeds come from the tables alone: a split job is not slowed.
     peer = ARTIFACT_PEERS.get(name)
     if peer is None:
-        return create_policy(name), replace(
+        return create_policy(name, **options), replace(
             config,
             restart_model=OTHERS_RESTART_MODEL,
             decision_slot_s=ARTIFACT_SLOT_S,
@@ -156,4 +160,4 @@ def configure(name: str, fidelity: str, config: SimConfig) -> tuple[Policy, SimC
         overhead_cache=peer.overhead_cache,
         forgive_overhead=peer.forgive_overhead,
     )
-    return create_policy(name, **peer.options), artifact_config
+    return create_policy(name, **{**peer.options, **options}), artifact_config

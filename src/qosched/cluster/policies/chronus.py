@@ -18,6 +18,11 @@ first: running early can only shorten their plans, whereas the artifact leaves t
 idle. ``credit_waited_lease`` reproduces its progress accounting, which credits a guaranteed job
 that starts a lease after waiting with a lease of work it did not do, and ``charge_resumes`` its
 resume cost, which it counts at every lease a job runs on spare workers.
+
+``selection="mip"`` takes the artifact's other path, the one it takes with Gurobi and the one
+the Chronus paper describes: at every boundary a MIP (`select_leases`) plans every guaranteed
+job's leases afresh, all at once, and falls back to the greedy selection only when it finds no
+plan.
 """
 
 from __future__ import annotations
@@ -26,10 +31,16 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.state import ClusterView, Decision, JobState
 
 SPARE_RULES = ("all", "artifact")
+SELECTIONS = ("greedy", "mip")
+MIP_OBJECTIVES = ("minimize", "maximize")
+#: The artifact's time limit for one lease selection MIP (``MIPSolver.job_selection``).
+MIP_TIME_LIMIT_S = 5.0
 #: The artifact's per-resume cost per worker-doubling (checkpoint 0.1 s + resume 0.4 s), spread
 #: over a lease, and the margin it pads estimates with (``time_aware_with_lease.py``).
 _RESUME_COST_S = 0.5
@@ -131,6 +142,81 @@ def pack(asks: list[_Ask], free: LeaseFree) -> dict[str, list[int]] | None:
     return plans
 
 
+def select_leases(
+    asks: list[_Ask], capacity: int, objective: str, time_limit_s: float = MIP_TIME_LIMIT_S
+) -> dict[str, list[int]] | None:
+    """The artifact's lease selection MIP (``MIPSolver.job_selection``), solved by HiGHS.
+
+    Every ask takes exactly its ``leases`` of the leases before its horizon (binary X[ask,
+    lease]), no lease holds more than ``capacity`` workers at the asks' packing sizes, and the
+    workers the asks take in the current lease (lease 0) are minimised or maximised
+    (``objective``), weighted by size over capacity as the artifact weighs them. Returns each
+    ask's plan, the leases counted from the current one, ascending, or None when the MIP is
+    infeasible or the time limit passes before a plan is found.
+    """
+    # NOTE: imported here: scipy.optimize is slow to load, and every `qosched sim cluster` run
+    # that never selects by MIP would pay for it (bench/cluster_sim_speed.py times the command).
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_array
+
+    if objective not in MIP_OBJECTIVES:
+        raise ValueError(f"unknown MIP objective {objective!r}; use {', '.join(MIP_OBJECTIVES)}")
+    if not asks:
+        return {}
+    if any(ask.leases > ask.horizon or ask.size > capacity for ask in asks):
+        return None
+    horizons = _capped_horizons(asks)
+    offsets = np.concatenate(([0], np.cumsum(horizons)))
+    n = int(offsets[-1])
+    # One row per ask: its leases sum to what it needs. The artifact's option variables S are
+    # left out: each job has a single deadline, so its group's "exactly one option" fixes S = 1.
+    rows = np.repeat(np.arange(len(asks)), horizons)
+    leases = np.arange(n) - np.repeat(offsets[:-1], horizons)
+    sizes = np.repeat([float(ask.size) for ask in asks], horizons)
+    need = np.array([float(ask.leases) for ask in asks])
+    sums = coo_array((np.ones(n), (rows, np.arange(n))), shape=(len(asks), n))
+    loads = coo_array((sizes, (leases, np.arange(n))), shape=(max(horizons), n))
+    # The artifact adds the term with a plus for "maximize" and a minus for "minimize" to an
+    # objective it maximises; milp minimises.
+    sign = 1.0 if objective == "minimize" else -1.0
+    cost = np.zeros(n)
+    cost[offsets[:-1]] = sign * np.array([ask.size for ask in asks]) / capacity
+    result = milp(
+        cost,
+        integrality=np.ones(n),
+        bounds=Bounds(0.0, 1.0),
+        constraints=[
+            LinearConstraint(sums.tocsr(), need, need),
+            LinearConstraint(loads.tocsr(), -np.inf, float(capacity)),
+        ],
+        options={"time_limit": time_limit_s},
+    )
+    if result.x is None:
+        return None
+    taken = result.x > 0.5
+    return {
+        ask.job_id: [int(lease) for lease in np.flatnonzero(taken[offsets[i] : offsets[i + 1]])]
+        for i, ask in enumerate(asks)
+    }
+
+
+def _capped_horizons(asks: list[_Ask]) -> list[int]:
+    """Each ask's horizon, those reaching furthest cut to the leases they can need there.
+
+    Past the furthest of the other horizons only the asks with the furthest horizon can take a
+    lease, and the leases there are alike to the objective (only lease 0 counts) and hold any one
+    ask each (its size is at most the capacity). So as many leases as those asks need in all,
+    counted from there, admit every plan the full horizon admits: without the cut, one deadline
+    a million leases ahead (`pack`'s test) would make a million-variable MIP. Lease 0 is kept
+    out of the cut: what those asks take there is what the objective weighs.
+    """
+    furthest = max(ask.horizon for ask in asks)
+    last = [ask for ask in asks if ask.horizon == furthest]
+    before = max((ask.horizon for ask in asks if ask.horizon < furthest), default=0)
+    cap = min(furthest, max(before, 1) + sum(ask.leases for ask in last))
+    return [min(ask.horizon, cap) for ask in asks]
+
+
 @register("chronus")
 class Chronus(Policy):
     """Chronus: lease-based deadline admission, latest-fit lease plans, spare workers lent out."""
@@ -144,11 +230,17 @@ class Chronus(Policy):
         boundary_clock: bool = False,
         credit_waited_lease: bool = False,
         charge_resumes: bool = False,
+        selection: str = "greedy",
+        mip_time_limit_s: float = MIP_TIME_LIMIT_S,
     ) -> None:
         if not math.isfinite(lease_s) or lease_s <= 0:
             raise ValueError(f"lease_s must be finite and > 0, got {lease_s}")
         if spare not in SPARE_RULES:
             raise ValueError(f"unknown spare rule {spare!r}; use {', '.join(SPARE_RULES)}")
+        if selection not in SELECTIONS:
+            raise ValueError(f"unknown selection {selection!r}; use {', '.join(SELECTIONS)}")
+        if not math.isfinite(mip_time_limit_s) or mip_time_limit_s <= 0:
+            raise ValueError(f"mip_time_limit_s must be finite and > 0, got {mip_time_limit_s}")
         self.lease_s = lease_s
         self.spare = spare
         # True: a boundary decided late (no decision came at it: the cluster was empty) judges
@@ -164,6 +256,15 @@ class Chronus(Policy):
         # lease after waiting, pays the artifact's resume cost, 0.5 s x (1 + log2 workers),
         # as the artifact counts resumes (a job on spare workers resumes at every boundary).
         self.charge_resumes = charge_resumes
+        # "mip": every boundary replans all guaranteed jobs with `select_leases`, the greedy
+        # selection only where that finds no plan (the artifact's ``flush_lease_jobs``).
+        self.selection = selection
+        self.mip_time_limit_s = mip_time_limit_s
+        # The artifact's ``adaptive`` MIP objective: minimise the guaranteed workers in the
+        # current lease while some deadline job it does not guarantee can still meet its
+        # deadline (they get the spare workers), else maximise them. Counted at the end of each
+        # boundary, for the next, as the artifact counts ``number_of_accepted``.
+        self._others_hopeful = False
         # For the decision at the current boundary.
         self._credit: dict[str, float] = {}
         self._charge: dict[str, float] = {}
@@ -211,12 +312,11 @@ class Chronus(Policy):
                 self._shrink(state, alive[state_id])
                 if state.leases_left <= 0 and not state.plan:
                     state.guaranteed, state.overrun, state.plan = False, True, None
+        if self.selection == "mip" and self._select_by_mip(alive, index, total):
+            waiting = []
+        else:
+            waiting = self._waiting(alive, index)
         free = self._promised_free(total)
-        waiting = [
-            self._ask(alive[j], s, index)
-            for j, s in self._jobs.items()
-            if s.guaranteed and s.plan is None and s.leases_left > 0
-        ]
         # One at a time, as the artifact's greedy selection does: a job that no longer fits loses
         # its guarantee and leaves the leases it would have taken to the others. Each plan is
         # packed against the leases the plans before it in this loop took at their packing
@@ -250,8 +350,15 @@ class Chronus(Policy):
             self._credit = dict.fromkeys(resumed, self.lease_s)
         self._held.pop(current, None)
         self._base = current + 1
-        self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
+        judged = self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
         lent = self._lend_spare(view, alive, dict(workers), total)
+        if self.selection == "mip":
+            self._others_hopeful = any(
+                not s.guaranteed
+                and alive[j].spec.deadline_s is not None
+                and (j in judged or not self._past_hope(view, alive[j], s))
+                for j, s in self._jobs.items()
+            )
         if self.charge_resumes:
             for job_id, g in lent.items():
                 if job_id in resumed or job_id not in workers:
@@ -260,20 +367,49 @@ class Chronus(Policy):
                     self._jobs[job_id].charged_s += cost
         self._workers = lent
 
+    def _waiting(self, alive: dict[str, JobState], index: int) -> list[_Ask]:
+        """The guaranteed jobs still without a plan."""
+        return [
+            self._ask(alive[j], s, index)
+            for j, s in self._jobs.items()
+            if s.guaranteed and s.plan is None and s.leases_left > 0
+        ]
+
+    def _select_by_mip(self, alive: dict[str, JobState], index: int, total: int) -> bool:
+        """Replan every guaranteed job at once with `select_leases`; False, changing nothing,
+        where it finds no plan (the artifact's MIP then yields None values, its use of them
+        raises and its bare ``except`` takes the greedy selection)."""
+        jobs = {j: s for j, s in self._jobs.items() if s.guaranteed and s.leases_left > 0}
+        if not jobs:
+            return True
+        objective = "minimize" if self._others_hopeful else "maximize"
+        asks = [self._ask(alive[j], s, index) for j, s in jobs.items()]
+        plans = select_leases(asks, total, objective, self.mip_time_limit_s)
+        if plans is None:
+            return False
+        for job_id, state in jobs.items():
+            self._release(state.plan or (), state.workers)
+            state.plan = [self._base + lease for lease in plans[job_id]]
+            self._hold(state.plan, state.workers)
+        return True
+
     def _admit_arrivals(
         self, alive: dict[str, JobState], index: int, total: int, boundary_s: float
-    ) -> None:
+    ) -> set[str]:
         """Judge the arrivals against the leases from ``index`` on, in arrival order (with
-        ``boundary_clock``, only those from before the boundary at ``boundary_s``)."""
+        ``boundary_clock``, only those from before the boundary at ``boundary_s``); returns
+        the ids judged."""
         later = [
             job
             for job in self._arrivals
             if self.boundary_clock and job.spec.submit_s > boundary_s + _EPS
         ]
         waiting = {job.job_id for job in later}
+        judged: set[str] = set()
         for job in self._arrivals:
             if job.job_id not in alive or job.job_id in waiting:
                 continue
+            judged.add(job.job_id)
             rate = job.curve.rate(job.spec.requested_workers)
             g = job.spec.requested_workers
             coef = 1 + (1 + math.log2(g)) * _RESUME_COST_S / self.lease_s
@@ -289,6 +425,7 @@ class Chronus(Policy):
             ]
             state.guaranteed = pack(asks, self._promised_free(total)) is not None
         self._arrivals = later
+        return judged
 
     def _ask(self, job: JobState, state: _Lease, index: int) -> _Ask:
         deadline = job.spec.deadline_s
@@ -362,16 +499,21 @@ class Chronus(Policy):
         if state.guaranteed:  # only under spare="all": promised work next, by deadline
             return (1, job.spec.deadline_s or math.inf, job.spec.submit_s)
         deadline = job.spec.deadline_s
-        done_s = self._done_s(job, state)
-        planned_left_s = state.estimate_s - done_s
-        if (
-            deadline is None
-            or deadline >= view.now + job.spec.iterations / job.curve.rate(g) - done_s
-        ):
+        planned_left_s = state.estimate_s - self._done_s(job, state)
+        if not self._past_hope(view, job, state):
             return (2, planned_left_s * g, job.spec.submit_s)
+        assert deadline is not None  # a job without one is never past hope
         if self.spare == "artifact":
             return (3, -(view.now + planned_left_s - deadline) * g, job.spec.submit_s)
         return (3, planned_left_s * g, job.spec.submit_s)
+
+    def _past_hope(self, view: ClusterView, job: JobState, state: _Lease) -> bool:
+        """Whether a deadline job can no longer meet it on its own workers (the artifact's
+        ``LOWEST``)."""
+        deadline = job.spec.deadline_s
+        g = job.spec.requested_workers
+        left_s = job.spec.iterations / job.curve.rate(g) - self._done_s(job, state)
+        return deadline is not None and deadline < view.now + left_s
 
     @staticmethod
     def _done_s(job: JobState, state: _Lease) -> float:
