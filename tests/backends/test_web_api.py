@@ -310,3 +310,23 @@ def test_the_timeline_window_is_whole_seconds_up_to_a_year(
     # Checked before the view is asked (this fake has none: 501 once the window reads).
     got = call(running, "GET", f"/timeline?window={query}", headers=bearer(running))
     assert got[0] == status, got[2]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("HEAD", "/healthz", 405), ("OPTIONS", "/jobs", 405), ("BREW", "/", 501)],
+)
+def test_methods_no_route_takes_are_answered_in_the_services_form(
+    running: Running, method: str, path: str, status: int
+) -> None:
+    # Before: Python's default HTML error page, without the service's headers.
+    got, response, body = call(running, method, path, headers=bearer(running))
+    assert got == status
+    assert response.getheader("Content-Type") == "application/json"
+    assert response.getheader("X-Content-Type-Options") == "nosniff"
+    assert response.getheader("Cache-Control") == "no-store"
+    assert response.getheader("Access-Control-Allow-Origin") is None
+    if method == "HEAD":
+        assert body == b"" and response.getheader("Allow") == "GET"
+    else:
+        assert json.loads(body)["error"]

@@ -41,7 +41,9 @@ Errors are ``{"error": message}``: 400 bad input (with ``reason``, ``source``, `
 ``field`` when known), 401 no or wrong token, 403 a foreign ``Host`` or ``Origin``, or a
 missing or wrong CSRF token, 404 unknown job or route, 405 wrong method,
 408 a body that stops arriving for ``_Handler.timeout`` seconds, 411 no ``Content-Length``,
-413 a body over 1 MiB, 500 a failure of the service.
+413 a body over 1 MiB, 500 a failure of the service, 501 a method no HTTP server here knows
+(``HEAD`` and ``OPTIONS`` get 405: no route takes them, and no cross-origin request is ever
+allowed).
 """
 
 from __future__ import annotations
@@ -447,6 +449,20 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._dispatch()
 
+    def do_HEAD(self) -> None:
+        self._dispatch()  # no route takes it: 405 naming the methods, and no body
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch()  # no CORS preflight is ever granted: 405
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What the server itself refuses (a method no route knows, a malformed request line, a
+        path too long) in the service's form: JSON, with its security headers, not the default
+        HTML page."""
+        status = HTTPStatus(code)
+        headers = {"Connection": "close"}
+        self._send(_json_reply({"error": message or status.phrase}, status, headers))
+
     # --- routes ----------------------------------------------------------------------------------
 
     def _healthz(self, args: list[str]) -> _Reply:
@@ -759,7 +775,8 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(reply.body)
+        if getattr(self, "command", None) != "HEAD":  # a HEAD answer has headers only
+            self.wfile.write(reply.body)
 
     def _log_traceback(self) -> None:
         sys.stderr.write(f"qosched api: {self.command} {self.path} failed:\n")
