@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +116,48 @@ def test_measured_speeds_average_each_core_count_within_its_allocations() -> Non
         {"cpus": 1, "rate": 5.0, "seconds": 6.0},
         {"cpus": 2, "rate": pytest.approx(40 / 3), "seconds": 3.0},
     ]
+
+
+def _speeds_by_scanning(samples, allocations):
+    """The rule of ``measured_speeds`` written out plainly: every sample tested against every
+    allocation."""
+    totals: dict[int, list[float]] = {}
+    for held in allocations:
+        inside = [
+            s for s in samples if s.t >= held.start and (held.until is None or s.t <= held.until)
+        ]
+        for before, after in itertools.pairwise(inside):
+            dt, di = after.t - before.t, after.iteration - before.iteration
+            if dt > 0 and di >= 0 and after.cpus == before.cpus and after.cpus > 0:
+                totals.setdefault(after.cpus, [0.0, 0.0])
+                totals[after.cpus][0] += dt
+                totals[after.cpus][1] += di
+    return sorted((c, i / t) for c, (t, i) in totals.items() if t > 0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_measured_speeds_agree_with_a_plain_scan_on_generated_histories(seed: int) -> None:
+    rng = random.Random(seed)
+    t, iteration, samples, allocations = 0.0, 0, [], []
+    for _ in range(rng.randint(1, 12)):  # allocations, some with gaps between them
+        start = t + rng.choice([0.0, rng.uniform(0, 5)])
+        cpus = rng.randint(1, 4)
+        until = start + rng.uniform(0, 30)
+        t = start
+        while t < until:
+            samples.append(ProgressSample(t, iteration, cpus))
+            t += rng.choice([0.0, rng.uniform(0.1, 3)])
+            iteration += rng.randint(-1, 20) if rng.random() < 0.1 else rng.randint(0, 20)
+        allocations.append(HeldAllocation(start, until, tuple(range(cpus)), ()))
+    if rng.random() < 0.5:
+        allocations[-1] = HeldAllocation(allocations[-1].start, None, allocations[-1].cpus, ())
+    if seed % 5 == 0 and len(samples) > 2:  # the clock stepped back once
+        i = rng.randrange(1, len(samples))
+        samples[i] = ProgressSample(samples[i - 1].t - 1.0, samples[i].iteration, samples[i].cpus)
+    got = views.measured_speeds(samples, allocations)
+    want = _speeds_by_scanning(samples, allocations)
+    assert [r["cpus"] for r in got] == [cpus for cpus, _ in want]
+    assert [r["rate"] for r in got] == pytest.approx([rate for _, rate in want])
 
 
 def test_measured_speeds_skip_a_restart_from_a_checkpoint() -> None:

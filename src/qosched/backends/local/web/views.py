@@ -8,6 +8,7 @@ build the same answer from the same facts; ``LocalService`` calls them under its
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import os
@@ -114,9 +115,18 @@ def measured_speeds(
     ``[{"cpus", "rate", "seconds"}]`` by core count, ``seconds`` being how long it was measured.
     """
     totals: dict[int, list[float]] = {}
+    times = [s.t for s in samples]
+    # Samples come in the order they were stored, in time unless the clock stepped back: then
+    # each allocation's samples are found in one pass over all of them, else by bisection (a
+    # long job re-sized hundreds of times has tens of thousands of samples).
+    ordered = all(a <= b for a, b in itertools.pairwise(times))
     for held in allocations:
         start, until = held.start, held.until
-        inside = [s for s in samples if s.t >= start and (until is None or s.t <= until)]
+        if ordered:
+            last = len(times) if until is None else bisect.bisect_right(times, until)
+            inside = samples[bisect.bisect_left(times, start) : last]
+        else:
+            inside = [s for s in samples if s.t >= start and (until is None or s.t <= until)]
         for before, after in itertools.pairwise(inside):
             dt, di = after.t - before.t, after.iteration - before.iteration
             if dt <= 0 or di < 0 or after.cpus != before.cpus or after.cpus <= 0:
