@@ -77,6 +77,7 @@ def test_an_encoder_decoder_gets_decoder_inputs_and_runs_both_stacks():
     [
         ("whisper", [(2, 80, 3000), (2, 128)]),  # log-mel frames of 30 s, decoder tokens
         ("wav2vec2", [(2, 16000)]),  # one second of samples
+        ("speech_to_text", [(2, 3000, 80), (2, 128)]),  # 30 s of filterbank frames, frames first
         ("clip", [(2, 77), (2, 3, 224, 224)]),  # tokens up to its 77 positions, and images
         ("llama", [(2, 128)]),
     ],

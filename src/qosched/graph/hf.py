@@ -9,6 +9,7 @@ inputs for what the model reads:
 - images: ``(batch, channels, size, size)`` at the configuration's size;
 - speech as samples (wav2vec2, HuBERT): one second at 16 kHz, ``(batch, 16000)``;
 - speech as features (Whisper): ``(batch, mel bins, frames)`` for the encoder's 30 s window;
+  Speech2Text reads the same 30 s frames first, ``(batch, 3000, features)``;
 - an encoder-decoder (T5, BART, Whisper) also gets decoder token ids ``(batch, seq)`` (capped at
   its target positions): one teacher-forced pass, the cost of scoring a sequence;
 - a text-and-image model (CLIP and its kind) gets both token ids and images.
@@ -118,6 +119,10 @@ def _tensor(name: str, config: Any, spec: str, batch: int, seq: int) -> torch.Te
     if name == "input_values":
         return torch.randn(batch, AUDIO_SAMPLES)
     if name == "input_features":
+        per_channel = getattr(config, "input_feat_per_channel", None)
+        if per_channel is not None:  # Speech2Text reads frames first: (batch, frames, features)
+            features = per_channel * getattr(config, "input_channels", 1)
+            return torch.randn(batch, WHISPER_FRAMES, features)
         frames = 2 * getattr(config, "max_source_positions", WHISPER_FRAMES // 2)
         return torch.randn(batch, getattr(config, "num_mel_bins", 80), frames)
     raise InputError(
