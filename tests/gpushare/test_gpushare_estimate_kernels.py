@@ -86,6 +86,23 @@ def test_views_launch_nothing_and_copies_launch_one_kernel():
     assert k.bytes == 2 * x.bytes and k.flops == 0
 
 
+@pytest.mark.parametrize(
+    "target", ["aten._grouped_mm.default", "transformers.grouped_mm_fallback.default"]
+)
+def test_a_grouped_matmul_of_experts_is_a_gemm(target):
+    tokens, experts, k, n = 4096, 8, 1024, 1024
+    op = operator(
+        target,
+        "compute",
+        [meta(tokens, k), meta(experts, k, n), meta(experts, dtype="int64")],
+        [meta(tokens, n)],
+        flops=2 * tokens * k * n,
+    )
+    assert kernel_class(op) == "gemm"
+    (k1,) = kernels(op)
+    assert k1.bound == "compute" and k1.flops == 2 * tokens * k * n
+
+
 def test_addmm_with_one_row_copies_the_bias_then_runs_a_gemv():
     op = operator(
         "aten.addmm.default",

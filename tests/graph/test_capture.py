@@ -55,6 +55,26 @@ def test_conv_flops_and_bytes_by_hand():
     assert conv.param_bytes == (16 * 3 * 3 * 3 + 16) * 4
 
 
+class _Experts(nn.Module):
+    """A mixture of experts' matmul: 4 experts, each (32 -> 48), tokens sorted by expert."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(4, 32, 48, dtype=torch.bfloat16))
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return torch._grouped_mm(x, self.weight, offs=offsets)
+
+
+def test_grouped_matmul_of_experts_counts_each_token_through_its_expert():
+    with torch.device("meta"):
+        model, x = _Experts(), torch.empty(20, 32, dtype=torch.bfloat16)
+        offsets = torch.empty(4, dtype=torch.int32)
+    (grouped,) = _compute_ops(capture(model, (x, offsets)), "aten._grouped_mm.default")
+    assert grouped.kind == "compute"
+    assert grouped.flops == 2 * 20 * 32 * 48  # 20 tokens, each one 32-by-48 matmul
+
+
 def test_elementwise_counts_one_flop_per_output_element():
     with torch.device("meta"):
         model, x = nn.ReLU(), torch.empty(8, 64)

@@ -77,8 +77,10 @@ def test_an_encoder_decoder_gets_decoder_inputs_and_runs_both_stacks():
     [
         ("whisper", [(2, 80, 3000), (2, 128)]),  # log-mel frames of 30 s, decoder tokens
         ("wav2vec2", [(2, 16000)]),  # one second of samples
+        ("speech_to_text", [(2, 3000, 80), (2, 128)]),  # 30 s of filterbank frames, frames first
         ("clip", [(2, 77), (2, 3, 224, 224)]),  # tokens up to its 77 positions, and images
         ("llama", [(2, 128)]),
+        ("xlnet", [(2, 128)]),  # relative positions: its limit of -1 is no limit
     ],
 )
 def test_speech_and_two_tower_models_get_inputs_of_each_kind(model_type, shapes):
@@ -98,3 +100,22 @@ def test_a_model_needing_a_missing_library_is_named(monkeypatch):
     monkeypatch.setattr(transformers.AutoModel, "from_config", needs_timm)
     with pytest.raises(InputError, match="needs another library for it: TimmBackbone requires"):
         hf_model("hf:bert")
+
+
+def test_a_default_configuration_that_builds_no_model_is_an_input_error(monkeypatch):
+    import transformers
+
+    def no_vocabulary(config):  # what ESM's default configuration (vocab_size=None) raises
+        raise TypeError("empty(): argument 'size' (position 1) must be tuple of ints")
+
+    monkeypatch.setattr(transformers.AutoModel, "from_config", no_vocabulary)
+    with pytest.raises(InputError, match="cannot build it from its default configuration"):
+        hf_model("hf:bert")
+
+
+def test_a_multimodal_model_builds_its_language_model_without_a_cache():
+    # LLaVA's language model reads use_cache from its text configuration; with the cache on, it
+    # returns a DynamicCache, which torch.export cannot return.
+    model, inputs = hf_model("hf:llava")
+    assert model.config.text_config.use_cache is False
+    assert [tuple(t.shape) for t in inputs] == [(1, 128), (1, 3, 336, 336)]

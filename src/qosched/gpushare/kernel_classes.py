@@ -137,7 +137,11 @@ def kernel_classes() -> Mapping[str, ClassFn]:
 _TARGET_CLASS: Mapping[str, str] = MappingProxyType(
     {
         **dict.fromkeys(
-            ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot"), "gemm"
+            (
+                *("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot"),
+                *("_grouped_mm", "grouped_mm_fallback"),  # experts of a mixture, one launch
+            ),
+            "gemm",
         ),
         **dict.fromkeys(
             ("convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution"),
@@ -182,9 +186,10 @@ _TARGET_CLASS: Mapping[str, str] = MappingProxyType(
 
 
 def _base(target: str) -> str:
-    """``"aten.addmm.default"`` -> ``"addmm"``."""
+    """``"aten.addmm.default"`` -> ``"addmm"``; a library's operator too
+    (``"transformers.grouped_mm_fallback.default"`` -> ``"grouped_mm_fallback"``)."""
     parts = target.split(".")
-    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else parts[0]
+    return parts[1] if len(parts) == 3 or (len(parts) >= 2 and parts[0] == "aten") else parts[0]
 
 
 def kernel_class(op: Operator) -> str:

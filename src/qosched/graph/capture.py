@@ -10,6 +10,8 @@ FLOP rule, per operator (see :func:`operator_flops`):
   attention) counts what that formula says: ``2 * M * N * K`` for a matmul (a multiply and an add
   per MAC; the bias add of ``addmm`` is not counted), ``2 * N * Cout * Hout * Wout * Cin/groups *
   kh * kw`` for a convolution;
+* a grouped matmul (a mixture of experts: each token through the experts it was routed to) has
+  no formula there and counts ``2 * K`` per output element (see :func:`grouped_mm_flops`);
 * an elementwise operator (ATen tag ``pointwise``, and inference batch norm, which is a per-channel
   scale and shift) counts one FLOP per output element;
 * a reduction (ATen tag ``reduction``, softmax, layer norm) counts one FLOP per input element;
@@ -62,6 +64,26 @@ _REDUCTION_OPS = frozenset(
     {aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.native_group_norm}
 )
 
+
+def grouped_mm_flops(
+    a: torch.Tensor, b: torch.Tensor, *args: Any, out_val: Any, **kwargs: Any
+) -> int:
+    """``aten._grouped_mm`` and ``transformers::grouped_mm_fallback``: rows of ``a`` (tokens sorted
+    by expert) times their group's ``(K, N)`` slice of ``b``; every output element is a K-long dot
+    product. Both 2-D (groups along K) is the weight-gradient form: K is split among the groups."""
+    k = a.shape[-1]
+    if a.dim() == 2 and b.dim() == 2:
+        return 2 * a.shape[0] * b.shape[1] * k
+    return 2 * out_val.numel() * k
+
+
+# FLOP formulas for operators ``flop_registry`` lacks, keyed by the operator's qualified name
+# (a library's custom operator may not be loaded, so not by the operator object).
+_FLOP_FORMULAS: dict[str, Callable[..., int]] = {
+    "aten::_grouped_mm": grouped_mm_flops,
+    "transformers::grouped_mm_fallback": grouped_mm_flops,
+}
+
 _VALUE_KINDS = {
     InputKind.PARAMETER: "parameter",
     InputKind.BUFFER: "buffer",
@@ -82,6 +104,12 @@ def tensor_meta(t: torch.Tensor) -> TensorMeta:
     return TensorMeta(shape, str(t.dtype).removeprefix("torch."), numel * t.dtype.itemsize)
 
 
+def _qualified_name(target: Any) -> str:
+    """``"aten::_grouped_mm"`` for an ATen or custom operator overload, else ``""``."""
+    name = getattr(target, "name", None)
+    return name() if callable(name) else ""
+
+
 def operator_kind(target: Any) -> str:
     """Kind of an fx call_function target (see :mod:`qosched.graph.ir`)."""
     if target is operator.getitem:
@@ -89,7 +117,7 @@ def operator_kind(target: Any) -> str:
     packet = getattr(target, "overloadpacket", None)
     if packet is None:
         return OTHER
-    if packet in flop_registry:
+    if packet in flop_registry or _qualified_name(target) in _FLOP_FORMULAS:
         return COMPUTE
     tags = getattr(target, "tags", ())
     if getattr(target, "is_view", False) or packet in _COPY_OPS:
@@ -112,7 +140,9 @@ def operator_flops(
 ) -> int:
     """FLOPs of one operator; ``args``/``kwargs``/``out`` hold fake tensors. Rule: module doc."""
     if kind == COMPUTE:
-        return int(flop_registry[target.overloadpacket](*args, out_val=out, **kwargs))
+        packet = target.overloadpacket
+        formula = flop_registry.get(packet) or _FLOP_FORMULAS[_qualified_name(target)]
+        return int(formula(*args, out_val=out, **kwargs))
     if kind == ELEMENTWISE:
         return sum(m.numel for m in outputs[:1])
     if kind == REDUCTION:

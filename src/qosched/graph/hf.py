@@ -9,6 +9,7 @@ inputs for what the model reads:
 - images: ``(batch, channels, size, size)`` at the configuration's size;
 - speech as samples (wav2vec2, HuBERT): one second at 16 kHz, ``(batch, 16000)``;
 - speech as features (Whisper): ``(batch, mel bins, frames)`` for the encoder's 30 s window;
+  Speech2Text reads the same 30 s frames first, ``(batch, 3000, features)``;
 - an encoder-decoder (T5, BART, Whisper) also gets decoder token ids ``(batch, seq)`` (capped at
   its target positions): one teacher-forced pass, the cost of scoring a sequence;
 - a text-and-image model (CLIP and its kind) gets both token ids and images.
@@ -39,8 +40,9 @@ def hf_model(
     spec: str, batch: int = 1, device: str = "meta", seq: int = 128
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The model and example inputs for ``hf:<model_type>``; InputError when ``transformers``
-    (or a library it needs for this model) is missing, the type is unknown, or its inputs are
-    of a kind not listed in the module docstring."""
+    (or a library it needs for this model) is missing, the type is unknown, its default
+    configuration builds no model, or its inputs are of a kind not listed in the module
+    docstring."""
     model_type = spec.removeprefix(PREFIX)
     try:
         from transformers import AutoConfig, AutoModel
@@ -55,8 +57,11 @@ def hf_model(
         raise InputError(
             f"model {spec!r}: transformers has no model type {model_type!r}", field="model"
         ) from e
-    if hasattr(config, "use_cache"):
-        config.use_cache = False  # see the module docstring
+    # See the module docstring; a multimodal model (LLaVA) keeps its language model's setting
+    # in the text configuration.
+    for part in (config, getattr(config, "text_config", None)):
+        if hasattr(part, "use_cache"):
+            part.use_cache = False
     with torch.device(device):
         try:
             model = AutoModel.from_config(config).eval()
@@ -64,6 +69,12 @@ def hf_model(
             first = next((line for line in str(e).splitlines() if line.strip()), str(e))
             raise InputError(
                 f"model {spec!r}: transformers needs another library for it: {first.strip()}",
+                field="model",
+            ) from e
+        except Exception as e:  # e.g. ESM's default configuration has no vocabulary size
+            raise InputError(
+                f"model {spec!r}: transformers cannot build it from its default configuration: "
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                 field="model",
             ) from e
         names, inputs = _example_inputs(model, config, spec, batch, seq)
@@ -118,6 +129,10 @@ def _tensor(name: str, config: Any, spec: str, batch: int, seq: int) -> torch.Te
     if name == "input_values":
         return torch.randn(batch, AUDIO_SAMPLES)
     if name == "input_features":
+        per_channel = getattr(config, "input_feat_per_channel", None)
+        if per_channel is not None:  # Speech2Text reads frames first: (batch, frames, features)
+            features = per_channel * getattr(config, "input_channels", 1)
+            return torch.randn(batch, WHISPER_FRAMES, features)
         frames = 2 * getattr(config, "max_source_positions", WHISPER_FRAMES // 2)
         return torch.randn(batch, getattr(config, "num_mel_bins", 80), frames)
     raise InputError(
@@ -128,4 +143,7 @@ def _tensor(name: str, config: Any, spec: str, batch: int, seq: int) -> torch.Te
 
 
 def _tokens(batch: int, seq: int, limit: int | None) -> torch.Tensor:
-    return torch.zeros(batch, min(seq, limit or seq), dtype=torch.long)
+    # A model without learned positions (XLNet's are relative) may give -1 for its limit.
+    if limit is None or limit <= 0:
+        limit = seq
+    return torch.zeros(batch, min(seq, limit), dtype=torch.long)
