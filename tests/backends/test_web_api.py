@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -214,6 +215,17 @@ def test_a_change_from_another_origin_is_refused_even_with_the_csrf_token(
     assert running.service.jobs() == []
 
 
+@pytest.mark.parametrize("scheme", ["https", "ws"])
+def test_a_change_from_the_services_host_under_another_scheme_is_refused(
+    running: Running, scheme: str
+) -> None:
+    cookie, csrf = sign_in(running)
+    origin = f"{scheme}://{urlsplit(running.server.url).netloc}"
+    headers = {**cookie, auth.CSRF_HEADER: csrf, "Origin": origin}
+    assert call(running, "POST", "/jobs", spec_text().encode(), headers)[0] == 403
+    assert running.service.jobs() == []
+
+
 def test_a_change_from_the_pages_own_origin_is_done(running: Running) -> None:
     cookie, csrf = sign_in(running)
     headers = {**cookie, auth.CSRF_HEADER: csrf, "Origin": running.server.url}
@@ -251,6 +263,24 @@ def test_every_route_refuses_a_foreign_host_even_with_the_token(
     status, _, body = call(running, method, path, b"" if method != "GET" else None, headers)
     assert status == 403 and b"Host header" in body
     assert not running.server.shutdown_requested.is_set()
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["loopback first", "foreign first"])
+def test_a_request_with_two_host_headers_is_refused(running: Running, first: bool) -> None:
+    port = running.server.port
+    hosts = [f"127.0.0.1:{port}", f"evil.example:{port}"]
+    if not first:
+        hosts.reverse()
+    request = "GET /status HTTP/1.1\r\n" + "".join(f"Host: {h}\r\n" for h in hosts)
+    request += f"Authorization: Bearer {running.token}\r\nConnection: close\r\n\r\n"
+    with socket.create_connection((running.server.host, port), timeout=10) as connection:
+        connection.sendall(request.encode())
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"400"
+    assert json.loads(body)["error"] == "more than one Host header"
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])

@@ -42,6 +42,31 @@ def test_host_without_port_matches_port_80() -> None:
     assert auth.host_allowed("localhost", 80)
 
 
+ORIGINS = [
+    ("http://127.0.0.1:8123", True),
+    ("http://localhost:8123", True),
+    ("http://[::1]:8123", True),
+    ("https://127.0.0.1:8123", False),  # the service speaks plain HTTP: another server's page
+    ("ws://127.0.0.1:8123", False),
+    ("file://127.0.0.1:8123", False),
+    ("//127.0.0.1:8123", False),
+    ("127.0.0.1:8123", False),
+    ("http://user@127.0.0.1:8123", False),
+    ("http://127.0.0.1:8123/page", False),
+    ("http://127.0.0.1:8123?x", False),
+    ("http://[::1:8123", False),
+    ("http://evil.example:8123", False),
+    ("http://127.0.0.1:8124", False),
+    ("null", False),
+    ("", False),
+]
+
+
+@pytest.mark.parametrize(("origin", "allowed"), ORIGINS, ids=[repr(o) for o, _ in ORIGINS])
+def test_origin_allowed_only_for_the_services_own_http_page(origin: str, allowed: bool) -> None:
+    assert auth.origin_allowed(origin, PORT) is allowed
+
+
 def test_a_login_code_opens_one_session_only_once() -> None:
     sessions = auth.Sessions()
     code = sessions.new_code()

@@ -38,7 +38,8 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` tak
 ==========================  ===================================================================
 
 Errors are ``{"error": message}``: 400 bad input (with ``reason``, ``source``, ``line``,
-``field`` when known), 401 no or wrong token, 403 a foreign ``Host`` or ``Origin``, or a
+``field`` when known) or two ``Host`` headers, 401 no or wrong token, 403 a foreign ``Host``
+or ``Origin`` (another host, port or scheme than the service's own ``http://``), or a
 missing or wrong CSRF token, 404 unknown job or route, 405 wrong method,
 408 a body that stops arriving for ``_Handler.timeout`` seconds, 411 no ``Content-Length``,
 413 a body over 1 MiB, 500 a failure of the service, 501 a method no HTTP server here knows
@@ -650,6 +651,9 @@ class _Handler(BaseHTTPRequestHandler):
             reply.after()
 
     def _handle(self) -> _Reply:
+        if len(self.headers.get_all("Host") or ()) > 1:
+            # HTTP requires a 400 here: proxies and servers may each read a different one.
+            raise _HttpError(HTTPStatus.BAD_REQUEST, "more than one Host header")
         if self.server.check_host and not auth.host_allowed(
             self.headers.get("Host"), self.server.server_port
         ):
@@ -691,8 +695,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         origin = self.headers.get("Origin")
         if origin is not None and (
-            not self.server.check_host
-            or not auth.host_allowed(urlsplit(origin).netloc, self.server.server_port)
+            not self.server.check_host or not auth.origin_allowed(origin, self.server.server_port)
         ):
             raise _HttpError(HTTPStatus.FORBIDDEN, f"requests from {origin} are refused")
         if not auth.csrf_matches(session, self.headers.get(auth.CSRF_HEADER)):

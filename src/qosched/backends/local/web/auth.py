@@ -20,6 +20,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 CSRF_HEADER = "X-CSRF-Token"
 LOGIN_PATH = "/login"
@@ -65,6 +66,21 @@ def host_allowed(host_header: str | None, port: int) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def origin_allowed(origin: str, port: int) -> bool:
+    """Whether an ``Origin`` header is the service's own page: ``http://`` (the service speaks
+    plain HTTP, so a page served over any other scheme is another server's) and a host that
+    `host_allowed` accepts, with nothing else (browsers send scheme, host and port only)."""
+    try:
+        parts = urlsplit(origin.strip())
+    except ValueError:  # a malformed IPv6 literal
+        return False
+    if parts.scheme != "http" or parts.path or parts.query or parts.fragment:
+        return False
+    if "@" in parts.netloc:  # user information: no browser sends it
+        return False
+    return host_allowed(parts.netloc, port)
 
 
 @dataclass(frozen=True, slots=True)
