@@ -75,6 +75,28 @@ def test_grouped_matmul_of_experts_counts_each_token_through_its_expert():
     assert grouped.flops == 2 * 20 * 32 * 48  # 20 tokens, each one 32-by-48 matmul
 
 
+class _Spectral(nn.Module):
+    """FNet's token mixing (a 2-D FFT over sequence and hidden, real part kept) and a real
+    round trip along the last dimension."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = torch.fft.fftn(x.to(torch.complex64), dim=(-2, -1)).real
+        return mixed + torch.fft.irfft(torch.fft.rfft(x, dim=-1), n=x.shape[-1], dim=-1)
+
+
+def test_ffts_count_five_n_log2_n_per_complex_transform_and_half_for_real_data():
+    with torch.device("meta"):
+        model, x = _Spectral(), torch.empty(2, 16, 32)
+    g = capture(model, (x,))
+    (c2c,) = _compute_ops(g, "aten._fft_c2c.default")
+    (r2c,) = _compute_ops(g, "aten._fft_r2c.default")
+    (c2r,) = _compute_ops(g, "aten._fft_c2r.default")
+    # Two transforms of 16 x 32 = 512 points: 5 * 512 * log2(512) = 23,040 each.
+    assert c2c.kind == "compute" and c2c.flops == 2 * 5 * 512 * 9
+    # 2 x 16 = 32 transforms of 32 real points: 2.5 * 32 * log2(32) = 400 each, either way.
+    assert r2c.flops == c2r.flops == 32 * 400
+
+
 def test_elementwise_counts_one_flop_per_output_element():
     with torch.device("meta"):
         model, x = nn.ReLU(), torch.empty(8, 64)

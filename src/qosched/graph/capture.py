@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import operator
 import warnings
 from collections.abc import Callable, Sequence
@@ -77,11 +78,30 @@ def grouped_mm_flops(
     return 2 * out_val.numel() * k
 
 
+def fft_flops(x: torch.Tensor, dim: Sequence[int], *args: Any, out_val: Any, **kwargs: Any) -> int:
+    """``aten._fft_c2c``, ``_fft_r2c`` and ``_fft_c2r``: a complex FFT of ``N`` points takes
+    ``5 N log2 N`` floating-point operations (the radix-2 count, which FFT benchmarks report
+    their rates in), one of real data half that. ``N`` is the product of the transformed
+    dimensions of the full-length side (the real input of r2c, the real output of c2r), and
+    every other dimension is a batch of such transforms."""
+    full = out_val if x.is_complex() and not out_val.is_complex() else x
+    points = 1
+    for d in dim:
+        points *= full.shape[d % full.dim()]
+    if points <= 1:
+        return 0
+    per_element = 5.0 if x.is_complex() and out_val.is_complex() else 2.5
+    return round(per_element * full.numel() * math.log2(points))
+
+
 # FLOP formulas for operators ``flop_registry`` lacks, keyed by the operator's qualified name
 # (a library's custom operator may not be loaded, so not by the operator object).
 _FLOP_FORMULAS: dict[str, Callable[..., int]] = {
     "aten::_grouped_mm": grouped_mm_flops,
     "transformers::grouped_mm_fallback": grouped_mm_flops,
+    "aten::_fft_c2c": fft_flops,
+    "aten::_fft_r2c": fft_flops,
+    "aten::_fft_c2r": fft_flops,
 }
 
 _VALUE_KINDS = {
