@@ -68,3 +68,25 @@ def residual(batch: int = 2) -> tuple[nn.Module, tuple]:
 def meta_model() -> tuple[nn.Module, tuple]:
     with torch.device("meta"):
         return nn.Linear(2, 2), (torch.empty(1, 2),)
+
+
+class EncoderDecoder(nn.Module):
+    """An encoder-decoder in miniature: the decoder's own input waits through the encoder, and
+    every decoder layer reads the encoder's output (as cross-attention does), so two tensors
+    are live everywhere between the first and the last operator and no one-tensor cut exists."""
+
+    def __init__(self, layers: int = 48, width: int = 8) -> None:
+        super().__init__()
+        self.encoder = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+        self.decoder = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        for layer in self.encoder:
+            source = torch.tanh(layer(source))
+        for layer in self.decoder:
+            target = torch.tanh(layer(target)) * source
+        return target
+
+
+def encoder_decoder(batch: int = 2) -> tuple[nn.Module, tuple]:
+    return EncoderDecoder(), (torch.empty(batch, 8), torch.empty(batch, 8))

@@ -52,7 +52,9 @@ def test_a_hugging_face_model_is_saved_with_flat_outputs_that_load_in_a_fresh_pr
     assert torch.allclose(torch.load(tmp_path / "out.pt"), want)
 
 
-@pytest.mark.parametrize("spec", ["mlp", "bert", "placement_helpers:residual"])
+@pytest.mark.parametrize(
+    "spec", ["mlp", "bert", "placement_helpers:residual", "placement_helpers:encoder_decoder"]
+)
 def test_units_run_in_order_equal_the_model_bit_for_bit(spec):
     model, inputs = build_model(spec, seed=3)
     units = model_units(model, inputs, "t")
@@ -69,7 +71,9 @@ def test_units_run_in_order_equal_the_model_bit_for_bit(spec):
     assert torch.equal(program.outputs(env)[0], expected)
 
 
-@pytest.mark.parametrize("spec", ["bert", "placement_helpers:residual"])
+@pytest.mark.parametrize(
+    "spec", ["bert", "placement_helpers:residual", "placement_helpers:encoder_decoder"]
+)
 def test_a_unit_run_keeps_only_what_is_read_later(spec):
     # Values are dropped after their last read, so the environment after unit k holds what
     # crosses the cut after k and nothing else (values never read excepted: there are none here).
@@ -88,6 +92,15 @@ def test_the_mlp_is_a_chain_of_three_units_with_one_tensor_per_cut():
     assert program.n_units == 3
     assert [len(program.live_after(k)) for k in range(3)] == [1, 1, 1]
     assert program.live_after(2) == tuple(program.output_names)
+
+
+def test_an_encoder_decoder_is_cut_between_layers_with_two_tensors_per_cut():
+    # No cut of it crosses one tensor; it is cut where two do, and each cut moves both.
+    model, inputs = build_model("placement_helpers:encoder_decoder", seed=1)
+    program = UnitProgram(export_program(model, inputs), model_units(model, inputs, "e"), "e")
+    assert program.n_units > 2
+    crossing = [len(program.live_after(k)) for k in range(program.n_units - 1)]
+    assert set(crossing) == {2}
 
 
 def test_the_same_seed_gives_the_same_weights_and_inputs():

@@ -119,14 +119,32 @@ def _coarsen_once(
     return list(kept.values()), alias
 
 
-def linearize(graph: Graph) -> list[list[str]]:
-    """Split the topological order into segments that form a chain.
+#: `linearize` wants at least one unit per this many (coarsened) operators: about a
+#: transformer layer's worth, so that a placement can change processors between layers.
+OPERATORS_PER_UNIT = 40
+#: The most tensors `linearize` lets a cut cross, however few units that leaves.
+MAX_LIVE_AT_CUT = 4
 
-    A cut is placed after position ``i`` when exactly one tensor is live across it: exactly one
-    operator or graph input at or before ``i`` is read after ``i`` or is a graph output (all later
-    readers of that tensor count as one edge; parameters are resident and never count). Each
-    segment then reads one tensor from the previous segment, so the model runs as a chain of
-    segments; where branches overlap (a residual block, parallel heads) no cut falls inside.
+
+def linearize(
+    graph: Graph,
+    *,
+    operators_per_unit: int = OPERATORS_PER_UNIT,
+    max_live: int = MAX_LIVE_AT_CUT,
+) -> list[list[str]]:
+    """Split the topological order into segments that run as a chain.
+
+    The tensors live across position ``i`` are the operators' outputs and graph inputs made at
+    or before ``i`` and read after it or returned (parameters are resident and never count).
+    A cut is placed after ``i`` where exactly one tensor is live: each segment then reads one
+    tensor, from the segment before, and where branches overlap (a residual block, parallel
+    heads) no cut falls inside. Where that leaves fewer than one segment per
+    ``operators_per_unit`` operators, cuts crossing up to ``k`` tensors are allowed too, for the
+    smallest ``k <= max_live`` that gives that many: an encoder-decoder has no one-tensor cut at
+    all (the decoder's token ids wait through the encoder, and every decoder layer reads the
+    encoder's output), and a decoder LM few (its mask and positions are read by every layer).
+    A segment may then read tensors of any earlier segment; every tensor live across a cut is
+    what crossing it moves (``placement.costs.crossing_bytes``, ``UnitProgram.live_after``).
     Returns the operator names of each segment, in order; no operators gives no segments.
     """
     ops = graph.operators
@@ -148,11 +166,18 @@ def linearize(graph: Graph) -> list[list[str]]:
         if start < end:
             delta[start] += 1
             delta[end] -= 1
-    segments: list[list[str]] = [[]]
+    live_after = []
     live = 0
+    for i in range(n - 1):
+        live += delta[i]
+        live_after.append(live)
+    wanted = n // max(operators_per_unit, 1)
+    limit = 1
+    while limit < max_live and 1 + sum(0 < k <= limit for k in live_after) < wanted:
+        limit += 1
+    segments: list[list[str]] = [[]]
     for i, op in enumerate(ops):
         segments[-1].append(op.name)
-        live += delta[i]
-        if i < n - 1 and live == 1:
+        if i < n - 1 and 0 < live_after[i] <= limit:
             segments.append([])
     return segments

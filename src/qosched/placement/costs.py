@@ -1,12 +1,13 @@
 """From a captured model to a costed tenant: the chain units and what each costs where.
 
 A model's operator graph (``qosched.graph``) is coarsened and cut into a chain of units
-(``graph.passes.linearize``: exactly one tensor crosses each cut). A unit costs, on each
+(``graph.passes.linearize``: one tensor crosses each cut, or a few where a model has too few
+such cuts, as an encoder-decoder has none). A unit costs, on each
 processor, the sum over its operators of a roofline time plus a fixed per-operator overhead:
 
     time(op) = max(flops / (peak * efficiency), bytes / memory bandwidth) + overhead
 
-with ``bytes`` the operator's reads plus writes. A cut costs one copy of the tensor crossing it
+with ``bytes`` the operator's reads plus writes. A cut costs one copy of the tensors crossing it
 over the CPU-GPU link (``hardware.roofline.transfer_time_s``); the graph's inputs go to the GPU
 and its outputs come back the same way.
 
