@@ -4,6 +4,7 @@ decoder language models, encoder-decoders, speech and two-tower models, each wit
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 
@@ -78,9 +79,14 @@ def test_an_encoder_decoder_gets_decoder_inputs_and_runs_both_stacks():
         ("whisper", [(2, 80, 3000), (2, 128)]),  # log-mel frames of 30 s, decoder tokens
         ("wav2vec2", [(2, 16000)]),  # one second of samples
         ("speech_to_text", [(2, 3000, 80), (2, 128)]),  # 30 s of filterbank frames, frames first
-        ("clip", [(2, 77), (2, 3, 224, 224)]),  # tokens up to its 77 positions, and images
-        ("llama", [(2, 128)]),
-        ("xlnet", [(2, 128)]),  # relative positions: its limit of -1 is no limit
+        # Tokens up to its 77 positions, their attention mask, and images.
+        ("clip", [(2, 77), (2, 77), (2, 3, 224, 224)]),
+        ("llama", [(2, 128), (2, 128)]),
+        ("xlnet", [(2, 128), (2, 128)]),  # relative positions: its limit of -1 is no limit
+        ("clap", [(2, 128), (2, 128), (2, 1, 1001, 64)]),  # 10 s at 48 kHz in 480-sample hops
+        ("encodec", [(2, 1, 24000)]),  # one second at its 24 kHz, one channel
+        ("videomae", [(2, 16, 3, 224, 224)]),  # a clip of its 16 frames
+        ("timesformer", [(2, 8, 3, 224, 224)]),  # a clip of its 8 frames
     ],
 )
 def test_speech_and_two_tower_models_get_inputs_of_each_kind(model_type, shapes):
@@ -118,4 +124,168 @@ def test_a_multimodal_model_builds_its_language_model_without_a_cache():
     # returns a DynamicCache, which torch.export cannot return.
     model, inputs = hf_model("hf:llava")
     assert model.config.text_config.use_cache is False
-    assert [tuple(t.shape) for t in inputs] == [(1, 128), (1, 3, 336, 336)]
+    assert [tuple(t.shape) for t in inputs] == [(1, 128), (1, 128), (1, 3, 336, 336)]
+
+
+@pytest.fixture
+def configured(monkeypatch):
+    """Build ``hf:<model_type>`` from its default configuration with some fields set, as a
+    checkpoint's configuration would: a small model captures in a second or two."""
+    import transformers
+
+    for_model = transformers.AutoConfig.for_model
+
+    def use(**fields: Any) -> None:
+        def with_fields(model_type: str, **kwargs: Any) -> Any:
+            return for_model(model_type, **fields, **kwargs)
+
+        monkeypatch.setattr(transformers.AutoConfig, "for_model", with_fields)
+
+    return use
+
+
+def _layers(**fields: Any) -> dict[str, Any]:
+    """One small transformer layer: width 32, two heads, feed-forward 64."""
+    small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    return small | fields
+
+
+def _summed(graph: Any, *targets: str) -> int:
+    return sum(op.flops for op in graph.operators if op.target in targets)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "fields", "frames_per_token"),
+    [
+        ("videomae", {"tubelet_size": 2}, 2),  # a token is a tube of 2 frames
+        ("timesformer", {}, 1),  # a token is a patch of one frame
+    ],
+    ids=["videomae", "timesformer"],
+)
+def test_a_video_model_reads_a_clip_of_its_configured_frames(
+    configured, model_type, fields, frames_per_token
+):
+    frames, channels, size, patch = 4, 3, 32, 16
+    configured(**_layers(image_size=size, patch_size=patch, num_frames=frames, **fields))
+    graph = capture_spec(f"hf:{model_type}")
+    assert [v.meta.shape for v in graph.inputs] == [(1, frames, channels, size, size)]
+    # The patch embedding sees every pixel of every frame once: 2 FLOPs per pixel, channel and
+    # output feature.
+    tokens = (frames // frames_per_token) * (size // patch) ** 2
+    pixels_per_token = frames_per_token * channels * patch * patch
+    assert _summed(graph, "aten.convolution.default") == 2 * tokens * 32 * pixels_per_token
+
+
+def test_videomae_matmul_flops_match_the_hand_formula(configured):
+    configured(**_layers(image_size=32, patch_size=16, num_frames=4, tubelet_size=2))
+    graph = capture_spec("hf:videomae")
+    tokens, width, ffn = 2 * 2 * 2, 32, 64  # 2 tubes in time, 2 x 2 patches in space
+    linears = 2 * tokens * (4 * width * width + 2 * width * ffn)  # Q, K, V, out; feed-forward
+    assert _summed(graph, "aten.mm.default", "aten.addmm.default") == linears
+    assert _summed(graph, "aten.bmm.default") == 2 * (2 * tokens * tokens * width)
+
+
+def test_siglip2_reads_images_as_patches_with_their_grid(configured):
+    configured(
+        text_config=_layers(max_position_embeddings=16, vocab_size=100, projection_size=32),
+        vision_config=_layers(num_patches=16, patch_size=4),
+    )
+    model, inputs = hf_model("hf:siglip2", device="cpu")
+    assert model.input_names == (
+        "input_ids",
+        "attention_mask",
+        "pixel_values",
+        "pixel_attention_mask",
+        "spatial_shapes",
+    )
+    # 16 patches of 3 x 4 x 4 values each, all real (mask of ones), in a 4 x 4 grid.
+    assert [tuple(t.shape) for t in inputs] == [(1, 16), (1, 16), (1, 16, 48), (1, 16), (1, 2)]
+    assert inputs[3].eq(1).all() and inputs[4].tolist() == [[4, 4]]
+    graph = capture_spec("hf:siglip2")
+    patch_embedding = [op for op in graph.operators if op.module.endswith("patch_embedding")]
+    assert sum(op.flops for op in patch_embedding) == 2 * 16 * 48 * 32
+
+
+def test_clap_reads_text_and_a_spectrogram_no_longer_than_its_encoder_takes(configured):
+    # Its encoder folds the spectrogram into a spec_size square: 64 x 64 from 256 frames of
+    # 16 mel bins (4 frame rows per square row), so 1,001 frames would not fit.
+    audio = dict(spec_size=64, num_mel_bins=16, patch_size=4, patch_stride=[4, 4])
+    audio |= dict(window_size=4, depths=[1, 1], num_attention_heads=[1, 2])
+    audio |= dict(patch_embeds_hidden_size=8, hidden_size=16, projection_hidden_size=16)
+    configured(
+        projection_dim=16,
+        text_config=_layers(max_position_embeddings=40, vocab_size=100),
+        audio_config=audio,
+    )
+    graph = capture_spec("hf:clap")
+    assert [v.meta.shape for v in graph.inputs] == [(1, 40), (1, 40), (1, 1, 256, 16)]
+    patches = (64 // 4) ** 2  # 4 x 4 patches of the 64 x 64 square, 8 features each
+    assert _summed(graph, "aten.convolution.default") == 2 * patches * 8 * 4 * 4
+
+
+def test_encodec_reads_its_channels_at_its_sampling_rate(configured):
+    configured(audio_channels=2, sampling_rate=8000)
+    _, (samples,) = hf_model("hf:encodec")
+    assert samples.shape == (1, 2, 8000)  # one second, (batch, channels, samples)
+
+
+def test_token_ids_come_with_an_attention_mask_of_ones(configured):
+    configured(**_layers(vocab_size=100, max_position_embeddings=16))
+    model, (ids, mask) = hf_model("hf:bert", device="cpu")
+    assert model.input_names == ("input_ids", "attention_mask")
+    assert mask.shape == ids.shape == (1, 16) and mask.eq(1).all()
+
+
+def test_longt5_captures_with_its_attention_mask(configured):
+    # LongT5 cuts its attention mask into local blocks, and has none to cut without one.
+    configured(d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2)
+    graph = capture_spec("hf:longt5")
+    assert [v.meta.shape for v in graph.inputs] == [(1, 128)] * 3
+    # The projections as for T5: 4 in encoder self-attention, 8 in the decoder's self- and
+    # cross-attention, and a feed-forward in each; no biases.
+    seq, width, ffn = 128, 32, 64
+    feed_forward = 2 * 2 * seq * width * ffn
+    assert _summed(graph, "aten.mm.default") == 12 * 2 * seq * width * width + 2 * feed_forward
+
+
+def _blip2(**fields: Any) -> dict[str, Any]:
+    vision = _layers(image_size=32, patch_size=16)
+    qformer = _layers(encoder_hidden_size=32, vocab_size=100)
+    text = dict(model_type="opt", hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
+    text |= dict(ffn_dim=64, vocab_size=100, max_position_embeddings=64, word_embed_proj_dim=32)
+    return (
+        dict(num_query_tokens=4, vision_config=vision, qformer_config=qformer, text_config=text)
+        | fields
+    )
+
+
+def test_blip2_reads_images_and_the_text_they_go_into(configured):
+    configured(**_blip2(image_token_index=99))
+    graph = capture_spec("hf:blip-2")
+    assert [v.meta.shape for v in graph.inputs] == [(1, 3, 32, 32), (1, 64), (1, 64)]
+    assert _summed(graph, "aten.convolution.default") == 2 * 4 * 32 * 3 * 16 * 16
+
+
+@pytest.mark.parametrize(
+    ("model_type", "fields", "message"),
+    [
+        ("blip-2", _blip2(), r"names no image token \(image_token_id is None\)"),
+        ("qwen2_vl", {}, r"patch grid as values \(image_grid_thw\)"),
+    ],
+    ids=["no-image-token", "grid-as-values"],
+)
+def test_images_with_no_place_in_the_text_are_an_input_error(
+    configured, model_type, fields, message
+):
+    configured(**fields)
+    with pytest.raises(InputError, match=message):
+        hf_model(f"hf:{model_type}")
+
+
+def test_a_model_whose_shapes_follow_values_fails_saying_so(configured):
+    # ViLT keeps the patches its pixel mask marks valid (nonzero): a count of values.
+    configured(**_layers(image_size=64, patch_size=32, max_position_embeddings=16, vocab_size=100))
+    _, inputs = hf_model("hf:vilt")
+    assert [tuple(t.shape) for t in inputs] == [(1, 16), (1, 16), (1, 3, 64, 64)]
+    with pytest.raises(InputError, match="follows the values in a tensor"):
+        capture_spec("hf:vilt")

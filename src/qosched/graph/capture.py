@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 from torch.export.graph_signature import InputKind
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import flop_registry
 
@@ -117,7 +118,10 @@ def tensor_meta(t: torch.Tensor) -> TensorMeta:
     try:
         shape = tuple(int(d) for d in t.shape)
     except (TypeError, RuntimeError) as e:  # a SymInt with no concrete hint
-        raise InputError(f"tensor with symbolic shape {tuple(t.shape)}: static shapes only") from e
+        raise InputError(
+            f"tensor with symbolic shape {tuple(t.shape)}: static shapes only, and this size "
+            "follows the values in a tensor, not the shapes of the inputs"
+        ) from e
     numel = 1
     for d in shape:
         numel *= d
@@ -227,8 +231,15 @@ def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) ->
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             program = torch.export.export(model, inputs).run_decompositions()
     except Exception as e:
+        # Fake tensors carry shapes, not values: a branch on a value cannot be followed.
+        why = (
+            "its control flow follows the values in a tensor (an input or a buffer), not only "
+            "shapes; "
+            if isinstance(e, GuardOnDataDependentSymNode)
+            else ""
+        )
         raise InputError(
-            f"model {name!r}: torch.export could not capture it: {type(e).__name__}: "
+            f"model {name!r}: torch.export could not capture it: {why}{type(e).__name__}: "
             f"{str(e).splitlines()[0] if str(e) else ''}"
         ) from e
     finally:

@@ -5,14 +5,28 @@ download (optional extra ``qosched[transformers]``).
 ``AutoModel.from_config(AutoConfig.for_model(model_type))`` on the requested device, with example
 inputs for what the model reads:
 
-- text: token ids ``(batch, seq)``, ``seq`` capped at the configuration's positions;
-- images: ``(batch, channels, size, size)`` at the configuration's size;
-- speech as samples (wav2vec2, HuBERT): one second at 16 kHz, ``(batch, 16000)``;
+- text: token ids ``(batch, seq)``, ``seq`` capped at the configuration's positions, and an
+  attention mask of ones where the model reads one (a tokenizer's mask for a batch without
+  padding; LongT5 and Switch Transformers cannot do without it);
+- images: ``(batch, channels, size, size)`` at the configuration's size; a video model (one
+  with ``num_frames``: VideoMAE, TimeSformer) reads a clip, ``(batch, frames, channels, size,
+  size)``; SigLIP 2 reads its ``num_patches`` patches, ``(batch, patches, channels * patch *
+  patch)``, with a mask of ones and each image's square patch grid ``(batch, 2)``;
+- speech as samples (wav2vec2, HuBERT): one second at 16 kHz, ``(batch, 16000)``; a codec with
+  ``audio_channels`` (EnCodec) one second at its sampling rate, ``(batch, channels, samples)``;
 - speech as features (Whisper): ``(batch, mel bins, frames)`` for the encoder's 30 s window;
   Speech2Text reads the same 30 s frames first, ``(batch, 3000, features)``;
 - an encoder-decoder (T5, BART, Whisper) also gets decoder token ids ``(batch, seq)`` (capped at
   its target positions): one teacher-forced pass, the cost of scoring a sequence;
-- a text-and-image model (CLIP and its kind) gets both token ids and images.
+- a text-and-image model (CLIP and its kind, ViLT) gets both token ids and images; an image
+  model that reads text as well (BLIP-2) gets token ids after its images;
+- a text-and-audio model (CLAP) gets token ids and a log-mel spectrogram as a one-channel
+  image, ``(batch, 1, frames, mel bins)``: the 1,001 frames its feature extractor pads 10 s
+  to, or as many as its encoder takes if fewer.
+
+A model that puts its images into its text at an image token its default configuration does not
+name (BLIP-2), or that reads each image's patch grid as values (Qwen2-VL), is an InputError:
+neither can be captured from data-free tensors of the right shapes.
 
 A decoder-only language model (GPT-2, Llama, Mistral, ...) is built with ``use_cache=False``: one
 forward pass over the prompt (the prefill), without the key-value cache a generation loop would
@@ -22,6 +36,7 @@ carry to its next step; that cache is not a tensor ``torch.export`` can return.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import torch
@@ -34,6 +49,8 @@ PREFIX = "hf:"
 AUDIO_SAMPLES = 16_000
 #: Whisper's encoder reads 30 s of log-mel frames: twice its source positions (3,000 frames).
 WHISPER_FRAMES = 3000
+#: CLAP's feature extractor pads 10 s at 48 kHz, in hops of 480 samples, to 1,001 frames.
+CLAP_FRAMES = 1001
 
 
 def hf_model(
@@ -105,30 +122,85 @@ def _example_inputs(
     main = getattr(model, "main_input_name", "input_ids")
     reads = set(inspect.signature(model.forward).parameters)
     names = [main]
-    if main == "input_ids" and "pixel_values" in reads and hasattr(config, "vision_config"):
+    if main == "pixel_values" and "input_ids" in reads and hasattr(config, "text_config"):
+        names.append("input_ids")  # BLIP-2: images, and the text its language model reads
+    if "input_ids" in names and "attention_mask" in reads:
+        names.append("attention_mask")
+    if main == "input_ids" and "pixel_values" in reads and _images(config) is not None:
         names.append("pixel_values")  # text and images: both towers run
+    if "pixel_values" in names and "spatial_shapes" in reads:
+        names += ["pixel_attention_mask", "spatial_shapes"]  # SigLIP 2 reads images as patches
+    if main == "input_ids" and "input_features" in reads and hasattr(config, "audio_config"):
+        names.append("input_features")  # text and audio (CLAP)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in reads:
         names.append("decoder_input_ids")
-    return names, tuple(_tensor(name, config, spec, batch, seq) for name in names)
+    if "pixel_values" in names and "input_ids" in names:
+        _check_image_tokens(config, spec, reads)
+    return names, tuple(_tensor(name, names, config, spec, batch, seq) for name in names)
 
 
-def _tensor(name: str, config: Any, spec: str, batch: int, seq: int) -> torch.Tensor:
+def _check_image_tokens(config: Any, spec: str, reads: set[str]) -> None:
+    """InputError for a model that puts images into its text where none can go from shapes
+    alone: at image tokens its configuration does not name (BLIP-2's default), or in a patch
+    grid given as values (Qwen2-VL's ``image_grid_thw``), which a capture with data-free
+    tensors cannot read."""
+    if hasattr(config, "image_token_id") and config.image_token_id is None:
+        raise InputError(
+            f"model {spec!r}: its default configuration names no image token (image_token_id is "
+            "None), so its text has no place for the images; wrap the model in a "
+            "'package.module:factory' with a configuration that names one",
+            field="model",
+        )
+    if "image_grid_thw" in reads:
+        raise InputError(
+            f"model {spec!r}: it reads each image's patch grid as values (image_grid_thw), and "
+            "its shapes follow them; a capture from data-free tensors cannot",
+            field="model",
+        )
+
+
+def _images(config: Any) -> Any:
+    """The configuration that gives the image size: the vision tower's, or the model's own when
+    one transformer reads both text and images (ViLT); None for a model without images."""
+    vision = getattr(config, "vision_config", None)
+    if vision is not None:
+        return vision
+    return config if hasattr(config, "image_size") else None
+
+
+def _tensor(
+    name: str, names: list[str], config: Any, spec: str, batch: int, seq: int
+) -> torch.Tensor:
     if name == "input_ids":
         text = getattr(config, "text_config", None) or config
         return _tokens(batch, seq, getattr(text, "max_position_embeddings", None))
+    if name == "attention_mask":  # all ones: a tokenizer's mask for a batch without padding
+        return torch.ones_like(_tensor("input_ids", names, config, spec, batch, seq))
     if name == "decoder_input_ids":
         limit = getattr(config, "max_target_positions", None) or getattr(
             config, "max_position_embeddings", None
         )
         return _tokens(batch, seq, limit)
     if name == "pixel_values":
-        vision = getattr(config, "vision_config", None) or config
-        size = getattr(vision, "image_size", 224)
-        size = size[0] if isinstance(size, list | tuple) else size
-        return torch.randn(batch, getattr(vision, "num_channels", 3), size, size)
+        return _pixels(_images(config) or config, batch, patches="spatial_shapes" in names)
+    if name == "pixel_attention_mask":
+        return torch.ones(batch, _images(config).num_patches, dtype=torch.long)
+    if name == "spatial_shapes":  # each image's patch grid, (rows, columns): square
+        side = math.isqrt(_images(config).num_patches)
+        return torch.full((batch, 2), side, dtype=torch.long)
     if name == "input_values":
+        channels = getattr(config, "audio_channels", None)
+        if channels is not None:  # a codec (EnCodec): (batch, channels, samples) at its rate
+            return torch.randn(batch, channels, config.sampling_rate)
         return torch.randn(batch, AUDIO_SAMPLES)
     if name == "input_features":
+        audio = getattr(config, "audio_config", None)
+        if audio is not None:  # CLAP: a log-mel spectrogram as a one-channel image
+            channels = 4 if getattr(audio, "enable_fusion", False) else 1
+            # Its encoder takes at most spec_size frames per mel bin's share of the spectrum.
+            most = audio.spec_size * (audio.spec_size // audio.num_mel_bins)
+            frames = min(CLAP_FRAMES, most)
+            return torch.randn(batch, channels, frames, audio.num_mel_bins)
         per_channel = getattr(config, "input_feat_per_channel", None)
         if per_channel is not None:  # Speech2Text reads frames first: (batch, frames, features)
             features = per_channel * getattr(config, "input_channels", 1)
@@ -140,6 +212,21 @@ def _tensor(name: str, config: Any, spec: str, batch: int, seq: int) -> torch.Te
         "model in a 'package.module:factory' that builds its inputs",
         field="model",
     )
+
+
+def _pixels(vision: Any, batch: int, patches: bool) -> torch.Tensor:
+    """Images ``(batch, channels, size, size)``; a video model's clip of ``num_frames`` of them,
+    frames first ``(batch, frames, channels, size, size)``; SigLIP 2's images cut into its
+    ``num_patches`` patches, ``(batch, patches, channels * patch * patch)``."""
+    channels = getattr(vision, "num_channels", 3)
+    if patches:
+        return torch.randn(batch, vision.num_patches, channels * vision.patch_size**2)
+    size = getattr(vision, "image_size", 224)
+    size = size[0] if isinstance(size, list | tuple) else size
+    frames = getattr(vision, "num_frames", None)
+    if frames is not None:
+        return torch.randn(batch, frames, channels, size, size)
+    return torch.randn(batch, channels, size, size)
 
 
 def _tokens(batch: int, seq: int, limit: int | None) -> torch.Tensor:
