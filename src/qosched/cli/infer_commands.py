@@ -47,8 +47,9 @@ def run_plan(args: argparse.Namespace) -> int:
     output_file(args.out, "--out")
     image_file(args.picture, "--picture")
     spec = load_inference_spec(args.spec)
-    problem, title = spec_problem(spec, args.profile_cache, args.calibration or ())
-    comparison = compare(problem, spec.max_switches)
+    with spec.located():
+        problem, title = spec_problem(spec, args.profile_cache, args.calibration or ())
+        comparison = compare(problem, spec.max_switches)
     cos = comparison.cos
     report = InferReport.of(comparison)
     if args.out:

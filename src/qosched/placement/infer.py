@@ -36,7 +36,7 @@ from qosched.placement.program import build_model, export_program, model_units, 
 from qosched.placement.replay import RuntimeModel, fit_runtime_model, message_samples, replay
 from qosched.placement.runtime import MeasuredRun, TenantRun
 from qosched.placement.search import plan
-from qosched.placement.spec import InferenceSpec
+from qosched.placement.spec import InferenceSpec, about_tenant
 
 
 def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
@@ -52,13 +52,15 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
         gpu_calibration=platform.gpu_calibration,
     )
     tenants = []
-    for tenant in spec.tenants:
+    for i, tenant in enumerate(spec.tenants):
         options = {"batch": tenant.batch} if takes_batch_and_device(tenant.model) else {}
-        module, inputs = load_model(tenant.model, **options)
-        graph = capture(module, inputs, name=tenant.name)
-        tenants.append(
-            tenant_from_graph(graph, costs, name=tenant.name, latency_goal_s=tenant.latency_goal_s)
-        )
+        with about_tenant(i):
+            module, inputs = load_model(tenant.model, **options)
+            graph = capture(module, inputs, name=tenant.name)
+            estimated = tenant_from_graph(
+                graph, costs, name=tenant.name, latency_goal_s=tenant.latency_goal_s
+            )
+        tenants.append(estimated)
     cpu_note = "roofline"
     if platform.cpu_costs == "measured":
         host = PinnedProcessor("cpu", usable_cores())
