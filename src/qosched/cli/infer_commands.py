@@ -63,11 +63,11 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json()))
     else:
-        _show(cos, comparison.baselines, report, title)
+        _show(cos, comparison.infeasible, report, title)
     return 0
 
 
-def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str) -> None:
+def _show(cos: Plan, infeasible: dict[str, str], result: InferReport, title: str) -> None:
     console = Console()
     table = Table(title=title)
     for column in ("tenant", "units on GPU", "switches", "latency ms"):
@@ -86,9 +86,12 @@ def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str)
     summary.add_column("plan")
     summary.add_column("throughput")
     summary.add_column("vs COS")
-    rows = [("COS", result.throughput_rps)] + [(n, p.throughput_rps) for n, p in compared.items()]
+    rows = [("COS", result.throughput_rps), *result.baselines.items()]
     rows.append(("upper bound (LP)", result.bound_rps))
     for name, rps in rows:
+        if name in infeasible:
+            summary.add_row(name, "no plan meets the latency goals", "-")
+            continue
         ratio = rps / result.throughput_rps if result.throughput_rps else float("nan")
         summary.add_row(name, f"{rps:.1f}", f"{ratio:.2f}x")
     console.print(summary)
