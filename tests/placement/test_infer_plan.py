@@ -223,3 +223,29 @@ def test_what_fails_after_the_spec_is_read_names_its_line(tmp_path, capsys, tena
     err = capsys.readouterr().err
     assert err.startswith(f"qosched: error: {tmp_path}/{message}")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "machine", "message"),
+    [
+        (
+            ["infer", "plan"],
+            "{platform: cpu-sets, cpu: [0], gpu: [100000]}",
+            "spec.yaml:2: field 'machine.gpu': cores [100000] are not usable here",
+        ),
+        (
+            ["infer", "run", "--plan", "plan.json"],
+            "{gpu: T4, link: PCIe3-x16}",
+            "spec.yaml:2: field 'machine.platform': platform roofline models a T4",
+        ),
+    ],
+    ids=["plan-cores-not-here", "run-on-roofline"],
+)
+def test_a_machine_this_one_cannot_be_names_its_line(tmp_path, capsys, command, machine, message):
+    # Known only once the command runs here, after the spec was read.
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"seed: 1\nmachine: {machine}\ntenants: [{{name: a, model: mlp}}]\n")
+    assert main([*command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qosched: error: {tmp_path}/{message}")
+    assert err.count("\n") == 1

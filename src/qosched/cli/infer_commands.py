@@ -37,7 +37,7 @@ from qosched.placement.infer import (
 from qosched.placement.ir import Plan
 from qosched.placement.planfile import plan_to_dict, write_plan
 from qosched.placement.runtime import MAX_DEPTH, MAX_ROUNDS, run
-from qosched.placement.spec import load_inference_spec
+from qosched.placement.spec import InferenceSpec, load_inference_spec
 from qosched.report.placement_plots import plot_plan
 from qosched.report.trace import write_chrome_trace
 
@@ -112,6 +112,11 @@ def run_run(args: argparse.Namespace) -> int:
     output_file(args.trace, "--trace")
     output_file(args.calibration_out, "--calibration-out")
     spec = load_inference_spec(args.spec)
+    with spec.located():  # cores not usable here, a model that no longer builds
+        return _run(args, spec)
+
+
+def _run(args: argparse.Namespace, spec: InferenceSpec) -> int:
     pinned = spec.platform.pinned_processors()
     # Bit for bit where every unit computes as the reference does: on CPU cores, each process
     # on as many threads as the reference (a matrix product splits its sums by thread count).

@@ -74,17 +74,26 @@ class InferenceSpec:
 
     @contextlib.contextmanager
     def located(self) -> Iterator[None]:
-        """An InputError raised in the block about one tenant's field (``tenants[2].model``: a
-        model that does not build; ``tenants[0].latency_goal_s``: a goal no plan meets) and
-        naming no file of its own, re-raised naming this spec's file and that field's line."""
+        """An InputError raised in the block about a field of the machine (``machine.gpu``: cores
+        not usable here) or of one tenant (``tenants[2].model``: a model that does not build;
+        ``tenants[0].latency_goal_s``: a goal no plan meets) and naming no file of its own,
+        re-raised naming this spec's file and that field's line."""
         try:
             yield
         except InputError as error:
-            found = _TENANT_FIELD.fullmatch(error.field or "")
-            if error.source is not None or found is None or int(found[1]) >= len(self.tenants):
+            path = None if error.source is not None else self._path_of(error.field or "")
+            if path is None:
                 raise
-            path = f"tenants[{found[1]}].{_SPEC_KEY.get(found[2], found[2])}"
             raise SpecReader(self.source, self.lines).error(path, error.reason) from error
+
+    def _path_of(self, field: str) -> str | None:
+        """The spec's path of a field a later stage names, or None when it is none of them."""
+        if field == "machine" or field.startswith("machine."):
+            return field
+        found = _TENANT_FIELD.fullmatch(field)
+        if found is None or int(found[1]) >= len(self.tenants):
+            return None
+        return f"tenants[{found[1]}].{_SPEC_KEY.get(found[2], found[2])}"
 
 
 @contextlib.contextmanager
