@@ -2,6 +2,8 @@
 
     python bench/hostile_inputs.py cluster [--seeds 0:40] [--timeout 300]
     python bench/hostile_inputs.py gpushare [--seeds 0:40] [--timeout 300]
+    python bench/hostile_inputs.py infer [--seeds 0:40] [--timeout 300]
+    python bench/hostile_inputs.py import [--seeds 0:40] [--timeout 300]
 
 - cluster: a random trace per seed (1-40 jobs in bursts of simultaneous arrivals, 1 to 10^7
   iterations, deadlines from 0.001x to 100x the run time, best-effort jobs, 1-8 nodes of 8 GPUs)
@@ -9,23 +11,47 @@
 - gpushare: a random apps spec per seed (1-5 apps of explicit kernels of 1 us to 0.1 s, bandwidth
   up to 5x the GPU's, open and closed loops, goals met by nothing: ``p99_latency_ms: 0.0001``,
   ``throughput_rps: 1e9``) through ``qosched gpu sim`` under every sharing policy.
+- infer: a random ``qosched infer plan`` spec per seed (``--json``). About a third are valid (1-4
+  zoo tenants of small batches, roofline CPU costs but now and then measured ones or two core
+  sets), which must plan: finite, positive throughputs, the LP bound at least COS's, one row per
+  tenant in the spec's order. The rest are such a spec broken 1-3 ways: 0-70 tenants, unknown or
+  repeated names, unknown models, processors, GPUs and links, batches, goals and counts that are
+  zero, negative, huge, NaN, inf, text or of the wrong type, keys missing or unknown, names of
+  100,000 characters or with control characters; or text that is no spec at all: empty, binary,
+  nested 5,000 deep, a lone surrogate.
+- import: per seed, one random cluster trace in each ``trace import`` format (ITP, Helios,
+  Philly, Alibaba PAI), valid or broken once or twice: a cell made empty, NaN, inf, negative,
+  huge, a date in another format; a line truncated, cut short or made longer, repeated (a
+  duplicate job id), with an open quote, a NUL, bytes that are not UTF-8; or the whole file
+  empty, a header alone, behind a BOM, in UTF-16, in CR line endings, junk. A trace written must
+  read back as ``sim cluster`` reads it.
 
 Each run is judged by how it ends: exit 0, or exit 2 with a ``qosched: error:`` line (the input
 refused, with its reason), is a pass; a traceback, any other exit or running past ``--timeout``
-is a failure, printed with its seed so it can be run again. The slowest runs are listed too. The
+is a failure, printed with its seed so it can be run again. In the infer and import modes a run
+is also WRONG when a valid spec is refused or plans nonsense, when a refusal does not name the
+file, or names another line of a trace than the one broken (or, for a broken cell, not its
+column), or when the trace written does not read back. The slowest runs are listed too. The
 machine is shared, so the seconds are wall time and only rough.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
+from qosched.cluster.importers import PAI_COLUMNS
 from qosched.cluster.throughput import ThroughputModel
 from qosched.gpushare.policies import policy_names
 
@@ -93,20 +119,379 @@ def random_spec(seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def judge(argv: list[str], timeout_s: float) -> tuple[str, float, str]:
-    """("pass" | "refused" | "FAIL" | "TIMEOUT", wall seconds, the last line of stderr)."""
+# --- infer -------------------------------------------------------------------------------------
+
+#: Zoo models small enough to capture (and, now and then, measure) in a second or two.
+SMALL_MODELS = ("mlp", "mobilenet", "resnet", "bert")
+#: Values no count, batch, goal or rate may hold, each a way YAML or a user writes it wrong.
+BAD_NUMBERS = (0, -1, -0.5, 2.5, 10**9, 10**30, 1e308, float("nan"), float("inf"),
+               float("-inf"), "8", "fast", "", True, None, [], {}, [1], "1e3")  # fmt: skip
+#: Import paths that load without side effects and are no model factory.
+NOT_FACTORIES = ("math:sqrt", "math:pi", "builtins:dict", "builtins:tuple", "json:loads",
+                 "nosuch_module_xyz:f", "qosched:nothing", ":", "a:", ":b", "hf:")  # fmt: skip
+
+
+def valid_inference_spec(rng: random.Random) -> dict:
+    """A spec that must plan: 1-4 small zoo tenants, goals no plan can miss."""
+    machine: dict = {
+        "gpu": rng.choice(["T4", "t4", "A100-SXM4-80GB", "v100", "H100-SXM5-80GB"]),
+        "link": rng.choice(["PCIe3-x16", "pcie4", "NVLink3-A100"]),
+        "cpu_costs": "roofline",
+    }
+    models = SMALL_MODELS
+    draw = rng.random()
+    if draw < 0.1:
+        del machine["cpu_costs"]  # measured on this machine's cores
+        models = ("mlp",)
+    elif draw < 0.2:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) >= 2:
+            machine = {"platform": "cpu-sets", "cpu": cores[:1], "gpu": cores[1:2]}
+            models = ("mlp",)
+    if rng.random() < 0.3 and "gpu" in machine and isinstance(machine["gpu"], str):
+        machine["gpu_calibration"] = rng.choice([0.5, 1, 2.0, 10])
+    tenants = []
+    for index in range(rng.randint(1, 4)):
+        tenant: dict = {"name": rng.choice([f"t{index}", f"tenant-{index}", f"é{index}"]),
+                        "model": rng.choice(models)}  # fmt: skip
+        if rng.random() < 0.5:
+            tenant["batch"] = rng.choice([1, 2, 3, 8])
+        if rng.random() < 0.3:
+            tenant["latency_goal_ms"] = rng.choice([1e4, 60_000, 1e6])
+        tenants.append(tenant)
+    spec: dict = {"machine": machine, "tenants": tenants}
+    if rng.random() < 0.5:
+        spec["max_switches"] = rng.randint(0, 8)
+    if rng.random() < 0.3:
+        spec["seed"] = rng.randint(0, 2**31)
+    return spec
+
+
+def break_inference_spec(rng: random.Random, spec: dict) -> None:
+    """One way to break ``spec``, in place."""
+    tenants = spec["tenants"]
+    tenant = rng.choice(tenants)
+    kind = rng.randrange(16)
+    if kind == 0:
+        count = rng.choice([0, 1, 63, 64, 65, 70])
+        spec["tenants"] = [{"name": f"n{i}", "model": "mlp"} for i in range(count)]
+        spec["machine"] = {"gpu": "T4", "link": "PCIe3-x16", "cpu_costs": "roofline"}
+    elif kind == 1:
+        tenants.append(dict(tenant))  # a duplicate name
+    elif kind == 2:
+        tenant["model"] = rng.choice(["nosuch", "ResNet", "resnet ", "", 5, None, ["mlp"],
+                                      *NOT_FACTORIES])  # fmt: skip
+    elif kind == 3:
+        tenant[rng.choice(["batch", "latency_goal_ms"])] = rng.choice(BAD_NUMBERS)
+    elif kind == 4:
+        spec[rng.choice(["max_switches", "seed"])] = rng.choice(BAD_NUMBERS)
+    elif kind == 5:
+        del tenant[rng.choice(["name", "model"])]
+    elif kind == 6:
+        del spec[rng.choice(["machine", "tenants"])]
+    elif kind == 7:
+        where = rng.choice([spec, tenant, spec["machine"]])
+        where[rng.choice(["rate", "rate_rps", "slo_ms", "nmae", "batch_size", "tenant"])] = 5
+    elif kind == 8:
+        spec["machine"] = rng.choice([
+            {"platform": "tpu"}, {"platform": None}, {"platform": 3},
+            {"platform": "cpu-sets", "cpu": [0], "gpu": [99]},
+            {"platform": "cpu-sets", "cpu": [0], "gpu": [0]},
+            {"platform": "cpu-sets", "cpu": [-1], "gpu": [1]},
+            {"platform": "cpu-sets", "cpu": "0", "gpu": [1]},
+            {"platform": "cpu-sets", "cpu": [0, 0], "gpu": [1]},
+            {"platform": "cpu-sets", "cpu": [], "gpu": [1]},
+            {"platform": "cpu-sets", "cpu": [2**70], "gpu": [1]},
+            {"platform": "cpu-sets", "cpu": [0]},
+            {"platform": "cuda", "gpu": 7}, {"platform": "cuda", "gpu": -1},
+            {"platform": "cuda", "gpu": 0, "cpu": [0], "gpu_host": [0]},
+            {"gpu": "Z9", "link": "PCIe3-x16"}, {"gpu": "T4", "link": "pcie9"},
+            {"gpu": "T4"}, {"gpu": "", "link": ""}, {"gpu": 4, "link": True},
+            {"gpu": "T4", "link": "pcie3", "cpu_costs": "guessed"},
+            {"gpu": "T4", "link": "pcie3", "gpu_calibration": rng.choice(BAD_NUMBERS)},
+            [], "T4", None,
+        ])  # fmt: skip
+    elif kind == 9:
+        spec["tenants"] = rng.choice([[], {}, "mlp", None, [None], ["mlp"], [[]], 5])
+    elif kind == 10:
+        tenant["name"] = rng.choice([
+            "x" * 100_000, "a\nb", "a\tb", "\u202eevil", "", " ", 7, None, True, ["a"],
+            "[bold]x[/]", "\x1b[31mred", "\u0000",
+        ])  # fmt: skip
+    elif kind == 11:
+        tenant["model"] = "m" * rng.choice([300, 10_000, 100_000])
+    elif kind == 12:
+        tenants[tenants.index(tenant)] = rng.choice(["mlp", 3, None, [tenant]])
+    elif kind == 13:
+        tenant["latency_goal_ms"] = rng.choice([1e-9, 1e-3, 0.01])  # a goal nothing meets
+    elif kind == 14:
+        tenant["batch"] = rng.choice([4096, 65_536, 65_537])
+        tenant["model"] = "mlp"
+    else:
+        spec[rng.choice(["machine", "tenants", "seed", "max_switches"])] = rng.choice(BAD_NUMBERS)
+
+
+def text_no_spec_is(rng: random.Random) -> bytes:
+    """A file that is no spec at all."""
+    return rng.choice([
+        b"", b"\n\n", b"# only a comment\n", b"---\n...\n", b"[]\n", b"42\n", b"tenants\n",
+        bytes(rng.randrange(256) for _ in range(rng.randint(1, 3000))),
+        b"\xef\xbb\xbfmachine: {gpu: T4, link: pcie3}\ntenants: [{name: a, model: mlp}]\n",
+        b"machine:\n\tgpu: T4\n", b"tenants: [\n", b"a: b: c\n", b'name: "\\ud800"\n',
+        b"machine: {gpu: T4, link: pcie3, cpu_costs: roofline}\ntenants: " + b"[" * 5000
+        + b"]" * 5000 + b"\n",
+        b"x: &a [1]\ny: *a\n", b"machine: !!python/object:os.system {}\n",
+        b"tenants:\n" + b"  - {name: a, model: mlp}\n" * 70_000,
+        b"\x00\x00machine: 1\n", "tenants: [{name: \u00e9, model: mlp}]\n".encode("utf-16"),
+    ])  # fmt: skip
+
+
+def random_inference_spec(seed: int) -> tuple[bytes, bool]:
+    """An ``infer plan`` spec's bytes, and whether it is valid (then it must plan)."""
+    import yaml
+
+    rng = random.Random(seed)
+    if rng.random() < 0.12:
+        return text_no_spec_is(rng), False
+    spec = valid_inference_spec(rng)
+    valid = rng.random() < 0.35
+    if not valid:
+        for _ in range(rng.choice([1, 1, 1, 2, 3])):
+            tenants, machine = spec.get("tenants"), spec.get("machine")
+            listed = isinstance(tenants, list) and tenants and isinstance(machine, dict)
+            if listed and all(isinstance(t, dict) for t in tenants):
+                break_inference_spec(rng, spec)
+    text = yaml.safe_dump(spec, default_flow_style=rng.choice([None, True, False]),
+                          allow_unicode=rng.random() < 0.5, sort_keys=False)  # fmt: skip
+    return text.encode("utf-8", "surrogatepass"), valid
+
+
+def sane_plan(stdout: str, spec: bytes) -> str | None:
+    """What is wrong with the ``infer plan --json`` object of a spec that planned, or None."""
+    import yaml
+
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        return f"not one JSON object: {stdout[-200:]!r}"
+    numbers = [report["throughput_rps"], report["bound_rps"]]
+    numbers += [t["latency_s"] for t in report["tenants"]]
+    if not all(isinstance(x, float | int) and math.isfinite(x) and x > 0 for x in numbers):
+        return f"a throughput or latency that is not finite and positive: {numbers}"
+    # A baseline that no plan of its kind lets meet the goals reports 0.
+    rates = list(report["baselines"].values())
+    if not all(isinstance(x, float | int) and math.isfinite(x) and x >= 0 for x in rates):
+        return f"a baseline's rate that is not finite and >= 0: {rates}"
+    if report["bound_rps"] < report["throughput_rps"] * (1 - 1e-9):
+        return f"COS {report['throughput_rps']} req/s above the bound {report['bound_rps']}"
+    try:
+        names = [t["name"] for t in yaml.safe_load(spec.decode("utf-8"))["tenants"]]
+    except Exception:  # a spec YAML reads otherwise than qosched: only the numbers are checked
+        return None
+    if [t["name"] for t in report["tenants"]] != names:
+        return f"tenants {[t['name'] for t in report['tenants']]}, the spec has {names}"
+    return None
+
+
+# --- import ------------------------------------------------------------------------------------
+
+HELIOS_COLUMNS = ("job_id", "user", "vc", "jobname", "gpu_num", "cpu_num", "node_num", "state",
+                  "submit_time", "start_time", "end_time", "duration", "queue")  # fmt: skip
+#: Each format's columns (PAI's file has none written), and the one naming a job.
+IMPORT_COLUMNS = {
+    "itp": ("job_id", "submission_time", "duration", "num_gpu"),
+    "helios": HELIOS_COLUMNS,
+    "philly": ("timestamp", "duration", "num_gpus", "gpu_time", "cluster"),
+    "pai": PAI_COLUMNS,
+}
+_JOB_COLUMN = {"itp": "job_id", "helios": "job_id", "philly": None, "pai": "job_name"}
+#: What a broken cell may hold.
+BAD_CELLS = ("", " ", "nan", "NaN", "inf", "-inf", "+Infinity", "-1", "-0", "0", "1e308",
+             "1e400", "9" * 400, "0x10", "1_000", "\u0661\u0662", "5.5", "abc", "1,5", "None",
+             "2**70", "1e-320")  # fmt: skip
+#: Dates written otherwise than ``2020-04-01 08:30:00``, some of them still readable.
+ODD_DATES = ("2020/04/01 00:00:00", "01-04-2020 00:00", "2020-04-01T00:00:00Z", "2020-04-01",
+             "2020-04-01 25:00:00", "2020-02-30 00:00:00", "9999-12-31 23:59:59",
+             "0001-01-01 00:00:00", "1969-12-31 23:59:59", "2020-04-01 00:00:00+14:00",
+             "2020-04-01 00:00:00-23:59", "9999-12-31 23:59:59-12:00", "1585699200",
+             "20200401T000000", "2020-04-01 00:00:00.123456789", "Apr 1 2020")  # fmt: skip
+
+
+@dataclass
+class Broken:
+    """Where a trace was broken: the lines a refusal may name (None: any), the column of each
+    broken cell by line, and every change made, for the report."""
+
+    lines: set[int] | None = field(default_factory=set)
+    columns: dict[int, set[str]] = field(default_factory=dict)
+    changes: list[str] = field(default_factory=list)
+
+
+def _valid_rows(rng: random.Random, fmt: str) -> list[list[str]]:
+    """1-30 jobs of ``fmt``, every one readable (some left out by the importer's filters)."""
+    start = datetime(2020, 4, 1, tzinfo=UTC).timestamp() + rng.randint(0, 10**7)
+    rows, now = [], start
+    for index in range(rng.randint(1, 30)):
+        now += rng.choice([0, 1, 60, 3600, rng.randint(0, 10**5)])
+        run = rng.choice([1, 599, 600, 3600, rng.randint(600, 10**6)])
+        gpus = rng.choice([1, 1, 2, 4, 8, 16, 32, 64, 3, 128, 0])
+        when = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        if fmt == "itp":
+            rows.append([f"job{index}", f"{now - start:.0f}", str(run), str(gpus)])
+        elif fmt == "helios":
+            state = rng.choice(["COMPLETED", "COMPLETED", "FAILED", "CANCELLED", "completed"])
+            rows.append([str(index), "u", "vc", "n", str(gpus), "8", "1", state, when, when, when,
+                         str(run), "0"])  # fmt: skip
+        elif fmt == "philly":
+            rows.append([when, f"{run:.1f}", str(gpus), f"{run * gpus:.1f}", "c1"])
+        else:
+            status = rng.choice(["Terminated", "Terminated", "Failed", "Running"])
+            for task in range(rng.randint(1, 3)):
+                share = rng.choice(["100", "50", "25", "", "200"])
+                times = [f"{now:.0f}", f"{now + run:.0f}"]
+                rows.append([f"j{index}", f"t{task}", str(rng.randint(1, 4)), status, *times,
+                             "600", "29", share, "V100"])  # fmt: skip
+    return rows
+
+
+def random_cluster_trace(seed: int, fmt: str) -> tuple[bytes, Broken]:
+    """A ``fmt`` trace for ``trace import``, valid or broken once or twice, and how."""
+    rng = random.Random(f"{fmt}{seed}")
+    columns = list(IMPORT_COLUMNS[fmt])
+    rows = _valid_rows(rng, fmt)
+    if fmt != "pai" and rng.random() < 0.3:  # columns in another order, found by name
+        order = rng.sample(range(len(columns)), len(columns))
+        columns = [columns[i] for i in order]
+        rows = [[row[i] for i in order] for row in rows]
+    header = 0 if fmt == "pai" else 1
+    lines = ([",".join(columns)] if header else []) + [",".join(row) for row in rows]
+    broken = Broken()
+    ending, encode = "\n", "utf-8"
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        if not lines:
+            break
+        kind = rng.randrange(14)
+        at = rng.randrange(header, len(lines)) if len(lines) > header else 0
+        number = at + 1
+        cells = lines[at].split(",")
+        job = _JOB_COLUMN[fmt]
+        if job and job in columns and at >= header:
+            # A refusal about a job may name any of its rows (PAI's name the first of its tasks).
+            key = columns.index(job)
+            same = [i + 1 for i, line in enumerate(lines[header:], header)
+                    if line.split(",")[key : key + 1] == cells[key : key + 1]]  # fmt: skip
+        else:
+            same = [number]
+        if kind <= 3 and at >= header and len(cells) == len(columns):
+            index = rng.randrange(len(columns))
+            dated = columns[index] in ("submit_time", "timestamp", "start_time", "end_time")
+            cells[index] = rng.choice(ODD_DATES if dated and rng.random() < 0.6 else BAD_CELLS)
+            lines[at] = ",".join(cells)
+            if "," in cells[index]:
+                broken.lines = None  # a comma makes more cells: the row no longer fits at all
+            elif broken.lines is not None:
+                broken.lines.update(same)
+                broken.columns.setdefault(number, set()).add(columns[index])
+            broken.changes.append(f"line {number}: {columns[index]} = {cells[index]!r}")
+            continue
+        if kind == 4:
+            lines[at] = lines[at][: rng.randrange(len(lines[at]) + 1)]
+            change = "truncated"
+        elif kind == 5:
+            lines[at] += "," + ",".join(rng.choice(BAD_CELLS) for _ in range(rng.randint(1, 3)))
+            change = "more cells"
+        elif kind == 6:
+            lines[at] = ",".join(cells[: rng.randrange(len(cells))])
+            change = "fewer cells"
+        elif kind == 7 and at >= header:
+            lines.insert(at + 1, lines[at])
+            same.append(number + 1)
+            change = "repeated (a duplicate job id)"
+            if broken.lines is not None:
+                broken.lines = {n + (n > number) for n in broken.lines}
+                broken.columns = {n + (n > number): c for n, c in broken.columns.items()}
+        elif kind == 8:
+            lines[at] = lines[at][:3] + '"' + lines[at][3:]
+            change = "an open quote"
+            broken.lines = None  # the quoted cell runs on over the lines after it
+        elif kind == 9:
+            bad = rng.choice(["\x00", "\udcff", "\udcfe\udcc3"])  # bytes 0, ff, fe c3
+            lines[at] = lines[at][:2] + bad + lines[at][2:]
+            change = "a NUL or bytes that are not UTF-8"
+        elif kind == 10:
+            size = rng.choice([200_000, 10])  # past the csv module's field limit, or not
+            lines[at] += "," + "x" * size
+            change = f"a cell of {size:,} characters"
+        elif kind == 11:
+            lines = rng.choice([[], lines[:header], ["", " ", ",,,"], [lines[0]] * 3])
+            broken.lines = None
+            change = "the file replaced"
+        elif kind == 12:
+            ending = rng.choice(["\r\n", "\r", "\n\n"])
+            lines = [("\ufeff" if rng.random() < 0.5 else "") + lines[0], *lines[1:]]
+            if rng.random() < 0.2:
+                encode = "utf-16"
+            change = f"line endings {ending!r}, {encode}"
+            if ending == "\r" or encode == "utf-16":
+                broken.lines = None
+        else:  # also a cell or a repeat the row at ``at`` has no place for (the header)
+            junk = bytes(rng.randrange(256) for _ in range(rng.randint(1, 2000)))
+            lines.insert(at, junk.decode("utf-8", "surrogateescape"))
+            broken.lines = None
+            change = "junk bytes"
+        if broken.lines is not None:
+            broken.lines.update(same)
+        broken.changes.append(f"line {number}: {change}")
+    if ending == "\n\n" and broken.lines is not None:  # a blank line after each
+        broken.lines = {2 * n - 1 for n in broken.lines}
+        broken.columns = {2 * n - 1: c for n, c in broken.columns.items()}
+    text = ending.join(lines) + (ending if rng.random() < 0.9 else "")
+    return text.encode(encode, "surrogateescape" if encode == "utf-8" else "surrogatepass"), broken
+
+
+def refusal_names(message: str, path: Path, broken: Broken) -> str | None:
+    """What a refusal of a broken trace fails to name, or None: the file, then the broken line
+    (when the message names one), then the broken column (on that line)."""
+    where = f"qosched: error: {path}"
+    if not message.startswith(where):
+        return "the refusal does not name the file"
+    rest = message[len(where) :]
+    if not rest.startswith(":") or broken.lines is None or not rest[1:2].isdigit():
+        return None
+    line = int(rest[1:].split(":", 1)[0])
+    if broken.lines and line not in broken.lines:
+        return f"names line {line}, the trace was broken on {sorted(broken.lines)}"
+    named = broken.columns.get(line)
+    if named and "field '" in rest and not any(f"field {c!r}" in rest for c in named):
+        return f"names another column than {' or '.join(sorted(named))}"
+    return None
+
+
+Check = Callable[[int, str, str], "str | None"]
+
+
+def judge(
+    argv: list[str], timeout_s: float, check: Check | None = None, env: dict | None = None
+) -> tuple[str, float, str]:
+    """("pass" | "refused" | "FAIL" | "TIMEOUT" | "WRONG", wall seconds, the last line of stderr,
+    or what ``check(exit code, stdout, that line)`` found wrong with a run that ended well)."""
     started = time.perf_counter()
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return "TIMEOUT", time.perf_counter() - started, ""
     wall = time.perf_counter() - started
     last = (done.stderr.strip().splitlines() or [""])[-1]
     if done.returncode == 0:
-        return "pass", wall, ""
-    if done.returncode == 2 and last.startswith("qosched: error:"):
-        return "refused", wall, last
-    return "FAIL", wall, last
+        verdict = "pass"
+    elif done.returncode == 2 and last.startswith("qosched: error:"):
+        verdict = "refused"
+    else:
+        return "FAIL", wall, last
+    problem = check(done.returncode, done.stdout, last) if check else None
+    if problem is not None:
+        return "WRONG", wall, f"{problem} ({last[:300]})" if last else problem
+    return verdict, wall, last
 
 
 def seeds(text: str) -> range:
@@ -114,16 +499,67 @@ def seeds(text: str) -> range:
     return range(int(first), int(last))
 
 
+def inference_cases(seed: int, folder: Path) -> list[tuple[str, list[str], Check | None]]:
+    text, valid = random_inference_spec(seed)
+    path = folder / f"spec_{seed}.yaml"
+    path.write_bytes(text)
+
+    def check(code: int, stdout: str, last: str) -> str | None:
+        if code == 0:
+            return sane_plan(stdout, text)
+        if valid:
+            return "a valid spec refused"
+        return None if last.startswith(f"qosched: error: {path}") else "does not name the file"
+
+    argv = [*QOSCHED, "infer", "plan", str(path), "--json",
+            "--profile-cache", str(folder / "op_profile.json")]  # fmt: skip
+    return [(f"seed {seed} ({'valid' if valid else 'broken'})", argv, check)]
+
+
+def import_cases(seed: int, folder: Path) -> list[tuple[str, list[str], Check | None]]:
+    from qosched.cluster.throughput import ThroughputModel
+    from qosched.cluster.traces import read_trace
+    from qosched.core.errors import InputError
+
+    cases: list[tuple[str, list[str], Check | None]] = []
+    for fmt in IMPORT_COLUMNS:
+        text, broken = random_cluster_trace(seed, fmt)
+        path, out = folder / f"{fmt}_{seed}.csv", folder / f"{fmt}_{seed}_deadlines.csv"
+        path.write_bytes(text)
+        out.unlink(missing_ok=True)
+
+        def check(code: int, stdout: str, last: str, path=path, out=out, broken=broken):
+            if code == 2:
+                if not broken.changes and "no job to import" not in last:
+                    return "a valid trace refused"
+                return refusal_names(last, path, broken)
+            try:
+                read_trace(out, ThroughputModel.bundled("A100"))
+            except InputError as exc:
+                return f"the trace written does not read back: {exc}"
+            return None
+
+        what = f"seed {seed} --from {fmt}" + (f" [{'; '.join(broken.changes)}]"
+                                               if broken.changes else "")  # fmt: skip
+        argv = [*QOSCHED, "trace", "import", str(path), "--from", fmt, "--out", str(out),
+                "--seed", str(seed)]  # fmt: skip
+        cases.append((what, argv, check))
+    return cases
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("level", choices=["cluster", "gpushare"])
+    parser.add_argument("level", choices=["cluster", "gpushare", "infer", "import"])
     parser.add_argument("--seeds", type=seeds, default=range(0, 40), help="FIRST:LAST (0:40)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
     args = parser.parse_args()
     runs: list[tuple[str, str, float, str]] = []  # (verdict, what, seconds, message)
     tables = ThroughputModel.bundled("A100")
     with tempfile.TemporaryDirectory() as folder:
+        # This machine's CPU is measured once for every infer run, not into the user's cache.
+        env = {**os.environ, "XDG_CACHE_HOME": str(Path(folder) / "cache")}
         for seed in args.seeds:
+            cases: list[tuple[str, list[str], Check | None]]
             if args.level == "cluster":
                 text, nodes = random_trace(seed, tables)
                 path = Path(folder) / f"trace_{seed}.csv"
@@ -132,23 +568,28 @@ def main() -> int:
                     (f"seed {seed} --fidelity {fidelity}",
                      [*QOSCHED, "sim", "cluster", "--trace", str(path), "--nodes", str(nodes),
                       "--gpus-per-node", "8", "--policy", "all", "--fidelity", fidelity,
-                      "--json", "--seed", str(seed)])
+                      "--json", "--seed", str(seed)], None)
                     for fidelity in ("sound", "artifact")
                 ]  # fmt: skip
-            else:
+            elif args.level == "gpushare":
                 path = Path(folder) / f"apps_{seed}.yaml"
                 path.write_text(random_spec(seed))
                 cases = [
                     (f"seed {seed} --policy {name}",
-                     [*QOSCHED, "gpu", "sim", str(path), "--policy", name, "--json"])
+                     [*QOSCHED, "gpu", "sim", str(path), "--policy", name, "--json"], None)
                     for name in policy_names()
                 ]  # fmt: skip
-            for what, argv in cases:
-                verdict, wall, message = judge(argv, args.timeout)
+            elif args.level == "infer":
+                cases = inference_cases(seed, Path(folder))
+            else:
+                cases = import_cases(seed, Path(folder))
+            for what, argv, check in cases:
+                verdict, wall, message = judge(argv, args.timeout, check, env)
                 runs.append((verdict, what, wall, message))
-                if verdict in ("FAIL", "TIMEOUT"):
+                if verdict in ("FAIL", "TIMEOUT", "WRONG"):
                     print(f"{verdict} {what}: {message}", flush=True)
-    counts = {v: sum(1 for r in runs if r[0] == v) for v in ("pass", "refused", "FAIL", "TIMEOUT")}
+    verdicts = ("pass", "refused", "FAIL", "TIMEOUT", "WRONG")
+    counts = {v: sum(1 for r in runs if r[0] == v) for v in verdicts}
     print(f"{args.level}: {len(runs)} runs over seeds {args.seeds.start}:{args.seeds.stop}: "
           + ", ".join(f"{n} {v}" for v, n in counts.items()))  # fmt: skip
     for verdict, what, wall, message in sorted(runs, key=lambda r: -r[2])[:5]:
@@ -156,7 +597,7 @@ def main() -> int:
     refused = sorted({r[3] for r in runs if r[0] == "refused"})
     for message in refused[:5]:
         print(f"  refused, e.g.: {message}")
-    return 1 if counts["FAIL"] or counts["TIMEOUT"] else 0
+    return 1 if counts["FAIL"] or counts["TIMEOUT"] or counts["WRONG"] else 0
 
 
 if __name__ == "__main__":

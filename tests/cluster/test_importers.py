@@ -52,10 +52,15 @@ def test_import_is_seeded(tmp_path):
     assert import_trace(path, "itp", TABLES, seed=1) != import_trace(path, "itp", TABLES, seed=2)
 
 
+HELIOS_HEADER = (
+    "job_id,user,vc,jobname,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,"
+    "duration,queue"
+)
+
+
 def test_helios_keeps_completed_jobs_and_reads_its_times(tmp_path):
     lines = [
-        "job_id,user,vc,jobname,gpu_num,cpu_num,node_num,state,submit_time,start_time,"
-        "end_time,duration,queue",
+        HELIOS_HEADER,
         "1,u,v,n,2,8,1,COMPLETED,2020-04-01 00:00:00,2020-04-01 00:01:00,x,3600,60",
         "2,u,v,n,2,8,1,FAILED,2020-04-01 00:10:00,2020-04-01 00:11:00,x,3600,60",
         "3,u,v,n,1,8,1,COMPLETED,2020-04-01 01:00:00,2020-04-01 01:00:00,x,1200,0",
@@ -128,6 +133,21 @@ BAD = [
         [",worker,1,Terminated,1000,3000,600,29,100,V100"],
         1,
         "job_name",
+    ),
+    # Rows shorter than the header: the columns read lie past the row's last cell.
+    (
+        "helios-row-ends-before-duration",
+        "helios",
+        [HELIOS_HEADER, "1,u,v,n,2,8,1,COMPLETED,2020-04-01 00:00:00"],
+        2,
+        None,
+    ),
+    (
+        "philly-row-ends-before-duration",
+        "philly",
+        ["num_gpus,gpu_time,timestamp,cluster,duration", "1,1.0,2020-05-29 11:30:02"],
+        2,
+        None,
     ),
     (
         "pai-run-over-366-days",
@@ -209,6 +229,23 @@ def test_cli_errors_name_the_option(tmp_path, capsys, args, option):
 def test_a_trace_with_nothing_to_import_says_why(tmp_path):
     with pytest.raises(InputError, match="no job to import"):
         import_trace(write(tmp_path, [ITP[0], ITP[2]]), "itp", TABLES)
+
+
+def test_a_short_row_says_how_many_fields_the_header_asks_for(tmp_path):
+    lines = [HELIOS_HEADER, "1,u,v,n,2,8,1,COMPLETED,2020-04-01 00:00:00"]
+    with pytest.raises(InputError, match=r"at least 12 fields \(duration is field 12\), got 9"):
+        import_trace(write(tmp_path, lines), "helios", TABLES)
+
+
+def test_jobs_on_gpu_counts_no_table_measured_are_no_trace(tmp_path, capsys):
+    # 2 x 4 + 1 x 4 = 12 GPUs: kept by the filters, but no model has a speed on 12 GPUs.
+    lines = ["j1,w,2,Terminated,1000,4600,600,29,400,V100", "j1,ps,1,Terminated,1000,4600,6,2,400,"]
+    source, out = write(tmp_path, lines), tmp_path / "deadlines.csv"
+    assert main(["trace", "import", str(source), "--from", "pai", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{source}: no job to import" in err
+    assert "GPU counts of the 1 job(s) kept (12)" in err
+    assert not out.exists()
 
 
 def test_unknown_format_is_refused(tmp_path):

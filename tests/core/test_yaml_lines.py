@@ -114,6 +114,26 @@ def test_a_lone_surrogate_is_refused_with_its_line():
     assert error.line == 2 and "not valid Unicode" in error.reason
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "character"),
+    [
+        ("\x00\x00machine: 1\n", 1, "#x0000"),
+        ("a: 1\nb: \x07x\n", 2, "#x0007"),
+        ("\u00e9\u00e9: 1\nb: 2\nc: \x1b[31m\n", 3, "#x001b"),  # after 2-byte characters
+        ("a: 1\n\ufffe\n", 2, "#xfffe"),
+    ],
+    ids=["nul", "bell", "escape-after-accents", "not-a-character"],
+)
+def test_a_character_yaml_forbids_is_one_line_naming_its_line(text, line, character):
+    # YAML's reader says so in two lines, with a position and no line.
+    error = refused(text)
+    assert error.line == line
+    assert error.reason == (
+        f"not valid YAML: unacceptable character {character}: control characters are not allowed"
+    )
+    assert "\n" not in str(error)
+
+
 def test_text_over_the_limit_is_refused_before_parsing():
     assert "characters" in refused("#" * (MAX_SPEC_CHARS + 1)).reason
     load_with_lines("#" * MAX_SPEC_CHARS, "s")

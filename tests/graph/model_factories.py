@@ -14,3 +14,7 @@ def wrong_shape():
 
 
 not_callable = 42
+
+
+def raises():
+    raise RuntimeError("no weights here\nand a second line")

@@ -161,6 +161,15 @@ def test_load_model_by_import_path(monkeypatch):
         ("model_factories:not_callable", "is not callable"),
         ("model_factories:wrong_shape", r"must return \(nn.Module, tuple"),
         (":f", "expected 'package.module:factory'"),
+        ("model_factories:raises", "its factory raised RuntimeError: no weights here$"),
+        (
+            "model_factories_broken:f",
+            "cannot import module 'model_factories_broken': RuntimeError: this module fails",
+        ),
+        ("math:sqrt", r"its factory raised TypeError: math.sqrt\(\) takes exactly one argument"),
+        ("hf:", "expected 'hf:<model_type>'"),
+        ("os.:f", "expected 'package.module:factory'"),
+        ("m" * 100_000, "unknown model 'mmmm"),
     ],
     ids=[
         "unknown-name",
@@ -169,8 +178,17 @@ def test_load_model_by_import_path(monkeypatch):
         "not-callable",
         "wrong-return",
         "empty-module",
+        "factory-raises",
+        "module-raises-on-import",
+        "not-a-factory",
+        "hf-without-type",
+        "empty-submodule",
+        "name-of-100000-characters",
     ],
 )
 def test_load_model_bad_specs(spec, message):
-    with pytest.raises(InputError, match=message):
+    # A user's factory or module failing is their input's error, in one line, not a traceback.
+    with pytest.raises(InputError, match=message) as caught:
         load_model(spec)
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 400

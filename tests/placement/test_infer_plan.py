@@ -142,3 +142,110 @@ def test_a_spec_file_with_an_alias_is_refused(tmp_path):
     with pytest.raises(InputError, match="anchors and aliases") as caught:
         load_inference_spec(path)
     assert caught.value.line == 1
+
+
+@pytest.mark.parametrize(
+    ("machine", "field", "message"),
+    [
+        ({"gpu": "Z9", "link": "PCIe3-x16"}, "machine.gpu", "unknown GPU 'Z9'; known GPUs: "),
+        ({"gpu": "T4", "link": "pcie9"}, "machine.link", "unknown link 'pcie9'; known links: "),
+        ({"gpu": "T4", "link": "PCIe3-x16", "cpu_costs": "x"}, "machine.cpu_costs", "'measured'"),
+    ],
+    ids=["unknown-gpu", "unknown-link", "unknown-cpu-costs"],
+)
+def test_a_machine_not_in_the_catalog_is_refused_at_its_line(tmp_path, machine, field, message):
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        f"max_switches: 2\nmachine: {json.dumps(machine)}\ntenants: [{{name: a, model: mlp}}]\n"
+    )
+    with pytest.raises(InputError, match=message) as caught:
+        load_inference_spec(path)
+    assert (caught.value.source, caught.value.line, caught.value.field) == (str(path), 2, field)
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("resnet ", "unknown model 'resnet '"),
+        ("ResNet", "unknown model 'ResNet'"),
+        ("m" * 100_000, r"unknown model 'm+\.\.\.: expected one of"),
+        ("a:", "expected 'package.module:factory'"),
+        ("hf:", "expected 'hf:<model_type>'"),
+    ],
+    ids=["trailing-space", "capitals", "100000-characters", "no-factory", "hf-no-type"],
+)
+def test_a_model_no_factory_could_build_is_refused_at_its_line(tmp_path, model, message):
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "machine: {gpu: T4, link: PCIe3-x16}\ntenants:\n  - {name: a, model: mlp}\n"
+        f"  - name: b\n    model: {json.dumps(model)}\n"
+    )
+    with pytest.raises(InputError, match=message) as caught:
+        load_inference_spec(path)
+    assert (caught.value.line, caught.value.field) == (5, "tenants[1].model")
+    assert len(str(caught.value)) < 400
+
+
+# A spec whose models load only when the plan is made: what fails then still names the
+# spec's file, the tenant's line and its field, in one line, exit 2.
+ROOFLINE = (
+    "machine: {gpu: T4, link: PCIe3-x16, cpu_costs: roofline}\n"
+    "tenants:\n  - {name: a, model: mlp}\n"
+)
+LATE = [
+    (
+        "  - {name: b, model: 'math:sqrt'}\n",
+        "spec.yaml:4: field 'tenants[1].model': model 'math:sqrt': its factory raised TypeError: ",
+    ),
+    (
+        "  - {name: b, model: 'builtins:dict'}\n",
+        "spec.yaml:4: field 'tenants[1].model': model 'builtins:dict': factory must return",
+    ),
+    (
+        "  - {name: b, model: 'qosched_no_such_module:f'}\n",
+        "spec.yaml:4: field 'tenants[1].model': model 'qosched_no_such_module:f': cannot import",
+    ),
+    (
+        "  - {name: b, model: mlp, latency_goal_ms: 0.00001}\n",
+        "spec.yaml:4: field 'tenants[1].latency_goal_ms': tenant 'b': no assignment allowed by "
+        "'cos' meets its latency goal",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tenant", "message"), LATE, ids=["factory-raises", "not-a-factory", "no-module", "goal"]
+)
+def test_what_fails_after_the_spec_is_read_names_its_line(tmp_path, capsys, tenant, message):
+    path = tmp_path / "spec.yaml"
+    path.write_text(ROOFLINE + tenant)
+    assert main(["infer", "plan", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qosched: error: {tmp_path}/{message}")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "machine", "message"),
+    [
+        (
+            ["infer", "plan"],
+            "{platform: cpu-sets, cpu: [0], gpu: [100000]}",
+            "spec.yaml:2: field 'machine.gpu': cores [100000] are not usable here",
+        ),
+        (
+            ["infer", "run", "--plan", "plan.json"],
+            "{gpu: T4, link: PCIe3-x16}",
+            "spec.yaml:2: field 'machine.platform': platform roofline models a T4",
+        ),
+    ],
+    ids=["plan-cores-not-here", "run-on-roofline"],
+)
+def test_a_machine_this_one_cannot_be_names_its_line(tmp_path, capsys, command, machine, message):
+    # Known only once the command runs here, after the spec was read.
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"seed: 1\nmachine: {machine}\ntenants: [{{name: a, model: mlp}}]\n")
+    assert main([*command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qosched: error: {tmp_path}/{message}")
+    assert err.count("\n") == 1

@@ -73,3 +73,17 @@ def test_the_run_report_sets_measured_against_predicted():
     assert a["p95_latency_s"] == 3.0 and a["mean_latency_s"] == pytest.approx(2.0)
     assert (a["outputs_equal"], b["outputs_equal"]) == (True, False)
     assert b["predicted_latency_s"] == pytest.approx(1.0)
+
+
+def test_a_goal_only_a_split_meets_leaves_the_whole_model_baselines_without_a_plan():
+    # Unit 0 is fast on the cpu, unit 1 on the gpu: 1.1 s split, 11 s on either processor.
+    split = TenantGraph.from_costs("a", [1.0, 10.0], [10.0, 1.0], [0.1], latency_goal_s=5.0)
+    got = compare(Problem((split,)), max_switches=2)
+    assert got.cos.tenants[0].assignment == ("cpu", "gpu")
+    assert set(got.baselines) == {"all_cpu", "all_gpu"}
+    assert set(got.infeasible) == {"model_level", "layer_level"}
+    assert "latency goal" in got.infeasible["model_level"]
+    report = InferReport.of(got).to_json()
+    assert list(report["baselines"]) == ["all_cpu", "all_gpu", "model_level", "layer_level"]
+    assert report["baselines"]["model_level"] == report["baselines"]["layer_level"] == 0.0
+    assert report["throughput_rps"] == pytest.approx(1.0 / 1.0)

@@ -77,3 +77,61 @@ def test_a_broken_cache_file_is_an_error_that_names_it(tmp_path, text):
     with pytest.raises(InputError, match="profile") as caught:
         ProfileCache(path)
     assert caught.value.source == str(path)
+
+
+def test_a_model_that_does_not_build_for_profiling_names_its_tenant(tmp_path):
+    # As `infer plan` on a runnable platform meets it, in the pinned process: the field says
+    # which tenant of the list, so the spec's line can be named.
+    from qosched.placement.measured import TenantModel, profile_job
+    from qosched.placement.platform import PinnedProcessor, usable_cores
+
+    tenants = [TenantModel("a", "mlp"), TenantModel("b", "math:sqrt")]
+    cpu = PinnedProcessor("cpu", usable_cores()[:1])
+    with pytest.raises(InputError, match="model 'math:sqrt': its factory raised") as caught:
+        profile_job(cpu, tenants, 0, str(tmp_path / "profile.json"), 1)
+    assert caught.value.field == "tenants[1].model"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 39460012032 bytes. Error code 12"
+        ),
+        MemoryError(),
+    ],
+    ids=["pytorch-allocator", "python"],
+)
+def test_a_batch_too_big_for_memory_names_the_tenants_batch(tmp_path, monkeypatch, error):
+    # What resnet50 at batch 65536 (a 39 GB input) meets on a 23 GB machine, without the 39 GB.
+    from qosched.placement import measured
+    from qosched.placement.platform import PinnedProcessor, usable_cores
+
+    def build_model(spec, *, batch, seed):
+        raise error
+
+    monkeypatch.setattr(measured, "build_model", build_model)
+    cpu = PinnedProcessor("cpu", usable_cores()[:1])
+    tenants = [measured.TenantModel("a", "resnet50", 65536)]
+    with pytest.raises(InputError, match="does not fit in memory at this batch") as caught:
+        measured.profile_job(cpu, tenants, 0, str(tmp_path / "profile.json"), 1)
+    assert caught.value.field == "tenants[0].batch"
+    if isinstance(error, RuntimeError):
+        assert caught.value.reason.endswith("can't allocate memory: you tried to allocate "
+                                            "39460012032 bytes. Error code 12")  # fmt: skip
+
+
+def test_other_runtime_errors_while_profiling_stay_tracebacks(tmp_path, monkeypatch):
+    from qosched.placement import measured
+    from qosched.placement.platform import PinnedProcessor, usable_cores
+
+    def build_model(spec, *, batch, seed):
+        raise RuntimeError("a bug of qosched's")
+
+    monkeypatch.setattr(measured, "build_model", build_model)
+    cpu = PinnedProcessor("cpu", usable_cores()[:1])
+    with pytest.raises(RuntimeError, match="a bug"):
+        measured.profile_job(
+            cpu, [measured.TenantModel("a", "mlp")], 0, str(tmp_path / "p.json"), 1
+        )

@@ -37,7 +37,7 @@ from qosched.placement.infer import (
 from qosched.placement.ir import Plan
 from qosched.placement.planfile import plan_to_dict, write_plan
 from qosched.placement.runtime import MAX_DEPTH, MAX_ROUNDS, run
-from qosched.placement.spec import load_inference_spec
+from qosched.placement.spec import InferenceSpec, load_inference_spec
 from qosched.report.placement_plots import plot_plan
 from qosched.report.trace import write_chrome_trace
 
@@ -47,8 +47,9 @@ def run_plan(args: argparse.Namespace) -> int:
     output_file(args.out, "--out")
     image_file(args.picture, "--picture")
     spec = load_inference_spec(args.spec)
-    problem, title = spec_problem(spec, args.profile_cache, args.calibration or ())
-    comparison = compare(problem, spec.max_switches)
+    with spec.located():
+        problem, title = spec_problem(spec, args.profile_cache, args.calibration or ())
+        comparison = compare(problem, spec.max_switches)
     cos = comparison.cos
     report = InferReport.of(comparison)
     if args.out:
@@ -62,11 +63,11 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json()))
     else:
-        _show(cos, comparison.baselines, report, title)
+        _show(cos, comparison.infeasible, report, title)
     return 0
 
 
-def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str) -> None:
+def _show(cos: Plan, infeasible: dict[str, str], result: InferReport, title: str) -> None:
     console = Console()
     table = Table(title=title)
     for column in ("tenant", "units on GPU", "switches", "latency ms"):
@@ -85,9 +86,12 @@ def _show(cos: Plan, compared: dict[str, Plan], result: InferReport, title: str)
     summary.add_column("plan")
     summary.add_column("throughput")
     summary.add_column("vs COS")
-    rows = [("COS", result.throughput_rps)] + [(n, p.throughput_rps) for n, p in compared.items()]
+    rows = [("COS", result.throughput_rps), *result.baselines.items()]
     rows.append(("upper bound (LP)", result.bound_rps))
     for name, rps in rows:
+        if name in infeasible:
+            summary.add_row(name, "no plan meets the latency goals", "-")
+            continue
         ratio = rps / result.throughput_rps if result.throughput_rps else float("nan")
         summary.add_row(name, f"{rps:.1f}", f"{ratio:.2f}x")
     console.print(summary)
@@ -108,6 +112,11 @@ def run_run(args: argparse.Namespace) -> int:
     output_file(args.trace, "--trace")
     output_file(args.calibration_out, "--calibration-out")
     spec = load_inference_spec(args.spec)
+    with spec.located():  # cores not usable here, a model that no longer builds
+        return _run(args, spec)
+
+
+def _run(args: argparse.Namespace, spec: InferenceSpec) -> int:
     pinned = spec.platform.pinned_processors()
     # Bit for bit where every unit computes as the reference does: on CPU cores, each process
     # on as many threads as the reference (a matrix product splits its sums by thread count).

@@ -142,6 +142,14 @@ def import_trace(
                 duration_s=record.run_s,
             )
         )
+    if not jobs:
+        # An empty trace would be written, and `sim cluster` would refuse it without saying why.
+        counts = ", ".join(str(g) for g in sorted({r.gpus for r in kept}))
+        raise InputError(
+            f"no job to import: no model of the speed tables has a measured speed on the GPU "
+            f"counts of the {len(kept)} job(s) kept ({counts})",
+            source=path,
+        )
     return jobs
 
 
@@ -179,13 +187,19 @@ def _header(rows: Iterator[list[str]], path: Path, needed: tuple[str, ...]) -> d
     return {name: header.index(name) for name in needed}
 
 
-def _cells(rows: CsvRows, path: Path, width: int) -> Iterator[tuple[int, list[str]]]:
+def _cells(rows: CsvRows, path: Path, columns: dict[str, int]) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank rows, their cells stripped, each long enough to hold every column read
+    (by the header's place of each, which need not be the first ones)."""
+    last = max(columns, key=columns.__getitem__)
+    width = columns[last] + 1
     for row in rows:
         if not any(cell.strip() for cell in row):
             continue
         if len(row) < width:
             raise InputError(
-                f"expected at least {width} fields, got {len(row)}", source=path, line=rows.line_num
+                f"expected at least {width} fields ({last} is field {width}), got {len(row)}",
+                source=path,
+                line=rows.line_num,
             )
         yield rows.line_num, [cell.strip() for cell in row]
 
@@ -237,7 +251,7 @@ def _moment(text: str, field: str, path: Path, line: int) -> float:
 
 def _itp(rows: CsvRows, path: Path) -> Iterator[Record]:
     columns = _header(rows, path, ("job_id", "submission_time", "duration", "num_gpu"))
-    for line, cells in _cells(rows, path, len(columns)):
+    for line, cells in _cells(rows, path, columns):
         yield Record(
             cells[columns["job_id"]] or f"line{line}",
             _seconds(cells[columns["submission_time"]], "submission_time", path, line),
@@ -249,7 +263,7 @@ def _itp(rows: CsvRows, path: Path) -> Iterator[Record]:
 
 def _helios(rows: CsvRows, path: Path) -> Iterator[Record]:
     columns = _header(rows, path, ("job_id", "gpu_num", "state", "submit_time", "duration"))
-    for line, cells in _cells(rows, path, len(columns)):
+    for line, cells in _cells(rows, path, columns):
         if cells[columns["state"]].upper() != "COMPLETED":
             continue
         yield Record(
@@ -263,7 +277,7 @@ def _helios(rows: CsvRows, path: Path) -> Iterator[Record]:
 
 def _philly(rows: CsvRows, path: Path) -> Iterator[Record]:
     columns = _header(rows, path, ("timestamp", "duration", "num_gpus"))
-    for line, cells in _cells(rows, path, len(columns)):
+    for line, cells in _cells(rows, path, columns):
         yield Record(
             f"philly{line - 1}",
             _moment(cells[columns["timestamp"]], "timestamp", path, line),
@@ -279,7 +293,7 @@ def _pai(rows: CsvRows, path: Path) -> Iterator[Record]:
     task not Terminated is left out."""
     index = {name: i for i, name in enumerate(PAI_COLUMNS)}
     jobs: dict[str, list] = {}
-    for line, cells in _cells(rows, path, len(PAI_COLUMNS)):
+    for line, cells in _cells(rows, path, index):
         if not cells[index["job_name"]]:
             # Tasks are grouped into jobs by name: unnamed ones would merge into one made-up job.
             raise InputError(

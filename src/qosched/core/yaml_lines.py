@@ -133,10 +133,20 @@ def load_with_lines(text: str, source: str | Path) -> tuple[Any, dict[str, int]]
             # Before constructing, so a duplicate key is reported rather than silently merged.
             _record_lines(node, "", lines, source)
         data = loader.construct_document(node) if node is not None else None
+    except yaml.reader.ReaderError as exc:
+        # A character YAML does not allow (a NUL, a control character, U+FFFE): its str() is
+        # two lines and it has no mark, only a position, in UTF-8 bytes for libyaml.
+        data: str | bytes = text if _BaseLoader is yaml.SafeLoader else text.encode("utf-8")
+        line = data.count("\n" if isinstance(data, str) else b"\n", 0, exc.position) + 1
+        raise InputError(
+            f"not valid YAML: unacceptable character #x{exc.character:04x}: {exc.reason}",
+            source=source,
+            line=line,
+        ) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"not valid YAML: {problem}", source=source, line=line) from exc
     finally:
         loader.dispose()

@@ -24,7 +24,6 @@ tensor passed twice counted twice); ``bytes_written`` the sum of the bytes of ev
 
 from __future__ import annotations
 
-import functools
 import importlib
 import math
 import operator
@@ -39,6 +38,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import flop_registry
 
+from qosched.core.bounds import show_value
 from qosched.core.errors import InputError
 from qosched.graph import hf
 from qosched.graph.ir import (
@@ -323,43 +323,50 @@ def takes_batch_and_device(spec: str) -> bool:
     return spec in ZOO or spec.startswith(hf.PREFIX)
 
 
+def model_name_problem(spec: str) -> str | None:
+    """Why ``spec`` names no model :func:`load_model` could build, judged by its form alone
+    (nothing is imported), or None: a spec reader refuses a typo at its line, before any model
+    is built."""
+    shown = show_value(spec)
+    if spec in ZOO:
+        return None
+    if spec.startswith(hf.PREFIX):
+        return (
+            None
+            if spec.removeprefix(hf.PREFIX).strip()
+            else f"model {shown}: expected 'hf:<model_type>', e.g. 'hf:bert'"
+        )
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        if (
+            not all(part.isidentifier() for part in module_name.split("."))
+            or not attr.isidentifier()
+        ):
+            return f"model {shown}: expected 'package.module:factory'"
+        return None
+    return (
+        f"unknown model {shown}: expected one of {sorted(ZOO)}, 'hf:<model_type>' or "
+        "'package.module:factory'"
+    )
+
+
 def load_model(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
     """Model and example inputs from a zoo name, ``hf:<model_type>`` (Hugging Face
     ``transformers`` from a default configuration, see :mod:`qosched.graph.hf`) or an import path
     ``package.module:factory``.
 
-    ``kwargs`` go to the factory (zoo and ``hf:`` factories take ``batch`` and ``device``).
+    ``kwargs`` go to the factory (zoo and ``hf:`` factories take ``batch`` and ``device``). A
+    user's factory that raises is an InputError about the model, its exception chained.
     """
-    factory: Callable[..., Any]
+    problem = model_name_problem(spec)
+    if problem is not None:
+        raise InputError(problem, field="model")
     if spec in ZOO:
-        factory = ZOO[spec]
+        result = ZOO[spec](**kwargs)
     elif spec.startswith(hf.PREFIX):
-        factory = functools.partial(hf.hf_model, spec)
-    elif ":" in spec:
-        module_name, _, attr = spec.partition(":")
-        if not module_name or not attr:
-            raise InputError(f"model {spec!r}: expected 'package.module:factory'", field="model")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise InputError(
-                f"model {spec!r}: cannot import module {module_name!r}: {e}", field="model"
-            ) from e
-        try:
-            factory = getattr(module, attr)
-        except AttributeError as e:
-            raise InputError(
-                f"model {spec!r}: module {module_name!r} has no attribute {attr!r}", field="model"
-            ) from e
-        if not callable(factory):
-            raise InputError(f"model {spec!r}: {attr!r} is not callable", field="model")
+        result = hf.hf_model(spec, **kwargs)
     else:
-        raise InputError(
-            f"unknown model {spec!r}: expected one of {sorted(ZOO)}, 'hf:<model_type>' or "
-            "'package.module:factory'",
-            field="model",
-        )
-    result = factory(**kwargs)
+        result = _call_user_factory(spec, kwargs)
     if (
         not isinstance(result, tuple)
         or len(result) != 2
@@ -367,11 +374,46 @@ def load_model(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
         or not isinstance(result[1], tuple)
     ):
         raise InputError(
-            f"model {spec!r}: factory must return (nn.Module, tuple of example inputs), "
+            f"model {show_value(spec)}: factory must return (nn.Module, tuple of example inputs), "
             f"got {_describe(result)}",
             field="model",
         )
     return result
+
+
+def _call_user_factory(spec: str, kwargs: dict[str, Any]) -> Any:
+    """What the factory ``package.module:factory`` returns; InputError when it cannot be found
+    or raises (the user's code: whatever it raises is about their model, chained)."""
+    shown = show_value(spec)
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # a module that fails to import, a syntax error in it
+        raise InputError(
+            f"model {shown}: cannot import module {show_value(module_name)}: "
+            f"{type(e).__name__}: {_first_line(e)}",
+            field="model",
+        ) from e
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise InputError(
+            f"model {shown}: module {show_value(module_name)} has no attribute {attr!r}",
+            field="model",
+        )
+    if not callable(factory):
+        raise InputError(f"model {shown}: {attr!r} is not callable", field="model")
+    try:
+        return factory(**kwargs)
+    except Exception as e:
+        raise InputError(
+            f"model {shown}: its factory raised {type(e).__name__}: {_first_line(e)}",
+            field="model",
+        ) from e
+
+
+def _first_line(error: Exception) -> str:
+    """An exception's message as one line of an error message: its first, cut at 200."""
+    return (str(error).strip().splitlines() or [""])[0][:200]
 
 
 def _describe(x: Any) -> str:

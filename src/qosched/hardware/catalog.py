@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from qosched.core.bounds import show_value
 from qosched.core.errors import InputError
 
 ProcessorKind = Literal["cpu", "gpu"]
@@ -355,7 +356,9 @@ def gpu(name: str) -> Processor:
     key = name.strip().lower() if isinstance(name, str) else None
     key = _GPU_ALIASES.get(key, key) if key is not None else None
     if key is None or key not in GPUS:
-        raise InputError(f"unknown GPU {name!r}; known GPUs: {_known(GPUS, _GPU_ALIASES)}")
+        raise InputError(
+            f"unknown GPU {show_value(name)}; known GPUs: {_known(GPUS, _GPU_ALIASES)}"
+        )
     return GPUS[key]
 
 
@@ -364,5 +367,7 @@ def link(name: str) -> Link:
     key = name.strip().lower() if isinstance(name, str) else None
     key = _LINK_ALIASES.get(key, key) if key is not None else None
     if key is None or key not in LINKS:
-        raise InputError(f"unknown link {name!r}; known links: {_known(LINKS, _LINK_ALIASES)}")
+        raise InputError(
+            f"unknown link {show_value(name)}; known links: {_known(LINKS, _LINK_ALIASES)}"
+        )
     return LINKS[key]

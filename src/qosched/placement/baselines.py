@@ -48,7 +48,7 @@ def model_level(problem: Problem) -> Plan:
     """Each tenant wholly on the CPU or the GPU (see the module doc)."""
     start = time.perf_counter()
     options: list[list[tuple[Assignment, tuple[float, float, float]]]] = []
-    for t in problem.tenants:
+    for i, t in enumerate(problem.tenants):
         opts = []
         for proc in ("cpu", "gpu"):
             a = _uniform(t, proc)
@@ -59,7 +59,7 @@ def model_level(problem: Problem) -> Plan:
         if not opts:
             raise InfeasibleError(
                 f"tenant {t.name!r}: neither processor alone runs it within its latency goal",
-                field="latency_goal_s",
+                field=f"tenants[{i}].latency_goal_s",
             )
         options.append(opts)
 

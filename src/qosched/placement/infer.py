@@ -14,7 +14,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from qosched.placement import baselines
 from qosched.placement.bound import lp_bound
 from qosched.placement.calibrate import calibrated, merge, read_calibration
 from qosched.placement.costs import CostModel, tenant_from_graph
-from qosched.placement.ir import PROCESSORS, Plan, Problem, TenantGraph
+from qosched.placement.ir import PROCESSORS, InfeasibleError, Plan, Problem, TenantGraph
 from qosched.placement.measured import TenantModel, measure, measured_tenant, profile_job
 from qosched.placement.planfile import read_plan
 from qosched.placement.platform import PinnedProcessor, RooflinePlatform, run_pinned, usable_cores
@@ -36,7 +36,7 @@ from qosched.placement.program import build_model, export_program, model_units, 
 from qosched.placement.replay import RuntimeModel, fit_runtime_model, message_samples, replay
 from qosched.placement.runtime import MeasuredRun, TenantRun
 from qosched.placement.search import plan
-from qosched.placement.spec import InferenceSpec
+from qosched.placement.spec import InferenceSpec, about_tenant
 
 
 def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
@@ -52,13 +52,15 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
         gpu_calibration=platform.gpu_calibration,
     )
     tenants = []
-    for tenant in spec.tenants:
+    for i, tenant in enumerate(spec.tenants):
         options = {"batch": tenant.batch} if takes_batch_and_device(tenant.model) else {}
-        module, inputs = load_model(tenant.model, **options)
-        graph = capture(module, inputs, name=tenant.name)
-        tenants.append(
-            tenant_from_graph(graph, costs, name=tenant.name, latency_goal_s=tenant.latency_goal_s)
-        )
+        with about_tenant(i):
+            module, inputs = load_model(tenant.model, **options)
+            graph = capture(module, inputs, name=tenant.name)
+            estimated = tenant_from_graph(
+                graph, costs, name=tenant.name, latency_goal_s=tenant.latency_goal_s
+            )
+        tenants.append(estimated)
     cpu_note = "roofline"
     if platform.cpu_costs == "measured":
         host = PinnedProcessor("cpu", usable_cores())
@@ -143,14 +145,22 @@ def _threads(count: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+#: The baselines COS is compared with, in the order they are reported.
+BASELINES = ("all_cpu", "all_gpu", "model_level", "layer_level")
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """COS's plan against the baselines (by name, in a fixed order) and the LP bound."""
+    """COS's plan against the baselines (by name, in the order of ``BASELINES``) and the LP
+    bound. A baseline that searches under the latency goals and finds no plan meeting them all
+    (COS may: it can split a model where they cannot) is in ``infeasible``, with the reason,
+    instead of ``baselines``."""
 
     cos: Plan
     search_s: float
     baselines: dict[str, Plan]
     bound_rps: float
+    infeasible: dict[str, str] = field(default_factory=dict)
 
 
 def compare(problem: Problem, max_switches: int) -> Comparison:
@@ -159,13 +169,19 @@ def compare(problem: Problem, max_switches: int) -> Comparison:
     started = time.perf_counter()
     cos = plan(problem, max_switches=max_switches)
     search_s = time.perf_counter() - started
-    compared = {
-        "all_cpu": baselines.all_cpu(problem),
-        "all_gpu": baselines.all_gpu(problem),
-        "model_level": baselines.model_level(problem),
-        "layer_level": baselines.layer_level(problem, max_switches),
+    searches = {
+        "all_cpu": lambda: baselines.all_cpu(problem),
+        "all_gpu": lambda: baselines.all_gpu(problem),
+        "model_level": lambda: baselines.model_level(problem),
+        "layer_level": lambda: baselines.layer_level(problem, max_switches),
     }
-    return Comparison(cos, search_s, compared, lp_bound(problem).throughput_rps)
+    compared, infeasible = {}, {}
+    for name in BASELINES:
+        try:
+            compared[name] = searches[name]()
+        except InfeasibleError as error:
+            infeasible[name] = error.reason
+    return Comparison(cos, search_s, compared, lp_bound(problem).throughput_rps, infeasible)
 
 
 @dataclass(frozen=True)
@@ -192,7 +208,12 @@ class InferReport:
             throughput_rps=cos.throughput_rps,
             bound_rps=comparison.bound_rps,
             search_s=comparison.search_s,
-            baselines={name: p.throughput_rps for name, p in comparison.baselines.items()},
+            baselines={
+                name: comparison.baselines[name].throughput_rps
+                if name in comparison.baselines
+                else 0.0  # no plan of its kind meets the goals: no rate within them
+                for name in BASELINES
+            },
             tenants=tuple(
                 TenantReport(t.name, cos.throughput_rps, t.latency_s) for t in cos.tenants
             ),

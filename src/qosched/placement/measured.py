@@ -39,6 +39,7 @@ from qosched.placement.platform import PinnedProcessor, pin, process_context, ru
 from qosched.placement.profile import DEFAULT_REPEATS, ProfileCache, TenantProfile, profile_tenant
 from qosched.placement.program import UnitProgram, build_model, export_program
 from qosched.placement.runtime import pack, to_device, unpack
+from qosched.placement.spec import about_tenant
 
 #: Share of a copy's time spent by each of the two pinned processes (``TenantGraph.copy_share``).
 COPY_SHARE = 0.5
@@ -95,18 +96,20 @@ def profile_job(
     repeats: int,
 ) -> tuple[list[MeasuredTenant], int, int]:
     """Run pinned to ``pinned.cores``: profile every tenant; returns the profiles and the
-    cache's hits and misses. Saves the cache."""
+    cache's hits and misses. Saves the cache. A model that does not build is an InputError
+    about ``tenants[i].model``, one that does not fit in memory about ``tenants[i].batch``."""
     cache = ProfileCache(cache_path)
     device = torch.device(pinned.device)
     key = pinned.cost_key()
     result = []
-    for tenant in tenants:
-        model, inputs = build_model(tenant.model, batch=tenant.batch, seed=seed)
-        graph = coarsen(capture(model, inputs, name=tenant.name))
-        units = linearize(graph)
-        program = UnitProgram(export_program(model, inputs), units, tenant.name).to(device)
-        on_device = [t.to(device) for t in inputs]
-        profile = profile_tenant(program, on_device, cache, key, device=device, repeats=repeats)
+    for i, tenant in enumerate(tenants):
+        with about_tenant(i):
+            model, inputs = build_model(tenant.model, batch=tenant.batch, seed=seed)
+            graph = coarsen(capture(model, inputs, name=tenant.name))
+            units = linearize(graph)
+            program = UnitProgram(export_program(model, inputs), units, tenant.name).to(device)
+            on_device = [t.to(device) for t in inputs]
+            profile = profile_tenant(program, on_device, cache, key, device=device, repeats=repeats)
         result.append(
             MeasuredTenant(profile, tuple(map(tuple, units)), layer_boundaries(graph, units))
         )

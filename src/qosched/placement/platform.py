@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from qosched.core.errors import InputError
+from qosched.hardware import catalog
 from qosched.hardware.measure import cpu_model_name
 from qosched.placement.costs import check_calibration
 
@@ -168,9 +169,13 @@ class RooflinePlatform:
                 source=source,
                 field="machine.cpu_costs",
             )
-        for key in ("gpu", "link"):
+        for key, find in (("gpu", catalog.gpu), ("link", catalog.link)):
             if not isinstance(machine.get(key), str) or not machine[key]:
                 raise InputError("expected a name", source=source, field=f"machine.{key}")
+            try:
+                find(machine[key])
+            except InputError as error:  # not in the catalog: refused here, naming the field
+                raise InputError(error.reason, source=source, field=f"machine.{key}") from None
         factor = check_calibration(
             machine.get("gpu_calibration", 1.0),
             field="machine.gpu_calibration",

@@ -484,13 +484,13 @@ def plan_with(
     """
     start = time.perf_counter()
     candidates = []
-    for tenant in problem.tenants:
+    for i, tenant in enumerate(problem.tenants):
         cs = candidates_of(tenant)
         if not cs:
             raise InfeasibleError(
                 f"tenant {tenant.name!r}: no assignment allowed by {method!r} meets its latency "
                 f"goal ({tenant.latency_goal_s!r} s) or runs every unit",
-                field="latency_goal_s",
+                field=f"tenants[{i}].latency_goal_s",
             )
         candidates.append(cs)
     chosen = refine_swaps(
