@@ -14,6 +14,7 @@ from qosched.core.bounds import (
     check_datetime,
     check_number,
     check_time,
+    show_value,
 )
 from qosched.core.errors import InputError
 
@@ -77,3 +78,12 @@ def test_datetime_pushed_past_9999_by_its_offset_is_refused():
 def test_count_limit_is_exact_in_a_float():
     assert float(COUNT_LIMIT - 1) == COUNT_LIMIT - 1
     assert float(COUNT_LIMIT + 1) != COUNT_LIMIT + 1
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [([], "an empty list"), ([1], "a list"), ({}, "an empty mapping"), ({"a": 1}, "a mapping")],
+)
+def test_show_value_says_when_a_list_or_mapping_is_empty(value, shown):
+    # "expected a non-empty list, got a list" told the user nothing.
+    assert show_value(value) == shown

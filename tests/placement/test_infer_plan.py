@@ -208,7 +208,7 @@ LATE = [
     (
         "  - {name: b, model: mlp, latency_goal_ms: 0.00001}\n",
         "spec.yaml:4: field 'tenants[1].latency_goal_ms': tenant 'b': no assignment allowed by "
-        "'cos' meets its latency goal",
+        "'cos' meets its latency goal (1e-05 ms)",  # in the spec's unit, not seconds
     ),
 ]
 

@@ -146,9 +146,9 @@ def show_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return "a mapping"
+        return "a mapping" if value else "an empty mapping"
     if isinstance(value, list):
-        return "a list"
+        return "a list" if value else "an empty list"
     if is_whole(value) and abs(value) >= 10**60:
         # repr() of an int over 4300 digits raises ValueError; its size is what matters here.
         digits = len(str(abs(value))) if abs(value) < 10**4000 else "thousands of"

@@ -487,9 +487,11 @@ def plan_with(
     for i, tenant in enumerate(problem.tenants):
         cs = candidates_of(tenant)
         if not cs:
+            goal = tenant.latency_goal_s
+            meets = "" if goal is None else f"meets its latency goal ({goal * 1e3:g} ms) or "
             raise InfeasibleError(
-                f"tenant {tenant.name!r}: no assignment allowed by {method!r} meets its latency "
-                f"goal ({tenant.latency_goal_s!r} s) or runs every unit",
+                f"tenant {tenant.name!r}: no assignment allowed by {method!r} {meets}runs every "
+                "unit",
                 field=f"tenants[{i}].latency_goal_s",
             )
         candidates.append(cs)
