@@ -319,6 +319,20 @@ def test_a_plan_whose_units_are_not_the_models_is_refused(tmp_path, capsys):
     assert "units are not the model's" in capsys.readouterr().err
 
 
+def test_a_model_that_fails_to_build_for_the_run_names_its_line(tmp_path, capsys):
+    # The plan was made when the factory built; now it raises: the error is about the tenant's
+    # model, at its line of the spec, in one line.
+    def to_factory(data):
+        data["tenants"][0]["model"] = "math:sqrt"
+
+    plan = _plan_file(tmp_path, to_factory)
+    spec = _spec(tmp_path, [{"name": "a", "model": "math:sqrt"}])
+    assert main(["infer", "run", str(spec), "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert "field 'tenants[0].model': model 'math:sqrt': its factory raised TypeError" in err
+    assert err.startswith(f"qosched: error: {spec}:") and err.count("\n") == 1
+
+
 def test_the_roofline_platform_takes_a_gpu_calibration_factor():
     machine = {"gpu": "T4", "link": "PCIe3-x16", "gpu_calibration": 1.7}
     assert parse_platform(machine).gpu_calibration == 1.7

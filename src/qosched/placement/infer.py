@@ -268,11 +268,12 @@ def prepare_run(
             field="tenants",
         )
     tenants, expected = [], []
-    for tenant, graph, scored in zip(
-        spec.tenants, planned.problem.tenants, planned.plan.tenants, strict=True
+    for i, (tenant, graph, scored) in enumerate(
+        zip(spec.tenants, planned.problem.tenants, planned.plan.tenants, strict=True)
     ):
-        model, inputs = build_model(tenant.model, batch=tenant.batch, seed=spec.seed)
-        units = model_units(model, inputs, tenant.name)
+        with about_tenant(i):  # a model that no longer builds as it did for the plan
+            model, inputs = build_model(tenant.model, batch=tenant.batch, seed=spec.seed)
+            units = model_units(model, inputs, tenant.name)
         unit_ids = tuple(u[0] for u in units)
         if unit_ids != graph.unit_ids:
             raise InputError(
