@@ -271,8 +271,9 @@ def test_blip2_reads_images_and_the_text_they_go_into(configured):
     [
         ("blip-2", _blip2(), r"names no image token \(image_token_id is None\)"),
         ("qwen2_vl", {}, r"patch grid as values \(image_grid_thw\)"),
+        ("idefics2", {}, r"images its pixel mask marks as real \(pixel_attention_mask\)"),
     ],
-    ids=["no-image-token", "grid-as-values"],
+    ids=["no-image-token", "grid-as-values", "images-by-mask"],
 )
 def test_images_with_no_place_in_the_text_are_an_input_error(
     configured, model_type, fields, message

@@ -25,8 +25,9 @@ inputs for what the model reads:
   to, or as many as its encoder takes if fewer.
 
 A model that puts its images into its text at an image token its default configuration does not
-name (BLIP-2), or that reads each image's patch grid as values (Qwen2-VL), is an InputError:
-neither can be captured from data-free tensors of the right shapes.
+name (BLIP-2), that reads each image's patch grid as values (Qwen2-VL), or that drops the images
+its pixel mask marks as padding (Idefics2) is an InputError: none can be captured from data-free
+tensors of the right shapes.
 
 A decoder-only language model (GPT-2, Llama, Mistral, ...) is built with ``use_cache=False``: one
 forward pass over the prompt (the prefill), without the key-value cache a generation loop would
@@ -155,6 +156,13 @@ def _check_image_tokens(config: Any, spec: str, reads: set[str]) -> None:
         raise InputError(
             f"model {spec!r}: it reads each image's patch grid as values (image_grid_thw), and "
             "its shapes follow them; a capture from data-free tensors cannot",
+            field="model",
+        )
+    if "pixel_attention_mask" in reads and "spatial_shapes" not in reads:
+        raise InputError(
+            f"model {spec!r}: it encodes only the images its pixel mask marks as real "
+            "(pixel_attention_mask), so how many it encodes follows the mask's values; a "
+            "capture from data-free tensors cannot",
             field="model",
         )
 
