@@ -266,6 +266,20 @@ def test_blip2_reads_images_and_the_text_they_go_into(configured):
     assert _summed(graph, "aten.convolution.default") == 2 * 4 * 32 * 3 * 16 * 16
 
 
+def test_flava_reads_text_and_images_from_its_image_config(configured):
+    # FLAVA names its vision tower's configuration image_config: both towers and the
+    # multimodal encoder run, not the text tower alone.
+    configured(
+        text_config=_layers(vocab_size=100, max_position_embeddings=16),
+        image_config=_layers(image_size=32, patch_size=16),
+        multimodal_config=_layers(),
+    )
+    graph = capture_spec("hf:flava")
+    assert [v.meta.shape for v in graph.inputs] == [(1, 16), (1, 16), (1, 3, 32, 32)]
+    # The patch embedding: 2 x 2 patches of 16 x 16 x 3 values, each into 32 channels.
+    assert _summed(graph, "aten.convolution.default") == 2 * 4 * 32 * 16 * 16 * 3
+
+
 @pytest.mark.parametrize(
     ("model_type", "fields", "message"),
     [

@@ -168,11 +168,13 @@ def _check_image_tokens(config: Any, spec: str, reads: set[str]) -> None:
 
 
 def _images(config: Any) -> Any:
-    """The configuration that gives the image size: the vision tower's, or the model's own when
-    one transformer reads both text and images (ViLT); None for a model without images."""
-    vision = getattr(config, "vision_config", None)
-    if vision is not None:
-        return vision
+    """The configuration that gives the image size: the vision tower's (FLAVA calls it
+    ``image_config``), or the model's own when one transformer reads both text and images
+    (ViLT); None for a model without images."""
+    for name in ("vision_config", "image_config"):
+        vision = getattr(config, name, None)
+        if vision is not None:
+            return vision
     return config if hasattr(config, "image_size") else None
 
 
