@@ -78,9 +78,7 @@ def origin_allowed(origin: str, port: int) -> bool:
         return False
     if parts.scheme != "http" or parts.path or parts.query or parts.fragment:
         return False
-    if "@" in parts.netloc:  # user information: no browser sends it
-        return False
-    return host_allowed(parts.netloc, port)
+    return host_allowed(parts.netloc, port)  # refuses user information too: not a host name
 
 
 @dataclass(frozen=True, slots=True)
