@@ -217,7 +217,9 @@ class FakeService:
 
     def _log_path(self, job_id: str) -> Path:
         if self._log_dir is None:
-            self._log_dir = Path(tempfile.mkdtemp(prefix="qosched-fake-logs-"))
+            # Removed with the fake (or at exit at the latest), so test runs leave nothing in /tmp.
+            self._own_log_dir = tempfile.TemporaryDirectory(prefix="qosched-fake-logs-")
+            self._log_dir = Path(self._own_log_dir.name)
         return self._log_dir / f"{job_id}.log"
 
     def _get(self, job_id: str) -> dict[str, Any]:
