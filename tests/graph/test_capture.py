@@ -140,9 +140,17 @@ class DataDependent(nn.Module):
 
 
 def test_uncapturable_model_raises_input_error_naming_it():
-    with pytest.raises(InputError, match="'branchy'") as info:
+    with pytest.raises(InputError, match=r"'branchy'.*follows the values in a tensor") as info:
         capture(DataDependent(), (torch.empty(3, device="meta"),), name="branchy")
     assert info.value.__cause__ is not None
+
+
+def test_a_model_that_says_why_it_cannot_be_captured_fails_with_its_reason():
+    model = DataDependent()
+    model.capture_problem = "its branch follows the sum of x"
+    reason = r"could not capture it: its branch follows the sum of x \(it stopped at Guard"
+    with pytest.raises(InputError, match=reason):
+        capture(model, (torch.empty(3, device="meta"),), name="branchy")
 
 
 def test_load_model_by_import_path(monkeypatch):

@@ -3,6 +3,7 @@ decoder language models, encoder-decoders, speech and two-tower models, each wit
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -229,6 +230,43 @@ def test_encodec_reads_its_channels_at_its_sampling_rate(configured):
     assert samples.shape == (1, 2, 8000)  # one second, (batch, channels, samples)
 
 
+#: EnCodec, small: 64 samples a second, one downsampling by 2, 4 filters, a latent of 8, one
+#: residual block and LSTM layer a side, codebooks of 16 codes, 0.5 kbps.
+_ENCODEC = dict(sampling_rate=64, upsampling_ratios=[2], num_filters=4, hidden_size=8)
+_ENCODEC |= dict(num_residual_layers=1, num_lstm_layers=1, codebook_size=16)
+_ENCODEC |= dict(target_bandwidths=[0.5])
+
+
+def _conv(length: int, out_channels: int, in_channels: int, kernel: int) -> int:
+    """FLOPs of a 1-D convolution over ``length`` positions (of its input, if transposed)."""
+    return 2 * length * out_channels * in_channels * kernel
+
+
+def test_encodec_flops_match_the_hand_formula(configured):
+    # One second of 64 samples, one downsampling by 2 (32 frames), 4 filters doubled to 8, a
+    # latent of 8, one residual block and one LSTM layer a side, codebooks of 16 codes. Its
+    # convolutions keep their geometry in buffers, which the capture reads as integers.
+    configured(**_ENCODEC)
+    graph = capture_spec("hf:encodec")
+    assert [v.meta.shape for v in graph.inputs] == [(1, 1, 64)]
+    samples, frames = 64, 32
+    # A residual block of 4 channels: kernel 3 down to 2 (compress 2), kernel 1 back up to 4,
+    # and a 1 x 1 shortcut. Causal padding keeps each stride-1 convolution's length.
+    block = _conv(samples, 2, 4, 3) + _conv(samples, 4, 2, 1) + _conv(samples, 4, 4, 1)
+    encoder = _conv(samples, 4, 1, 7) + block + _conv(frames, 8, 4, 4) + _conv(frames, 8, 8, 7)
+    # The transposed upsampling (kernel 4, stride 2) counts over its 32 input frames.
+    decoder = _conv(frames, 8, 8, 7) + _conv(frames, 4, 8, 4) + block + _conv(samples, 1, 4, 7)
+    assert _summed(graph, "aten.convolution.default") == encoder + decoder
+    # An LSTM of 8 a side: 4 gates of 8 from the input and from the last state, every frame.
+    assert _summed(graph, "aten.addmm.default", "aten.bmm.default") == 2 * 2 * (
+        2 * frames * 8 * 4 * 8
+    )
+    # At its bandwidth, 0.5 kbps, in codes of 4 bits at 32 frames a second: 3 codebooks, each
+    # comparing every frame's 8 values with its 16 codes.
+    quantizers = 500 // (4 * frames)
+    assert _summed(graph, "aten.mm.default") == quantizers * 2 * frames * 8 * 16
+
+
 def test_token_ids_come_with_an_attention_mask_of_ones(configured):
     configured(**_layers(vocab_size=100, max_position_embeddings=16))
     model, (ids, mask) = hf_model("hf:bert", device="cpu")
@@ -266,6 +304,42 @@ def test_blip2_reads_images_and_the_text_they_go_into(configured):
     assert _summed(graph, "aten.convolution.default") == 2 * 4 * 32 * 3 * 16 * 16
 
 
+def _summed_in(graph: Any, module: str, *targets: str) -> int:
+    """FLOPs of ``targets`` in the top-level module ``module`` of the model."""
+    return sum(
+        op.flops
+        for op in graph.operators
+        if op.target in targets and op.module.split(".")[0] == module
+    )
+
+
+def test_blip2_without_an_image_token_puts_its_queries_at_its_vocabularys_last_id(configured):
+    # The default configuration names no image token: the last id of the text vocabulary
+    # (100 ids) is one, and the 4 queries go first in the text, where its processor puts them.
+    configured(**_blip2())
+    model, inputs = hf_model("hf:blip-2", device="cpu")
+    assert model.config.image_token_id == 99
+    assert inputs[1].tolist() == [[99] * 4 + [0] * 60]
+    graph = capture_spec("hf:blip-2")
+    addmm, bmm, mm = "aten.addmm.default", "aten.bmm.default", "aten.mm.default"
+    # The vision tower: 2 x 2 patches and a class token, one layer of width 32, feed-forward 64.
+    images, width, ffn = 5, 32, 64
+    layer = 4 * width * width + 2 * width * ffn  # Q, K, V, out; feed-forward
+    assert _summed_in(graph, "vision_model", addmm) == 2 * images * layer
+    # The Q-Former's 4 queries: self-attention, cross-attention whose keys and values come from
+    # the 5 image tokens, and a feed-forward.
+    queries = 4
+    qformer = 2 * queries * layer + 2 * (2 * queries + 2 * images) * width * width
+    assert _summed_in(graph, "qformer", addmm) == qformer
+    assert _summed_in(graph, "qformer", bmm) == 2 * 2 * queries * (queries + images) * width
+    assert _summed_in(graph, "language_projection", addmm) == 2 * queries * width * width
+    # The language model (OPT) reads all 64 tokens, its logits over the 100 ids included.
+    seq, vocab = 64, 100
+    assert _summed_in(graph, "language_model", addmm) == 2 * seq * layer
+    assert _summed_in(graph, "language_model", bmm) == 2 * (2 * seq * seq * width)
+    assert _summed_in(graph, "language_model", mm) == 2 * seq * width * vocab
+
+
 def test_flava_reads_text_and_images_from_its_image_config(configured):
     # FLAVA names its vision tower's configuration image_config: both towers and the
     # multimodal encoder run, not the text tower alone.
@@ -283,9 +357,9 @@ def test_flava_reads_text_and_images_from_its_image_config(configured):
 @pytest.mark.parametrize(
     ("model_type", "fields", "message"),
     [
-        ("blip-2", _blip2(), r"names no image token \(image_token_id is None\)"),
+        ("minicpm_ocr", {}, r"names no image token \(image_token_id is None\)"),
         ("qwen2_vl", {}, r"patch grid as values \(image_grid_thw\)"),
-        ("idefics2", {}, r"images its pixel mask marks as real \(pixel_attention_mask\)"),
+        ("idefics2", {}, r"drop the images whose pixels are all zeros"),
     ],
     ids=["no-image-token", "grid-as-values", "images-by-mask"],
 )
@@ -304,3 +378,33 @@ def test_a_model_whose_shapes_follow_values_fails_saying_so(configured):
     assert [tuple(t.shape) for t in inputs] == [(1, 16), (1, 16), (1, 3, 64, 64)]
     with pytest.raises(InputError, match="follows the values in a tensor"):
         capture_spec("hf:vilt")
+
+
+def test_switch_transformers_fails_saying_its_experts_follow_its_router(configured):
+    # Each expert runs on the tokens routed to it, up to its capacity: a count of values.
+    configured(d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, num_experts=2)
+    with pytest.raises(InputError, match=r"past an expert's expert_capacity dropped\), so how"):
+        capture_spec("hf:switch_transformers")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "fields"),
+    [
+        ("encodec", _ENCODEC),
+        ("blip-2", _blip2()),
+    ],
+    ids=["encodec", "blip-2"],
+)
+def test_infer_plan_places_a_model_captured_after_a_change(
+    configured, tmp_path, capsys, model_type, fields
+):
+    from qosched.cli.main import main
+
+    configured(**fields)
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "machine: {gpu: T4, link: PCIe3-x16, cpu_costs: roofline}\n"
+        f"tenants:\n  - {{name: a, model: 'hf:{model_type}'}}\n"
+    )
+    assert main(["infer", "plan", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["throughput_rps"] > 0

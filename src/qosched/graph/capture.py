@@ -212,7 +212,8 @@ def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) ->
 
     The model is never run and its parameters are never materialised: a model built on
     ``torch.device("meta")`` captures fine. The training flag is restored afterwards.
-    Raises InputError naming the model when torch.export cannot capture it.
+    Raises InputError naming the model when torch.export cannot capture it, with the model's
+    ``capture_problem`` (a string its factory may set) as the reason.
     """
     name = name or type(model).__name__
     if not isinstance(model, nn.Module):
@@ -229,19 +230,26 @@ def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) ->
             # run_decompositions deep-copies pytree specs, which trips a deprecation inside
             # PyTorch itself (copyreg builds a LeafSpec): noise the user can do nothing about.
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            # An nn.LSTM keeps its weights in a list too, which export assigns as it goes.
+            warnings.filterwarnings(
+                "ignore", message=r".*_flat_weights.*assigned during export", category=UserWarning
+            )
             program = torch.export.export(model, inputs).run_decompositions()
     except Exception as e:
-        # Fake tensors carry shapes, not values: a branch on a value cannot be followed.
-        why = (
-            "its control flow follows the values in a tensor (an input or a buffer), not only "
-            "shapes; "
-            if isinstance(e, GuardOnDataDependentSymNode)
-            else ""
-        )
-        raise InputError(
-            f"model {name!r}: torch.export could not capture it: {why}{type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}"
-        ) from e
+        # Fake tensors carry shapes, not values: a branch on a value cannot be followed. A
+        # factory that knows why its model cannot be captured says so in capture_problem.
+        problem = getattr(model, "capture_problem", None)
+        error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if isinstance(problem, str):
+            why = f"{problem} (it stopped at {error})"
+        elif isinstance(e, GuardOnDataDependentSymNode):
+            why = (
+                "its control flow follows the values in a tensor (an input or a buffer), not "
+                f"only shapes; {error}"
+            )
+        else:
+            why = error
+        raise InputError(f"model {name!r}: torch.export could not capture it: {why}") from e
     finally:
         model.train(was_training)
     try:

@@ -19,15 +19,30 @@ inputs for what the model reads:
 - an encoder-decoder (T5, BART, Whisper) also gets decoder token ids ``(batch, seq)`` (capped at
   its target positions): one teacher-forced pass, the cost of scoring a sequence;
 - a text-and-image model (CLIP and its kind, ViLT) gets both token ids and images; an image
-  model that reads text as well (BLIP-2) gets token ids after its images;
+  model that reads text as well (BLIP-2) gets token ids after its images, the first
+  ``num_query_tokens`` of them its image token, where its processor puts them;
 - a text-and-audio model (CLAP) gets token ids and a log-mel spectrogram as a one-channel
   image, ``(batch, 1, frames, mel bins)``: the 1,001 frames its feature extractor pads 10 s
   to, or as many as its encoder takes if fewer.
 
+Some models need a change that leaves what they compute as it was before ``torch.export`` can
+follow them (``_name_query_image_token``, ``_FOR_CAPTURE``):
+
+- BLIP-2, whose default configuration names no image token, gets the last id of its text
+  vocabulary as one: a checkpoint's processor adds its own image token there (after the
+  tokenizer's words); which id it is changes no shape and no FLOP;
+- EnCodec keeps each convolution's kernel size, stride and padding in tensors (buffers), whose
+  values a capture with data-free tensors does not have; they become the integers they are
+  built from, as in the original EnCodec code.
+
 A model that puts its images into its text at an image token its default configuration does not
-name (BLIP-2), that reads each image's patch grid as values (Qwen2-VL), or that drops the images
-its pixel mask marks as padding (Idefics2) is an InputError: none can be captured from data-free
-tensors of the right shapes.
+name (``minicpm_ocr``), that reads each image's patch grid as values (Qwen2-VL), or that drops
+the images whose pixels are all zeros, a batch's padding (Idefics2), or that keeps the image
+patches its pixel mask marks as real (ViLT: ``nonzero``, then a random draw), is an InputError:
+none can be captured from data-free tensors of the right shapes. Switch Transformers runs each
+expert on the tokens its router sent there (a loop over the experts that got tokens, the tokens
+past an expert's ``expert_capacity`` dropped), so what its experts compute follows the router's
+values; its capture fails saying so (``_CAPTURE_PROBLEMS``).
 
 A decoder-only language model (GPT-2, Llama, Mistral, ...) is built with ``use_cache=False``: one
 forward pass over the prompt (the prefill), without the key-value cache a generation loop would
@@ -38,6 +53,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -80,6 +97,7 @@ def hf_model(
     for part in (config, getattr(config, "text_config", None)):
         if hasattr(part, "use_cache"):
             part.use_cache = False
+    _name_query_image_token(config)
     with torch.device(device):
         try:
             model = AutoModel.from_config(config).eval()
@@ -96,9 +114,76 @@ def hf_model(
                 field="model",
             ) from e
         names, inputs = _example_inputs(model, config, spec, batch, seq)
+    if model_type in _FOR_CAPTURE:
+        _FOR_CAPTURE[model_type](model)
+    if model_type in _CAPTURE_PROBLEMS:
+        model.capture_problem = _CAPTURE_PROBLEMS[model_type]  # read by capture if it fails
     if names != [getattr(model, "main_input_name", "input_ids")]:
         _take_by_position(model, names)
     return model, inputs
+
+
+def _name_query_image_token(config: Any) -> None:
+    """Give a model that puts its ``num_query_tokens`` image queries into its text (BLIP-2,
+    InstructBLIP) an image token when its configuration names none: the last id of its text
+    vocabulary. A checkpoint's processor adds an image token after its tokenizer's words, inside
+    the vocabulary the embeddings are sized for (BLIP-2 OPT: 50,265 of 50,272); which id changes
+    nothing the model computes, only where the queries go."""
+    text = getattr(config, "text_config", None)
+    if (
+        getattr(config, "num_query_tokens", None) is not None
+        and getattr(config, "image_token_id", 0) is None
+        and text is not None
+    ):
+        config.image_token_id = text.vocab_size - 1
+
+
+def _encodec_integer_geometry(model: nn.Module) -> None:
+    """EnCodec's convolutions keep their kernel size, stride and total padding in tensors
+    (buffers) and compute their padding with tensor arithmetic, so a capture from data-free
+    tensors cannot tell how long each padded input is. Make them the integers they are built
+    from and compute the padding as the original EnCodec code does, in integers: the same
+    padding, the same convolutions."""
+    from transformers.models.encodec.modeling_encodec import EncodecConv1d
+
+    for module in model.modules():
+        if not isinstance(module, EncodecConv1d):
+            continue
+        conv = module.conv
+        stride = conv.stride[0]
+        kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1  # with dilation
+        for name, value in (("stride", stride), ("kernel_size", kernel)):
+            del module._buffers[name]
+            setattr(module, name, value)
+        del module._buffers["padding_total"]
+        module.padding_total = kernel - stride
+        module._get_extra_padding_for_conv1d = types.MethodType(_extra_padding, module)
+
+
+def _extra_padding(self: nn.Module, hidden_states: torch.Tensor) -> int:
+    """EnCodec's ``_get_extra_padding_for_conv1d`` in integers: the right padding that makes the
+    last frame whole."""
+    length = hidden_states.shape[-1]
+    frames = math.ceil((length - self.kernel_size + self.padding_total) / self.stride + 1) - 1
+    return frames * self.stride + self.kernel_size - self.padding_total - length
+
+
+#: Per kind (``model_type``), a change that lets ``torch.export`` follow the model without
+#: changing what it computes (see the module docstring).
+_FOR_CAPTURE: dict[str, Callable[[nn.Module], None]] = {
+    "encodec": _encodec_integer_geometry,
+}
+
+#: Per kind, why ``torch.export`` cannot capture it: what the capture's error says.
+_CAPTURE_PROBLEMS: dict[str, str] = {
+    "switch_transformers": (
+        "its experts run on the tokens its router sends them (a loop over the experts that got "
+        "tokens, each over its own tokens, the tokens past an expert's expert_capacity "
+        "dropped), so how many tokens each expert computes follows the router's values, and "
+        "transformers has no fixed-shape dispatch for it (no experts_implementation); a "
+        "capture from data-free tensors cannot count them"
+    ),
+}
 
 
 def _take_by_position(model: nn.Module, names: list[str]) -> None:
@@ -142,9 +227,10 @@ def _example_inputs(
 
 def _check_image_tokens(config: Any, spec: str, reads: set[str]) -> None:
     """InputError for a model that puts images into its text where none can go from shapes
-    alone: at image tokens its configuration does not name (BLIP-2's default), or in a patch
-    grid given as values (Qwen2-VL's ``image_grid_thw``), which a capture with data-free
-    tensors cannot read."""
+    alone: at image tokens its configuration does not name (``minicpm_ocr``'s default), in a
+    patch grid given as values (Qwen2-VL's ``image_grid_thw``), or after dropping the images
+    whose pixels are all zeros (Idefics2), which a capture with data-free tensors cannot
+    follow."""
     if hasattr(config, "image_token_id") and config.image_token_id is None:
         raise InputError(
             f"model {spec!r}: its default configuration names no image token (image_token_id is "
@@ -160,8 +246,10 @@ def _check_image_tokens(config: Any, spec: str, reads: set[str]) -> None:
         )
     if "pixel_attention_mask" in reads and "spatial_shapes" not in reads:
         raise InputError(
-            f"model {spec!r}: it encodes only the images its pixel mask marks as real "
-            "(pixel_attention_mask), so how many it encodes follows the mask's values; a "
+            f"model {spec!r}: it reads images with a pixel mask (pixel_attention_mask) and "
+            "picks from values which of them it encodes (Idefics2 and its kind drop the images "
+            "whose pixels are all zeros, a batch's padding images, and split the rest among the "
+            "prompts by their counts), so how many it encodes follows values, not shapes; a "
             "capture from data-free tensors cannot",
             field="model",
         )
@@ -183,7 +271,12 @@ def _tensor(
 ) -> torch.Tensor:
     if name == "input_ids":
         text = getattr(config, "text_config", None) or config
-        return _tokens(batch, seq, getattr(text, "max_position_embeddings", None))
+        ids = _tokens(batch, seq, getattr(text, "max_position_embeddings", None))
+        queries = getattr(config, "num_query_tokens", None)
+        token = getattr(config, "image_token_id", None)
+        if queries is not None and token is not None and "pixel_values" in names:
+            ids[:, :queries] = token  # where BLIP-2's processor puts its queries: first
+        return ids
     if name == "attention_mask":  # all ones: a tokenizer's mask for a batch without padding
         return torch.ones_like(_tensor("input_ids", names, config, spec, batch, seq))
     if name == "decoder_input_ids":
