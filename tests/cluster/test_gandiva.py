@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
+from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import create_policy
 from qosched.cluster.policies.gandiva import Gandiva
 from qosched.cluster.policies.gandiva_nodesets import NodeSets
@@ -162,3 +164,53 @@ def test_node_sets_adjust_ahead_runs_the_sets_as_resized_at_the_end_of_the_round
     policy = Gandiva(node_sets=True, work_conserving=False, adjust_ahead=ahead)
     decision = policy.allocate(ClusterView(1.0, ClusterSpec.from_flags(3, 2), _states(specs)))
     assert sorted(decision.workers) == running
+
+
+def _timed(job_id: str, submit: float, workers: int, duration: float) -> JobSpec:
+    """A job of ``m`` that runs ``duration`` seconds on its ``workers`` GPUs."""
+    return JobSpec(job_id, submit, "m", 64, int(workers * duration), None, workers, duration)
+
+
+def test_artifact_a_job_from_the_waiting_list_owes_no_overhead_after_the_last_arrival():
+    # One 2-GPU node, ``--fidelity artifact``: rounds at arrivals, the full overhead (2 + 2
+    # (log2 g + 1) s) set at each round that has an arrival still to come. a (2 GPUs, 50 s)
+    # opens the node's set at 0 and pays 6 s: ends at 56. b (1 GPU, 100 s) finds no 1-GPU set
+    # and no free node: it waits in the waiting list, which the artifact's loop sets no
+    # overhead for (only ``running_jobs``) and resets every round (``runnable_jobs``). c (1 GPU,
+    # 30 s) is the last arrival: its round, 120, finds a done, places c in a new 1-GPU set
+    # and then b (retried as a's set emptied) beside it, and no round after sets an overhead:
+    # c ends at 150, b at 120 + 100 = 220 (224 were the 4 s of the round at 0 owed by b).
+    jobs = [_timed("a", 0.0, 2, 50.0), _timed("b", 0.0, 1, 100.0), _timed("c", 120.0, 1, 30.0)]
+    policy, config = configure("gandiva", "artifact", SimConfig())
+    result = simulate(ClusterSpec.from_flags(1, 2), TABLES, policy, jobs, config)
+    finish = {o.job_id: o.finish_s for o in result.outcomes}
+    assert finish == pytest.approx({"a": 56.0, "b": 220.0, "c": 150.0})
+
+
+def test_artifact_a_job_started_from_the_waiting_list_never_owes_a_rounds_overhead():
+    # Two 1-GPU nodes, ``--fidelity artifact``: 6 s a round for a 2-GPU job, 4 s for a 1-GPU
+    # one. a (2 GPUs, 50 s) holds both nodes from 0 and ends at 56; b (1 GPU, 200 s) waits in
+    # the waiting list. At 120 d (1 GPU, 1000 s) opens a set on a's freed node and b, retried,
+    # the other. At 180 e (1 GPU, 100 s) joins b's set behind it. The round at 240 is on the
+    # minute: b's set, having run b, moves it behind e; f (2 GPUs, 10 s) waits in the list.
+    # That is the last round with an arrival to come (g, 2 GPUs, 10 s, at 300), and b and f
+    # wait across it; a job placed from its arrival would pay the overhead that round set
+    # when it next runs, but these, in or from the waiting list (``runnable_jobs``, whose
+    # overhead the loop resets every round), never do. b runs 120-240 (2 x 56 s), 300-360 and
+    # 420-448 (the set rotates every minute); e 240-300 (56 s) and 360-404; d 3 x 56 s to 300,
+    # then the 832 s left: 1132. f gets both nodes at the round after (1140) and ends at 1150;
+    # g, skipped by the retry that started f, waits for f's set to empty: 1200-1210.
+    # (b at 452 and f at 1156 were the 4 and 6 s of the round at 240 owed.)
+    jobs = [
+        _timed("a", 0.0, 2, 50.0),
+        _timed("b", 0.0, 1, 200.0),
+        _timed("d", 120.0, 1, 1000.0),
+        _timed("e", 180.0, 1, 100.0),
+        _timed("f", 240.0, 2, 10.0),
+        _timed("g", 300.0, 2, 10.0),
+    ]
+    policy, config = configure("gandiva", "artifact", SimConfig())
+    result = simulate(ClusterSpec.from_flags(2, 1), TABLES, policy, jobs, config)
+    finish = {o.job_id: o.finish_s for o in result.outcomes}
+    expected = {"a": 56.0, "b": 448.0, "d": 1132.0, "e": 404.0, "f": 1150.0, "g": 1210.0}
+    assert finish == pytest.approx(expected)

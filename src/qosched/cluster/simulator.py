@@ -615,7 +615,7 @@ class ClusterSimulator:
             if counted:
                 self._charge_every_decision(view.jobs, restart_round)
             if self.config.decide_at == "arrivals":
-                self._owe_overhead(view.jobs, counted, restart_round)
+                self._owe_overhead(view.jobs, counted, restart_round, decision.overhead_not_carried)
         if self._allocated > self.cluster.total_workers:
             raise SimulationError(
                 f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
@@ -735,12 +735,19 @@ class ClusterSimulator:
                 )
                 self._pause(state, overhead)
 
-    def _owe_overhead(self, jobs: Sequence[JobState], counted: bool, restart_round: bool) -> None:
+    def _owe_overhead(
+        self,
+        jobs: Sequence[JobState],
+        counted: bool,
+        restart_round: bool,
+        not_carried: frozenset[str],
+    ) -> None:
         """``decide_at`` "arrivals": the artifact's Gandiva loop sets every started job's
         overhead at a counted round and a job pays it in the next interval it runs in. Counted
         rounds come back to back until the last arrival, so only a job that waits across the
         last of them pays it later, in the first interval it runs in after (taken here as any
-        job waiting then)."""
+        job waiting then but those the decision says do not carry it,
+        ``Decision.overhead_not_carried``)."""
         if counted:
             self._owed = {
                 state.job_id: artifact_overhead_s(
@@ -750,7 +757,7 @@ class ClusterSimulator:
                     cached=False,
                 )
                 for state in jobs
-                if not state.workers
+                if not state.workers and state.job_id not in not_carried
             }
             return
         for state in jobs:

@@ -128,3 +128,8 @@ class Decision:
     # restart cost the policy's artifact charges in its own way (Chronus's resume cost,
     # ``Chronus(charge_resumes=True)``); the other backends ignore it.
     charge_s: Mapping[str, float] = field(default_factory=dict)
+    # Waiting jobs that do not carry this decision's restart overhead until they next run
+    # (``SimConfig.decide_at`` "arrivals"): the artifact Gandiva's jobs that are or were in its
+    # waiting list, whose overhead its loop sets never or resets every round
+    # (``Gandiva(node_sets=True)``); the other backends ignore it.
+    overhead_not_carried: frozenset[str] = frozenset()

@@ -94,9 +94,10 @@ class Gandiva(Policy):
                 free -= size
         return slots
 
-    def _allocate_node_sets(self, view: ClusterView) -> dict[str, int]:
+    def _allocate_node_sets(self, view: ClusterView) -> tuple[dict[str, int], frozenset[str]]:
         """The artifact's order within a round: resize groups, retire finished jobs, place
-        newcomers, and retry waiting jobs only if a set was emptied."""
+        newcomers, and retry waiting jobs only if a set was emptied. The jobs the sets run, and
+        those that are or were in the waiting list."""
         if self._sets is None:
             self._sets = NodeSets(view.cluster.num_nodes, view.cluster.workers_per_node)
         sets = self._sets
@@ -110,21 +111,23 @@ class Gandiva(Policy):
             if job.job_id not in sets.size_of:
                 sets.size_of[job.job_id] = job.spec.requested_workers
                 if not sets.place(job.job_id):
-                    sets.waiting.append(job.job_id)
+                    sets.wait(job.job_id)
         if released:
             sets.retry_waiting()
         if self.adjust_ahead:
             sets.adjust()  # the next round's, on the jobs in the sets until then
-        return sets.running()
+        return sets.running(), frozenset(sets.waited)
 
     def allocate(self, view: ClusterView) -> Decision:
         capacity = view.cluster.total_workers
         if self.node_sets:
-            workers = self._allocate_node_sets(view)
+            workers, waited = self._allocate_node_sets(view)
             if self.work_conserving:
                 waiting = (job for job in view.jobs if job.job_id not in workers)
                 workers.update(greedy_requested(waiting, capacity - sum(workers.values())))
-            return Decision(workers)
+            # The artifact's loop sets no overhead for a job in its waiting list, and resets
+            # the overhead of those it started from there after every round.
+            return Decision(workers, overhead_not_carried=waited)
         groups: dict[int, list[JobState]] = defaultdict(list)
         for job in view.jobs:
             if job.spec.requested_workers <= capacity:

@@ -14,6 +14,9 @@ Reproduced on purpose, as the artifact behaves:
 * a shrinking group keeps at least one set and piles the freed sets' jobs on its head set;
 * waiting jobs are retried only when a set is emptied, and a successful retry skips the next
   waiting job (a list is changed while it is walked);
+* a job in the waiting list, or started from it, carries no restart overhead from one round to
+  a later one (``waited``): the loop sets none for the list and resets the overhead of the jobs
+  started from it after every round;
 * groups are resized in order of size (its ``node_g`` dictionary), smallest first;
 * time slicing only in a round whose clock is a whole minute: a set holding more jobs than it
   runs moves the ones it ran to its back.
@@ -53,6 +56,9 @@ class NodeSets:
         self.groups: dict[int, list[NodeSet]] = {}
         self.size_of: dict[str, int] = {}
         self.waiting: list[str] = []
+        # Jobs that are or were in the waiting list (the artifact's ``runnable_jobs``, whose
+        # overhead its loop resets after every round), until they end.
+        self.waited: set[str] = set()
 
     def _nodes_for(self, size: int) -> int:
         return math.ceil(size / self.per_node)
@@ -118,6 +124,11 @@ class NodeSets:
         for job_id in moved:
             self._join_head(sets, job_id)
 
+    def wait(self, job_id: str) -> None:
+        """A newcomer no set takes waits (``move_to_pending``)."""
+        self.waiting.append(job_id)
+        self.waited.add(job_id)
+
     def adjust(self) -> None:
         """``gandiva_node_set_adjust``: move whole sets toward demand-proportional shares."""
         demand = {size: size * sum(len(s.jobs) for s in sets) for size, sets in self.groups.items()}
@@ -152,6 +163,7 @@ class NodeSets:
                     self.free_nodes += node_set.nodes
                     released = True
         self.waiting = [j for j in self.waiting if j not in gone]
+        self.waited -= gone
         for job_id in gone:
             self.size_of.pop(job_id, None)
         return released
