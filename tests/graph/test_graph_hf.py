@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import pytest
+import torch
 
 from qosched.core.errors import InputError
 from qosched.graph.capture import capture_spec, load_model
@@ -125,7 +126,8 @@ def test_a_multimodal_model_builds_its_language_model_without_a_cache():
     # returns a DynamicCache, which torch.export cannot return.
     model, inputs = hf_model("hf:llava")
     assert model.config.text_config.use_cache is False
-    assert [tuple(t.shape) for t in inputs] == [(1, 128), (1, 128), (1, 3, 336, 336)]
+    # Its 336 x 336 images in 14 x 14 patches give 24 x 24 = 576 image tokens before the text.
+    assert [tuple(t.shape) for t in inputs] == [(1, 576 + 128), (1, 576 + 128), (1, 3, 336, 336)]
 
 
 @pytest.fixture
@@ -311,6 +313,40 @@ def _summed_in(graph: Any, module: str, *targets: str) -> int:
         for op in graph.operators
         if op.target in targets and op.module.split(".")[0] == module
     )
+
+
+def _llava(**fields: Any) -> dict[str, Any]:
+    """A CLIP vision tower on 32 x 32 images in 16 x 16 patches (4 patches and a class token) and
+    a one-layer Llama of width 32 reading at most 64 tokens."""
+    vision = _layers(model_type="clip_vision_model", image_size=32, patch_size=16)
+    text = _layers(model_type="llama", num_key_value_heads=2, vocab_size=120)
+    text |= dict(max_position_embeddings=64)
+    return dict(vision_config=vision, text_config=text, image_token_id=110) | fields
+
+
+def test_llava_text_holds_one_image_token_per_image_feature(configured):
+    # LLaVA's default strategy drops the class token: 4 image features, so its processor puts
+    # 4 image tokens before the text. A count that differs fails the model's own check when it
+    # runs ("Image features and image tokens do not match").
+    configured(**_llava())
+    model, inputs = hf_model("hf:llava", device="cpu")
+    assert inputs[0].tolist() == [[110] * 4 + [0] * 60]
+    with torch.no_grad():
+        model(*inputs)  # runs for real
+    graph = capture_spec("hf:llava")
+    # The language model reads all 64 tokens: Q, K, V, out (32 x 32 each) and the gated
+    # feed-forward (three 32 x 64), 2 FLOPs per multiply-add.
+    tokens, width, ffn = 64, 32, 64
+    layer = 4 * width * width + 3 * width * ffn
+    assert _summed_in(graph, "language_model", "aten.mm.default") == 2 * tokens * layer
+
+
+def test_images_that_leave_no_room_for_text_are_an_input_error(configured):
+    # 4 image features, for a language model of 4 positions.
+    text = _llava()["text_config"] | dict(max_position_embeddings=4)
+    configured(**_llava(text_config=text))
+    with pytest.raises(InputError, match="its images take 4 tokens, and its language model"):
+        hf_model("hf:llava", device="cpu")
 
 
 def test_blip2_without_an_image_token_puts_its_queries_at_its_vocabularys_last_id(configured):

@@ -18,9 +18,11 @@ inputs for what the model reads:
   Speech2Text reads the same 30 s frames first, ``(batch, 3000, features)``;
 - an encoder-decoder (T5, BART, Whisper) also gets decoder token ids ``(batch, seq)`` (capped at
   its target positions): one teacher-forced pass, the cost of scoring a sequence;
-- a text-and-image model (CLIP and its kind, ViLT) gets both token ids and images; an image
-  model that reads text as well (BLIP-2) gets token ids after its images, the first
-  ``num_query_tokens`` of them its image token, where its processor puts them;
+- a text-and-image model (CLIP and its kind) gets both token ids and images; a model that puts
+  its images into its text (LLaVA, PaliGemma, BLIP-2) gets them as its processor gives them:
+  its image token once per image feature (as many as its ``get_image_features`` makes from the
+  images; BLIP-2's ``num_query_tokens``), then the ``seq`` text tokens, capped at its
+  language model's positions;
 - a text-and-audio model (CLAP) gets token ids and a log-mel spectrogram as a one-channel
   image, ``(batch, 1, frames, mel bins)``: the 1,001 frames its feature extractor pads 10 s
   to, or as many as its encoder takes if fewer.
@@ -220,9 +222,51 @@ def _example_inputs(
         names.append("input_features")  # text and audio (CLAP)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in reads:
         names.append("decoder_input_ids")
+    image_tokens = 0
     if "pixel_values" in names and "input_ids" in names:
         _check_image_tokens(config, spec, reads)
-    return names, tuple(_tensor(name, names, config, spec, batch, seq) for name in names)
+        pixels = _tensor("pixel_values", names, config, spec, batch, seq)
+        image_tokens = _image_tokens_per_prompt(model, config, spec, pixels)
+    return names, tuple(
+        _tensor(name, names, config, spec, batch, seq, image_tokens) for name in names
+    )
+
+
+def _image_token_id(config: Any) -> int | None:
+    token = getattr(config, "image_token_id", None)
+    return token if token is not None else getattr(config, "image_token_index", None)
+
+
+def _image_tokens_per_prompt(model: nn.Module, config: Any, spec: str, pixels: Any) -> int:
+    """How many image tokens each prompt holds: one per feature vector the model puts into its
+    text, which it checks when it runs (a count that differs is an error there). BLIP-2 puts its
+    ``num_query_tokens`` queries; LLaVA and its kind what ``get_image_features`` makes of the
+    images, counted from its shapes (on a model built on ``meta``, nothing is computed). 0 for
+    a model that reads text and images side by side (CLIP)."""
+    if _image_token_id(config) is None:
+        return 0
+    queries = getattr(config, "num_query_tokens", None)
+    if queries is not None:
+        return queries
+    get_features = getattr(model, "get_image_features", None)
+    if get_features is None:
+        return 0
+    try:
+        with torch.no_grad():
+            out = get_features(pixel_values=pixels)
+    except Exception as e:  # an older transformers, or arguments this kind needs
+        raise InputError(
+            f"model {spec!r}: cannot tell how many image tokens its text needs: "
+            f"get_image_features failed ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''})",
+            field="model",
+        ) from e
+    # Newer transformers return the features as the output's pooler_output (a tensor, or one
+    # per image), older ones the features themselves.
+    features = getattr(out, "pooler_output", out)
+    parts = list(features) if isinstance(features, list | tuple) else [features]
+    width = parts[0].shape[-1]
+    return sum(part.numel() for part in parts) // width // pixels.shape[0]
 
 
 def _check_image_tokens(config: Any, spec: str, reads: set[str]) -> None:
@@ -267,18 +311,28 @@ def _images(config: Any) -> Any:
 
 
 def _tensor(
-    name: str, names: list[str], config: Any, spec: str, batch: int, seq: int
+    name: str,
+    names: list[str],
+    config: Any,
+    spec: str,
+    batch: int,
+    seq: int,
+    image_tokens: int = 0,
 ) -> torch.Tensor:
     if name == "input_ids":
         text = getattr(config, "text_config", None) or config
-        ids = _tokens(batch, seq, getattr(text, "max_position_embeddings", None))
-        queries = getattr(config, "num_query_tokens", None)
-        token = getattr(config, "image_token_id", None)
-        if queries is not None and token is not None and "pixel_values" in names:
-            ids[:, :queries] = token  # where BLIP-2's processor puts its queries: first
+        ids = _tokens(batch, image_tokens + seq, getattr(text, "max_position_embeddings", None))
+        if image_tokens:
+            if ids.shape[1] <= image_tokens:
+                raise InputError(
+                    f"model {spec!r}: its images take {image_tokens} tokens, and its language "
+                    f"model reads at most {ids.shape[1]}: no room for text",
+                    field="model",
+                )
+            ids[:, :image_tokens] = _image_token_id(config)  # first, as its processor puts them
         return ids
     if name == "attention_mask":  # all ones: a tokenizer's mask for a batch without padding
-        return torch.ones_like(_tensor("input_ids", names, config, spec, batch, seq))
+        return torch.ones_like(_tensor("input_ids", names, config, spec, batch, seq, image_tokens))
     if name == "decoder_input_ids":
         limit = getattr(config, "max_target_positions", None) or getattr(
             config, "max_position_embeddings", None
