@@ -134,6 +134,15 @@ def test_jobs_on_spare_workers_pay_the_artifact_resume_cost_at_every_lease():
     assert run(policy, jobs) == {"p": (20.0, 43.0), "q": (0.0, 34.5)}
 
 
+@pytest.mark.parametrize(("whole", "start"), [(True, 30.0), (False, 20.0)])
+def test_an_estimate_just_past_a_lease_multiple_is_cut_to_whole_seconds(whole, start):
+    # "a" (4 GPUs, 32 iterations: 8 s) is planned 8 x 1.15 x 1.1 = 10.12 s. The artifact keeps
+    # int(10.12) = 10 s (its ``estimate_duration``), one lease, and plans it into the latest
+    # lease before the deadline, 30..40. Uncut, 10.12 s needs two leases, 20..40.
+    policy = Chronus(lease_s=10.0, spare="artifact", whole_second_estimates=whole)
+    assert run(policy, [job("a", 0, 32, workers=4, deadline=40)]) == {"a": (start, start + 8.0)}
+
+
 def test_guarantee_is_reported_after_admission():
     policy = Chronus(lease_s=10.0)
     view = ClusterView(0.0, ClusterSpec.from_flags(1, 4), ())

@@ -187,7 +187,8 @@ def test_random_mip_plans_respect_capacity_and_horizons_and_fit_where_greedy_doe
 def test_the_fidelity_keeps_the_selection_it_is_given():
     policy, _ = configure("chronus", "artifact", SimConfig(), {"selection": "mip"})
     assert isinstance(policy, Chronus)
-    assert (policy.selection, policy.spare, policy.charge_resumes) == ("mip", "artifact", True)
+    chosen = (policy.selection, policy.spare, policy.charge_resumes, policy.whole_second_estimates)
+    assert chosen == ("mip", "artifact", True, True)
     assert configure("chronus", "sound", SimConfig())[0].selection == "greedy"
 
 

@@ -110,6 +110,7 @@ ARTIFACT_PEERS: Mapping[str, ArtifactPeer] = MappingProxyType(
                     "boundary_clock": True,
                     "credit_waited_lease": True,
                     "charge_resumes": True,
+                    "whole_second_estimates": True,
                 }
             ),
             "none",

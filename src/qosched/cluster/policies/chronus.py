@@ -16,8 +16,9 @@ fewest remaining worker-seconds first, hopeless ones last and latest first. The 
 ``spare="all"`` also lends them to guaranteed jobs waiting for their leases, earliest deadline
 first: running early can only shorten their plans, whereas the artifact leaves those workers
 idle. ``credit_waited_lease`` reproduces its progress accounting, which credits a guaranteed job
-that starts a lease after waiting with a lease of work it did not do, and ``charge_resumes`` its
-resume cost, which it counts at every lease a job runs on spare workers.
+that starts a lease after waiting with a lease of work it did not do, ``charge_resumes`` its
+resume cost, which it counts at every lease a job runs on spare workers, and
+``whole_second_estimates`` its estimates, which it cuts to whole seconds.
 
 ``selection="mip"`` takes the artifact's other path, the one it takes with Gurobi and the one
 the Chronus paper describes: at every boundary a MIP (`select_leases`) plans every guaranteed
@@ -230,6 +231,7 @@ class Chronus(Policy):
         boundary_clock: bool = False,
         credit_waited_lease: bool = False,
         charge_resumes: bool = False,
+        whole_second_estimates: bool = False,
         selection: str = "greedy",
         mip_time_limit_s: float = MIP_TIME_LIMIT_S,
     ) -> None:
@@ -256,6 +258,10 @@ class Chronus(Policy):
         # lease after waiting, pays the artifact's resume cost, 0.5 s x (1 + log2 workers),
         # as the artifact counts resumes (a job on spare workers resumes at every boundary).
         self.charge_resumes = charge_resumes
+        # True: a job's estimate is cut to whole seconds before its leases are counted, as the
+        # artifact's ``int()`` cuts its ``estimate_duration``: an estimate within a second past
+        # a multiple of the lease then needs as many leases as that multiple, not one more.
+        self.whole_second_estimates = whole_second_estimates
         # "mip": every boundary replans all guaranteed jobs with `select_leases`, the greedy
         # selection only where that finds no plan (the artifact's ``flush_lease_jobs``).
         self.selection = selection
@@ -414,6 +420,8 @@ class Chronus(Policy):
             g = job.spec.requested_workers
             coef = 1 + (1 + math.log2(g)) * _RESUME_COST_S / self.lease_s
             estimate = job.remaining_iterations / rate * coef * _ESTIMATE_MARGIN
+            if self.whole_second_estimates:
+                estimate = float(math.floor(estimate))
             state = _Lease(estimate, math.ceil(estimate / self.lease_s), False, g)
             self._jobs[job.job_id] = state
             if job.spec.deadline_s is None:
