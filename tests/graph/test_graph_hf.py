@@ -341,6 +341,17 @@ def test_llava_text_holds_one_image_token_per_image_feature(configured):
     assert _summed_in(graph, "language_model", "aten.mm.default") == 2 * tokens * layer
 
 
+def test_an_image_token_past_the_vocabulary_becomes_its_last_id(configured):
+    # LLaVA's default configuration names token 32,000 of a 32,000-id vocabulary (checkpoints
+    # add it to theirs): an id the embeddings do not hold fails a real run.
+    configured(**_llava(image_token_id=120))
+    model, inputs = hf_model("hf:llava", device="cpu")
+    assert model.config.image_token_id == 119
+    assert inputs[0].tolist() == [[119] * 4 + [0] * 60]
+    with torch.no_grad():
+        model(*inputs)  # runs for real
+
+
 def test_images_that_leave_no_room_for_text_are_an_input_error(configured):
     # 4 image features, for a language model of 4 positions.
     text = _llava()["text_config"] | dict(max_position_embeddings=4)

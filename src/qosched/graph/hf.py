@@ -126,18 +126,24 @@ def hf_model(
 
 
 def _name_query_image_token(config: Any) -> None:
-    """Give a model that puts its ``num_query_tokens`` image queries into its text (BLIP-2,
-    InstructBLIP) an image token when its configuration names none: the last id of its text
-    vocabulary. A checkpoint's processor adds an image token after its tokenizer's words, inside
-    the vocabulary the embeddings are sized for (BLIP-2 OPT: 50,265 of 50,272); which id changes
-    nothing the model computes, only where the queries go."""
+    """Give a model that puts its images into its text an image token inside its text
+    vocabulary: the last id of that vocabulary where its default configuration names none
+    (BLIP-2 and InstructBLIP, whose ``num_query_tokens`` queries go there) or names one past its
+    end (LLaVA's 32,000 of 32,000 ids, Janus's 100,581 of 32,000). A checkpoint's processor adds
+    an image token after its tokenizer's words, inside the vocabulary the embeddings are sized
+    for (BLIP-2 OPT: 50,265 of 50,272); which id changes nothing the model computes, only where
+    the images go, and an id past the embeddings fails a real run."""
     text = getattr(config, "text_config", None)
-    if (
-        getattr(config, "num_query_tokens", None) is not None
-        and getattr(config, "image_token_id", 0) is None
-        and text is not None
-    ):
-        config.image_token_id = text.vocab_size - 1
+    vocabulary = getattr(text, "vocab_size", None)
+    if not isinstance(vocabulary, int) or vocabulary < 1:
+        return
+    token = _image_token_id(config)
+    if token is None and getattr(config, "num_query_tokens", None) is None:
+        return  # no place for images in its text: an InputError (_check_image_tokens)
+    if token is None or token >= vocabulary:
+        config.image_token_id = vocabulary - 1
+        if hasattr(config, "image_token_index"):
+            config.image_token_index = vocabulary - 1
 
 
 def _encodec_integer_geometry(model: nn.Module) -> None:
