@@ -8,6 +8,8 @@ two leases.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from cluster_helpers import job
 
@@ -15,9 +17,9 @@ from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies.chronus import Chronus, LeaseFree, _Ask, pack, packing_size
-from qosched.cluster.simulator import JobOutcome, SimConfig, simulate
+from qosched.cluster.simulator import JobOutcome, SimConfig, SimResult, simulate
 from qosched.cluster.spec import ClusterSpec
-from qosched.cluster.state import ClusterView, Decision, JobState
+from qosched.cluster.state import ClusterView, Decision, DecisionClock, JobState
 from qosched.cluster.throughput import ThroughputModel
 
 TABLES = ThroughputModel({"m": {64: {1: 1.0, 2: 2.0, 4: 4.0}}})
@@ -274,3 +276,82 @@ def test_a_deadline_a_million_leases_ahead_is_planned_in_the_leases_it_takes():
     assert None not in finished.values()
     assert result.decisions < 100  # a boundary a lease while jobs run, not until the deadline
     assert policy._held == {}  # every promised lease released as its job ended
+
+
+class _Stepped(Chronus):
+    """Chronus on a backend that counts its decisions, so it skips no boundary."""
+
+    def allocate(self, view: ClusterView) -> Decision:
+        return super().allocate(replace(view, clock=DecisionClock(counted=True)))
+
+
+def _simulate(cls: type[Chronus], setting: str, jobs: list[JobSpec]) -> SimResult:
+    """Run a ``cls`` on 4 GPUs in the artifact's simulator (its options, a 60 s grid from 0),
+    or in one that decides when asked, with the artifact's spare rule alone."""
+    if setting == "artifact":
+        policy, config = configure("chronus", "artifact", SimConfig(cross_node_factor=1.0))
+        options = ("spare", "boundary_clock", "credit_waited_lease", "charge_resumes")
+        chronus = cls(**{name: getattr(policy, name) for name in options})
+    else:
+        chronus, config = cls(spare="artifact"), SimConfig(restart_pause_s=0.0)
+    return simulate(ClusterSpec.from_flags(1, 4), TABLES, chronus, jobs, config)
+
+
+@pytest.mark.parametrize(
+    ("setting", "decisions", "outcomes"),
+    [
+        # "near" arrives at 1000 and waits for the grid, 1020 (lease 4); at 1200 it is judged
+        # and lent a GPU, pays the 0.5 s resume cost, ends at 1210.5 and leaves at 1260. "far"
+        # is credited the lease it waited, all its work, and pays the resume cost.
+        pytest.param(
+            "artifact",
+            [0, 240, 1020, 1200, 1260, 1440, 239_760, 239_820],
+            {"far": (239_760.0, 239_760.5), "near": (1200.0, 1210.5)},
+            id="artifact",
+        ),
+        # Decided when asked, with no credit and no resume cost: far runs its 100 s.
+        pytest.param(
+            "slotless",
+            [0, 240, 1000, 1200, 1210, 1440, 239_760, 239_860],
+            {"far": (239_760.0, 239_860.0), "near": (1200.0, 1210.0)},
+            id="slotless",
+        ),
+    ],
+)
+def test_idle_boundaries_before_a_deferred_lease_are_skipped_with_the_same_outcomes(
+    setting, decisions, outcomes
+):
+    # 240 s leases. "far" (1 GPU, 100 s: one lease) is due at 240,000 s, lease 1000: judged at
+    # 0, planned at 240 into its latest lease, 999 (239,760 s), and left waiting by the
+    # artifact's spare rule. Until then only "near" (best effort, 10 s) runs. A decision at
+    # every boundary makes 1,003; skipping the idle ones, 8: at 0, at 240 (planned), near's
+    # arrival and end, the boundaries that judge it and see it gone, far's lease and its end.
+    jobs = [job("far", 0, 100, deadline=240_000.0), job("near", 1000, 10)]
+    times: list[float] = []
+
+    class Timed(Chronus):
+        def allocate(self, view: ClusterView) -> Decision:
+            times.append(view.now)
+            return super().allocate(view)
+
+    skipping = _simulate(Timed, setting, jobs)
+    stepped = _simulate(_Stepped, setting, jobs)
+    assert times == decisions and skipping.decisions == len(decisions)
+    assert stepped.decisions == 1003
+    assert skipping.outcomes == stepped.outcomes
+    assert {o.job_id: (o.start_s, o.finish_s) for o in skipping.outcomes} == outcomes
+
+
+@pytest.mark.parametrize("setting", ["artifact", "slotless"])
+@pytest.mark.parametrize("seed", range(3))
+def test_skipping_idle_boundaries_changes_no_outcome_on_generated_traces(setting, seed):
+    # Deadlines up to 100 run times on a 4-GPU cluster under twice its load: guaranteed jobs
+    # wait for leases far ahead while others come, run on spare workers and go.
+    config = GeneratorConfig(jobs=30, load=2.0, cluster_workers=4, tightness=(1.5, 100.0),
+                             best_effort_fraction=0.2, seed=seed)  # fmt: skip
+    jobs = generate_trace(config, TABLES)
+    skipping = _simulate(Chronus, setting, jobs)
+    stepped = _simulate(_Stepped, setting, jobs)
+    assert skipping.outcomes == stepped.outcomes
+    assert skipping.allocation_timeline == stepped.allocation_timeline
+    assert skipping.decisions < stepped.decisions

@@ -15,7 +15,7 @@ from qosched.cluster.metrics import summarize
 from qosched.cluster.policies import Policy, create_policy, policy_names
 from qosched.cluster.simulator import JobOutcome, SimConfig, SimResult, simulate
 from qosched.cluster.spec import ClusterSpec
-from qosched.cluster.state import ClusterView, Decision
+from qosched.cluster.state import ClusterView, Decision, DecisionClock
 from qosched.cluster.throughput import ThroughputModel
 from qosched.core.errors import InputError, SimulationError
 
@@ -521,6 +521,45 @@ def test_decision_grid_holds_an_arrival_on_an_idle_cluster_to_the_next_grid_poin
     config = SimConfig(restart_model="none", decision_slot_s=60.0, decision_grid=grid)
     result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["b"].start_s == b_start
+
+
+@pytest.mark.parametrize(
+    ("config", "clock"),
+    [
+        pytest.param(SimConfig(), DecisionClock(), id="default"),
+        pytest.param(
+            SimConfig(restart_model="none", decision_slot_s=60.0, decision_grid=True),
+            DecisionClock(60.0, 5.0),
+            id="grid-from-the-first-arrival",
+        ),
+        pytest.param(
+            SimConfig(
+                restart_model="none", decision_slot_s=60.0, decision_grid=True, grid_origin_s=0.0
+            ),
+            DecisionClock(60.0, 0.0),
+            id="grid-from-0",
+        ),
+        pytest.param(
+            SimConfig(restart_model="every-decision", decision_slot_s=60.0),
+            DecisionClock(60.0, counted=True),
+            id="restart-rounds",
+        ),
+        pytest.param(
+            SimConfig(restart_model="none", decision_slot_s=60.0, hold_last_arrival=False),
+            DecisionClock(60.0, off_clock=True),
+            id="last-arrival-at-once",
+        ),
+    ],
+)
+def test_policies_see_the_clock_decisions_are_made_on(config, clock):
+    seen = []
+
+    def decide(view: ClusterView) -> Decision:
+        seen.append(view.clock)
+        return Decision({j.job_id: 1 for j in view.jobs})
+
+    simulate(ClusterSpec.from_flags(1, 2), SMALL, Scripted(decide), [job("a", 5.0, 10)], config)
+    assert seen and all(c == clock for c in seen)
 
 
 def test_decision_grid_needs_a_slot():

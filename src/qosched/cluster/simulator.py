@@ -26,7 +26,7 @@ from qosched.cluster.job import JobSpec
 from qosched.cluster.placement import is_split, place
 from qosched.cluster.policies.base import Policy
 from qosched.cluster.spec import ClusterSpec
-from qosched.cluster.state import ClusterView, Decision, JobState, Phase
+from qosched.cluster.state import ClusterView, Decision, DecisionClock, JobState, Phase
 from qosched.cluster.throughput import ThroughputModel
 from qosched.cluster.traces import Trace, check_job, column_name
 from qosched.core.errors import InputError, SimulationError
@@ -283,8 +283,18 @@ class ClusterSimulator:
         # Arrival order: by submission time, ties in trace order.
         self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
         self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
-        self._grid_origin_s = (  # ``decision_grid``: the first arrival or the given time
-            self.engine.now if self.config.grid_origin_s is None else self.config.grid_origin_s
+        config = self.config
+        grid_origin_s = (  # ``decision_grid``: the first arrival or the given time
+            self.engine.now if config.grid_origin_s is None else config.grid_origin_s
+        )
+        self._clock = DecisionClock(
+            config.decision_slot_s,
+            grid_origin_s if config.decision_grid else None,
+            # Restart rounds are counted decisions, idle ones included.
+            counted=config.restart_model in ("every-decision", "on-start")
+            or config.decide_at != "events",
+            # An arrival not held for the slot's end is decided at once (`_on_arrival`).
+            off_clock=not config.hold_last_arrival or config.decide_at != "events",
         )
         self._active: dict[str, JobState] = {}
         self._declined: set[str] = set()
@@ -364,18 +374,10 @@ class ClusterSimulator:
     def _arrival_priority(self) -> int:
         return _ADMIT_PRIORITY if self.policy.admits_together else _EVENT_PRIORITY
 
-    def _slot_open_s(self) -> float:
-        """The earliest time the next decision may be made."""
-        return self._last_decision_s + self.config.decision_slot_s
-
     def _next_decision_s(self, at: float) -> float:
         """When a decision asked for at ``at`` is made: not within the slot of the last one,
         and with ``decision_grid`` on the next point of the grid."""
-        when = max(at, self._slot_open_s())
-        if self.config.decision_grid:
-            slot, origin = self.config.decision_slot_s, self._grid_origin_s
-            when = origin + math.ceil((when - origin) / slot - 1e-9) * slot
-        return when
+        return self._clock.next_decision_s(at, self._last_decision_s)
 
     def _held(self) -> bool:
         """Whether the arrival due now waits for the end of the last decision's slot."""
@@ -513,6 +515,7 @@ class ClusterSimulator:
             tuple(self._active.values()),
             self.config.restart_pause_s,
             overhead,
+            self._clock,
         )
 
     def _advance_progress(self) -> None:

@@ -83,6 +83,65 @@ class JobState:
         )
 
 
+#: Grid points are found to within this fraction of a slot (a time a few ulps past one is on it).
+_GRID_TOLERANCE = 1e-9
+#: Whole numbers of seconds below this are floats, and so are their sums of two.
+_EXACT_SECONDS = 2.0**52
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionClock:
+    """When a backend makes a decision asked for (a policy's wake-up, an arrival, an end).
+
+    Not within ``slot_s`` after its last decision; with ``grid_origin_s``, only at
+    ``grid_origin_s + k * slot_s``. The default decides at once.
+    """
+
+    slot_s: float = 0.0
+    grid_origin_s: float | None = None
+    # The backend does something of its own at every decision, even with no job running (the
+    # ElasticFlow artifact's restart rounds count decisions): one decision more or fewer
+    # changes its results.
+    counted: bool = False
+    # Some decisions are made when asked, off the slot and grid (the artifact's Gandiva and
+    # Tiresias loops decide their last arrival at once).
+    off_clock: bool = False
+
+    def next_decision_s(self, at: float, last_s: float) -> float:
+        """When a decision asked for at ``at`` is made, the last one having been at ``last_s``."""
+        when = max(at, last_s + self.slot_s)
+        if self.grid_origin_s is not None:
+            slot, origin = self.slot_s, self.grid_origin_s
+            when = origin + math.ceil((when - origin) / slot - _GRID_TOLERANCE) * slot
+        return when
+
+    def skips_idle(self, period_s: float, until_s: float) -> bool:
+        """Whether a policy with no job running, which would ask to be woken at each multiple of
+        ``period_s`` in turn, may ask for ``until_s``, a later multiple, instead and count those
+        between as decided: each would be decided exactly at that multiple, and a decision that
+        runs nothing changes nothing of the backend's own.
+
+        With no slot a wake-up is decided when asked. With a grid that holds every multiple of
+        the period (``slot_s`` divides the period and the origin) and every time a whole number
+        of seconds below 2**52, every sum and product here is exact, and a decision on the grid
+        before a multiple leaves the slot open by it. Any other slot is refused: a wake-up
+        could be decided late, and fewer decisions made than multiples passed.
+        """
+        if self.counted:
+            return False
+        if not self.slot_s:
+            return True
+        origin = self.grid_origin_s
+        if origin is None or self.off_clock:
+            return False
+        seconds = (period_s, until_s, self.slot_s, origin)
+        return (
+            all(float(v).is_integer() and abs(v) < _EXACT_SECONDS for v in seconds)
+            and period_s % self.slot_s == 0
+            and origin % self.slot_s == 0
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     """What a policy sees at a decision: the clock, the cluster and the admitted unfinished jobs.
@@ -97,6 +156,9 @@ class ClusterView:
     # Seconds of progress every running job loses at every decision, whatever it changes (the
     # ElasticFlow artifact's cost model; 0 in every real backend): deciding often is not free.
     decision_overhead_s: float = 0.0
+    # When the backend decides: a policy that skips wake-ups at which nothing would change
+    # checks here that skipping them changes nothing either (``DecisionClock.skips_idle``).
+    clock: DecisionClock = DecisionClock()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,12 @@ that starts a lease after waiting with a lease of work it did not do, ``charge_r
 resume cost, which it counts at every lease a job runs on spare workers, and
 ``whole_second_estimates`` its estimates, which it cuts to whole seconds.
 
+While nothing runs and nothing waits to be judged, the boundaries before the first planned lease
+change nothing but the lease count, so Chronus asks to be woken at that lease's boundary instead
+and counts the ones between at its next decision, where the backend's clock allows it
+(``DecisionClock.skips_idle``): a job planned just before a deadline a year away costs a few
+decisions, not a hundred thousand.
+
 ``selection="mip"`` takes the artifact's other path, the one it takes with Gurobi and the one
 the Chronus paper describes: at every boundary a MIP (`select_leases`) plans every guaranteed
 job's leases afresh, all at once, and falls back to the greedy selection only when it finds no
@@ -282,6 +288,9 @@ class Chronus(Policy):
         # runs (index 0 of a `LeaseFree`); ``_held`` the workers the plans hold in each.
         self._base = 0
         self._held: dict[int, int] = {}
+        # The boundary the last decision asked to be woken at when it skipped those before it,
+        # at which nothing would have changed (`_wake_s`); None when it skipped none.
+        self._skipped_to: int | None = None
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         # Judged at the next lease boundary with the other arrivals, as the artifact does; until
@@ -299,6 +308,9 @@ class Chronus(Policy):
             state = self._jobs.pop(job_id)
             self._release(state.plan or (), state.workers)
         index = math.floor(view.now / self.lease_s + _EPS)
+        if self._skipped_to is not None:
+            self._pass_skipped(index, view.now, self._skipped_to)
+            self._skipped_to = None
         credit: dict[str, float] = {}
         charge: dict[str, float] = {}
         if index > self._lease_index:
@@ -308,8 +320,44 @@ class Chronus(Policy):
             charge, self._charge = self._charge, {}
         workers = {j: g for j, g in self._workers.items() if j in alive}
         # Nothing left to decide about: waking at every boundary would never end the run.
-        wake = (index + 1) * self.lease_s if view.jobs else None
+        wake = self._wake_s(view, index) if view.jobs else None
         return Decision(workers, wake, credit_s=credit, charge_s=charge)
+
+    def _wake_s(self, view: ClusterView, index: int) -> float:
+        """The next boundary; while `_idle`, the first at which a plan's lease comes due, where
+        the backend lets the boundaries between be skipped (``DecisionClock.skips_idle``)."""
+        first = min((s.plan[0] for s in self._jobs.values() if s.plan), default=None)
+        if first is not None and first > self._base and self._idle():
+            # Lease ``_base`` is the next boundary's, ``index + 1``.
+            target = index + 1 + (first - self._base)
+            wake = target * self.lease_s
+            if view.clock.skips_idle(self.lease_s, wake):
+                self._skipped_to = target
+                return wake
+        return (index + 1) * self.lease_s
+
+    def _idle(self) -> bool:
+        """Whether, until an event, every boundary before the first planned lease would only
+        move the lease count on: nothing runs or was lent spare workers (so none fits them),
+        no arrival waits to be judged, every guaranteed job holds a plan (none to plan or to
+        find overrun), and the greedy selection keeps plans (the MIP replans at each)."""
+        return (
+            self.selection == "greedy"
+            and not self._workers
+            and not self._arrivals
+            and all(s.plan for s in self._jobs.values() if s.guaranteed)
+        )
+
+    def _pass_skipped(self, index: int, now: float, skipped_to: int) -> None:
+        """Count the boundaries the last decision skipped, up to the one it asked for, that a
+        decision at each would have handled before now (those before ``index``, and ``index``
+        when now is past it) as handled: as `_idle` promised, each would only have moved the
+        lease count on."""
+        passed = index if now > index * self.lease_s else index - 1
+        last = min(passed, skipped_to - 1)
+        if last > self._lease_index:
+            self._base += last - self._lease_index
+            self._lease_index = last
 
     def _boundary(self, view: ClusterView, index: int, alive: dict[str, JobState]) -> None:
         total = view.cluster.total_workers
