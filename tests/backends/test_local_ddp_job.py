@@ -52,7 +52,9 @@ def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one
     (site / "sitecustomize.py").write_text(SITE)
     spec = load_job_spec(EXAMPLES / "ddp-job.yaml")
     assert spec.launcher == "torchrun" and spec.working_dir == str(EXAMPLES)
-    spec = replace(spec, env={**spec.env, "PYTHONPATH": str(site)})
+    scratch = tmp_path / "tmp"  # the ranks' temporary folder
+    scratch.mkdir()
+    spec = replace(spec, env={**spec.env, "PYTHONPATH": str(site), "TMPDIR": str(scratch)})
     cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
     service = LocalService.open(tmp_path / "home", cpus=cores, policy=NAME, tick_s=0.2)
     try:
@@ -67,6 +69,11 @@ def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one
         service.close()
     assert job.state == "succeeded", job.error
     job_dir = tmp_path / "home" / "jobs" / job_id
+
+    # torchrun's per-run folders are the job's, not new ones in the temporary folder (torch's
+    # own caches, such as torchinductor_USER, are shared by every run and may be there).
+    assert not list(scratch.glob("torchelastic_*"))
+    assert list((job_dir / "torchrun").iterdir())
 
     ranks = [json.loads(line) for line in (job_dir / "ranks.jsonl").read_text().splitlines()]
     first, second = [r for r in ranks if r["world"] == 2], [r for r in ranks if r["world"] == 1]

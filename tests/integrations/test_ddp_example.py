@@ -28,7 +28,8 @@ def torchrun(job_dir: Path, processes: int, iterations: int) -> subprocess.Popen
         "OMP_NUM_THREADS": "1",
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    argv += ["--nproc-per-node", str(processes), str(EXAMPLE)]
+    argv += ["--nproc-per-node", str(processes), "--log-dir", str(job_dir / "torchrun")]
+    argv.append(str(EXAMPLE))
     return subprocess.Popen(
         argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )

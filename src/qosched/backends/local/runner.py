@@ -74,7 +74,8 @@ runner's own) with the runner's environment plus ``env`` (the spec's), under the
 above, which qosched sets last; ``OMP_NUM_THREADS`` is qosched's unless ``env`` sets it.
 
 With ``launcher: torchrun`` the child is ``python -m torch.distributed.run --standalone
---nproc-per-node N COMMAND...`` (the runner's own interpreter; with ``--no-python`` when
+--nproc-per-node N --log-dir JOB_DIR/torchrun COMMAND...`` (the runner's own interpreter; torchrun's
+per-run folders in the job's folder, not the system's temporary one; with ``--no-python`` when
 ``COMMAND[0]`` does not end in ``.py``, so each rank runs that program itself, e.g. a Python of
 the user's choice), N the job's GPU count, or its core count for a CPU job, and
 ``OMP_NUM_THREADS`` is the cores divided among the N processes. N is fixed for the child's
@@ -169,6 +170,7 @@ COMMAND_WAIT_S = 0.05  # how often a command job's runner wakes to relay, poll a
 #: detail, and a command writing junk to those files must not add them without bound.
 MAX_WARNINGS = 20
 COMMAND_TERM_GRACE_S = 5.0  # how long a command its runner fails gets to exit after SIGTERM
+TORCHRUN_LOG_DIR = "torchrun"  # torchrun's per-run folders, in the job's folder
 PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
 CHECKPOINT_FORMAT = 1
 
@@ -668,7 +670,7 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
     if stop.requested:
         return between.preempted(iteration=None, loss=None)
     processes = (len(gpus) or len(cpus)) if spec.launcher == "torchrun" else 1
-    argv = command_argv(spec.command, spec.launcher, processes)
+    argv = command_argv(spec.command, spec.launcher, processes, job_dir)
     env = command_environment(
         spec, job_dir, cpus, gpus, processes=processes, progress_file=progress.path
     )
@@ -795,13 +797,18 @@ def _end_child(child: subprocess.Popen[bytes]) -> None:
         child.wait()
 
 
-def command_argv(command: tuple[str, ...], launcher: str | None, processes: int) -> list[str]:
+def command_argv(
+    command: tuple[str, ...], launcher: str | None, processes: int, job_dir: Path
+) -> list[str]:
     """The child's command line: ``command`` as it is, or under torchrun with ``processes``
     ranks (see the module docstring)."""
     if launcher != "torchrun":
         return list(command)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     argv += ["--nproc-per-node", str(processes)]
+    # torchrun keeps per-rank files of each run in a new folder under the system's temporary
+    # one unless told where: with the job, they go when the job's record does.
+    argv += ["--log-dir", str(job_dir / TORCHRUN_LOG_DIR)]
     if not command[0].endswith(".py"):
         # A program (an interpreter of the user's choice, a shell script): each rank runs it
         # as it is instead of torchrun's "python SCRIPT".
