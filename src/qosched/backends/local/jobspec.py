@@ -29,7 +29,8 @@ does, with the spec file's folder) first resolves a relative one against ``base_
 it, the command runs in the folder the service was started from. ``env`` adds variables to the
 command's environment (names like ``[A-Za-z_][A-Za-z0-9_]*``, string values); the names qosched
 sets itself (``QOSCHED_*``, ``CUDA_VISIBLE_DEVICES``) are refused. ``launcher: torchrun`` runs
-the command as ``python -m torch.distributed.run --standalone --nproc-per-node N COMMAND...``:
+the command as ``python -m torch.distributed.run --standalone --nproc-per-node N COMMAND...``
+(with ``--log-dir`` in the job's folder, see the runner):
 ``COMMAND`` is what follows ``torchrun`` on a command line (a script and its arguments; a first
 word not ending in ``.py``, such as ``python`` itself, is run as a program, torchrun's
 ``--no-python``), and ``N`` is the job's GPU count for a GPU job, else its core count.
