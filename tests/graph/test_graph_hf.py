@@ -341,6 +341,21 @@ def test_llava_text_holds_one_image_token_per_image_feature(configured):
     assert _summed_in(graph, "language_model", "aten.mm.default") == 2 * tokens * layer
 
 
+def test_llava_next_tiles_its_images_and_is_told_their_size(configured):
+    # 32 x 32 images, tiles of 32 x 32 in 16 x 16 patches. Of the grid's resolutions the image
+    # fits 32 x 64 best (as large, least padding; 64 x 32 ties and comes later): 1 x 2 tiles and
+    # the whole image, 3 tiles. Its features: the whole image's 2 x 2 patches, then the tiles'
+    # 2 x 4 patches cut back to the image's square (2 x 2) with a newline after each row (2 x
+    # 3): 4 + 6 = 10 image tokens. The model checks that count when it runs.
+    configured(**_llava(image_grid_pinpoints=[[32, 64], [64, 32], [64, 64]]))
+    model, inputs = hf_model("hf:llava_next", device="cpu")
+    assert [tuple(t.shape) for t in inputs] == [(1, 64), (1, 64), (1, 3, 3, 32, 32)]
+    assert inputs[0].tolist() == [[110] * 10 + [0] * 54]
+    with torch.no_grad():
+        model(*inputs)  # runs for real, told the image's size
+    assert capture_spec("hf:llava_next").inputs[2].meta.shape == (1, 3, 3, 32, 32)
+
+
 def test_an_image_token_past_the_vocabulary_becomes_its_last_id(configured):
     # LLaVA's default configuration names token 32,000 of a 32,000-id vocabulary (checkpoints
     # add it to theirs): an id the embeddings do not hold fails a real run.

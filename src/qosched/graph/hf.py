@@ -22,7 +22,9 @@ inputs for what the model reads:
   its images into its text (LLaVA, PaliGemma, BLIP-2) gets them as its processor gives them:
   its image token once per image feature (as many as its ``get_image_features`` makes from the
   images; BLIP-2's ``num_query_tokens``), then the ``seq`` text tokens, capped at its
-  language model's positions;
+  language model's positions; one that must be told each image's size (LLaVA-NeXT, LLaVA
+  OneVision) is told the vision tower's square size, as a constant, and gets its images cut
+  into the tiles its processor makes for that size, ``(batch, tiles, channels, size, size)``;
 - a text-and-audio model (CLAP) gets token ids and a log-mel spectrogram as a one-channel
   image, ``(batch, 1, frames, mel bins)``: the 1,001 frames its feature extractor pads 10 s
   to, or as many as its encoder takes if fewer.
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -115,13 +118,13 @@ def hf_model(
                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                 field="model",
             ) from e
-        names, inputs = _example_inputs(model, config, spec, batch, seq)
+        names, inputs, constants = _example_inputs(model, config, spec, batch, seq)
     if model_type in _FOR_CAPTURE:
         _FOR_CAPTURE[model_type](model)
     if model_type in _CAPTURE_PROBLEMS:
         model.capture_problem = _CAPTURE_PROBLEMS[model_type]  # read by capture if it fails
-    if names != [getattr(model, "main_input_name", "input_ids")]:
-        _take_by_position(model, names)
+    if names != [getattr(model, "main_input_name", "input_ids")] or constants:
+        _take_by_position(model, names, constants)
     return model, inputs
 
 
@@ -194,16 +197,20 @@ _CAPTURE_PROBLEMS: dict[str, str] = {
 }
 
 
-def _take_by_position(model: nn.Module, names: list[str]) -> None:
-    """Make ``model`` take ``names`` by position. ``torch.export`` and the runtimes pass example
-    inputs by position, and a model that reads more than one input (or not as its first
-    parameter) wants them by name. The model's own ``forward`` is replaced on the instance, not
-    wrapped in another module, so that its operators keep their module paths (the layer-level
-    baseline cuts where the top-level module changes)."""
+def _take_by_position(
+    model: nn.Module, names: list[str], constants: dict[str, Any] | None = None
+) -> None:
+    """Make ``model`` take ``names`` by position, with ``constants`` (arguments that are not
+    tensors) by name. ``torch.export`` and the runtimes pass example inputs by position, and a
+    model that reads more than one input (or not as its first parameter) wants them by name.
+    The model's own ``forward`` is replaced on the instance, not wrapped in another module, so
+    that its operators keep their module paths (the layer-level baseline cuts where the
+    top-level module changes)."""
     by_name = model.forward
+    fixed = dict(constants or {})
 
     def forward(*inputs: torch.Tensor) -> Any:
-        return by_name(**dict(zip(names, inputs, strict=True)))
+        return by_name(**dict(zip(names, inputs, strict=True)), **fixed)
 
     model.forward = forward  # type: ignore[method-assign]
     model.input_names = tuple(names)  # what each position is, for whoever prints it
@@ -211,8 +218,9 @@ def _take_by_position(model: nn.Module, names: list[str]) -> None:
 
 def _example_inputs(
     model: nn.Module, config: Any, spec: str, batch: int, seq: int
-) -> tuple[list[str], tuple[torch.Tensor, ...]]:
-    """The names and tensors of the inputs the model is called with."""
+) -> tuple[list[str], tuple[torch.Tensor, ...], dict[str, Any]]:
+    """The names and tensors of the inputs the model is called with, and the arguments it is
+    called with as constants (`_image_sizes`)."""
     main = getattr(model, "main_input_name", "input_ids")
     reads = set(inspect.signature(model.forward).parameters)
     names = [main]
@@ -228,14 +236,54 @@ def _example_inputs(
         names.append("input_features")  # text and audio (CLAP)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in reads:
         names.append("decoder_input_ids")
-    image_tokens = 0
+    image_tokens, constants = 0, {}
+    tensors: dict[str, torch.Tensor] = {}
     if "pixel_values" in names and "input_ids" in names:
         _check_image_tokens(config, spec, reads)
-        pixels = _tensor("pixel_values", names, config, spec, batch, seq)
-        image_tokens = _image_tokens_per_prompt(model, config, spec, pixels)
-    return names, tuple(
-        _tensor(name, names, config, spec, batch, seq, image_tokens) for name in names
+        if _needs_image_sizes(model):
+            tensors["pixel_values"], constants = _image_sizes(model, config, batch)
+        else:
+            tensors["pixel_values"] = _tensor("pixel_values", names, config, spec, batch, seq)
+        image_tokens = _image_tokens_per_prompt(
+            model, config, spec, tensors["pixel_values"], constants
+        )
+    inputs = tuple(
+        tensors.get(name)
+        if name in tensors
+        else _tensor(name, names, config, spec, batch, seq, image_tokens)
+        for name in names
     )
+    return names, inputs, constants
+
+
+def _needs_image_sizes(model: nn.Module) -> bool:
+    """Whether the model must be told each image's size: its ``get_image_features`` takes
+    ``image_sizes`` without a default (LLaVA, which takes it only for a Pixtral tower, has one)."""
+    get_features = getattr(model, "get_image_features", None)
+    if get_features is None:
+        return False
+    parameter = inspect.signature(get_features).parameters.get("image_sizes")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def _image_sizes(model: nn.Module, config: Any, batch: int) -> tuple[torch.Tensor, dict]:
+    """Images for a model told each image's size (LLaVA-NeXT, Mistral 3), and that size: square
+    images at the vision tower's size, given as a constant, not a tensor (the number of tiles
+    and image tokens follows its values, which a capture from data-free tensors does not have).
+    A model that tiles its images (``image_grid_pinpoints``) gets its tiles as its processor
+    gives them, ``(batch, tiles, channels, size, size)``, as many as its own
+    ``image_size_to_num_patches`` counts for that size."""
+    vision = _images(config)
+    size = getattr(vision, "image_size", 224)
+    size = size[0] if isinstance(size, list | tuple) else size
+    channels = getattr(vision, "num_channels", 3)
+    sizes = {"image_sizes": [[size, size]] * batch}
+    count_tiles = getattr(sys.modules[type(model).__module__], "image_size_to_num_patches", None)
+    pinpoints = getattr(config, "image_grid_pinpoints", None)
+    if pinpoints and count_tiles is not None:
+        tiles = count_tiles(image_size=(size, size), grid_pinpoints=pinpoints, patch_size=size)
+        return torch.randn(batch, tiles, channels, size, size), sizes
+    return torch.randn(batch, channels, size, size), sizes
 
 
 def _image_token_id(config: Any) -> int | None:
@@ -243,7 +291,9 @@ def _image_token_id(config: Any) -> int | None:
     return token if token is not None else getattr(config, "image_token_index", None)
 
 
-def _image_tokens_per_prompt(model: nn.Module, config: Any, spec: str, pixels: Any) -> int:
+def _image_tokens_per_prompt(
+    model: nn.Module, config: Any, spec: str, pixels: Any, constants: dict[str, Any]
+) -> int:
     """How many image tokens each prompt holds: one per feature vector the model puts into its
     text, which it checks when it runs (a count that differs is an error there). BLIP-2 puts its
     ``num_query_tokens`` queries; LLaVA and its kind what ``get_image_features`` makes of the
@@ -259,7 +309,7 @@ def _image_tokens_per_prompt(model: nn.Module, config: Any, spec: str, pixels: A
         return 0
     try:
         with torch.no_grad():
-            out = get_features(pixel_values=pixels)
+            out = get_features(pixel_values=pixels, **constants)
     except Exception as e:  # an older transformers, or arguments this kind needs
         raise InputError(
             f"model {spec!r}: cannot tell how many image tokens its text needs: "
