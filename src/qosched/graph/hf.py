@@ -248,7 +248,7 @@ def _example_inputs(
             model, config, spec, tensors["pixel_values"], constants
         )
     inputs = tuple(
-        tensors.get(name)
+        tensors[name]
         if name in tensors
         else _tensor(name, names, config, spec, batch, seq, image_tokens)
         for name in names
@@ -267,23 +267,22 @@ def _needs_image_sizes(model: nn.Module) -> bool:
 
 
 def _image_sizes(model: nn.Module, config: Any, batch: int) -> tuple[torch.Tensor, dict]:
-    """Images for a model told each image's size (LLaVA-NeXT, Mistral 3), and that size: square
-    images at the vision tower's size, given as a constant, not a tensor (the number of tiles
-    and image tokens follows its values, which a capture from data-free tensors does not have).
-    A model that tiles its images (``image_grid_pinpoints``) gets its tiles as its processor
-    gives them, ``(batch, tiles, channels, size, size)``, as many as its own
+    """Images for a model told each image's size (LLaVA-NeXT, LLaVA OneVision), and that size:
+    square images at the vision tower's size, given as a constant, not a tensor (the number of
+    tiles and image tokens follows its values, which a capture from data-free tensors does not
+    have). A model that tiles its images (``image_grid_pinpoints``) gets its tiles as its
+    processor gives them, ``(batch, tiles, channels, size, size)``, as many as its own
     ``image_size_to_num_patches`` counts for that size."""
     vision = _images(config)
-    size = getattr(vision, "image_size", 224)
-    size = size[0] if isinstance(size, list | tuple) else size
-    channels = getattr(vision, "num_channels", 3)
+    size = _side(vision)
     sizes = {"image_sizes": [[size, size]] * batch}
+    images = _pixels(vision, batch, patches=False)
     count_tiles = getattr(sys.modules[type(model).__module__], "image_size_to_num_patches", None)
     pinpoints = getattr(config, "image_grid_pinpoints", None)
     if pinpoints and count_tiles is not None:
         tiles = count_tiles(image_size=(size, size), grid_pinpoints=pinpoints, patch_size=size)
-        return torch.randn(batch, tiles, channels, size, size), sizes
-    return torch.randn(batch, channels, size, size), sizes
+        return images[:, None].repeat(1, tiles, 1, 1, 1), sizes
+    return images, sizes
 
 
 def _image_token_id(config: Any) -> int | None:
@@ -434,12 +433,17 @@ def _pixels(vision: Any, batch: int, patches: bool) -> torch.Tensor:
     channels = getattr(vision, "num_channels", 3)
     if patches:
         return torch.randn(batch, vision.num_patches, channels * vision.patch_size**2)
-    size = getattr(vision, "image_size", 224)
-    size = size[0] if isinstance(size, list | tuple) else size
+    size = _side(vision)
     frames = getattr(vision, "num_frames", None)
     if frames is not None:
         return torch.randn(batch, frames, channels, size, size)
     return torch.randn(batch, channels, size, size)
+
+
+def _side(vision: Any) -> int:
+    """The side of the square images the vision configuration reads (224 where it says none)."""
+    size = getattr(vision, "image_size", 224)
+    return size[0] if isinstance(size, list | tuple) else size
 
 
 def _tokens(batch: int, seq: int, limit: int | None) -> torch.Tensor:
