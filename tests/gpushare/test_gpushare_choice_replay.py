@@ -36,7 +36,7 @@ def scripted(script):
     for name, _ in CANDIDATES:
         p99s, tput = script[name]
         draws = tuple(
-            (AppOutcome("hp", 1, P99, Measured(p, p * 1e-3, 1.0, 100.0), True),
+            (AppOutcome("hp", 1, P99, Measured(p, p * 1e-3, 1.0, 100.0), p <= 1.10),
              AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, tput, tput * 100), True))
             for p in p99s
         )  # fmt: skip
@@ -54,8 +54,47 @@ SCRIPT = {
 }
 
 
-def test_the_default_adopts_what_two_draws_show(replay):
+def test_the_way_without_references_adopts_what_two_draws_show(replay):
     assert replay.replayed(scripted(SCRIPT), replay.Way(2)) == "goals"
+
+
+def _reference(p99s, tput):
+    """A reference policy's what-if: hp's p99 on each draw (goal 1.10x) and lp's throughput."""
+    return Prediction(
+        tuple(
+            (AppOutcome("hp", 1, P99, Measured(p, p * 1e-3, 1.0, 100.0), p <= 1.10),
+             AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, tput, tput * 100), True))
+            for p in p99s
+        )  # fmt: skip
+    )
+
+
+def test_the_default_judges_the_candidates_against_the_reference_policies(replay):
+    # By hand: "streams" meets hp's goal on the first two draws and gives lp 0.5, so rule (b)
+    # holds a candidate meeting hp's goal to lp >= 0.475 on each. strict (0.1) and cautious
+    # (0.4) break it on both; goals (0.6) keeps it; loose misses hp's goal on the second draw
+    # (1.2x), free and free-equal on both: rule (a). goals alone breaks nothing: it is adopted.
+    references = {"streams": _reference((1.0, 1.0), 0.5)}
+    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "goals"
+    # streams giving lp 0.7: goals (0.6) now breaks (b) on both draws, as strict and cautious
+    # do; loose (0.8) breaks (a) on one; a goal missed weighs more than throughput withheld, so
+    # the choice stays among strict, cautious and goals, and goes as without references.
+    references = {"streams": _reference((1.0, 1.0), 0.7)}
+    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "goals"
+    # streams meeting hp's goal on the first draw only, lp 0.65 (so at least 0.6175 there):
+    # goals (0.6) breaks (b) on it; loose (0.8) keeps it, and on the second draw, where no
+    # policy meets hp's goal, misses nothing some policy meets. loose alone breaks nothing,
+    # where without the references goals is adopted (loose misses hp's goal on a draw).
+    references = {"streams": _reference((1.0, 2.0), 0.65)}
+    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "loose"
+    assert replay.replayed(scripted(SCRIPT), replay.Way(2)) == "goals"
+    # With no goal met by the reference (2x), nothing is held to it: the choice without it.
+    references = {"streams": _reference((2.0, 2.0), 1.0)}
+    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == replay.replayed(
+        scripted(SCRIPT), replay.Way(2)
+    )
+    with pytest.raises(ValueError, match="reference"):
+        replay.replayed(scripted(SCRIPT), replay.DEFAULT)
 
 
 def test_a_confirmed_choice_that_breaks_a_goal_moves_to_the_next_best(replay):

@@ -85,15 +85,13 @@ def test_estimate_errors_are_bounded_per_kernel_and_the_same_in_every_run():
 
 # Generated mixes of explicit kernels (no estimation), each simulated under every policy.
 # Rules (a)-(c) all hold on these; of the first 24 seeds the others break one, and the bench
-# reports them (docs/results/gpushare.md): seeds 3, 7, 8, 16 and 17 rule (b) (an app gets less
-# than under orion, naive or priority-streams, which also meet the goals), seed 14 rule (a).
-# Seeds 10, 19, 20 and 23 broke a rule before the lag counted the requests after the one in
-# progress, a same-level best-effort app ran while the goal had measured room, and an app
-# missing its own goal took the allowance the hedges kept back.
-ALL_RULES = (0, 1, 2, 4, 5, 6, 9, 10, 11, 12, 13, 15, 19, 20, 23)
-# Where (b) fails but (a) and (c) hold: the top goals are still met wherever some policy meets
-# them, and nothing is worse than naive where naive meets every goal.
-GOALS_ONLY = (3, 17)
+# reports them (docs/results/gpushare.md): seeds 8 and 14 rule (a). Seed 16 broke (b) until
+# calibration judged each setting against the other policies: it adopted strict, which gave
+# two apps nothing where priority-streams gives them 2 % and 0.4 % of their throughput; it
+# now adopts free. Seeds 10, 19, 20 and 23 broke a rule before the lag counted the requests
+# after the one in progress, a same-level best-effort app ran while the goal had measured
+# room, and an app missing its own goal took the allowance the hedges kept back.
+ALL_RULES = (0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 15, 16, 17, 19, 20, 23)
 
 
 @pytest.mark.parametrize("seed", ALL_RULES, ids=[f"seed-{s}" for s in ALL_RULES])
@@ -101,14 +99,6 @@ def test_fggr_keeps_every_rule_on_generated_mixes(seed):
     bench = load_bench()
     mix = bench.random_mix(seed)
     assert rule_violations(bench.judge(mix)) == [], mix.describe()
-
-
-@pytest.mark.parametrize("seed", GOALS_ONLY, ids=[f"seed-{s}" for s in GOALS_ONLY])
-def test_fggr_meets_the_goals_some_policy_meets_on_generated_mixes(seed):
-    bench = load_bench()
-    mix = bench.random_mix(seed)
-    broken = [rule for rule in rule_violations(bench.judge(mix)) if not rule.startswith("(b)")]
-    assert broken == [], mix.describe()
 
 
 def a100_kernel(name, sms, time_us, share, waves=1):

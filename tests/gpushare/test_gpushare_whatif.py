@@ -8,13 +8,15 @@ from gpushare_sim_helpers import TOY, kernel
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome, judge_mix
-from qosched.gpushare.policies.fggr import CANDIDATES, FgGR
+from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES, FgGR
 from qosched.gpushare.policy import Admission, AppInfo
 from qosched.gpushare.simulator import AppWorkload, app_infos, simulate
 from qosched.gpushare.whatif import (
     Prediction,
     WhatIf,
+    breaks,
     choose,
+    fewest_breaks,
     nearest,
     perturbed,
     predict,
@@ -70,13 +72,19 @@ def test_fggr_calibrates_unless_told_not_to():
 
 
 def test_calibration_tells_its_progress_run_by_run():
-    # CROWDED: the free settings miss hp's goal, so the other four are run after them: the
-    # total grows from 2 x 2 runs to 6 x 2.
+    # Every candidate (6) and every policy it is held to (5), on 2 draws each: 22 runs.
+    assert len(CANDIDATES) == 6 and len(REFERENCES) == 5
     policy = FgGR()
     told = []
     policy.progress = lambda done, total: told.append((done, total))
     policy.setup(app_infos(CROWDED, TOY))
-    assert told == [(d, 4) for d in range(1, 5)] + [(d, 12) for d in range(5, 13)]
+    assert told == [(d, 22) for d in range(1, 23)]
+
+
+def test_calibration_is_held_to_every_other_built_in_policy():
+    from qosched.gpushare.policies import policy_names
+
+    assert set(REFERENCES) == set(policy_names()) - {"fggr"}
 
 
 def test_what_if_arrivals_come_from_its_own_seeds():
@@ -221,6 +229,36 @@ def test_nearest_takes_the_candidate_closest_to_the_most_important_goal():
     no_goal = prediction([outcome("hp", 1, BEST_EFFORT), outcome("lp", 0, BEST_EFFORT)])
     assert nearest([no_goal], WhatIf()) is None
     assert nearest([candidate((float("nan"),), 0.1)], WhatIf()) is None
+
+
+def test_breaks_counts_the_draws_a_candidate_breaks_a_rule_on_against_the_references():
+    # hp (goal 1.10x) and a best-effort lp. The reference "streams" meets hp's goal on both
+    # draws and gives lp 0.8 of its throughput, then 0.5. By rule (b) a candidate meeting hp's
+    # goal must give lp at least 95 % of that: 0.76, then 0.475.
+    def draw(hp_p99, lp):
+        hp = outcome("hp", 1, P99, p99=hp_p99)
+        return [replace(hp, met=hp_p99 <= 1.10), outcome("lp", 0, BEST_EFFORT, tput=lp)]
+
+    streams = prediction(draw(1.0, 0.8), draw(1.0, 0.5))
+    references = {"streams": streams}
+    generous = prediction(draw(1.05, 0.9), draw(1.05, 0.6))  # keeps (b) on both
+    stingy = prediction(draw(1.0, 0.7), draw(1.0, 0.48))  # 0.7 < 0.76 on the first
+    starving = prediction(draw(1.0, 0.1), draw(1.0, 0.1))  # both
+    late = prediction(draw(1.2, 1.0), draw(1.0, 0.5))  # (a) on the first: streams meets hp's
+    # (draws missing a goal some policy meets, draws breaking any rule)
+    assert [breaks(p, references, "fggr") for p in (generous, stingy, starving, late)] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 1),
+    ]
+    assert fewest_breaks([starving, stingy, late, generous], references, "fggr") == [3]
+    # A goal missed weighs more than throughput withheld: starving beats late.
+    assert fewest_breaks([late, starving], references, "fggr") == [1]
+    assert fewest_breaks([stingy, starving, stingy], references, "fggr") == [0, 2]
+    # Against a reference that misses hp's goal itself, nothing holds lp to its throughput.
+    naive = {"naive": prediction(draw(1.5, 1.0), draw(1.5, 1.0))}
+    assert breaks(starving, naive, "x") == (0, 0)
 
 
 def test_calibration_comes_nearest_to_a_goal_no_setting_meets():

@@ -23,14 +23,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import goal_met, shortfall
-from qosched.gpushare.judge import AppOutcome, outcomes
+from qosched.gpushare.judge import AppOutcome, outcomes, rule_violations
 from qosched.gpushare.policy import AppInfo, SharingPolicy
 from qosched.gpushare.simulator import (
     MAX_LAUNCHES,
@@ -262,6 +262,33 @@ def nearest(predictions: Sequence[Prediction], config: WhatIf) -> int | None:
     if math.isinf(best):
         return None
     return next(i for i, w in enumerate(worst) if w <= best * (1 + config.tolerance))
+
+
+def breaks(
+    prediction: Prediction, references: Mapping[str, Prediction], label: str
+) -> tuple[int, int]:
+    """On how many draws a candidate misses a goal some policy meets (rule (a)), and on how
+    many it breaks any rule (a)-(c), against the reference policies, as
+    ``judge.rule_violations`` judges a policy (by the name ``label``) against every other one.
+    ``references`` hold each reference policy's what-if on the same draws."""
+    missed = broken = 0
+    for index, draw in enumerate(prediction.draws):
+        by_policy = {name: p.draws[index] for name, p in references.items()}
+        by_policy[label] = draw
+        rules = rule_violations(by_policy, label)
+        missed += any(rule.startswith("(a)") for rule in rules)
+        broken += bool(rules)
+    return missed, broken
+
+
+def fewest_breaks(
+    predictions: Sequence[Prediction], references: Mapping[str, Prediction], label: str
+) -> list[int]:
+    """The candidates (by index) that miss a goal some reference meets on the fewest draws,
+    and of those, that break any rule on the fewest (`breaks`): priority orders goals, so
+    the protected goals come before the other apps' throughput."""
+    tally = [breaks(p, references, label) for p in predictions]
+    return [i for i, t in enumerate(tally) if t == min(tally)]
 
 
 def adopted(

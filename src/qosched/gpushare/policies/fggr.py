@@ -57,12 +57,15 @@ starts when every more important protected app ``P`` stays within its goal, as p
 **Calibration** (the default; ``calibrate=False`` runs the rule above alone). Where the
 backend tells the policy each app's request as estimated kernels (``AppInfo.kernels``),
 ``setup`` first predicts the mix under a few settings of this rule
-(:data:`CANDIDATES`, from strict to free) in a short what-if simulation (``gpushare.whatif``:
-arrivals of its own, never the run's, and kernel times perturbed), and adopts the one that
-meets the goals in priority order with a margin and then gives the other apps the most
-throughput (where none meets the most important goals, the one that comes nearest). The rule
-above then runs with that setting, its feedback still correcting a wrong prediction. Without
-kernels the constructor's setting stays.
+(:data:`CANDIDATES`, from strict to free), and the other built-in policies (:data:`REFERENCES`),
+in a short what-if simulation (``gpushare.whatif``: arrivals of its own, never the run's, and
+kernel times perturbed). Among the settings that break the rules of ``judge.rule_violations``
+against those policies on the fewest draws (a goal some policy meets missed first, then any
+rule: the other apps held to the best policy meeting the goals), it adopts the one that meets
+the goals in priority order with a margin and then gives the other apps the most throughput
+(where none meets the most important goals, the one that comes nearest). The rule above then
+runs with that setting, its feedback still correcting a wrong prediction. Without kernels the
+constructor's setting stays.
 
 ``violations()`` reports, per app with a latency goal, the requests the policy saw end late.
 """
@@ -87,12 +90,13 @@ from qosched.gpushare.interference import (
     wave_time_s,
 )
 from qosched.gpushare.kernel import Kernel
-from qosched.gpushare.policies.base import register
-from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
+from qosched.gpushare.policies.base import create_policy, register
+from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch, SharingPolicy
 from qosched.gpushare.whatif import (
     Prediction,
     WhatIf,
     adopted,
+    fewest_breaks,
     knows_kernels,
     meets_every_goal,
     predict,
@@ -137,6 +141,11 @@ CANDIDATES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("free", {"admit": "all"}),
     ("free-equal", {"admit": "all", "stream_priorities": False}),
 )
+
+#: The built-in policies calibration judges each candidate against, as the rules of
+#: ``judge.rule_violations`` judge ``fggr`` (plug-ins are not simulated: one that fails or is
+#: slow must not cost a run its setup).
+REFERENCES = ("exclusive", "time-slicing", "naive", "priority-streams", "orion")
 
 
 def _poisson_p99_s(rps: float | None, service_s: float) -> float:
@@ -321,8 +330,7 @@ class FgGR:
         self.stream_priorities = stream_priorities
         self.calibrate = calibrate
         self.what_if = what_if or WhatIf()
-        #: Told ``(done, total)`` after each what-if run of the setup (the total grows when
-        #: the free settings do not do and the others are run too), to show its progress.
+        #: Told ``(done, total)`` after each what-if run of the setup, to show its progress.
         self.progress: Callable[[int, int], None] | None = None
         self._runs = 0  # what-if runs made in this setup
         self.model = model
@@ -362,32 +370,37 @@ class FgGR:
     def _candidate(self, changes: Mapping[str, Any]) -> FgGR:
         return FgGR(model=self.model, calibrate=False, **{**self.options, **changes})
 
-    def _predict(self, apps: tuple[AppInfo, ...], indices: list[int]) -> tuple[Prediction, ...]:
-        factories = [lambda c=CANDIDATES[i][1]: self._candidate(c) for i in indices]
+    def _predict(
+        self, apps: tuple[AppInfo, ...], factories: Sequence[Callable[[], SharingPolicy]]
+    ) -> tuple[Prediction, ...]:
         report, before = self.progress, self._runs
-        self._runs += len(indices) * len(self.what_if.seeds)
+        self._runs += len(factories) * len(self.what_if.seeds)
         tell = None if report is None else lambda done, total: report(before + done, before + total)
         return predict(apps, factories, self.what_if, progress=tell)
 
     def _calibrate(self, apps: tuple[AppInfo, ...]) -> None:
-        """Adopt the candidate the what-if predicts best; none meeting the most important
-        goals with the margin, the best without it; none at all, the one nearest to them
-        (priority orders goals: the most important app is still served first)."""
-        # The free settings first (they cost the least to simulate): where one meets every
-        # goal with the margin there is nothing to hold back, and the others are not run.
-        order = sorted(range(len(CANDIDATES)), key=lambda i: CANDIDATES[i][1].get("admit") != "all")
-        free = [i for i in order if CANDIDATES[i][1].get("admit") == "all"]
-        runs = dict(zip(free, self._predict(apps, free), strict=True))
-        if not any(meets_every_goal(p, self.what_if.margin) for p in runs.values()):
-            rest = [i for i in order if i not in runs]
-            runs.update(zip(rest, self._predict(apps, rest), strict=True))
-        indices = sorted(runs)  # safest first again
-        predictions = [runs[i] for i in indices]
-        chosen = adopted(predictions, self.what_if)
-        if chosen is not None:
-            name, changes = CANDIDATES[indices[chosen]]
-            self._apply({**self.options, **changes})
-            self.calibrated = name
+        """Adopt the candidate the what-if predicts best. Every candidate and every built-in
+        policy it is held to (`REFERENCES`) is simulated on the same draws. Among the
+        candidates that break the rules against those policies on the fewest draws
+        (`whatif.fewest_breaks`: the rules hold each app to the best of them), a free setting
+        where one meets every goal with the margin (nothing needs holding back); then the one
+        meeting the most important goals with the margin and giving the other apps the most
+        throughput; none meeting them with the margin, the best without it; none at all, the
+        one nearest to them (priority orders goals: the most important app is still served
+        first); nothing to come near (no goal, or no request of one finished), the safest."""
+        candidates = [lambda c=changes: self._candidate(c) for _, changes in CANDIDATES]
+        references = [lambda n=name: create_policy(n) for name in REFERENCES]
+        predictions = self._predict(apps, [*candidates, *references])
+        mine = predictions[: len(CANDIDATES)]
+        theirs = dict(zip(REFERENCES, predictions[len(CANDIDATES) :], strict=True))
+        pool = fewest_breaks(mine, theirs, self.name)
+        free = [i for i in pool if CANDIDATES[i][1].get("admit") == "all"]
+        if any(meets_every_goal(mine[i], self.what_if.margin) for i in free):
+            pool = free
+        chosen = adopted([mine[i] for i in pool], self.what_if)
+        name, changes = CANDIDATES[pool[0] if chosen is None else pool[chosen]]
+        self._apply({**self.options, **changes})
+        self.calibrated = name
 
     def violations(self) -> dict[str, int]:
         """Requests of each latency-goal app that ended later than its target."""
