@@ -60,13 +60,9 @@ def test_the_way_without_references_adopts_what_two_draws_show(replay):
 
 def _reference(p99s, tput):
     """A reference policy's what-if: hp's p99 on each draw (goal 1.10x) and lp's throughput."""
-    return Prediction(
-        tuple(
-            (AppOutcome("hp", 1, P99, Measured(p, p * 1e-3, 1.0, 100.0), p <= 1.10),
-             AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, tput, tput * 100), True))
-            for p in p99s
-        )  # fmt: skip
-    )
+    lp = AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, tput, tput * 100), True)
+    hp = [AppOutcome("hp", 1, P99, Measured(p, p * 1e-3, 1.0, 100.0), p <= 1.10) for p in p99s]
+    return Prediction(tuple((h, lp) for h in hp))
 
 
 def test_the_default_judges_the_candidates_against_the_reference_policies(replay):
