@@ -8,7 +8,7 @@ import pytest
 
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome
-from qosched.gpushare.policies.fggr import CANDIDATES
+from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES
 from qosched.gpushare.whatif import Prediction
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -145,3 +145,21 @@ def test_in_hindsight_is_the_setting_breaking_fewest_runs_ties_to_the_safer(repl
         CANDIDATES[0][0],
         0,
     )
+
+
+def test_a_mix_is_simulated_with_the_references_and_saved_with_them(replay, tmp_path, capsys):
+    # Bench seed 9 (kernels only): two apps, about a second. simulated() stops the bench if
+    # the replayed default is not what FgGR().setup adopts on the mix.
+    mix = replay.random_mix(9)
+    sim = replay.simulated(mix, runs=1, draws=2)
+    assert len(sim.predictions) == len(CANDIDATES)
+    assert list(sim.references) == list(REFERENCES)
+    assert all(len(p.draws) == 2 for p in (*sim.predictions, *sim.references.values()))
+    assert set(sim.runs[0]) >= {*REFERENCES, *(f"fggr:{name}" for name, _ in CANDIDATES)}
+    saved = tmp_path / "seed9.pkl"
+    replay.main(["--seeds", "9:10", "--kernels-only", "--runs", "1", "--draws", "2",
+                 "--save", str(saved)])  # fmt: skip
+    printed = capsys.readouterr().out
+    replay.main(["--load", str(saved)])
+    assert capsys.readouterr().out == printed  # the saved references replay the same
+    assert "fewest rules broken against the references" in printed
