@@ -54,7 +54,7 @@ from qosched.gpushare.whatif import (
     Prediction,
     WhatIf,
     adopted,
-    fewest_breaks,
+    adopted_against,
     meets_every_goal,
     predict,
 )
@@ -151,12 +151,7 @@ def replayed(
             raise ValueError("this way of choosing needs the reference policies' what-ifs")
         mine = [_draws(p, way.first) for p in predictions]
         theirs = {name: _draws(p, way.first) for name, p in references.items()}
-        pool = fewest_breaks(mine, theirs, "fggr")
-        free = [i for i in pool if i in FREE]
-        if any(meets_every_goal(mine[i], way.margin) for i in free):
-            pool = free
-        chosen = adopted([mine[i] for i in pool], config, margin=way.margin)
-        return NAMES[pool[0] if chosen is None else pool[chosen]]
+        return NAMES[adopted_against(mine, theirs, "fggr", config, free=FREE, margin=way.margin)]
     runs = {i: _draws(predictions[i], way.first) for i in FREE}
     confirmed: set[int] = set()
     while True:

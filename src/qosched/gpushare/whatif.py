@@ -291,6 +291,28 @@ def fewest_breaks(
     return [i for i, t in enumerate(tally) if t == min(tally)]
 
 
+def adopted_against(
+    predictions: Sequence[Prediction],
+    references: Mapping[str, Prediction],
+    label: str,
+    config: WhatIf,
+    *,
+    free: Sequence[int] = (),
+    margin: float | None = None,
+) -> int:
+    """The candidate calibration adopts when it is held to ``references`` (by index;
+    candidates are ordered safest first): among the `fewest_breaks`, the ``free`` ones where
+    one of them meets every goal with ``margin`` (nothing needs holding back); of those, the one
+    `adopted` picks, and where it picks none (no goal to come near), the safest."""
+    margin = config.margin if margin is None else margin
+    pool = fewest_breaks(predictions, references, label)
+    unheld = [i for i in pool if i in free]
+    if any(meets_every_goal(predictions[i], margin) for i in unheld):
+        pool = unheld
+    chosen = adopted([predictions[i] for i in pool], config, margin=margin)
+    return pool[0] if chosen is None else pool[chosen]
+
+
 def adopted(
     predictions: Sequence[Prediction],
     config: WhatIf,

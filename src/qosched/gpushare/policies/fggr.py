@@ -91,16 +91,8 @@ from qosched.gpushare.interference import (
 )
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policies.base import create_policy, register
-from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch, SharingPolicy
-from qosched.gpushare.whatif import (
-    Prediction,
-    WhatIf,
-    adopted,
-    fewest_breaks,
-    knows_kernels,
-    meets_every_goal,
-    predict,
-)
+from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
+from qosched.gpushare.whatif import WhatIf, adopted_against, knows_kernels, predict
 from qosched.hardware import Processor
 
 #: The weights of the delay's two terms. The fitted ones (``interference.CALIBRATED``:
@@ -332,7 +324,6 @@ class FgGR:
         self.what_if = what_if or WhatIf()
         #: Told ``(done, total)`` after each what-if run of the setup, to show its progress.
         self.progress: Callable[[int, int], None] | None = None
-        self._runs = 0  # what-if runs made in this setup
         self.model = model
         #: The candidate calibration adopted on the last setup (None: not calibrated), and
         #: what that setup cost (seconds of wall-clock time).
@@ -354,7 +345,6 @@ class FgGR:
         began = time.perf_counter()
         self._apply(self.options)
         self.calibrated = None
-        self._runs = 0
         if self.calibrate and knows_kernels(apps):
             self._calibrate(tuple(apps))
         self.setup_s = time.perf_counter() - began
@@ -370,14 +360,6 @@ class FgGR:
     def _candidate(self, changes: Mapping[str, Any]) -> FgGR:
         return FgGR(model=self.model, calibrate=False, **{**self.options, **changes})
 
-    def _predict(
-        self, apps: tuple[AppInfo, ...], factories: Sequence[Callable[[], SharingPolicy]]
-    ) -> tuple[Prediction, ...]:
-        report, before = self.progress, self._runs
-        self._runs += len(factories) * len(self.what_if.seeds)
-        tell = None if report is None else lambda done, total: report(before + done, before + total)
-        return predict(apps, factories, self.what_if, progress=tell)
-
     def _calibrate(self, apps: tuple[AppInfo, ...]) -> None:
         """Adopt the candidate the what-if predicts best. Every candidate and every built-in
         policy it is held to (`REFERENCES`) is simulated on the same draws. Among the
@@ -387,18 +369,18 @@ class FgGR:
         meeting the most important goals with the margin and giving the other apps the most
         throughput; none meeting them with the margin, the best without it; none at all, the
         one nearest to them (priority orders goals: the most important app is still served
-        first); nothing to come near (no goal, or no request of one finished), the safest."""
+        first); nothing to come near (no goal, or no request of one finished), the safest
+        (`whatif.adopted_against`)."""
         candidates = [lambda c=changes: self._candidate(c) for _, changes in CANDIDATES]
         references = [lambda n=name: create_policy(n) for name in REFERENCES]
-        predictions = self._predict(apps, [*candidates, *references])
-        mine = predictions[: len(CANDIDATES)]
+        everything = [*candidates, *references]
+        predictions = predict(apps, everything, self.what_if, progress=self.progress)
         theirs = dict(zip(REFERENCES, predictions[len(CANDIDATES) :], strict=True))
-        pool = fewest_breaks(mine, theirs, self.name)
-        free = [i for i in pool if CANDIDATES[i][1].get("admit") == "all"]
-        if any(meets_every_goal(mine[i], self.what_if.margin) for i in free):
-            pool = free
-        chosen = adopted([mine[i] for i in pool], self.what_if)
-        name, changes = CANDIDATES[pool[0] if chosen is None else pool[chosen]]
+        free = [i for i, (_, changes) in enumerate(CANDIDATES) if changes.get("admit") == "all"]
+        chosen = adopted_against(
+            predictions[: len(CANDIDATES)], theirs, self.name, self.what_if, free=free
+        )
+        name, changes = CANDIDATES[chosen]
         self._apply({**self.options, **changes})
         self.calibrated = name
 
