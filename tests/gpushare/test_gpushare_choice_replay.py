@@ -147,6 +147,24 @@ def test_in_hindsight_is_the_setting_breaking_fewest_runs_ties_to_the_safer(repl
     )
 
 
+def test_chosen_on_the_other_runs_judges_each_run_by_a_choice_made_without_it(replay):
+    # By hand, rule (b) as above: run 1 (streams 0.85) kept by goals 0.9 and loose 0.82; run 2
+    # (0.5) by loose 0.6, not goals 0.4; run 3 (0.5) by goals 0.6, not loose 0.4; the others
+    # (0.1) break all three. Leaving run 1 out, goals and loose break one run each: the tie
+    # goes to the safer, goals, which keeps run 1. Leaving run 2 out, goals breaks none of the
+    # others: it breaks run 2. Leaving run 3 out, loose breaks none: it breaks run 3. 2 of 3,
+    # where the setting in hindsight of all three breaks 1.
+    rest = dict.fromkeys((n for n, _ in CANDIDATES), 0.1)
+    runs = (
+        _run_outcomes(rest | {"goals": 0.9, "loose": 0.82}, 0.85),
+        _run_outcomes(rest | {"goals": 0.4, "loose": 0.6}, 0.5),
+        _run_outcomes(rest | {"goals": 0.6, "loose": 0.4}, 0.5),
+    )
+    sim = replay.Simulated("mix", scripted(SCRIPT), runs)
+    assert replay.chosen_on_other_runs(sim) == (2, 3)
+    assert replay.in_hindsight(sim) == ("goals", 1)
+
+
 def test_a_mix_is_simulated_with_the_references_and_saved_with_them(replay, tmp_path, capsys):
     # Bench seed 9 (kernels only): two apps, about a second. simulated() stops the bench if
     # the replayed default is not what FgGR().setup adopts on the mix.
