@@ -52,19 +52,25 @@ from pathlib import Path
 from gpushare_mixes import Mix, add_mix_arguments, model_kernels, random_mix, seed_range
 from qosched.gpushare.judge import AppOutcome, rule_violations
 from qosched.gpushare.policies import create_policy, policy_names
-from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES, FgGR
+from qosched.gpushare.policies.fggr import (
+    CANDIDATES,
+    FREE,
+    REFERENCES,
+    FgGR,
+    calibrated_choice,
+)
 from qosched.gpushare.simulator import app_infos
 from qosched.gpushare.whatif import (
     Prediction,
     WhatIf,
     adopted,
-    adopted_against,
     meets_every_goal,
     predict,
 )
 
 NAMES = [name for name, _ in CANDIDATES]
-FREE = [i for i, (_, changes) in enumerate(CANDIDATES) if changes.get("admit") == "all"]
+#: What the default may adopt: fggr's own settings, then the reference policies.
+ADOPTABLE = [*NAMES, *REFERENCES]
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,7 @@ def replayed(
             raise ValueError("this way of choosing needs the reference policies' what-ifs")
         mine = [_draws(p, way.first) for p in predictions]
         theirs = {name: _draws(p, way.first) for name, p in references.items()}
-        return NAMES[adopted_against(mine, theirs, "fggr", config, free=FREE, margin=way.margin)]
+        return calibrated_choice(mine, theirs, config, margin=way.margin)
     runs = {i: _draws(predictions[i], way.first) for i in FREE}
     confirmed: set[int] = set()
     while True:
@@ -176,21 +182,26 @@ def replayed(
 
 
 def judged_as_fggr(by: dict[str, tuple[AppOutcome, ...]], setting: str) -> dict:
+    """The run's outcomes with ``fggr`` as adopting ``setting``: one of its own (run as
+    ``fggr:NAME``), or a reference policy (whose mechanism it then runs: that policy's own run,
+    the same arrivals and decisions)."""
     result = {name: apps for name, apps in by.items() if not name.startswith("fggr:")}
-    result["fggr"] = by[f"fggr:{setting or 'goals'}"]
+    result["fggr"] = by[setting] if setting in REFERENCES else by[f"fggr:{setting or 'goals'}"]
     return result
 
 
 def in_hindsight(sim: Simulated) -> tuple[str, int]:
-    """The fixed setting that breaks a rule in the fewest of the mix's runs, and how many (ties
-    to the safer setting): what a way of choosing would adopt if it knew the runs. Every way
-    adopts one setting per mix, so none breaks fewer rules on the mix than this."""
+    """The fixed setting (or reference policy run in fggr's place, where the runs have it)
+    that breaks a rule in the fewest of the mix's runs, and how many (ties to the safer
+    setting, fggr's own first): what a way of choosing would adopt if it knew the runs. Every
+    way adopts one setting per mix, so none breaks fewer rules on the mix than this."""
+    adoptable = [n for n in ADOPTABLE if all(n in by or f"fggr:{n}" in by for by in sim.runs)]
     broken = {
         name: sum(bool(rule_violations(judged_as_fggr(by, name))) for by in sim.runs)
-        for name in NAMES
+        for name in adoptable
     }
     best = min(broken.values())
-    return next(name for name in NAMES if broken[name] == best), best
+    return next(name for name in adoptable if broken[name] == best), best
 
 
 def chosen_on_other_runs(sim: Simulated) -> tuple[int, int]:

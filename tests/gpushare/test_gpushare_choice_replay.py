@@ -72,11 +72,12 @@ def test_the_default_judges_the_candidates_against_the_reference_policies(replay
     # (1.2x), free and free-equal on both: rule (a). goals alone breaks nothing: it is adopted.
     references = {"streams": _reference((1.0, 1.0), 0.5)}
     assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "goals"
+    # Both goals and streams itself (a candidate too, judged against itself) break nothing:
+    # the choice among them is by lp's throughput, and goals gives more.
     # streams giving lp 0.7: goals (0.6) now breaks (b) on both draws, as strict and cautious
-    # do; loose (0.8) breaks (a) on one; a goal missed weighs more than throughput withheld, so
-    # the choice stays among strict, cautious and goals, and goes as without references.
+    # do; loose (0.8) breaks (a) on one. streams alone breaks nothing: fggr runs its mechanism.
     references = {"streams": _reference((1.0, 1.0), 0.7)}
-    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "goals"
+    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "streams"
     # streams meeting hp's goal on the first draw only, lp 0.65 (so at least 0.6175 there):
     # goals (0.6) breaks (b) on it; loose (0.8) keeps it, and on the second draw, where no
     # policy meets hp's goal, misses nothing some policy meets. loose alone breaks nothing,
@@ -113,9 +114,10 @@ def test_nothing_meeting_the_goal_adopts_the_nearest_or_the_constructors_setting
     assert replay.replayed(scripted(script), replay.Way(2, nearest=False)) == ""
 
 
-def _run_outcomes(lp_by_setting, lp_under_streams):
-    """One run: hp (goal 1.10x) met under every fggr setting and under priority-streams, lp's
-    throughput under each; naive misses hp's goal (so it holds nobody to its throughput)."""
+def _run_outcomes(lp_by_setting, lp_under_streams, streams="priority-streams"):
+    """One run: hp (goal 1.10x) met under every fggr setting and under ``streams`` (a policy
+    fggr may run in its place, or a plug-in it may not), lp's throughput under each; naive
+    misses hp's goal (so it holds nobody to its throughput)."""
 
     def apps(hp_met, lp_tput):
         p99 = 1.0 if hp_met else 2.0
@@ -123,7 +125,7 @@ def _run_outcomes(lp_by_setting, lp_under_streams):
         lp = AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, lp_tput, lp_tput * 100), True)
         return (hp, lp)
 
-    by = {"naive": apps(False, 1.0), "priority-streams": apps(True, lp_under_streams)}
+    by = {"naive": apps(False, 1.0), streams: apps(True, lp_under_streams)}
     by |= {f"fggr:{name}": apps(True, lp_by_setting[name]) for name, _ in CANDIDATES}
     return by
 
@@ -132,7 +134,8 @@ def test_in_hindsight_is_the_setting_breaking_fewest_runs_ties_to_the_safer(repl
     # By hand, rule (b): lp is held to its throughput under priority-streams, which meets hp's
     # goal (within 5 %). Run 1 (0.85, so at least 0.8075): goals 0.9 and loose 0.82 keep it.
     # Run 2 (0.5, at least 0.475): loose 0.6 keeps it, goals 0.4 does not. The others (0.1)
-    # break both. goals breaks 1 run, loose 0: loose.
+    # break both. goals breaks 1 run, loose 0: loose (priority-streams, run in fggr's place,
+    # breaks none either: ties go to fggr's own settings).
     rest = dict.fromkeys((n for n, _ in CANDIDATES), 0.1)
     runs = (
         _run_outcomes(rest | {"goals": 0.9, "loose": 0.82}, 0.85),
@@ -154,15 +157,22 @@ def test_chosen_on_the_other_runs_judges_each_run_by_a_choice_made_without_it(re
     # goes to the safer, goals, which keeps run 1. Leaving run 2 out, goals breaks none of the
     # others: it breaks run 2. Leaving run 3 out, loose breaks none: it breaks run 3. 2 of 3,
     # where the setting in hindsight of all three breaks 1.
+    # The policy holding lp to its throughput is a plug-in here, which fggr cannot run.
     rest = dict.fromkeys((n for n, _ in CANDIDATES), 0.1)
-    runs = (
-        _run_outcomes(rest | {"goals": 0.9, "loose": 0.82}, 0.85),
-        _run_outcomes(rest | {"goals": 0.4, "loose": 0.6}, 0.5),
-        _run_outcomes(rest | {"goals": 0.6, "loose": 0.4}, 0.5),
-    )
+    lp = ({"goals": 0.9, "loose": 0.82}, 0.85), ({"goals": 0.4, "loose": 0.6}, 0.5), (
+        {"goals": 0.6, "loose": 0.4}, 0.5)  # fmt: skip
+    runs = tuple(_run_outcomes(rest | mine, theirs, streams="plug-in") for mine, theirs in lp)
     sim = replay.Simulated("mix", scripted(SCRIPT), runs)
     assert replay.chosen_on_other_runs(sim) == (2, 3)
     assert replay.in_hindsight(sim) == ("goals", 1)
+    # Held to priority-streams instead, which fggr can run in its place and which breaks no
+    # rule against itself: in hindsight of all three runs it breaks none. Leaving run 1 out, it
+    # alone breaks none of the others (kept); leaving run 2 out, goals breaks none of the
+    # others and is the safer (it breaks run 2); leaving run 3 out, loose (it breaks run 3).
+    runs = tuple(_run_outcomes(rest | mine, theirs) for mine, theirs in lp)
+    sim = replay.Simulated("mix", scripted(SCRIPT), runs)
+    assert replay.in_hindsight(sim) == ("priority-streams", 0)
+    assert replay.chosen_on_other_runs(sim) == (2, 3)
 
 
 def test_a_mix_is_simulated_with_the_references_and_saved_with_them(replay, tmp_path, capsys):

@@ -199,6 +199,21 @@ def test_gpu_sim_json_gains_goal_and_met_and_keeps_the_design_keys(capsys):
     assert result["goals_met"] is False
 
 
+def test_the_footer_names_the_setting_adopted_or_the_policy_run_in_fggrs_place():
+    from types import SimpleNamespace
+
+    from qosched.cli.gpu_sim import calibration_note
+
+    own = SimpleNamespace(calibrated="goals", setup_s=1.34, delegate=None)
+    assert calibration_note(own) == "; calibrated to `goals` before the run (1.3 s)"
+    orion = SimpleNamespace(calibrated="orion", setup_s=0.5, delegate=object())
+    assert calibration_note(orion) == (
+        "; calibrated before the run (0.5 s) to run `orion`'s rule in its place"
+    )
+    assert calibration_note(SimpleNamespace(calibrated=None)) == ""
+    assert calibration_note(object()) == ""  # a policy that does not calibrate
+
+
 def test_gpu_sim_table_prints_goal_measured_and_met(capsys):
     assert main(["gpu", "sim", str(EXAMPLES / "gpu_apps_kernels.yaml"), "--policy",
                  "naive"]) == 0  # fmt: skip

@@ -123,7 +123,10 @@ def calibration_note(policy: object) -> str:
     setting = getattr(policy, "calibrated", None)
     if setting is None:
         return ""
-    return f"; calibrated to `{setting}` before the run ({getattr(policy, 'setup_s', 0.0):.1f} s)"
+    cost = f"{getattr(policy, 'setup_s', 0.0):.1f} s"
+    if getattr(policy, "delegate", None) is not None:
+        return f"; calibrated before the run ({cost}) to run `{setting}`'s rule in its place"
+    return f"; calibrated to `{setting}` before the run ({cost})"
 
 
 def app_rows(rows: Sequence[AppComparison], judged: Sequence[AppOutcome]) -> list[dict]:

@@ -59,13 +59,16 @@ backend tells the policy each app's request as estimated kernels (``AppInfo.kern
 ``setup`` first predicts the mix under a few settings of this rule
 (:data:`CANDIDATES`, from strict to free), and the other built-in policies (:data:`REFERENCES`),
 in a short what-if simulation (``gpushare.whatif``: arrivals of its own, never the run's, and
-kernel times perturbed). Among the settings that break the rules of ``judge.rule_violations``
-against those policies on the fewest draws (a goal some policy meets missed first, then any
-rule: the other apps held to the best policy meeting the goals), it adopts the one that meets
-the goals in priority order with a margin and then gives the other apps the most throughput
-(where none meets the most important goals, the one that comes nearest). The rule above then
-runs with that setting, its feedback still correcting a wrong prediction. Without kernels the
-constructor's setting stays.
+kernel times perturbed). Every one of them is a candidate: among those that break the rules of
+``judge.rule_violations`` against the other policies on the fewest draws (a goal some policy
+meets missed first, then any rule: the other apps held to the best policy meeting the goals),
+it adopts the one that meets the goals in priority order with a margin and then gives the
+other apps the most throughput (where none meets the most important goals, the one that comes
+nearest; ties go to this rule's settings). The rule above then runs with that setting, its
+feedback still correcting a wrong prediction; where a reference policy was adopted (a mix on
+which its mechanism keeps the rules better than any setting here), that policy decides, and
+``violations()`` still counts the late requests. Without kernels the constructor's setting
+stays.
 
 ``violations()`` reports, per app with a latency goal, the requests the policy saw end late.
 """
@@ -91,8 +94,22 @@ from qosched.gpushare.interference import (
 )
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policies.base import create_policy, register
-from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch
-from qosched.gpushare.whatif import WhatIf, adopted_against, knows_kernels, predict
+from qosched.gpushare.policy import (
+    Admission,
+    AppInfo,
+    GpuView,
+    Launch,
+    SharingPolicy,
+    set_up,
+    uses_stream_priorities,
+)
+from qosched.gpushare.whatif import (
+    Prediction,
+    WhatIf,
+    adopted_against,
+    knows_kernels,
+    predict,
+)
 from qosched.hardware import Processor
 
 #: The weights of the delay's two terms. The fitted ones (``interference.CALIBRATED``:
@@ -136,8 +153,28 @@ CANDIDATES: tuple[tuple[str, Mapping[str, Any]], ...] = (
 
 #: The built-in policies calibration judges each candidate against, as the rules of
 #: ``judge.rule_violations`` judge ``fggr`` (plug-ins are not simulated: one that fails or is
-#: slow must not cost a run its setup).
+#: slow must not cost a run its setup). Each is a candidate too, after this module's own
+#: settings (ties go to those): where the what-if shows one of them keeping the rules on the
+#: mix better than every setting of the rule here, ``fggr`` runs its mechanism.
 REFERENCES = ("exclusive", "time-slicing", "naive", "priority-streams", "orion")
+#: The candidates of :data:`CANDIDATES` that admit every kernel (nothing held back).
+FREE = tuple(i for i, (_, changes) in enumerate(CANDIDATES) if changes.get("admit") == "all")
+
+
+def calibrated_choice(
+    own: Sequence[Prediction],
+    theirs: Mapping[str, Prediction],
+    config: WhatIf,
+    *,
+    margin: float | None = None,
+) -> str:
+    """The candidate calibration adopts, by name: one of :data:`CANDIDATES` (``own``: their
+    what-ifs, in that order) or one of the reference policies (``theirs``: their what-ifs on
+    the same draws, by name), chosen as ``whatif.adopted_against`` chooses, every candidate
+    held to the references."""
+    names = [name for name, _ in CANDIDATES] + list(theirs)
+    everything = [*own, *theirs.values()]
+    return names[adopted_against(everything, theirs, "fggr", config, free=FREE, margin=margin)]
 
 
 def _poisson_p99_s(rps: float | None, service_s: float) -> float:
@@ -329,6 +366,9 @@ class FgGR:
         #: what that setup cost (seconds of wall-clock time).
         self.calibrated: str | None = None
         self.setup_s = 0.0
+        #: The reference policy calibration adopted, deciding in this policy's place (None:
+        #: the rule of this module decides).
+        self.delegate: SharingPolicy | None = None
         self.slack_fraction = slack_fraction
         self.exposure = exposure
         self.safe_fraction = safe_fraction
@@ -345,6 +385,7 @@ class FgGR:
         began = time.perf_counter()
         self._apply(self.options)
         self.calibrated = None
+        self.delegate = None
         if self.calibrate and knows_kernels(apps):
             self._calibrate(tuple(apps))
         self.setup_s = time.perf_counter() - began
@@ -376,13 +417,15 @@ class FgGR:
         everything = [*candidates, *references]
         predictions = predict(apps, everything, self.what_if, progress=self.progress)
         theirs = dict(zip(REFERENCES, predictions[len(CANDIDATES) :], strict=True))
-        free = [i for i, (_, changes) in enumerate(CANDIDATES) if changes.get("admit") == "all"]
-        chosen = adopted_against(
-            predictions[: len(CANDIDATES)], theirs, self.name, self.what_if, free=free
-        )
-        name, changes = CANDIDATES[chosen]
-        self._apply({**self.options, **changes})
+        name = calibrated_choice(predictions[: len(CANDIDATES)], theirs, self.what_if)
         self.calibrated = name
+        settings = dict(CANDIDATES)
+        if name in settings:
+            self._apply({**self.options, **settings[name]})
+            return
+        self.delegate = create_policy(name)
+        set_up(self.delegate, apps)
+        self.stream_priorities = uses_stream_priorities(self.delegate)
 
     def violations(self) -> dict[str, int]:
         """Requests of each latency-goal app that ended later than its target."""
@@ -509,7 +552,10 @@ class FgGR:
 
     def decide(self, view: GpuView) -> Admission:
         self._observe(view)
-        admission = self._admission(view)
+        if self.delegate is not None:  # calibrated to a reference policy: its mechanism decides
+            admission = self.delegate.decide(view)
+        else:
+            admission = self._admission(view)
         self.alone.started(view, admission.start)
         return admission
 
