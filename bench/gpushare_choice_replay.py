@@ -7,9 +7,10 @@
 
 ``fggr`` calibrates before a run (``gpushare.whatif``): it simulates each of its candidate
 settings (``fggr.CANDIDATES``) and every built-in policy it is held to (``fggr.REFERENCES``)
-on two draws of the mix's arrivals and kernel times, and, among the settings that break the
-rules against those policies on the fewest draws, adopts the one that meets the protected goals
-on both with a 3 % margin and then serves the other apps best. Whether another way of choosing
+on two draws of the mix's arrivals and kernel times, and, among the settings and reference
+policies that break the rules against those policies on the fewest draws, adopts the one that
+meets the protected goals on both with a 3 % margin and then serves the other apps best (a
+reference policy adopted runs its rule in fggr's place). Whether another way of choosing
 would do better is a question about many runs, since one run's p99 of about 150 requests is
 close to their maximum and meeting a goal there is partly luck. So, for every mix of
 ``bench/gpushare_mixes.py`` (``random_mix``):
