@@ -66,32 +66,56 @@ def _reference(p99s, tput):
 
 
 def test_the_default_judges_the_candidates_against_the_reference_policies(replay):
+    two = replay.DEFAULT
+    assert two == replay.Way(2, rules=True)
     # By hand: "streams" meets hp's goal on the first two draws and gives lp 0.5, so rule (b)
     # holds a candidate meeting hp's goal to lp >= 0.475 on each. strict (0.1) and cautious
     # (0.4) break it on both; goals (0.6) keeps it; loose misses hp's goal on the second draw
     # (1.2x), free and free-equal on both: rule (a). goals alone breaks nothing: it is adopted.
     references = {"streams": _reference((1.0, 1.0), 0.5)}
-    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "goals"
+    assert replay.replayed(scripted(SCRIPT), two, references) == "goals"
     # Both goals and streams itself (a candidate too, judged against itself) break nothing:
     # the choice among them is by lp's throughput, and goals gives more.
     # streams giving lp 0.7: goals (0.6) now breaks (b) on both draws, as strict and cautious
     # do; loose (0.8) breaks (a) on one. streams alone breaks nothing: fggr runs its mechanism.
     references = {"streams": _reference((1.0, 1.0), 0.7)}
-    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "streams"
+    assert replay.replayed(scripted(SCRIPT), two, references) == "streams"
     # streams meeting hp's goal on the first draw only, lp 0.65 (so at least 0.6175 there):
     # goals (0.6) breaks (b) on it; loose (0.8) keeps it, and on the second draw, where no
     # policy meets hp's goal, misses nothing some policy meets. loose alone breaks nothing,
     # where without the references goals is adopted (loose misses hp's goal on a draw).
     references = {"streams": _reference((1.0, 2.0), 0.65)}
-    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "loose"
+    assert replay.replayed(scripted(SCRIPT), two, references) == "loose"
     assert replay.replayed(scripted(SCRIPT), replay.Way(2)) == "goals"
     # With no goal met by the reference (2x), nothing is held to it: the choice without it.
     references = {"streams": _reference((2.0, 2.0), 1.0)}
-    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == replay.replayed(
+    assert replay.replayed(scripted(SCRIPT), two, references) == replay.replayed(
         scripted(SCRIPT), replay.Way(2)
     )
     with pytest.raises(ValueError, match="reference"):
-        replay.replayed(scripted(SCRIPT), replay.DEFAULT)
+        replay.replayed(scripted(SCRIPT), two)
+
+
+def test_four_draws_see_what_two_hide(replay):
+    # streams meets hp's goal on all four draws and gives lp 0.5. On the first two, goals (0.6)
+    # keeps every rule and serves lp best (as above); the third draw shows it missing hp's
+    # goal (1.15x) where streams meets it: rule (a). strict and cautious break (b) on every
+    # draw, loose and the free settings (a). streams alone breaks nothing on four draws.
+    references = {"streams": _reference((1.0, 1.0, 1.0, 1.0), 0.5)}
+    assert replay.replayed(scripted(SCRIPT), replay.DEFAULT, references) == "goals"
+    assert replay.replayed(scripted(SCRIPT), replay.Way(4, rules=True), references) == "streams"
+    # Choosing again on four draws only where two leave doubt: goals breaks no rule and meets
+    # every goal with the margin on the first two, so it stays.
+    unsure = replay.Way(2, rules=True, unsure=2)
+    assert replay.replayed(scripted(SCRIPT), unsure, references) == "goals"
+    # streams missing hp's goal on the second draw only, lp 0.65: on two draws loose alone
+    # breaks no rule (as above) but misses hp's goal on the second, so four draws decide. loose
+    # missing it on the last two as well (where streams meets it) then breaks (a) twice;
+    # streams alone breaks nothing.
+    references = {"streams": _reference((1.0, 2.0, 1.0, 1.0), 0.65)}
+    script = scripted(dict(SCRIPT, loose=((1.05, 1.2, 1.3, 1.3), 0.8)))
+    assert replay.replayed(script, replay.DEFAULT, references) == "loose"
+    assert replay.replayed(script, unsure, references) == "streams"
 
 
 def test_a_confirmed_choice_that_breaks_a_goal_moves_to_the_next_best(replay):
@@ -179,13 +203,13 @@ def test_a_mix_is_simulated_with_the_references_and_saved_with_them(replay, tmp_
     # Bench seed 9 (kernels only): two apps, about a second. simulated() stops the bench if
     # the replayed default is not what FgGR().setup adopts on the mix.
     mix = replay.random_mix(9)
-    sim = replay.simulated(mix, runs=1, draws=2)
+    sim = replay.simulated(mix, runs=1, draws=4)  # the default's two, and two more
     assert len(sim.predictions) == len(CANDIDATES)
     assert list(sim.references) == list(REFERENCES)
-    assert all(len(p.draws) == 2 for p in (*sim.predictions, *sim.references.values()))
+    assert all(len(p.draws) == 4 for p in (*sim.predictions, *sim.references.values()))
     assert set(sim.runs[0]) >= {*REFERENCES, *(f"fggr:{name}" for name, _ in CANDIDATES)}
     saved = tmp_path / "seed9.pkl"
-    replay.main(["--seeds", "9:10", "--kernels-only", "--runs", "1", "--draws", "2",
+    replay.main(["--seeds", "9:10", "--kernels-only", "--runs", "1", "--draws", "4",
                  "--save", str(saved)])  # fmt: skip
     printed = capsys.readouterr().out
     replay.main(["--load", str(saved)])

@@ -39,6 +39,8 @@ ROOMY = [
 
 
 CALIBRATED = {"fggr": {"calibrate": True}}
+#: The default's draws and two more.
+FOUR = (0x5EED0001, 0x5EED0002, 0x5EED0003, 0x5EED0004)
 
 
 def calibrated(apps, seed=0):
@@ -73,12 +75,48 @@ def test_fggr_calibrates_unless_told_not_to():
 
 def test_calibration_tells_its_progress_run_by_run():
     # Every candidate (6) and every policy it is held to (5), on 2 draws each: 22 runs.
-    assert len(CANDIDATES) == 6 and len(REFERENCES) == 5
+    assert len(CANDIDATES) == 6 and len(REFERENCES) == 5 and len(WhatIf().seeds) == 2
     policy = FgGR()
     told = []
     policy.progress = lambda done, total: told.append((done, total))
     policy.setup(app_infos(CROWDED, TOY))
     assert told == [(d, 22) for d in range(1, 23)]
+
+
+def test_runs_shared_among_processes_predict_exactly_what_one_process_does(monkeypatch):
+    # Every run is seeded and independent: sent to two worker processes (forced here, where the
+    # first run is too short to be worth it), the predictions are the same to the last digit,
+    # in the same order, and the progress still counts every run once.
+    import qosched.gpushare.whatif as whatif
+
+    infos = app_infos(CROWDED, TOY)
+    candidates = [policy_factory(changes) for _, changes in CANDIDATES[:3]]
+    pools = []
+
+    class Pool(whatif.ProcessPoolExecutor):
+        def __init__(self, workers, **options):
+            pools.append(workers)
+            super().__init__(workers, **options)
+
+    monkeypatch.setattr(whatif, "ProcessPoolExecutor", Pool)
+    alone = predict(infos, candidates, WhatIf(seeds=FOUR, workers=1))
+    assert pools == []
+    monkeypatch.setattr(whatif, "POOL_AFTER_S", 0.0)
+    told = []
+    two = WhatIf(seeds=FOUR, workers=2)
+    shared = predict(infos, candidates, two, progress=lambda d, t: told.append(d))
+    assert pools == [2]
+    assert shared == alone
+    assert told == list(range(1, 13))
+    # A factory that cannot go to another process (a lambda) keeps the runs here: the same.
+    assert predict(infos, [lambda c=c: c() for c in candidates], two) == alone
+    assert pools == [2]
+
+
+def policy_factory(changes):
+    from functools import partial
+
+    return partial(FgGR, calibrate=False, **changes)
 
 
 def test_calibration_is_held_to_every_other_built_in_policy():
@@ -88,12 +126,14 @@ def test_calibration_is_held_to_every_other_built_in_policy():
 
 
 def test_what_if_arrivals_come_from_its_own_seeds():
-    # Two draws of its own: different perturbations, neither the estimates themselves.
+    # Draws of its own: different perturbations, none the estimates themselves.
     infos = app_infos(ROOMY, TOY)
-    config = WhatIf()
-    first, second = (perturbed(infos, s, config.jitter) for s in config.seeds)
-    assert first[0].kernels != second[0].kernels != ROOMY[0].kernels
-    for app in (*first, *second):
+    config = WhatIf(seeds=FOUR)
+    draws = [perturbed(infos, s, config.jitter) for s in config.seeds]
+    tops = [draw[0].kernels for draw in draws]
+    assert len(set(tops)) == 4 and ROOMY[0].kernels not in tops
+    assert WhatIf().seeds == config.seeds[:2]
+    for app in (a for draw in draws for a in draw):
         original = next(a for a in ROOMY if a.name == app.name)
         for k, base in zip(app.kernels, original.kernels, strict=True):
             assert abs(k.time_s / base.time_s - 1) <= config.jitter
@@ -319,3 +359,20 @@ def test_each_candidate_is_told_the_estimates_while_the_perturbed_kernels_run(to
     ]
     assert all(d != estimates for d in drawn)
     assert told == ([estimates] * len(drawn) if told_estimates else drawn)
+
+
+def test_the_setup_speed_bench_times_both_ways_and_refuses_an_unknown_example():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "gpushare_setup_speed.py"
+    done = subprocess.run([sys.executable, str(bench), "gpu_apps_kernels", "--repeat", "1"],
+                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| gpu_apps_kernels")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] in {name for name, _ in CANDIDATES} | set(REFERENCES)
+    assert all(float(c) > 0 for c in cells[2:])
+    wrong = subprocess.run([sys.executable, str(bench), "gpu_no_such_mix"],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert wrong.returncode == 2 and "no example 'gpu_no_such_mix'" in wrong.stderr

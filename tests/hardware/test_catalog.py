@@ -150,3 +150,19 @@ def test_link_validation(fields, message):
 def test_processor_round_trips_through_to_dict():
     original = gpu("H100")
     assert Processor(**original.to_dict()) == original
+
+
+def test_a_processor_survives_pickling_as_it_was_built():
+    # What-if runs go to other processes with their GPU: every field back, still read-only.
+    import pickle
+
+    for entry in (gpu("a100-sxm4-80gb"), gpu("h100-sxm5-80gb")):
+        back = pickle.loads(pickle.dumps(entry))
+        assert back == entry and dict(back.peak_flops) == dict(entry.peak_flops)
+        assert (back.sm_count, back.cores, back.source) == (
+            entry.sm_count,
+            entry.cores,
+            entry.source,
+        )
+        with pytest.raises(TypeError):
+            back.peak_flops["fp32"] = 1.0  # type: ignore[index]

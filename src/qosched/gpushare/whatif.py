@@ -22,19 +22,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import pickle
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from multiprocessing import get_context
 
 import numpy as np
 
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import goal_met, shortfall
+from qosched.gpushare.goals import Goal, goal_met, shortfall
 from qosched.gpushare.judge import AppOutcome, outcomes, rule_violations
 from qosched.gpushare.policy import AppInfo, SharingPolicy
 from qosched.gpushare.simulator import (
     MAX_LAUNCHES,
     AppWorkload,
+    SimulatedApp,
     alone_results,
     compare,
     launch_rate,
@@ -63,7 +69,9 @@ class WhatIf:
     estimates; by default it is told the perturbed kernels, so the jitter stands for kernel
     times that vary, each known to the candidate, not for the estimates' own error (what each
     gives, where the kernels that run are off the estimates: docs/results/gpushare.md, "When
-    the estimates are off").
+    the estimates are off"). ``workers``: processes the runs are shared among (0: one per core
+    this process may use, at most :data:`DEFAULT_WORKERS`; 1: none but this one); every run is
+    seeded and independent of the others, so the predictions are the same for any count.
     """
 
     seeds: tuple[int, ...] = (0x5EED0001, 0x5EED0002)
@@ -75,6 +83,7 @@ class WhatIf:
     tolerance: float = 0.02
     max_launches: int = 100_000
     told_estimates: bool = False
+    workers: int = 0
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -90,6 +99,8 @@ class WhatIf:
                 f"must be in [1, {MAX_LAUNCHES // 2:,}], got {self.max_launches!r}",
                 field="max_launches",
             )
+        if not 0 <= self.workers <= 1024:
+            raise InputError(f"must be in [0, 1024], got {self.workers!r}", field="workers")
 
 
 @dataclass(frozen=True)
@@ -147,24 +158,91 @@ def predict(
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Prediction, ...]:
     """Every candidate (a fresh policy from each factory, per draw) on every draw of the mix;
-    ``progress(done, total)`` after each simulated run."""
+    ``progress(done, total)`` after each simulated run. The first run is timed: where the rest
+    would take longer than :data:`POOL_AFTER_S` one after the other, they are shared among
+    ``config.workers`` processes (factories that cannot be pickled, such as lambdas, keep them
+    in this one)."""
     if not knows_kernels(apps):
         raise InputError("a what-if needs every app's kernels and the GPU")
     gpu: Processor = apps[0].gpu  # type: ignore[assignment]
     duration = window_s(apps, config)
     goals = {a.name: a.goal for a in apps}
     told = estimates(apps) if config.told_estimates else None
-    draws: list[list[tuple[AppOutcome, ...]]] = [[] for _ in candidates]
+    draws = []
     for seed in config.seeds:
         mix = perturbed(apps, seed, config.jitter)
-        times = {w.name: w.request_time_s for w in mix}
         alone = alone_results(gpu, mix, duration_s=duration, seed=seed)
-        for i, make in enumerate(candidates):
-            shared = simulate(gpu, mix, make(), duration_s=duration, seed=seed, told=told)
-            draws[i].append(outcomes(compare(shared, alone, times), goals))
-            if progress is not None:
-                progress(sum(map(len, draws)), len(candidates) * len(config.seeds))
-    return tuple(Prediction(tuple(d)) for d in draws)
+        draws.append(_Draw(gpu, tuple(mix), seed, duration, told, alone, goals))
+    runs = [(d, i) for d in range(len(draws)) for i in range(len(candidates))]
+    results: dict[tuple[int, int], tuple[AppOutcome, ...]] = {}
+
+    def finished(run: tuple[int, int], apps_out: tuple[AppOutcome, ...]) -> None:
+        results[run] = apps_out
+        if progress is not None:
+            progress(len(results), len(runs))
+
+    began = time.perf_counter()
+    first, rest = runs[0], runs[1:]
+    finished(first, draws[first[0]].run(candidates[first[1]]))
+    workers = min(config.workers or min(usable_cores(), DEFAULT_WORKERS), len(rest))
+    pooled = (
+        workers > 1
+        and (time.perf_counter() - began) * len(rest) > POOL_AFTER_S
+        and _picklable(candidates)
+    )
+    if pooled:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(draws[d].run, candidates[i]): (d, i) for d, i in rest}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
+    else:
+        for d, i in rest:
+            finished((d, i), draws[d].run(candidates[i]))
+    return tuple(
+        Prediction(tuple(results[d, i] for d in range(len(draws)))) for i in range(len(candidates))
+    )
+
+
+#: Seconds of what-if runs, estimated from the first, below which starting processes for the
+#: rest costs more than it saves (a fresh interpreter imports this package in about 0.3 s).
+POOL_AFTER_S = 2.0
+#: At most this many processes by default: each is a fresh interpreter (about 0.3 s of CPU
+#: and 100 MB to start), and the runs of one setup are a few dozen.
+DEFAULT_WORKERS = 8
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _picklable(candidates: Sequence[Callable[[], SharingPolicy]]) -> bool:
+    try:
+        pickle.dumps(tuple(candidates))
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """One draw of the mix, everything a candidate's run needs (sent whole to a worker)."""
+
+    gpu: Processor
+    mix: tuple[AppWorkload, ...]
+    seed: int
+    duration_s: float
+    told: list[AppWorkload] | None
+    alone: dict[str, SimulatedApp]
+    goals: Mapping[str, Goal]
+
+    def run(self, make: Callable[[], SharingPolicy]) -> tuple[AppOutcome, ...]:
+        """A fresh policy from ``make`` on this draw, every app judged against its goal."""
+        shared = simulate(
+            self.gpu, self.mix, make(), duration_s=self.duration_s, seed=self.seed, told=self.told
+        )
+        times = {w.name: w.request_time_s for w in self.mix}
+        return outcomes(compare(shared, self.alone, times), self.goals)
 
 
 def meets_every_goal(prediction: Prediction, margin: float) -> bool:

@@ -17,7 +17,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from qosched.core.bounds import show_value
 from qosched.core.errors import InputError
@@ -96,6 +96,12 @@ class Processor:
             raise InputError(f"{where}: sm_count must be None for a CPU, got {self.sm_count!r}")
         if self.cores is not None:
             _positive_int(self.cores, f"{where}: cores")
+
+    def __reduce__(self) -> tuple[type[Processor], tuple[Any, ...]]:
+        # The read-only view of ``peak_flops`` cannot be pickled: rebuild from a plain dict
+        # (what-if runs are sent to other processes with their GPU).
+        fields = (self.name, self.kind, dict(self.peak_flops), self.memory_bandwidth)
+        return Processor, (*fields, self.memory_bytes, self.source, self.sm_count, self.cores)
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype``; an unknown dtype raises InputError listing the known ones."""

@@ -81,6 +81,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from qosched.core.errors import InputError
@@ -175,6 +176,13 @@ def calibrated_choice(
     names = [name for name, _ in CANDIDATES] + list(theirs)
     everything = [*own, *theirs.values()]
     return names[adopted_against(everything, theirs, "fggr", config, free=FREE, margin=margin)]
+
+
+def reference_policy(name: str) -> SharingPolicy:
+    """A built-in policy by name, as a what-if's factory (``partial(reference_policy, name)``):
+    a module-level function can be sent to another process, the registry's bound ``create``
+    cannot."""
+    return create_policy(name)
 
 
 def _poisson_p99_s(rps: float | None, service_s: float) -> float:
@@ -398,9 +406,6 @@ class FgGR:
         for name, value in options.items():
             setattr(self, name, value)
 
-    def _candidate(self, changes: Mapping[str, Any]) -> FgGR:
-        return FgGR(model=self.model, calibrate=False, **{**self.options, **changes})
-
     def _calibrate(self, apps: tuple[AppInfo, ...]) -> None:
         """Adopt the candidate the what-if predicts best. Every candidate and every built-in
         policy it is held to (`REFERENCES`) is simulated on the same draws. Among the
@@ -412,8 +417,13 @@ class FgGR:
         one nearest to them (priority orders goals: the most important app is still served
         first); nothing to come near (no goal, or no request of one finished), the safest
         (`whatif.adopted_against`)."""
-        candidates = [lambda c=changes: self._candidate(c) for _, changes in CANDIDATES]
-        references = [lambda n=name: create_policy(n) for name in REFERENCES]
+        # Partials of module-level callables, not lambdas: the what-if may send them to
+        # other processes.
+        candidates = [
+            partial(FgGR, model=self.model, calibrate=False, **{**self.options, **changes})
+            for _, changes in CANDIDATES
+        ]
+        references = [partial(reference_policy, name) for name in REFERENCES]
         everything = [*candidates, *references]
         predictions = predict(apps, everything, self.what_if, progress=self.progress)
         theirs = dict(zip(REFERENCES, predictions[len(CANDIDATES) :], strict=True))
