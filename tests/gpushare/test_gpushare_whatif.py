@@ -113,6 +113,32 @@ def test_runs_shared_among_processes_predict_exactly_what_one_process_does(monke
     assert pools == [2]
 
 
+def test_an_interrupt_while_runs_are_shared_drops_the_runs_not_started(monkeypatch):
+    # Ctrl-C reaches the caller (the workers leave it to it), and the pool is shut down without
+    # waiting for the runs still queued: only the ones running are left to end.
+    import qosched.gpushare.whatif as whatif
+
+    closed = []
+
+    class Pool(whatif.ProcessPoolExecutor):
+        def shutdown(self, wait=True, *, cancel_futures=False):
+            closed.append((wait, cancel_futures))
+            super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    monkeypatch.setattr(whatif, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(whatif, "POOL_AFTER_S", 0.0)
+
+    def interrupted(done, total):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    candidates = [policy_factory(changes) for _, changes in CANDIDATES]
+    with pytest.raises(KeyboardInterrupt):
+        predict(app_infos(CROWDED, TOY), candidates, WhatIf(seeds=FOUR, workers=2),
+                progress=interrupted)  # fmt: skip
+    assert closed == [(False, True)]
+
+
 def policy_factory(changes):
     from functools import partial
 
@@ -361,18 +387,20 @@ def test_each_candidate_is_told_the_estimates_while_the_perturbed_kernels_run(to
     assert told == ([estimates] * len(drawn) if told_estimates else drawn)
 
 
-def test_the_setup_speed_bench_times_both_ways_and_refuses_an_unknown_example():
-    import subprocess
-    import sys
+def test_the_setup_speed_bench_times_both_ways_and_refuses_an_unknown_example(capsys):
+    import importlib.util
     from pathlib import Path
 
-    bench = Path(__file__).resolve().parents[2] / "bench" / "gpushare_setup_speed.py"
-    done = subprocess.run([sys.executable, str(bench), "gpu_apps_kernels", "--repeat", "1"],
-                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
-    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| gpu_apps_kernels")]
+    path = Path(__file__).resolve().parents[2] / "bench" / "gpushare_setup_speed.py"
+    spec = importlib.util.spec_from_file_location("gpushare_setup_speed", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["gpu_apps_kernels", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("| gpu_apps_kernels")]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] in {name for name, _ in CANDIDATES} | set(REFERENCES)
     assert all(float(c) > 0 for c in cells[2:])
-    wrong = subprocess.run([sys.executable, str(bench), "gpu_no_such_mix"],
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert wrong.returncode == 2 and "no example 'gpu_no_such_mix'" in wrong.stderr
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["gpu_no_such_mix"])
+    assert refused.value.code == 2 and "no example 'gpu_no_such_mix'" in capsys.readouterr().err

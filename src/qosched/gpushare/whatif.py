@@ -24,6 +24,7 @@ import dataclasses
 import math
 import os
 import pickle
+import signal
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -191,10 +192,17 @@ def predict(
         and _picklable(candidates)
     )
     if pooled:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        # The workers leave an interrupt to this process, which drops the runs not started
+        # (on the way out only the ones running are waited for, a run's time at most).
+        pool = ProcessPoolExecutor(
+            workers, mp_context=get_context("spawn"), initializer=_leave_interrupts
+        )
+        try:
             futures = {pool.submit(draws[d].run, candidates[i]): (d, i) for d, i in rest}
             for future in as_completed(futures):
                 finished(futures[future], future.result())
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
     else:
         for d, i in rest:
             finished((d, i), draws[d].run(candidates[i]))
@@ -214,6 +222,10 @@ DEFAULT_WORKERS = 8
 def usable_cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _leave_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _picklable(candidates: Sequence[Callable[[], SharingPolicy]]) -> bool:
