@@ -25,10 +25,11 @@ close to their maximum and meeting a goal there is partly luck. So, for every mi
 
 The replay of the default is checked against ``FgGR().setup`` on every mix (the same choice,
 or the bench stops). Printed: per way of choosing, the runs where the adopted setting breaks
-a rule, by rule, and the runs where it meets every goal; per mix, the setting each way adopts
-and in how many runs it breaks a rule. Below them, two yardsticks no way of choosing from the
-what-ifs can use: the setting that breaks a rule in the fewest of the mix's runs
-(`in_hindsight`, a lower bound), and each run judged with the setting chosen so on the mix's
+a rule, by rule, the runs where it meets every goal, and the runs where it breaks a rule with
+fggr's other settings held as policies too (`judged_among_settings`); per mix, the setting
+each way adopts and in how many runs it breaks a rule. Below them, two yardsticks no way of
+choosing from the what-ifs can use: the setting that breaks a rule in the fewest of the mix's
+runs (`in_hindsight`, a lower bound), and each run judged with the setting chosen so on the mix's
 other runs (`chosen_on_other_runs`: what the spread between runs leaves to any one
 setting). ``--save`` keeps what was simulated (pickle) and ``--load`` replays saved files
 without simulating again. ``--jitter`` runs the what-ifs (and
@@ -205,6 +206,18 @@ def judged_as_fggr(by: dict[str, tuple[AppOutcome, ...]], setting: str) -> dict:
     return result
 
 
+def judged_among_settings(by: dict[str, tuple[AppOutcome, ...]], setting: str) -> dict:
+    """As `judged_as_fggr`, with fggr's other settings kept as policies of their own: the rules
+    then also hold every app to what another setting gives it within the same goals. Rules
+    (a)-(c) see a choice that starves an app only where a *reference* policy meets the goals
+    above it and serves it; where only fggr's own settings meet them (the kernels example,
+    on four draws: docs/results/gpushare.md), this count sees it too."""
+    result = judged_as_fggr(by, setting)
+    adopted = f"fggr:{setting or 'goals'}"
+    result |= {n: apps for n, apps in by.items() if n.startswith("fggr:") and n != adopted}
+    return result
+
+
 def in_hindsight(sim: Simulated) -> tuple[str, int]:
     """The fixed setting (or reference policy run in fggr's place, where the runs have it)
     that breaks a rule in the fewest of the mix's runs, and how many (ties to the safer
@@ -251,8 +264,8 @@ def report(results: dict[int, Simulated]) -> None:
     total = sum(len(s.runs) for s in results.values())
     print(f"{len(results)} mixes, {total} runs\n")
     print(f"| way of choosing{' ' * (longest - 15)} | runs breaking a rule | (a) | (b) | (c) "
-          f"| runs meeting every goal |")  # fmt: skip
-    print(f"|{'-' * (longest + 2)}|---|---|---|---|---|")
+          f"| runs meeting every goal | with fggr's other settings held too |")  # fmt: skip
+    print(f"|{'-' * (longest + 2)}|---|---|---|---|---|---|")
     per_mix = {}
     for name, way in ways.items():
         tally: Counter[str] = Counter()
@@ -266,13 +279,14 @@ def report(results: dict[int, Simulated]) -> None:
                 tally.update({rule[:3] for rule in broken})
                 broken_runs += bool(broken)
                 tally["every goal"] += all(a.met for a in as_fggr["fggr"])
+                tally["held"] += bool(rule_violations(judged_among_settings(by, setting)))
             tally["broken"] += broken_runs
             cells.append(
                 f"{seed}:{setting or 'goals'}" + (f"({broken_runs})" if broken_runs else "")
             )
         per_mix[name] = cells
         print(f"| {name:{longest}s} | {tally['broken']} | {tally['(a)']} | {tally['(b)']} "
-              f"| {tally['(c)']} | {tally['every goal']} |")  # fmt: skip
+              f"| {tally['(c)']} | {tally['every goal']} | {tally['held']} |")  # fmt: skip
     chosen = {seed: in_hindsight(sim) for seed, sim in sorted(results.items())}
     print(
         f"\nIn hindsight (the setting breaking a rule in the fewest runs, per mix; no way of "

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
-from qosched.gpushare.judge import AppOutcome
+from qosched.gpushare.judge import AppOutcome, rule_violations
 from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES
 from qosched.gpushare.whatif import Prediction
 
@@ -215,3 +215,19 @@ def test_a_mix_is_simulated_with_the_references_and_saved_with_them(replay, tmp_
     replay.main(["--load", str(saved)])
     assert capsys.readouterr().out == printed  # the saved references replay the same
     assert "fewest rules broken against the references" in printed
+
+
+def test_held_among_fggrs_settings_the_rules_see_a_setting_that_starves_an_app(replay):
+    # hp's goal met under every fggr setting and under priority-streams (lp 0.3 there), missed
+    # by naive. cautious gives lp 0.3 too, so against the references alone no rule breaks;
+    # goals gives lp 0.9 within the same goal, so with fggr's other settings held as policies
+    # rule (b) holds cautious to 0.9 x 0.95 and breaks.
+    lp = dict.fromkeys((n for n, _ in CANDIDATES), 0.3) | {"goals": 0.9}
+    run = _run_outcomes(lp, 0.3)
+    assert rule_violations(replay.judged_as_fggr(run, "cautious")) == []
+    held = replay.judged_among_settings(run, "cautious")
+    assert "fggr:cautious" not in held and "fggr:goals" in held
+    (broken,) = rule_violations(held)
+    assert broken.startswith("(b) lp gets throughput 0.300x under fggr, 0.900x under fggr:goals")
+    # The setting that serves lp best keeps every rule however it is judged.
+    assert rule_violations(replay.judged_among_settings(run, "goals")) == []
