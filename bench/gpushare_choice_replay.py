@@ -54,14 +54,13 @@ from pathlib import Path
 
 from gpushare_mixes import Mix, add_mix_arguments, model_kernels, random_mix, seed_range
 from qosched.gpushare.judge import AppOutcome, rule_violations
-from qosched.gpushare.policies import policy_names
+from qosched.gpushare.policies import create_policy, policy_names
 from qosched.gpushare.policies.fggr import (
     CANDIDATES,
     FREE,
     REFERENCES,
     FgGR,
     calibrated_choice,
-    reference_policy,
 )
 from qosched.gpushare.simulator import app_infos
 from qosched.gpushare.whatif import (
@@ -137,7 +136,7 @@ def simulated(mix: Mix, runs: int, draws: int, what_if: WhatIf | None = None) ->
     if config.seeds[: len(default.seeds)] != default.seeds:
         raise SystemExit(f"the replay needs the default's {len(default.seeds)} draws first")
     factories = [partial(FgGR, calibrate=False, **changes) for _, changes in CANDIDATES]
-    references = [partial(reference_policy, name) for name in REFERENCES]
+    references = [partial(create_policy, name) for name in REFERENCES]
     everything = predict(infos, [*factories, *references], config)
     predictions = everything[: len(CANDIDATES)]
     referenced = dict(zip(REFERENCES, everything[len(CANDIDATES) :], strict=True))

@@ -24,8 +24,9 @@ from qosched.gpushare.apps import load_apps_spec, workloads
 from qosched.gpushare.estimate import estimate_model
 from qosched.gpushare.policies.fggr import FgGR
 from qosched.gpushare.simulator import app_infos
-from qosched.gpushare.whatif import WhatIf, usable_cores
+from qosched.gpushare.whatif import WhatIf
 from qosched.hardware import gpu
+from qosched.hardware.measure import usable_core_count
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MIXES = ("gpu_apps_small", "gpu_apps_kernels", "gpu_apps", "gpu_mix_bert", "gpu_mix_three",
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         if not path.is_file():
             parser.error(f"no example {path.stem!r} in {EXAMPLES}")
-    print(f"{usable_cores()} usable cores\n")
+    print(f"{usable_core_count()} usable cores\n")
     print("| example | adopted | one process, wall s | shared, wall s | one process, CPU s "
           "| shared, CPU s | wall, shared / one |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")

@@ -98,6 +98,10 @@ def test_runs_shared_among_processes_predict_exactly_what_one_process_does(monke
             pools.append(workers)
             super().__init__(workers, **options)
 
+        def shutdown(self, wait=True, *, cancel_futures=False):
+            pools.append(("waited", wait))  # done: no worker outlives the what-if
+            super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
     monkeypatch.setattr(whatif, "ProcessPoolExecutor", Pool)
     alone = predict(infos, candidates, WhatIf(seeds=FOUR, workers=1))
     assert pools == []
@@ -105,12 +109,12 @@ def test_runs_shared_among_processes_predict_exactly_what_one_process_does(monke
     told = []
     two = WhatIf(seeds=FOUR, workers=2)
     shared = predict(infos, candidates, two, progress=lambda d, t: told.append(d))
-    assert pools == [2]
+    assert pools == [2, ("waited", True)]
     assert shared == alone
     assert told == list(range(1, 13))
     # A factory that cannot go to another process (a lambda) keeps the runs here: the same.
     assert predict(infos, [lambda c=c: c() for c in candidates], two) == alone
-    assert pools == [2]
+    assert pools == [2, ("waited", True)]
 
 
 def test_an_interrupt_while_runs_are_shared_drops_the_runs_not_started(monkeypatch):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import pickle
 import signal
 import time
@@ -48,6 +47,7 @@ from qosched.gpushare.simulator import (
     simulate,
 )
 from qosched.hardware import Processor
+from qosched.hardware.measure import usable_core_count
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def predict(
     began = time.perf_counter()
     first, rest = runs[0], runs[1:]
     finished(first, draws[first[0]].run(candidates[first[1]]))
-    workers = min(config.workers or min(usable_cores(), DEFAULT_WORKERS), len(rest))
+    workers = min(config.workers or min(usable_core_count(), DEFAULT_WORKERS), len(rest))
     pooled = (
         workers > 1
         and (time.perf_counter() - began) * len(rest) > POOL_AFTER_S
@@ -193,7 +193,8 @@ def predict(
     )
     if pooled:
         # The workers leave an interrupt to this process, which drops the runs not started
-        # (on the way out only the ones running are waited for, a run's time at most).
+        # (on the way out only the ones running are waited for, a run's time at most); done,
+        # the workers are waited for, so that none outlives the what-if.
         pool = ProcessPoolExecutor(
             workers, mp_context=get_context("spawn"), initializer=_leave_interrupts
         )
@@ -201,8 +202,10 @@ def predict(
             futures = {pool.submit(draws[d].run, candidates[i]): (d, i) for d, i in rest}
             for future in as_completed(futures):
                 finished(futures[future], future.result())
-        finally:
+        except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     else:
         for d, i in rest:
             finished((d, i), draws[d].run(candidates[i]))
@@ -217,11 +220,6 @@ POOL_AFTER_S = 2.0
 #: At most this many processes by default: each is a fresh interpreter (about 0.3 s of CPU
 #: and 100 MB to start), and the runs of one setup are a few dozen.
 DEFAULT_WORKERS = 8
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _leave_interrupts() -> None:

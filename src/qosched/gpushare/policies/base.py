@@ -23,8 +23,13 @@ _POLICIES: Registry[SharingPolicy] = Registry("GPU-sharing policy", PLUGINS)
 #: Class decorator: make a policy constructible by name. A duplicate name raises.
 register = _POLICIES.register
 policy_names = _POLICIES.names
-#: A new policy by registered name; an unknown name lists the known ones.
-create_policy = _POLICIES.create
+
+
+def create_policy(name: str, **options: object) -> SharingPolicy:
+    """A new policy by registered name; an unknown name lists the known ones. A module-level
+    function (not the registry's bound method), so that ``partial(create_policy, name)`` can be
+    sent to another process, as the what-if's factories are."""
+    return _POLICIES.create(name, **options)
 
 
 def top_priority(view: GpuView) -> int | None:

@@ -178,13 +178,6 @@ def calibrated_choice(
     return names[adopted_against(everything, theirs, "fggr", config, free=FREE, margin=margin)]
 
 
-def reference_policy(name: str) -> SharingPolicy:
-    """A built-in policy by name, as a what-if's factory (``partial(reference_policy, name)``):
-    a module-level function can be sent to another process, the registry's bound ``create``
-    cannot."""
-    return create_policy(name)
-
-
 def _poisson_p99_s(rps: float | None, service_s: float) -> float:
     """The p99 latency alone of an app with Poisson arrivals and a fixed request time (an
     M/D/1 queue), approximated: at low load an arrival finds a request in progress with
@@ -423,7 +416,7 @@ class FgGR:
             partial(FgGR, model=self.model, calibrate=False, **{**self.options, **changes})
             for _, changes in CANDIDATES
         ]
-        references = [partial(reference_policy, name) for name in REFERENCES]
+        references = [partial(create_policy, name) for name in REFERENCES]
         everything = [*candidates, *references]
         predictions = predict(apps, everything, self.what_if, progress=self.progress)
         theirs = dict(zip(REFERENCES, predictions[len(CANDIDATES) :], strict=True))
