@@ -106,29 +106,13 @@ def relative_speeds(
 def options_of(
     counts: np.ndarray, relative: np.ndarray, *, current: int, scale: float, factor: float
 ) -> Options:
-    """`job_options` from the job's `relative_speeds`."""
+    """Costs of each count for a job holding ``current`` workers, p = -1 (see the module), from
+    the job's `relative_speeds`."""
     penalties = np.where(counts[1:] == current, 1.0, factor)
     costs = np.concatenate(
         ([(0.0 + EPSILON) ** POWER], (relative * scale * penalties + EPSILON) ** POWER)
     )
     return Options(counts, costs)
-
-
-def job_options(
-    curve: SpeedCurve,
-    *,
-    current: int,
-    most: int,
-    fair_workers: int,
-    scale: float,
-    factor: float,
-    workers_per_node: int,
-) -> Options:
-    """Costs of each count for a job holding ``current`` workers, p = -1 (see the module)."""
-    counts, relative = relative_speeds(
-        curve, most=most, fair_workers=fair_workers, workers_per_node=workers_per_node
-    )
-    return options_of(counts, relative, current=current, scale=scale, factor=factor)
 
 
 def best_counts(options: Sequence[Options], capacity: int) -> list[int]:

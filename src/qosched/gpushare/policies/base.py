@@ -8,10 +8,8 @@ class may set ``stream_priorities = False`` to say its kernels all go to equal-p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from qosched.core.registry import PluginGroup, Registry
-from qosched.gpushare.policy import GpuView, Launch, SharingPolicy
+from qosched.gpushare.policy import GpuView, SharingPolicy
 
 #: Other packages add sharing policies under this entry-point group (docs/plugins.md).
 PLUGINS = PluginGroup(
@@ -36,11 +34,6 @@ def top_priority(view: GpuView) -> int | None:
     """The highest priority among running and waiting kernels (None when the GPU is idle)."""
     priorities = [r.launch.priority for r in view.running] + [w.priority for w in view.waiting]
     return max(priorities, default=None)
-
-
-def sms_in_use(launches: Iterable[Launch]) -> int:
-    """SMs the given kernels want (each at most the whole GPU is counted by the caller)."""
-    return sum(launch.kernel.sms for launch in launches)
 
 
 class RequestTimes:
