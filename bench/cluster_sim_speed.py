@@ -3,6 +3,7 @@ the ElasticFlow artifact's recorded times.
 
     python bench/cluster_sim_speed.py decision             # about a minute on 2 cores
     python bench/cluster_sim_speed.py scaling [--jobs 1000,3000,10000,30000,100000] [--policies qos]
+                                              [--repeats K] [--save JSON | --load JSON] [--plot PNG]
     python bench/cluster_sim_speed.py itp --traces DIR     # DIR: elasticflow-traces.tar.gz unpacked
     python bench/cluster_sim_speed.py artifact --trace philly_103959.csv --nodes 32 [--repeats 3]
     python bench/cluster_sim_speed.py artifact --trace cluster10.csv --nodes 8    # Chronus
@@ -13,7 +14,9 @@ the ElasticFlow artifact's recorded times.
 - scaling: generated traces at offered load 1.0 on 64x8 GPUs (``qosched trace generate --jobs N
   --load 1.0 --cluster-gpus 512 --seed 5``), each run as the whole ``qosched sim cluster --json``
   command in a subprocess: jobs against the command's wall and CPU seconds and the simulation's
-  own wall seconds (``wall_s``), against the 1-minute target for 100,000 jobs.
+  own wall seconds (``wall_s``), against the 1-minute target for 100,000 jobs. ``--repeats K``
+  runs each size and policy K times (the median and range are printed and drawn); ``--save``
+  keeps the runs, ``--load`` prints and draws saved ones without running again.
 - itp: every cluster of the ITP trace release (``microsoft/elasticflow-traces``,
   ``elasticflow-traces.tar.gz``) at the size the ElasticFlow artifact simulates it on
   (``scheduler/run_fig8b.sh``), the whole command per cluster, the total against the 5-minute
@@ -37,8 +40,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 import bench_cluster_sim  # a sibling script: bench/ is on sys.path when these run as scripts
 from qosched.cluster.generate import GeneratorConfig, generate_trace
@@ -144,33 +149,133 @@ def run_command(trace: Path, nodes: int, policy: str, fidelity: str = "sound") -
 
 
 def scaling(args: argparse.Namespace) -> None:
-    cluster = ClusterSpec.from_flags(64, 8)
-    policies = args.policies.split(",")
-    print(f"# Jobs against time, load 1.0 on {cluster.describe()}, seed 5, whole command\n")
-    print(
-        "| jobs | policy | command wall s | command CPU s | simulation wall s | decisions "
-        "| sim ms per decision | DSR |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    if args.load is not None:
+        runs = load_scaling(args.load)
+    else:
+        runs = measure_scaling(
+            [int(n) for n in args.jobs.split(",")], args.policies.split(","), args.repeats
+        )
+        if args.save is not None:
+            args.save.write_text(json.dumps([asdict(run) for run in runs], indent=1) + "\n")
+    print_scaling(runs)
+    if args.plot is not None:
+        plot_scaling(runs, args.plot)
+        print(f"\nwrote {args.plot}")
+
+
+@dataclass(frozen=True)
+class ScalingRun:
+    """One whole command of the scaling curve."""
+
+    jobs: int
+    policy: str
+    repeat: int
+    timed: Timed
+
+
+def measure_scaling(jobs_list: list[int], policies: list[str], repeats: int) -> list[ScalingRun]:
+    """Every (jobs, policy) ``repeats`` times, the repeats of one size alternating between the
+    policies, so that a neighbour's burst on the machine does not fall on one policy alone."""
+    runs = []
     with tempfile.TemporaryDirectory() as folder:
-        for jobs in (int(n) for n in args.jobs.split(",")):
+        for jobs in jobs_list:
             config = GeneratorConfig(jobs=jobs, load=1.0, cluster_workers=512, seed=5)
             trace = Path(folder) / f"generated-{jobs}.csv"
             write_trace(generate_trace(config, TP), trace)
-            for name in policies:
-                timed = run_command(trace, 64, name)
-                print(
-                    f"| {jobs} | {name} | {timed.wall_s:.1f} | {timed.cpu_s:.1f} | "
-                    f"{timed.sim_wall_s:.1f} | {timed.decisions} | "
-                    f"{timed.sim_wall_s / timed.decisions * 1e3:.2f} | {timed.dsr:.3f} |",
-                    flush=True,
-                )
-                if jobs == SCALING_TARGET[0]:
+            for repeat in range(repeats):
+                for name in policies:
+                    runs.append(ScalingRun(jobs, name, repeat, run_command(trace, 64, name)))
                     print(
-                        f"|  | target | {SCALING_TARGET[1]:.0f} |  |  |  | "
-                        f"{timed.wall_s / SCALING_TARGET[1]:.2f}x the target |  |",
+                        f"  {jobs} jobs, {name}, run {repeat + 1} of {repeats}: "
+                        f"{runs[-1].timed.cpu_s:.1f} s CPU",
+                        file=sys.stderr,
                         flush=True,
                     )
+    return runs
+
+
+def load_scaling(path: Path) -> list[ScalingRun]:
+    rows = json.loads(path.read_text())
+    return [
+        ScalingRun(row["jobs"], row["policy"], row["repeat"], Timed(**row["timed"])) for row in rows
+    ]
+
+
+def scaling_groups(runs: list[ScalingRun]) -> dict[tuple[int, str], list[Timed]]:
+    """The runs of each (jobs, policy), in the order they were measured."""
+    groups: dict[tuple[int, str], list[Timed]] = {}
+    for run in runs:
+        groups.setdefault((run.jobs, run.policy), []).append(run.timed)
+    return groups
+
+
+def print_scaling(runs: list[ScalingRun]) -> None:
+    cluster = ClusterSpec.from_flags(64, 8)
+    print(f"# Jobs against time, load 1.0 on {cluster.describe()}, seed 5, whole command\n")
+    print(
+        "| jobs | policy | runs | command CPU s, median (min-max) | command wall s, median "
+        "| simulation wall s, median | decisions | sim ms per decision | DSR |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (jobs, name), timed in scaling_groups(runs).items():
+        cpu = [t.cpu_s for t in timed]
+        sim = statistics.median(t.sim_wall_s for t in timed)
+        print(
+            f"| {jobs} | {name} | {len(timed)} | {statistics.median(cpu):.1f} "
+            f"({min(cpu):.1f}-{max(cpu):.1f}) | {statistics.median(t.wall_s for t in timed):.1f} "
+            f"| {sim:.1f} | {timed[0].decisions} | {sim / timed[0].decisions * 1e3:.2f} "
+            f"| {timed[0].dsr:.3f} |"
+        )
+    target_jobs, target_s = SCALING_TARGET
+    print(f"\nTarget: {target_jobs:,} jobs in {target_s:.0f} s.")
+
+
+def plot_scaling(runs: list[ScalingRun], path: Path) -> None:
+    """Jobs against the whole command's CPU seconds, log-log: each policy's median with its
+    runs' range, and the target."""
+    # Imported here: the other commands of this bench draw nothing.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 5))
+    ax = fig.subplots()
+    groups = scaling_groups(runs)
+    for name in dict.fromkeys(run.policy for run in runs):
+        sizes = sorted(jobs for jobs, policy in groups if policy == name)
+        cpu = [sorted(t.cpu_s for t in groups[jobs, name]) for jobs in sizes]
+        median = np.array([statistics.median(c) for c in cpu])
+        spread = np.array([median - [c[0] for c in cpu], [c[-1] for c in cpu] - median])
+        repeats = ", ".join(sorted({str(len(c)) for c in cpu}))
+        ax.errorbar(
+            sizes, median, yerr=spread, marker="o", capsize=3, label=f"{name} ({repeats} runs each)"
+        )
+    target_jobs, target_s = SCALING_TARGET
+    smallest = min(run.jobs for run in runs)
+    ax.plot(
+        [smallest, target_jobs],
+        [target_s * smallest / target_jobs, target_s],
+        color="black",
+        linestyle=":",
+        label=f"the target's pace, {target_s / target_jobs * 1e3:.1f} ms per job",
+    )
+    ax.plot([target_jobs], [target_s], marker="*", markersize=14, color="black", linestyle="")
+    ax.annotate(
+        f"target: {target_jobs:,} jobs in {target_s:.0f} s",
+        (target_jobs, target_s),
+        textcoords="offset points",
+        xytext=(-14, 4),
+        va="bottom",
+        ha="right",
+        fontsize=9,
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("jobs in the trace (load 1.0, 64 x 8 GPUs)")
+    ax.set_ylabel("whole command, CPU seconds (user + system)")
+    ax.set_title("qosched sim cluster: trace size against time (median, range of the runs)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def itp(args: argparse.Namespace) -> None:
@@ -254,6 +359,10 @@ def main() -> None:
     p = commands.add_parser("scaling")
     p.add_argument("--jobs", default="1000,3000,10000,30000,100000")
     p.add_argument("--policies", default="qos")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each size and policy")
+    p.add_argument("--save", type=Path, help="write every run to this JSON file")
+    p.add_argument("--load", type=Path, help="print (and plot) the runs of a --save file")
+    p.add_argument("--plot", type=Path, help="draw the curve into this PNG file")
     p.set_defaults(run=scaling)
     p = commands.add_parser("itp")
     p.add_argument("--traces", type=Path, required=True)
