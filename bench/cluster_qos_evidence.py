@@ -2,7 +2,7 @@
 
     python bench/cluster_qos_evidence.py paper [--quick]     # about 10 s on 2 cores
     python bench/cluster_qos_evidence.py cpu [--quick]       # the same on a CPU cluster
-    python bench/cluster_qos_evidence.py peers [--quick]     # about 3 min; writes dsr_vs_load.png
+    python bench/cluster_qos_evidence.py peers [--quick]     # about 15 min; writes dsr_vs_load.png
     python bench/cluster_qos_evidence.py mixed [--quick]     # about 10 s
     python bench/cluster_qos_evidence.py timeline [--quick]  # seconds; writes qos_timeline.png
     python bench/cluster_qos_evidence.py decision [--quick]  # about 75 s (admission warm-up)
@@ -17,7 +17,8 @@ Sub-commands, each printing Markdown:
 - cpu: the same experiments on a CPU cluster, 4 nodes x 32 cores, one worker per core, with the
   bundled CPU tables (qosched's own workloads, see src/qosched/data/throughputs/CPU/README.md).
 - peers: qos, elasticflow, las and edf over loads, deadline tightness, cluster sizes, with exact
-  and with hidden per-job speeds. Figure: docs/results/img/dsr_vs_load.png.
+  and with hidden per-job speeds, on one trace per seed (five by default): the median and range
+  over the seeds. Figure: docs/results/img/dsr_vs_load.png.
 - mixed: 30% best-effort jobs: their JCT and the DSR, qos against elasticflow.
 - timeline: one small trace under qos, each job's GPUs over time:
   docs/results/img/qos_timeline.png.
@@ -81,6 +82,10 @@ def shown(path: Path) -> str:
 
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
+
+
+def percent(value: float) -> str:
+    return f"{value * 100:.1f}"
 
 
 def hours(value: float | None) -> str:
@@ -319,16 +324,38 @@ def paper_experiments(
 # -- peers ------------------------------------------------------------------------------------
 
 
+def spread(values: Sequence[float], show: Callable[[float], str]) -> str:
+    """The median of a setting's runs, with their range when there are several."""
+    if len(values) == 1:
+        return show(values[0])
+    return f"{show(statistics.median(values))} ({show(min(values))}..{show(max(values))})"
+
+
 def plot_dsr_vs_load(
-    points: dict[tuple[int, str], dict[float, float]], sizes: Sequence[int], path: Path
+    points: dict[tuple[int, str], dict[float, list[float]]],
+    sizes: Sequence[int],
+    seeds: Sequence[int],
+    path: Path,
 ) -> None:
+    """Each policy's median DSR over the trace seeds, the band their range."""
     fig = Figure(figsize=(4.6 * len(sizes), 4.0))
     axes = fig.subplots(1, len(sizes), squeeze=False)[0]
     for ax, nodes in zip(axes, sizes, strict=True):
         for name in PEERS:
             series = points[(nodes, name)]
             loads = sorted(series)
-            ax.plot(loads, [series[x] for x in loads], marker="o", label=name)
+            (line,) = ax.plot(
+                loads, [statistics.median(series[x]) for x in loads], marker="o", label=name
+            )
+            if len(seeds) > 1:
+                ax.fill_between(
+                    loads,
+                    [min(series[x]) for x in loads],
+                    [max(series[x]) for x in loads],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
         ax.set_xscale("log", base=2)
         ax.set_xticks(loads, [f"{x:g}" for x in loads])
         ax.set_ylim(0, 1.05)
@@ -337,7 +364,12 @@ def plot_dsr_vs_load(
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("deadline satisfactory ratio")
     axes[0].legend(fontsize=8)
-    fig.suptitle("DSR vs load (exact speeds, deadlines 0.5-1.5 x duration)")
+    runs = (
+        f"trace seed {seeds[0]}"
+        if len(seeds) == 1
+        else f"median of trace seeds {', '.join(map(str, seeds))}, band: their range"
+    )
+    fig.suptitle(f"DSR vs load (exact speeds, deadlines 0.5-1.5 x duration; {runs})")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -346,97 +378,112 @@ def plot_dsr_vs_load(
 def peers(args: argparse.Namespace) -> None:
     sizes = [8, 16] if args.quick else args.nodes
     per_node = 8 if args.quick else args.jobs_per_node
+    seeds = args.seeds
     tightnesses = [(0.5, 1.5), (1.0, 2.0)]
     print(
-        f"# qos and its peers: {per_node} jobs per 8-GPU node, A100 tables, seed {args.seed}\n\n"
+        f"# qos and its peers: {per_node} jobs per 8-GPU node, A100 tables, trace seeds "
+        f"{', '.join(map(str, seeds))}\n\n"
         "Generated traces (ElasticFlow's generator: Poisson arrivals, lognormal durations with a "
         "1 h median, ITP request mix, deadlines at U(lo, hi) x the duration on the requested "
-        "GPUs), no best-effort jobs. *hidden* = SimConfig(speed_sigma=0.3, scaling_sigma=0.1, "
-        "noise=0.05, seed=trace seed). Cells per policy: DSR / declined / re-allocations. "
-        "`qos - best` = qos's DSR minus the best peer's, in points."
+        "GPUs), no best-effort jobs; one trace per seed and setting. *hidden* = "
+        "SimConfig(speed_sigma=0.3, scaling_sigma=0.1, noise=0.05, seed=trace seed). Cells per "
+        "policy: DSR in %, the median over the seeds (their range). `qos - best`: qos's DSR minus "
+        "the best peer's on the same trace, in points, the median (range); `qos >= best`: on "
+        "how many of the seeds."
     )
-    points: dict[tuple[int, str], dict[float, float]] = {}
+    points: dict[tuple[int, str], dict[float, list[float]]] = {}
     dsr_all: dict[str, list[float]] = {name: [] for name in PEERS}
     reallocs = dict.fromkeys(PEERS, 0)
+    declined = dict.fromkeys(PEERS, 0)
     sim_s = dict.fromkeys(PEERS, 0.0)
-    settings, wins, losses = 0, 0, []
+    runs, wins, settings, median_wins, losses = 0, 0, 0, 0, []
     for nodes in sizes:
         cluster = ClusterSpec.from_flags(nodes, 8)
         jobs = per_node * nodes
         for speeds, make_config in SPEEDS.items():
             print(f"\n## {cluster.describe()}, {jobs} jobs, {speeds} speeds\n")
-            print("| load | deadlines | " + " | ".join(PEERS) + " | qos - best | sim s |")
-            print("|---|---|" + "---|" * len(PEERS) + "---|---|")
+            print(
+                "| load | deadlines | "
+                + " | ".join(PEERS)
+                + " | qos - best | qos >= best | sim s |"
+            )
+            print("|---|---|" + "---|" * len(PEERS) + "---|---|---|")
             for tightness in tightnesses:
                 for load in args.loads:
-                    trace = trace_for(cluster, jobs, load, args.seed, tightness)
                     started = time.perf_counter()
-                    row = {}
-                    for name in PEERS:
-                        s = summarize(
-                            ClusterSimulator(
-                                cluster, TP, create_policy(name), trace, make_config(args.seed)
-                            ).run()
-                        )
-                        row[name] = s
-                        dsr_all[name].append(s.deadline_satisfactory_ratio)
-                        reallocs[name] += s.reallocations
-                        sim_s[name] += s.wall_s
-                        if speeds == "exact" and tightness == (0.5, 1.5):
-                            points.setdefault((nodes, name), {})[load] = (
-                                s.deadline_satisfactory_ratio
+                    dsr: dict[str, list[float]] = {name: [] for name in PEERS}
+                    margins = []
+                    for seed in seeds:
+                        trace = trace_for(cluster, jobs, load, seed, tightness)
+                        row = {}
+                        for name in PEERS:
+                            s = summarize(
+                                ClusterSimulator(
+                                    cluster, TP, create_policy(name), trace, make_config(seed)
+                                ).run()
                             )
-                    ours = row["qos"].deadline_satisfactory_ratio
-                    best_name = max(PEERS[1:], key=lambda n: row[n].deadline_satisfactory_ratio)
-                    margin = ours - row[best_name].deadline_satisfactory_ratio
+                            row[name] = s.deadline_satisfactory_ratio
+                            dsr[name].append(s.deadline_satisfactory_ratio)
+                            dsr_all[name].append(s.deadline_satisfactory_ratio)
+                            reallocs[name] += s.reallocations
+                            declined[name] += s.declined
+                            sim_s[name] += s.wall_s
+                        best_name = max(PEERS[1:], key=row.__getitem__)
+                        margin = row["qos"] - row[best_name]
+                        margins.append(margin)
+                        runs += 1
+                        if margin >= 0:
+                            wins += 1
+                        else:
+                            losses.append(
+                                (
+                                    margin,
+                                    f"{nodes}x8 {speeds} load {load:g} deadlines "
+                                    f"{tightness[0]}-{tightness[1]} seed {seed}",
+                                    best_name,
+                                )
+                            )
+                    if speeds == "exact" and tightness == (0.5, 1.5):
+                        for name in PEERS:
+                            points.setdefault((nodes, name), {})[load] = dsr[name]
                     settings += 1
-                    if margin >= 0:
-                        wins += 1
-                    else:
-                        losses.append(
-                            (
-                                margin,
-                                f"{nodes}x8 {speeds} load {load:g} deadlines "
-                                f"{tightness[0]}-{tightness[1]}",
-                                best_name,
-                            )
-                        )
-                    cells = [
-                        f"{pct(row[n].deadline_satisfactory_ratio)} / {row[n].declined} / "
-                        f"{row[n].reallocations}"
-                        for n in PEERS
-                    ]
+                    median_wins += statistics.median(margins) >= 0
+                    won = sum(1 for m in margins if m >= 0)
                     print(
                         f"| {load:g} | {tightness[0]}-{tightness[1]} | "
-                        + " | ".join(cells)
-                        + f" | {margin * 100:+.1f} | {time.perf_counter() - started:.1f} |"
+                        + " | ".join(spread(dsr[n], percent) for n in PEERS)
+                        + f" | {spread(margins, lambda m: f'{m * 100:+.1f}')} | "
+                        f"{won} of {len(seeds)} | {time.perf_counter() - started:.1f} |"
                     )
     print("\n## Summary\n")
-    print(f"- qos >= best peer in {wins} of {settings} settings.")
     print(
-        "- mean DSR over all settings: "
+        f"- qos >= best peer on {wins} of {runs} traces ({settings} settings x {len(seeds)} "
+        f"seeds); on the median of the seeds in {median_wins} of {settings} settings."
+    )
+    print(
+        "- mean DSR over all traces: "
         + ", ".join(f"{n} {pct(statistics.fmean(dsr_all[n]))}" for n in PEERS)
         + "."
     )
     print(
-        f"- re-allocations, all settings: qos {reallocs['qos']}, elasticflow "
+        f"- re-allocations, all traces: qos {reallocs['qos']}, elasticflow "
         f"{reallocs['elasticflow']}: qos / elasticflow = "
-        f"{reallocs['qos'] / max(reallocs['elasticflow'], 1):.2f}."
+        f"{reallocs['qos'] / max(reallocs['elasticflow'], 1):.2f}; jobs declined: "
+        + ", ".join(f"{n} {declined[n]}" for n in PEERS)
+        + "."
     )
     print(
-        "- simulation seconds, all settings: "
-        + ", ".join(f"{n} {sim_s[n]:.0f}" for n in PEERS)
-        + "."
+        "- simulation seconds, all traces: " + ", ".join(f"{n} {sim_s[n]:.0f}" for n in PEERS) + "."
     )
     if losses:
         losses.sort()
         print(
-            "- settings where qos loses (points behind the best peer): "
+            "- traces where qos loses (points behind the best peer): "
             + "; ".join(f"{setting} {m * 100:+.1f} vs {peer}" for m, setting, peer in losses)
             + "."
         )
     path = args.out_dir / "dsr_vs_load.png"
-    plot_dsr_vs_load(points, sizes, path)
+    plot_dsr_vs_load(points, sizes, seeds, path)
     print(f"\nFigure: `{shown(path)}`")
 
 
@@ -740,7 +787,7 @@ def main() -> None:
     p.add_argument("--nodes", type=int, nargs="+", default=[8, 16, 32])
     p.add_argument("--jobs-per-node", type=int, default=12)
     p.add_argument("--loads", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.set_defaults(run=peers)
 
     p = sub.add_parser("mixed", help="best-effort JCT next to deadline jobs")
