@@ -4,6 +4,7 @@ policy against the baselines on standard mixes.
     python bench/gpushare_evidence.py calibrate      # seconds: fit the score to the simulator
     python bench/gpushare_evidence.py mixes [--quick] # minutes: every policy on every mix
     python bench/gpushare_evidence.py mixes --online  # the same, fggr's online rule alone
+    python bench/gpushare_evidence.py mixes --runs 4  # each mix on 4 draws of its arrivals
     python bench/gpushare_evidence.py sweep [--quick] # a minute: fggr's constants, one at a time
 
 calibrate: random pairs of a higher-priority kernel (followed on its stream by a kernel as long
@@ -19,7 +20,9 @@ registered policy; prints a Markdown table of every app's ratios against itself 
 and whether it was met, whether each policy meets every goal, and the rules (a)-(c) of
 ``gpushare.judge`` fggr breaks (none expected); writes docs/results/img/gpushare_tradeoff.png
 (high-priority p99 latency ratio against low-priority throughput ratio, one marker per policy
-and mix).
+and mix). ``--runs K`` runs every mix on K draws of its arrivals (the spec's seed, then + 1000
+each): the tables above are the first draw's, then per mix each policy's median and range and
+how often it met every goal, and the figure marks each policy's median with bars to its range.
 
 sweep: fggr on examples/gpu_apps.yaml with each of its constants moved away from its default
 (the others at their defaults), to show what each trades; calibration is off there, so that
@@ -36,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib import rcParams
 from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from scipy.optimize import nnls
 from scipy.stats import spearmanr
 
@@ -134,13 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--online", action="store_true", help="mixes: fggr's online rule alone (no calibration)"
     )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="mixes: draws of each mix's arrivals (default 1)"
+    )
     args = parser.parse_args(argv)
     if args.what == "calibrate":
         calibrate()
     elif args.what == "sweep":
         sweep(quick=args.quick)
     else:
-        mixes(quick=args.quick, online=args.online)
+        mixes(quick=args.quick, online=args.online, runs=args.runs)
     return 0
 
 
@@ -153,6 +159,9 @@ MIXES = (
     "gpu_mix_four.yaml",
 )
 HP_P99_TARGET = 1.10  # the default goal of the most important app, for the figure
+#: Run ``k`` of a mix draws its arrivals from the spec's seed + ``RUN_STRIDE * k``, as
+#: bench/gpushare_mixes.py draws its runs.
+RUN_STRIDE = 1000
 
 
 @dataclass(frozen=True)
@@ -164,6 +173,7 @@ class Outcome:
 
     mix: str
     policy: str
+    run: int
     hp_p99: float
     lp_throughput: float
     rows: tuple[AppComparison, ...]
@@ -180,9 +190,11 @@ class Outcome:
 
 
 def run_mix(
-    path: Path, duration_s: float | None, estimates: dict, *, online: bool = False
+    path: Path, duration_s: float | None, estimates: dict, *, online: bool = False, run: int = 0
 ) -> list[Outcome]:
+    """Every policy on the mix, on run ``run``'s draw of the arrivals (run 0: the spec's seed)."""
     spec = load_apps_spec(path)
+    seed = spec.seed + RUN_STRIDE * run
     device = gpu(spec.gpu)
 
     def estimate(model: str, gpu_: Processor, *, batch: int, dtype: str):
@@ -193,7 +205,7 @@ def run_mix(
 
     apps = workloads(spec, device, estimate=estimate)
     duration = duration_s or spec.duration_s
-    alone = alone_results(device, apps, duration_s=duration, seed=spec.seed)
+    alone = alone_results(device, apps, duration_s=duration, seed=seed)
     lowest = min(app.priority for app in apps)
     goals = resolved_goals(spec)
     times = {app.name: app.request_time_s for app in apps}
@@ -201,13 +213,14 @@ def run_mix(
     for name in policy_names():
         options = {"calibrate": False} if online and name == "fggr" else {}
         policy = create_policy(name, **options)
-        result = simulate(device, apps, policy, duration_s=duration, seed=spec.seed)
+        result = simulate(device, apps, policy, duration_s=duration, seed=seed)
         rows = compare(result, alone, times)
         judged = judge_outcomes(rows, goals)
         outcomes.append(
             Outcome(
                 mix=path.stem,
                 policy=name,
+                run=run,
                 hp_p99=max(
                     r.p99_latency_ratio
                     for r, g in zip(rows, judged, strict=True)
@@ -224,7 +237,7 @@ def run_mix(
     return outcomes
 
 
-def mixes(*, quick: bool, online: bool = False) -> None:
+def mixes(*, quick: bool, online: bool = False, runs: int = 1) -> None:
     estimates: dict = {}
     duration = 0.3 if quick else None
     everything: list[Outcome] = []
@@ -252,10 +265,38 @@ def mixes(*, quick: bool, online: bool = False) -> None:
                 print(f"\n{o.policy} calibrated: {o.calibrated} ({o.setup_s:.1f} s of setup)")
         broken = rule_violations({o.policy: o.judged for o in outcomes})
         print(f"\nrules (a)-(c) fggr breaks on {mix}: {'; '.join(broken) or 'none'}")
+        if runs > 1:
+            for run in range(1, runs):
+                print(f"  {mix}: run {run + 1} of {runs}", file=sys.stderr, flush=True)
+                more = run_mix(ROOT / "examples" / mix, duration, estimates, online=online, run=run)
+                outcomes += more
+                everything += more
+            print_runs(mix, outcomes, runs)
     if online:
         return  # the figure is the default fggr's
     out = plot(everything, ROOT / "docs" / "results" / "img" / "gpushare_tradeoff.png")
     print(f"\nfigure: {out.relative_to(ROOT)}")
+
+
+def print_runs(mix: str, outcomes: list[Outcome], runs: int) -> None:
+    """A mix's ``runs`` draws of its arrivals: each policy's median and range, and how often it
+    met every goal; fggr's broken rules and adopted setting per run."""
+    print(f"\n{mix}, {runs} runs (arrival seeds: the spec's, then + {RUN_STRIDE} each):\n")
+    print("| policy | worst p99 x of apps with a goal, median (range) | low-priority throughput "
+          "x, median (range) | every goal met |")  # fmt: skip
+    print("|---|---|---|---|")
+    for policy in dict.fromkeys(o.policy for o in outcomes):
+        mine = [o for o in outcomes if o.policy == policy]
+        hp, lp = [o.hp_p99 for o in mine], [o.lp_throughput for o in mine]
+        print(f"| {policy} | {np.median(hp):.3f} ({min(hp):.3f}..{max(hp):.3f}) | "
+              f"{np.median(lp):.3f} ({min(lp):.3f}..{max(lp):.3f}) | "
+              f"{sum(o.meets for o in mine)} of {len(mine)} |")  # fmt: skip
+    for run in range(runs):
+        these = [o for o in outcomes if o.run == run]
+        broken = rule_violations({o.policy: o.judged for o in these})
+        adopted = ", ".join(f"{o.policy}: {o.calibrated}" for o in these if o.calibrated)
+        print(f"\n- run {run + 1}: rules (a)-(c) fggr breaks: {'; '.join(broken) or 'none'}"
+              + (f" ({adopted})" if adopted else ""))  # fmt: skip
 
 
 SWEEP = (
@@ -291,34 +332,48 @@ def sweep(*, quick: bool) -> None:
 
 
 def plot(outcomes: list[Outcome], path: Path) -> Path:
-    """High-priority p99 ratio against low-priority throughput ratio, a panel per mix."""
+    """High-priority p99 ratio against low-priority throughput ratio, a panel per mix: each
+    policy's median over the runs, with bars to their extremes."""
     mixes_seen = list(dict.fromkeys(o.mix for o in outcomes))
     policies = list(dict.fromkeys(o.policy for o in outcomes))
     colors = rcParams["axes.prop_cycle"].by_key()["color"]
     markers = "osD^vP*X"
-    fig = Figure(figsize=(4.2 * len(mixes_seen), 4.2))
-    axes = fig.subplots(1, len(mixes_seen), squeeze=False)[0]
-    for ax, mix in zip(axes, mixes_seen, strict=True):
+    columns = min(3, len(mixes_seen))
+    rows = -(-len(mixes_seen) // columns)
+    fig = Figure(figsize=(4.6 * columns, 3.9 * rows + 0.8))
+    grid = fig.subplots(rows, columns, squeeze=False)
+    axes = grid.ravel()
+    for ax in axes[len(mixes_seen) :]:
+        ax.set_visible(False)
+    for ax, mix in zip(axes, mixes_seen, strict=False):
         ax.axhspan(0.9, HP_P99_TARGET, xmin=0, xmax=1, color="0.92", zorder=0)
         ax.axhline(HP_P99_TARGET, color="0.5", lw=0.8, ls="--")
         for i, policy in enumerate(policies):
-            for o in outcomes:
-                if o.mix == mix and o.policy == policy:
-                    ax.scatter(o.lp_throughput, o.hp_p99, color=colors[i % len(colors)],
-                               marker=markers[i % len(markers)], s=60, label=policy,
-                               zorder=3)  # fmt: skip
+            mine = [o for o in outcomes if o.mix == mix and o.policy == policy]
+            x = np.array([o.lp_throughput for o in mine])
+            y = np.array([o.hp_p99 for o in mine])
+            mx, my = np.median(x), np.median(y)
+            ax.errorbar(mx, my, xerr=[[mx - x.min()], [x.max() - mx]],
+                        yerr=[[my - y.min()], [y.max() - my]], color=colors[i % len(colors)],
+                        marker=markers[i % len(markers)], markersize=8, capsize=2, lw=1,
+                        linestyle="", label=policy, zorder=3)  # fmt: skip
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(mix, fontsize=10)
         ax.set_xlabel("low-priority throughput / alone")
         ax.set_xlim(0, 1.1)
-    axes[0].set_ylabel("p99 latency / alone of the apps with a goal (log)")
+    for ax in grid[:, 0]:
+        ax.set_ylabel("p99 latency / alone of the apps with a goal (log)", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(policies), fontsize=9)
+    runs = len({o.run for o in outcomes})
+    spread = (f"; median of {runs} draws of the arrivals, bars: their range" if runs > 1
+              else "")  # fmt: skip
     fig.suptitle(f"default goal of the most important app: p99 <= {HP_P99_TARGET}x alone "
-                 "(shaded)", fontsize=10)  # fmt: skip
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+                 f"(shaded){spread}", fontsize=10)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
