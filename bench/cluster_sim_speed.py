@@ -230,6 +230,14 @@ def print_scaling(runs: list[ScalingRun]) -> None:
     print(f"\nTarget: {target_jobs:,} jobs in {target_s:.0f} s.")
 
 
+def runs_label(sizes: list[int], runs: list[list[float]]) -> str:
+    """How many runs each point is, e.g. "3 runs each, 1 at 30,000 jobs"."""
+    counts = [len(r) for r in runs]
+    usual = statistics.mode(counts)
+    others = [f"{n} at {jobs:,} jobs" for jobs, n in zip(sizes, counts, strict=True) if n != usual]
+    return ", ".join([f"{usual} runs each", *others])
+
+
 def plot_scaling(runs: list[ScalingRun], path: Path) -> None:
     """Jobs against the whole command's CPU seconds, log-log: each policy's median with its
     runs' range, and the target."""
@@ -244,9 +252,13 @@ def plot_scaling(runs: list[ScalingRun], path: Path) -> None:
         cpu = [sorted(t.cpu_s for t in groups[jobs, name]) for jobs in sizes]
         median = np.array([statistics.median(c) for c in cpu])
         spread = np.array([median - [c[0] for c in cpu], [c[-1] for c in cpu] - median])
-        repeats = ", ".join(sorted({str(len(c)) for c in cpu}))
         ax.errorbar(
-            sizes, median, yerr=spread, marker="o", capsize=3, label=f"{name} ({repeats} runs each)"
+            sizes,
+            median,
+            yerr=spread,
+            marker="o",
+            capsize=3,
+            label=f"{name} ({runs_label(sizes, cpu)})",
         )
     target_jobs, target_s = SCALING_TARGET
     smallest = min(run.jobs for run in runs)
