@@ -2,7 +2,7 @@
 
     python bench/cluster_qos_evidence.py paper [--quick]     # about 10 s on 2 cores
     python bench/cluster_qos_evidence.py cpu [--quick]       # the same on a CPU cluster
-    python bench/cluster_qos_evidence.py peers [--quick]     # about 15 min; writes dsr_vs_load.png
+    python bench/cluster_qos_evidence.py peers [--quick]     # about 20 min; writes dsr_vs_load.png
     python bench/cluster_qos_evidence.py mixed [--quick]     # about 10 s
     python bench/cluster_qos_evidence.py timeline [--quick]  # seconds; writes qos_timeline.png
     python bench/cluster_qos_evidence.py decision [--quick]  # about 75 s (admission warm-up)
