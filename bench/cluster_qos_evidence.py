@@ -3,6 +3,7 @@
     python bench/cluster_qos_evidence.py paper [--quick]     # about 10 s on 2 cores
     python bench/cluster_qos_evidence.py cpu [--quick]       # the same on a CPU cluster
     python bench/cluster_qos_evidence.py peers [--quick]     # about 20 min; writes dsr_vs_load.png
+    python bench/cluster_qos_evidence.py overload [--quick]  # about 25 min
     python bench/cluster_qos_evidence.py mixed [--quick]     # about 10 s
     python bench/cluster_qos_evidence.py timeline [--quick]  # seconds; writes qos_timeline.png
     python bench/cluster_qos_evidence.py decision [--quick]  # about 75 s (admission warm-up)
@@ -19,6 +20,9 @@ Sub-commands, each printing Markdown:
 - peers: qos, elasticflow, las and edf over loads, deadline tightness, cluster sizes, with exact
   and with hidden per-job speeds, on one trace per seed (five by default): the median and range
   over the seeds. Figure: docs/results/img/dsr_vs_load.png.
+- overload: 1,000-job traces made for 512 GPUs at load 1 and run on 64-256 GPUs, an overload of
+  2-8 that lasts the whole trace, exact and hidden speeds: qos (at several band confidences)
+  against elasticflow.
 - mixed: 30% best-effort jobs: their JCT and the DSR, qos against elasticflow.
 - timeline: one small trace under qos, each job's GPUs over time:
   docs/results/img/qos_timeline.png.
@@ -487,6 +491,50 @@ def peers(args: argparse.Namespace) -> None:
     print(f"\nFigure: `{shown(path)}`")
 
 
+# -- long overloads ---------------------------------------------------------------------------
+
+
+def overload(args: argparse.Namespace) -> None:
+    """1,000-job traces generated for 512 GPUs at load 1, run on 64, 128 or 256 GPUs: overloads
+    of 8, 4 and 2 that last the whole trace, 4-16 jobs per GPU where the peers bench has 1.5."""
+    jobs = 200 if args.quick else args.jobs
+    labels = [f"qos (confidence {c:g})" for c in args.confidences]
+    print(
+        f"# Long overloads: {jobs} jobs generated for 512 GPUs at load 1.0, run on fewer GPUs\n\n"
+        "DSR in %. `qos - elasticflow`: the first `qos` column's lead in points; "
+        f"confidence {args.confidences[0]:g} first"
+        + (" (the default)" if args.confidences[0] == 0.2 else "")
+        + ". *hidden* = SimConfig(speed_sigma=0.3, scaling_sigma=0.1, noise=0.05, seed=trace "
+        "seed).\n"
+    )
+    print(f"| seed | GPUs | speeds | {' | '.join(labels)} | elasticflow | qos - elasticflow |")
+    print("|---|---|---|" + "---|" * (len(labels) + 2))
+    behind = []
+    for seed in args.seeds:
+        config = GeneratorConfig(jobs=jobs, load=1.0, cluster_workers=512, seed=seed)
+        trace = generate_trace(config, TP)
+        for speeds, make_config in SPEEDS.items():
+            for nodes in args.nodes:
+                cluster = ClusterSpec.from_flags(nodes, 8)
+                policies = [create_policy("qos", confidence=c) for c in args.confidences]
+                dsr = [
+                    summarize(
+                        ClusterSimulator(cluster, TP, policy, trace, make_config(seed)).run()
+                    ).deadline_satisfactory_ratio
+                    for policy in [*policies, create_policy("elasticflow")]
+                ]
+                lead = dsr[0] - dsr[-1]
+                if lead < 0:
+                    behind.append(f"seed {seed}, {nodes}x8, {speeds}: {lead * 100:+.1f}")
+                print(
+                    f"| {seed} | {nodes * 8} | {speeds} | "
+                    + " | ".join(percent(d) for d in dsr)
+                    + f" | {lead * 100:+.1f} |",
+                    flush=True,
+                )
+    print(f"\n`qos` behind `elasticflow`: {'; '.join(behind) or 'nowhere'}.")
+
+
 # -- mixed ------------------------------------------------------------------------------------
 
 
@@ -789,6 +837,13 @@ def main() -> None:
     p.add_argument("--loads", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.set_defaults(run=peers)
+
+    p = sub.add_parser("overload", help="qos vs elasticflow in overloads a whole trace long")
+    p.add_argument("--jobs", type=int, default=1000)
+    p.add_argument("--nodes", type=int, nargs="+", default=[8, 16, 32])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 5])
+    p.add_argument("--confidences", type=float, nargs="+", default=[0.2, 0.05, 0.01])
+    p.set_defaults(run=overload)
 
     p = sub.add_parser("mixed", help="best-effort JCT next to deadline jobs")
     p.add_argument("--jobs", type=int, default=400)
