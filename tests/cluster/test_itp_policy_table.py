@@ -1,27 +1,18 @@
 """bench/itp_policy_table.py: every policy on the ITP release, its row and its failures."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_scripts import BENCH, bench_script
 
 
 @pytest.fixture(scope="module")
 def table():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "itp_policy_table", BENCH / "itp_policy_table.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with bench_script("itp_policy_table") as module:
         yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def _run(policy: str, met: int, jobs: int = 10, wall: float = 1.0) -> dict:

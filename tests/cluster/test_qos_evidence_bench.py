@@ -1,34 +1,18 @@
 """bench/cluster_qos_evidence.py: the long-overload report's count of the jobs one policy alone
 meets, by how tight their deadlines are."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from bench_scripts import bench_script
 from qosched.cluster.job import JobSpec
 from qosched.cluster.simulator import JobOutcome, SimResult
 from qosched.cluster.spec import ClusterSpec
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "cluster_qos_evidence", BENCH / "cluster_qos_evidence.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        # Its dataclasses look their module up by name while the module is being made.
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+    with bench_script("cluster_qos_evidence") as module:
         yield module
-    finally:
-        sys.modules.pop("cluster_qos_evidence", None)
-        sys.path.remove(str(BENCH))
 
 
 def _result(policy: str, jobs: list[JobSpec], met: set[str]) -> SimResult:

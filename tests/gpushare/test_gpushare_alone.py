@@ -3,9 +3,9 @@
 from dataclasses import replace
 
 import pytest
-from gpushare_bench import load_bench
 from gpushare_sim_helpers import TOY, kernel
 
+from bench_scripts import load_bench_script
 from qosched.gpushare.alone import KEPT, AloneTimes
 from qosched.gpushare.policies.fggr import FgGR
 from qosched.gpushare.policy import GpuView, Launch, Running
@@ -85,7 +85,7 @@ def test_fggr_learns_a_kernels_true_time_and_keeps_the_goal_the_estimate_would_b
     # all than told, above a best-effort open loop. On the estimates its p99 alone, and so its
     # allowance, is too large and it runs 1.65x slower than alone; its kernels that run alone
     # give their true times, and with them it keeps its goal.
-    mix = replace(load_bench().random_mix(35), estimate_error=0.3)
+    mix = replace(load_bench_script("gpushare_mixes").random_mix(35), estimate_error=0.3)
     goal = mix.apps[0].goal
     assert goal.kind == "p99_slowdown" and goal.value == 1.40
     assert mix.apps[0].poisson_rps is not None
@@ -110,7 +110,7 @@ def test_a_closed_loop_faster_than_its_estimates_keeps_its_goal():
     # alone (on the estimates) says they could; that schedule, kept as it was, drifts later
     # with every request, the app looks ever further ahead of it, and the apps below were let
     # in until it ran 2.3x slower than alone.
-    mix = replace(load_bench().random_mix(15), estimate_error=0.3)
+    mix = replace(load_bench_script("gpushare_mixes").random_mix(15), estimate_error=0.3)
     goal = mix.apps[0].goal
     assert mix.apps[0].poisson_rps is None
     assert goal.kind == "p99_slowdown" and goal.value == 1.45
@@ -121,7 +121,7 @@ def test_the_schedule_alone_never_ends_after_what_was_seen_shared():
     # The same mix: a request alone is never slower than shared, so the latencies alone the
     # policy keeps for the top app stay within its request time as told (a closed loop never
     # queues behind itself; they drifted to 6x of it).
-    mix = replace(load_bench().random_mix(15), estimate_error=0.3)
+    mix = replace(load_bench_script("gpushare_mixes").random_mix(15), estimate_error=0.3)
     policy = FgGR(calibrate=False)
     simulate(mix.gpu, mix.truth(), policy, duration_s=mix.duration_s, seed=mix.run_seed,
              told=mix.apps)  # fmt: skip

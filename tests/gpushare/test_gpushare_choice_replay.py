@@ -1,33 +1,20 @@
 """bench/gpushare_choice_replay.py: fggr's choice replayed from what-if predictions."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from bench_scripts import bench_script
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome, rule_violations
 from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES
 from qosched.gpushare.whatif import Prediction
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 P99 = Goal("p99_slowdown", 1.10)
 
 
 @pytest.fixture(scope="module")
 def replay():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "gpushare_choice_replay", BENCH / "gpushare_choice_replay.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
+    with bench_script("gpushare_choice_replay") as module:
         yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def scripted(script):

@@ -4,8 +4,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gpushare_bench import load_bench
 
+from bench_scripts import load_bench_script
 from qosched.gpushare.apps import load_apps_spec, workloads
 from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.judge import judge_mix, rule_violations
@@ -59,13 +59,13 @@ def test_small_mix_is_no_worse_than_naive_where_naive_meets_every_goal():
 
 
 def test_random_mixes_are_seeded():
-    bench = load_bench()
+    bench = load_bench_script("gpushare_mixes")
     assert bench.random_mix(5).describe() == bench.random_mix(5).describe()
     assert bench.random_mix(5).describe() != bench.random_mix(6).describe()
 
 
 def test_estimate_errors_are_bounded_per_kernel_and_the_same_in_every_run():
-    bench = load_bench()
+    bench = load_bench_script("gpushare_mixes")
     exact = bench.random_mix(3)
     assert exact.truth() == exact.apps  # no error: what runs is what is told
     off = replace(exact, estimate_error=0.2)
@@ -101,7 +101,7 @@ ALL_RULES = (0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 15, 16, 17, 19, 20, 23)
 
 @pytest.mark.parametrize("seed", ALL_RULES, ids=[f"seed-{s}" for s in ALL_RULES])
 def test_fggr_keeps_every_rule_on_generated_mixes(seed):
-    bench = load_bench()
+    bench = load_bench_script("gpushare_mixes")
     mix = bench.random_mix(seed)
     assert rule_violations(bench.judge(mix)) == [], mix.describe()
 
@@ -113,7 +113,7 @@ def test_fggr_runs_a_reference_policy_where_its_what_if_shows_that_one_keeps_the
     # rule, and orion comes nearest to them (app-0 1.50x and 1.68x, app-1 84 %; fggr's nearest
     # setting, strict, 1.76x and 1.64x). fggr adopts orion and then decides exactly as orion
     # does (the same arrivals, so the same outcomes), keeping every rule in the run.
-    bench = load_bench()
+    bench = load_bench_script("gpushare_mixes")
     mix = bench.random_mix(43)
     by_policy = bench.judge(mix)
     assert by_policy["fggr"] == by_policy["orion"]

@@ -3,21 +3,17 @@ its rehearsal on the CPU runs every part the GPU run will."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_validate.py"
+from bench_scripts import load_bench_script
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path runs only without CUDA")
 def test_gpu_validate_without_cuda_runs_the_cpu_smoke_check(capsys):
-    spec = importlib.util.spec_from_file_location("gpu_validate", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench_script("gpu_validate")
     assert module.main(["--requests", "2"]) == 0
     out = capsys.readouterr().out
     assert "no CUDA GPU" in out
@@ -25,9 +21,7 @@ def test_gpu_validate_without_cuda_runs_the_cpu_smoke_check(capsys):
 
 
 def test_summary_errors_are_computed_per_class():
-    spec = importlib.util.spec_from_file_location("gpu_validate_summary", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench_script("gpu_validate", "gpu_validate_summary")
     ops = [
         {"class": "gemm", "estimated_s": 2.0, "measured_s": 1.0},  # +100 %
         {"class": "gemm", "estimated_s": 1.0, "measured_s": 2.0},  # -50 %
@@ -46,9 +40,7 @@ def _refuse(constant: str) -> None:
 
 
 def test_the_rehearsal_on_the_cpu_runs_every_part_and_writes_strict_json(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("gpu_validate_rehearsal", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench_script("gpu_validate", "gpu_validate_rehearsal")
     out = tmp_path / "gpu_validate.json"
     argv = ["--device", "cpu", "--models", "mlp", "--batches", "1", "--reps", "1"]
     assert module.main([*argv, "--requests", "2", "--out", str(out)]) == 0

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 from gpushare_sim_helpers import TOY, kernel
 
+from bench_scripts import load_bench_script
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome, judge_mix
@@ -392,13 +393,7 @@ def test_each_candidate_is_told_the_estimates_while_the_perturbed_kernels_run(to
 
 
 def test_the_setup_speed_bench_times_both_ways_and_refuses_an_unknown_example(capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "gpushare_setup_speed.py"
-    spec = importlib.util.spec_from_file_location("gpushare_setup_speed", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench_script("gpushare_setup_speed")
     assert bench.main(["gpu_apps_kernels", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     (row,) = [line for line in out.splitlines() if line.startswith("| gpu_apps_kernels")]
