@@ -3,7 +3,8 @@ the ElasticFlow artifact's recorded times.
 
     python bench/cluster_sim_speed.py decision             # about a minute on 2 cores
     python bench/cluster_sim_speed.py scaling [--jobs 1000,3000,10000,30000,100000] [--policies qos]
-                                              [--repeats K] [--save JSON | --load JSON] [--plot PNG]
+                                              [--repeats K] [--save JSON | --load JSON...]
+                                              [--plot PNG]
     python bench/cluster_sim_speed.py itp --traces DIR     # DIR: elasticflow-traces.tar.gz unpacked
     python bench/cluster_sim_speed.py artifact --trace philly_103959.csv --nodes 32 [--repeats 3]
     python bench/cluster_sim_speed.py artifact --trace cluster10.csv --nodes 8    # Chronus
@@ -16,7 +17,8 @@ the ElasticFlow artifact's recorded times.
   command in a subprocess: jobs against the command's wall and CPU seconds and the simulation's
   own wall seconds (``wall_s``), against the 1-minute target for 100,000 jobs. ``--repeats K``
   runs each size and policy K times (the median and range are printed and drawn); ``--save``
-  keeps the runs, ``--load`` prints and draws saved ones without running again.
+  keeps the runs, ``--load`` prints and draws saved ones (several files together) without
+  running again.
 - itp: every cluster of the ITP trace release (``microsoft/elasticflow-traces``,
   ``elasticflow-traces.tar.gz``) at the size the ElasticFlow artifact simulates it on
   (``scheduler/run_fig8b.sh``), the whole command per cluster, the total against the 5-minute
@@ -149,8 +151,8 @@ def run_command(trace: Path, nodes: int, policy: str, fidelity: str = "sound") -
 
 
 def scaling(args: argparse.Namespace) -> None:
-    if args.load is not None:
-        runs = load_scaling(args.load)
+    if args.load:
+        runs = [run for path in args.load for run in load_scaling(path)]
     else:
         runs = measure_scaling(
             [int(n) for n in args.jobs.split(",")], args.policies.split(","), args.repeats
@@ -228,6 +230,10 @@ def print_scaling(runs: list[ScalingRun]) -> None:
         )
     target_jobs, target_s = SCALING_TARGET
     print(f"\nTarget: {target_jobs:,} jobs in {target_s:.0f} s.")
+    for (jobs, name), timed in scaling_groups(runs).items():
+        if jobs == target_jobs:
+            wall = statistics.median(t.wall_s for t in timed)
+            print(f"- {name}: {wall:.0f} s of wall time, {wall / target_s:.2f}x the target")
 
 
 def runs_label(sizes: list[int], runs: list[list[float]]) -> str:
@@ -373,7 +379,9 @@ def main() -> None:
     p.add_argument("--policies", default="qos")
     p.add_argument("--repeats", type=int, default=1, help="runs of each size and policy")
     p.add_argument("--save", type=Path, help="write every run to this JSON file")
-    p.add_argument("--load", type=Path, help="print (and plot) the runs of a --save file")
+    p.add_argument(
+        "--load", type=Path, nargs="+", help="print (and plot) the runs of --save files together"
+    )
     p.add_argument("--plot", type=Path, help="draw the curve into this PNG file")
     p.set_defaults(run=scaling)
     p = commands.add_parser("itp")

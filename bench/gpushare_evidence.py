@@ -43,6 +43,9 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from scipy.optimize import nnls
 from scipy.stats import spearmanr
 
+# Run ``k`` of a mix draws its arrivals from its seed + ``RUN_STRIDE * k``, as the random mixes do
+# (a sibling script: bench/ is on sys.path when these run as scripts).
+from gpushare_mixes import RUN_STRIDE
 from qosched.gpushare.apps import load_apps_spec, resolved_goals, workloads
 from qosched.gpushare.estimate import estimate_model
 from qosched.gpushare.interference import CALIBRATED, FEATURES, InterferenceModel, features
@@ -159,9 +162,6 @@ MIXES = (
     "gpu_mix_four.yaml",
 )
 HP_P99_TARGET = 1.10  # the default goal of the most important app, for the figure
-#: Run ``k`` of a mix draws its arrivals from the spec's seed + ``RUN_STRIDE * k``, as
-#: bench/gpushare_mixes.py draws its runs.
-RUN_STRIDE = 1000
 
 
 @dataclass(frozen=True)
