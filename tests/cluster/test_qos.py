@@ -196,6 +196,35 @@ def test_qos_guaranteed_job_and_later_arrival_finish_when_computed(name):
     }
 
 
+class _RecordsGuarantees(QualityOfService):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ever: set[str] = set()
+
+    def _try_to_guarantee(self, job, guaranteed, view, *, in_force=False):
+        given = super()._try_to_guarantee(job, guaranteed, view, in_force=in_force)
+        if given:
+            self.ever.add(job.job_id)
+        return given
+
+
+def test_jobs_no_plan_can_guarantee_take_no_retry_from_one_that_fits():
+    # "big" (400 by 110) is guaranteed at 0 on 4 GPUs and ends at 100. h1-h3 (1000 by 120) can
+    # never make it: 1000 / 4 = 250 s. "c" (150 by 145) arrives at 3 and fits no plan while
+    # "big" holds the node (the pessimistic plan ends "big" at 108, then "c" needs 40.5 s). At
+    # 100 "c" fits alone on 4 GPUs (37.5 s, 40.5 pessimistic) and is guaranteed; the three
+    # hopeless jobs, with earlier deadlines, must not use up the retries of that decision.
+    jobs = [
+        job("big", 0, 400, deadline=110),
+        *(job(f"h{i}", 1, 1000, deadline=120) for i in range(1, 4)),
+        job("c", 3, 150, deadline=145),
+    ]
+    policy = _RecordsGuarantees()
+    outcomes = run(policy, jobs)
+    assert policy.ever == {"big", "c"}
+    assert outcomes["c"].met_deadline
+
+
 # --- autoscaling --------------------------------------------------------------------------------
 
 
@@ -408,8 +437,17 @@ class _CountsShortcuts(QualityOfService):
         return super()._kept_plan(guaranteed, view)
 
 
+def _same_outcomes(outcomes: tuple[JobOutcome, ...], reference: tuple[JobOutcome, ...]) -> None:
+    assert [(o.job_id, o.declined, o.met_deadline, o.reallocations) for o in outcomes] == [
+        (o.job_id, o.declined, o.met_deadline, o.reallocations) for o in reference
+    ]
+    for mine, theirs in zip(outcomes, reference, strict=True):
+        assert mine.finish_s == pytest.approx(theirs.finish_s, rel=1e-9)
+
+
+# Overloaded enough that guarantees are retried on what a fresh plan's prefix leaves.
 @pytest.mark.parametrize(
-    ("load", "seed"), [(1.0, 3), (2.0, 4), (4.0, 5)], ids=["load-1", "load-2", "load-4"]
+    ("load", "seed"), [(4.0, 5), (4.0, 1), (8.0, 1)], ids=["load-4", "load-4-b", "load-8"]
 )
 def test_planning_shortcuts_change_no_decision(load, seed):
     tables = ThroughputModel.bundled("A100")
@@ -420,13 +458,21 @@ def test_planning_shortcuts_change_no_decision(load, seed):
     fast = _CountsShortcuts()
     outcomes = simulate(cluster, tables, fast, jobs).outcomes
     reference = simulate(cluster, tables, _PlansEverything(), jobs).outcomes
-    # each shortcut was taken, so the comparison means something
-    assert fast.pruned > 0 and fast.prefixes > 0 and fast.unchecked > 0
-    assert [(o.job_id, o.declined, o.met_deadline, o.reallocations) for o in outcomes] == [
-        (o.job_id, o.declined, o.met_deadline, o.reallocations) for o in reference
-    ]
-    for mine, theirs in zip(outcomes, reference, strict=True):
-        assert mine.finish_s == pytest.approx(theirs.finish_s, rel=1e-9)
+    # the shortcuts were taken, so the comparison means something
+    assert fast.prefixes > 0 and fast.unchecked > 0
+    _same_outcomes(outcomes, reference)
+
+
+def test_the_worker_seconds_bound_changes_no_decision():
+    # "a" (100 by 30) is guaranteed at 0 on 4 GPUs. "b" (40 by 31) arrives at 1: the plan
+    # keeping "a" fails it, and so must any plan: both need at least 100 + 40 GPU-seconds at
+    # the table's speed, 4 x 30 = 120 are left before 31, so the fresh plan is not made.
+    jobs = [job("a", 0, 100, deadline=30), job("b", 1, 40, deadline=31)]
+    fast = _CountsShortcuts()
+    outcomes = simulate(ONE_NODE, TABLES, fast, jobs).outcomes
+    reference = simulate(ONE_NODE, TABLES, _PlansEverything(), jobs).outcomes
+    assert fast.pruned > 0
+    _same_outcomes(outcomes, reference)
 
 
 @pytest.mark.parametrize(

@@ -480,14 +480,21 @@ class QualityOfService(Policy):
         A job's first try, at arrival, uses the prior's wide band; once it has run, its band
         narrows, and completions free workers. Each job is tried again only when one of those
         changed since its last try, and at most ``RETRIES_PER_DECISION`` per decision, to keep
-        a decision's time bounded.
+        a decision's time bounded. A job that would miss its deadline even alone on its
+        fastest count is no candidate: no plan can guarantee it, and under overload such jobs,
+        having the earliest deadlines, would otherwise take every try and leave none for the
+        jobs behind them that still fit.
         """
         candidates = []
+        now = view.now
         for job in view.jobs:
             tracked = self._jobs[job.job_id]
             if job.spec.deadline_s is None or tracked.guaranteed:
                 continue
-            self._ladders(job, tracked)  # refresh, so tried_on compares the current prediction
+            # refreshed, so tried_on compares the current prediction
+            fastest = self._ladders(job, tracked)[1].rate_within[-1]
+            if fastest <= 0 or now + job.remaining_iterations / fastest > job.spec.deadline_s:
+                continue
             if tracked.tried_on != (tracked.ladders_at_active_s, self._departed):
                 candidates.append(job)
         candidates.sort(key=_deadline_key)
