@@ -481,9 +481,9 @@ class QualityOfService(Policy):
         narrows, and completions free workers. Each job is tried again only when one of those
         changed since its last try, and at most ``RETRIES_PER_DECISION`` per decision, to keep
         a decision's time bounded. A job that would miss its deadline even alone on its
-        fastest count is no candidate: no plan can guarantee it, and under overload such jobs,
-        having the earliest deadlines, would otherwise take every try and leave none for the
-        jobs behind them that still fit.
+        fastest count at its pessimistic speed is no candidate: no plan can guarantee it, and
+        under overload such jobs, having the earliest deadlines, would otherwise take every try
+        and leave none for the jobs behind them that still fit.
         """
         candidates = []
         now = view.now
