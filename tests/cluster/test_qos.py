@@ -465,8 +465,9 @@ def test_planning_shortcuts_change_no_decision(load, seed):
 
 def test_the_worker_seconds_bound_changes_no_decision():
     # "a" (100 by 30) is guaranteed at 0 on 4 GPUs. "b" (40 by 31) arrives at 1: the plan
-    # keeping "a" fails it, and so must any plan: both need at least 100 + 40 GPU-seconds at
-    # the table's speed, 4 x 30 = 120 are left before 31, so the fresh plan is not made.
+    # keeping "a" fails it, and so must any plan: with 96 of "a" left, both need at least
+    # 96 + 40 GPU-seconds at the table's speed, 4 x 30 = 120 are left before 31, so the fresh
+    # plan is not made.
     jobs = [job("a", 0, 100, deadline=30), job("b", 1, 40, deadline=31)]
     fast = _CountsShortcuts()
     outcomes = simulate(ONE_NODE, TABLES, fast, jobs).outcomes
