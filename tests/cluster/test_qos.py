@@ -33,6 +33,7 @@ from qosched.cluster.policies.qos import (
     _Hand,
     allowed_counts,
 )
+from qosched.cluster.predict import OnlinePredictor
 from qosched.cluster.simulator import JobOutcome, SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -223,6 +224,23 @@ def test_jobs_no_plan_can_guarantee_take_no_retry_from_one_that_fits():
     outcomes = run(policy, jobs)
     assert policy.ever == {"big", "c"}
     assert outcomes["c"].met_deadline
+
+
+@pytest.mark.parametrize(("deadline", "guaranteed"), [(315.0, False), (345.0, True)])
+def test_a_guarantee_pays_for_the_re_sizes_its_plan_makes(deadline, guaranteed):
+    # "a" arrives first and is guaranteed 2 of the node's 4 GPUs for 200 s (its pessimistic
+    # speed, the band's lower edge, for exactly 200 s: no count finishes sooner with fewer). "b"
+    # arrives at once with 800 s of work at that speed per GPU: 2 GPUs until "a" ends, then 4,
+    # done at 300 if the change at 200 were free, at 330 with its 30 s pause. By 315 it is no
+    # guarantee; by 345 it is.
+    low = OnlinePredictor.from_curve(TABLES.curve("m", 64), confidence=0.2).predict(1).rate_low
+    a = state(job("a", 0, int(2 * low * 200.0), deadline=210.0))
+    b = state(job("b", 0, int(low * 800.0), deadline=deadline))
+    policy = QualityOfService()
+    view = ClusterView(0.0, ONE_NODE, (a,), restart_pause_s=30.0)
+    assert policy.admit(a, view) and policy.is_guaranteed("a")
+    policy.admit(b, ClusterView(0.0, ONE_NODE, (a, b), restart_pause_s=30.0))
+    assert policy.is_guaranteed("b") is guaranteed
 
 
 # --- autoscaling --------------------------------------------------------------------------------

@@ -187,18 +187,27 @@ def _random_kept(rng: random.Random):
     return job, ladder, reservation, view
 
 
-def test_a_kept_reservations_check_without_a_demand_is_the_demands_own():
+@pytest.mark.parametrize("pay_changes", [False, True], ids=["changes-free", "changes-paid"])
+def test_a_kept_reservations_check_without_a_demand_is_the_demands_own(pay_changes):
     """`kept_delivers` answers as the demand `qos` would make for the job, on random jobs at
-    the edge of delivering: paused, resuming, never started, on their held count or not."""
+    the edge of delivering: paused, resuming, never started, on their held count or not, their
+    reservations' later changes of count paid for (as `qos` plans) or not."""
     rng = random.Random(21)
     answers = collections.Counter()
     for _ in range(3000):
         job, ladder, reservation, view = _random_kept(rng)
-        demand = Demand.of_job(job, ladder, view, keep_held=True)
+        demand = Demand.of_job(job, ladder, view, keep_held=True, pay_changes=pay_changes)
         expected = demand.delivered_by(reservation)
-        assert kept_delivers(job, ladder, reservation, view) == expected
+        assert kept_delivers(job, ladder, reservation, view, pay_changes=pay_changes) == expected
         # which branch answered: with the pause, or only on the held count without it
-        with_pause = delivers(ladder, reservation, demand.remaining, demand.start, demand.deadline)
+        with_pause = delivers(
+            ladder,
+            reservation,
+            demand.remaining,
+            demand.start,
+            demand.deadline,
+            demand.change_pause,
+        )
         answers[expected, with_pause] += 1
     # Both answers, and yes from the held count alone (a pause would make it late).
     assert answers[True, True] and answers[False, False] and answers[True, False]
@@ -216,7 +225,13 @@ class _ChecksPlanKeeping(QualityOfService):
         shortcut = super()._plan_keeping(jobs, view, keep)
         if shortcut is not None:
             demands = [
-                Demand.of_job(j, self._ladders(j, self._jobs[j.job_id])[1], view, keep_held=True)
+                Demand.of_job(
+                    j,
+                    self._ladders(j, self._jobs[j.job_id])[1],
+                    view,
+                    keep_held=True,
+                    pay_changes=True,
+                )
                 for j in jobs
             ]
             checked = plan_demands(demands, view.now, view.cluster.total_workers, keep)

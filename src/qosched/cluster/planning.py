@@ -5,6 +5,11 @@ fewest workers ``g`` such that running on ``min(g, free)`` from now to its deadl
 where free is what the jobs planned before it leave. Free workers over time are a piecewise-constant
 profile; a job's reservation is a list of (start, end, workers) segments. Which counts a job may
 use, and how fast it runs on each, come from its :class:`Ladder`, which the policy builds.
+
+Where the free workers dip below a job's share, ``min(g, free)`` changes the job's count, and a
+backend restarts a job at every change. A demand may pay for that (``Demand.change_pause``): its
+plan then loses a restart pause of progress at every change after the first, as the backend will
+charge it, and a share whose changes make it late does not satisfy it.
 """
 
 from __future__ import annotations
@@ -107,9 +112,20 @@ class Ladder:
 
 
 def finish_time(
-    ladder: Ladder, share: int, remaining: float, start: float, deadline: float, p: FreeProfile
+    ladder: Ladder,
+    share: int,
+    remaining: float,
+    start: float,
+    deadline: float,
+    p: FreeProfile,
+    change_pause: float = 0.0,
 ) -> float | None:
-    """When the job finishes on ``min(share, free)`` workers from ``start``; None if too late."""
+    """When the job finishes on ``min(share, free)`` workers from ``start``; None if too late.
+
+    With ``change_pause``, every change of that count after the first costs the job that many
+    seconds without progress (`paying_finish_time`)."""
+    if change_pause > 0.0:
+        return paying_finish_time(ladder, share, remaining, start, deadline, p, change_pause)
     # NOTE: the hot loop of ElasticFlow's planning; kept free of calls for speed.
     rate_within = ladder.rate_within
     starts, free = p.starts, p.free
@@ -129,6 +145,57 @@ def finish_time(
             gained = rate * (t1 - t0)
             if done + gained >= remaining * (1 - TOLERANCE) - TOLERANCE:
                 return min(t1, t0 + (remaining - done) / rate)
+            done += gained
+        if index == last:
+            break
+        index += 1
+        t0 = t1
+    return None
+
+
+def paying_finish_time(
+    ladder: Ladder,
+    share: int,
+    remaining: float,
+    start: float,
+    deadline: float,
+    p: FreeProfile,
+    change_pause: float,
+) -> float | None:
+    """`finish_time` for a job that pays ``change_pause`` seconds without progress at every
+    change of its count after the first, as a checkpoint-restart does: where the free workers
+    fall below ``share`` and come back, and where it waits with none and resumes. The first
+    count is free here (a caller charges the job's first re-size once, in its deadline). A
+    change within a pause starts the pause again, as a backend restarting the job again does.
+    """
+    rate_within, best = ladder.rate_within, ladder.best
+    starts, free = p.starts, p.free
+    last = len(starts) - 1
+    needed = remaining * (1 - TOLERANCE) - TOLERANCE
+    done = 0.0
+    index = max(bisect.bisect_right(starts, start) - 1, 0)
+    t0 = start
+    held = 0  # the count of the segment before (0: waiting)
+    started = False  # whether it has had its first count
+    paused_until = start
+    while t0 < deadline:
+        t1 = starts[index + 1] if index < last else deadline
+        if t1 > deadline:
+            t1 = deadline
+        budget = share if share < free[index] else free[index]
+        count = best[budget]
+        if count != held:
+            if count and started:  # a re-size, or a resume after waiting: a restart
+                paused_until = t0 + change_pause
+            started = started or count > 0
+            held = count
+        rate = rate_within[budget]
+        begin = t0 if t0 >= paused_until else paused_until
+        if rate > 0.0 and t1 > begin:
+            gained = rate * (t1 - begin)
+            if done + gained >= needed:
+                finish = begin + (remaining - done) / rate
+                return t1 if finish > t1 else finish
             done += gained
         if index == last:
             break
@@ -357,15 +424,32 @@ class TakeAllMemo:
 
 
 def delivers(
-    ladder: Ladder, reservation: Reservation, remaining: float, start: float, deadline: float
+    ladder: Ladder,
+    reservation: Reservation,
+    remaining: float,
+    start: float,
+    deadline: float,
+    change_pause: float = 0.0,
 ) -> bool:
-    """Whether running on ``reservation`` from ``start`` does ``remaining`` by ``deadline``."""
+    """Whether running on ``reservation`` from ``start`` does ``remaining`` by ``deadline``;
+    with ``change_pause``, paying it at every change of count after the first
+    (`paying_finish_time`)."""
     # NOTE: ``ladder.rate`` and ``max``/``min`` inlined: this runs for every kept reservation at
     # every decision.
     rates = ladder.rates
     top = len(rates)
     done = 0.0
+    held = 0
+    started = False
+    paused_until = -math.inf
     for s, e, count in reservation:
+        if count != held:  # a re-size, or a resume after waiting, pays from its start
+            if count and started:
+                paused_until = s + change_pause
+            started = started or count > 0
+            held = count
+        if s < paused_until:
+            s = paused_until
         if s < start:
             s = start
         if e > deadline:
@@ -376,9 +460,18 @@ def delivers(
 
 
 def minimum_share(
-    ladder: Ladder, remaining: float, start: float, deadline: float, p: FreeProfile
+    ladder: Ladder,
+    remaining: float,
+    start: float,
+    deadline: float,
+    p: FreeProfile,
+    change_pause: float = 0.0,
 ) -> tuple[int, float] | None:
-    """(share, finish) with the fewest workers that does ``remaining`` by ``deadline``, or None."""
+    """(share, finish) with the fewest workers that does ``remaining`` by ``deadline``, or None.
+
+    With ``change_pause`` (`finish_time`) a larger share can change count where a smaller one
+    does not, so whether a share fits is no longer monotone in it: the shares are then tried in
+    turn, fewest workers first, instead of by bisection."""
     counts = ladder.counts
     if not counts or deadline <= start:
         return None
@@ -389,21 +482,27 @@ def minimum_share(
     if not candidates:
         return None
     # Fewest workers first: under light load the first candidate usually fits.
-    finish = finish_time(ladder, candidates[0], remaining, start, deadline, p)
+    finish = finish_time(ladder, candidates[0], remaining, start, deadline, p, change_pause)
     if finish is not None:
         return candidates[0], finish
+    if change_pause > 0.0:  # not monotone: each in turn
+        for share in candidates[1:]:
+            finish = finish_time(ladder, share, remaining, start, deadline, p, change_pause)
+            if finish is not None:
+                return share, finish
+        return None
     # A larger share does at least as much work in every segment (rate_within never falls as
     # the budget grows, and float sums are monotone), so whether a share fits is monotone in
     # it: the fewest workers that fit are found by bisection, and none fit if the most do not.
     # The same share as trying each in turn, in a few walks of the profile instead of one per
     # candidate (most candidates of a job that cannot fit).
     low, high = 0, len(candidates) - 1  # candidates[low] does not fit
-    finish = finish_time(ladder, candidates[high], remaining, start, deadline, p)
+    finish = finish_time(ladder, candidates[high], remaining, start, deadline, p, change_pause)
     if finish is None:
         return None
     while high - low > 1:  # candidates[high] fits, finishing at ``finish``
         middle = (low + high) // 2
-        found = finish_time(ladder, candidates[middle], remaining, start, deadline, p)
+        found = finish_time(ladder, candidates[middle], remaining, start, deadline, p, change_pause)
         if found is None:
             low = middle
         else:
@@ -560,15 +659,24 @@ class Demand:
     order: tuple = ()  # sort key among demands; earliest first
     held: int = 0  # workers it holds now
     held_deadline: float = 0.0  # to finish by when it keeps ``held`` throughout (no pause)
+    change_pause: float = 0.0  # paid at each later change of count its plan makes (`finish_time`)
 
     @classmethod
     def of_job(
-        cls, job: JobState, ladder: Ladder, view: ClusterView, *, keep_held: bool = False
+        cls,
+        job: JobState,
+        ladder: Ladder,
+        view: ClusterView,
+        *,
+        keep_held: bool = False,
+        pay_changes: bool = False,
     ) -> Demand:
         """A deadline job planned in deadline order. It can progress once a restart pause in
         course ends, and one that ran before loses one more pause, since re-sizing it costs one.
         With ``keep_held``, a plan that keeps it on the count it holds throughout is charged no
-        pause (a policy's choice: ElasticFlow's planning charges one either way)."""
+        pause (a policy's choice: ElasticFlow's planning charges one either way). With
+        ``pay_changes``, every later change of count its plan makes costs a pause too, as it
+        will when the plan is carried out (ElasticFlow's planning charges none)."""
         pause = view.restart_pause_s if job.started_s is not None else 0.0
         spec, now, resume = job.spec, view.now, job.resume_s
         deadline = spec.deadline_s
@@ -581,12 +689,15 @@ class Demand:
             (deadline, spec.submit_s),
             job.workers if keep_held else 0,
             deadline if keep_held else deadline - pause,
+            view.restart_pause_s if pay_changes else 0.0,
         )
 
     def delivered_by(self, reservation: Reservation) -> bool:
         """Whether the reservation does the work in time, counting a pause unless it keeps the
-        job on the count it holds throughout."""
-        if delivers(self.ladder, reservation, self.remaining, self.start, self.deadline):
+        job on the count it holds throughout (and one per later change with ``change_pause``)."""
+        if delivers(
+            self.ladder, reservation, self.remaining, self.start, self.deadline, self.change_pause
+        ):
             return True
         return (
             self.held_deadline > self.deadline
@@ -635,18 +746,25 @@ class Demand:
 
 
 def kept_delivers(
-    job: JobState, ladder: Ladder, reservation: Reservation, view: ClusterView
+    job: JobState,
+    ladder: Ladder,
+    reservation: Reservation,
+    view: ClusterView,
+    *,
+    pay_changes: bool = False,
 ) -> bool:
-    """``Demand.of_job(job, ladder, view, keep_held=True).delivered_by(reservation)``, without
-    making the demand: a policy keeping its plan asks this of every guaranteed job at every
-    decision, and almost every answer is yes, so the demand is made only for the others."""
+    """``Demand.of_job(job, ladder, view, keep_held=True, pay_changes=...)
+    .delivered_by(reservation)``, without making the demand: a policy keeping its plan asks
+    this of every guaranteed job at every decision, and almost every answer is yes, so the
+    demand is made only for the others."""
     pause = view.restart_pause_s if job.started_s is not None else 0.0
     now, resume = view.now, job.resume_s
     start = now if now >= resume else resume
     held_deadline = job.spec.deadline_s
     deadline = held_deadline - pause
     remaining = job.remaining_iterations
-    if delivers(ladder, reservation, remaining, start, deadline):
+    change_pause = view.restart_pause_s if pay_changes else 0.0
+    if delivers(ladder, reservation, remaining, start, deadline, change_pause):
         return True
     held = job.workers
     return (
@@ -769,7 +887,12 @@ def _plan_in_order(
             plan.reservations[demand.job_id] = reservation
             continue
         found = minimum_share(
-            demand.ladder, demand.remaining, demand.start, demand.deadline, profile
+            demand.ladder,
+            demand.remaining,
+            demand.start,
+            demand.deadline,
+            profile,
+            demand.change_pause,
         )
         if found is None:
             # A re-size would cost a pause it cannot afford; staying on its count costs none.

@@ -9,7 +9,9 @@ job's own progress and sizes it to finish in time.
   pauses excluded) at every decision.
 - Admission: a deadline job is guaranteed only if, on *pessimistic* predicted speeds (the lower
   edge of the prediction band: the safety margin), it gets a minimum satisfactory share without
-  taking one from a job already guaranteed, and only if that share is worth it: its reservation
+  taking one from a job already guaranteed, with a restart pause paid at every change of count
+  the plan makes (where the free workers dip below its share and come back: the backend will
+  charge each), and only if that share is worth it: its reservation
   holds at most ``MAX_RESERVATION_OVERHEAD`` times the worker-seconds of the job's work at its
   most efficient count. A job that cannot be guaranteed is not turned away: it runs best effort
   and still counts as met if it finishes in time (``decline_to_best_effort=False`` turns it
@@ -121,6 +123,12 @@ class _FreshPrefix:
     def after(self, order: tuple) -> list[Demand]:
         """The demands ordered after ``order``."""
         return self.demands[bisect.bisect_right(self.orders, order) :]
+
+
+def _demand(job: JobState, ladder: Ladder, view: ClusterView) -> Demand:
+    """The job's demand as `qos` plans it: no pause while it keeps the count it holds, and one
+    for every change of count its plan makes, the pauses carrying the plan out will cost."""
+    return Demand.of_job(job, ladder, view, keep_held=True, pay_changes=True)
 
 
 def allowed_counts(max_workers: int, workers_per_node: int) -> tuple[int, ...]:
@@ -283,12 +291,12 @@ class QualityOfService(Policy):
 
     def _demands(self, jobs: Sequence[JobState], view: ClusterView) -> list[Demand]:
         """The jobs' demands on pessimistic predicted speeds (their ladders refreshed)."""
-        tracked_jobs, ladders, of_job = self._jobs, self._ladders, Demand.of_job
+        tracked_jobs, ladders = self._jobs, self._ladders
         demands = []
         for job in jobs:
             tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
-            demands.append(of_job(job, pessimistic, view, keep_held=True))
+            demands.append(_demand(job, pessimistic, view))
         return demands
 
     def _plan_keeping(
@@ -303,10 +311,12 @@ class QualityOfService(Policy):
             tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
             reservation = keep.get(job.job_id)
-            if reservation is not None and kept_delivers(job, pessimistic, reservation, view):
+            if reservation is not None and kept_delivers(
+                job, pessimistic, reservation, view, pay_changes=True
+            ):
                 delivering.append(job)
             else:
-                others.append(Demand.of_job(job, pessimistic, view, keep_held=True))
+                others.append(_demand(job, pessimistic, view))
         now, capacity = view.now, view.cluster.total_workers
         delivering.sort(key=_deadline_key)  # a demand's order, as plan_demands sorts them
         profile = FreeProfile(now, capacity)
@@ -369,7 +379,7 @@ class QualityOfService(Policy):
         """
         now, capacity = view.now, view.cluster.total_workers
         ladder = self._ladders(job, self._track(job, view))[1]
-        demand = Demand.of_job(job, ladder, view, keep_held=True)
+        demand = _demand(job, ladder, view)
         own = plan_demands([demand], now, capacity, profile=leftover(self._adopted, now, capacity))
         kept = Plan({**self._adopted.reservations, **own.reservations}, own.failed, own.free)
         if not kept.failed:
@@ -417,8 +427,7 @@ class QualityOfService(Policy):
         key = (view.now, frozenset(j.job_id for j in guaranteed))
         if self._fresh is None or self._fresh.key != key:
             demands = [
-                Demand.of_job(j, self._ladders(j, self._track(j, view))[1], view, keep_held=True)
-                for j in guaranteed
+                _demand(j, self._ladders(j, self._track(j, view))[1], view) for j in guaranteed
             ]
             self._fresh = _FreshPrefix(key, sorted(demands, key=lambda d: d.order))
         return self._fresh
@@ -700,9 +709,7 @@ class QualityOfService(Policy):
         # `_retry_guarantees` refreshed every unguaranteed job's ladders this decision, so the
         # jobs left out lose no refresh.)
         demands = [
-            Demand.of_job(
-                job, self._ladders(job, tracked_jobs[job.job_id])[0], view, keep_held=True
-            )
+            _demand(job, self._ladders(job, tracked_jobs[job.job_id])[0], view)
             for job in heapq.nsmallest(HOPEFUL_PER_DECISION, hopeful_jobs, key=_deadline_key)
         ]
         if not demands:
