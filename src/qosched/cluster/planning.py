@@ -497,12 +497,12 @@ def minimum_share(
     # The same share as trying each in turn, in a few walks of the profile instead of one per
     # candidate (most candidates of a job that cannot fit).
     low, high = 0, len(candidates) - 1  # candidates[low] does not fit
-    finish = finish_time(ladder, candidates[high], remaining, start, deadline, p, change_pause)
+    finish = finish_time(ladder, candidates[high], remaining, start, deadline, p)
     if finish is None:
         return None
     while high - low > 1:  # candidates[high] fits, finishing at ``finish``
         middle = (low + high) // 2
-        found = finish_time(ladder, candidates[middle], remaining, start, deadline, p, change_pause)
+        found = finish_time(ladder, candidates[middle], remaining, start, deadline, p)
         if found is None:
             low = middle
         else:
