@@ -187,6 +187,61 @@ def test_repack_is_taken_even_for_a_job_that_fits_a_node_size():
     assert placements == {"new": ((0, 3),), "x": ((1, 2),), "y": ((1, 2),)}
 
 
+def test_a_pinned_job_split_across_nodes_moves_where_that_splits_fewer_jobs():
+    """Pinned jobs stay where they are, except a pinned job that is itself split: a re-pack that
+    may move it is tried too, and taken where it splits fewer jobs."""
+    cluster = ClusterSpec.from_flags(3, 4)
+    current = {"s": ((0, 1), (2, 3))}
+    placements = place([("s", 4), ("n", 8)], current, cluster, largest_first=True, pinned={"s"})
+    # Kept, "s" leaves 3 + 4 + 1 for "n", which then spans three nodes. Moved, "s" takes node
+    # 2 whole and "n" nodes 0 and 1: nothing is split.
+    assert placements == {"n": ((0, 4), (1, 4)), "s": ((2, 4),)}
+
+
+def test_a_pinned_job_on_whole_nodes_stays_where_it_is():
+    cluster = ClusterSpec.from_flags(2, 8)
+    # The re-pack would move "a" to give "c" a whole node (the tests above); pinned, it stays.
+    placements = place(REPACK_WANTED, REPACK_CURRENT, cluster, largest_first=True, pinned={"a"})
+    assert placements["a"] == REPACK_CURRENT["a"]
+
+
+def scattered(rng: random.Random, cluster: ClusterSpec) -> dict:
+    """Placements left behind by jobs that came and went: pieces on random nodes, some split."""
+    free = [cluster.workers_per_node] * cluster.num_nodes
+    current = {}
+    for index in range(rng.randint(2, 6)):
+        left, pieces = rng.choice([1, 2, 2, 4, 8]), []
+        for node in rng.sample(range(cluster.num_nodes), cluster.num_nodes):
+            take = min(left, free[node], rng.randint(1, left)) if left else 0
+            if take:
+                pieces.append((node, take))
+                free[node] -= take
+                left -= take
+        if left:
+            for node, n in pieces:
+                free[node] += n
+        else:
+            current[f"j{index}"] = tuple(sorted(pieces))
+    return current
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_pinned_whole_jobs_stay_and_every_job_gets_its_count_on_generated_states(seed):
+    rng = random.Random(seed)
+    cluster = ClusterSpec.from_flags(rng.choice([3, 4]), rng.choice([4, 8]))
+    current = scattered(rng, cluster)
+    wanted = [(job_id, sum(n for _, n in spot)) for job_id, spot in current.items()]
+    wanted += [(f"new{i}", rng.choice([1, 2, 4, 8])) for i in range(rng.randint(1, 3))]
+    pinned = {job_id for job_id in current if rng.random() < 0.7}
+    placements = place(wanted, current, cluster, largest_first=True, pinned=pinned)
+    per_node = cluster.workers_per_node
+    assert max(used_per_node(placements, cluster)) <= per_node
+    for job_id, workers in wanted:
+        assert job_id not in placements or sum(n for _, n in placements[job_id]) == workers
+        if job_id in pinned and not is_split(current[job_id], per_node):
+            assert placements[job_id] == current[job_id]
+
+
 # --- buddy allocation -------------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ are placed in the policy's priority order, or largest first (``largest_first=Tru
 power-of-two counts and power-of-two nodes that is buddy allocation, which never fragments.
 When keeping placements forces a job across more nodes than it needs, a re-pack (largest first,
 each unchanged job back at its old spot when that is still free) is tried and taken if it splits
-fewer jobs: a split job is slower for the rest of its run, a moved one pays one restart.
+fewer jobs: a split job is slower for the rest of its run, a moved one pays one restart. Jobs the
+policy pins stay where they are in the re-pack; where a pinned job is itself split, a second
+re-pack that may move it is tried as well, since keeping it there keeps it slow.
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ def place(
 ) -> dict[str, Placement]:
     """Placements for ``wanted`` (job id, workers) pairs; a job that does not fit is left out.
 
-    ``pinned`` jobs with an unchanged count stay where they are even in a re-pack."""
+    ``pinned`` jobs with an unchanged count stay where they are even in a re-pack, unless they
+    are split and a re-pack that moves them splits fewer jobs."""
     order = sorted(wanted, key=lambda item: -item[1]) if largest_first else list(wanted)
     # NOTE: one look-up per job and `size` inlined for a one-node placement (the same test):
     # this runs over every placed job at every decision.
@@ -152,9 +155,13 @@ def place(
         return sticky
     # Re-pack largest first, leaving each unchanged job where it was whenever its spot is free.
     by_size = sorted(wanted, key=lambda item: -item[1])
+    best, best_splits = sticky, sticky_splits
     kept = {job_id: spot for job_id, spot in unchanged.items() if job_id in pinned}
-    movable = {job_id: spot for job_id, spot in unchanged.items() if job_id not in kept}
-    repacked, repacked_splits = _pack(by_size, cluster, kept, movable)
-    if repacked_splits < sticky_splits and len(repacked) >= len(sticky):
-        return repacked
-    return sticky
+    per_node = cluster.workers_per_node
+    unsplit = {job_id: spot for job_id, spot in kept.items() if not is_split(spot, per_node)}
+    for keep in (kept, unsplit) if len(unsplit) < len(kept) else (kept,):
+        movable = {job_id: spot for job_id, spot in unchanged.items() if job_id not in keep}
+        repacked, repacked_splits = _pack(by_size, cluster, keep, movable)
+        if repacked_splits < best_splits and len(repacked) >= len(sticky):
+            best, best_splits = repacked, repacked_splits
+    return best
