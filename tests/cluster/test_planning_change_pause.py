@@ -8,6 +8,7 @@ import copy
 import random
 
 import pytest
+from cluster_helpers import carved_profile
 
 from qosched.cluster.planning import (
     Demand,
@@ -111,11 +112,7 @@ def _random_case(seed: int):
     top = rng.choice([8, 16, 32])
     rates = [0.0] + [g ** rng.uniform(0.5, 1.0) for g in range(1, top + 1)]
     ladder = Ladder(rates, [1, 2, 4, 8, 16, 24, 32])
-    p = FreeProfile(0.0, capacity)
-    filler = Ladder([0.0, *(float(g) for g in range(1, capacity + 1))], range(1, capacity + 1))
-    for _ in range(rng.randint(0, 12)):  # other jobs' reservations carve the profile up
-        begin = rng.uniform(0.0, 500.0)
-        reserve(filler, rng.randint(1, capacity), begin, begin + rng.uniform(1.0, 300.0), p)
+    p = carved_profile(rng, capacity)
     start = rng.choice([0.0, rng.uniform(0.0, 50.0)])
     share = rng.choice(ladder.counts)
     remaining = rng.uniform(10.0, rates[share] * 900.0)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from cluster_helpers import carved_profile
 
 from qosched.cluster.planning import (
     TOLERANCE,
-    FreeProfile,
     Ladder,
     finish_time,
     minimum_share,
-    reserve,
 )
 
 
@@ -39,11 +38,7 @@ def _random_case(seed: int):
         0.0 if rng.random() < 0.1 else g ** rng.uniform(0.5, 1.0) for g in range(1, top + 1)
     ]
     ladder = Ladder(rates, [1, 2, 4, 8, 16, 24, 32, 48, 64])
-    profile = FreeProfile(0.0, capacity)
-    filler = Ladder([0.0, *(float(g) for g in range(1, capacity + 1))], range(1, capacity + 1))
-    for _ in range(rng.randint(0, 12)):  # other jobs' reservations carve the profile up
-        begin = rng.uniform(0.0, 500.0)
-        reserve(filler, rng.randint(1, capacity), begin, begin + rng.uniform(1.0, 300.0), profile)
+    profile = carved_profile(rng, capacity)
     start = rng.choice([0.0, rng.uniform(0.0, 50.0)])
     deadline = start + rng.uniform(10.0, 800.0)
     remaining = rng.uniform(10.0, 2.0 * rates[-1] * (deadline - start) + 10.0)
