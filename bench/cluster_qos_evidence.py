@@ -508,9 +508,18 @@ def overload(args: argparse.Namespace) -> None:
         + ". *hidden* = SimConfig(speed_sigma=0.3, scaling_sigma=0.1, noise=0.05, seed=trace "
         "seed).\n"
     )
-    print(f"| seed | GPUs | speeds | {' | '.join(labels)} | elasticflow | qos - elasticflow |")
-    print("|---|---|---|" + "---|" * (len(labels) + 2))
+    print(
+        "*met work* = the jobs that met their deadlines, in hours of their work on one GPU at "
+        "the table's speed (a fixed weight per job, the same for every policy): how much "
+        "deadline work each policy delivered, where DSR counts jobs whatever their size.\n"
+    )
+    print(
+        f"| seed | GPUs | speeds | {' | '.join(labels)} | elasticflow | qos - elasticflow "
+        "| met work, h: qos / elasticflow |"
+    )
+    print("|---|---|---|" + "---|" * (len(labels) + 3))
     behind = []
+    work_when_behind = []
     columns: dict[str, list[list[float]]] = {
         speeds: [[] for _ in range(len(labels) + 1)] for speeds in SPEEDS
     }
@@ -529,15 +538,17 @@ def overload(args: argparse.Namespace) -> None:
                 for column, value in zip(columns[speeds], dsr, strict=True):
                     column.append(value)
                 lead = dsr[0] - dsr[-1]
+                ours, theirs = met_work_h(trace, results[0]), met_work_h(trace, results[-1])
                 if lead < 0:
                     behind.append(
                         f"seed {seed}, {nodes}x8, {speeds}: {lead * 100:+.1f} "
                         f"({met_apart(trace, results[0], results[-1])})"
                     )
+                    work_when_behind.append(ours >= theirs)
                 print(
                     f"| {seed} | {nodes * 8} | {speeds} | "
                     + " | ".join(percent(d) for d in dsr)
-                    + f" | {lead * 100:+.1f} |",
+                    + f" | {lead * 100:+.1f} | {ours:.0f} / {theirs:.0f} |",
                     flush=True,
                 )
     print("\nMean DSR over the traces, in % (one trace's winner says little in an overload this")
@@ -553,6 +564,22 @@ def overload(args: argparse.Namespace) -> None:
             + f"; the first `qos` column trails `elasticflow` on {trails} of {len(values[0])}."
         )
     print(f"\n`qos` behind `elasticflow`: {'; '.join(behind) or 'nowhere'}.")
+    if behind:
+        print(
+            f"\nOf those {len(behind)} traces, `qos` met at least as much work on "
+            f"{sum(work_when_behind)}."
+        )
+
+
+def met_work_h(trace: Sequence[JobSpec], result: SimResult) -> float:
+    """Hours the jobs that met their deadlines take on one worker at their table's speed."""
+    specs = {job.job_id: job for job in trace}
+    return sum(alone_s(specs[o.job_id]) for o in result.outcomes if o.met_deadline) / HOUR
+
+
+def alone_s(job: JobSpec) -> float:
+    """The job's time on one worker at its table's speed."""
+    return job.iterations / TP.curve(job.model, job.batch_size).rate(1)
 
 
 #: Bands of a job's window over its time on one worker at the table's speed.
@@ -568,8 +595,7 @@ def met_apart(trace: Sequence[JobSpec], ours: SimResult, theirs: SimResult) -> s
 
     def band(job_id: str) -> str:
         job = specs[job_id]
-        alone_s = job.iterations / TP.curve(job.model, job.batch_size).rate(1)
-        ratio = (job.deadline_s - job.submit_s) / alone_s
+        ratio = (job.deadline_s - job.submit_s) / alone_s(job)
         return [name for low, name in WINDOW_BANDS if ratio >= low][-1]
 
     counts = {

@@ -46,3 +46,16 @@ def test_jobs_met_by_one_policy_alone_are_counted_by_window_over_one_gpu_time(be
         "jobs only elasticflow / only qos meets, by window over time on 1 GPU: below 1.0x 1 / 0, "
         "1.0-1.1x 1 / 0, 1.1-1.5x 1 / 0, 1.5x and more 0 / 1"
     )
+
+
+def test_met_work_sums_the_one_gpu_hours_of_the_jobs_that_met_their_deadlines(bench):
+    # 6,031 bert iterations at batch 64 take about 1,000 s on one A100; a job of 12,062 takes
+    # twice that. Met: the 1,000 s job and the 2,000 s one, not the second 1,000 s job.
+    jobs = [
+        JobSpec("a", 0.0, "bert", 64, 6031, 5000.0, 1),
+        JobSpec("b", 0.0, "bert", 64, 12062, 5000.0, 1),
+        JobSpec("c", 0.0, "bert", 64, 6031, 5000.0, 1),
+    ]
+    hours = bench.met_work_h(jobs, _result("qos", jobs, {"a", "b"}))
+    assert hours == pytest.approx(3000.0 / 3600.0, rel=0.01)
+    assert bench.met_work_h(jobs, _result("qos", jobs, set())) == 0.0
