@@ -191,14 +191,18 @@ def _random_kept(rng: random.Random):
 def test_a_kept_reservations_check_without_a_demand_is_the_demands_own(pay_changes):
     """`kept_delivers` answers as the demand `qos` would make for the job, on random jobs at
     the edge of delivering: paused, resuming, never started, on their held count or not, their
-    reservations' later changes of count paid for (as `qos` plans) or not."""
+    reservations' later changes of count paid for (as `qos` checks a reservation kept from an
+    earlier instant) or not. A demand planned unpaid but checked paid answers as one planned
+    and checked paid."""
     rng = random.Random(21)
     answers = collections.Counter()
     for _ in range(3000):
         job, ladder, reservation, view = _random_kept(rng)
-        demand = Demand.of_job(job, ladder, view, keep_held=True, pay_changes=pay_changes)
+        demand = Demand.of_job(job, ladder, view, keep_held=True, pay_kept_changes=pay_changes)
         expected = demand.delivered_by(reservation)
         assert kept_delivers(job, ladder, reservation, view, pay_changes=pay_changes) == expected
+        planned_alike = Demand.of_job(job, ladder, view, keep_held=True, pay_changes=pay_changes)
+        assert planned_alike.delivered_by(reservation) == expected
         # which branch answered: with the pause, or only on the held count without it
         with_pause = delivers(
             ladder,
@@ -206,7 +210,7 @@ def test_a_kept_reservations_check_without_a_demand_is_the_demands_own(pay_chang
             demand.remaining,
             demand.start,
             demand.deadline,
-            demand.change_pause,
+            view.restart_pause_s if pay_changes else 0.0,
         )
         answers[expected, with_pause] += 1
     # Both answers, and yes from the held count alone (a pause would make it late).
@@ -230,7 +234,7 @@ class _ChecksPlanKeeping(QualityOfService):
                     self._ladders(j, self._jobs[j.job_id])[1],
                     view,
                     keep_held=True,
-                    pay_changes=True,
+                    pay_kept_changes=self._pays_kept_changes(view.now),
                 )
                 for j in jobs
             ]

@@ -660,6 +660,8 @@ class Demand:
     held: int = 0  # workers it holds now
     held_deadline: float = 0.0  # to finish by when it keeps ``held`` throughout (no pause)
     change_pause: float = 0.0  # paid at each later change of count its plan makes (`finish_time`)
+    # paid at each change of count of a kept reservation (`delivered_by`); None: ``change_pause``
+    kept_change_pause: float | None = None
 
     @classmethod
     def of_job(
@@ -670,16 +672,22 @@ class Demand:
         *,
         keep_held: bool = False,
         pay_changes: bool = False,
+        pay_kept_changes: bool | None = None,
     ) -> Demand:
         """A deadline job planned in deadline order. It can progress once a restart pause in
         course ends, and one that ran before loses one more pause, since re-sizing it costs one.
         With ``keep_held``, a plan that keeps it on the count it holds throughout is charged no
         pause (a policy's choice: ElasticFlow's planning charges one either way). With
         ``pay_changes``, every later change of count its plan makes costs a pause too, as it
-        will when the plan is carried out (ElasticFlow's planning charges none)."""
+        will when the plan is carried out (ElasticFlow's planning charges none).
+        ``pay_kept_changes`` is the same for a kept reservation's check (None: as planned), so
+        a policy can plan a share unpaid and keep it only while it delivers with them paid."""
         pause = view.restart_pause_s if job.started_s is not None else 0.0
         spec, now, resume = job.spec, view.now, job.resume_s
         deadline = spec.deadline_s
+        kept_pause = None
+        if pay_kept_changes is not None:
+            kept_pause = view.restart_pause_s if pay_kept_changes else 0.0
         return cls(
             job.job_id,
             ladder,
@@ -690,13 +698,17 @@ class Demand:
             job.workers if keep_held else 0,
             deadline if keep_held else deadline - pause,
             view.restart_pause_s if pay_changes else 0.0,
+            kept_pause,
         )
 
     def delivered_by(self, reservation: Reservation) -> bool:
         """Whether the reservation does the work in time, counting a pause unless it keeps the
-        job on the count it holds throughout (and one per later change with ``change_pause``)."""
+        job on the count it holds throughout (and one per later change with
+        ``kept_change_pause``, or ``change_pause`` where that is None)."""
+        kept_pause = self.kept_change_pause
+        change_pause = self.change_pause if kept_pause is None else kept_pause
         if delivers(
-            self.ladder, reservation, self.remaining, self.start, self.deadline, self.change_pause
+            self.ladder, reservation, self.remaining, self.start, self.deadline, change_pause
         ):
             return True
         return (

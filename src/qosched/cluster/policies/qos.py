@@ -9,11 +9,14 @@ job's own progress and sizes it to finish in time.
   pauses excluded) at every decision.
 - Admission: a deadline job is guaranteed only if, on *pessimistic* predicted speeds (the lower
   edge of the prediction band: the safety margin), it gets a minimum satisfactory share without
-  taking one from a job already guaranteed, with a restart pause paid at every change of count
-  the plan makes (where the free workers dip below its share and come back: the backend will
-  charge each), and only if that share is worth it: its reservation
+  taking one from a job already guaranteed, and only if that share is worth it: its reservation
   holds at most ``MAX_RESERVATION_OVERHEAD`` times the worker-seconds of the job's work at its
-  most efficient count. A job that cannot be guaranteed is not turned away: it runs best effort
+  most efficient count. A job with no progress yet, whose band is still the prior's, that fails
+  this is tried once more on its expected speed, a thin guarantee that lasts until its own
+  progress refreshes its band. A plan charges the pause of a start or change of count now, not
+  those of the later changes it makes (where the free workers dip below a share and come back);
+  a reservation kept to a later instant is checked with them paid, and planned again from then
+  if it no longer delivers. A job that cannot be guaranteed is not turned away: it runs best effort
   and still counts as met if it finishes in time (``decline_to_best_effort=False`` turns it
   away instead), which keeps admission from collapsing under overload. Unguaranteed jobs are
   tried again when their prediction narrows or a job leaves (a few per decision).
@@ -125,10 +128,18 @@ class _FreshPrefix:
         return self.demands[bisect.bisect_right(self.orders, order) :]
 
 
-def _demand(job: JobState, ladder: Ladder, view: ClusterView) -> Demand:
-    """The job's demand as `qos` plans it: no pause while it keeps the count it holds, and one
-    for every change of count its plan makes, the pauses carrying the plan out will cost."""
-    return Demand.of_job(job, ladder, view, keep_held=True, pay_changes=True)
+def _demand(
+    job: JobState, ladder: Ladder, view: ClusterView, *, pay_kept_changes: bool = False
+) -> Demand:
+    """The job's demand as `qos` plans it: no pause while it keeps the count it holds, one if
+    it must start or change count now, and none for the later changes its plan makes.
+
+    Those later pauses are real: with ``pay_kept_changes`` a kept reservation is checked with
+    them paid (`QualityOfService._pays_kept_changes`), so one whose re-sizes have eaten its
+    slack is planned again from then, when the workers free then are known. Paying them up
+    front instead planned every reservation fuller than it turned out, and under long
+    overloads turned away jobs that fit (docs/results/cluster.md, "Long overloads")."""
+    return Demand.of_job(job, ladder, view, keep_held=True, pay_kept_changes=pay_kept_changes)
 
 
 def allowed_counts(max_workers: int, workers_per_node: int) -> tuple[int, ...]:
@@ -206,6 +217,7 @@ class QualityOfService(Policy):
         self.confidence = confidence
         self._jobs: dict[str, _Tracked] = {}
         self._adopted = Plan()
+        self._adopted_at = -math.inf  # when the plan in force was adopted
         self._kept: dict[str, Reservation] = {}
         self._failed: set[str] = set()
         self._departed = 0  # jobs seen to leave: each frees workers a guarantee may now use
@@ -292,12 +304,20 @@ class QualityOfService(Policy):
     def _demands(self, jobs: Sequence[JobState], view: ClusterView) -> list[Demand]:
         """The jobs' demands on pessimistic predicted speeds (their ladders refreshed)."""
         tracked_jobs, ladders = self._jobs, self._ladders
+        pay = self._pays_kept_changes(view.now)
         demands = []
         for job in jobs:
             tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
-            demands.append(_demand(job, pessimistic, view))
+            demands.append(_demand(job, pessimistic, view, pay_kept_changes=pay))
         return demands
+
+    def _pays_kept_changes(self, now: float) -> bool:
+        """Whether a kept reservation's check pays the changes of count it makes: at every
+        instant after the plan in force was adopted. At that instant each of its reservations
+        delivers unpaid (planned then, unpaid, or kept then, checked paid), which the planning
+        shortcuts rely on (`_kept_plan`, `_best_plan_with`)."""
+        return now != self._adopted_at
 
     def _plan_keeping(
         self, jobs: Sequence[JobState], view: ClusterView, keep: dict[str, Reservation]
@@ -306,17 +326,18 @@ class QualityOfService(Policy):
         together (None when they do not: then each must be taken in turn): the same plan, with
         a demand made only for the jobs planned again (`kept_delivers`)."""
         tracked_jobs, ladders = self._jobs, self._ladders
+        pay = self._pays_kept_changes(view.now)
         delivering, others = [], []
         for job in jobs:
             tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
             reservation = keep.get(job.job_id)
             if reservation is not None and kept_delivers(
-                job, pessimistic, reservation, view, pay_changes=True
+                job, pessimistic, reservation, view, pay_changes=pay
             ):
                 delivering.append(job)
             else:
-                others.append(_demand(job, pessimistic, view))
+                others.append(_demand(job, pessimistic, view, pay_kept_changes=pay))
         now, capacity = view.now, view.cluster.total_workers
         delivering.sort(key=_deadline_key)  # a demand's order, as plan_demands sorts them
         profile = FreeProfile(now, capacity)
@@ -460,11 +481,32 @@ class QualityOfService(Policy):
         *,
         in_force: bool = False,
     ) -> bool:
-        """Guarantee ``job`` if a plan meets it without failing a job guaranteed before it.
+        """Guarantee ``job`` if a plan meets it without failing a job guaranteed before it: on
+        its pessimistic speeds, or, for a job with no progress yet, on its expected ones.
 
         ``in_force``: the adopted plan was made at this instant for exactly ``guaranteed`` (as
         in `allocate`), which lets `_best_plan_with` skip re-planning them."""
         tracked = self._jobs[job.job_id]
+        if self._guarantee_on_ladders(job, guaranteed, view, in_force):
+            return True
+        ladders = tracked.ladders
+        if ladders is not None and not tracked.predictor.observed_seconds:
+            # No progress yet: its pessimistic speed is the lower edge of the prior's band,
+            # which refuses jobs that fit on the expected speed. Guarantee it on that speed
+            # until its first refresh after it runs (`_observe_jobs`), when its own progress
+            # gives it a band. Under long overloads this meets more deadlines than the hedge
+            # saves (docs/results/cluster.md, "Long overloads").
+            tracked.ladders = (ladders[0], ladders[0])
+            if self._guarantee_on_ladders(job, guaranteed, view, in_force):
+                return True
+            tracked.ladders = ladders
+        tracked.tried_on = (tracked.ladders_at_active_s, self._departed)
+        return False
+
+    def _guarantee_on_ladders(
+        self, job: JobState, guaranteed: list[JobState], view: ClusterView, in_force: bool
+    ) -> bool:
+        """`_try_to_guarantee` on the job's ladders as they stand: one try, adopted if met."""
         if in_force:
             plan = self._best_plan_with(job, guaranteed, view)
         else:
@@ -476,8 +518,8 @@ class QualityOfService(Policy):
             or set(plan.failed) - self._failed
             or not self._worth_it(job, reservation)
         ):
-            tracked.tried_on = (tracked.ladders_at_active_s, self._departed)
             return False
+        tracked = self._jobs[job.job_id]
         tracked.guaranteed = True
         tracked.tried_on = None
         self._adopt(plan, view.now, [*guaranteed, job])
@@ -514,6 +556,7 @@ class QualityOfService(Policy):
     def _adopt(self, plan: Plan, now: float, jobs: Sequence[JobState]) -> None:
         """Put ``plan``, made at ``now`` for ``jobs``, in force."""
         self._adopted = plan
+        self._adopted_at = now
         self._kept = plan.reservations
         self._failed = set(plan.failed)
         self._adopted_for = None if plan.failed else (now, frozenset(j.job_id for j in jobs))
