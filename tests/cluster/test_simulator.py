@@ -281,6 +281,28 @@ def test_resized_job_holds_its_new_workers_through_the_pause():
     assert (outcome.worker_seconds, outcome.reallocations) == (pytest.approx(50.0), 1)
 
 
+def test_a_job_is_charged_and_credited_only_while_it_holds_workers():
+    # One 4-GPU node, no restart pause. "a" (40 iterations) runs on 2 GPUs over 0..10 (20 done),
+    # waits over 10..20 while "b" (40 iterations) has all 4 GPUs, then does its last 20 on 4
+    # GPUs: done at 25, 2 x 10 + 4 x 5 = 40 GPU-seconds. "b" waits over 0..10 and runs 10 s.
+    def plan(view: ClusterView) -> Decision:
+        counts, wake = ({"a": 2, "b": 0}, 10.0) if view.now < 10 else ({"a": 0, "b": 4}, 20.0)
+        if view.now >= 20:
+            counts, wake = {"a": 4, "b": 0}, None
+        return Decision({j.job_id: counts[j.job_id] for j in view.jobs}, wake_at=wake)
+
+    result = simulate(
+        ClusterSpec.from_flags(1, 4),
+        SMALL,
+        Scripted(plan),
+        [job("a", 0, 40), job("b", 0, 40)],
+        SimConfig(restart_pause_s=0.0),
+    )
+    a, b = outcomes_of(result)["a"], outcomes_of(result)["b"]
+    assert (a.start_s, a.finish_s, a.worker_seconds) == (0.0, 25.0, 40.0)
+    assert (b.start_s, b.finish_s, b.worker_seconds) == (10.0, 20.0, 40.0)
+
+
 def test_first_start_costs_no_restart_pause():
     result = simulate(
         ClusterSpec.from_flags(1, 4),

@@ -297,6 +297,11 @@ class ClusterSimulator:
             off_clock=not config.hold_last_arrival or config.decide_at != "events",
         )
         self._active: dict[str, JobState] = {}
+        # The active jobs holding workers (`_apply`, `_finish`), and each admitted job's place
+        # in the admission order, which is `_active`'s: progress is brought up to date for the
+        # running jobs alone, and jobs done at one instant finish in that order.
+        self._running: dict[str, JobState] = {}
+        self._admission: dict[str, int] = {}
         self._declined: set[str] = set()
         self._allocated = 0
         self._timeline: list[tuple[float, int]] = []
@@ -415,6 +420,7 @@ class ClusterSimulator:
         at = self.engine.now if early or self.config.decide_at == "arrivals" else None
         if self.policy.admit(state, view):
             self._active[state.job_id] = state
+            self._admission[state.job_id] = len(self._admission)
             state.last_update_s = self.engine.now
             self._request_decision(at)
         else:
@@ -443,6 +449,7 @@ class ClusterSimulator:
         for state in batch:
             if admitted or state.spec.deadline_s is None:
                 self._active[state.job_id] = state
+                self._admission[state.job_id] = len(self._admission)
                 state.last_update_s = now
                 self._request_decision()
             else:
@@ -477,6 +484,7 @@ class ClusterSimulator:
         state.workers, state.placement, state.rate = 0, (), 0.0
         self._work_until.pop(state.job_id, None)
         del self._active[state.job_id]
+        self._running.pop(state.job_id, None)
         self._settle()
         if self.config.decide_at == "events":
             self._request_decision()
@@ -522,7 +530,9 @@ class ClusterSimulator:
         """Bring every running job's progress and attained service up to now.
 
         A job within rounding error of its last iteration finishes now: its completion event
-        may sit a few ulps later than another event of the same instant.
+        may sit a few ulps later than another event of the same instant. A job holding no
+        workers is not looked at: nothing of it changes while it waits, and `_apply` starts its
+        clock (``last_update_s``) when it is given workers again.
         """
         now = self.engine.now
         if now == self._progress_at:
@@ -533,26 +543,27 @@ class ClusterSimulator:
         # NOTE: ``max``/``min`` written out and `_ran_out` inlined for the usual end rule (the
         # same values): this runs over every job at every event.
         by_iterations = self.config.ends_on == "iterations"
-        for state in self._active.values():
-            if state.workers:
-                last, resume = state.last_update_s, state.resume_s
-                since = resume if resume > last else last
-                until = min(now, work_until.get(state.job_id, now)) if work_until else now
-                if until > since:
-                    state.iterations_done = min(
-                        float(state.spec.iterations),
-                        state.iterations_done + state.rate * (until - since),
-                    )
-                state.attained_worker_s += state.workers * (now - last)
-                active = now - since
-                state.active_s += active if active > 0.0 else 0.0
-                if (
-                    state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
-                    if by_iterations
-                    else self._ran_out(state)
-                ):
-                    done.append(state)
+        for state in self._running.values():
+            last, resume = state.last_update_s, state.resume_s
+            since = resume if resume > last else last
+            until = min(now, work_until.get(state.job_id, now)) if work_until else now
+            if until > since:
+                state.iterations_done = min(
+                    float(state.spec.iterations),
+                    state.iterations_done + state.rate * (until - since),
+                )
+            state.attained_worker_s += state.workers * (now - last)
+            active = now - since
+            state.active_s += active if active > 0.0 else 0.0
+            if (
+                state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
+                if by_iterations
+                else self._ran_out(state)
+            ):
+                done.append(state)
             state.last_update_s = now
+        if len(done) > 1:
+            done.sort(key=lambda state: self._admission[state.job_id])
         for state in done:
             self._finish(state)
 
@@ -809,25 +820,30 @@ class ClusterSimulator:
         now, name, unit = self.engine.now, self.policy.name, self.cluster.unit_plural
         wanted: list[tuple[str, int]] = []
         total = 0
+        active = self._active
+        # NOTE: `SpeedCurve.available` inlined (the same test): this runs over every job a
+        # decision names, at every decision.
         for job_id, workers in decision.workers.items():
-            state = self._active.get(job_id)
+            state = active.get(job_id)
             if state is None:
                 raise SimulationError(
                     f"t={now}: policy {name!r} allocated {unit} to {job_id!r}, "
                     "which is not an admitted unfinished job"
                 )
-            if workers and not state.curve.available(workers):
-                raise SimulationError(
-                    f"t={now}: policy {name!r} gave job {job_id} {workers} {unit}, "
-                    f"a count with no measured speed for {state.spec.model}"
-                )
+            if not workers:
+                continue
             if workers < 0:
                 raise SimulationError(
                     f"t={now}: policy {name!r} gave job {job_id} {workers} {unit}"
                 )
-            if workers:
-                wanted.append((job_id, workers))
-                total += workers
+            speeds = state.curve.speeds
+            if not (workers < len(speeds) and speeds[workers] > 0.0):
+                raise SimulationError(
+                    f"t={now}: policy {name!r} gave job {job_id} {workers} {unit}, "
+                    f"a count with no measured speed for {state.spec.model}"
+                )
+            wanted.append((job_id, workers))
+            total += workers
         if total > self.cluster.total_workers:
             raise SimulationError(
                 f"t={now}: policy {name!r} allocated {total} {unit}, cluster "
@@ -855,7 +871,13 @@ class ClusterSimulator:
         state.workers, state.placement = workers, placement
         if not workers:
             state.phase, state.rate = Phase.PENDING, 0.0
+            self._running.pop(state.job_id, None)
             return
+        if state.job_id not in self._running:
+            # Its progress is current (`_decide` brought every job up to now): its clock
+            # starts here.
+            self._running[state.job_id] = state
+            state.last_update_s = now
         model = self.config.restart_model
         if model == "pause" and state.has_started:
             state.resume_s = now + self.config.restart_pause_s
