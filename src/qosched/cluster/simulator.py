@@ -297,11 +297,9 @@ class ClusterSimulator:
             off_clock=not config.hold_last_arrival or config.decide_at != "events",
         )
         self._active: dict[str, JobState] = {}
-        # The active jobs holding workers (`_apply`, `_finish`), and each admitted job's place
-        # in the admission order, which is `_active`'s: progress is brought up to date for the
-        # running jobs alone, and jobs done at one instant finish in that order.
+        # The active jobs holding workers (`_apply`, `_finish`): progress is brought up to date
+        # for them alone.
         self._running: dict[str, JobState] = {}
-        self._admission: dict[str, int] = {}
         self._declined: set[str] = set()
         self._allocated = 0
         self._timeline: list[tuple[float, int]] = []
@@ -420,7 +418,6 @@ class ClusterSimulator:
         at = self.engine.now if early or self.config.decide_at == "arrivals" else None
         if self.policy.admit(state, view):
             self._active[state.job_id] = state
-            self._admission[state.job_id] = len(self._admission)
             state.last_update_s = self.engine.now
             self._request_decision(at)
         else:
@@ -449,7 +446,6 @@ class ClusterSimulator:
         for state in batch:
             if admitted or state.spec.deadline_s is None:
                 self._active[state.job_id] = state
-                self._admission[state.job_id] = len(self._admission)
                 state.last_update_s = now
                 self._request_decision()
             else:
@@ -541,7 +537,7 @@ class ClusterSimulator:
         done = []
         work_until = self._work_until
         # NOTE: ``max``/``min`` written out and `_ran_out` inlined for the usual end rule (the
-        # same values): this runs over every job at every event.
+        # same values): this runs over every running job at every event.
         by_iterations = self.config.ends_on == "iterations"
         for state in self._running.values():
             last, resume = state.last_update_s, state.resume_s
@@ -562,8 +558,9 @@ class ClusterSimulator:
             ):
                 done.append(state)
             state.last_update_s = now
-        if len(done) > 1:
-            done.sort(key=lambda state: self._admission[state.job_id])
+        if len(done) > 1:  # they finish in the order they were admitted in, `_active`'s
+            position = {job_id: i for i, job_id in enumerate(self._active)}
+            done.sort(key=lambda state: position[state.job_id])
         for state in done:
             self._finish(state)
 
