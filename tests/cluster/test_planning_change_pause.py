@@ -1,9 +1,11 @@
-"""A plan that changes a job's count pays a restart pause at each change after the first
-(``change_pause``): hand-computed walks on a linear ladder (g workers do g iterations/s), and
-the walk over the free profile against the check over the reservation it makes."""
+"""A kept reservation is checked with a restart pause paid at each change of count after the
+first (``delivers(..., change_pause)``): hand-computed cases on a linear ladder (g workers do g
+iterations/s), and the check over a reservation's runs of one count against a walk over the
+free profile's segments written apart from it (``_paying_finish_time``, here)."""
 
 from __future__ import annotations
 
+import bisect
 import copy
 import random
 
@@ -11,13 +13,12 @@ import pytest
 from cluster_helpers import carved_profile
 
 from qosched.cluster.planning import (
+    TOLERANCE,
     Demand,
     FreeProfile,
     Ladder,
     delivers,
     finish_time,
-    minimum_share,
-    paying_finish_time,
     plan_demands,
     reserve,
     take,
@@ -27,11 +28,65 @@ LINEAR = Ladder([0.0, 1.0, 2.0, 3.0, 4.0], (1, 2, 4))
 PAUSE = 30.0
 
 
+def _paying_finish_time(
+    ladder: Ladder,
+    share: int,
+    remaining: float,
+    start: float,
+    deadline: float,
+    p: FreeProfile,
+    change_pause: float,
+) -> float | None:
+    """When a job on ``min(share, free)`` workers from ``start`` finishes, paying
+    ``change_pause`` seconds without progress at every change of its count after the first;
+    None if after ``deadline``. Walks the free profile's segments, as ``finish_time`` does."""
+    starts, free = p.starts, p.free
+    last = len(starts) - 1
+    needed = remaining * (1 - TOLERANCE) - TOLERANCE
+    done = 0.0
+    index = max(bisect.bisect_right(starts, start) - 1, 0)
+    t0, held, started, paused_until = start, 0, False, start
+    while t0 < deadline:
+        t1 = min(starts[index + 1] if index < last else deadline, deadline)
+        budget = min(share, free[index])
+        count = ladder.within(budget)
+        if count != held:
+            if count and started:  # a re-size, or a resume after waiting
+                paused_until = t0 + change_pause
+            started = started or count > 0
+            held = count
+        rate = ladder.rate(count)
+        begin = max(t0, paused_until)
+        if rate > 0.0 and t1 > begin:
+            if done + rate * (t1 - begin) >= needed:
+                return min(t1, begin + (remaining - done) / rate)
+            done += rate * (t1 - begin)
+        if index == last:
+            break
+        index += 1
+        t0 = t1
+    return None
+
+
 def profile(*taken: tuple[float, float, int]) -> FreeProfile:
     """4 workers, less what other jobs' reservations ``taken`` hold."""
     p = FreeProfile(0.0, 4)
     assert take(list(taken), 0.0, p)
     return p
+
+
+def _delivered_by(reservation, remaining: float, pause: float) -> float:
+    """The earliest deadline by which ``reservation`` does ``remaining`` on ``LINEAR``, to
+    within a millisecond (bisection on ``delivers``)."""
+    low, high = 0.0, 1e4
+    assert delivers(LINEAR, reservation, remaining, 0.0, high, pause)
+    while high - low > 1e-3:
+        middle = (low + high) / 2
+        if delivers(LINEAR, reservation, remaining, 0.0, middle, pause):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 @pytest.mark.parametrize(
@@ -58,51 +113,34 @@ def profile(*taken: tuple[float, float, int]) -> FreeProfile:
 def test_each_change_after_the_first_costs_a_pause(taken, share, remaining, plain, paying):
     p = profile(taken)
     assert finish_time(LINEAR, share, remaining, 0.0, 1e9, p) == pytest.approx(plain)
-    assert finish_time(LINEAR, share, remaining, 0.0, 1e9, p, PAUSE) == pytest.approx(paying)
+    assert _paying_finish_time(LINEAR, share, remaining, 0.0, 1e9, p, PAUSE) == pytest.approx(
+        paying
+    )
+    # The check of the reservation the plan would make, held long enough to finish paid.
+    reservation = reserve(LINEAR, share, 0.0, 1000.0, copy.deepcopy(p))
+    assert _delivered_by(reservation, remaining, 0.0) == pytest.approx(plain, abs=2e-3)
+    assert _delivered_by(reservation, remaining, PAUSE) == pytest.approx(paying, abs=2e-3)
 
 
 def test_a_pause_runs_on_over_a_boundary_that_changes_nothing():
     p = profile((100.0, 200.0, 2))
     p.split(110.0)  # a boundary inside the pause from 100, with the same count on both sides
-    assert finish_time(LINEAR, 4, 1000.0, 0.0, 1e9, p, PAUSE) == pytest.approx(345.0)
+    assert _paying_finish_time(LINEAR, 4, 1000.0, 0.0, 1e9, p, PAUSE) == pytest.approx(345.0)
+    runs = [(0.0, 100.0, 4), (100.0, 110.0, 2), (110.0, 200.0, 2), (200.0, 1000.0, 4)]
+    assert _delivered_by(runs, 1000.0, PAUSE) == pytest.approx(345.0, abs=2e-3)
 
 
-def test_a_share_that_fits_only_without_its_pauses_is_not_found():
-    # The first case above by 320: 4 workers finish at 300 unpaid, 345 paid; 2 throughout do
-    # 1000 by 500. No share fits once the pauses are paid.
+def test_a_reservation_planned_unpaid_is_kept_only_while_it_delivers_paid():
+    # The first case above by 320: 4 workers finish at 300 unpaid, 345 paid.
     p = profile((100.0, 200.0, 2))
-    assert minimum_share(LINEAR, 1000.0, 0.0, 320.0, p) == (4, pytest.approx(300.0))
-    assert minimum_share(LINEAR, 1000.0, 0.0, 320.0, p, PAUSE) is None
-    assert minimum_share(LINEAR, 1000.0, 0.0, 350.0, p, PAUSE) == (4, pytest.approx(345.0))
-
-
-def test_the_fewest_workers_that_fit_with_their_pauses_may_be_fewer_than_the_most():
-    # Nothing free until 50, then 4 but for one worker taken in 10 s of every 30: 4 workers
-    # restart at every dip and never get going; 3 never change count and do 420 from 50 by
-    # 190. Bisection would give up once the most workers do not fit.
-    ladder = Ladder([0.0, 1.0, 2.0, 3.0, 4.0], (1, 2, 3, 4))
-    dips = [(t, t + 10.0, 1) for t in range(60, 250, 30)]
-    p = profile((0.0, 50.0, 4), *dips)
-    assert finish_time(ladder, 4, 420.0, 0.0, 250.0, p, PAUSE) is None
-    assert minimum_share(ladder, 420.0, 0.0, 250.0, p, PAUSE) == (3, pytest.approx(190.0))
-
-
-def _demand(deadline: float, pay_changes: bool) -> Demand:
-    return Demand(
-        "j", LINEAR, 1000.0, 0.0, deadline, (deadline,), change_pause=PAUSE if pay_changes else 0
-    )
-
-
-def test_a_demand_that_pays_its_changes_is_planned_and_kept_by_them():
-    p = profile((100.0, 200.0, 2))
-    unpaid = plan_demands([_demand(320.0, False)], 0.0, 4, profile=copy.deepcopy(p))
-    assert unpaid.failed == []
-    reservation = unpaid.reservations["j"]
+    planned = plan_demands([Demand("j", LINEAR, 1000.0, 0.0, 320.0, (320.0,))], 0.0, 4, profile=p)
+    assert planned.failed == []
+    reservation = planned.reservations["j"]
     assert reservation == [(0.0, 100.0, 4), (100.0, 200.0, 2), (200.0, 300.0, 4)]
-    assert plan_demands([_demand(320.0, True)], 0.0, 4, profile=copy.deepcopy(p)).failed == ["j"]
-    # The same reservation kept: delivered unpaid, not once its two changes are paid for.
-    assert _demand(320.0, False).delivered_by(reservation)
-    assert not _demand(320.0, True).delivered_by(reservation)
+    unpaid = Demand("j", LINEAR, 1000.0, 0.0, 320.0, (320.0,))
+    paid = Demand("j", LINEAR, 1000.0, 0.0, 320.0, (320.0,), kept_change_pause=PAUSE)
+    assert unpaid.delivered_by(reservation)
+    assert not paid.delivered_by(reservation)
     assert not delivers(LINEAR, reservation, 1000.0, 0.0, 1e9, PAUSE)  # it ends at 300 anyway
 
 
@@ -123,7 +161,7 @@ def _random_case(seed: int):
 def test_without_a_pause_the_paying_walk_is_the_plain_one(seed):
     ladder, share, remaining, start, p, _ = _random_case(seed)
     plain = finish_time(ladder, share, remaining, start, 2000.0, p)
-    walked = paying_finish_time(ladder, share, remaining, start, 2000.0, p, 0.0)
+    walked = _paying_finish_time(ladder, share, remaining, start, 2000.0, p, 0.0)
     assert walked == (None if plain is None else pytest.approx(plain, rel=1e-12, abs=1e-9))
 
 
@@ -132,7 +170,7 @@ def test_the_reservation_made_delivers_by_its_finish_with_its_pauses_and_not_bef
     """The walk over the profile's segments and the check over the reservation's runs of one
     count are written apart: they must agree on when the work is done, pauses paid."""
     ladder, share, remaining, start, p, pause = _random_case(seed)
-    finish = finish_time(ladder, share, remaining, start, 2000.0, p, pause)
+    finish = _paying_finish_time(ladder, share, remaining, start, 2000.0, p, pause)
     if finish is None:
         return
     plain = finish_time(ladder, share, remaining, start, 2000.0, p)

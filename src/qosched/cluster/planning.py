@@ -7,9 +7,9 @@ profile; a job's reservation is a list of (start, end, workers) segments. Which 
 use, and how fast it runs on each, come from its :class:`Ladder`, which the policy builds.
 
 Where the free workers dip below a job's share, ``min(g, free)`` changes the job's count, and a
-backend restarts a job at every change. A demand may pay for that (``Demand.change_pause``): its
-plan then loses a restart pause of progress at every change after the first, as the backend will
-charge it, and a share whose changes make it late does not satisfy it.
+backend restarts a job at every change. Plans do not budget those later pauses (a policy that
+did planned every share fuller than it turned out); a kept reservation may be checked with them
+paid instead (``Demand.kept_change_pause``, `delivers`), and planned again once they make it late.
 """
 
 from __future__ import annotations
@@ -118,14 +118,8 @@ def finish_time(
     start: float,
     deadline: float,
     p: FreeProfile,
-    change_pause: float = 0.0,
 ) -> float | None:
-    """When the job finishes on ``min(share, free)`` workers from ``start``; None if too late.
-
-    With ``change_pause``, every change of that count after the first costs the job that many
-    seconds without progress (`paying_finish_time`)."""
-    if change_pause > 0.0:
-        return paying_finish_time(ladder, share, remaining, start, deadline, p, change_pause)
+    """When the job finishes on ``min(share, free)`` workers from ``start``; None if too late."""
     # NOTE: the hot loop of ElasticFlow's planning; kept free of calls for speed.
     rate_within = ladder.rate_within
     starts, free = p.starts, p.free
@@ -145,57 +139,6 @@ def finish_time(
             gained = rate * (t1 - t0)
             if done + gained >= remaining * (1 - TOLERANCE) - TOLERANCE:
                 return min(t1, t0 + (remaining - done) / rate)
-            done += gained
-        if index == last:
-            break
-        index += 1
-        t0 = t1
-    return None
-
-
-def paying_finish_time(
-    ladder: Ladder,
-    share: int,
-    remaining: float,
-    start: float,
-    deadline: float,
-    p: FreeProfile,
-    change_pause: float,
-) -> float | None:
-    """`finish_time` for a job that pays ``change_pause`` seconds without progress at every
-    change of its count after the first, as a checkpoint-restart does: where the free workers
-    fall below ``share`` and come back, and where it waits with none and resumes. The first
-    count is free here (a caller charges the job's first re-size once, in its deadline). A
-    change within a pause starts the pause again, as a backend restarting the job again does.
-    """
-    rate_within, best = ladder.rate_within, ladder.best
-    starts, free = p.starts, p.free
-    last = len(starts) - 1
-    needed = remaining * (1 - TOLERANCE) - TOLERANCE
-    done = 0.0
-    index = max(bisect.bisect_right(starts, start) - 1, 0)
-    t0 = start
-    held = 0  # the count of the segment before (0: waiting)
-    started = False  # whether it has had its first count
-    paused_until = start
-    while t0 < deadline:
-        t1 = starts[index + 1] if index < last else deadline
-        if t1 > deadline:
-            t1 = deadline
-        budget = share if share < free[index] else free[index]
-        count = best[budget]
-        if count != held:
-            if count and started:  # a re-size, or a resume after waiting: a restart
-                paused_until = t0 + change_pause
-            started = started or count > 0
-            held = count
-        rate = rate_within[budget]
-        begin = t0 if t0 >= paused_until else paused_until
-        if rate > 0.0 and t1 > begin:
-            gained = rate * (t1 - begin)
-            if done + gained >= needed:
-                finish = begin + (remaining - done) / rate
-                return t1 if finish > t1 else finish
             done += gained
         if index == last:
             break
@@ -432,8 +375,9 @@ def delivers(
     change_pause: float = 0.0,
 ) -> bool:
     """Whether running on ``reservation`` from ``start`` does ``remaining`` by ``deadline``;
-    with ``change_pause``, paying it at every change of count after the first
-    (`paying_finish_time`)."""
+    with ``change_pause``, paying it at every change of count after the first, as a
+    checkpoint-restart does: where the count falls and comes back, and where the job waits with
+    none and resumes (its first count is free; a change within a pause starts it again)."""
     # NOTE: ``ladder.rate`` and ``max``/``min`` inlined: this runs for every kept reservation at
     # every decision.
     rates = ladder.rates
@@ -465,13 +409,8 @@ def minimum_share(
     start: float,
     deadline: float,
     p: FreeProfile,
-    change_pause: float = 0.0,
 ) -> tuple[int, float] | None:
-    """(share, finish) with the fewest workers that does ``remaining`` by ``deadline``, or None.
-
-    With ``change_pause`` (`finish_time`) a larger share can change count where a smaller one
-    does not, so whether a share fits is no longer monotone in it: the shares are then tried in
-    turn, fewest workers first, instead of by bisection."""
+    """(share, finish) with the fewest workers that does ``remaining`` by ``deadline``, or None."""
     counts = ladder.counts
     if not counts or deadline <= start:
         return None
@@ -482,15 +421,9 @@ def minimum_share(
     if not candidates:
         return None
     # Fewest workers first: under light load the first candidate usually fits.
-    finish = finish_time(ladder, candidates[0], remaining, start, deadline, p, change_pause)
+    finish = finish_time(ladder, candidates[0], remaining, start, deadline, p)
     if finish is not None:
         return candidates[0], finish
-    if change_pause > 0.0:  # not monotone: each in turn
-        for share in candidates[1:]:
-            finish = finish_time(ladder, share, remaining, start, deadline, p, change_pause)
-            if finish is not None:
-                return share, finish
-        return None
     # A larger share does at least as much work in every segment (rate_within never falls as
     # the budget grows, and float sums are monotone), so whether a share fits is monotone in
     # it: the fewest workers that fit are found by bisection, and none fit if the most do not.
@@ -659,9 +592,9 @@ class Demand:
     order: tuple = ()  # sort key among demands; earliest first
     held: int = 0  # workers it holds now
     held_deadline: float = 0.0  # to finish by when it keeps ``held`` throughout (no pause)
-    change_pause: float = 0.0  # paid at each later change of count its plan makes (`finish_time`)
-    # paid at each change of count of a kept reservation (`delivered_by`); None: ``change_pause``
-    kept_change_pause: float | None = None
+    # Paid at each later change of count of a kept reservation (`delivered_by`). A plan is made
+    # without them: it is checked with them paid once it is kept to a later instant.
+    kept_change_pause: float = 0.0
 
     @classmethod
     def of_job(
@@ -671,23 +604,18 @@ class Demand:
         view: ClusterView,
         *,
         keep_held: bool = False,
-        pay_changes: bool = False,
-        pay_kept_changes: bool | None = None,
+        pay_kept_changes: bool = False,
     ) -> Demand:
         """A deadline job planned in deadline order. It can progress once a restart pause in
         course ends, and one that ran before loses one more pause, since re-sizing it costs one.
         With ``keep_held``, a plan that keeps it on the count it holds throughout is charged no
         pause (a policy's choice: ElasticFlow's planning charges one either way). With
-        ``pay_changes``, every later change of count its plan makes costs a pause too, as it
-        will when the plan is carried out (ElasticFlow's planning charges none).
-        ``pay_kept_changes`` is the same for a kept reservation's check (None: as planned), so
-        a policy can plan a share unpaid and keep it only while it delivers with them paid."""
+        ``pay_kept_changes``, a kept reservation is checked with a pause paid at every later
+        change of count it makes, as it will be when carried out, so a policy can plan a share
+        without them and keep it only while it delivers with them paid."""
         pause = view.restart_pause_s if job.started_s is not None else 0.0
         spec, now, resume = job.spec, view.now, job.resume_s
         deadline = spec.deadline_s
-        kept_pause = None
-        if pay_kept_changes is not None:
-            kept_pause = view.restart_pause_s if pay_kept_changes else 0.0
         return cls(
             job.job_id,
             ladder,
@@ -697,18 +625,20 @@ class Demand:
             (deadline, spec.submit_s),
             job.workers if keep_held else 0,
             deadline if keep_held else deadline - pause,
-            view.restart_pause_s if pay_changes else 0.0,
-            kept_pause,
+            view.restart_pause_s if pay_kept_changes else 0.0,
         )
 
     def delivered_by(self, reservation: Reservation) -> bool:
         """Whether the reservation does the work in time, counting a pause unless it keeps the
         job on the count it holds throughout (and one per later change with
-        ``kept_change_pause``, or ``change_pause`` where that is None)."""
-        kept_pause = self.kept_change_pause
-        change_pause = self.change_pause if kept_pause is None else kept_pause
+        ``kept_change_pause``)."""
         if delivers(
-            self.ladder, reservation, self.remaining, self.start, self.deadline, change_pause
+            self.ladder,
+            reservation,
+            self.remaining,
+            self.start,
+            self.deadline,
+            self.kept_change_pause,
         ):
             return True
         return (
@@ -765,7 +695,7 @@ def kept_delivers(
     *,
     pay_changes: bool = False,
 ) -> bool:
-    """``Demand.of_job(job, ladder, view, keep_held=True, pay_changes=...)
+    """``Demand.of_job(job, ladder, view, keep_held=True, pay_kept_changes=pay_changes)
     .delivered_by(reservation)``, without making the demand: a policy keeping its plan asks
     this of every guaranteed job at every decision, and almost every answer is yes, so the
     demand is made only for the others."""
@@ -899,12 +829,7 @@ def _plan_in_order(
             plan.reservations[demand.job_id] = reservation
             continue
         found = minimum_share(
-            demand.ladder,
-            demand.remaining,
-            demand.start,
-            demand.deadline,
-            profile,
-            demand.change_pause,
+            demand.ladder, demand.remaining, demand.start, demand.deadline, profile
         )
         if found is None:
             # A re-size would cost a pause it cannot afford; staying on its count costs none.
