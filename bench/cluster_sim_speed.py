@@ -5,6 +5,7 @@ the ElasticFlow artifact's recorded times.
     python bench/cluster_sim_speed.py scaling [--jobs 1000,3000,10000,30000,100000] [--policies qos]
                                               [--repeats K] [--save JSON | --load JSON...]
                                               [--plot PNG]
+    python bench/cluster_sim_speed.py split [--jobs 3000,10000] [--policies qos,edf]
     python bench/cluster_sim_speed.py itp --traces DIR     # DIR: elasticflow-traces.tar.gz unpacked
     python bench/cluster_sim_speed.py artifact --trace philly_103959.csv --nodes 32 [--repeats 3]
     python bench/cluster_sim_speed.py artifact --trace cluster10.csv --nodes 8    # Chronus
@@ -19,6 +20,9 @@ the ElasticFlow artifact's recorded times.
   runs each size and policy K times (the median and range are printed and drawn); ``--save``
   keeps the runs, ``--load`` prints and draws saved ones (several files together) without
   running again.
+- split: the scaling traces simulated in this process, each policy's CPU seconds split between
+  its own calls (``admit``, ``admit_together``, ``allocate``) and the simulator's work, with the
+  active jobs per decision: the floor the simulator sets under any policy.
 - itp: every cluster of the ITP trace release (``microsoft/elasticflow-traces``,
   ``elasticflow-traces.tar.gz``) at the size the ElasticFlow artifact simulates it on
   (``scheduler/run_fig8b.sh``), the whole command per cluster, the total against the 5-minute
@@ -50,6 +54,8 @@ import numpy as np
 import bench_cluster_sim  # a sibling script: bench/ is on sys.path when these run as scripts
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.policies import create_policy
+from qosched.cluster.policies.base import Policy
+from qosched.cluster.simulator import ClusterSimulator
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState
 from qosched.cluster.throughput import ThroughputModel
@@ -175,15 +181,20 @@ class ScalingRun:
     timed: Timed
 
 
+def scaling_trace(jobs: int):
+    """The scaling curve's trace of ``jobs`` jobs (``qosched trace generate --jobs N --load 1.0
+    --cluster-gpus 512 --seed 5``)."""
+    return generate_trace(GeneratorConfig(jobs=jobs, load=1.0, cluster_workers=512, seed=5), TP)
+
+
 def measure_scaling(jobs_list: list[int], policies: list[str], repeats: int) -> list[ScalingRun]:
     """Every (jobs, policy) ``repeats`` times, the repeats of one size alternating between the
     policies, so that a neighbour's burst on the machine does not fall on one policy alone."""
     runs = []
     with tempfile.TemporaryDirectory() as folder:
         for jobs in jobs_list:
-            config = GeneratorConfig(jobs=jobs, load=1.0, cluster_workers=512, seed=5)
             trace = Path(folder) / f"generated-{jobs}.csv"
-            write_trace(generate_trace(config, TP), trace)
+            write_trace(scaling_trace(jobs), trace)
             for repeat in range(repeats):
                 for name in policies:
                     runs.append(ScalingRun(jobs, name, repeat, run_command(trace, 64, name)))
@@ -194,6 +205,66 @@ def measure_scaling(jobs_list: list[int], policies: list[str], repeats: int) -> 
                         flush=True,
                     )
     return runs
+
+
+class _TimedPolicy:
+    """Wraps a policy: the CPU seconds spent in its ``admit``, ``admit_together`` and
+    ``allocate``, and the active jobs each ``allocate`` saw; every other attribute is the
+    policy's own."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self.cpu_s = 0.0
+        self.decisions = 0
+        self.active_jobs = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._policy, name)
+
+    def _timed(self, method, *args):
+        started = time.process_time()
+        try:
+            return method(*args)
+        finally:
+            self.cpu_s += time.process_time() - started
+
+    def admit(self, job: JobState, view: ClusterView) -> bool:
+        return self._timed(self._policy.admit, job, view)
+
+    def admit_together(self, jobs, view: ClusterView) -> bool:
+        return self._timed(self._policy.admit_together, jobs, view)
+
+    def allocate(self, view: ClusterView):
+        self.decisions += 1
+        self.active_jobs += len(view.jobs)
+        return self._timed(self._policy.allocate, view)
+
+
+def split(args: argparse.Namespace) -> None:
+    """Each policy's run on the scaling traces in this process, its CPU split between the
+    policy's calls and the simulator's own work."""
+    cluster = ClusterSpec.from_flags(64, 8)
+    print(f"# The simulator's share of a run, load 1.0 on {cluster.describe()}, seed 5\n")
+    print(
+        "| jobs | policy | CPU s | policy CPU s | simulator CPU s | decisions "
+        "| simulator ms per decision | active jobs per decision |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for jobs in (int(n) for n in args.jobs.split(",")):
+        trace = scaling_trace(jobs)
+        for name in args.policies.split(","):
+            policy = _TimedPolicy(create_policy(name))
+            started = time.process_time()
+            ClusterSimulator(cluster, TP, policy, trace).run()
+            total = time.process_time() - started
+            own = total - policy.cpu_s
+            decisions = max(policy.decisions, 1)
+            print(
+                f"| {jobs} | {name} | {total:.1f} | {policy.cpu_s:.1f} | {own:.1f} | "
+                f"{policy.decisions} | {own / decisions * 1e3:.2f} | "
+                f"{policy.active_jobs / decisions:.0f} |",
+                flush=True,
+            )
 
 
 def load_scaling(path: Path) -> list[ScalingRun]:
@@ -384,6 +455,10 @@ def main() -> None:
     )
     p.add_argument("--plot", type=Path, help="draw the curve into this PNG file")
     p.set_defaults(run=scaling)
+    p = commands.add_parser("split")
+    p.add_argument("--jobs", default="3000,10000")
+    p.add_argument("--policies", default="qos,edf")
+    p.set_defaults(run=split)
     p = commands.add_parser("itp")
     p.add_argument("--traces", type=Path, required=True)
     p.add_argument("--policy", default="qos")
