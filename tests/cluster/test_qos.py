@@ -311,7 +311,7 @@ class _ChecksGuarantees(QualityOfService):
             assert kept_delivers(held, pessimistic, reservation, view)
             if adopted_at < view.now and before.get(held.job_id) is reservation:
                 # Kept from an earlier instant: only while it delivers with them paid.
-                assert kept_delivers(held, pessimistic, reservation, view, pay_changes=True)
+                assert kept_delivers(held, pessimistic, reservation, view, pay_kept_changes=True)
                 self.seen["kept"] += 1
             self.seen["guaranteed"] += 1
         return guaranteed, plan

@@ -187,8 +187,8 @@ def _random_kept(rng: random.Random):
     return job, ladder, reservation, view
 
 
-@pytest.mark.parametrize("pay_changes", [False, True], ids=["changes-free", "changes-paid"])
-def test_a_kept_reservations_check_without_a_demand_is_the_demands_own(pay_changes):
+@pytest.mark.parametrize("pay", [False, True], ids=["changes-free", "changes-paid"])
+def test_a_kept_reservations_check_without_a_demand_is_the_demands_own(pay):
     """`kept_delivers` answers as the demand `qos` would make for the job, on random jobs at
     the edge of delivering: paused, resuming, never started, on their held count or not, their
     reservations' later changes of count paid for (as `qos` checks a reservation kept from an
@@ -197,9 +197,9 @@ def test_a_kept_reservations_check_without_a_demand_is_the_demands_own(pay_chang
     answers = collections.Counter()
     for _ in range(3000):
         job, ladder, reservation, view = _random_kept(rng)
-        demand = Demand.of_job(job, ladder, view, keep_held=True, pay_kept_changes=pay_changes)
+        demand = Demand.of_job(job, ladder, view, keep_held=True, pay_kept_changes=pay)
         expected = demand.delivered_by(reservation)
-        assert kept_delivers(job, ladder, reservation, view, pay_changes=pay_changes) == expected
+        assert kept_delivers(job, ladder, reservation, view, pay_kept_changes=pay) == expected
         # which branch answered: with the pause, or only on the held count without it
         with_pause = delivers(
             ladder,
@@ -207,7 +207,7 @@ def test_a_kept_reservations_check_without_a_demand_is_the_demands_own(pay_chang
             demand.remaining,
             demand.start,
             demand.deadline,
-            view.restart_pause_s if pay_changes else 0.0,
+            demand.kept_change_pause,
         )
         answers[expected, with_pause] += 1
     # Both answers, and yes from the held count alone (a pause would make it late).

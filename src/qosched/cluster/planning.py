@@ -693,9 +693,9 @@ def kept_delivers(
     reservation: Reservation,
     view: ClusterView,
     *,
-    pay_changes: bool = False,
+    pay_kept_changes: bool = False,
 ) -> bool:
-    """``Demand.of_job(job, ladder, view, keep_held=True, pay_kept_changes=pay_changes)
+    """``Demand.of_job(job, ladder, view, keep_held=True, pay_kept_changes=...)
     .delivered_by(reservation)``, without making the demand: a policy keeping its plan asks
     this of every guaranteed job at every decision, and almost every answer is yes, so the
     demand is made only for the others."""
@@ -705,7 +705,7 @@ def kept_delivers(
     held_deadline = job.spec.deadline_s
     deadline = held_deadline - pause
     remaining = job.remaining_iterations
-    change_pause = view.restart_pause_s if pay_changes else 0.0
+    change_pause = view.restart_pause_s if pay_kept_changes else 0.0
     if delivers(ladder, reservation, remaining, start, deadline, change_pause):
         return True
     held = job.workers

@@ -333,7 +333,7 @@ class QualityOfService(Policy):
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
             reservation = keep.get(job.job_id)
             if reservation is not None and kept_delivers(
-                job, pessimistic, reservation, view, pay_changes=pay
+                job, pessimistic, reservation, view, pay_kept_changes=pay
             ):
                 delivering.append(job)
             else:
