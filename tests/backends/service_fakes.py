@@ -15,9 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from qosched.backends.local import joblog
 from qosched.backends.local.api import ApiServer, LogChunk, Metrics, ServiceStatus, serve
-from qosched.backends.local.detail import job_detail, read_log_chunk, read_log_tail
-from qosched.backends.local.home import Endpoint, ensure_token, remove_endpoint, write_endpoint
+from qosched.backends.local.detail import job_detail, read_log_chunk
+from qosched.backends.local.home import (
+    Endpoint,
+    HomeLock,
+    ensure_token,
+    remove_endpoint,
+    write_endpoint,
+)
 from qosched.backends.local.jobspec import parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import Event, Lifecycle, UnknownJobError
@@ -135,14 +142,15 @@ class FakeService:
     def logs(self, job_id: str, tail_lines: int | None = None, limit: int | None = None) -> str:
         with self._lock:
             self._get(job_id)
+        job_dir = self._log_path(job_id).parent
         if tail_lines is not None:
-            return read_log_tail(self._log_path(job_id), tail_lines, limit)
-        return self._log_path(job_id).read_text()
+            return joblog.read_tail(job_dir, tail_lines, limit or joblog.MAX_TAIL_BYTES)
+        return joblog.read_kept(job_dir).decode(errors="replace")
 
     def read_log(self, job_id: str, offset: int, limit: int) -> LogChunk:
         with self._lock:
             state = self._get(job_id)["state"]
-        return read_log_chunk(self._log_path(job_id), offset, limit, state=state)
+        return read_log_chunk(self._log_path(job_id).parent, offset, limit, state=state)
 
     def cancel(self, job_id: str) -> JobView:
         with self._lock:
@@ -220,7 +228,9 @@ class FakeService:
             # Removed with the fake (or at exit at the latest), so test runs leave nothing in /tmp.
             self._own_log_dir = tempfile.TemporaryDirectory(prefix="qosched-fake-logs-")
             self._log_dir = Path(self._own_log_dir.name)
-        return self._log_dir / f"{job_id}.log"
+        job_dir = self._log_dir / job_id  # laid out as the service lays out a job's folder
+        job_dir.mkdir(exist_ok=True)
+        return job_dir / joblog.JOB_LOG
 
     def _get(self, job_id: str) -> dict[str, Any]:
         try:
@@ -290,6 +300,8 @@ def running_service(home: Path, service: FakeService | None = None) -> Iterator[
     pid, and ``service.json`` removed once ``POST /shutdown`` arrives."""
     service = service if service is not None else FakeService(log_dir=home)
     token = ensure_token(home)
+    lock = HomeLock(home)  # held as `qosched up` holds it: what tells others a service is up
+    lock.acquire()
     server = serve(service, token=token, poll_interval_s=0.01)
     pid = os.getpid()
     write_endpoint(home, Endpoint(server.host, server.port, pid, time.time()))
@@ -297,6 +309,7 @@ def running_service(home: Path, service: FakeService | None = None) -> Iterator[
     def stop_on_request() -> None:
         server.shutdown_requested.wait()
         remove_endpoint(home, pid)
+        lock.release()  # last, as `qosched up` does: `qosched down` waits for it
 
     watcher = threading.Thread(target=stop_on_request, daemon=True)
     watcher.start()
@@ -307,6 +320,7 @@ def running_service(home: Path, service: FakeService | None = None) -> Iterator[
         watcher.join()
         server.close()
         remove_endpoint(home, pid)
+        lock.release()
 
 
 def fake_service_module() -> types.ModuleType:

@@ -18,6 +18,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 from service_fakes import FakeService, Running, running_service, spec_text
 
+from qosched.backends.local import joblog
 from qosched.backends.local.api import (
     MAX_BODY_BYTES,
     MAX_LOG_CHUNK,
@@ -29,7 +30,6 @@ from qosched.backends.local.api import (
     serve,
 )
 from qosched.backends.local.client import Client
-from qosched.backends.local.detail import read_log_tail
 from qosched.backends.local.jobview import Outcome
 from qosched.backends.local.prometheus import exposition
 from qosched.backends.local.store import UnknownJobError
@@ -453,6 +453,8 @@ def test_status_route_describes_capacity_allocations_and_outcomes(running: Runni
             "j-000002": {"cpus": [3], "gpus": []},
         },
         "outcomes": {"met": 1, "missed": 1, "failed": 0, "cancelled": 1, "declined": 0},
+        "trouble": None,
+        "trouble_since": None,
     }
 
 
@@ -564,10 +566,9 @@ TAILS = [
 def test_read_log_tail(
     tmp_path: Path, data: bytes, lines: int, limit: int | None, tail: str
 ) -> None:
-    path = tmp_path / "log"
-    path.write_bytes(data)
-    assert read_log_tail(path, lines, limit) == tail
-    assert read_log_tail(tmp_path / "missing", lines, limit) == ""
+    (tmp_path / joblog.JOB_LOG).write_bytes(data)
+    assert joblog.read_tail(tmp_path, lines, *([limit] if limit else [])) == tail
+    assert joblog.read_tail(tmp_path / "missing", lines) == ""
 
 
 BAD_LOG_QUERIES = [

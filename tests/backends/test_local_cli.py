@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -338,9 +339,9 @@ def test_up_refuses_while_a_service_is_alive(
     assert fake_local_service == []
 
 
-def test_up_detach_starts_a_background_service(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def running_fake(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``up --detach`` starts the fake service instead of the real one."""
     original = local._service_argv
 
     def fake_argv(home: Path, args: argparse.Namespace) -> list[str]:
@@ -349,12 +350,19 @@ def test_up_detach_starts_a_background_service(
         return [argv[0], service_fakes.__file__, *argv[3:]]
 
     monkeypatch.setattr(local, "_service_argv", fake_argv)
+
+
+def test_up_detach_starts_a_background_service(
+    tmp_path: Path, running_fake: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "home"
     assert qosched(home, "up", "--detach", "--cpus", "0") == 0
     endpoint = read_endpoint(home)
     try:
         assert endpoint.pid != os.getpid()
-        assert f"running at {endpoint.url} (pid {endpoint.pid}" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"running at {endpoint.url} (pid {endpoint.pid}" in out
+        assert f"{endpoint.url}/login?code=" in out  # the user's terminal gets the login URL
         assert qosched(home, "up", "--detach") == 2
         assert "already running" in capsys.readouterr().err
         assert qosched(home, "status", "--json") == 0
@@ -363,6 +371,38 @@ def test_up_detach_starts_a_background_service(
         assert qosched(home, "down") == 0
     log = (home / LOG_FILE).read_text()
     assert "listening on" in log and "qosched service stopped" in log
+    # The log is no place for a secret: no login code in it, and only its owner may read it.
+    assert "code=" not in log
+    assert stat.S_IMODE((home / LOG_FILE).stat().st_mode) == 0o600
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+def test_up_makes_a_home_open_to_others_owner_only_and_says_so(
+    tmp_path: Path, running_fake: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    (home / LOG_FILE).write_text("an old log\n")
+    (home / LOG_FILE).chmod(0o644)
+    assert qosched(home, "up", "--detach", "--cpus", "0") == 0
+    try:
+        err = capsys.readouterr().err
+        assert "was open to other users (mode 0755); made it owner-only" in err
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700
+        assert stat.S_IMODE((home / LOG_FILE).stat().st_mode) == 0o600
+    finally:
+        assert qosched(home, "down") == 0
+
+
+def test_up_refuses_a_home_of_another_user(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    if os.getuid() != 0:
+        pytest.skip("only root can give a folder to another user")  # CI and this machine: root
+    home = tmp_path / "theirs"
+    home.mkdir(mode=0o700)
+    os.chown(home, 65534, 65534)
+    assert qosched(home, "up", "--detach") == 2
+    assert "belongs to user id 65534, not to you" in capsys.readouterr().err
 
 
 def test_a_detached_up_runs_a_foreground_up_with_the_same_options(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from qosched.backends.local.home import (
     check_not_running,
     default_home,
     ensure_token,
+    pid_alive,
     read_endpoint,
     read_token,
     recorded_endpoint,
@@ -177,10 +180,66 @@ def test_the_home_lock_is_exclusive(tmp_path: Path) -> None:
         pass
 
 
-def test_check_not_running_sees_a_live_service(tmp_path: Path) -> None:
+def hold_the_lock(home: Path) -> subprocess.Popen[str]:
+    """Another process holding ``home``'s lock, as a running service does; ready on return."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from pathlib import Path\n"
+            "from qosched.backends.local.home import HomeLock\n"
+            "lock = HomeLock(Path(sys.argv[1]))\n"
+            "lock.acquire()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+            str(home),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_check_not_running_sees_a_service_holding_the_lock(tmp_path: Path) -> None:
     check_not_running(tmp_path)
-    write_endpoint(tmp_path, Endpoint("127.0.0.1", 4242, os.getpid(), 0.0))
-    with pytest.raises(ServiceRunningError, match=r"already running at http://127\.0\.0\.1:4242"):
-        check_not_running(tmp_path)
-    write_endpoint(tmp_path, Endpoint("127.0.0.1", 4242, dead_pid(), 0.0))
+    holder = hold_the_lock(tmp_path)
+    try:
+        write_endpoint(tmp_path, Endpoint("127.0.0.1", 4242, holder.pid, 0.0))
+        with pytest.raises(
+            ServiceRunningError, match=r"already running at http://127\.0\.0\.1:4242"
+        ):
+            check_not_running(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
     check_not_running(tmp_path)  # a stale file does not block a new start
+
+
+def test_a_dead_service_not_yet_reaped_does_not_block_a_restart(tmp_path: Path) -> None:
+    """Right after a crash, the service's parent may not have reaped it yet: its pid is a
+    zombie, which ``kill(pid, 0)`` still finds. The lock was freed when it died."""
+    holder = hold_the_lock(tmp_path)
+    write_endpoint(tmp_path, Endpoint("127.0.0.1", 4242, holder.pid, 0.0))
+    try:
+        os.kill(holder.pid, signal.SIGKILL)
+        # Not reaped: wait until the kernel shows it dead (a zombie), then check.
+        for _ in range(500):
+            state = Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                break
+            time.sleep(0.01)
+        assert state == "Z"
+        assert not pid_alive(holder.pid)
+        check_not_running(tmp_path)
+        with pytest.raises(ServiceNotRunningError, match="which is gone"):
+            read_endpoint(tmp_path)
+    finally:
+        holder.wait()
+
+
+def test_a_recorded_live_pid_without_the_lock_is_no_service(tmp_path: Path) -> None:
+    """A pid is reused by unrelated processes: only the lock says a service owns the home."""
+    write_endpoint(tmp_path, Endpoint("127.0.0.1", 4242, os.getpid(), 0.0))
+    check_not_running(tmp_path)

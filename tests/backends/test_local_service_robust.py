@@ -4,6 +4,7 @@ stopped job's cores are handed on only once its processes are gone."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -581,3 +582,118 @@ def test_up_takes_the_grace_period():
     for bad in ("-1", "nan", "inf", "soon"):
         with pytest.raises(SystemExit):
             parser.parse_args(["up", "--grace-s", bad])
+
+
+# -- the service's own trouble is never a job's failure -------------------------------------------
+
+
+def test_running_out_of_descriptors_while_reading_progress_fails_no_job(tmp_path, monkeypatch):
+    """EMFILE is the machine's state, not the job's: the read is tried again next round, and
+    ``status`` says the service is in trouble until a round goes through without it."""
+    real_read = service_module.ProgressFollower.read
+    failures = {"left": 6, "seen_trouble": []}
+
+    def read(self):
+        if failures["left"] > 0 and self.path.exists():
+            failures["left"] -= 1
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(self.path))
+        return real_read(self)
+
+    monkeypatch.setattr(service_module.ProgressFollower, "read", read)
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(counting_spec("steady", iterations=6)).id
+    deadline = time.monotonic() + WAIT_S
+    while not service.idle() and time.monotonic() < deadline:
+        service.step()
+        trouble = service.status().trouble
+        if trouble is not None:
+            failures["seen_trouble"].append(trouble)
+        time.sleep(0.05)
+    assert failures["left"] == 0  # every injected failure happened
+    job = service.job(job_id)
+    assert (job.state, job.iterations_done) == ("succeeded", 6), job.error
+    assert failures["seen_trouble"], "status never said the service was in trouble"
+    assert "Too many open files (EMFILE)" in failures["seen_trouble"][0]
+    assert service.status().trouble is None  # cleared once a round went through
+    service.close()
+
+
+# Removes its own folder, then writes a fresh progress file where the old one was.
+REMOVES_ITS_FOLDER = """
+    import json, os, shutil, time
+    job_dir = os.environ["QOSCHED_JOB_DIR"]
+    time.sleep(1.0)  # the service has read the runner's first lines by now
+    shutil.rmtree(job_dir)
+    os.makedirs(job_dir)
+    with open(os.path.join(job_dir, "progress.jsonl"), "w") as out:
+        out.write("x" * 200 + "\\n" + json.dumps({"event": "progress"}) + "\\n")
+    time.sleep(30)
+"""
+
+
+def test_a_job_removing_its_own_folder_fails_saying_so(tmp_path):
+    service = open_service(tmp_path)
+    job_id = service.submit_spec(python_spec("self-removing", REMOVES_ITS_FOLDER)).id
+    assert idle(service)
+    job = service.job(job_id)
+    assert job.state == "failed"
+    assert "progress.jsonl: was deleted and written anew while the job ran" in job.error, job.error
+    assert "not valid JSON" not in job.error
+    service.close()
+
+
+def test_a_new_database_never_reuses_an_old_jobs_folder(tmp_path):
+    service = open_service(tmp_path)
+    first = service.submit_spec(counting_spec("first", iterations=2)).id
+    assert idle(service)
+    service.close()
+    old_log = (tmp_path / "jobs" / first / "worker.log").read_bytes()
+    for name in ("state.db", "state.db-wal", "state.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)  # the database emptied, the folders kept
+    service = open_service(tmp_path)
+    second = service.submit_spec(counting_spec("second", iterations=2)).id
+    assert second != first
+    assert int(second.removeprefix("j-")) == int(first.removeprefix("j-")) + 1
+    assert idle(service)
+    assert (tmp_path / "jobs" / first / "worker.log").read_bytes() == old_log  # untouched
+    service.close()
+
+
+# Writes 3,000 lines of 100 bytes to its output (300 KB), in bursts a round apart.
+CHATTY = """
+    import json, os, sys, time
+    for burst in range(30):
+        for n in range(100):
+            sys.stdout.write(f"{burst * 100 + n:06d} " + "x" * 92 + "\\n")
+        sys.stdout.flush()
+        time.sleep(0.1)
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write(json.dumps({"iteration": 1}) + "\\n")
+"""
+
+
+def test_a_jobs_output_is_rotated_past_its_log_limit(tmp_path):
+    import dataclasses
+
+    from qosched.backends.local import joblog
+
+    service = open_service(tmp_path)
+    spec = dataclasses.replace(
+        python_spec("chatty", CHATTY, iterations=1), log_limit_bytes=64 << 10
+    )
+    job_id = service.submit_spec(spec).id
+    assert idle(service)
+    assert service.job(job_id).state == "succeeded"
+    job_dir = tmp_path / "jobs" / job_id
+    # At most the limit in worker.log.1; worker.log holds what came since the last rotation,
+    # at most the limit plus what one round's bursts can add (a burst is 10 KB).
+    assert (job_dir / joblog.ROTATED_LOG).stat().st_size <= 64 << 10
+    assert (job_dir / joblog.JOB_LOG).stat().st_size <= (64 << 10) + 60_000
+    assert service.logs(job_id, 1) == "002999 " + "x" * 92 + "\n"  # the last line is kept
+    # A follower from the start is told where the kept output begins, never given a gap.
+    chunk = service.read_log(job_id, 0, 1 << 20)
+    start = chunk.offset - len(chunk.data)
+    assert 0 < start == joblog.read_chunk(job_dir, 0, 1).start
+    # Offsets count every byte written (less a burst lost in the instant of a rotation).
+    assert joblog.output_size(job_dir) >= 290_000
+    service.close()

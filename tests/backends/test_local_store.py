@@ -23,6 +23,7 @@ from qosched.backends.local.store import (
     Lifecycle,
     ProgressSample,
     Store,
+    StoreDamagedError,
     StoreError,
     StoreUnavailableError,
     UnknownJobError,
@@ -89,6 +90,56 @@ def test_ids_are_monotonic_and_survive_reopening(tmp_path):
         assert [store.submit(SPEC, now=t) for t in range(3)] == ["j-000001", "j-000002", "j-000003"]
     with Store(path) as store:
         assert store.submit(SPEC, now=4.0) == "j-000004"
+
+
+def test_skip_ids_through_never_goes_back(tmp_path):
+    with Store(tmp_path / "qosched.db") as store:
+        store.skip_ids_through(41)
+        assert store.submit(SPEC, now=1.0) == "j-000042"
+        store.skip_ids_through(7)  # lower than what was handed out: changes nothing
+        assert store.submit(SPEC, now=2.0) == "j-000043"
+
+
+def damage_pages(path: Path) -> None:
+    """Overwrite the middle of a database file (past its header page) with garbage, as a bad
+    disk or a stray write would."""
+    size = path.stat().st_size
+    page = 4096
+    assert size > 4 * page, "the database must hold more than its header page"
+    with open(path, "r+b") as handle:
+        for offset in range(page, size - page, 3 * page):
+            handle.seek(offset + 100)
+            handle.write(b"\xff\x00garbage" * 200)
+
+
+def filled_database(path: Path, jobs: int = 300) -> None:
+    with Store(path) as store:
+        for t in range(jobs):
+            job_id = store.submit(SPEC, now=float(t))
+            store.add_event(job_id, float(t), "note", {"text": "x" * 200})
+    # Everything into the main file, as after a clean stop: the damage must hit real pages.
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def test_a_damaged_database_is_refused_at_open_with_a_way_out(tmp_path):
+    path = tmp_path / "qosched.db"
+    filled_database(path)
+    damage_pages(path)
+    before = path.read_bytes()
+    with pytest.raises(StoreDamagedError) as caught:
+        Store(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: the database is damaged (")
+    assert f"mv {path} {path}.damaged" in message and ".recover" in message
+    assert path.read_bytes() == before  # refused, not changed
+
+
+def test_a_file_that_is_no_database_is_refused_as_damaged(tmp_path):
+    path = tmp_path / "qosched.db"
+    path.write_bytes(b"this is not a database" * 500)
+    with pytest.raises(StoreDamagedError, match="the database is damaged"):
+        Store(path)
 
 
 def test_list_in_submission_order_and_by_state(store):

@@ -124,3 +124,57 @@ def test_csrf_matches_only_the_session_token(given: str | None, matches: bool) -
 
 def test_each_port_has_its_own_cookie() -> None:
     assert auth.cookie_name(8123) != auth.cookie_name(8124)
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_login_code_expires_after_its_ttl() -> None:
+    clock = FakeClock()
+    sessions = auth.Sessions(code_ttl_s=600.0, clock=clock)
+    fresh, stale = sessions.new_code(), sessions.new_code()
+    clock.now += 599.0
+    assert sessions.redeem(fresh) is not None  # one second left
+    clock.now += 1.0
+    assert sessions.redeem(stale) is None  # exactly 600 s old: gone
+
+
+def test_the_default_code_ttl_is_minutes_and_the_session_ttl_hours() -> None:
+    assert 60 <= auth.CODE_TTL_S <= 30 * 60
+    assert 3600 <= auth.SESSION_TTL_S <= 24 * 3600
+    clock = FakeClock()
+    sessions = auth.Sessions(clock=clock)
+    code = sessions.new_code()
+    clock.now += 27 * 60  # the issue's reproduction: a code 27 minutes old
+    assert sessions.redeem(code) is None
+
+
+def test_a_session_ends_after_its_ttl_whatever_it_does() -> None:
+    clock = FakeClock()
+    sessions = auth.Sessions(session_ttl_s=3600.0, clock=clock)
+    redeemed = sessions.redeem(sessions.new_code())
+    assert redeemed is not None
+    secret, session = redeemed
+    for _ in range(59):  # used every minute: use does not extend it
+        clock.now += 60.0
+        assert sessions.session(secret) == session
+    clock.now += 60.0
+    assert sessions.session(secret) is None
+
+
+def test_revoke_ends_every_session_and_code() -> None:
+    sessions = auth.Sessions()
+    unused = sessions.new_code()
+    opened = [sessions.redeem(sessions.new_code()) for _ in range(3)]
+    assert sessions.revoke() == (1, 3)
+    assert sessions.redeem(unused) is None
+    assert all(sessions.session(secret) is None for secret, _ in opened if secret)
+    assert sessions.revoke() == (0, 0)
+    assert sessions.redeem(sessions.new_code()) is not None  # signing in again works

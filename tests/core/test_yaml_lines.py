@@ -156,3 +156,19 @@ def test_a_file_of_four_byte_characters_at_the_limit_is_read(tmp_path):
 def test_the_read_error_names_the_file(tmp_path):
     with pytest.raises(InputError, match="cannot read job spec"):
         read_spec_file(tmp_path / "missing.yaml", "job spec")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("a:\n  b: " + "9" * 5000 + "\n", 2),
+        ("a: 1\nb: [1,\n  2,\n  " + "7" * 4400 + "]\nc: 3\n", 4),
+        ("a: {b: 1,\n  c: -" + "1" * 6000 + "}\n", 2),
+    ],
+    ids=["block", "flow-list", "flow-mapping-negative"],
+)
+def test_a_number_of_thousands_of_digits_says_so_in_the_spec_authors_terms(text, line):
+    error = refused(text)
+    assert error.line == line
+    assert "a number of" in error.reason and "digits; no field takes more than 30" in error.reason
+    assert "set_int_max_str_digits" not in str(error)

@@ -28,7 +28,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from qosched.backends.local.api import MAX_LOG_CHUNK, ServiceStatus, serve
+from qosched.backends.local.api import MAX_LOG_CHUNK, LogChunk, ServiceStatus, serve
 from qosched.backends.local.client import Client
 from qosched.backends.local.home import (
     LOCK_FILE,
@@ -39,6 +39,7 @@ from qosched.backends.local.home import (
     check_not_running,
     ensure_home,
     ensure_token,
+    open_private_log,
     pid_alive,
     read_endpoint,
     read_token,
@@ -153,6 +154,9 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run in the background (output to HOME/service.log) and return once it answers",
     )
+    # A detached service's output goes to its log: the login URL, a secret, is printed by the
+    # command that started it instead.
+    up.add_argument("--no-login-url", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(run=run_up)
 
     submit = groups.add_parser(
@@ -236,7 +240,13 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         parents=[home],
         help="print a new login URL for the local service's web page",
         description="Print a URL that opens the running service's live page in a browser; "
-        "each URL signs in once (`qosched up` prints the first).",
+        "each URL signs in once, within 10 minutes, and its session lasts 12 hours "
+        "(`qosched up` prints the first).",
+    )
+    web.add_argument(
+        "--revoke",
+        action="store_true",
+        help="sign out every browser and void every unused login URL instead",
     )
     web.set_defaults(run=run_web)
 
@@ -277,13 +287,15 @@ def run_up(args: argparse.Namespace) -> int:
                 serve(service, port=args.port, token=token, shutdown_event=stop) as server,
                 _stop_on_signals(stop),
             ):
-                write_endpoint(home, Endpoint(server.host, server.port, os.getpid(), time.time()))
                 print(
                     f"qosched service listening on {server.url} (pid {os.getpid()}, home {home}); "
                     "stop it with Ctrl-C or `qosched down`",
                     flush=True,
                 )
-                print(f"watch it in a browser: {server.login_url()}", flush=True)
+                if not args.no_login_url:
+                    print(f"watch it in a browser: {server.login_url()}", flush=True)
+                # Last: whoever waits for this file finds the service ready and done printing.
+                write_endpoint(home, Endpoint(server.host, server.port, os.getpid(), time.time()))
                 service.run(stop)
         finally:
             service.close()
@@ -322,7 +334,7 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 def _service_argv(home: Path, args: argparse.Namespace) -> list[str]:
     """The command a detached ``up`` runs: a foreground ``up`` with the same options."""
-    argv = [sys.executable, "-m", "qosched.cli.main", "up", "--home", str(home)]
+    argv = [sys.executable, "-m", "qosched.cli.main", "up", "--home", str(home), "--no-login-url"]
     argv += ["--policy", args.policy, "--port", str(args.port), "--grace-s", repr(args.grace_s)]
     if args.cpus:
         argv += ["--cpus", ",".join(map(str, args.cpus))]
@@ -339,7 +351,7 @@ def _up_detached(args: argparse.Namespace, home: Path) -> int:
     log_path = home / LOG_FILE
     argv = _service_argv(home, args)
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    with open(log_path, "ab") as log:
+    with open_private_log(log_path) as log:
         log.write(f"--- {started} qosched up --detach: {' '.join(argv)}\n".encode())
         log.flush()
         # posix_spawn with setsid: the service gets its own session, so it outlives this
@@ -386,7 +398,12 @@ def _up_detached(args: argparse.Namespace, home: Path) -> int:
 
 
 def run_web(args: argparse.Namespace) -> int:
-    print(Client.from_home(resolve_home(args.home)).login_url())
+    client = Client.from_home(resolve_home(args.home))
+    if args.revoke:
+        codes, sessions = client.revoke_sessions()
+        print(f"signed out {sessions} session(s) and voided {codes} unused login URL(s)")
+        return 0
+    print(client.login_url())
     return 0
 
 
@@ -582,13 +599,44 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_logs(args: argparse.Namespace) -> int:
     client = Client.from_home(resolve_home(args.home))
-    if not args.follow:
-        sys.stdout.write(client.logs(args.job, args.tail))
+    if args.tail is not None and not args.follow:
+        sys.stdout.write(client.logs(args.job, args.tail))  # read from the end, at most 1 MiB
         sys.stdout.flush()
+        return 0
+    if not args.follow:
+        copy_log(client, args.job, sys.stdout.buffer)
         return 0
     with contextlib.suppress(KeyboardInterrupt):  # seen enough: the job goes on
         follow_log(client, args.job, sys.stdout.buffer, tail_lines=args.tail)
     return 0
+
+
+def copy_log(client: Client, job_id: str, out: BinaryIO) -> int:
+    """Write what the job's output holds now to ``out``, a chunk at a time (a log may be
+    gigabytes); returns the offset it reached."""
+    offset = 0
+    while True:
+        chunk = _read_noting_gaps(client, job_id, offset)
+        out.write(chunk.data)
+        offset = chunk.offset
+        # Not "a short chunk": one from the rotated file ends where it ends.
+        if chunk.complete or not chunk.data:
+            out.flush()
+            return offset
+
+
+def _read_noting_gaps(client: Client, job_id: str, offset: int) -> LogChunk:
+    """The next chunk from ``offset``, saying on standard error when output between was
+    rotated away before it could be read."""
+    chunk = client.read_log(job_id, offset)
+    missed = chunk.offset - len(chunk.data) - offset
+    if missed > 0:
+        print(
+            f"qosched: [{missed} bytes of {job_id}'s output were rotated away (its logLimit)]",
+            file=sys.stderr,
+            flush=True,
+        )
+    return chunk
 
 
 def follow_log(
@@ -607,12 +655,14 @@ def follow_log(
         kept: deque[bytes] = deque(maxlen=tail_lines)
         partial = b""
         while True:
-            chunk = client.read_log(job_id, offset)
+            chunk = _read_noting_gaps(client, job_id, offset)
             offset = chunk.offset
             lines = (partial + chunk.data).splitlines(keepends=True)
             partial = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
-            kept.extend(lines)
-            if chunk.complete or len(chunk.data) < MAX_LOG_CHUNK:
+            # A line without end is kept by its last MiB only, so memory stays bounded.
+            partial = partial[-MAX_LOG_CHUNK:]
+            kept.extend(line[-MAX_LOG_CHUNK:] for line in lines)
+            if chunk.complete or not chunk.data:
                 break
         if partial and tail_lines:
             kept.append(partial)
@@ -621,7 +671,7 @@ def follow_log(
         if chunk.complete:
             return
     while True:
-        chunk = client.read_log(job_id, offset)
+        chunk = _read_noting_gaps(client, job_id, offset)
         if chunk.data:
             out.write(chunk.data)
             out.flush()
@@ -674,6 +724,18 @@ def status_view(jobs: Sequence[JobView], status: ServiceStatus, now: float) -> R
         f"{len(status.cpus)} CPUs, {allocated} allocated{gpus} · {status.running} running · "
         f"{status.queued} waiting" + (f" · finished: {outcomes}" if outcomes else "")
     )
+    if status.trouble is not None:
+        since = (
+            "" if status.trouble_since is None else f" for {_duration(now - status.trouble_since)}"
+        )
+        summary = Group(
+            Text(
+                f"the service is in trouble{since}: {status.trouble}; states below may be "
+                "behind what its jobs did",
+                style="bold red",
+            ),
+            summary,
+        )
     if not jobs:
         return Group(summary, Text("no jobs yet; submit one with `qosched submit JOB.yaml`"))
     table = Table(box=None, pad_edge=False, header_style="bold")

@@ -157,6 +157,17 @@ def show_value(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
+def number_problem(exc: ValueError) -> str:
+    """``exc``'s message for people: Python's refusal of an integer of over 4300 digits names
+    an interpreter setting, which is nothing a spec's or a file's author can act on."""
+    text = str(exc)
+    if "integer string conversion" in text:
+        digits = text.rpartition("value has ")[2].partition(" digits")[0]
+        size = f"of {digits} digits" if digits.isdecimal() else "of thousands of digits"
+        return f"a number {size}; no field takes more than 30"
+    return text
+
+
 def _whole_range(minimum: int, maximum: int) -> str:
     if maximum == COUNT_LIMIT - 1:
         return f"a whole number >= {minimum}"

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from qosched.core.bounds import number_problem
 from qosched.core.errors import InputError
 
 #: The most characters a spec may have. Specs are a few kilobytes; the costliest shape of this
@@ -45,8 +46,9 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
             # A scalar YAML resolves but Python refuses: 2026-13-45, a +99:00 offset, an integer
             # of over 4300 digits. (PyYAML's constructors raise the other kinds for explicitly
             # tagged values, which _check_events refuses first.)
+            problem = number_problem(exc) if isinstance(exc, ValueError) else str(exc)
             raise yaml.constructor.ConstructorError(
-                None, None, f"cannot read {node.value!r:.60}: {exc}", node.start_mark
+                None, None, f"cannot read {node.value!r:.60}: {problem}", node.start_mark
             ) from exc
 
 

@@ -184,7 +184,8 @@ class ServiceStatus:
         {"policy": str, "capacity": {"cpus": [core ids], "gpus": [gpu ids]},
          "queued": n, "running": n,
          "allocated": {job id: {"cpus": [core ids], "gpus": [gpu ids]}},
-         "outcomes": {"met": n, "missed": n, "failed": n, "cancelled": n, "declined": n}}
+         "outcomes": {"met": n, "missed": n, "failed": n, "cancelled": n, "declined": n},
+         "trouble": str or null, "trouble_since": Unix s or null}
 
     ``queued`` counts jobs waiting for resources (queued or pre-empted). A job holds cores or
     GPUs: a GPU job's ``cpus`` list is empty (its processes share the service's cores).
@@ -198,6 +199,10 @@ class ServiceStatus:
     outcomes: Mapping[str, int]
     gpus: tuple[int, ...] = ()
     allocated_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # job -> GPUs
+    # The service's own trouble now (its state cannot be written, it is out of descriptors or
+    # disk), and since when (Unix s): job states shown may be behind what really happened.
+    trouble: str | None = None
+    trouble_since: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -213,6 +218,8 @@ class ServiceStatus:
                 for job_id in sorted(set(self.allocated) | set(self.allocated_gpus))
             },
             "outcomes": {outcome.value: self.outcomes.get(outcome, 0) for outcome in Outcome},
+            "trouble": self.trouble,
+            "trouble_since": self.trouble_since,
         }
 
     @classmethod
@@ -256,7 +263,25 @@ class ServiceStatus:
                 str(name): check_count(count, field=f"outcomes.{name}", source=source)
                 for name, count in outcomes.items()
             },
+            trouble=_optional_text(data.get("trouble"), "trouble", source),
+            trouble_since=_optional_time(data.get("trouble_since"), "trouble_since", source),
         )
+
+
+def _optional_text(value: Any, where: str, source: str, limit: int = 4096) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        raise InputError(f"expected text of at most {limit} characters", source=source, field=where)
+    return value
+
+
+def _optional_time(value: Any, where: str, source: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e11:
+        raise InputError("expected a Unix time in seconds", source=source, field=where)
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,22 +7,17 @@ answer from the same facts.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from qosched.backends.local import joblog
 from qosched.backends.local.api import LogChunk
 from qosched.backends.local.jobview import EventView, HeldAllocation, JobDetail, JobView
 from qosched.backends.local.store import FINAL_STATES, Event, Lifecycle
-from qosched.core.errors import InputError
 
 RUNNING = Lifecycle.RUNNING.value
 _ENDED_UNFINISHED = FINAL_STATES - {Lifecycle.SUCCEEDED}
-#: What ``read_log_tail`` reads first from the end; it doubles that each time it needs to look
-#: further back, so the work stays linear in what it reads however long the last lines are.
-_TAIL_FIRST_READ = 64 * 1024
-_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 
 
 def allocation_history(events: Sequence[Event]) -> tuple[HeldAllocation, ...]:
@@ -73,58 +68,10 @@ def job_detail(job: JobView, events: Sequence[Event]) -> JobDetail:
     )
 
 
-def read_log_tail(path: Path, lines: int, limit: int | None = None) -> str:
-    """The last ``lines`` lines of the file at ``path`` (split as ``str.splitlines`` splits),
-    each ending in a newline; with ``limit``, only what of them lies in its last ``limit``
-    bytes (the first line then maybe cut). A missing file is an empty log.
-
-    Read from the end: a job's log may be gigabytes, and the web page asks for its tail every
-    few seconds.
-    """
-    if lines <= 0:
-        return ""
-    try:
-        with open(path, "rb") as log:
-            size = os.fstat(log.fileno()).st_size
-            floor = 0 if limit is None else max(size - limit, 0)
-            want = _TAIL_FIRST_READ
-            while True:
-                start = max(size - want, floor)
-                log.seek(start)
-                data = log.read(size - start)
-                if start > 0:  # not half a character
-                    data = data.lstrip(_UTF8_CONTINUATION)
-                found = data.decode(errors="replace").splitlines()
-                # Past the first line, which may have begun before ``start``, are enough lines.
-                if len(found) > lines or start == floor:
-                    break
-                want *= 2
-    except FileNotFoundError:
-        return ""
-    found = found[-lines:]
-    return "\n".join(found) + ("\n" if found else "")
-
-
-def read_log_chunk(path: Path, offset: int, limit: int, *, state: Lifecycle | str) -> LogChunk:
-    """At most ``limit`` bytes of the file at ``path`` from ``offset``; a missing file is an
-    empty log. ``state`` is the job's, read before this call: once it is final the runner has
-    exited, nothing more is written, and the chunk is complete when it reaches the end."""
+def read_log_chunk(job_dir: Path, offset: int, limit: int, *, state: Lifecycle | str) -> LogChunk:
+    """At most ``limit`` bytes of the job's output from ``offset`` on (``joblog.read_chunk``).
+    ``state`` is the job's, read before this call: once it is final the runner has exited,
+    nothing more is written, and the chunk is complete when it reaches the end."""
     final = Lifecycle(state) in FINAL_STATES
-    try:
-        with open(path, "rb") as log:
-            size = os.fstat(log.fileno()).st_size
-            if offset > size:
-                raise InputError(
-                    f"offset {offset} is past the end of the output ({size} bytes)",
-                    field="offset",
-                )
-            log.seek(offset)
-            data = log.read(min(limit, size - offset))
-    except FileNotFoundError:
-        if offset > 0:
-            raise InputError(
-                f"offset {offset} is past the end of the output (0 bytes)", field="offset"
-            ) from None
-        return LogChunk(b"", 0, final)
-    end = offset + len(data)
-    return LogChunk(data, end, final and end >= size)
+    chunk = joblog.read_chunk(job_dir, offset, limit)
+    return LogChunk(chunk.data, chunk.end, final and chunk.end >= chunk.size)

@@ -15,6 +15,12 @@ from pathlib import Path
 
 from qosched.core.errors import InputError
 
+#: Errors of the machine, not of the file or of the job that wrote it: out of descriptors,
+#: disk or memory, or the disk failing. Raised as they are, never as a job's ``InputError``.
+MACHINE_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EIO}
+)
+
 _KINDS = {
     stat.S_IFDIR: "a folder",
     stat.S_IFIFO: "a FIFO",
@@ -37,6 +43,8 @@ def read_regular(path: str | Path, offset: int, limit: int) -> tuple[bytes, int]
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if exc.errno in MACHINE_ERRNOS:
+            raise
         if exc.errno == errno.ELOOP:
             raise InputError("is a symbolic link, not a regular file", source=path) from None
         raise InputError(f"cannot be read: {exc.strerror}", source=path) from None
@@ -56,6 +64,18 @@ def read_regular(path: str | Path, offset: int, limit: int) -> tuple[bytes, int]
             wanted -= len(part)
         return b"".join(parts), size
     except OSError as exc:
+        if exc.errno in MACHINE_ERRNOS:
+            raise
         raise InputError(f"cannot be read: {exc.strerror}", source=path) from None
     finally:
         os.close(fd)
+
+
+def file_identity(path: str | Path) -> tuple[int, int] | None:
+    """The (device, inode) of whatever is at ``path`` now, not following a link; None when
+    nothing is. A file deleted and written again has a new identity."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino

@@ -18,6 +18,8 @@ import json
 import os
 import secrets
 import stat
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -62,15 +64,61 @@ def resolve_home(value: str | Path | None) -> Path:
     return default_home() if value is None else Path(value).expanduser()
 
 
-def ensure_home(home: Path) -> Path:
-    """Create the home (owner-only) if it does not exist yet; returns it."""
+def ensure_home(home: Path, *, warn: Callable[[str], object] | None = None) -> Path:
+    """Create the home (owner-only) if it does not exist yet; returns it.
+
+    The home holds the API token, job commands, their logs and checkpoints: whoever can read
+    it can act as its owner. So a home owned by another user is refused, and one that others
+    may enter or read is made owner-only (``warn`` is told so; by default standard error).
+    """
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create the service home: {exc.strerror}", source=home) from exc
-    if not home.is_dir():
+    try:
+        info = home.lstat()
+    except OSError as exc:
+        raise InputError(f"cannot read the service home: {exc.strerror}", source=home) from exc
+    if stat.S_ISLNK(info.st_mode):
+        info = home.stat()  # a home reached through a link is judged by what it points to
+    if not stat.S_ISDIR(info.st_mode):
         raise InputError("the service home is not a directory", source=home)
+    if info.st_uid != os.getuid():
+        raise InputError(
+            f"the service home belongs to user id {info.st_uid}, not to you ({os.getuid()}); "
+            "use a home of your own (--home or $QOSCHED_HOME)",
+            source=home,
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        before = stat.S_IMODE(info.st_mode)
+        try:
+            os.chmod(home, 0o700)
+        except OSError as exc:
+            raise InputError(
+                f"the service home is open to others (mode {before:04o}) and cannot be made "
+                f"owner-only: {exc.strerror}",
+                source=home,
+            ) from exc
+        (warn or _warn)(
+            f"qosched: {home} was open to other users (mode {before:04o}); made it owner-only "
+            "(0700). If others could have read its token, delete the token file to get a new one."
+        )
     return home
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def open_private_log(path: Path) -> IO[bytes]:
+    """``path`` opened for appending, created owner-only (0600); an existing file that others
+    could read is made owner-only too. A symlink in its place is refused."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise QoschedError(f"{path}: cannot open the log: {exc.strerror}") from exc
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 # --- token -------------------------------------------------------------------------------------
@@ -237,6 +285,8 @@ def _typed(data: Any, key: str, kind: type | tuple[type, ...]) -> Any:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited: a zombie (dead, not yet reaped by its
+    parent) is not alive."""
     if pid <= 0:
         return False
     try:
@@ -244,8 +294,16 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
+        pass
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:  # it went away just now
+        return False
+    except OSError:  # no /proc here: kill's answer is all there is
         return True
-    return True
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    after_name = stat_line.rfind(b")") + 2
+    return stat_line[after_name : after_name + 1] not in (b"Z", b"X")
 
 
 # --- one service per home ----------------------------------------------------------------------
@@ -287,16 +345,22 @@ class HomeLock:
 
 
 def check_not_running(home: Path) -> None:
-    """Raise ``ServiceRunningError`` if a live service owns ``home``."""
+    """Raise ``ServiceRunningError`` if a live service owns ``home``.
+
+    The home lock decides, not a recorded pid: the kernel frees the lock the moment its holder
+    dies, while a pid lives on as a zombie until the dead service's parent reaps it (and may
+    be reused by another process after that)."""
+    lock = HomeLock(home)
     try:
-        endpoint = read_endpoint(home)
-    except QoschedError:  # none recorded, its process is gone, or the file is unreadable
-        pass
-    else:
+        lock.acquire()
+    except ServiceRunningError:
+        endpoint = None
+        with contextlib.suppress(QoschedError):
+            endpoint = recorded_endpoint(home)
+        if endpoint is None:
+            raise
         raise ServiceRunningError(
             f"a qosched service is already running at {endpoint.url} (pid {endpoint.pid}, "
             f"home {home}); stop it with `qosched down`"
-        )
-    if (home / LOCK_FILE).exists():
-        with HomeLock(home):
-            pass
+        ) from None
+    lock.release()

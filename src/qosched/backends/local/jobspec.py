@@ -17,6 +17,7 @@ A spec looks like::
       workingDir: runs/       # command jobs: where the command runs (see below)
       env: {WANDB_MODE: offline}
       launcher: torchrun      # command jobs: one process per core or GPU (see below)
+      logLimit: 64Mi          # the job's output is rotated past this size (see joblog)
 
 A job is a **GPU job** when its resources state ``minGpus`` or ``maxGpus`` (``minGpus``
 defaults to 1 then); every other job, one with no ``resources`` at all included, is a CPU job
@@ -51,6 +52,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from qosched.backends.local.joblog import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, MIN_LOG_LIMIT
 from qosched.backends.local.protocol import ENV_CUDA_DEVICES, LAUNCHERS
 from qosched.core.bounds import COUNT_LIMIT, LATEST_TIME_S, check_count, check_time, show_value
 from qosched.core.errors import InputError
@@ -90,6 +92,7 @@ _SPEC_KEYS = (
     "workingDir",
     "env",
     "launcher",
+    "logLimit",
 )
 _WORK_KEYS = ("iterations", "epochs")
 _RESOURCE_KEYS = ("minCpus", "maxCpus", "memory", "minGpus", "maxGpus")
@@ -209,6 +212,7 @@ class TrainingJobSpec:
     working_dir: str | None = None  # absolute; None = the service's own folder
     env: Mapping[str, str] = field(default_factory=dict)
     launcher: str | None = None
+    log_limit_bytes: int = DEFAULT_LOG_LIMIT  # its output is rotated past this size
 
     def __post_init__(self) -> None:
         if (self.workload is None) == (self.command is None):
@@ -227,6 +231,7 @@ class TrainingJobSpec:
                     raise InputError(problem, field=f"command[{index}]")
         _set_count(self, "iterations", minimum=1)
         _set_count(self, "seed")
+        _set_count(self, "log_limit_bytes", minimum=MIN_LOG_LIMIT, maximum=MAX_LOG_LIMIT)
         low, high = self.resources.min_cpus, self.resources.max_cpus
         _set_count(
             self,
@@ -308,6 +313,8 @@ class TrainingJobSpec:
             spec["env"] = dict(self.env)
         if self.launcher is not None:
             spec["launcher"] = self.launcher
+        if self.log_limit_bytes != DEFAULT_LOG_LIMIT:
+            spec["logLimit"] = self.log_limit_bytes
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -457,6 +464,14 @@ def _read(
     launcher = None
     if spec.get("launcher") is not None:
         launcher = r.one_of(spec["launcher"], "spec.launcher", LAUNCHERS, what="launcher")
+    log_limit = DEFAULT_LOG_LIMIT
+    if spec.get("logLimit") is not None:
+        log_limit = r.memory(spec["logLimit"], "spec.logLimit")
+        if not MIN_LOG_LIMIT <= log_limit <= MAX_LOG_LIMIT:
+            raise r.error(
+                "spec.logLimit",
+                f"expected a size from 64Ki to 64Gi, got {show_value(spec['logLimit'])}",
+            )
     requested = r.whole(spec.get("requestedCpus", resources.min_cpus), "spec.requestedCpus", 1)
     if requested < resources.min_cpus or (
         resources.max_cpus is not None and requested > resources.max_cpus
@@ -480,6 +495,7 @@ def _read(
         working_dir=working_dir,
         env=env,
         launcher=launcher,
+        log_limit_bytes=log_limit,
     )
 
 

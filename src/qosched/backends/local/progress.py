@@ -11,9 +11,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from qosched.backends.local.files import read_regular
+from qosched.backends.local.files import file_identity, read_regular
 from qosched.backends.local.protocol import finite_or_none
-from qosched.core.bounds import check_count, check_number, check_time
+from qosched.core.bounds import check_count, check_number, check_time, number_problem
 from qosched.core.errors import InputError
 
 
@@ -224,10 +224,12 @@ class ProgressFollower:
         self.path = Path(path)
         self.offset = 0
         self.lines = 0
+        self._identity: tuple[int, int] | None = None  # of the file read so far
 
     def read(self) -> list[ProgressEvent]:
         """Every event completed since the last read."""
         events: list[ProgressEvent] = []
+        self._check_same_file()
         while True:
             got = read_regular(self.path, self.offset, PROGRESS_READ_BYTES)
             if got is None:
@@ -252,6 +254,25 @@ class ProgressFollower:
                 if raw.strip():
                     events.append(_parse_line(raw, self.path, self.lines))
 
+    def _check_same_file(self) -> None:
+        """A file read from before must still be the one at the path: a job that removed its
+        own folder (or the file) and wrote a new one would otherwise be read from the old
+        file's offset, in the middle of a line."""
+        identity = file_identity(self.path)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity and (identity is None or _plain_file(self.path)):
+            # (Anything but a file in its place is refused by the read, saying what it is.)
+            what = "was deleted" if identity is None else "was deleted and written anew"
+            folder = (
+                "" if self.path.parent.exists() else f" (its folder {self.path.parent} is gone)"
+            )
+            raise InputError(
+                f"{what} while the job ran{folder}: a job must not remove or rewrite the "
+                "files qosched keeps in its folder",
+                source=self.path,
+            )
+
 
 def read_progress(path: str | Path) -> list[ProgressEvent]:
     """Every complete line of ``progress.jsonl``, as `ProgressFollower` reads them."""
@@ -266,6 +287,11 @@ def _parse_line(raw: bytes, path: Path, number: int) -> ProgressEvent:
     try:
         data = json.loads(line)
     except ValueError as exc:  # a JSONDecodeError, or an integer of over 4300 digits
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else number_problem(exc)
         raise InputError(f"not valid JSON: {reason}", source=path, line=number) from None
     return _parse_event(data, path, number)
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file, not a link to one."""
+    return not path.is_symlink() and path.is_file()

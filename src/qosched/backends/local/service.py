@@ -58,6 +58,7 @@ itself the N-th time it passes ``POINT``, one of ``FAULT_POINTS``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -71,8 +72,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qosched.backends.local import detail
+from qosched.backends.local import detail, joblog
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
+from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
@@ -136,7 +138,7 @@ GPU_RESIZE_PAUSE_S = 5.0
 CHECKPOINT_EVERY = 50
 #: Where a log line for each job's runner goes, inside its job directory. The file keeps the
 #: name earlier versions gave it, so job folders (and runners) they left are read as before.
-RUNNER_LOG = "worker.log"
+RUNNER_LOG = joblog.JOB_LOG
 #: The store event kind of a runner's non-fatal warning; a stored name (and a value the API
 #: returns) kept for existing data.
 RUNNER_WARNING = "worker-warning"
@@ -263,6 +265,10 @@ class LocalService:
         self._live: dict[str, _LiveJob] = {}
         self._dirty = True  # something changed since the last decision
         self._stale = False  # store trouble: memory may be ahead of the store
+        # The service's own trouble (the store, descriptors, a full disk): what and since when
+        # (service clock), shown by ``status`` until a round goes through without it.
+        self._trouble: tuple[str, float] | None = None
+        self._troubled_this_round = False
         self._popens: dict[int, subprocess.Popen] = {}  # our runners while memory is rebuilt
         self._next_decision = 0.0
         self._wake_at: float | None = None
@@ -295,6 +301,7 @@ class LocalService:
         inventory = gpu_inventory(gpus)
         service = cls(home, Store(home / "state.db"), cores, policy, gpus=inventory, **options)
         try:
+            service.store.skip_ids_through(_highest_job_folder(home / "jobs"))
             service._recover()
         except BaseException:
             service.close()
@@ -310,6 +317,8 @@ class LocalService:
                 self.step()
             except StoreUnavailableError as exc:
                 log.warning("store trouble; retrying the round in %g s: %s", backoff, exc)
+                with self._lock:
+                    self._note_trouble(f"its state cannot be written: {exc}")
             except Exception:
                 # A fault no job could be blamed for (the policy itself raised): the service
                 # stays up, and the retry starts from the store, where recovery fails each job
@@ -365,6 +374,7 @@ class LocalService:
 
     def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> JobView:
         with self._lock, self._marking_stale():
+            self._troubled_this_round = False
             if self._stale:
                 self._resync()
             now = self.clock() if now is None else now
@@ -406,13 +416,10 @@ class LocalService:
     def logs(self, job_id: str, tail_lines: int | None = None, limit: int | None = None) -> str:
         with self._lock:
             self.store.get(job_id)  # UnknownJobError for a bad id
-            path = self.home / "jobs" / job_id / RUNNER_LOG
+        job_dir = self.home / "jobs" / job_id
         if tail_lines is not None:
-            return detail.read_log_tail(path, tail_lines, limit)
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return ""
+            return joblog.read_tail(job_dir, tail_lines, limit or joblog.MAX_TAIL_BYTES)
+        lines = joblog.read_kept(job_dir).decode(errors="replace").splitlines()
         return "\n".join(lines) + ("\n" if lines else "")
 
     def cancel(self, job_id: str) -> JobView:
@@ -458,6 +465,7 @@ class LocalService:
         """One round (see the module docstring). Raises ``StoreUnavailableError`` when the store
         cannot be used; the next call first rebuilds memory from the store."""
         with self._lock, self._marking_stale():
+            self._troubled_this_round = False
             if self._stale:
                 self._resync()
             for action, doing in (
@@ -465,6 +473,7 @@ class LocalService:
                 (self._escalate, "stopping its runner"),
                 (self._reap_one, "reaping its runner"),
                 (self._read_progress_of, "reading its progress"),
+                (self._cap_log_of, "rotating its log"),
             ):
                 for live in list(self._live.values()):
                     if live.failing is None or action != self._read_progress_of:
@@ -475,6 +484,8 @@ class LocalService:
             due = now >= self._next_decision or (self._wake_at is not None and now >= self._wake_at)
             if self._dirty or due:
                 self._decide(now)
+            if not self._troubled_this_round:
+                self._trouble = None
 
     def idle(self) -> bool:
         """No unfinished job left."""
@@ -501,8 +512,23 @@ class LocalService:
         except StoreUnavailableError:
             raise
         except Exception as exc:
+            if (trouble := service_trouble(exc)) is not None:
+                # Not the job's fault: the same step is tried again next round.
+                log.warning(
+                    "job %s: %s failed for the service's reason: %s", live.record.id, doing, trouble
+                )
+                self._note_trouble(f"{doing} of {live.record.id}: {trouble}")
+                return
             log.warning("job %s failed while %s", live.record.id, doing, exc_info=True)
             self._fail(live, f"{doing}: {_reason(exc)}")
+
+    def _cap_log_of(self, live: _LiveJob) -> None:
+        joblog.rotate_if_over(live.job_dir, live.spec.log_limit_bytes)
+
+    def _note_trouble(self, what: str) -> None:
+        self._troubled_this_round = True
+        since = self._trouble[1] if self._trouble is not None else self.clock()
+        self._trouble = (what, since)
 
     def _fail(self, live: _LiveJob, reason: str) -> None:
         """The job failed: recorded at once as ``failing``, and ``failed`` (with ``reason``) once
@@ -1196,6 +1222,8 @@ class LocalService:
                 allocated={j: live.cores for j, live in holding.items()},
                 allocated_gpus={j: live.gpus for j, live in holding.items()},
                 outcomes=metrics.outcomes,
+                trouble=None if self._trouble is None else self._trouble[0],
+                trouble_since=None if self._trouble is None else self._trouble[1],
             )
 
     def job_detail(self, job_id: str) -> JobDetail:
@@ -1205,8 +1233,7 @@ class LocalService:
     def read_log(self, job_id: str, offset: int, limit: int) -> LogChunk:
         with self._lock:
             state = self.store.get(job_id).state  # before the bytes: see read_log_chunk
-        path = self.home / "jobs" / job_id / RUNNER_LOG
-        return detail.read_log_chunk(path, offset, limit, state=state)
+        return detail.read_log_chunk(self.home / "jobs" / job_id, offset, limit, state=state)
 
     # -- the web page's views (see qosched.backends.local.api.DashboardService) -----------------
 
@@ -1315,6 +1342,33 @@ def resident_bytes(pid: int) -> int:
         for line in status.splitlines()
         if line.startswith("VmRSS:")
     )
+
+
+def _highest_job_folder(jobs: Path) -> int:
+    """The largest N of the ``j-NNNNNN`` folders in ``jobs`` (0 with none): a database that was
+    emptied or replaced must not give a new job an old one's folder, log and checkpoint."""
+    highest = 0
+    with os.scandir(jobs) as entries:
+        for entry in entries:
+            digits = entry.name.removeprefix("j-")
+            # Ids stay far below 20 digits: a longer name is no folder of ours.
+            ours = entry.name.startswith("j-") and digits.isascii() and digits.isdecimal()
+            if ours and len(digits) <= 20:
+                highest = max(highest, int(digits))
+    return highest
+
+
+def service_trouble(exc: BaseException) -> str | None:
+    """What of ``exc`` (or an error it was raised from) is the service's trouble rather than a
+    job's: an ``OSError`` whose errno is in ``files.MACHINE_ERRNOS``, as text; else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in MACHINE_ERRNOS:
+            return f"{current.strerror or current} ({errno.errorcode[current.errno]})"
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _reason(exc: BaseException) -> str:

@@ -32,6 +32,22 @@ class StoreUnavailableError(StoreError):
     I/O error); the call changed nothing, and the same call may succeed later."""
 
 
+class StoreDamagedError(StoreError):
+    """The database file fails SQLite's own check: it is refused rather than half-used."""
+
+    def __init__(self, path: Path, problems: Sequence[str]) -> None:
+        self.path = path
+        self.problems = tuple(problems)
+        shown = "; ".join(self.problems[:3]) + (" ..." if len(self.problems) > 3 else "")
+        super().__init__(
+            f"{path}: the database is damaged ({shown}). Nothing was changed. Stop every "
+            f"service of this home, then either move it aside (`mv {path} {path}.damaged`: the "
+            "next start begins with no jobs, and job folders already in the home are never "
+            f"reused) or try to recover it (`sqlite3 {path} .recover | sqlite3 {path}.new`, then "
+            f"move {path}.new into its place)"
+        )
+
+
 class UnknownJobError(StoreError, LookupError):
     """No job has this id."""
 
@@ -209,6 +225,7 @@ class Store:
                 isolation_level=None,
                 check_same_thread=False,
             )
+            self._check_integrity()
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
                 raise StoreError(f"{self.path}: cannot use write-ahead logging (mode is {mode!r})")
@@ -222,9 +239,22 @@ class Store:
             self._migrate()
         except BaseException as exc:
             self.close()
+            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                exc, sqlite3.OperationalError
+            ):  # "file is not a database", "database disk image is malformed"
+                raise StoreDamagedError(self.path, [str(exc)]) from exc
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"{self.path}: cannot open the database: {exc}") from exc
             raise
+
+    def _check_integrity(self) -> None:
+        """SQLite's ``quick_check`` (every page and index, in time linear in the file's size):
+        a damaged file would start, then fail every call that reads a bad page."""
+        assert self._db is not None
+        rows = self._db.execute("PRAGMA quick_check(20)").fetchall()
+        problems = [str(row[0]) for row in rows if row and row[0] != "ok"]
+        if problems:
+            raise StoreDamagedError(self.path, problems)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -269,6 +299,12 @@ class Store:
             )
             self._insert_event(db, job_id, now, "submitted", {"name": spec.name})
         return job_id
+
+    def skip_ids_through(self, seq: int) -> None:
+        """Never hand out a job id numbered ``seq`` or lower from now on (ids whose folders
+        already exist in the home, from an earlier database)."""
+        with self._write() as db:
+            db.execute("UPDATE id_sequence SET next = MAX(next, ?) WHERE name = 'job'", (seq + 1,))
 
     def get(self, job_id: str) -> JobRecord:
         with self._read() as db:

@@ -18,7 +18,9 @@ import hmac
 import ipaddress
 import secrets
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -28,6 +30,12 @@ LOGIN_PATH = "/login"
 #: first, so a client asking for codes in a loop cannot grow the service's memory.
 MAX_CODES = 32
 MAX_SESSIONS = 64
+#: A login code works for this long after it is made: it travels in a URL, which ends up in
+#: terminals, shell histories and browser histories.
+CODE_TTL_S = 10 * 60.0
+#: A session ends this long after its sign-in, whatever it does; signing in again is one
+#: `qosched web` away.
+SESSION_TTL_S = 12 * 3600.0
 _SECRET_BYTES = 32
 
 
@@ -91,41 +99,71 @@ class Session:
 class Sessions:
     """One-time login codes and the sessions they open. Thread-safe: the API server's handler
     threads call it at once. Secrets are kept only as SHA-256 digests, compared in constant
-    time, so a memory dump or a timing probe does not hand them out."""
+    time, so a memory dump or a timing probe does not hand them out. Codes expire
+    ``code_ttl_s`` after they are made, sessions ``session_ttl_s`` after sign-in; ``revoke``
+    ends them all at once."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        code_ttl_s: float = CODE_TTL_S,
+        session_ttl_s: float = SESSION_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._lock = threading.Lock()
-        self._codes: OrderedDict[bytes, None] = OrderedDict()
-        self._sessions: OrderedDict[bytes, Session] = OrderedDict()
+        self._clock = clock
+        self._code_ttl_s = code_ttl_s
+        self._session_ttl_s = session_ttl_s
+        # digest -> when it stops working; insertion order is expiry order (one TTL each).
+        self._codes: OrderedDict[bytes, float] = OrderedDict()
+        self._sessions: OrderedDict[bytes, tuple[Session, float]] = OrderedDict()
 
     def new_code(self) -> str:
         """A fresh one-time login code (for the URL ``qosched up`` prints)."""
         code = secrets.token_urlsafe(_SECRET_BYTES)
         with self._lock:
-            self._codes[_digest(code)] = None
+            self._codes[_digest(code)] = self._clock() + self._code_ttl_s
             while len(self._codes) > MAX_CODES:
                 self._codes.popitem(last=False)
         return code
 
     def redeem(self, code: str) -> tuple[str, Session] | None:
         """Trade a login code for a new session (its cookie value and its CSRF token); None when
-        the code is unknown or already used. A code works once."""
+        the code is unknown, expired or already used. A code works once."""
         with self._lock:
-            if self._codes.pop(_digest(code), False) is False:
+            now = self._clock()
+            expires = self._codes.pop(_digest(code), None)
+            if expires is None or now >= expires:
                 return None
             secret = secrets.token_urlsafe(_SECRET_BYTES)
             session = Session(csrf=secrets.token_urlsafe(_SECRET_BYTES))
-            self._sessions[_digest(secret)] = session
+            self._sessions[_digest(secret)] = (session, now + self._session_ttl_s)
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)
         return secret, session
 
     def session(self, secret: str | None) -> Session | None:
-        """The session a cookie value opens, or None."""
+        """The session a cookie value opens, or None (also once it has expired)."""
         if not secret:
             return None
         with self._lock:
-            return self._sessions.get(_digest(secret))
+            key = _digest(secret)
+            found = self._sessions.get(key)
+            if found is None:
+                return None
+            session, expires = found
+            if self._clock() >= expires:
+                del self._sessions[key]
+                return None
+            return session
+
+    def revoke(self) -> tuple[int, int]:
+        """End every session and forget every unused code; returns how many of each."""
+        with self._lock:
+            counts = len(self._codes), len(self._sessions)
+            self._codes.clear()
+            self._sessions.clear()
+        return counts
 
 
 def csrf_matches(session: Session, given: str | None) -> bool:
