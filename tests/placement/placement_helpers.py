@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from qosched.placement.ir import Problem, TenantGraph, loads, switches
+from qosched.placement.timing import Sample
 
 
 def random_tenant(rng, n, name="t", goal=None, boundaries=None):
@@ -90,3 +91,27 @@ class EncoderDecoder(nn.Module):
 
 def encoder_decoder(batch: int = 2) -> tuple[nn.Module, tuple]:
     return EncoderDecoder(), (torch.empty(batch, 8), torch.empty(batch, 8))
+
+
+class ScriptedTimer:
+    """A ``placement.timing.Timer`` that plays a machine: every call really runs (as under the
+    real timer, so the profiled program computes what it would), and the ``n``-th call of the
+    whole session (warm-ups included, from 0) took ``wall(n)`` seconds, of which the process
+    got ``share(n)`` on the CPU."""
+
+    def __init__(self, wall, share=lambda n: 1.0):
+        self.wall = wall
+        self.share = share
+        self.calls = 0
+
+    def __call__(self, call):
+        call()
+        n = self.calls
+        self.calls += 1
+        wall = self.wall(n)
+        return Sample(wall, wall * self.share(n))
+
+
+def quiet(seconds=1e-3):
+    """Every call the same time, all of it on the CPU: a quiet machine."""
+    return ScriptedTimer(lambda n: seconds)
