@@ -96,22 +96,21 @@ def encoder_decoder(batch: int = 2) -> tuple[nn.Module, tuple]:
 class ScriptedTimer:
     """A ``placement.timing.Timer`` that plays a machine: every call really runs (as under the
     real timer, so the profiled program computes what it would), and the ``n``-th call of the
-    whole session (warm-ups included, from 0) took ``wall(n)`` seconds, of which the process
-    got ``share(n)`` on the CPU."""
+    whole session (warm-ups included, from 0) took ``wall(n)`` seconds, for ``waited(n)`` of
+    which a thread of the process waited for a core."""
 
-    def __init__(self, wall, share=lambda n: 1.0):
+    def __init__(self, wall, waited=lambda n: 0.0):
         self.wall = wall
-        self.share = share
+        self.waited = waited
         self.calls = 0
 
     def __call__(self, call):
         call()
         n = self.calls
         self.calls += 1
-        wall = self.wall(n)
-        return Sample(wall, wall * self.share(n))
+        return Sample(self.wall(n), self.waited(n))
 
 
 def quiet(seconds=1e-3):
-    """Every call the same time, all of it on the CPU: a quiet machine."""
+    """Every call the same time, no thread ever waiting for a core: a quiet machine."""
     return ScriptedTimer(lambda n: seconds)

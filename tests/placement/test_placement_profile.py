@@ -72,14 +72,14 @@ def _on_disk(path):
     return data["devices"].get("k", {})
 
 
-def test_a_cached_timing_records_its_repeats_spread_and_cpu_share(tmp_path):
+def test_a_cached_timing_records_its_repeats_spread_and_wait_share(tmp_path):
     # One 100x outlier among the 5 repeats of every operator: the median is the time; the
     # spread leaves the slowest out. Calls 6k..6k+5 are one operator's warm-up and repeats.
     timer = ScriptedTimer(lambda n: 0.1 if n % 6 == 3 else 1e-3)
     profile, cache = _profile(tmp_path / "p.json", timer)
     entries = _on_disk(tmp_path / "p.json")
     assert len(entries) == cache.misses and cache.refused == 0
-    assert all(e == {"seconds": 1e-3, "repeats": 5, "spread": 0.0, "cpu_share": 1.0}
+    assert all(e == {"seconds": 1e-3, "repeats": 5, "spread": 0.0, "wait_share": 0.0}
                for e in entries.values())  # fmt: skip
     assert all(s == 1e-3 for s in profile.node_s.values())
 
@@ -87,7 +87,7 @@ def test_a_cached_timing_records_its_repeats_spread_and_cpu_share(tmp_path):
 @pytest.mark.parametrize(
     "busy",
     [
-        ScriptedTimer(lambda n: 0.12, lambda n: 0.008),  # stolen: slow, with no spread
+        ScriptedTimer(lambda n: 0.12, lambda n: 0.119),  # stolen: slow, with no spread
         ScriptedTimer(lambda n: 0.12 if n % 6 >= 3 else 1e-3),  # three repeats of five slow
     ],
     ids=["stolen-cpu", "three-outliers"],
@@ -128,7 +128,7 @@ def test_remeasure_replaces_cached_times_and_drops_those_it_cannot_trust(tmp_pat
 
     # the first operator's measurements are all noisy, the others' quiet
     tries = DEFAULT_TRIES * 6
-    timer = ScriptedTimer(lambda n: 0.3 if n < tries else 1e-3, lambda n: 0.01 if n < tries else 1)
+    timer = ScriptedTimer(lambda n: 0.3 if n < tries else 1e-3, lambda n: 0.29 if n < tries else 0)
     fresh, cache = _profile(path, timer, remeasure=True)
     assert (cache.hits, cache.refused) == (0, 1)
     entries = _on_disk(path)
@@ -142,7 +142,7 @@ def test_remeasure_replaces_cached_times_and_drops_those_it_cannot_trust(tmp_pat
 
 @pytest.mark.parametrize(
     "entry",
-    [0.12, {"seconds": 0.1}, {"seconds": "x", "repeats": 5, "spread": 0, "cpu_share": None}],
+    [0.12, {"seconds": 0.1}, {"seconds": "x", "repeats": 5, "spread": 0, "wait_share": None}],
     ids=["bare-seconds", "no-repeats", "not-a-number"],
 )
 def test_a_malformed_timing_in_a_new_cache_is_an_error_that_names_it(tmp_path, entry):

@@ -5,14 +5,14 @@ process already pinned to that processor (a CPU core set with one thread per cor
 device). The program is run once on real inputs; before each node executes, the node alone is
 timed on its real argument tensors: one warm-up call, then ``repeats`` timed calls, the median
 kept (on CUDA each timed call is fenced by ``torch.cuda.synchronize``). A measurement whose
-repeats disagree, or during which the process did not get the CPU, is measured again, a bounded
+repeats disagree, or during which the process waited for its cores, is measured again, a bounded
 number of times; one never trusted is used for this plan but not cached (``placement.timing``).
 A unit's cost is the sum of its nodes' costs.
 
 The cache maps a *device key* (what the time depends on besides the operator: CPU model and
 thread count, or the CUDA device name) to *operator signatures* (the ATen target with the
 dtype, shape and strides of every tensor argument and the value of every other argument) to
-timings: seconds, with the repeats, spread and CPU share that made them trusted. Identical
+timings: seconds, with the repeats, spread and wait share that made them trusted. Identical
 operators (the same layer repeated, the same model in two tenants, two core sets of the same
 size on the same CPU) are measured once.
 """
@@ -166,12 +166,12 @@ class ProfileCache:
 def _timing(value: Any) -> Timing:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object, got {value!r}")
-    share = value["cpu_share"]
+    share = value["wait_share"]
     return Timing(
         seconds=float(value["seconds"]),
         repeats=int(value["repeats"]),
         spread=float(value["spread"]),
-        cpu_share=None if share is None else float(share),
+        wait_share=None if share is None else float(share),
     )
 
 
