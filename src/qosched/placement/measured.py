@@ -32,6 +32,8 @@ import torch
 from qosched.core.errors import InputError
 from qosched.graph.capture import capture
 from qosched.graph.passes import coarsen, linearize
+from qosched.hardware.measure import measure_cpu
+from qosched.placement.ceiling import roofline_ceiling
 from qosched.placement.costs import layer_boundaries
 from qosched.placement.ir import TenantGraph
 from qosched.placement.platform import PinnedProcessor, pin, process_context, run_pinned
@@ -122,6 +124,8 @@ def profile_job(
     cache = ProfileCache(cache_path, remeasure=remeasure)
     device = torch.device(pinned.device)
     key = pinned.cost_key()
+    # Measured here, pinned: the peak of these cores. A GPU has no catalog entry to go by.
+    ceiling = roofline_ceiling(measure_cpu()) if device.type == "cpu" else None
     result = []
     for i, tenant in enumerate(tenants):
         with about_tenant(i):
@@ -130,7 +134,9 @@ def profile_job(
             units = linearize(graph)
             program = UnitProgram(export_program(model, inputs), units, tenant.name).to(device)
             on_device = [t.to(device) for t in inputs]
-            profile = profile_tenant(program, on_device, cache, key, device=device, repeats=repeats)
+            profile = profile_tenant(
+                program, on_device, cache, key, device=device, repeats=repeats, ceiling=ceiling
+            )
         result.append(
             MeasuredTenant(profile, tuple(map(tuple, units)), layer_boundaries(graph, units))
         )

@@ -31,6 +31,7 @@ import torch
 from torch import fx
 
 from qosched.core.errors import InputError
+from qosched.placement.ceiling import Ceiling
 from qosched.placement.program import UnitProgram, tensor_bytes
 from qosched.placement.timing import Timer, Timing, Trust, measure, timer_for
 
@@ -199,11 +200,12 @@ def profile_tenant(
     repeats: int = DEFAULT_REPEATS,
     timer: Timer | None = None,
     trust: Trust = DEFAULT_TRUST,
+    ceiling: Ceiling | None = None,
 ) -> TenantProfile:
     """Measure every node of ``program`` (see the module doc); the program's constants and
     ``inputs`` must already be on ``device``. Trusted misses are added to ``cache`` (not
     saved), refused ones noted there. ``timer`` defaults to the device's
-    (``placement.timing.timer_for``)."""
+    (``placement.timing.timer_for``); a time over ``ceiling`` is not trusted."""
     if repeats < 1:
         raise InputError(f"expected repeats >= 1, got {repeats!r}", field="repeats")
     device = torch.device(device)
@@ -219,15 +221,17 @@ def profile_tenant(
                 args = fx.node.map_arg(step.args, lambda n: scope[n.name])
                 kwargs = fx.node.map_arg(step.kwargs, lambda n: scope[n.name])
                 key = signature(step.target, args, kwargs)
+                out = step.target(*args, **kwargs)
                 timing = cache.lookup(device_key, key)
                 if timing is None:
                     call = functools.partial(step.target, *args, **kwargs)
-                    timing, doubt = measure(call, timer, repeats, trust)
+                    most = None if ceiling is None else ceiling(step.target, args, kwargs, out)
+                    timing, doubt = measure(call, timer, repeats, trust, ceiling_s=most)
                     if doubt is None:
                         cache.store(device_key, key, timing)
                     else:  # good enough for this plan, not for every later one
                         cache.refuse(device_key, key)
-                scope[step.name] = step.target(*args, **kwargs)
+                scope[step.name] = out
                 node_s[step.name] = timing.seconds
                 total += timing.seconds
             unit_s.append(total)

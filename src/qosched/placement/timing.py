@@ -20,9 +20,10 @@ threads was timed at 32 ms (a hundredfold) with the process at 99.7% CPU, its fi
 spinning at the end of the operator for a second thread that waited 32 ms for its core; and the
 load average counts cores the process is not pinned to, over a minute.
 
-A measurement is trusted when it has at least ``min_repeats`` repeats and passes both checks
-(:class:`Trust`); :func:`measure` re-measures a doubted one a bounded number of times and, when
-none is trusted, gives the fastest median with the doubt, for one plan but not for a cache.
+A measurement is trusted (:class:`Trust`) when it has at least ``min_repeats`` repeats, passes
+both checks and, where an estimate is at hand, takes at most a plausible multiple of it
+(``placement.ceiling``). :func:`measure` re-measures a doubted one a bounded number of times and,
+when none is trusted, gives the fastest median with the doubt, for one plan but not for a cache.
 """
 
 from __future__ import annotations
@@ -142,8 +143,9 @@ class Trust:
     max_spread: float = 1.0
     max_wait_share: float = 0.25
 
-    def doubt(self, timing: Timing) -> str | None:
-        """Why ``timing`` is not to be trusted, or None when it is."""
+    def doubt(self, timing: Timing, ceiling_s: float | None = None) -> str | None:
+        """Why ``timing`` is not to be trusted, or None when it is. ``ceiling_s``: the most the
+        operator can plausibly take (``placement.ceiling``), where known."""
         if timing.repeats < self.min_repeats:
             return f"{timing.repeats} repeats: too few to tell an outlier from the time"
         if timing.spread > self.max_spread:
@@ -153,6 +155,8 @@ class Trust:
                 f"a thread waited {timing.wait_share:.0%} of the wall time for a core (at most "
                 f"{self.max_wait_share:.0%}): the machine was busy"
             )
+        if ceiling_s is not None and timing.seconds > ceiling_s:
+            return f"{timing.seconds:.3g} s, over the {ceiling_s:.3g} s its roofline allows"
         return None
 
 
@@ -170,10 +174,12 @@ def measure(
     trust: Trust,
     tries: int = DEFAULT_TRIES,
     pause: Callable[[float], object] = time.sleep,
+    ceiling_s: float | None = None,
 ) -> tuple[Timing, str | None]:
     """The first trusted timing of ``call`` in at most ``tries`` measurements (``pause`` waits
     between them, see ``FIRST_PAUSE_S``), with None; when none is trusted, the one with the
-    fastest median (noise only adds time) and why the last was doubted."""
+    fastest median (noise only adds time) and why the last was doubted. ``ceiling_s`` as for
+    :meth:`Trust.doubt`."""
     if tries < 1:
         raise ValueError(f"expected tries >= 1, got {tries!r}")
     if repeats < trust.min_repeats:
@@ -184,7 +190,7 @@ def measure(
         if attempt:
             pause(FIRST_PAUSE_S * 5 ** (attempt - 1))
         timing = time_call(call, timer, repeats)
-        doubt = trust.doubt(timing)
+        doubt = trust.doubt(timing, ceiling_s)
         if doubt is None:
             return timing, None
         if best is None or timing.seconds < best.seconds:
