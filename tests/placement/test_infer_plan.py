@@ -328,5 +328,7 @@ def test_a_plan_says_how_many_operator_times_were_too_noisy_to_cache(capsys):
     _warn_about_cache(CacheUse(hits=4, misses=9, refused=3))
     err = capsys.readouterr().err
     assert "3 operator times were too noisy to cache" in err and "--remeasure" in err
+    _warn_about_cache(CacheUse(hits=4, misses=9, refused=1))
+    assert "1 operator time was too noisy" in capsys.readouterr().err
     _warn_about_cache(CacheUse(hits=4, misses=9))
     assert capsys.readouterr().err == ""

@@ -142,8 +142,15 @@ def test_remeasure_replaces_cached_times_and_drops_those_it_cannot_trust(tmp_pat
 
 @pytest.mark.parametrize(
     "entry",
-    [0.12, {"seconds": 0.1}, {"seconds": "x", "repeats": 5, "spread": 0, "wait_share": None}],
-    ids=["bare-seconds", "no-repeats", "not-a-number"],
+    [
+        0.12,
+        {"seconds": 0.1},
+        {"seconds": "x", "repeats": 5, "spread": 0, "wait_share": None},
+        {"seconds": float("nan"), "repeats": 5, "spread": 0, "wait_share": None},
+        {"seconds": -1.0, "repeats": 5, "spread": 0, "wait_share": 0},
+        {"seconds": 1e-3, "repeats": 0, "spread": 0, "wait_share": 0},
+    ],
+    ids=["bare-seconds", "no-repeats", "not-a-number", "nan", "negative", "zero-repeats"],
 )
 def test_a_malformed_timing_in_a_new_cache_is_an_error_that_names_it(tmp_path, entry):
     path = tmp_path / "profile.json"

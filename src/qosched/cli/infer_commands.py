@@ -84,10 +84,10 @@ def _warn_about_cache(use: CacheUse | None) -> None:
             file=sys.stderr,
         )
     if use.refused:
+        times = "1 operator time was" if use.refused == 1 else f"{use.refused} operator times were"
         print(
-            f"qosched: warning: {use.refused} operator times were too noisy to cache (the "
-            "machine looks busy): used for this plan only; plan again on a quiet machine, or "
-            "with --remeasure",
+            f"qosched: warning: {times} too noisy to cache (the machine looks busy): used for "
+            "this plan only; plan again on a quiet machine, or with --remeasure",
             file=sys.stderr,
         )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -168,12 +169,16 @@ def _timing(value: Any) -> Timing:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object, got {value!r}")
     share = value["wait_share"]
-    return Timing(
+    timing = Timing(
         seconds=float(value["seconds"]),
         repeats=int(value["repeats"]),
         spread=float(value["spread"]),
         wait_share=None if share is None else float(share),
     )
+    numbers = (timing.seconds, timing.spread, 0.0 if share is None else timing.wait_share)
+    if timing.repeats < 1 or not all(0 <= x < math.inf for x in numbers):
+        raise ValueError(f"expected repeats >= 1 and finite times >= 0, got {value!r}")
+    return timing
 
 
 @dataclass(frozen=True)
