@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from qosched.placement.ir import Problem, TenantGraph, loads, switches
+from qosched.placement.timing import Sample
 
 
 def random_tenant(rng, n, name="t", goal=None, boundaries=None):
@@ -90,3 +91,26 @@ class EncoderDecoder(nn.Module):
 
 def encoder_decoder(batch: int = 2) -> tuple[nn.Module, tuple]:
     return EncoderDecoder(), (torch.empty(batch, 8), torch.empty(batch, 8))
+
+
+class ScriptedTimer:
+    """A ``placement.timing.Timer`` that plays a machine: every call really runs (as under the
+    real timer, so the profiled program computes what it would), and the ``n``-th call of the
+    whole session (warm-ups included, from 0) took ``wall(n)`` seconds, for ``waited(n)`` of
+    which a thread of the process waited for a core."""
+
+    def __init__(self, wall, waited=lambda n: 0.0):
+        self.wall = wall
+        self.waited = waited
+        self.calls = 0
+
+    def __call__(self, call):
+        call()
+        n = self.calls
+        self.calls += 1
+        return Sample(self.wall(n), self.waited(n))
+
+
+def quiet(seconds=1e-3):
+    """Every call the same time, no thread ever waiting for a core: a quiet machine."""
+    return ScriptedTimer(lambda n: seconds)

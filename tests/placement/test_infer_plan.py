@@ -249,3 +249,91 @@ def test_a_machine_this_one_cannot_be_names_its_line(tmp_path, capsys, command, 
     err = capsys.readouterr().err
     assert err.startswith(f"qosched: error: {tmp_path}/{message}")
     assert err.count("\n") == 1
+
+
+MLP_ON_THIS_CPU = "machine: {gpu: T4, link: PCIe3-x16}\ntenants: [{name: a, model: mlp}]\n"
+
+
+def _poisoned_cache(path, data_format):
+    """A profile cache of every operator of the spec's mlp on this machine's cores, each timed
+    at 0.12 s (what a busy machine once gave a 1x1 convolution), written as ``data_format``."""
+    from torch import fx
+
+    from qosched.placement.platform import PinnedProcessor, usable_cores
+    from qosched.placement.profile import signature
+    from qosched.placement.program import UnitProgram, build_model, export_program, model_units
+
+    model, inputs = build_model("mlp", batch=1, seed=0)
+    program = UnitProgram(export_program(model, inputs), model_units(model, inputs, "a"), "a")
+    scope = {**program.constants, **program.start_env(list(inputs))}
+    signatures = []
+    for unit in range(program.n_units):
+        for step in program.steps(unit):
+            args = fx.node.map_arg(step.args, lambda n: scope[n.name])
+            kwargs = fx.node.map_arg(step.kwargs, lambda n: scope[n.name])
+            signatures.append(signature(step.target, args, kwargs))
+            scope[step.name] = step.target(*args, **kwargs)
+    if data_format == 1:
+        poisoned = dict.fromkeys(signatures, 0.12)
+    else:  # as if the checks had passed
+        timing = {"seconds": 0.12, "repeats": 5, "spread": 0.0, "wait_share": 0.0}
+        poisoned = dict.fromkeys(signatures, timing)
+    key = PinnedProcessor("cpu", usable_cores()).cost_key()
+    path.write_text(json.dumps({"format": data_format, "devices": {key: poisoned}}))
+    return len(poisoned)
+
+
+def _plan(tmp_path, capsys, cache, *options):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MLP_ON_THIS_CPU)
+    assert (
+        main(["infer", "plan", str(spec), "--json", "--profile-cache", str(cache), *options]) == 0
+    )
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+def _cached_seconds(cache):
+    data = json.loads(cache.read_text())
+    assert data["format"] == 2
+    return [e["seconds"] for ops in data["devices"].values() for e in ops.values()]
+
+
+# At 0.12 s an operator, the mlp's operators take over a second a request all on the CPU;
+# measured afresh, well under a millisecond on a quiet machine, and under 0.1 s even where a
+# busy one spoils an operator's every measurement for this plan (tens of milliseconds).
+FAST_RPS = 10
+
+
+def test_a_cache_of_seconds_without_spreads_is_measured_again(tmp_path, capsys):
+    cache = tmp_path / "profile.json"
+    count = _poisoned_cache(cache, data_format=1)
+    out, err = _plan(tmp_path, capsys, cache)
+    assert out["baselines"]["all_cpu"] > FAST_RPS
+    assert f"held {count} operator times of an older format" in err
+    assert 0.12 not in _cached_seconds(cache)
+
+
+def test_remeasure_refreshes_a_poisoned_cache(tmp_path, capsys):
+    cache = tmp_path / "profile.json"
+    _poisoned_cache(cache, data_format=2)
+    reused, _ = _plan(tmp_path, capsys, cache)
+    assert reused["baselines"]["all_cpu"] < 1 / 0.12  # every later plan reuses the cache
+    out, _ = _plan(tmp_path, capsys, cache, "--remeasure")
+    assert out["baselines"]["all_cpu"] > FAST_RPS
+    assert set(out) == {"throughput_rps", "bound_rps", "search_s", "baselines", "tenants"}
+    # replaced, or dropped where this machine was too busy to measure them again
+    assert 0.12 not in _cached_seconds(cache)
+
+
+def test_a_plan_says_how_many_operator_times_were_too_noisy_to_cache(capsys):
+    from qosched.cli.infer_commands import _warn_about_cache
+    from qosched.placement.measured import CacheUse
+
+    _warn_about_cache(CacheUse(hits=4, misses=9, refused=3))
+    err = capsys.readouterr().err
+    assert "3 operator times were too noisy to cache" in err and "--remeasure" in err
+    _warn_about_cache(CacheUse(hits=4, misses=9, refused=1))
+    assert "1 operator time was too noisy" in capsys.readouterr().err
+    _warn_about_cache(CacheUse(hits=4, misses=9))
+    assert capsys.readouterr().err == ""

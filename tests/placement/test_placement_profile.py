@@ -6,10 +6,12 @@ import json
 
 import pytest
 import torch
+from placement_helpers import ScriptedTimer, quiet
 
 from qosched.core.errors import InputError
 from qosched.placement.profile import ProfileCache, profile_tenant, signature
 from qosched.placement.program import UnitProgram, build_model, export_program, model_units
+from qosched.placement.timing import DEFAULT_TRIES, Timing
 
 add = torch.ops.aten.add.Tensor
 
@@ -40,20 +42,130 @@ def test_measured_costs_are_cached_per_device_and_reused(tmp_path):
     path = tmp_path / "profile.json"
     program, inputs = _mlp()
     first_cache = ProfileCache(path)
-    first = profile_tenant(program, inputs, first_cache, "cpu|test|1 threads", repeats=2)
+    first = profile_tenant(program, inputs, first_cache, "cpu|test|1 threads", timer=quiet())
     assert first_cache.misses > 0
     first_cache.save()
     on_disk = json.loads(path.read_text())["devices"]["cpu|test|1 threads"]
     assert len(on_disk) == first_cache.misses  # one entry per distinct operator call
 
     again = ProfileCache(path)
-    second = profile_tenant(program, inputs, again, "cpu|test|1 threads", repeats=2)
+    second = profile_tenant(program, inputs, again, "cpu|test|1 threads", timer=quiet(2e-3))
     assert (again.hits, again.misses) == (first_cache.hits + first_cache.misses, 0)
     assert second.unit_s == first.unit_s  # nothing re-measured: the cached times come back
 
     other_device = ProfileCache(path)
-    profile_tenant(program, inputs, other_device, "cpu|test|2 threads", repeats=2)
+    profile_tenant(program, inputs, other_device, "cpu|test|2 threads", timer=quiet())
     assert other_device.hits == 0  # another device key never reuses these times
+
+
+def _profile(path, timer, **options):
+    program, inputs = _mlp()
+    cache = ProfileCache(path, **options)
+    profile = profile_tenant(program, inputs, cache, "k", timer=timer)
+    cache.save()
+    return profile, cache
+
+
+def _on_disk(path):
+    data = json.loads(path.read_text())
+    assert data["format"] == 2
+    return data["devices"].get("k", {})
+
+
+def test_a_cached_timing_records_its_repeats_spread_and_wait_share(tmp_path):
+    # One 100x outlier among the 5 repeats of every operator: the median is the time; the
+    # spread leaves the slowest out. Calls 6k..6k+5 are one operator's warm-up and repeats.
+    timer = ScriptedTimer(lambda n: 0.1 if n % 6 == 3 else 1e-3)
+    profile, cache = _profile(tmp_path / "p.json", timer)
+    entries = _on_disk(tmp_path / "p.json")
+    assert len(entries) == cache.misses and cache.refused == 0
+    assert all(e == {"seconds": 1e-3, "repeats": 5, "spread": 0.0, "wait_share": 0.0}
+               for e in entries.values())  # fmt: skip
+    assert all(s == 1e-3 for s in profile.node_s.values())
+
+
+@pytest.mark.parametrize(
+    "busy",
+    [
+        ScriptedTimer(lambda n: 0.12, lambda n: 0.119),  # stolen: slow, with no spread
+        ScriptedTimer(lambda n: 0.12 if n % 6 >= 3 else 1e-3),  # three repeats of five slow
+    ],
+    ids=["stolen-cpu", "three-outliers"],
+)
+def test_a_busy_machines_times_are_used_once_and_never_cached(tmp_path, busy):
+    path = tmp_path / "p.json"
+    profile, cache = _profile(path, busy)
+    assert cache.refused == cache.misses > 0
+    assert busy.calls == cache.misses * DEFAULT_TRIES * 6  # measured again, a bounded number
+    assert all(s == pytest.approx(0.12) for s in profile.node_s.values())  # this plan's times
+    assert _on_disk(path) == {}
+    # the next plan, on a quiet machine, measures every operator anew
+    later, again = _profile(path, quiet())
+    assert (again.hits, again.refused) == (0, 0)
+    assert all(s == 1e-3 for s in later.node_s.values())
+    assert len(_on_disk(path)) == again.misses
+
+
+def test_a_cache_without_spreads_is_untrusted_and_measured_again(tmp_path):
+    # What an older qosched wrote: bare seconds, however they were measured.
+    path = tmp_path / "p.json"
+    _, first = _profile(path, quiet())
+    old = {k: 0.12 for k in _on_disk(path)}
+    path.write_text(json.dumps({"format": 1, "devices": {"k": old}}))
+    profile, cache = _profile(path, quiet())
+    assert (cache.untrusted, cache.hits, cache.misses) == (len(old), 0, first.misses)
+    assert all(s == 1e-3 for s in profile.node_s.values())
+    assert {e["seconds"] for e in _on_disk(path).values()} == {1e-3}
+
+
+def test_remeasure_replaces_cached_times_and_drops_those_it_cannot_trust(tmp_path):
+    path = tmp_path / "p.json"
+    _profile(path, quiet())
+    poisoned = {k: {**e, "seconds": 0.12} for k, e in _on_disk(path).items()}
+    path.write_text(json.dumps({"format": 2, "devices": {"k": poisoned, "other": poisoned}}))
+    reused, _ = _profile(path, quiet())
+    assert all(s == 0.12 for s in reused.node_s.values())  # trusted as written: reused
+
+    # the first operator's measurements are all noisy, the others' quiet
+    tries = DEFAULT_TRIES * 6
+    timer = ScriptedTimer(lambda n: 0.3 if n < tries else 1e-3, lambda n: 0.29 if n < tries else 0)
+    fresh, cache = _profile(path, timer, remeasure=True)
+    assert (cache.hits, cache.refused) == (0, 1)
+    entries = _on_disk(path)
+    assert set(entries) < set(poisoned) and len(entries) == len(poisoned) - 1
+    assert sorted(fresh.node_s.values())[-1] == pytest.approx(0.3)  # used for this plan
+    assert {e["seconds"] for e in entries.values()} == {1e-3}
+    # another device key's times are not this run's to replace
+    other = json.loads(path.read_text())["devices"]["other"]
+    assert other == poisoned
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        0.12,
+        {"seconds": 0.1},
+        {"seconds": "x", "repeats": 5, "spread": 0, "wait_share": None},
+        {"seconds": float("nan"), "repeats": 5, "spread": 0, "wait_share": None},
+        {"seconds": -1.0, "repeats": 5, "spread": 0, "wait_share": 0},
+        {"seconds": 1e-3, "repeats": 0, "spread": 0, "wait_share": 0},
+    ],
+    ids=["bare-seconds", "no-repeats", "not-a-number", "nan", "negative", "zero-repeats"],
+)
+def test_a_malformed_timing_in_a_new_cache_is_an_error_that_names_it(tmp_path, entry):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"format": 2, "devices": {"k": {"op": entry}}}))
+    with pytest.raises(InputError, match="malformed timing") as caught:
+        ProfileCache(path)
+    assert caught.value.source == str(path)
+
+
+def test_a_timing_round_trips_through_the_file(tmp_path):
+    path = tmp_path / "p.json"
+    cache = ProfileCache(path)
+    cache.store("k", "op", Timing(2.5e-4, 7, 0.25, None))
+    cache.save()
+    assert ProfileCache(path).lookup("k", "op") == Timing(2.5e-4, 7, 0.25, None)
 
 
 def test_a_unit_costs_the_sum_of_its_operators_and_cuts_carry_real_bytes(tmp_path):
@@ -69,7 +181,8 @@ def test_a_unit_costs_the_sum_of_its_operators_and_cuts_carry_real_bytes(tmp_pat
 
 
 @pytest.mark.parametrize(
-    "text", ["not json", '{"format": 99, "devices": {}}', '{"format": 1, "devices": []}']
+    "text",
+    ["not json", '{"format": 99, "devices": {}}', '{"format": 1, "devices": []}', "[1]"],
 )
 def test_a_broken_cache_file_is_an_error_that_names_it(tmp_path, text):
     path = tmp_path / "profile.json"

@@ -30,6 +30,11 @@ def add_infer(groups: argparse._SubParsersAction) -> None:
         help="measured operator times (default: ~/.cache/qosched/op_profile.json)",
     )
     parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="measure every operator again, ignoring the profile cache, and replace its times",
+    )
+    parser.add_argument(
         "--calibration",
         nargs="+",
         metavar="FILE",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -35,6 +36,7 @@ from qosched.placement.infer import (
     spec_problem,
 )
 from qosched.placement.ir import Plan
+from qosched.placement.measured import CacheUse
 from qosched.placement.planfile import plan_to_dict, write_plan
 from qosched.placement.runtime import MAX_DEPTH, MAX_ROUNDS, run
 from qosched.placement.spec import InferenceSpec, load_inference_spec
@@ -48,7 +50,11 @@ def run_plan(args: argparse.Namespace) -> int:
     image_file(args.picture, "--picture")
     spec = load_inference_spec(args.spec)
     with spec.located():
-        problem, title = spec_problem(spec, args.profile_cache, args.calibration or ())
+        costed = spec_problem(
+            spec, args.profile_cache, args.calibration or (), remeasure=args.remeasure
+        )
+        _warn_about_cache(costed.cache)
+        problem, title = costed.problem, costed.title
         comparison = compare(problem, spec.max_switches)
     cos = comparison.cos
     report = InferReport.of(comparison)
@@ -65,6 +71,25 @@ def run_plan(args: argparse.Namespace) -> int:
     else:
         _show(cos, comparison.infeasible, report, title)
     return 0
+
+
+def _warn_about_cache(use: CacheUse | None) -> None:
+    """Say on stderr what the profile cache did not keep or could not use."""
+    if use is None:
+        return
+    if use.untrusted:
+        print(
+            f"qosched: the profile cache held {use.untrusted} operator times of an older "
+            "format (no spread recorded), not trusted: measured again",
+            file=sys.stderr,
+        )
+    if use.refused:
+        times = "1 operator time was" if use.refused == 1 else f"{use.refused} operator times were"
+        print(
+            f"qosched: warning: {times} too noisy to cache (the machine looks busy): used for "
+            "this plan only; plan again on a quiet machine, or with --remeasure",
+            file=sys.stderr,
+        )
 
 
 def _show(cos: Plan, infeasible: dict[str, str], result: InferReport, title: str) -> None:
@@ -138,7 +163,7 @@ def _run(args: argparse.Namespace, spec: InferenceSpec) -> int:
     if args.calibration_out:
         # Against the isolated profile (cached), not the plan's costs: those may be calibrated
         # already, and a calibration always scales the isolated costs.
-        isolated, _ = measured_problem(spec, args.profile_cache)
+        isolated = measured_problem(spec, args.profile_cache).problem
         write_calibration(
             measure_unit_times(result.spans, isolated, spec.platform.to_dict()),
             args.calibration_out,

@@ -29,9 +29,16 @@ from qosched.placement.bound import lp_bound
 from qosched.placement.calibrate import calibrated, merge, read_calibration
 from qosched.placement.costs import CostModel, tenant_from_graph
 from qosched.placement.ir import PROCESSORS, InfeasibleError, Plan, Problem, TenantGraph
-from qosched.placement.measured import TenantModel, measure, measured_tenant, profile_job
+from qosched.placement.measured import (
+    CacheUse,
+    TenantModel,
+    measure,
+    measured_tenant,
+    profile_job,
+)
 from qosched.placement.planfile import read_plan
 from qosched.placement.platform import PinnedProcessor, RooflinePlatform, run_pinned, usable_cores
+from qosched.placement.profile import DEFAULT_REPEATS
 from qosched.placement.program import build_model, export_program, model_units, save_program
 from qosched.placement.replay import RuntimeModel, fit_runtime_model, message_samples, replay
 from qosched.placement.runtime import MeasuredRun, TenantRun
@@ -39,10 +46,20 @@ from qosched.placement.search import plan
 from qosched.placement.spec import InferenceSpec, about_tenant
 
 
-def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
+@dataclass(frozen=True)
+class Costed:
+    """A spec's problem, a title that says how its costs were found, and how the profile
+    cache was used (None: nothing was measured)."""
+
+    problem: Problem
+    title: str
+    cache: CacheUse | None = None
+
+
+def roofline_problem(spec: InferenceSpec, cache: str | None, remeasure: bool = False) -> Costed:
     """Tenants on the spec's catalog GPU: GPU costs by roofline (times the calibration factor),
     CPU costs measured on this machine's usable cores unless the spec asks for roofline; and a
-    title that says so."""
+    title that says so. ``remeasure``: the cache's times ignored and replaced."""
     platform = spec.platform
     assert isinstance(platform, RooflinePlatform)
     costs = CostModel(
@@ -62,10 +79,13 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
             )
         tenants.append(estimated)
     cpu_note = "roofline"
+    use = None
     if platform.cpu_costs == "measured":
         host = PinnedProcessor("cpu", usable_cores())
         models = [TenantModel(t.name, t.model, t.batch) for t in spec.tenants]
-        found, _, _ = run_pinned(host, profile_job, host, models, spec.seed, cache, 5)
+        found, use = run_pinned(
+            host, profile_job, host, models, spec.seed, cache, DEFAULT_REPEATS, remeasure
+        )
         for i, (estimated, measured) in enumerate(zip(tenants, found, strict=True)):
             if tuple(u[0] for u in measured.units) != estimated.unit_ids:
                 raise InputError(
@@ -79,37 +99,43 @@ def roofline_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, s
         f"COS on {costs.cpu.name} ({cpu_note}) + {costs.gpu.name} (roofline x "
         f"{platform.gpu_calibration:g}) over {platform.link}"
     )
-    return Problem(tuple(tenants)), title
+    return Costed(Problem(tuple(tenants)), title, use)
 
 
-def measured_problem(spec: InferenceSpec, cache: str | None) -> tuple[Problem, str]:
+def measured_problem(spec: InferenceSpec, cache: str | None, remeasure: bool = False) -> Costed:
     """Tenants measured on both processors of the spec's runnable platform, and a title."""
     pinned = spec.platform.pinned_processors()
     models = [TenantModel(t.name, t.model, t.batch) for t in spec.tenants]
-    found = measure(models, pinned, seed=spec.seed, cache_path=cache)
+    found = measure(models, pinned, seed=spec.seed, cache_path=cache, remeasure=remeasure)
     tenants: list[TenantGraph] = [
         measured_tenant(c, g, found.channel, t.latency_goal_s)
         for c, g, t in zip(found.cpu, found.gpu, spec.tenants, strict=True)
     ]
     note = (
         f"COS on {spec.platform.describe()} (measured; link {found.channel.latency_s * 1e6:.0f} "
-        f"us + {found.channel.bandwidth / 1e9:.2f} GB/s; profile cache {found.cache_hits} hits, "
-        f"{found.cache_misses} measured)"
+        f"us + {found.channel.bandwidth / 1e9:.2f} GB/s; profile cache {found.cache.hits} hits, "
+        f"{found.cache.misses} measured)"
     )
-    return Problem(tuple(tenants)), note
+    return Costed(Problem(tuple(tenants)), note, found.cache)
 
 
 def spec_problem(
-    spec: InferenceSpec, cache: str | None, calibration_paths: Sequence[str] = ()
-) -> tuple[Problem, str]:
+    spec: InferenceSpec,
+    cache: str | None,
+    calibration_paths: Sequence[str] = (),
+    *,
+    remeasure: bool = False,
+) -> Costed:
     """The problem of ``spec`` on its platform, scaled by the runs of ``calibration_paths``
-    (merged) when there are any, and a title that says how its costs were found."""
+    (merged) when there are any, and a title that says how its costs were found.
+    ``remeasure``: what is measured ignores the cache's times and replaces them."""
     if spec.platform.runnable:
-        problem, title = measured_problem(spec, cache)
+        costed = measured_problem(spec, cache, remeasure)
     else:
-        problem, title = roofline_problem(spec, cache)
+        costed = roofline_problem(spec, cache, remeasure)
+    problem, title = costed.problem, costed.title
     if not calibration_paths:
-        return problem, title
+        return costed
     calibration = merge(read_calibration(path) for path in calibration_paths)
     if dict(calibration.machine) != spec.platform.to_dict():
         raise InputError(
@@ -130,7 +156,7 @@ def spec_problem(
     ]
     if missing:
         title += f" (not calibrated: {', '.join(missing)})"
-    return problem, title
+    return Costed(problem, title, costed.cache)
 
 
 @contextlib.contextmanager

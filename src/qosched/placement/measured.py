@@ -20,7 +20,6 @@ the receiver unpacks), so every copy also occupies each end for half its time
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ import torch
 from qosched.core.errors import InputError
 from qosched.graph.capture import capture
 from qosched.graph.passes import coarsen, linearize
+from qosched.hardware.measure import measure_cpu
+from qosched.placement.ceiling import roofline_ceiling
 from qosched.placement.costs import layer_boundaries
 from qosched.placement.ir import TenantGraph
 from qosched.placement.platform import PinnedProcessor, pin, process_context, run_pinned
@@ -40,6 +41,7 @@ from qosched.placement.profile import DEFAULT_REPEATS, ProfileCache, TenantProfi
 from qosched.placement.program import UnitProgram, build_model, export_program
 from qosched.placement.runtime import pack, to_device, unpack
 from qosched.placement.spec import about_tenant
+from qosched.placement.timing import Sample, Timing
 
 #: Share of a copy's time spent by each of the two pinned processes (``TenantGraph.copy_share``).
 COPY_SHARE = 0.5
@@ -78,14 +80,33 @@ class MeasuredTenant:
 
 
 @dataclass(frozen=True)
+class CacheUse:
+    """How a profile used its cache: operator times found (``hits``), measured (``misses``),
+    measured but too noisy to keep (``refused``, distinct operators), and times of an old cache
+    ignored as untrusted (``untrusted``)."""
+
+    hits: int = 0
+    misses: int = 0
+    refused: int = 0
+    untrusted: int = 0
+
+    def __add__(self, other: CacheUse) -> CacheUse:
+        return CacheUse(
+            self.hits + other.hits,
+            self.misses + other.misses,
+            self.refused + other.refused,
+            max(self.untrusted, other.untrusted),  # both read the same file
+        )
+
+
+@dataclass(frozen=True)
 class Measurement:
     """Everything measured for a problem: per-processor profiles, the channel, cache use."""
 
     cpu: tuple[MeasuredTenant, ...]
     gpu: tuple[MeasuredTenant, ...]
     channel: Channel
-    cache_hits: int
-    cache_misses: int
+    cache: CacheUse
 
 
 def profile_job(
@@ -94,13 +115,17 @@ def profile_job(
     seed: int,
     cache_path: str | None,
     repeats: int,
-) -> tuple[list[MeasuredTenant], int, int]:
-    """Run pinned to ``pinned.cores``: profile every tenant; returns the profiles and the
-    cache's hits and misses. Saves the cache. A model that does not build is an InputError
-    about ``tenants[i].model``, one that does not fit in memory about ``tenants[i].batch``."""
-    cache = ProfileCache(cache_path)
+    remeasure: bool = False,
+) -> tuple[list[MeasuredTenant], CacheUse]:
+    """Run pinned to ``pinned.cores``: profile every tenant (``remeasure``: every operator, the
+    cache's times ignored and replaced); returns the profiles and the cache's use. Saves the
+    cache. A model that does not build is an InputError about ``tenants[i].model``, one that
+    does not fit in memory about ``tenants[i].batch``."""
+    cache = ProfileCache(cache_path, remeasure=remeasure)
     device = torch.device(pinned.device)
     key = pinned.cost_key()
+    # Measured here, pinned: the peak of these cores. A GPU has no catalog entry to go by.
+    ceiling = roofline_ceiling(measure_cpu()) if device.type == "cpu" else None
     result = []
     for i, tenant in enumerate(tenants):
         with about_tenant(i):
@@ -109,12 +134,14 @@ def profile_job(
             units = linearize(graph)
             program = UnitProgram(export_program(model, inputs), units, tenant.name).to(device)
             on_device = [t.to(device) for t in inputs]
-            profile = profile_tenant(program, on_device, cache, key, device=device, repeats=repeats)
+            profile = profile_tenant(
+                program, on_device, cache, key, device=device, repeats=repeats, ceiling=ceiling
+            )
         result.append(
             MeasuredTenant(profile, tuple(map(tuple, units)), layer_boundaries(graph, units))
         )
     cache.save()
-    return result, cache.hits, cache.misses
+    return result, CacheUse(cache.hits, cache.misses, cache.refused, cache.untrusted)
 
 
 def _echo(pinned: PinnedProcessor, inbox: Any, outbox: Any) -> None:
@@ -148,8 +175,8 @@ def _ping(
             to_echo.put(pack(values))
             unpack(from_echo.get())
             if i >= 2:  # two warm-up bounces
-                times.append((time.perf_counter() - start) / 2)
-        one_way.append(statistics.median(times))
+                times.append(Sample((time.perf_counter() - start) / 2, None))
+        one_way.append(Timing.of(times))
     to_echo.put(None)
     out.put(one_way)
 
@@ -157,10 +184,10 @@ def _ping(
 def measure_channel(a: PinnedProcessor, b: PinnedProcessor, cache: ProfileCache) -> Channel:
     """The fitted channel from ``a`` to ``b`` (see the module doc), measured once and cached."""
     device = f"channel|v3|{a.cost_key()}|{a.device}->{b.cost_key()}|{b.device}"
-    latency = cache.get(device, "latency_s")
-    bandwidth = cache.get(device, "bandwidth")
-    if latency is not None and bandwidth is not None:
-        return Channel(latency, bandwidth)
+    latency = cache.lookup(device, "latency_s")
+    per_byte = cache.lookup(device, "s_per_byte")
+    if latency is not None and per_byte is not None:
+        return Channel(latency.seconds, 1.0 / per_byte.seconds)
     context = process_context()
     to_echo, from_echo, out = context.Queue(), context.Queue(), context.Queue()
     echo = context.Process(target=_echo, args=(b, to_echo, from_echo), daemon=True)
@@ -171,18 +198,24 @@ def measure_channel(a: PinnedProcessor, b: PinnedProcessor, cache: ProfileCache)
     )
     echo.start()
     ping.start()
-    one_way = out.get(timeout=300)
+    one_way: list[Timing] = out.get(timeout=300)
     ping.join()
     echo.join()
     # Weighted by 1 / time, so every size counts by its relative error: unweighted, the largest
     # copies' noise (tens of microseconds on tens of milliseconds) swamps the per-copy latency,
     # which is what a plan with many small cuts pays most.
-    times = np.array(one_way)
+    times = np.array([t.seconds for t in one_way])
     slope, intercept = np.polyfit(np.array(CHANNEL_SIZES, dtype=float), times, 1, w=1.0 / times)
     # A fit can dip below zero when the latency is tiny; a copy never costs less than nothing.
     channel = Channel(max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15))
-    cache.put(device, "latency_s", channel.latency_s)
-    cache.put(device, "bandwidth", channel.bandwidth)
+    # Stored with the widest spread of its sizes, not checked against it: copies through a
+    # pipe wait on the other process, so neither the spread nor the CPU share of one tells a
+    # busy machine from a quiet one as an operator's do.
+    spread = max(t.spread for t in one_way)
+    cache.store(device, "latency_s", Timing(channel.latency_s, CHANNEL_REPEATS, spread, None))
+    cache.store(
+        device, "s_per_byte", Timing(1.0 / channel.bandwidth, CHANNEL_REPEATS, spread, None)
+    )
     cache.save()
     return channel
 
@@ -194,19 +227,19 @@ def measure(
     seed: int = 0,
     cache_path: str | Path | None = None,
     repeats: int = DEFAULT_REPEATS,
+    remeasure: bool = False,
 ) -> Measurement:
-    """Profile ``tenants`` on both processors (one after the other) and measure the channel."""
+    """Profile ``tenants`` on both processors (one after the other) and measure the channel;
+    ``remeasure``: all of it, the cache's times ignored and replaced."""
     path = None if cache_path is None else str(cache_path)
-    cpu, cpu_hits, cpu_misses = run_pinned(
-        pinned[0], profile_job, pinned[0], tenants, seed, path, repeats
+    cpu, cpu_use = run_pinned(
+        pinned[0], profile_job, pinned[0], tenants, seed, path, repeats, remeasure
     )
-    gpu, gpu_hits, gpu_misses = run_pinned(
-        pinned[1], profile_job, pinned[1], tenants, seed, path, repeats
+    gpu, gpu_use = run_pinned(
+        pinned[1], profile_job, pinned[1], tenants, seed, path, repeats, remeasure
     )
-    channel = measure_channel(pinned[0], pinned[1], ProfileCache(path))
-    return Measurement(
-        tuple(cpu), tuple(gpu), channel, cpu_hits + gpu_hits, cpu_misses + gpu_misses
-    )
+    channel = measure_channel(pinned[0], pinned[1], ProfileCache(path, remeasure=remeasure))
+    return Measurement(tuple(cpu), tuple(gpu), channel, cpu_use + gpu_use)
 
 
 def measured_tenant(
