@@ -17,7 +17,8 @@ real ``kubernetes.client.ApiClient`` talks to it.
   ``binding`` subresource (409 for a pod bound already or of another ``uid``); ``resize``
   changes only the CPU and memory of existing containers, keeps the pod's QoS class, never
   lowers a memory limit in place (422 otherwise; 404 when switched off, as before 1.33);
-  ``status`` takes conditions. Deletes honour a ``uid`` precondition (409).
+  ``status`` takes conditions. Deletes honour ``uid`` and ``resourceVersion`` preconditions
+  (409).
 - **StatefulSets**: a small controller (``Parallel`` pods ``<set>-<ordinal>``, ``OnDelete``
   template updates, a deleted pod recreated with a new ``uid``) that also writes the set's
   ``status``, as the real one does, so every write of the set races with it.
@@ -151,6 +152,8 @@ class Write:
     agent: str  # the client's User-Agent
     method: str
     path: str
+    #: What the write was conditioned on (``rv=``/``uid=`` it sent), empty for none.
+    precondition: str = ""
 
 
 @dataclass(frozen=True)
@@ -457,12 +460,12 @@ class FakeApiServer:
         """Faults, authentication and authorization of one request; its route."""
         self.requests.append(("WATCH" if watch else method, path))
         self.check_fault("WATCH" if watch else method, path)
-        route = _route(path)
-        if route is None:
+        found = route(path)
+        if found is None:
             raise ApiError(404, "NotFound", f"the server could not find {path}")
         if token is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
-        kind, namespace, name, sub = route
+        kind, namespace, name, sub = found
         resource = kind + (f"/{sub}" if sub else "")
         verb = verb_of(method, named=name is not None, watch=watch)
         if not self.authorizer.allows(token, namespace, resource, verb, name):
@@ -472,7 +475,7 @@ class FakeApiServer:
                 f'{kind} is forbidden: User "{token}" cannot {verb} resource "{resource}" '
                 f'in namespace "{namespace}"',
             )
-        return route
+        return found
 
     def check_fault(self, method: str, path: str) -> None:
         for fault in self._faults:
@@ -495,7 +498,9 @@ class FakeApiServer:
             kind, namespace, name, sub = self.admit(method, path, token, watch=False)
             code, result = self._serve(method, kind, namespace, name, sub, query, body)
             if method != "GET":
-                self.writes.append(Write(time.monotonic(), agent, method, path))
+                self.writes.append(
+                    Write(time.monotonic(), agent, method, path, _precondition_of(method, body))
+                )
                 if kind == "leases":
                     spec = result.get("spec") or {}
                     self.lease_log.append(
@@ -577,8 +582,9 @@ class FakeApiServer:
             self._validate_update(kind, current, body)
             return 200, self._write(kind, key, body)
         if method == "DELETE":
-            uid = ((body or {}).get("preconditions") or {}).get("uid")
-            _check_uid(self._require(kind, key), uid)
+            preconditions = (body or {}).get("preconditions") or {}
+            _check_uid(self._require(kind, key), preconditions.get("uid"))
+            self._precondition(kind, key, {"metadata": preconditions})
             return 200, self._delete(kind, key)
         raise ApiError(405, "MethodNotAllowed", f"{method} not allowed on {kind}")
 
@@ -681,6 +687,7 @@ class FakeApiServer:
         pod = self._require("pods", key)
         node = binding["target"]["name"]
         _check_uid(pod, (binding.get("metadata") or {}).get("uid"))
+        self._precondition("pods", key, binding)  # a Binding's resourceVersion is one too
         if pod["spec"].get("nodeName"):
             raise ApiError(
                 409,
@@ -817,6 +824,19 @@ def _qos_class(pod: dict) -> str:
     return "Burstable" if requests_any else "BestEffort"
 
 
+def _precondition_of(method: str, body: Any) -> str:
+    """What a write was conditioned on: the ``resourceVersion`` of a PATCH or PUT (in its
+    ``metadata``), the ``uid`` of a binding, the ``preconditions`` of a DELETE."""
+    body = body if isinstance(body, dict) else {}
+    found = dict(body.get("preconditions") or {}) if method == "DELETE" else {}
+    meta = body.get("metadata") or {}
+    if method in ("PATCH", "PUT") and meta.get("resourceVersion"):
+        found["resourceVersion"] = meta["resourceVersion"]
+    if method == "POST" and body.get("target") and meta.get("uid"):  # a binding
+        found["uid"] = meta["uid"]
+    return ",".join(f"{k}={v}" for k, v in sorted(found.items()) if v)
+
+
 def _check_uid(obj: dict, uid: str | None) -> None:
     """The API server's UID precondition (bindings, deletes): 409 for another object."""
     if uid is not None and uid != obj["metadata"]["uid"]:
@@ -835,7 +855,8 @@ _PATH = re.compile(
 )
 
 
-def _route(path: str) -> tuple[str, str | None, str | None, str | None] | None:
+def route(path: str) -> tuple[str, str | None, str | None, str | None] | None:
+    """(kind, namespace, name, subresource) of an API path; None for one the server lacks."""
     match = _PATH.match(path)
     if match is None:
         return None

@@ -66,7 +66,7 @@ from qosched.backends.kubernetes.fit import (
     worker_capacity,
 )
 from qosched.backends.kubernetes.informer import Informer
-from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
+from qosched.backends.kubernetes.kube import Stale, key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.backends.local.jobspec import DNS_LABEL
@@ -218,6 +218,9 @@ class StepReport:
     bound: dict[str, str] = field(default_factory=dict)  # pod -> node
     released: list[str] = field(default_factory=list)  # pods deleted after a failed gang
     invalid: dict[str, str] = field(default_factory=dict)  # job -> why it was skipped
+    # job -> the write refused 409 because its object changed since it was read: the job is
+    # decided again next round
+    stale: dict[str, str] = field(default_factory=dict)
     slack: dict[str, float] = field(default_factory=dict)  # job -> deadline - predicted finish
     left_out: dict[str, str] = field(default_factory=dict)  # node -> why its room is unreadable
     errors: list[str] = field(default_factory=list)
@@ -453,7 +456,7 @@ class K8sScheduler:
             with self._isolated(admitted[key], report):
                 self._apply(admitted[key], counts.get(key, 0), rooms, report)
         for key in order:
-            if counts.get(key, 0) and key not in report.invalid:
+            if counts.get(key, 0) and key not in report.invalid and key not in report.stale:
                 with self._isolated(admitted[key], report):
                     self._bind_job(admitted[key], counts[key], rooms, report)
         return report
@@ -668,6 +671,9 @@ class K8sScheduler:
             yield
         except NotLeading:
             raise
+        except Stale as exc:  # not the job's fault: decided again next round, on fresh state
+            log.info("job %s decided again next round: %s", job.spec.key, exc)
+            report.stale[job.spec.key] = str(exc)
         except Exception as exc:
             log.warning("job %s skipped this round", job.spec.key, exc_info=True)
             self._states.pop(job.spec.key, None)
@@ -846,8 +852,12 @@ class K8sScheduler:
         if workers > cores and room.get("cpu", 0.0) + 1e-9 < workers - cores:
             return False
         containers = _containers(pod)
-        body = {"spec": {"containers": [_cpu_container(containers[0]["name"], workers)]}}
         meta = pod["metadata"]
+        body = {
+            # Only the pod this round saw: see _patch_set.
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "spec": {"containers": [_cpu_container(containers[0]["name"], workers)]},
+        }
         try:
             response = self.core.patch_namespaced_pod_resize(
                 meta["name"],
@@ -859,6 +869,8 @@ class K8sScheduler:
         except NotLeading:
             raise
         except Exception as exc:
+            if status_of(exc) == 409:
+                raise Stale(f"pod {key_of(pod)} changed since it was read: {exc.reason}") from exc
             if status_of(exc) in (404, 405, 415):
                 log.warning(
                     "the cluster has no pod resize subresource (%s); CPU jobs are "
@@ -920,7 +932,7 @@ class K8sScheduler:
                 # A half-bound gang would hold workers it cannot use: release what this round
                 # bound (the controller recreates those pods pending) and try again next round.
                 for done in bound:
-                    self._delete_pod(done, report.released, report)
+                    self._delete_pod(done, report.released, report, as_seen=False)
                     take(rooms[done["spec"]["nodeName"]], pod_requests(done), sign=-1.0)
                 return
             bound.append(result)
@@ -989,17 +1001,25 @@ class K8sScheduler:
         return self._now.sets[spec.key]
 
     def _patch_set(self, spec: J.K8sJob, patch: dict[str, Any], report: StepReport) -> bool:
+        """Patch the job's StatefulSet as this round saw it, and only that version: a patch
+        carries the ``resourceVersion`` it was decided on, so a patch that arrives late (a
+        deposed leader's, stalled after its fence check) never overwrites what was written
+        since. A 409 raises :class:`Stale`."""
+        version = self._set(spec)["metadata"]["resourceVersion"]
+        body = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": version}}
         try:
             response = self.apps.patch_namespaced_stateful_set(
                 spec.name,
                 spec.namespace,
-                patch,
+                body,
                 _content_type=STRATEGIC_PATCH,
                 _preload_content=False,
             )
         except NotLeading:
             raise
         except Exception as exc:
+            if status_of(exc) == 409:
+                raise Stale(f"statefulset {spec.key} changed since it was read") from exc
             report.errors.append(f"patching statefulset {spec.key} failed: {exc}")
             return False
         updated = read_json(response)
@@ -1007,11 +1027,20 @@ class K8sScheduler:
         self._now.sets[spec.key] = updated
         return True
 
-    def _delete_pod(self, pod: dict[str, Any], into: list[str], report: StepReport) -> None:
+    def _delete_pod(
+        self, pod: dict[str, Any], into: list[str], report: StepReport, *, as_seen: bool = True
+    ) -> None:
+        """Delete the pod the cache saw, never one recreated since under the same name (its
+        ``uid``); with ``as_seen``, only at the version seen (its ``resourceVersion``: a pod
+        re-sized or bound since is not restarted on a stale decision; a 409 raises
+        :class:`Stale`). A pod this round bound itself is released by ``uid`` alone: the
+        binding's answer does not give its new version."""
         meta = pod["metadata"]
         V1DeleteOptions, V1Preconditions = self.delete_options
-        # Only the pod the cache saw: never a pod recreated since under the same name.
-        options = V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"]))
+        version = meta["resourceVersion"] if as_seen else None
+        options = V1DeleteOptions(
+            preconditions=V1Preconditions(uid=meta["uid"], resource_version=version)
+        )
         try:
             self.core.delete_namespaced_pod(
                 meta["name"], meta["namespace"], body=options, _preload_content=False
@@ -1019,6 +1048,8 @@ class K8sScheduler:
         except NotLeading:
             raise
         except Exception as exc:
+            if status_of(exc) == 409 and as_seen:
+                raise Stale(f"pod {key_of(pod)} changed since it was read") from exc
             if status_of(exc) != 404:
                 report.errors.append(f"deleting pod {key_of(pod)} failed: {exc}")
                 return
