@@ -412,7 +412,8 @@ class FakeApiServer:
         replicas = int(sts["spec"].get("replicas", 1))
         for pod_key in sorted(self._owned.get(key, ())):
             ordinal = int(pod_key.rsplit("-", 1)[1])
-            if ordinal >= replicas:
+            # A delete reconciles the set again, which may have deleted this pod already.
+            if ordinal >= replicas and pod_key in self.objects["pods"]:
                 self._delete("pods", pod_key)
         for ordinal in range(replicas):
             pod_key = f"{namespace}/{name}-{ordinal}"
