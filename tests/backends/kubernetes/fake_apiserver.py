@@ -22,7 +22,8 @@ real ``kubernetes.client.ApiClient`` talks to it.
 - **StatefulSets**: a small controller (``Parallel`` pods ``<set>-<ordinal>``, ``OnDelete``
   template updates, a deleted pod recreated with a new ``uid``) that also writes the set's
   ``status``, as the real one does, so every write of the set races with it.
-- **Leases** get, create (409 when it exists), replace; **Events** create.
+- **Leases** get, create (409 when it exists), replace; **Events** create; **Secrets** get,
+  create (409 when it exists).
 
 Every request waits ``latency_s`` first; :meth:`fail` and :meth:`disturb` inject errors and
 latency. The server logs what tests check invariants on: every accepted write with the
@@ -60,6 +61,7 @@ KINDS = {
     "statefulsets": ("apps/v1", "StatefulSet"),
     "leases": ("coordination.k8s.io/v1", "Lease"),
     "events": ("v1", "Event"),
+    "secrets": ("v1", "Secret"),
 }
 #: The running servers by URL, so test helpers handed a URL can reach the server's state.
 SERVERS: dict[str, FakeApiServer] = {}
@@ -851,7 +853,7 @@ def _check_uid(obj: dict, uid: str | None) -> None:
 
 _PATH = re.compile(
     r"^/(?:api/v1|apis/apps/v1|apis/coordination\.k8s\.io/v1)"
-    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>pods|nodes|statefulsets|leases|events)"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>pods|nodes|statefulsets|leases|events|secrets)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
 

@@ -27,6 +27,14 @@ counted in a metric); the other nodes go on. Anything else a round raises ends t
 it is logged and counted, and the next round starts as usual. Each round is recorded in
 :mod:`.observe`'s metrics and heartbeat.
 
+Every write to an existing object carries what it was decided on, for the API server to check:
+the ``resourceVersion`` of a StatefulSet patch, a re-size or a pod condition; the ``uid`` (and,
+but for a gang released in the round that bound it, the ``resourceVersion``) of a delete; the
+``uid`` of a binding. A 409 (:class:`~.kube.Stale`) is never answered by sending the write again:
+the job is left for the round and decided again from fresh state in the next. So a write that
+arrives late, from a leader stalled after its fence check, cannot overwrite its successor's.
+An admission is trusted only with the scheduler's seal (:mod:`.seal`).
+
 Nothing lives only in memory: everything a round needs is read from the API, and what the
 scheduler decides is written there (annotations, replicas, bindings) before the next round.
 A restarted or newly elected replica rebuilds it all; only the policy's learned speeds start
@@ -41,6 +49,7 @@ step then fits each job's pods onto the real nodes; a job that does not fit this
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -69,6 +78,7 @@ from qosched.backends.kubernetes.informer import Informer
 from qosched.backends.kubernetes.kube import Stale, key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
+from qosched.backends.kubernetes.seal import KeyUnavailable, Seal, load_key
 from qosched.backends.local.jobspec import DNS_LABEL
 from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
@@ -334,6 +344,7 @@ class K8sScheduler:
         self.monotonic = monotonic
         self._states: dict[str, ClusterJob] = {}  # the policy's records, rebuilt from the API
         self.resize_supported: bool | None = None  # learnt from the first resize answer
+        self._seal: Seal | None = None  # the admission key, read (or made) once when leading
         self._term = 0  # the lease term the policy and states belong to
         self._fresh: set[str] = set()  # jobs this term's policy has not been told about
         self._left_out: dict[str, str] = {}  # nodes already logged as left out, and why
@@ -411,6 +422,13 @@ class K8sScheduler:
         ):
             return report  # never decide on a cache that was never complete
         report.synced = True
+        if self._seal is None:
+            try:
+                self._seal = load_key(self.core, self.config.lease_namespace)
+            except KeyUnavailable as exc:  # no admission can be checked: nothing is decided
+                log.warning("round skipped: %s", exc)
+                report.errors.append(str(exc))
+                return report
         nodes = self.nodes.snapshot()
         report.left_out = unreadable_nodes(nodes)
         self._note_left_out(report.left_out)
@@ -418,7 +436,13 @@ class K8sScheduler:
             del nodes[key]
         self._now = _View(nodes, self.pods.snapshot(), self.sets.snapshot())
         now = self.clock()
-        jobs = self._read_jobs(report)
+        untrusted: set[str] = set()
+        jobs = self._read_jobs(report, untrusted)
+        if untrusted & self._states.keys():
+            # A job the policy knows lost its admission (see _trusted): the policy, told of
+            # each job once, learns them all again, as in a new term, and decides it anew.
+            self.policy = self.make_policy()
+            self._states.clear()
         rooms = node_rooms(self._now.nodes.values(), self._now.pods.values())
         cluster = self._cluster(rooms, jobs)
         live = self._update_states(jobs, cluster, now, report)
@@ -463,7 +487,8 @@ class K8sScheduler:
 
     # -- reading the API ----------------------------------------------------------------------
 
-    def _read_jobs(self, report: StepReport) -> dict[str, _RoundJob]:
+    def _read_jobs(self, report: StepReport, untrusted: set[str]) -> dict[str, _RoundJob]:
+        """This round's jobs; ``untrusted`` gets those whose admission was ignored."""
         jobs: dict[str, _RoundJob] = {}
         invalid: dict[str, tuple[dict[str, Any], str]] = {}
         for key, sts in self._now.sets.items():
@@ -477,7 +502,10 @@ class K8sScheduler:
                 why = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
                 invalid[key] = (sts, why if key in why else f"statefulset/{key}: {why}")
                 continue
-            jobs[spec.key] = _RoundJob(spec, [])
+            trusted = self._trusted(sts, spec)
+            if trusted is not spec:
+                untrusted.add(spec.key)
+            jobs[spec.key] = _RoundJob(trusted, [])
         waiting: dict[str, list[dict[str, Any]]] = {key: [] for key in invalid}
         for pod in self._now.pods.values():
             owner = _owner(pod)
@@ -503,6 +531,23 @@ class K8sScheduler:
         for uid in self._reports.keys() - present:  # pods gone: their reports with them
             del self._reports[uid]
         return jobs
+
+    def _trusted(self, sts: dict[str, Any], spec: J.K8sJob) -> J.K8sJob:
+        """The job with its recorded admission only if this scheduler sealed it for this
+        StatefulSet and these terms (:mod:`.seal`); any other is ignored, said in an Event,
+        and the job admitted again by the policy."""
+        assert self._seal is not None  # loaded before any job is read
+        if spec.admission is None or self._seal.trusts(spec):
+            return spec
+        self.recorder.event(
+            sts,
+            WARNING,
+            "AdmissionNotTrusted",
+            f"{J.ADMISSION}: {spec.admission.value} carries no valid {J.ADMISSION_SEAL} of this "
+            "scheduler (written by someone else, copied from another job, or the job's terms "
+            "changed since it was admitted): ignored; the job is admitted again",
+        )
+        return dataclasses.replace(spec, admission=None)
 
     def _note_left_out(self, left_out: dict[str, str]) -> None:
         """Log each node left out of the cluster once (again if the reason changes), and each
@@ -752,8 +797,12 @@ class K8sScheduler:
                 )
                 if admission is not Admission.DECLINED:
                     known.append(job.state)
+                assert self._seal is not None  # loaded before any job is read
+                seal = self._seal.of(job.spec, admission)
                 patch: dict[str, Any] = {
-                    "metadata": {"annotations": {J.ADMISSION: admission.value}}
+                    "metadata": {
+                        "annotations": {J.ADMISSION: admission.value, J.ADMISSION_SEAL: seal}
+                    }
                 }
                 if admission is Admission.DECLINED:
                     patch["spec"] = {"replicas": 0}
