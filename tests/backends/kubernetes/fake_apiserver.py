@@ -17,11 +17,13 @@ real ``kubernetes.client.ApiClient`` talks to it.
   ``binding`` subresource (409 for a pod bound already or of another ``uid``); ``resize``
   changes only the CPU and memory of existing containers, keeps the pod's QoS class, never
   lowers a memory limit in place (422 otherwise; 404 when switched off, as before 1.33);
-  ``status`` takes conditions. Deletes honour a ``uid`` precondition (409).
+  ``status`` takes conditions. Deletes honour ``uid`` and ``resourceVersion`` preconditions
+  (409).
 - **StatefulSets**: a small controller (``Parallel`` pods ``<set>-<ordinal>``, ``OnDelete``
   template updates, a deleted pod recreated with a new ``uid``) that also writes the set's
   ``status``, as the real one does, so every write of the set races with it.
-- **Leases** get, create (409 when it exists), replace; **Events** create.
+- **Leases** get, create (409 when it exists), replace; **Events** create; **Secrets** get,
+  create (409 when it exists).
 
 Every request waits ``latency_s`` first; :meth:`fail` and :meth:`disturb` inject errors and
 latency. The server logs what tests check invariants on: every accepted write with the
@@ -59,6 +61,7 @@ KINDS = {
     "statefulsets": ("apps/v1", "StatefulSet"),
     "leases": ("coordination.k8s.io/v1", "Lease"),
     "events": ("v1", "Event"),
+    "secrets": ("v1", "Secret"),
 }
 #: The running servers by URL, so test helpers handed a URL can reach the server's state.
 SERVERS: dict[str, FakeApiServer] = {}
@@ -151,6 +154,8 @@ class Write:
     agent: str  # the client's User-Agent
     method: str
     path: str
+    #: What the write was conditioned on (``rv=``/``uid=`` it sent), empty for none.
+    precondition: str = ""
 
 
 @dataclass(frozen=True)
@@ -409,7 +414,8 @@ class FakeApiServer:
         replicas = int(sts["spec"].get("replicas", 1))
         for pod_key in sorted(self._owned.get(key, ())):
             ordinal = int(pod_key.rsplit("-", 1)[1])
-            if ordinal >= replicas:
+            # A delete reconciles the set again, which may have deleted this pod already.
+            if ordinal >= replicas and pod_key in self.objects["pods"]:
                 self._delete("pods", pod_key)
         for ordinal in range(replicas):
             pod_key = f"{namespace}/{name}-{ordinal}"
@@ -457,12 +463,12 @@ class FakeApiServer:
         """Faults, authentication and authorization of one request; its route."""
         self.requests.append(("WATCH" if watch else method, path))
         self.check_fault("WATCH" if watch else method, path)
-        route = _route(path)
-        if route is None:
+        found = route(path)
+        if found is None:
             raise ApiError(404, "NotFound", f"the server could not find {path}")
         if token is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
-        kind, namespace, name, sub = route
+        kind, namespace, name, sub = found
         resource = kind + (f"/{sub}" if sub else "")
         verb = verb_of(method, named=name is not None, watch=watch)
         if not self.authorizer.allows(token, namespace, resource, verb, name):
@@ -472,7 +478,7 @@ class FakeApiServer:
                 f'{kind} is forbidden: User "{token}" cannot {verb} resource "{resource}" '
                 f'in namespace "{namespace}"',
             )
-        return route
+        return found
 
     def check_fault(self, method: str, path: str) -> None:
         for fault in self._faults:
@@ -495,7 +501,9 @@ class FakeApiServer:
             kind, namespace, name, sub = self.admit(method, path, token, watch=False)
             code, result = self._serve(method, kind, namespace, name, sub, query, body)
             if method != "GET":
-                self.writes.append(Write(time.monotonic(), agent, method, path))
+                self.writes.append(
+                    Write(time.monotonic(), agent, method, path, _precondition_of(method, body))
+                )
                 if kind == "leases":
                     spec = result.get("spec") or {}
                     self.lease_log.append(
@@ -577,8 +585,9 @@ class FakeApiServer:
             self._validate_update(kind, current, body)
             return 200, self._write(kind, key, body)
         if method == "DELETE":
-            uid = ((body or {}).get("preconditions") or {}).get("uid")
-            _check_uid(self._require(kind, key), uid)
+            preconditions = (body or {}).get("preconditions") or {}
+            _check_uid(self._require(kind, key), preconditions.get("uid"))
+            self._precondition(kind, key, {"metadata": preconditions})
             return 200, self._delete(kind, key)
         raise ApiError(405, "MethodNotAllowed", f"{method} not allowed on {kind}")
 
@@ -681,6 +690,7 @@ class FakeApiServer:
         pod = self._require("pods", key)
         node = binding["target"]["name"]
         _check_uid(pod, (binding.get("metadata") or {}).get("uid"))
+        self._precondition("pods", key, binding)  # a Binding's resourceVersion is one too
         if pod["spec"].get("nodeName"):
             raise ApiError(
                 409,
@@ -817,6 +827,19 @@ def _qos_class(pod: dict) -> str:
     return "Burstable" if requests_any else "BestEffort"
 
 
+def _precondition_of(method: str, body: Any) -> str:
+    """What a write was conditioned on: the ``resourceVersion`` of a PATCH or PUT (in its
+    ``metadata``), the ``uid`` of a binding, the ``preconditions`` of a DELETE."""
+    body = body if isinstance(body, dict) else {}
+    found = dict(body.get("preconditions") or {}) if method == "DELETE" else {}
+    meta = body.get("metadata") or {}
+    if method in ("PATCH", "PUT") and meta.get("resourceVersion"):
+        found["resourceVersion"] = meta["resourceVersion"]
+    if method == "POST" and body.get("target") and meta.get("uid"):  # a binding
+        found["uid"] = meta["uid"]
+    return ",".join(f"{k}={v}" for k, v in sorted(found.items()) if v)
+
+
 def _check_uid(obj: dict, uid: str | None) -> None:
     """The API server's UID precondition (bindings, deletes): 409 for another object."""
     if uid is not None and uid != obj["metadata"]["uid"]:
@@ -830,12 +853,13 @@ def _check_uid(obj: dict, uid: str | None) -> None:
 
 _PATH = re.compile(
     r"^/(?:api/v1|apis/apps/v1|apis/coordination\.k8s\.io/v1)"
-    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>pods|nodes|statefulsets|leases|events)"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>pods|nodes|statefulsets|leases|events|secrets)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
 
 
-def _route(path: str) -> tuple[str, str | None, str | None, str | None] | None:
+def route(path: str) -> tuple[str, str | None, str | None, str | None] | None:
+    """(kind, namespace, name, subresource) of an API path; None for one the server lacks."""
     match = _PATH.match(path)
     if match is None:
         return None

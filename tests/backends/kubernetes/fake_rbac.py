@@ -12,6 +12,7 @@ GROUP_OF = {
     "pods": "",
     "nodes": "",
     "events": "",
+    "secrets": "",
     "statefulsets": "apps",
     "leases": "coordination.k8s.io",
 }

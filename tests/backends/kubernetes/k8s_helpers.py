@@ -3,11 +3,12 @@ scheduler pointed at the fake API server through the real client."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from fake_apiserver import SERVERS
+from fake_apiserver import SERVERS, Write, route
 from fake_rbac import token_of
 
 from qosched.backends.kubernetes import jobs as J
@@ -214,4 +215,80 @@ def writes_without_the_lease(api) -> list[str]:
         if record is None or record.holder != who or write.at > record.at + record.duration_s:
             holder = None if record is None else (record.holder, round(write.at - record.at, 2))
             bad.append(f"{write.method} {write.path} by {who}; lease (holder, age): {holder}")
+    return bad
+
+
+def after_fence(sched: K8sScheduler, hook: Callable[[str, str], None]) -> None:
+    """Call ``hook(method, url)`` in ``sched``'s writing thread each time a write has passed
+    the Lease's fence check, just before it is sent: where a stalled process (a GC pause, a
+    frozen VM) lets a deposed leader's write through late."""
+    fenced = sched.apps.api_client  # the one client every fenced write goes through
+    send, check = fenced.call_api, sched.lease.check
+    pending = threading.local()
+
+    def call_api(method, url, *args, **kwargs):
+        pending.request = (method, url)
+        return send(method, url, *args, **kwargs)
+
+    def checked():
+        check()
+        hook(*pending.request)
+
+    fenced.call_api = call_api
+    sched.lease.check = checked
+
+
+def _target(path: str) -> tuple[str, str | None, str] | None:
+    """The object a write changes (kind, namespace, name), its subresource aside; None for a
+    create (a new object: nothing to overwrite) and for the Lease."""
+    found = route(path.split("?")[0])
+    if found is None or found[2] is None or found[0] == "leases":
+        return None
+    return found[0], found[1], found[2]
+
+
+def _replica(write: Write) -> str | None:
+    return write.agent.removeprefix("qosched/") if write.agent.startswith("qosched/") else None
+
+
+def unconditional_writes(api) -> list[str]:
+    """Every write a scheduler replica made to an existing object without a precondition (a
+    ``resourceVersion`` or a ``uid``): one that would land whatever was written since."""
+    return [
+        f"{w.method} {w.path} by {_replica(w)}"
+        for w in api.writes
+        if _replica(w) is not None and _target(w.path) is not None and not w.precondition
+    ]
+
+
+def stale_writes(api) -> list[str]:
+    """Every write the server accepted from a replica that no longer held the Lease (its last
+    record named another holder, or had expired by the server's clock) onto an object that
+    another replica had written after that replica's last Lease record: a deposed leader's
+    late write over what its successor decided, which it never saw. Independent of any
+    precondition the write carried."""
+    records, writes = list(api.lease_log), list(api.writes)
+    bad = []
+    for write in writes:
+        who, target = _replica(write), _target(write.path)
+        if who is None or target is None:
+            continue
+        before = [r for r in records if r.at <= write.at]
+        if (
+            before
+            and before[-1].holder == who
+            and write.at <= before[-1].at + before[-1].duration_s
+        ):
+            continue  # it held the Lease when the write landed
+        mine = [r.at for r in before if r.holder == who]
+        since = mine[-1] if mine else -float("inf")
+        over = [
+            f"{o.method} by {_replica(o)}"
+            for o in writes
+            if _target(o.path) == target
+            and _replica(o) not in (None, who)
+            and since < o.at < write.at
+        ]
+        if over:
+            bad.append(f"{write.method} {write.path} by {who}, after {', '.join(over)}")
     return bad

@@ -1,6 +1,6 @@
 """The fake API server refuses what a real one refuses, so the backend's tests can fail the way
 a cluster would: RBAC from the manifests, optimistic concurrency, the resize subresource's
-validation, UID preconditions, watches that stay open."""
+validation, UID and resourceVersion preconditions, watches that stay open."""
 
 from __future__ import annotations
 
@@ -183,6 +183,22 @@ def test_a_delete_for_another_uid_is_refused(api):
     call = lambda: core(api).delete_namespaced_pod("j-0", "ml", body=options)  # noqa: E731
     assert status(call) == 409
     assert api.get("pods", "ml/j-0") is not None
+
+
+def test_a_delete_or_binding_of_a_stale_version_is_refused(api):
+    seen = api.get("pods", "ml/j-0")["metadata"]
+    api.patch("pods", "ml/j-0", {"metadata": {"annotations": {"x": "1"}}})  # written since
+    options = {"preconditions": {"uid": seen["uid"], "resourceVersion": seen["resourceVersion"]}}
+    call = lambda: core(api).delete_namespaced_pod("j-0", "ml", body=options)  # noqa: E731
+    assert status(call) == 409
+    binding = {
+        "metadata": {"name": "j-0", "uid": seen["uid"], "resourceVersion": seen["resourceVersion"]},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+    }
+    call = lambda: core(api).create_namespaced_pod_binding("j-0", "ml", binding)  # noqa: E731
+    assert status(call) == 409
+    pod = api.get("pods", "ml/j-0")
+    assert pod is not None and not pod["spec"].get("nodeName")
 
 
 def test_a_watch_stays_open_until_its_timeout(api):

@@ -1,6 +1,7 @@
 """Two replicas against a server that holds watches open: only the Lease holder's writes are
 ever accepted, with rounds as long as the API makes them and with a replica paused longer
-than its Lease, as a GC pause or a node stall does."""
+than its Lease, as a GC pause or a node stall does; a replica stalled after its fence check
+lands no write over what its successor wrote."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import time
 
 import pytest
 from fake_apiserver import FakeApiServer
-from k8s_helpers import SCRIPT, Scripted, client, job_set, writes_without_the_lease
+from k8s_helpers import (
+    SCRIPT,
+    Scripted,
+    after_fence,
+    client,
+    job_set,
+    stale_writes,
+    unconditional_writes,
+    writes_without_the_lease,
+)
 
 from qosched.backends.kubernetes.scheduler import K8sScheduler, SchedulerConfig
 
@@ -108,3 +118,63 @@ def test_a_replica_paused_longer_than_its_lease_writes_nothing_when_it_wakes(api
     holders = [r.holder for r in api.lease_log]
     assert "a" in holders and "b" in holders  # b took over during the pause
     assert api.get("pods", "ml/first-0")["spec"].get("nodeName")  # and scheduled the job
+
+
+def wait_for(condition, timeout_s: float = 20.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_replica_stalled_after_its_fence_check_lands_no_stale_patch(api):
+    # The gap the fence cannot close: a stops between the check and the send of a
+    # StatefulSet patch, b takes over and patches the same set, then a's patch arrives.
+    options = {"watch_timeout_s": 30, "lease_duration_s": 2, "tick_s": 0.2}
+    a, b = replica(api, "a", **options), replica(api, "b", **options)
+    running, stalled, armed = threading.Event(), threading.Event(), threading.Event()
+    running.set()
+    hold = a.lease.hold
+
+    def frozen_hold():
+        running.wait()  # a's whole process stalls: its Lease renewals too
+        return hold()
+
+    def b_patched_the_set() -> bool:
+        return any(
+            w.agent == "qosched/b" and w.method == "PATCH" and w.path.endswith("statefulsets/j")
+            for w in api.writes
+        )
+
+    def stall(method: str, url: str) -> None:
+        if armed.is_set() and method == "PATCH" and url.endswith("/statefulsets/j"):
+            armed.clear()
+            running.clear()
+            stalled.set()
+            wait_for(b_patched_the_set, timeout_s=20.0)  # a stall as long as b needs
+            running.set()
+
+    a.lease.hold = frozen_hold
+    after_fence(a, stall)
+    api.create("statefulsets", job_set("j"))
+    SCRIPT["ml/j"] = 1
+
+    def scenario(_seconds: float) -> None:
+        assert wait_for(lambda: api.get("pods", "ml/j-0")["spec"].get("nodeName"))
+        assert a.lease.leading  # a started first: it leads and bound the job
+        armed.set()
+        SCRIPT["ml/j"] = 3  # a decides 3 replicas and stalls sending it
+        assert stalled.wait(20.0), "a never patched the set"
+        SCRIPT["ml/j"] = 2  # b, leading now, decides 2
+        assert wait_for(lambda: running.is_set(), timeout_s=30.0)
+        # a's late patch has been sent and answered; b goes on leading
+        assert wait_for(lambda: api.get("statefulsets", "ml/j")["spec"]["replicas"] == 2)
+        time.sleep(1.0)
+
+    run_replicas([a, b], 0.0, scenario)
+    assert b_patched_the_set()  # the scenario happened: b wrote the set while a stalled
+    assert stale_writes(api) == []  # a's patch was refused, not laid over b's
+    assert unconditional_writes(api) == []
+    assert api.get("statefulsets", "ml/j")["spec"]["replicas"] == 2

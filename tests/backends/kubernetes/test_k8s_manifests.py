@@ -76,7 +76,9 @@ def call(method: str, path: str) -> tuple[str, str]:
         at = parts.index("namespaces")
         parts = parts[:at] + parts[at + 2 :]
     kind_at = next(
-        i for i, p in enumerate(parts) if p in ("pods", "nodes", "statefulsets", "leases", "events")
+        i
+        for i, p in enumerate(parts)
+        if p in ("pods", "nodes", "statefulsets", "leases", "events", "secrets")
     )
     rest = parts[kind_at + 1 :]
     resource = parts[kind_at] + (f"/{rest[1]}" if len(rest) == 2 else "")

@@ -141,6 +141,7 @@ def test_metrics_count_rounds_bindings_decisions_and_slack(api):
 def test_each_round_outcome_is_counted_from_its_report_field():
     report = StepReport(leading=True, scaled={"ml/a": 2, "ml/b": 1}, restarted=["ml/a-0"])
     report.invalid["ml/c"] = "bad annotation"
+    report.stale["ml/d"] = "statefulset ml/d changed since it was read"
     metrics = Metrics()
     metrics.record(report, 0.1)
     counted = {o: sample(metrics, "qosched_decisions_total", {"outcome": o}) for o in OUTCOMES}
@@ -154,6 +155,7 @@ def test_each_round_outcome_is_counted_from_its_report_field():
         "released": 0,
         "invalid": 1,
         "succeeded": 0,
+        "stale": 1,
     }
 
 

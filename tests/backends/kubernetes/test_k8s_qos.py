@@ -154,3 +154,67 @@ def test_policies_decide_and_the_cluster_never_overflows(policy):
             assert len(bound) == workers, key
         # the policy plans on 1 node of 8 GPUs: the largest node, as 8 + 4 + 2 = 14 < 2 x 8
         assert sum(decisions[-1].values()) <= 8
+
+
+IMPOSSIBLE = {**RESNET, J.ITERATIONS: "10000000", J.DEADLINE: "1m"}  # no count of GPUs does it
+FEASIBLE = {**RESNET, J.ITERATIONS: "10000", J.DEADLINE: "2h"}
+
+
+def not_trusted(api, name: str) -> list[str]:
+    return [
+        e["message"]
+        for e in api.list("events")
+        if e["reason"] == "AdmissionNotTrusted" and e["involvedObject"]["name"] == name
+    ]
+
+
+def sealed(api, name: str) -> dict[str, str]:
+    notes = api.get("statefulsets", f"ml/{name}")["metadata"]["annotations"]
+    return {k: notes[k] for k in (J.ADMISSION, J.ADMISSION_SEAL) if k in notes}
+
+
+@pytest.mark.parametrize("forgery", ["written", "copied", "terms-changed"])
+def test_an_admission_the_scheduler_did_not_seal_is_decided_again(api, forgery):
+    sched = scheduler(api.url, policy="qos")
+    if forgery == "written":  # the user grants the impossible job a guarantee
+        api.create(
+            "statefulsets", job_set("j", annotations={**IMPOSSIBLE, J.ADMISSION: "guaranteed"})
+        )
+    elif forgery == "copied":  # the seal of another job's guarantee, copied onto this one
+        api.create("statefulsets", job_set("ok", annotations=FEASIBLE))
+        sched.step()
+        assert sealed(api, "ok")[J.ADMISSION] == "guaranteed"
+        api.create("statefulsets", job_set("j", annotations={**IMPOSSIBLE, **sealed(api, "ok")}))
+    else:  # guaranteed for a feasible job, whose terms are then made impossible
+        api.create("statefulsets", job_set("j", annotations=FEASIBLE))
+        sched.step()
+        sched.step()
+        assert admission(api, "j") == "guaranteed"
+        assert api.get("pods", "ml/j-0")["spec"].get("nodeName")
+        api.patch("statefulsets", "ml/j", {"metadata": {"annotations": IMPOSSIBLE}})
+    for _ in range(3):
+        sched.step()
+    assert admission(api, "j") == "declined"  # the policy's own answer for the impossible job
+    assert api.get("statefulsets", "ml/j")["spec"]["replicas"] == 0
+    assert not [
+        p for p in api.list("pods") if p["metadata"]["name"] == "j-0" and p["spec"].get("nodeName")
+    ]
+    (message,) = not_trusted(api, "j")
+    assert "guaranteed" in message and "ignored" in message
+
+
+def test_a_sealed_admission_is_trusted_by_the_next_leader(api):
+    api.create("statefulsets", job_set("j", annotations=FEASIBLE))
+    first = scheduler(api.url, policy="qos")
+    first.step()
+    first.step()
+    before = sealed(api, "j")
+    assert before[J.ADMISSION] == "guaranteed" and len(before[J.ADMISSION_SEAL]) == 64
+    # A new replica reads the key its predecessor made and trusts its predecessor's seal.
+    later = scheduler(api.url, policy="qos")
+    for _ in range(2):
+        later.step()
+    assert later._seal == first._seal
+    assert sealed(api, "j") == before
+    assert not_trusted(api, "j") == []
+    assert [m for m, p in api.requests if "secrets" in p and m == "POST"] == ["POST"]

@@ -347,7 +347,7 @@ def test_a_round_that_raises_is_counted_beats_the_heartbeat_and_the_next_goes_on
     sched = scheduler(api.url)
     read_jobs = sched._read_jobs
 
-    def broken(report):
+    def broken(*_args):
         raise RuntimeError("a bug")
 
     sched._read_jobs = broken

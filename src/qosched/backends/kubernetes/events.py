@@ -120,7 +120,7 @@ class Recorder:
                 return False
         meta = pod["metadata"]
         stamp = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        patch = {
+        patch: dict[str, Any] = {
             "status": {
                 "conditions": [
                     {
@@ -133,6 +133,9 @@ class Recorder:
                 ]
             }
         }
+        if meta.get("resourceVersion"):
+            # Only on the pod as it was seen: a late patch must not mark a pod bound since.
+            patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
         try:
             self.core.patch_namespaced_pod_status(
                 meta["name"],

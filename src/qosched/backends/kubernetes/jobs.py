@@ -16,6 +16,9 @@ rebuilds everything from the API:
 ``qosched.io/requested-workers``        what request-honouring baselines (fifo) give it
 ``qosched.io/max-workers``              an upper bound on the workers the policy may give
 ``qosched.io/admission``  (scheduler)   ``guaranteed``, ``best-effort`` or ``declined``
+``qosched.io/admission-seal``           the scheduler's signature of that decision
+                          (scheduler)   (:mod:`qosched.backends.kubernetes.seal`): an
+                                        admission without a valid one is not trusted
 ``qosched.io/state``      (scheduler)   ``succeeded`` once the work is done
 ``qosched.io/progress``   (both)        ``{"iteration": n, "active_s": s}``, see below
 ======================================  =================================================
@@ -65,6 +68,7 @@ BATCH_SIZE = PREFIX + "batch-size"
 REQUESTED_WORKERS = PREFIX + "requested-workers"
 MAX_WORKERS = PREFIX + "max-workers"
 ADMISSION = PREFIX + "admission"
+ADMISSION_SEAL = PREFIX + "admission-seal"
 STATE = PREFIX + "state"
 PROGRESS = PREFIX + "progress"
 #: Label on the StatefulSet and its pods naming the job, so kubectl can select them.
@@ -163,9 +167,11 @@ class K8sJob:
     replicas: int
     #: GPU jobs: workers per pod (its GPU request). CPU jobs: the template's CPU request.
     per_pod: int
-    admission: Admission | None  # None: not decided yet
+    admission: Admission | None  # None: not decided yet (or its seal not checked, see seal)
     succeeded: bool
     progress: Progress | None
+    uid: str = ""  # the StatefulSet's: an admission is sealed for this very object
+    seal: str | None = None  # the admission's seal, as written
 
     @property
     def key(self) -> str:
@@ -314,6 +320,8 @@ def read_job(sts: dict[str, Any], resource: str) -> K8sJob:
         admission=admission,
         succeeded=annotations.get(STATE) == SUCCEEDED,
         progress=parse_progress(annotations.get(PROGRESS), source=source),
+        uid=str(meta.get("uid") or ""),
+        seal=annotations.get(ADMISSION_SEAL),
     )
 
 

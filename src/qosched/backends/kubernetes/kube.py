@@ -17,6 +17,12 @@ class KubernetesMissing(QoschedError, ImportError):
     """The ``kubernetes`` package is not installed."""
 
 
+class Stale(QoschedError):
+    """A write was refused 409 Conflict: its precondition (the ``resourceVersion`` or ``uid``
+    it was decided on) no longer holds, because someone wrote the object since. The write is
+    never sent again as it was: the job is decided again, next round, from the fresh state."""
+
+
 def require() -> ModuleType:
     """The ``kubernetes`` package; called by every Kubernetes entry point before it needs it."""
     try:

@@ -21,8 +21,9 @@ overlap provided
   ``lease_duration_s - renew_deadline_s``. The check is made just before the request is
   sent; a process stalled between the check and the send (a stop-the-world pause of that
   length, a frozen VM) can still land one write late. Kubernetes offers no server-side fencing
-  token to close that gap; the writes that matter are guarded on the server too (a binding's
-  ``uid`` and "already bound" check, a delete's ``uid`` precondition).
+  token to close that gap, so every write to an existing object carries a precondition the
+  server checks (a ``resourceVersion``, a ``uid``; see :mod:`.scheduler`): a late write lands
+  only on an object nobody wrote since it was read.
 """
 
 from __future__ import annotations

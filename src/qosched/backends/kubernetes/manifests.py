@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from qosched.backends.kubernetes import jobs as J
+from qosched.backends.kubernetes.seal import KEY_SECRET
 from qosched.backends.local.jobspec import DNS_LABEL, TrainingJobSpec
 from qosched.core.bounds import MAX_BATCH, check_count
 from qosched.core.errors import InputError
@@ -52,7 +53,13 @@ SCHEDULER_RULES = [
     _rule([""], ["events"], ["create"]),
     _rule(["apps"], ["statefulsets"], ["list", "watch", "patch"]),
 ]
-LEASE_RULES = [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])]
+#: In the scheduler's own namespace: its Lease, and the Secret that holds its admission key
+#: (:mod:`.seal`), which it creates when absent and may read alone.
+LEASE_RULES = [
+    _rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),
+    {**_rule([""], ["secrets"], ["get"]), "resourceNames": [KEY_SECRET]},
+    _rule([""], ["secrets"], ["create"]),  # RBAC cannot name what a create makes
+]
 
 
 def trainer_rules(job: str) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ class RoundOutcome(StrEnum):
     RELEASED = "released"
     INVALID = "invalid"
     SUCCEEDED = "succeeded"
+    STALE = "stale"  # a write refused 409: the job is decided again next round
 
 
 #: Outcomes counted by ``qosched_decisions_total``: admissions and what a round did to jobs.

@@ -27,6 +27,14 @@ counted in a metric); the other nodes go on. Anything else a round raises ends t
 it is logged and counted, and the next round starts as usual. Each round is recorded in
 :mod:`.observe`'s metrics and heartbeat.
 
+Every write to an existing object carries what it was decided on, for the API server to check:
+the ``resourceVersion`` of a StatefulSet patch, a re-size or a pod condition; the ``uid`` (and,
+but for a gang released in the round that bound it, the ``resourceVersion``) of a delete; the
+``uid`` of a binding. A 409 (:class:`~.kube.Stale`) is never answered by sending the write again:
+the job is left for the round and decided again from fresh state in the next. So a write that
+arrives late, from a leader stalled after its fence check, cannot overwrite its successor's.
+An admission is trusted only with the scheduler's seal (:mod:`.seal`).
+
 Nothing lives only in memory: everything a round needs is read from the API, and what the
 scheduler decides is written there (annotations, replicas, bindings) before the next round.
 A restarted or newly elected replica rebuilds it all; only the policy's learned speeds start
@@ -41,6 +49,7 @@ step then fits each job's pods onto the real nodes; a job that does not fit this
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -66,9 +75,10 @@ from qosched.backends.kubernetes.fit import (
     worker_capacity,
 )
 from qosched.backends.kubernetes.informer import Informer
-from qosched.backends.kubernetes.kube import key_of, read_json, require, status_of
+from qosched.backends.kubernetes.kube import Stale, key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
+from qosched.backends.kubernetes.seal import KeyUnavailable, Seal, load_key
 from qosched.backends.local.jobspec import DNS_LABEL
 from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
@@ -218,6 +228,9 @@ class StepReport:
     bound: dict[str, str] = field(default_factory=dict)  # pod -> node
     released: list[str] = field(default_factory=list)  # pods deleted after a failed gang
     invalid: dict[str, str] = field(default_factory=dict)  # job -> why it was skipped
+    # job -> the write refused 409 because its object changed since it was read: the job is
+    # decided again next round
+    stale: dict[str, str] = field(default_factory=dict)
     slack: dict[str, float] = field(default_factory=dict)  # job -> deadline - predicted finish
     left_out: dict[str, str] = field(default_factory=dict)  # node -> why its room is unreadable
     errors: list[str] = field(default_factory=list)
@@ -331,6 +344,7 @@ class K8sScheduler:
         self.monotonic = monotonic
         self._states: dict[str, ClusterJob] = {}  # the policy's records, rebuilt from the API
         self.resize_supported: bool | None = None  # learnt from the first resize answer
+        self._seal: Seal | None = None  # the admission key, read (or made) once when leading
         self._term = 0  # the lease term the policy and states belong to
         self._fresh: set[str] = set()  # jobs this term's policy has not been told about
         self._left_out: dict[str, str] = {}  # nodes already logged as left out, and why
@@ -408,6 +422,13 @@ class K8sScheduler:
         ):
             return report  # never decide on a cache that was never complete
         report.synced = True
+        if self._seal is None:
+            try:
+                self._seal = load_key(self.core, self.config.lease_namespace)
+            except KeyUnavailable as exc:  # no admission can be checked: nothing is decided
+                log.warning("round skipped: %s", exc)
+                report.errors.append(str(exc))
+                return report
         nodes = self.nodes.snapshot()
         report.left_out = unreadable_nodes(nodes)
         self._note_left_out(report.left_out)
@@ -415,7 +436,13 @@ class K8sScheduler:
             del nodes[key]
         self._now = _View(nodes, self.pods.snapshot(), self.sets.snapshot())
         now = self.clock()
-        jobs = self._read_jobs(report)
+        untrusted: set[str] = set()
+        jobs = self._read_jobs(report, untrusted)
+        if untrusted & self._states.keys():
+            # A job the policy knows lost its admission (see _trusted): the policy, told of
+            # each job once, learns them all again, as in a new term, and decides it anew.
+            self.policy = self.make_policy()
+            self._states.clear()
         rooms = node_rooms(self._now.nodes.values(), self._now.pods.values())
         cluster = self._cluster(rooms, jobs)
         live = self._update_states(jobs, cluster, now, report)
@@ -453,14 +480,15 @@ class K8sScheduler:
             with self._isolated(admitted[key], report):
                 self._apply(admitted[key], counts.get(key, 0), rooms, report)
         for key in order:
-            if counts.get(key, 0) and key not in report.invalid:
+            if counts.get(key, 0) and key not in report.invalid and key not in report.stale:
                 with self._isolated(admitted[key], report):
                     self._bind_job(admitted[key], counts[key], rooms, report)
         return report
 
     # -- reading the API ----------------------------------------------------------------------
 
-    def _read_jobs(self, report: StepReport) -> dict[str, _RoundJob]:
+    def _read_jobs(self, report: StepReport, untrusted: set[str]) -> dict[str, _RoundJob]:
+        """This round's jobs; ``untrusted`` gets those whose admission was ignored."""
         jobs: dict[str, _RoundJob] = {}
         invalid: dict[str, tuple[dict[str, Any], str]] = {}
         for key, sts in self._now.sets.items():
@@ -474,7 +502,10 @@ class K8sScheduler:
                 why = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
                 invalid[key] = (sts, why if key in why else f"statefulset/{key}: {why}")
                 continue
-            jobs[spec.key] = _RoundJob(spec, [])
+            trusted = self._trusted(sts, spec)
+            if trusted is not spec:
+                untrusted.add(spec.key)
+            jobs[spec.key] = _RoundJob(trusted, [])
         waiting: dict[str, list[dict[str, Any]]] = {key: [] for key in invalid}
         for pod in self._now.pods.values():
             owner = _owner(pod)
@@ -500,6 +531,23 @@ class K8sScheduler:
         for uid in self._reports.keys() - present:  # pods gone: their reports with them
             del self._reports[uid]
         return jobs
+
+    def _trusted(self, sts: dict[str, Any], spec: J.K8sJob) -> J.K8sJob:
+        """The job with its recorded admission only if this scheduler sealed it for this
+        StatefulSet and these terms (:mod:`.seal`); any other is ignored, said in an Event,
+        and the job admitted again by the policy."""
+        assert self._seal is not None  # loaded before any job is read
+        if spec.admission is None or self._seal.trusts(spec):
+            return spec
+        self.recorder.event(
+            sts,
+            WARNING,
+            "AdmissionNotTrusted",
+            f"{J.ADMISSION}: {spec.admission.value} carries no valid {J.ADMISSION_SEAL} of this "
+            "scheduler (written by someone else, copied from another job, or the job's terms "
+            "changed since it was admitted): ignored; the job is admitted again",
+        )
+        return dataclasses.replace(spec, admission=None)
 
     def _note_left_out(self, left_out: dict[str, str]) -> None:
         """Log each node left out of the cluster once (again if the reason changes), and each
@@ -668,6 +716,9 @@ class K8sScheduler:
             yield
         except NotLeading:
             raise
+        except Stale as exc:  # not the job's fault: decided again next round, on fresh state
+            log.info("job %s decided again next round: %s", job.spec.key, exc)
+            report.stale[job.spec.key] = str(exc)
         except Exception as exc:
             log.warning("job %s skipped this round", job.spec.key, exc_info=True)
             self._states.pop(job.spec.key, None)
@@ -746,8 +797,12 @@ class K8sScheduler:
                 )
                 if admission is not Admission.DECLINED:
                     known.append(job.state)
+                assert self._seal is not None  # loaded before any job is read
+                seal = self._seal.of(job.spec, admission)
                 patch: dict[str, Any] = {
-                    "metadata": {"annotations": {J.ADMISSION: admission.value}}
+                    "metadata": {
+                        "annotations": {J.ADMISSION: admission.value, J.ADMISSION_SEAL: seal}
+                    }
                 }
                 if admission is Admission.DECLINED:
                     patch["spec"] = {"replicas": 0}
@@ -846,8 +901,12 @@ class K8sScheduler:
         if workers > cores and room.get("cpu", 0.0) + 1e-9 < workers - cores:
             return False
         containers = _containers(pod)
-        body = {"spec": {"containers": [_cpu_container(containers[0]["name"], workers)]}}
         meta = pod["metadata"]
+        body = {
+            # Only the pod this round saw: see _patch_set.
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "spec": {"containers": [_cpu_container(containers[0]["name"], workers)]},
+        }
         try:
             response = self.core.patch_namespaced_pod_resize(
                 meta["name"],
@@ -859,6 +918,8 @@ class K8sScheduler:
         except NotLeading:
             raise
         except Exception as exc:
+            if status_of(exc) == 409:
+                raise Stale(f"pod {key_of(pod)} changed since it was read: {exc.reason}") from exc
             if status_of(exc) in (404, 405, 415):
                 log.warning(
                     "the cluster has no pod resize subresource (%s); CPU jobs are "
@@ -920,7 +981,7 @@ class K8sScheduler:
                 # A half-bound gang would hold workers it cannot use: release what this round
                 # bound (the controller recreates those pods pending) and try again next round.
                 for done in bound:
-                    self._delete_pod(done, report.released, report)
+                    self._delete_pod(done, report.released, report, as_seen=False)
                     take(rooms[done["spec"]["nodeName"]], pod_requests(done), sign=-1.0)
                 return
             bound.append(result)
@@ -989,17 +1050,25 @@ class K8sScheduler:
         return self._now.sets[spec.key]
 
     def _patch_set(self, spec: J.K8sJob, patch: dict[str, Any], report: StepReport) -> bool:
+        """Patch the job's StatefulSet as this round saw it, and only that version: a patch
+        carries the ``resourceVersion`` it was decided on, so a patch that arrives late (a
+        deposed leader's, stalled after its fence check) never overwrites what was written
+        since. A 409 raises :class:`Stale`."""
+        version = self._set(spec)["metadata"]["resourceVersion"]
+        body = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": version}}
         try:
             response = self.apps.patch_namespaced_stateful_set(
                 spec.name,
                 spec.namespace,
-                patch,
+                body,
                 _content_type=STRATEGIC_PATCH,
                 _preload_content=False,
             )
         except NotLeading:
             raise
         except Exception as exc:
+            if status_of(exc) == 409:
+                raise Stale(f"statefulset {spec.key} changed since it was read") from exc
             report.errors.append(f"patching statefulset {spec.key} failed: {exc}")
             return False
         updated = read_json(response)
@@ -1007,11 +1076,20 @@ class K8sScheduler:
         self._now.sets[spec.key] = updated
         return True
 
-    def _delete_pod(self, pod: dict[str, Any], into: list[str], report: StepReport) -> None:
+    def _delete_pod(
+        self, pod: dict[str, Any], into: list[str], report: StepReport, *, as_seen: bool = True
+    ) -> None:
+        """Delete the pod the cache saw, never one recreated since under the same name (its
+        ``uid``); with ``as_seen``, only at the version seen (its ``resourceVersion``: a pod
+        re-sized or bound since is not restarted on a stale decision; a 409 raises
+        :class:`Stale`). A pod this round bound itself is released by ``uid`` alone: the
+        binding's answer does not give its new version."""
         meta = pod["metadata"]
         V1DeleteOptions, V1Preconditions = self.delete_options
-        # Only the pod the cache saw: never a pod recreated since under the same name.
-        options = V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"]))
+        version = meta["resourceVersion"] if as_seen else None
+        options = V1DeleteOptions(
+            preconditions=V1Preconditions(uid=meta["uid"], resource_version=version)
+        )
         try:
             self.core.delete_namespaced_pod(
                 meta["name"], meta["namespace"], body=options, _preload_content=False
@@ -1019,6 +1097,8 @@ class K8sScheduler:
         except NotLeading:
             raise
         except Exception as exc:
+            if status_of(exc) == 409 and as_seen:
+                raise Stale(f"pod {key_of(pod)} changed since it was read") from exc
             if status_of(exc) != 404:
                 report.errors.append(f"deleting pod {key_of(pod)} failed: {exc}")
                 return
