@@ -493,6 +493,11 @@ class _Headers:
     def __len__(self) -> int:
         return len(self._pairs)
 
+    @property
+    def size(self) -> int:
+        """Bytes of the header lines as sent (name, ": ", value, CRLF)."""
+        return sum(len(k) + len(v) + 4 for k, v in self._pairs)
+
 
 class _Handler:
     """One request: resolved and authorised on the event loop, its body read there with a
@@ -718,6 +723,15 @@ class _Handler:
 
     def _resolve(self) -> tuple[Route, list[str]]:
         """The route and its arguments, once the request's headers pass every check."""
+        limits = self.server.limits
+        # h11 holds a head that has not ended to max_header_bytes; one that came in whole in a
+        # single read is measured here.
+        if self.headers.size + len(self.path) > limits.max_header_bytes:
+            raise _HttpError(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"the request line and headers exceed {limits.max_header_bytes} bytes",
+                {"Connection": "close"},
+            )
         if len(self.headers) > self.server.limits.max_header_count:
             raise _HttpError(
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,

@@ -6,7 +6,8 @@ needs before anyone has authenticated.
 
 - at most ``max_connections`` open connections (default: 512, or half the process's
   file-descriptor soft limit if that is less; ``serve`` raises the soft limit to the hard one
-  first). A connection past the cap closes the oldest connection that has no request in
+  first), overrun at most by the few (``accept_burst``, an eighth of the cap) that asyncio
+  accepts at once. A connection past the cap closes the oldest connection that has no request in
   progress (idle, or still sending its headers); if every one is busy, the new one is closed.
   The other half of the descriptors stays with the service, so its log, progress and database
   files never meet ``EMFILE`` however many clients connect;
@@ -44,6 +45,8 @@ except ImportError:  # not on Windows: there the limit is left as it is
 
 #: The most connections served at once whatever the descriptor limit.
 DEFAULT_MAX_CONNECTIONS = 512
+# Connections the kernel holds for us until they are accepted.
+_LISTEN_QUEUE = 1024
 # How long close() lets requests in flight finish before their connections are cut.
 _GRACE_S = 2.0
 # Uvicorn's own notes ("Invalid HTTP request received.") would let any local user fill the
@@ -89,6 +92,11 @@ class Limits:
         if fd_limit is None:
             return DEFAULT_MAX_CONNECTIONS
         return max(2, min(DEFAULT_MAX_CONNECTIONS, fd_limit // 2))
+
+
+def accept_burst(cap: int) -> int:
+    """How many connections the kernel queues for us, and asyncio accepts in one go."""
+    return max(8, min(128, cap // 8))
 
 
 def raise_fd_limit() -> int | None:
@@ -252,7 +260,9 @@ class Server:
             access_log=False,
             proxy_headers=False,
             server_header=False,
-            backlog=min(self.guard.cap, 128),
+            # asyncio accepts up to this many connections at a time before any of them is
+            # seen (and the oldest closed to make room): the cap can be overrun by this much.
+            backlog=accept_burst(self.guard.cap),
             timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=_GRACE_S,  # type: ignore[arg-type]
             h11_max_incomplete_event_size=limits.max_header_bytes,
@@ -300,6 +310,9 @@ class Server:
         self._loop = asyncio.get_running_loop()
         await server.on_tick(0)  # the Date header
         await server.startup(sockets=[self._sock])
+        # The kernel may queue more than asyncio accepts at once (queued connections take no
+        # descriptor of ours): clients past a burst wait in the queue, not on SYN retries.
+        self._sock.listen(_LISTEN_QUEUE)
         ticking = asyncio.create_task(self._tick())
         try:
             await self._stopping.wait()
