@@ -514,7 +514,11 @@ class _Handler:
         client = scope.get("client")
         self.client = str(client[0]) if client else "-"
         self.body = b""
-        self.body_unread = False  # a body was announced and not all of it read
+        # A body was announced and not all of it read: the connection is closed after the
+        # reply, so that the rest neither waits on it nor holds it open.
+        self.body_unread = self.headers.get("Content-Length", "0").strip() != "0" or bool(
+            self.headers.get("Transfer-Encoding")
+        )
 
     async def respond(self, receive: Any) -> _Reply:
         """The reply; raises ``_ClientGone`` if the client left while its body was read."""
@@ -522,10 +526,6 @@ class _Handler:
             route, args = self._resolve()
             if route in self._READS_BODY:
                 self.body = await self._read_body(receive)
-            elif self.headers.get("Content-Length", "0") != "0" or self.headers.get(
-                "Transfer-Encoding"
-            ):
-                self.body_unread = True
         except _ClientGone:
             raise
         except Exception as exc:
@@ -824,7 +824,6 @@ class _Handler:
 
     async def _read_body(self, receive: Any) -> bytes:
         if self.headers.get("Transfer-Encoding"):
-            self.body_unread = True
             raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length")
         length_text = self.headers.get("Content-Length")
         if length_text is None:
@@ -834,9 +833,7 @@ class _Handler:
         length = int(length_text)
         if length > MAX_BODY_BYTES:
             # Read (and dropped) so the client sees the 413 rather than a connection reset.
-            if length > _MAX_DRAIN_BYTES:
-                self.body_unread = True
-            else:
+            if length <= _MAX_DRAIN_BYTES:
                 await self._receive_all(receive, keep=False)
             raise _HttpError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
@@ -859,9 +856,9 @@ class _Handler:
                     if keep:
                         body += message.get("body", b"")
                     if not message.get("more_body", False):
+                        self.body_unread = False
                         return bytes(body)
         except TimeoutError:
-            self.body_unread = True
             raise _HttpError(
                 HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {limit} s"
             ) from None
