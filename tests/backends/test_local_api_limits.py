@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,10 @@ def test_more_half_sent_connections_than_descriptors_leave_healthz_and_the_servi
 ) -> None:
     # Before: a thread and a descriptor per connection, no limit: /healthz timed out and the
     # service's own file opens failed with EMFILE.
-    flood = [half_sent(api_process.port) for _ in range(FD_LIMIT + 64)]
+    # Opened 32 at a time, as an attacker would: one after the other, a server that accepts
+    # slowly is let off by its own timeouts.
+    with ThreadPoolExecutor(32) as pool:
+        flood = list(pool.map(half_sent, [api_process.port] * (FD_LIMIT + 64)))
     try:
         # What a service with a few dozen running jobs opens at once (logs, progress, SQLite).
         answer = api_process.ask("open 64")
@@ -294,3 +298,32 @@ def test_the_connection_cap_leaves_half_the_descriptors_to_the_service() -> None
     assert Limits().connection_cap(1 << 20) == 512
     assert Limits().connection_cap(None) == 512
     assert Limits(max_connections=10).connection_cap(256) == 10
+
+
+def test_a_kept_alive_connection_serves_request_after_request() -> None:
+    with serve(FakeService(), token="t", limits=Limits(header_timeout_s=1.0)) as server:
+        connection = http.client.HTTPConnection(server.host, server.port, timeout=10)
+        try:
+            for _ in range(3):
+                connection.request("GET", "/jobs", headers={"Authorization": "Bearer t"})
+                response = connection.getresponse()
+                assert (response.status, response.read()) == (200, b"[]")
+                time.sleep(0.6)  # together past the header deadline, each within it
+        finally:
+            connection.close()
+
+
+def test_a_refused_requests_body_is_read_so_the_client_sees_the_reply() -> None:
+    with serve(FakeService(), token="t") as server:
+        connection = http.client.HTTPConnection(server.host, server.port, timeout=10)
+        try:
+            # More than the server reads ahead for a request: sent in full before the reply
+            # is read, as http.client does.
+            connection.request("POST", "/jobs", body=b"x" * 200_000)
+            response = connection.getresponse()
+            assert response.status == 401
+            assert "token" in json.loads(response.read())["error"]
+            connection.request("GET", "/jobs", headers={"Authorization": "Bearer t"})
+            assert connection.getresponse().status == 200  # the same connection, still good
+        finally:
+            connection.close()

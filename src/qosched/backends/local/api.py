@@ -55,6 +55,7 @@ descriptors the service needs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -529,7 +530,9 @@ class _Handler:
         except _ClientGone:
             raise
         except Exception as exc:
-            return self._failure(exc)
+            reply = self._failure(exc)
+            await self._drain(receive)
+            return reply
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.pool, self._run, route, args)
 
@@ -840,6 +843,16 @@ class _Handler:
                 f"the body is {length} bytes; at most {MAX_BODY_BYTES} are accepted",
             )
         return await self._receive_all(receive, keep=True)
+
+    async def _drain(self, receive: Any) -> None:
+        """Read and drop a body that is refused unread, if it is not too big, so the client
+        (which may send all of it before it reads) sees the reply rather than a reset."""
+        length_text = self.headers.get("Content-Length", "").strip()
+        if not self.body_unread or not length_text.isdecimal():
+            return
+        if int(length_text) <= _MAX_DRAIN_BYTES:
+            with contextlib.suppress(_HttpError):  # too slow: closed after the reply
+                await self._receive_all(receive, keep=False)
 
     async def _receive_all(self, receive: Any, *, keep: bool) -> bytes:
         """The body (or, without ``keep``, nothing: it is read and dropped) within the body

@@ -6,11 +6,13 @@ needs before anyone has authenticated.
 
 - at most ``max_connections`` open connections (default: 512, or half the process's
   file-descriptor soft limit if that is less; ``serve`` raises the soft limit to the hard one
-  first), overrun at most by the few (``accept_burst``, an eighth of the cap) that asyncio
-  accepts at once. A connection past the cap closes the oldest connection that has no request in
+  first). A connection past the cap closes the oldest connection that has no request in
   progress (idle, or still sending its headers); if every one is busy, the new one is closed.
   The other half of the descriptors stays with the service, so its log, progress and database
-  files never meet ``EMFILE`` however many clients connect;
+  files never meet ``EMFILE`` however many clients connect. asyncio accepts up to
+  ``accept_burst`` connections (a sixteenth of the cap) at once before any is seen, and a
+  closed one's descriptor is freed on the loop's next round: the cap is overrun for a moment
+  by two or three bursts at most, well inside the half kept back;
 - a request's headers must arrive in full within ``header_timeout_s`` (10 s) of the connection
   opening or the previous reply (slowloris), or the connection is closed with a 408;
 - at most ``max_header_bytes`` (16 KiB) of request line and headers, else a 431 and the
@@ -96,7 +98,7 @@ class Limits:
 
 def accept_burst(cap: int) -> int:
     """How many connections the kernel queues for us, and asyncio accepts in one go."""
-    return max(8, min(128, cap // 8))
+    return max(4, min(128, cap // 16))
 
 
 def raise_fd_limit() -> int | None:
@@ -183,7 +185,7 @@ class _Protocol(H11Protocol):
     def evict(self) -> None:
         self._cancel_head_timer()
         self.guard.open.pop(self, None)
-        self.transport.abort()  # no lingering close: the descriptor is freed now
+        self.transport.abort()  # no lingering close: freed on the loop's next round
 
     def send_400_response(self, msg: str) -> None:
         # Called when h11 refuses what came in; the service's form, with h11's reason.
