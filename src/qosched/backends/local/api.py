@@ -68,16 +68,18 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from qosched.backends.local import httpd
-from qosched.backends.local.httpd import Limits
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
 from qosched.backends.local.web import auth, page
 from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError, QoschedError
+
+if TYPE_CHECKING:  # the server is imported by serve(): clients of the API never load uvicorn
+    from qosched.backends.local import httpd
+    from qosched.backends.local.httpd import Limits
 
 MAX_BODY_BYTES = 1 << 20
 # A body this much over the limit is still read (and dropped) so the client sees the 413 rather
@@ -351,6 +353,8 @@ def serve(
     the connection cap sized from it. ``poll_interval_s`` is kept for callers: ``close()``
     returns within about 0.1 s when no request is in flight.
     """
+    from qosched.backends.local import httpd
+
     del poll_interval_s
     if not token:
         raise InputError("the API token must not be empty", field="token")
@@ -361,7 +365,7 @@ def serve(
             "to do it anyway",
             field="host",
         )
-    limits = limits if limits is not None else Limits()
+    limits = limits if limits is not None else httpd.Limits()
     fd_limit = httpd.raise_fd_limit()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
