@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -327,3 +328,71 @@ def test_a_refused_requests_body_is_read_so_the_client_sees_the_reply() -> None:
             assert connection.getresponse().status == 200  # the same connection, still good
         finally:
             connection.close()
+
+
+RAISE_PROBE = """\
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 1024))
+from service_fakes import FakeService
+from qosched.backends.local.api import serve
+with serve(FakeService(), token="t") as server:
+    print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], server.max_connections)
+"""
+
+
+def test_serve_raises_the_open_files_limit_to_the_hard_one_and_sizes_the_cap_from_it() -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(qosched.__file__).parents[1]), str(HERE), env.get("PYTHONPATH", "")]
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", RAISE_PROBE], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["1024", "512"]
+
+
+class BlockingMetrics(FakeService):
+    """``metrics()`` waits until released, counting the calls waiting at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.waiting = 0
+        self.most_waiting = 0
+
+    def metrics(self) -> Any:
+        with self.lock:
+            self.waiting += 1
+            self.most_waiting = max(self.most_waiting, self.waiting)
+        try:
+            self.release.wait(60)
+            return super().metrics()
+        finally:
+            with self.lock:
+                self.waiting -= 1
+
+
+def test_service_calls_are_bounded_by_the_pool_and_healthz_answers_while_it_is_full() -> None:
+    service = BlockingMetrics()
+    with serve(service, token="t", limits=Limits(workers=4)) as server:
+
+        def scrape() -> int | None:
+            connection = http.client.HTTPConnection(server.host, server.port, timeout=60)
+            try:
+                connection.request("GET", "/metrics")
+                return connection.getresponse().status
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(12) as pool:
+            scrapes = [pool.submit(scrape) for _ in range(12)]
+            deadline = time.monotonic() + 30
+            while service.waiting < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # room for more calls to start, were the pool not bounded
+            assert healthz(server.port) == 200
+            assert service.most_waiting == 4  # the pool's workers, not one per request
+            service.release.set()
+            assert [s.result() for s in scrapes] == [200] * 12

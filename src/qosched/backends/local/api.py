@@ -537,6 +537,8 @@ class _Handler:
             reply = self._failure(exc)
             await self._drain(receive)
             return reply
+        if route in self._ON_LOOP:
+            return self._run(route, args)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.pool, self._run, route, args)
 
@@ -651,6 +653,10 @@ class _Handler:
             raise _HttpError(HTTPStatus.NOT_FOUND, f"no such file: {args[0]}")
         body, content_type = found
         return _Reply(HTTPStatus.OK, body, content_type)
+
+    # Routes that never call the service answer from the loop: /healthz stays quick however
+    # many requests wait for the pool.
+    _ON_LOOP = frozenset({_healthz, _static})
 
     def _dashboard(self, method: str, *args: str) -> Any:
         view = getattr(self.server.service, method, None)
