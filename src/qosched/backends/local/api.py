@@ -524,6 +524,7 @@ class _Handler:
         self.body_unread = self.headers.get("Content-Length", "0").strip() != "0" or bool(
             self.headers.get("Transfer-Encoding")
         )
+        self.body_read_started = False
 
     async def respond(self, receive: Any) -> _Reply:
         """The reply; raises ``_ClientGone`` if the client left while its body was read."""
@@ -858,8 +859,8 @@ class _Handler:
         """Read and drop a body that is refused unread, if it is not too big, so the client
         (which may send all of it before it reads) sees the reply rather than a reset."""
         length_text = self.headers.get("Content-Length", "").strip()
-        if not self.body_unread or not length_text.isdecimal():
-            return
+        if not self.body_unread or self.body_read_started or not length_text.isdecimal():
+            return  # nothing to read, or a read already given its time (a 408)
         if int(length_text) <= _MAX_DRAIN_BYTES:
             with contextlib.suppress(_HttpError):  # too slow: closed after the reply
                 await self._receive_all(receive, keep=False)
@@ -868,6 +869,7 @@ class _Handler:
         """The body (or, without ``keep``, nothing: it is read and dropped) within the body
         deadline: a 408 and the connection closed when it does not arrive in time. h11 holds
         the client to its Content-Length."""
+        self.body_read_started = True
         limit = self.server.limits.body_timeout_s
         body = bytearray()
         try:
