@@ -4,6 +4,7 @@
     python bench/hostile_inputs.py gpushare [--seeds 0:40] [--timeout 300]
     python bench/hostile_inputs.py infer [--seeds 0:40] [--timeout 300]
     python bench/hostile_inputs.py import [--seeds 0:40] [--timeout 300]
+    python bench/hostile_inputs.py service [--timeout 300]
 
 - cluster: a random trace per seed (1-40 jobs in bursts of simultaneous arrivals, 1 to 10^7
   iterations, deadlines from 0.001x to 100x the run time, best-effort jobs, 1-8 nodes of 8 GPUs)
@@ -26,31 +27,48 @@
   empty, a header alone, behind a BOM, in UTF-16, in CR line endings, junk. A trace written must
   read back as ``sim cluster`` reads it.
 
-Each run is judged by how it ends: exit 0, or exit 2 with a ``qosched: error:`` line (the input
-refused, with its reason), is a pass; a traceback, any other exit or running past ``--timeout``
-is a failure, printed with its seed so it can be run again. In the infer and import modes a run
-is also WRONG when a valid spec is refused or plans nonsense, when a refusal does not name the
-file, or names another line of a trace than the one broken (or, for a broken cell, not its
-column), or when the trace written does not read back. The slowest runs are listed too. The
-machine is shared, so the seconds are wall time and only rough.
+- service: a real ``qosched up`` on a temporary home, its open files limited to 1,024 (soft and
+  hard) as under a common ``ulimit -n``, running one command job and holding one queued. Then,
+  with no token: a connection flood (1,022 connections, each a request never finished) and a
+  header flood (100 connections, each sending 99 header lines of 64 KB and never ending its
+  request). Each attack is ``held`` when ``/healthz`` answers within 10 s while the attack's
+  connections are open, no job failed, the service's output has no ``Too many open files``,
+  the running job's progress is still read, and (the header flood) every connection was
+  refused and the service grew by less than 100 MB; ``broken`` otherwise. Printed with the
+  time to ``/healthz`` under the attack, the service's open files and its RSS before and after.
+
+Each run of the other modes is judged by how it ends: exit 0, or exit 2 with a
+``qosched: error:`` line (the input refused, with its reason), is a pass; a traceback, any
+other exit or running past ``--timeout`` is a failure, printed with its seed so it can be run
+again. In the infer and import modes a run is also WRONG when a valid spec is refused or plans
+nonsense, when a refusal does not name the file, or names another line of a trace than the one
+broken (or, for a broken cell, not its column), or when the trace written does not read back.
+The slowest runs are listed too. The machine is shared, so the seconds are wall time and only
+rough.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import random
+import resource
+import select
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from qosched.backends.local.client import Client
 from qosched.cluster.importers import PAI_COLUMNS
 from qosched.cluster.throughput import ThroughputModel
 from qosched.gpushare.policies import policy_names
@@ -547,12 +565,233 @@ def import_cases(seed: int, folder: Path) -> list[tuple[str, list[str], Check | 
     return cases
 
 
+# --- the local service's API, flooded --------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+SERVICE_FD_LIMIT = 1024
+FLOOD_CONNECTIONS = 1022
+HEADER_CONNECTIONS, HEADER_LINES, HEADER_LINE_BYTES = 100, 99, 64 * 1024
+SLOW_JOB = """\
+apiVersion: qosched/v1
+kind: TrainingJob
+metadata:
+  name: {name}
+spec:
+  command: ["python3", "examples/local/train_tiny.py", "--batch", "20000"]
+  work:
+    iterations: 20000
+  deadline: 1h
+  bestEffort: true
+  resources:
+    minCpus: 1
+    maxCpus: 1
+"""
+
+
+@dataclass
+class Service:
+    """A ``qosched up`` process and what it has written so far."""
+
+    process: subprocess.Popen[bytes]
+    home: Path
+    output: Path
+    client: Client | None = None
+
+    def proc(self, name: str) -> str:
+        return (Path("/proc") / str(self.process.pid) / name).read_text()
+
+    def rss_mb(self) -> float:
+        line = next(x for x in self.proc("status").splitlines() if x.startswith("VmRSS:"))
+        return int(line.split()[1]) / 1024
+
+    def open_files(self) -> int:
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+    def jobs(self) -> str:
+        assert self.client is not None
+        return ", ".join(
+            f"{job.name} {job.state} {job.iterations_done}/{job.iterations}"
+            for job in self.client.jobs()
+        )
+
+    def progress(self) -> int:
+        assert self.client is not None
+        return sum(job.iterations_done for job in self.client.jobs())
+
+    def failed(self) -> bool:
+        assert self.client is not None
+        return any(job.state == "failed" for job in self.client.jobs())
+
+    def emfile(self) -> bool:
+        return "Too many open files" in self.output.read_text(errors="replace")
+
+
+def start_service(folder: Path) -> Service:
+    home, output = folder / "home", folder / "service.out"
+
+    def limit_files() -> None:  # runs in the child, before qosched starts
+        resource.setrlimit(resource.RLIMIT_NOFILE, (SERVICE_FD_LIMIT, SERVICE_FD_LIMIT))
+
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [*QOSCHED, "up", "--home", str(home), "--cpus", "0", "--tick", "1"],
+            cwd=REPO,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            preexec_fn=limit_files,
+        )
+    service = Service(process, home, output)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            service.client = Client.from_home(home, timeout_s=10)
+            service.client.healthz()
+            return service
+        except Exception:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit(f"qosched up did not answer: {output.read_text(errors='replace')[-2000:]}")
+
+
+def healthz_s(port: int, timeout_s: float = 10.0) -> float | None:
+    """Seconds ``GET /healthz`` took to answer 200, None if it did not within ``timeout_s``."""
+    start = time.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as connection:
+            connection.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            answer = connection.recv(64)
+    except OSError:
+        return None
+    return time.monotonic() - start if b" 200 " in answer else None
+
+
+def connection_flood(service: Service, port: int) -> tuple[bool, str]:
+    flood: list[socket.socket] = []
+    head = f"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()  # never ended
+    progress = service.progress()
+    files_before, rss_before = service.open_files(), service.rss_mb()
+
+    def half_sent() -> None:
+        try:
+            connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            return
+        flood.append(connection)
+        with contextlib.suppress(OSError):  # closed by the server already
+            connection.sendall(head)
+
+    try:
+        # 32 at a time: one after the other, a server that accepts slowly is let off by its
+        # own timeouts.
+        with ThreadPoolExecutor(32) as pool:
+            for _ in range(FLOOD_CONNECTIONS):
+                pool.submit(half_sent)
+        files_during = service.open_files()
+        took = healthz_s(port)
+        time.sleep(3)  # a few scheduling rounds, each reading the running job's progress
+        files_after, rss_after = service.open_files(), service.rss_mb()
+    finally:
+        for connection in flood:
+            connection.close()
+    advanced = service.progress() > progress
+    held = took is not None and advanced and not service.failed() and not service.emfile()
+    return held, (
+        f"{len(flood)} of {FLOOD_CONNECTIONS} half-sent connections open; /healthz "
+        + (f"in {took:.3f} s" if took is not None else "NO ANSWER in 10 s")
+        + f"; service open files {files_before} -> {files_during} -> {files_after} "
+        f"(limit {SERVICE_FD_LIMIT}); RSS {rss_before:.0f} -> {rss_after:.0f} MB; progress "
+        f"{'still read' if advanced else 'STOPPED'}; "
+        f"{'Too many open files in its output' if service.emfile() else 'no EMFILE'}"
+    )
+
+
+def send_headers(port: int, opened: list[socket.socket]) -> str:
+    connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+    opened.append(connection)
+    line = b"X-Pad: " + b"a" * (HEADER_LINE_BYTES - 9) + b"\r\n"
+    try:
+        connection.sendall(f"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+        for _ in range(HEADER_LINES):
+            connection.sendall(line)
+    except OSError:
+        return "refused"
+    readable, _, _ = select.select([connection], [], [], 0.5)
+    if readable:
+        try:
+            answer = connection.recv(64)
+        except OSError:
+            return "refused"
+        if answer == b"" or answer.startswith(b"HTTP/1.1 4"):
+            return "refused"
+    return "held"
+
+
+def header_flood(service: Service, port: int) -> tuple[bool, str]:
+    opened: list[socket.socket] = []
+    rss_before = service.rss_mb()
+    try:
+        outcomes = [send_headers(port, opened) for _ in range(HEADER_CONNECTIONS)]
+        rss_after = service.rss_mb()
+        took = healthz_s(port)
+    finally:
+        for connection in opened:
+            connection.close()
+    refused = outcomes.count("refused")
+    held = (
+        took is not None
+        and refused == HEADER_CONNECTIONS
+        and rss_after - rss_before < 100
+        and not service.failed()
+    )
+    return held, (
+        f"{refused} of {HEADER_CONNECTIONS} connections of {HEADER_LINES} x "
+        f"{HEADER_LINE_BYTES // 1024} KB header lines refused; /healthz "
+        + (f"in {took:.3f} s" if took is not None else "NO ANSWER in 10 s")
+        + f"; RSS {rss_before:.0f} -> {rss_after:.0f} MB"
+    )
+
+
+def service_attacks() -> int:
+    # The floods themselves need more descriptors than the service is given.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with tempfile.TemporaryDirectory() as folder:
+        service = start_service(Path(folder))
+        assert service.client is not None
+        try:
+            port = int(service.client.url.rsplit(":", 1)[1])
+            for name in ("flood-running", "flood-queued"):
+                service.client.submit(SLOW_JOB.format(name=name), f"{name}.yaml")
+            deadline = time.monotonic() + 120
+            while service.progress() == 0 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            print(f"service: pid {service.process.pid}, open files limited to "
+                  f"{SERVICE_FD_LIMIT}; jobs: {service.jobs()}", flush=True)  # fmt: skip
+            broken = 0
+            for name, attack in (("connection flood", connection_flood),
+                                 ("header flood", header_flood)):  # fmt: skip
+                held, numbers = attack(service, port)
+                broken += not held
+                print(f"{name}: {'held' if held else 'broken'}: {numbers}", flush=True)
+            print(f"after: jobs: {service.jobs()}", flush=True)
+        finally:
+            with contextlib.suppress(Exception):
+                service.client.shutdown()
+            try:
+                service.process.wait(60)
+            except subprocess.TimeoutExpired:
+                service.process.kill()
+    return 1 if broken else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("level", choices=["cluster", "gpushare", "infer", "import"])
+    parser.add_argument("level", choices=["cluster", "gpushare", "infer", "import", "service"])
     parser.add_argument("--seeds", type=seeds, default=range(0, 40), help="FIRST:LAST (0:40)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
     args = parser.parse_args()
+    if args.level == "service":
+        return service_attacks()
     runs: list[tuple[str, str, float, str]] = []  # (verdict, what, seconds, message)
     tables = ThroughputModel.bundled("A100")
     with tempfile.TemporaryDirectory() as folder:

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_fuzz import documents, dump, spec_texts
 
-from qosched.backends.local.api import ApiServer, _Handler, serve
+from qosched.backends.local.api import ApiServer, serve
+from qosched.backends.local.httpd import Limits
 from qosched.backends.local.service import LocalService
 
 TOKEN = "fuzz-token"
@@ -147,16 +148,19 @@ def test_a_job_of_the_largest_iterations_is_scheduled_without_error(tmp_path, po
 
 
 def test_a_body_that_stops_arriving_is_a_408_not_a_failure(
-    served: Served, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    served: Served, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(_Handler, "timeout", 0.5)
-    with socket.create_connection((served.server.host, served.server.port), timeout=30) as raw:
+    limits = Limits(body_timeout_s=0.5)
+    with (
+        serve(served.service, token=TOKEN, limits=limits) as server,
+        socket.create_connection((server.host, server.port), timeout=30) as raw,
+    ):
         raw.sendall(
-            f"POST /jobs HTTP/1.1\r\nHost: {served.server.host}:{served.server.port}\r\n"
+            f"POST /jobs HTTP/1.1\r\nHost: {server.host}:{server.port}\r\n"
             f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\nonly part".encode()
         )
-        reply = raw.makefile("rb").read()
-    assert reply.startswith(b"HTTP/1.0 408 "), reply[:200]
+        reply = raw.makefile("rb").read()  # to the end: the connection is closed after it
+    assert reply.startswith(b"HTTP/1.1 408 "), reply[:200]
     assert b"did not arrive within 0.5 s" in reply
     assert "Traceback" not in capfd.readouterr().err
 
@@ -171,6 +175,6 @@ def test_clients_that_hang_up_leave_no_tracebacks(
             raw.sendall(request.encode())  # and gone at once, with a reset
     with socket.create_connection((served.server.host, served.server.port), timeout=30) as raw:
         raw.sendall(request.encode())
-        assert raw.makefile("rb").readline().startswith(b"HTTP/1.0 200 ")  # still serving
+        assert raw.makefile("rb").readline().startswith(b"HTTP/1.1 200 ")  # still serving
     time.sleep(0.5)  # the handler threads of the hung-up clients have written what they would
     assert "Traceback" not in capfd.readouterr().err

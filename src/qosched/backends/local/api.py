@@ -38,17 +38,24 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` tak
 ==========================  ===================================================================
 
 Errors are ``{"error": message}``: 400 bad input (with ``reason``, ``source``, ``line``,
-``field`` when known) or two ``Host`` headers, 401 no or wrong token, 403 a foreign ``Host``
-or ``Origin`` (another host, port or scheme than the service's own ``http://``), or a
-missing or wrong CSRF token, 404 unknown job or route, 405 wrong method,
-408 a body that stops arriving for ``_Handler.timeout`` seconds, 411 no ``Content-Length``,
-413 a body over 1 MiB, 500 a failure of the service, 501 a method no HTTP server here knows
-(``HEAD`` and ``OPTIONS`` get 405: no route takes them, and no cross-origin request is ever
-allowed).
+``field`` when known), a malformed request, or two ``Host`` headers, 401 no or wrong token,
+403 a foreign ``Host`` or ``Origin`` (another host, port or scheme than the service's own
+``http://``), or a missing or wrong CSRF token, 404 unknown job or route, 405 wrong method,
+408 headers or a body that do not arrive in time, 411 no ``Content-Length``, 413 a body over
+1 MiB, 431 headers over 16 KiB or 100 lines, 500 a failure of the service, 501 a method no
+HTTP server here knows (``HEAD`` and ``OPTIONS`` get 405: no route takes them, and no
+cross-origin request is ever allowed).
+
+The transport (``qosched.backends.local.httpd``) is uvicorn on an event loop of its own, with
+a cap on connections, deadlines for headers and bodies and caps on their size (``Limits``);
+routes run in a small thread pool, so no number of clients adds threads or takes the file
+descriptors the service needs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -58,10 +65,10 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
@@ -69,6 +76,10 @@ from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
 from qosched.backends.local.web import auth, page
 from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError, QoschedError
+
+if TYPE_CHECKING:  # the server is imported by serve(): clients of the API never load uvicorn
+    from qosched.backends.local import httpd
+    from qosched.backends.local.httpd import Limits
 
 MAX_BODY_BYTES = 1 << 20
 # A body this much over the limit is still read (and dropped) so the client sees the 413 rather
@@ -300,38 +311,43 @@ class LogChunk:
 class ApiServer:
     """A running API server; ``close()`` stops it. Returned by ``serve``."""
 
-    def __init__(self, httpd: _HttpServer, thread: threading.Thread) -> None:
-        self._httpd = httpd
-        self._thread = thread
+    def __init__(self, app: _App, server: httpd.Server, pool: ThreadPoolExecutor) -> None:
+        self._app = app
+        self._server = server
+        self._pool = pool
 
     @property
     def host(self) -> str:
-        return str(self._httpd.server_address[0])
+        return str(self._app.server_address[0])
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return int(self._app.server_address[1])
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def max_connections(self) -> int:
+        """The most connections served at once (``httpd.Limits``)."""
+        return self._server.guard.cap
+
     def login_url(self) -> str:
         """A URL with a fresh one-time login code that opens the web page once."""
-        return f"{self.url}{auth.LOGIN_PATH}?code={quote(self._httpd.sessions.new_code())}"
+        return f"{self.url}{auth.LOGIN_PATH}?code={quote(self._app.sessions.new_code())}"
 
     @property
     def shutdown_requested(self) -> threading.Event:
         """Set by ``POST /shutdown``."""
-        return self._httpd.shutdown_requested
+        return self._app.shutdown_requested
 
     def close(self) -> None:
-        """Stop accepting requests and free the port (requests in flight may still finish)."""
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-            self._thread.join()
-        self._httpd.server_close()
+        """Stop accepting requests and free the port; requests in flight get a moment to
+        finish, then their connections are closed."""
+        self._server.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> ApiServer:
         return self
@@ -349,15 +365,22 @@ def serve(
     allow_remote: bool = False,
     shutdown_event: threading.Event | None = None,
     poll_interval_s: float = 0.5,
+    limits: Limits | None = None,
 ) -> ApiServer:
     """Serve ``service`` on ``host:port`` (0: any free port) from a background thread.
 
     Only a loopback address is accepted unless ``allow_remote``: the API runs jobs as the user
     who started it, and the token travels in clear text. ``POST /shutdown`` sets
     ``shutdown_event`` (a new one if not given), exposed as ``ApiServer.shutdown_requested``.
-    ``close()`` takes up to ``poll_interval_s`` to stop the serving thread. ``allow_remote``
-    also lets requests name the service by any host name (the ``Host`` check is for loopback).
+    ``allow_remote`` also lets requests name the service by any host name (the ``Host`` check
+    is for loopback). ``limits`` bounds what clients may take (``httpd.Limits``, the module's
+    docstring); the process's soft limit on open files is raised to its hard limit first, and
+    the connection cap sized from it. ``poll_interval_s`` is kept for callers: ``close()``
+    returns within about 0.1 s when no request is in flight.
     """
+    from qosched.backends.local import httpd
+
+    del poll_interval_s
     if not token:
         raise InputError("the API token must not be empty", field="token")
     if not allow_remote and not is_loopback(host):
@@ -367,24 +390,35 @@ def serve(
             "to do it anyway",
             field="host",
         )
-    server_class = _HttpServer6 if ":" in host else _HttpServer
+    limits = limits if limits is not None else httpd.Limits()
+    fd_limit = httpd.raise_fd_limit()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        httpd = server_class((host, port), _Handler)
+        # As http.server did: a port just closed (TIME_WAIT) can be listened on again at once.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
     except OSError as exc:
+        sock.close()
         raise QoschedError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    httpd.service = service
-    httpd.token = token.encode()
-    httpd.sessions = auth.Sessions()
-    httpd.check_host = not allow_remote
-    httpd.shutdown_requested = shutdown_event if shutdown_event is not None else threading.Event()
-    thread = threading.Thread(
-        target=httpd.serve_forever,
-        kwargs={"poll_interval": poll_interval_s},
-        name="qosched-api",
-        daemon=True,
+    sock.setblocking(False)
+    pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="qosched-api")
+    app = _App(
+        service=service,
+        token=token.encode(),
+        sessions=auth.Sessions(),
+        check_host=not allow_remote,
+        shutdown_requested=shutdown_event if shutdown_event is not None else threading.Event(),
+        server_address=sock.getsockname()[:2],
+        limits=limits,
+        pool=pool,
     )
-    thread.start()
-    return ApiServer(httpd, thread)
+    server = httpd.Server(app, sock, limits, fd_limit)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pool.shutdown(wait=False)
+        raise QoschedError(f"cannot serve on {host}:{port}: {exc}") from exc
+    return ApiServer(app, server, pool)
 
 
 def is_loopback(host: str) -> bool:
@@ -396,24 +430,38 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+@dataclass(eq=False)
+class _App:
+    """The ASGI app: one ``_Handler`` per request; what every request shares."""
+
     service: Service
     token: bytes
     sessions: auth.Sessions
     check_host: bool
     shutdown_requested: threading.Event
+    server_address: tuple[str, int]
+    limits: Limits
+    pool: ThreadPoolExecutor
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hangs up before its reply is its own business: anyone on the machine
-        # could otherwise fill the service's log with tracebacks by connecting and leaving.
-        if isinstance(sys.exc_info()[1], ConnectionError):
+    @property
+    def server_port(self) -> int:
+        return int(self.server_address[1])
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
             return
-        super().handle_error(request, client_address)
+        handler = _Handler(self, scope)
+        try:
+            reply = await handler.respond(receive)
+        except _ClientGone:
+            return
+        await handler.send(send, reply)
+        if reply.after is not None:
+            reply.after()
 
 
-class _HttpServer6(_HttpServer):
-    address_family = socket.AF_INET6
+class _ClientGone(Exception):
+    """The client hung up before its request was in: nobody to answer."""
 
 
 class _HttpError(Exception):
@@ -454,40 +502,77 @@ def _html_reply(text: str, status: HTTPStatus = HTTPStatus.OK) -> _Reply:
 Route = Callable[["_Handler", list[str]], _Reply]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _HttpServer
-    server_version = "qosched"
-    sys_version = ""
-    timeout = 30  # seconds a client may take to send its request
+# Methods HTTP servers commonly know; any other is a 501, these a 404 or 405 by route.
+_KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 
-    def do_GET(self) -> None:
-        self._dispatch()
 
-    def do_POST(self) -> None:
-        self._dispatch()
+class _Headers:
+    """A request's headers, looked up regardless of case (values decoded as Latin-1)."""
 
-    def do_DELETE(self) -> None:
-        self._dispatch()
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
 
-    def do_PUT(self) -> None:
-        self._dispatch()
+    def get(self, name: str, default: str | None = None) -> str | None:
+        name = name.lower()
+        return next((v for k, v in self._pairs if k == name), default)
 
-    def do_PATCH(self) -> None:
-        self._dispatch()
+    def get_all(self, name: str) -> list[str]:
+        name = name.lower()
+        return [v for k, v in self._pairs if k == name]
 
-    def do_HEAD(self) -> None:
-        self._dispatch()  # no route takes it: 405 naming the methods, and no body
+    def __len__(self) -> int:
+        return len(self._pairs)
 
-    def do_OPTIONS(self) -> None:
-        self._dispatch()  # no CORS preflight is ever granted: 405
+    @property
+    def size(self) -> int:
+        """Bytes of the header lines as sent (name, ": ", value, CRLF)."""
+        return sum(len(k) + len(v) + 4 for k, v in self._pairs)
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """What the server itself refuses (a method no route knows, a malformed request line, a
-        path too long) in the service's form: JSON, with its security headers, not the default
-        HTML page."""
-        status = HTTPStatus(code)
-        headers = {"Connection": "close"}
-        self._send(_json_reply({"error": message or status.phrase}, status, headers))
+
+class _Handler:
+    """One request: resolved and authorised on the event loop, its body read there with a
+    deadline, its route run in the app's thread pool (routes call the service, which may
+    block)."""
+
+    def __init__(self, server: _App, scope: dict[str, Any]) -> None:
+        self.server = server
+        self.command: str = scope["method"]
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string") or b""
+        self.path = raw_path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+        self.headers = _Headers(scope["headers"])
+        client = scope.get("client")
+        self.client = str(client[0]) if client else "-"
+        self.body = b""
+        # A body was announced and not all of it read: the connection is closed after the
+        # reply, so that the rest neither waits on it nor holds it open.
+        self.body_unread = self.headers.get("Content-Length", "0").strip() != "0" or bool(
+            self.headers.get("Transfer-Encoding")
+        )
+        self.body_read_started = False
+
+    async def respond(self, receive: Any) -> _Reply:
+        """The reply; raises ``_ClientGone`` if the client left while its body was read."""
+        try:
+            route, args = self._resolve()
+            if route in self._READS_BODY:
+                self.body = await self._read_body(receive)
+        except _ClientGone:
+            raise
+        except Exception as exc:
+            reply = self._failure(exc)
+            await self._drain(receive)
+            return reply
+        if route in self._ON_LOOP:
+            return self._run(route, args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.server.pool, self._run, route, args)
+
+    def _run(self, route: Route, args: list[str]) -> _Reply:
+        try:
+            return route(self, args)
+        except Exception as exc:
+            return self._failure(exc)
 
     # --- routes ----------------------------------------------------------------------------------
 
@@ -508,7 +593,7 @@ class _Handler(BaseHTTPRequestHandler):
         return _json_reply([job.to_json() for job in self.server.service.jobs()])
 
     def _submit(self, args: list[str]) -> _Reply:
-        body = self._read_body()
+        body = self.body
         source = unquote(self.headers.get(SOURCE_HEADER, "") or "") or DEFAULT_SOURCE
         try:
             text = body.decode("utf-8")
@@ -551,6 +636,8 @@ class _Handler(BaseHTTPRequestHandler):
             limit = _query_count(query, "limit", minimum=1, maximum=MAX_LOG_CHUNK)
         return _text_reply(self.server.service.logs(args[0], tail, limit))
 
+    _READS_BODY = frozenset({_submit})
+
     def _shutdown(self, args: list[str]) -> _Reply:
         reply = _json_reply({"status": "stopping"}, HTTPStatus.ACCEPTED)
         # Set after the reply is out, so the client hears back before the service goes away.
@@ -592,6 +679,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(HTTPStatus.NOT_FOUND, f"no such file: {args[0]}")
         body, content_type = found
         return _Reply(HTTPStatus.OK, body, content_type)
+
+    # Routes that never call the service answer from the loop: /healthz stays quick however
+    # many requests wait for the pool.
+    _ON_LOOP = frozenset({_healthz, _static})
 
     def _dashboard(self, method: str, *args: str) -> Any:
         view = getattr(self.server.service, method, None)
@@ -638,13 +729,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- mechanics -------------------------------------------------------------------------------
 
-    def _dispatch(self) -> None:
-        try:
-            reply = self._handle()
-        except _HttpError as exc:
-            reply = _json_reply({"error": str(exc)}, exc.status, exc.headers)
-        except InputError as exc:
-            reply = _json_reply(
+    def _failure(self, exc: Exception) -> _Reply:
+        """The reply to ``exc``; called in its ``except`` block (tracebacks are logged)."""
+        if isinstance(exc, _HttpError):
+            return _json_reply({"error": str(exc)}, exc.status, exc.headers)
+        if isinstance(exc, InputError):
+            return _json_reply(
                 {
                     "error": str(exc),
                     "reason": exc.reason,
@@ -654,29 +744,40 @@ class _Handler(BaseHTTPRequestHandler):
                 },
                 HTTPStatus.BAD_REQUEST,
             )
-        except UnknownJobError as exc:
-            reply = _json_reply({"error": str(exc), "job": exc.job_id}, HTTPStatus.NOT_FOUND)
-        except StoreUnavailableError as exc:
+        if isinstance(exc, UnknownJobError):
+            return _json_reply({"error": str(exc), "job": exc.job_id}, HTTPStatus.NOT_FOUND)
+        if isinstance(exc, StoreUnavailableError):
             # The call changed nothing and may succeed later (a full disk, a held lock).
-            reply = _json_reply(
+            return _json_reply(
                 {"error": str(exc)}, HTTPStatus.SERVICE_UNAVAILABLE, {"Retry-After": "5"}
             )
-        except QoschedError as exc:
+        self._log_traceback()
+        if isinstance(exc, QoschedError):
             # Raised on purpose, so its message is meant for people; still a failure of ours.
-            self._log_traceback()
-            reply = _json_reply({"error": str(exc)}, HTTPStatus.INTERNAL_SERVER_ERROR)
-        except Exception:
-            self._log_traceback()
-            reply = _json_reply(
-                {"error": "internal error in the qosched service; see its log"},
-                HTTPStatus.INTERNAL_SERVER_ERROR,
-            )
-        self._send(reply)
-        if reply.after is not None:
-            reply.after()
+            return _json_reply({"error": str(exc)}, HTTPStatus.INTERNAL_SERVER_ERROR)
+        return _json_reply(
+            {"error": "internal error in the qosched service; see its log"},
+            HTTPStatus.INTERNAL_SERVER_ERROR,
+        )
 
-    def _handle(self) -> _Reply:
-        if len(self.headers.get_all("Host") or ()) > 1:
+    def _resolve(self) -> tuple[Route, list[str]]:
+        """The route and its arguments, once the request's headers pass every check."""
+        limits = self.server.limits
+        # h11 holds a head that has not ended to max_header_bytes; one that came in whole in a
+        # single read is measured here.
+        if self.headers.size + len(self.path) > limits.max_header_bytes:
+            raise _HttpError(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"the request line and headers exceed {limits.max_header_bytes} bytes",
+                {"Connection": "close"},
+            )
+        if len(self.headers) > self.server.limits.max_header_count:
+            raise _HttpError(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"more than {self.server.limits.max_header_count} header lines",
+                {"Connection": "close"},
+            )
+        if len(self.headers.get_all("Host")) > 1:
             # HTTP requires a 400 here: proxies and servers may each read a different one.
             raise _HttpError(HTTPStatus.BAD_REQUEST, "more than one Host header")
         if self.server.check_host and not auth.host_allowed(
@@ -686,6 +787,12 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.FORBIDDEN,
                 "the Host header must name this machine's loopback address (127.0.0.1, [::1] "
                 "or localhost) and the service's port",
+            )
+        if self.command not in _KNOWN_METHODS:
+            raise _HttpError(
+                HTTPStatus.NOT_IMPLEMENTED,
+                f"unsupported method {self.command!r}",
+                {"Connection": "close"},
             )
         path = urlsplit(self.path).path
         parts = tuple(unquote(part) for part in path.strip("/").split("/"))
@@ -703,7 +810,7 @@ class _Handler(BaseHTTPRequestHandler):
                     f"{self.command} is not allowed on {path}; use {allowed}",
                     {"Allow": allowed},
                 )
-            return route(self, args)
+            return route, args
         raise _HttpError(HTTPStatus.NOT_FOUND, f"no such route: {self.command} {path}")
 
     def _authorize(self, parts: tuple[str, ...]) -> None:
@@ -754,7 +861,7 @@ class _Handler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": 'Bearer realm="qosched"'},
             )
 
-    def _read_body(self) -> bytes:
+    async def _read_body(self, receive: Any) -> bytes:
         if self.headers.get("Transfer-Encoding"):
             raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length")
         length_text = self.headers.get("Content-Length")
@@ -764,59 +871,81 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {length_text!r}")
         length = int(length_text)
         if length > MAX_BODY_BYTES:
+            # Read (and dropped) so the client sees the 413 rather than a connection reset.
             if length <= _MAX_DRAIN_BYTES:
-                self._drain(length)
+                await self._receive_all(receive, keep=False)
             raise _HttpError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                 f"the body is {length} bytes; at most {MAX_BODY_BYTES} are accepted",
             )
+        return await self._receive_all(receive, keep=True)
+
+    async def _drain(self, receive: Any) -> None:
+        """Read and drop a body that is refused unread, if it is not too big, so the client
+        (which may send all of it before it reads) sees the reply rather than a reset."""
+        length_text = self.headers.get("Content-Length", "").strip()
+        if not self.body_unread or self.body_read_started or not length_text.isdecimal():
+            return  # nothing to read, or a read already given its time (a 408)
+        if int(length_text) <= _MAX_DRAIN_BYTES:
+            with contextlib.suppress(_HttpError):  # too slow: closed after the reply
+                await self._receive_all(receive, keep=False)
+
+    async def _receive_all(self, receive: Any, *, keep: bool) -> bytes:
+        """The body (or, without ``keep``, nothing: it is read and dropped) within the body
+        deadline: a 408 and the connection closed when it does not arrive in time. h11 holds
+        the client to its Content-Length."""
+        self.body_read_started = True
+        limit = self.server.limits.body_timeout_s
+        body = bytearray()
         try:
-            body = self.rfile.read(length)
+            async with asyncio.timeout(limit):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise _ClientGone
+                    if keep:
+                        body += message.get("body", b"")
+                    if not message.get("more_body", False):
+                        self.body_unread = False
+                        return bytes(body)
         except TimeoutError:
-            self.close_connection = True  # what is left of its body must not read as a request
             raise _HttpError(
-                HTTPStatus.REQUEST_TIMEOUT,
-                f"the body did not arrive within {self.timeout} s of the last byte",
+                HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {limit} s"
             ) from None
-        if len(body) != length:
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "the body ended before its Content-Length")
-        return body
 
-    def _drain(self, length: int) -> None:
-        while length > 0:
-            chunk = self.rfile.read(min(length, 1 << 16))
-            if not chunk:
-                return
-            length -= len(chunk)
-
-    def _send(self, reply: _Reply) -> None:
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.send_header("Cache-Control", "no-store")
-        # The login URL carries a code: no page of the service tells another site its address.
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("X-Content-Type-Options", "nosniff")
+    async def send(self, send: Any, reply: _Reply) -> None:
+        headers = {
+            "Content-Type": reply.content_type,
+            "Content-Length": str(len(reply.body)),
+            "Cache-Control": "no-store",
+            # The login URL carries a code: no page of the service tells another site its
+            # address.
+            "Referrer-Policy": "no-referrer",
+            "X-Content-Type-Options": "nosniff",
+        }
         if reply.html:
-            self.send_header("Content-Security-Policy", page.CONTENT_SECURITY_POLICY)
-            self.send_header("X-Frame-Options", "DENY")
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        if getattr(self, "command", None) != "HEAD":  # a HEAD answer has headers only
-            self.wfile.write(reply.body)
+            headers["Content-Security-Policy"] = page.CONTENT_SECURITY_POLICY
+            headers["X-Frame-Options"] = "DENY"
+        headers.update(reply.headers)
+        if self.body_unread:
+            # What is left of its body must not wait on the connection, nor hold it open.
+            headers["Connection"] = "close"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": int(reply.status),
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
+            }
+        )
+        await send({"type": "http.response.body", "body": reply.body})  # none for HEAD
+        if reply.status >= 400:
+            # Successful requests are not logged: `qosched status --watch` polls every second.
+            line = json.dumps(f"{self.command} {self.path}")
+            sys.stderr.write(f"qosched api: {self.client} {line} {int(reply.status)}\n")
 
     def _log_traceback(self) -> None:
         sys.stderr.write(f"qosched api: {self.command} {self.path} failed:\n")
         traceback.print_exc(file=sys.stderr)
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        # Successful requests are not logged: `qosched status --watch` polls every second.
-        if isinstance(code, int) and code >= 400:
-            super().log_request(code, size)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        sys.stderr.write(f"qosched api: {self.address_string()} {format % args}\n")
 
 
 def _query_count(
