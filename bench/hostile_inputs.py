@@ -36,6 +36,10 @@
   the running job's progress is still read, and (the header flood) every connection was
   refused and the service grew by less than 100 MB; ``broken`` otherwise. Printed with the
   time to ``/healthz`` under the attack, the service's open files and its RSS before and after.
+  Last, a big log: the other jobs cancelled, a job writes one line of 400 MB, then ``qosched
+  logs --tail 5``; held when the tail takes under 10 s and prints at most 1 MiB, at most twice
+  the default log limit (plus 64 MiB) is kept on disk, and the service's peak RSS stays under
+  1 GB.
 
 Each run of the other modes is judged by how it ends: exit 0, or exit 2 with a
 ``qosched: error:`` line (the input refused, with its reason), is a pass; a traceback, any
@@ -68,6 +72,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from qosched.backends.local import joblog
 from qosched.backends.local.client import Client
 from qosched.cluster.importers import PAI_COLUMNS
 from qosched.cluster.throughput import ThroughputModel
@@ -751,6 +756,70 @@ def header_flood(service: Service, port: int) -> tuple[bool, str]:
     )
 
 
+BIG_LINE_MB = 400
+BIG_LINE_SCRIPT = f"""\
+import sys, time
+for _ in range({BIG_LINE_MB}):
+    sys.stdout.write("z" * (1 << 20))
+sys.stdout.flush()
+time.sleep(600)
+"""
+BIG_LOG_JOB = (
+    "apiVersion: qosched/v1\nkind: TrainingJob\nmetadata: {name: big-log}\nspec:\n"
+    f"  command: {json.dumps(['python3', '-c', BIG_LINE_SCRIPT])}\n"
+    "  work: {iterations: 1}\n  deadline: 1h\n  bestEffort: true\n"
+    "  resources: {minCpus: 1, maxCpus: 1}\n"
+)
+
+
+def peak_rss_mb(service: Service) -> float:
+    line = next(x for x in service.proc("status").splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def big_log(service: Service, port: int) -> tuple[bool, str]:
+    """A job writes one line of 400 MB; then ``qosched logs --tail 5``."""
+    assert service.client is not None
+    for other in service.client.jobs():  # its core must be free for it
+        if other.state in ("queued", "running", "preempted"):
+            service.client.cancel(other.id)
+    job = service.client.submit(BIG_LOG_JOB, "big-log.yaml")
+    job_dir = service.home / "jobs" / job.id
+    deadline = time.monotonic() + 300
+    while joblog.output_size(job_dir) < BIG_LINE_MB << 20 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    written = joblog.output_size(job_dir)
+    time.sleep(3)  # a few rounds: the service rotates what is over the job's limit
+    kept = sum(
+        (job_dir / name).stat().st_size
+        for name in (joblog.JOB_LOG, joblog.ROTATED_LOG)
+        if (job_dir / name).exists()
+    )
+    start = time.monotonic()
+    tail = subprocess.run(
+        [*QOSCHED, "logs", "--home", str(service.home), "--tail", "5", job.id],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - start
+    peak = peak_rss_mb(service)
+    with contextlib.suppress(Exception):
+        service.client.cancel(job.id)
+    held = (
+        tail.returncode == 0
+        and len(tail.stdout) <= joblog.MAX_TAIL_BYTES + 1
+        and took < 10
+        and kept <= 2 * joblog.DEFAULT_LOG_LIMIT + (64 << 20)
+        and peak < 1024
+    )
+    return held, (
+        f"job wrote {written / (1 << 20):.0f} MB in one line; {kept / (1 << 20):.0f} MB kept on "
+        f"disk (limit {joblog.DEFAULT_LOG_LIMIT >> 20} MB); `logs --tail 5` took {took:.2f} s "
+        f"and printed {len(tail.stdout) / (1 << 20):.2f} MB; service peak RSS {peak:.0f} MB"
+    )
+
+
 def service_attacks() -> int:
     # The floods themselves need more descriptors than the service is given.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -769,7 +838,8 @@ def service_attacks() -> int:
                   f"{SERVICE_FD_LIMIT}; jobs: {service.jobs()}", flush=True)  # fmt: skip
             broken = 0
             for name, attack in (("connection flood", connection_flood),
-                                 ("header flood", header_flood)):  # fmt: skip
+                                 ("header flood", header_flood),
+                                 ("big log", big_log)):  # fmt: skip
                 held, numbers = attack(service, port)
                 broken += not held
                 print(f"{name}: {'held' if held else 'broken'}: {numbers}", flush=True)

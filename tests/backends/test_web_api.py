@@ -134,6 +134,41 @@ def test_making_login_codes_needs_the_api_token(running: Running) -> None:
     assert call(running, "POST", "/login-codes", b"", headers)[0] == 401
 
 
+def test_web_revoke_signs_every_browser_out_and_voids_unused_codes(
+    running: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from qosched.cli.main import main
+
+    cookies = [sign_in(running)[0] for _ in range(2)]
+    unused = login_path(running)
+    assert all(call(running, "GET", "/status", headers=c)[0] == 200 for c in cookies)
+    assert main(["web", "--home", str(running.home), "--revoke"]) == 0
+    assert capsys.readouterr().out == "signed out 2 session(s) and voided 1 unused login URL(s)\n"
+    assert all(call(running, "GET", "/status", headers=c)[0] == 401 for c in cookies)
+    assert call(running, "GET", unused)[0] == 401
+    assert sign_in(running)  # a fresh URL signs in again
+
+
+def test_revoking_needs_the_api_token(running: Running) -> None:
+    cookie, csrf = sign_in(running)
+    assert (
+        call(running, "DELETE", "/sessions", headers={**cookie, auth.CSRF_HEADER: csrf})[0] == 401
+    )
+    assert call(running, "GET", "/status", headers=cookie)[0] == 200  # nothing was revoked
+
+
+def test_a_refused_login_code_is_not_written_to_the_log(
+    running: Running, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = login_path(running)
+    assert call(running, "GET", path)[0] == 303
+    assert call(running, "GET", path)[0] == 401  # used: refused, and logged as a 401
+    code = path.partition("code=")[2]
+    err = capfd.readouterr().err
+    assert '"GET /login" 401' in err
+    assert code not in err
+
+
 # --- what the cookie opens -----------------------------------------------------------------------
 
 READS = ["/status", "/jobs", "/jobs/j-000001", "/jobs/j-000001/detail", "/jobs/j-000001/logs"]

@@ -5,7 +5,8 @@ loopback address or ``localhost`` with the service's port (403 otherwise: this c
 rebinding). Every route but ``GET /metrics``, ``GET /healthz``, ``GET /login`` and
 ``GET /static/...`` needs ``Authorization: Bearer <token>`` or the page's session cookie
 (``qosched.backends.local.web.auth``); with the cookie, a request that changes something must
-carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` take the token only:
+carry ``X-CSRF-Token`` too, and ``POST /shutdown``, ``POST /login-codes`` and
+``DELETE /sessions`` take the token only:
 
 ==========================  ===================================================================
 ``POST /jobs``              body: a TrainingJob spec (YAML, UTF-8); header ``X-Qosched-Source``:
@@ -29,6 +30,8 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown`` and ``POST /login-codes`` tak
                             sign in
 ``GET /login?code=C``       trade a one-time login code for a session cookie -> 303 to ``/``
 ``POST /login-codes``       a new one-time login code -> 201 ``{"code", "url"}``
+``DELETE /sessions``        end every web session and void every unused login code
+                            -> ``{"codes": n, "sessions": n}`` (``qosched web --revoke``)
 ``GET /static/{name}``      the page's script and style sheet
 ``GET /timeline``           every allocation of every job, for the page's Gantt chart
                             (``qosched.backends.local.web.views.timeline``); ``?window=S``:
@@ -673,6 +676,10 @@ class _Handler:
         url = f"http://{host}:{port}{auth.LOGIN_PATH}?code={quote(code)}"
         return _json_reply({"code": code, "url": url}, HTTPStatus.CREATED)
 
+    def _revoke_sessions(self, args: list[str]) -> _Reply:
+        codes, sessions = self.server.sessions.revoke()
+        return _json_reply({"codes": codes, "sessions": sessions})
+
     def _static(self, args: list[str]) -> _Reply:
         found = page.static_file(args[0])
         if found is None:
@@ -707,6 +714,7 @@ class _Handler:
         (("",), {"GET": _page}),
         (("login",), {"GET": _login}),
         (("login-codes",), {"POST": _new_login_code}),
+        (("sessions",), {"DELETE": _revoke_sessions}),
         (("static", "{id}"), {"GET": _static}),
         (("healthz",), {"GET": _healthz}),
         (("metrics",), {"GET": _metrics}),
@@ -724,7 +732,7 @@ class _Handler:
     # sign-in itself, the page's script and styles, and the page, which checks its own session.
     _OPEN_PATHS = frozenset({("healthz",), ("metrics",), ("login",), ("",)})
     # Only for holders of the API token, never for a browser session.
-    _TOKEN_ONLY = frozenset({("shutdown",), ("login-codes",)})
+    _TOKEN_ONLY = frozenset({("shutdown",), ("login-codes",), ("sessions",)})
     _SAFE_METHODS = frozenset({"GET", "HEAD"})
 
     # --- mechanics -------------------------------------------------------------------------------
@@ -940,11 +948,16 @@ class _Handler:
         await send({"type": "http.response.body", "body": reply.body})  # none for HEAD
         if reply.status >= 400:
             # Successful requests are not logged: `qosched status --watch` polls every second.
-            line = json.dumps(f"{self.command} {self.path}")
+            line = json.dumps(f"{self.command} {self._logged_path()}")
             sys.stderr.write(f"qosched api: {self.client} {line} {int(reply.status)}\n")
 
+    def _logged_path(self) -> str:
+        """The path without its query: a login code travels in one, and no log holds a
+        secret."""
+        return urlsplit(self.path).path
+
     def _log_traceback(self) -> None:
-        sys.stderr.write(f"qosched api: {self.command} {self.path} failed:\n")
+        sys.stderr.write(f"qosched api: {self.command} {self._logged_path()} failed:\n")
         traceback.print_exc(file=sys.stderr)
 
 
