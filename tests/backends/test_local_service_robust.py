@@ -381,6 +381,42 @@ def test_store_trouble_in_a_round_is_retried_and_runs_the_job_once(tmp_path, mon
     service.close()
 
 
+def test_status_says_the_service_is_in_trouble_while_its_state_cannot_be_written(
+    tmp_path, monkeypatch
+):
+    """A full disk: the job's runner may end while the store still says running, so status
+    must say its states may be behind, until a round goes through again."""
+    monkeypatch.setattr(service_module, "STORE_RETRY_S", 0.05)
+    (tmp_path / "jobs").mkdir()
+    store = FlakyStore(tmp_path / "state.db", set(range(1, 9)))
+    service = LocalService(tmp_path, store, CORES, "qos", tick_s=0.2, grace_s=2.0)
+    job_id = service.submit_spec(counting_spec("once", iterations=4)).id
+    assert service.status().trouble is None
+    store.armed = True
+    seen = []
+    stop = threading.Event()
+    runner = threading.Thread(target=service.run, args=(stop,))
+    runner.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not service.idle() and time.monotonic() < deadline:
+            status = service.status()
+            if status.trouble is not None:
+                seen.append((status.trouble, status.trouble_since))
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        runner.join()
+    assert store.failed == 8
+    assert seen, "status never said the service was in trouble"
+    trouble, since = seen[0]
+    assert since is not None and since <= time.time()
+    assert trouble.startswith("its state cannot be written: ") and "disk is full" in trouble
+    assert service.job(job_id).state == "succeeded"
+    assert service.status().trouble is None
+    service.close()
+
+
 # -- a runner is known by a pidfd and its job folder, never by a pid alone -----------------------
 
 

@@ -54,6 +54,8 @@ def affinities(pid: int) -> set[frozenset[int]]:
 def test_job_runs_to_completion(tmp_path: Path, runners: Runners) -> None:
     job_dir = make_job_dir(tmp_path, workload="transformer", iterations=30, checkpoint_every=10)
     assert runners.run(job_dir) == EXIT_DONE, log_of(job_dir)
+    # Its log says what runs (and, every few seconds of a longer run, where it is).
+    assert log_of(job_dir).startswith("qosched: transformer (seed 0): 30 iterations\n")
 
     result = read_result(job_dir / RESULT_FILE)
     assert (result.job_id, result.iterations, result.iterations_run) == ("job-1", 30, 30)

@@ -114,6 +114,7 @@ from typing import Any
 from qosched.backends.local.affinity import set_process_affinity
 from qosched.backends.local.atomic import atomic_write, atomic_write_json, remove_stale_temps
 from qosched.backends.local.files import read_regular
+from qosched.backends.local.lifeline import LifeLine
 from qosched.backends.local.progress import ProgressLog, RunnerEvent
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
@@ -417,6 +418,8 @@ def _run_workload(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRe
         log.write(RunnerEvent.CHECKPOINT, iteration=state.iteration, loss=loss)
 
     between = _Between(watcher, log, stop, lambda: {"threads": torch.get_num_threads()})
+    life = LifeLine(spec.iterations, sys.stdout)
+    life.start(state.iteration, f"{spec.workload} (seed {spec.seed})")
     started = time.perf_counter()
     step_times: list[float] = []
     while state.iteration < spec.iterations and not stop.requested:
@@ -428,6 +431,7 @@ def _run_workload(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRe
         loss = workload.step(state)
         step_times.append(time.perf_counter() - t0)
         log.note(state.iteration, loss)
+        life.tick(state.iteration, loss, torch.get_num_threads())
         between.follow_allocation(iteration=state.iteration, loss=loss)
         if state.iteration % spec.checkpoint_every == 0:
             save()
