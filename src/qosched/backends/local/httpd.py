@@ -56,13 +56,13 @@ _GRACE_S = 2.0
 _log = logging.getLogger("qosched.api.http")
 _log.setLevel(logging.ERROR)
 
-#: An ASGI 3 application: ``await app(scope, receive, send)``.
-# h11's words for what the old server said in its own.
+# h11's words for two refusals, said as the rest of the API says them.
 _H11_REASONS = {
     "Found multiple Host: headers": "more than one Host header",
     "Missing mandatory Host: header": "no Host header",
 }
 
+#: An ASGI 3 application: ``await app(scope, receive, send)``.
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
