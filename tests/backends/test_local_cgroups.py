@@ -1,0 +1,198 @@
+"""qosched.backends.local.cgroups: a job's group holds every process the job starts, however it
+leaves its session and environment, and ``kill`` ends them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qosched.backends.local import cgroups
+from qosched.backends.local.cgroups import ENV_CGROUPS, JobGroup, JobGroups, detect
+
+WAIT_S = 30.0
+
+
+def hide_cgroup2(folder: Path) -> Path:
+    """A ``/proc/self`` stand-in for detection: this process's, with cgroup2 not mounted."""
+    folder.mkdir()
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    (folder / "mountinfo").write_text("\n".join(x for x in lines if " - cgroup2 " not in x))
+    (folder / "cgroup").write_text(Path("/proc/self/cgroup").read_text())
+    return folder
+
+
+def groups_of(version: int, home: Path, scratch: Path) -> JobGroups:
+    groups = detect(home) if version == 2 else detect(home, proc_self=hide_cgroup2(scratch))
+    if groups is None or groups.version != version:
+        pytest.skip(f"this machine does not let this process make cgroup v{version} groups")
+    return groups
+
+
+@pytest.fixture(params=[2, 1], ids=["v2", "v1"])
+def group(request, tmp_path: Path) -> Iterator[JobGroup]:
+    groups = groups_of(request.param, tmp_path / "home", tmp_path / "proc")
+    made = groups.of("job-1")
+    made.create()
+    yield made
+    made.kill()
+    deadline = time.monotonic() + WAIT_S
+    while not made.remove() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for parent in groups.parents:
+        parent.rmdir()
+
+
+def test_no_groups_where_they_are_turned_off_or_no_cgroup_is_mounted(tmp_path):
+    assert detect(tmp_path, environ={ENV_CGROUPS: "off"}) is None
+    bare = tmp_path / "proc"
+    bare.mkdir()
+    (bare / "mountinfo").write_text("22 1 0:21 / /proc rw,relatime - proc proc rw\n")
+    (bare / "cgroup").write_text("0::/\n")
+    assert detect(tmp_path, proc_self=bare, environ={}) is None
+    assert detect(tmp_path, proc_self=tmp_path / "missing", environ={}) is None
+
+
+def test_a_home_has_one_parent_found_again_after_a_restart_and_apart_from_another_homes(
+    tmp_path,
+):
+    first = groups_of(2, tmp_path / "a", tmp_path / "proc")
+    try:
+        assert detect(tmp_path / "a") == first  # a restarted service finds its jobs' groups
+        other = detect(tmp_path / "b")
+        assert other is not None and other.parents != first.parents
+        other.parents[0].rmdir()
+        assert first.of("job-7").paths == (first.parents[0] / "job-7",)
+        for bad in ("", "..", "a/b"):
+            with pytest.raises(ValueError, match="not a job id"):
+                first.of(bad)
+    finally:
+        first.parents[0].rmdir()
+
+
+def test_v1_groups_are_made_in_the_freezer_and_pids_hierarchies(tmp_path):
+    groups = groups_of(1, tmp_path / "home", tmp_path / "proc")
+    try:
+        hierarchies = {parent.parent.name for parent in groups.parents}
+        assert hierarchies <= {"freezer", "pids"} and hierarchies
+    finally:
+        for parent in groups.parents:
+            parent.rmdir()
+
+
+#: Leaves its session, double-forks and clears its environment, ignoring SIGTERM; then forks a
+#: new child every few milliseconds, so a kill that lists the members once misses some.
+ESCAPE_AND_FORK = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            with open(sys.argv[1] + ".tmp", "w") as out:
+                out.write(str(os.getpid()))
+            os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+            while True:
+                if os.fork() == 0:
+                    time.sleep(300)
+                    os._exit(0)
+                time.sleep(0.005)
+        os._exit(0)
+    time.sleep(300)
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def start_in(group: JobGroup, pid_file: Path) -> tuple[subprocess.Popen, int]:
+    """The script above, started in ``group`` from its first instruction (``preexec_fn``)."""
+    command = subprocess.Popen(
+        [sys.executable, "-c", ESCAPE_AND_FORK, str(pid_file)], preexec_fn=group.join
+    )
+    deadline = time.monotonic() + WAIT_S
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the script never wrote its pid"
+        time.sleep(0.02)
+    return command, int(pid_file.read_text())
+
+
+@pytest.mark.parametrize("kill_file", [True, False], ids=["cgroup.kill", "freeze-and-kill"])
+def test_kill_ends_every_member_however_it_left_its_session(
+    group, tmp_path, kill_file, monkeypatch
+):
+    if not kill_file:  # as on a kernel before 5.14, or on v1, which has no cgroup.kill
+        write = cgroups._write
+        monkeypatch.setattr(
+            cgroups, "_write", lambda path, text: path.name != "cgroup.kill" and write(path, text)
+        )
+    command, escaped = start_in(group, tmp_path / "escaped.pid")
+    try:
+        time.sleep(0.2)  # a few children forked meanwhile
+        members = group.members()
+        assert command.pid in members and escaped in members and len(members) > 3
+        assert os.getsid(escaped) != os.getsid(command.pid)  # it left the session
+        assert not group.remove()  # refused while members are left
+        assert group.kill()
+        deadline = time.monotonic() + WAIT_S
+        while group.members() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert group.members() == []
+        assert command.wait(timeout=WAIT_S) == -signal.SIGKILL
+        assert not any(alive(pid) for pid in members)
+        assert group.remove()
+        assert not any(path.exists() for path in group.paths)
+    finally:
+        command.kill()
+        command.wait()
+
+
+def test_a_runner_joins_the_group_named_in_its_environment(group):
+    env = {cgroups.ENV_RUNNER_CGROUP: os.pathsep.join(map(str, group.paths)), "KEEP": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        preexec_fn=lambda: os._exit(3) if cgroups.join_from_environment(dict(env)) else None,
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while child.pid not in group.members():
+            assert child.poll() is None, "the child could not join"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_joining_a_group_that_is_not_there_is_a_message_not_a_crash(tmp_path):
+    env = {cgroups.ENV_RUNNER_CGROUP: str(tmp_path / "nowhere"), "KEEP": "1"}
+    message = cgroups.join_from_environment(env)
+    assert message is not None and "cannot join the job's cgroup" in message
+    assert env == {"KEEP": "1"}  # the job does not inherit the name
+    assert cgroups.join_from_environment({}) is None
+
+
+def test_limits_say_which_hold(group):
+    # Only what the kernel took counts: where the parent enables no controller, nothing holds.
+    expected = []
+    if (group.paths[0] / "cpuset.cpus").exists():
+        expected.append("cpuset")
+    if (group.paths[0] / "memory.max").exists():
+        expected.append("memory")
+    held = group.limit(cpus=sorted(os.sched_getaffinity(0))[:1], memory_bytes=2**30)
+    assert list(held) == (expected if group.version == 2 else [])
+    if "memory" in held:
+        assert (group.paths[0] / "memory.max").read_text().strip() == str(2**30)
