@@ -3,6 +3,7 @@ leaves its session and environment, and ``kill`` ends them all."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,9 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from runner_helpers import events, log_of, make_job_dir
 
 from qosched.backends.local import cgroups
 from qosched.backends.local.cgroups import ENV_CGROUPS, JobGroup, JobGroups, detect
+from qosched.backends.local.process import RunnerProcess
+from qosched.backends.local.progress import RunnerEvent
+from qosched.backends.local.service import RUNNER_LOG
 
 WAIT_S = 30.0
 
@@ -196,3 +201,74 @@ def test_limits_say_which_hold(group):
     assert list(held) == (expected if group.version == 2 else [])
     if "memory" in held:
         assert (group.paths[0] / "memory.max").read_text().strip() == str(2**30)
+
+
+@pytest.mark.parametrize(
+    ("events", "kills"),
+    [
+        ("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n", 2),
+        ("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n", 0),
+        ("", 0),  # no memory controller for the group: no such file
+    ],
+    ids=["killed", "none", "no-controller"],
+)
+def test_oom_kills_are_read_from_memory_events(tmp_path, events, kills):
+    # The kernel's format (Documentation/admin-guide/cgroup-v2.rst, memory.events).
+    if events:
+        (tmp_path / "memory.events").write_text(events)
+    assert JobGroup(2, (tmp_path,)).oom_kills() == kills
+    assert JobGroup(1, (tmp_path,)).oom_kills() == 0  # v1 groups have no memory limit here
+
+
+#: Writes its pid and whether the runner's group variable reached it, then reports one
+#: iteration and exits.
+REPORTS_ITSELF = textwrap.dedent(
+    """
+    import json, os
+    folder = os.environ["QOSCHED_JOB_DIR"]
+    with open(os.path.join(folder, "seen.json"), "w") as out:
+        json.dump({"pid": os.getpid(),
+                   "cgroup": open("/proc/self/cgroup").read(),
+                   "named": "QOSCHED_RUNNER_CGROUP" in os.environ}, out)
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write('{"iteration": 1}\\n')
+    """
+)
+
+
+def run_runner(tmp_path: Path, group: JobGroup | None, env: dict[str, str]) -> tuple[Path, int]:
+    job_dir = make_job_dir(
+        tmp_path,
+        workload=None,
+        command=[sys.executable, "-c", REPORTS_ITSELF],
+        iterations=1,
+        cpus=None,
+    )
+    with open(job_dir / RUNNER_LOG, "ab") as log:
+        runner = RunnerProcess.start(sys.executable, job_dir, log=log, env=env, group=group)
+    try:
+        assert runner.popen is not None
+        return job_dir, runner.popen.wait(timeout=WAIT_S)
+    finally:
+        runner.kill_group(signal.SIGKILL)
+        runner.close()
+
+
+def test_a_runner_starts_its_command_inside_its_group(group, tmp_path):
+    job_dir, code = run_runner(tmp_path, group, dict(os.environ))
+    assert code == 0, log_of(job_dir)
+    seen = json.loads((job_dir / "seen.json").read_text())
+    # The command's cgroup, as the kernel reports it, is the job's, in every hierarchy.
+    for path in group.paths:
+        assert f":/{path.parent.name}/{path.name}\n" in seen["cgroup"], seen["cgroup"]
+    assert not seen["named"]  # the group's name is the runner's, not the job's to see
+    assert not [e for e in events(job_dir) if e.event is RunnerEvent.WARNING]
+
+
+def test_a_group_the_runner_cannot_join_is_a_warning_and_the_job_runs(tmp_path):
+    env = {**os.environ, cgroups.ENV_RUNNER_CGROUP: str(tmp_path / "no-such-group")}
+    job_dir, code = run_runner(tmp_path, None, env)
+    assert code == 0, log_of(job_dir)
+    warnings = [e.message for e in events(job_dir) if e.event is RunnerEvent.WARNING]
+    assert len(warnings) == 1 and "cannot join the job's cgroup" in str(warnings[0])
+    assert events(job_dir)[-1].event is RunnerEvent.DONE

@@ -131,6 +131,17 @@ class JobGroup:
             held.append("memory")
         return tuple(held)
 
+    def oom_kills(self) -> int:
+        """How many of its processes the kernel killed for the group's ``memory.max`` (v2's
+        ``memory.events``; 0 where there is no such count)."""
+        if self.version != 2:
+            return 0
+        for line in _read(self.paths[0] / "memory.events").splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
+
     def remove(self) -> bool:
         """Remove the (empty) group; False while a member is left."""
         for path in self.paths:

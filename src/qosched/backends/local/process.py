@@ -201,6 +201,7 @@ def kill_descendants(pid: int, wait_s: float = 5.0) -> int:
     parent is checked, so a pid reused meanwhile is never hit. ``wait_s`` bounds the walking."""
     held: dict[int, int] = {}  # pid -> pidfd
     seen: set[int] = set()
+    refused: set[int] = set()
     deadline = time.monotonic() + wait_s
     try:
         while time.monotonic() < deadline:
@@ -222,9 +223,13 @@ def kill_descendants(pid: int, wait_s: float = 5.0) -> int:
                     os.close(pidfd)
                     continue
                 held[child] = pidfd
-                with contextlib.suppress(ProcessLookupError, PermissionError):
+                try:
                     signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
-            if not found and all(_stopped(child) for child in held):
+                except PermissionError:  # another user's (setuid): not ours to stop or kill
+                    refused.add(child)
+                except ProcessLookupError:
+                    pass
+            if not found and all(_stopped(child) for child in held.keys() - refused):
                 break
         for pidfd in held.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -903,6 +903,12 @@ class LocalService:
         code = runner.exit_code()
         runner.close()
         if runner.group is not None:
+            limit = live.spec.resources.memory_bytes
+            if limit is not None and live.over_memory is None and runner.group.oom_kills():
+                # The kernel held the group to the limit before a round saw it exceeded.
+                live.over_memory = (
+                    f"exceeded its memory limit of {limit / 2**20:.0f} MiB (killed by the kernel)"
+                )
             runner.group.remove()
         live.runner = None
         self._dirty = True
