@@ -51,8 +51,7 @@ def group(request, tmp_path: Path) -> Iterator[JobGroup]:
     deadline = time.monotonic() + WAIT_S
     while not made.remove() and time.monotonic() < deadline:
         time.sleep(0.05)
-    for parent in groups.parents:
-        parent.rmdir()
+    assert not any(parent.exists() for parent in groups.parents)  # gone with its last group
 
 
 def test_no_groups_where_they_are_turned_off_or_no_cgroup_is_mounted(tmp_path):
@@ -69,27 +68,20 @@ def test_a_home_has_one_parent_found_again_after_a_restart_and_apart_from_anothe
     tmp_path,
 ):
     first = groups_of(2, tmp_path / "a", tmp_path / "proc")
-    try:
-        assert detect(tmp_path / "a") == first  # a restarted service finds its jobs' groups
-        other = detect(tmp_path / "b")
-        assert other is not None and other.parents != first.parents
-        other.parents[0].rmdir()
-        assert first.of("job-7").paths == (first.parents[0] / "job-7",)
-        for bad in ("", "..", "a/b"):
-            with pytest.raises(ValueError, match="not a job id"):
-                first.of(bad)
-    finally:
-        first.parents[0].rmdir()
+    assert not first.parents[0].exists()  # made with the first job's group, not before
+    assert detect(tmp_path / "a") == first  # a restarted service finds its jobs' groups
+    other = detect(tmp_path / "b")
+    assert other is not None and other.parents != first.parents
+    assert first.of("job-7").paths == (first.parents[0] / "job-7",)
+    for bad in ("", "..", "a/b"):
+        with pytest.raises(ValueError, match="not a job id"):
+            first.of(bad)
 
 
 def test_v1_groups_are_made_in_the_freezer_and_pids_hierarchies(tmp_path):
     groups = groups_of(1, tmp_path / "home", tmp_path / "proc")
-    try:
-        hierarchies = {parent.parent.name for parent in groups.parents}
-        assert hierarchies <= {"freezer", "pids"} and hierarchies
-    finally:
-        for parent in groups.parents:
-            parent.rmdir()
+    hierarchies = {parent.parent.name for parent in groups.parents}
+    assert hierarchies <= {"freezer", "pids"} and hierarchies
 
 
 #: Leaves its session, double-forks and clears its environment, ignoring SIGTERM; then forks a

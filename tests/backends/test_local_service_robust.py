@@ -19,8 +19,8 @@ import pytest
 from command_jobs import CORES, command_spec, counting_spec, python_spec, runs
 
 import qosched.backends.local.service as service_module
-from qosched.backends.local.cgroups import JobGroups, detect
-from qosched.backends.local.process import find_runners
+from qosched.backends.local.cgroups import ENV_RUNNER_CGROUP, JobGroups, detect
+from qosched.backends.local.process import find_runners, launch_runner
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.store import Store
 from qosched.cluster.policies import Policy
@@ -741,3 +741,47 @@ def test_a_restarted_service_kills_what_a_runner_that_died_meanwhile_left_in_its
         if pid_alive(escaped):
             os.kill(escaped, 9)
         reopened.close()
+
+
+SLEEPS = """
+    import time
+    time.sleep(300)
+"""
+
+
+def test_killing_a_second_runner_of_a_job_spares_the_one_kept_in_the_same_group(tmp_path):
+    home = tmp_path / "home"
+    groups = groups_for("cgroup v2", home, tmp_path / "proc")
+    service = open_service(home, cpus=CORES[:1], cgroups=groups)
+    job_id = service.submit_spec(python_spec("sleeps", SLEEPS)).id
+    job_dir = home / "jobs" / job_id
+    deadline = time.monotonic() + WAIT_S
+    while not find_runners().get(str(job_dir)):
+        assert time.monotonic() < deadline
+        service.step()
+        time.sleep(0.05)
+    [kept] = find_runners()[str(job_dir)]
+    service.close()
+    # A second runner in the same group, as from a launch whose record was lost.
+    group = groups.of(job_id)
+    second = launch_runner(
+        job_dir,
+        env={**os.environ, ENV_RUNNER_CGROUP: os.pathsep.join(map(str, group.paths))},
+        own_session=True,
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not {kept, second.pid} <= set(group.members()):
+            assert time.monotonic() < deadline and second.poll() is None
+            time.sleep(0.05)
+        reopened = open_service(home, cpus=CORES[:1], cgroups=groups)
+        assert second.wait(timeout=WAIT_S) == -9
+        assert pid_alive(kept), "the runner kept was killed with the second one"
+        assert find_runners()[str(job_dir)] == [kept]
+        reopened.cancel(job_id)
+        assert idle(reopened)
+        reopened.close()
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()

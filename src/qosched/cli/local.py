@@ -265,6 +265,7 @@ def run_up(args: argparse.Namespace) -> int:
     with HomeLock(home):
         token = ensure_token(home)
         # Imported here: the service pulls in the cluster policies, which no client needs.
+        from qosched.backends.local.cgroups import describe as describe_groups
         from qosched.backends.local.service import LocalService
 
         tick = {} if args.tick is None else {"tick_s": args.tick}
@@ -284,6 +285,7 @@ def run_up(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 print(f"watch it in a browser: {server.login_url()}", flush=True)
+                print(describe_groups(service.groups), flush=True)
                 service.run(stop)
         finally:
             service.close()

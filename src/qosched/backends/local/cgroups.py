@@ -36,7 +36,7 @@ import hashlib
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +62,12 @@ class JobGroup:
     paths: tuple[Path, ...]
 
     def create(self) -> None:
+        """Make the group, and its parent if need be (the parent goes with its last group)."""
         for path in self.paths:
+            if not path.parent.is_dir():
+                path.parent.mkdir(exist_ok=True)
+                if self.version == 2:
+                    _enable_controllers(path.parent)
             path.mkdir(exist_ok=True)
 
     def join(self, pid: int | None = None) -> None:
@@ -143,7 +148,8 @@ class JobGroup:
         return 0
 
     def remove(self) -> bool:
-        """Remove the (empty) group; False while a member is left."""
+        """Remove the (empty) group, and its parent when no other group is left in it; False
+        while a member is left."""
         for path in self.paths:
             folders = sorted((Path(f) for f, _, _ in os.walk(path)), key=lambda p: -len(p.parts))
             for folder in folders:
@@ -155,6 +161,8 @@ class JobGroup:
                     if exc.errno in (errno.EBUSY, errno.ENOTEMPTY):
                         return False
                     raise
+            with contextlib.suppress(OSError):  # refused while it holds another job's group
+                path.parent.rmdir()
         return True
 
 
@@ -170,14 +178,15 @@ class JobGroups:
             raise ValueError(f"not a job id for a group: {job_id!r}")
         return JobGroup(self.version, tuple(parent / job_id for parent in self.parents))
 
-    def sweep(self) -> None:
+    def sweep(self, keep: Collection[str] = ()) -> None:
         """Remove every job group left empty (one whose last process was still being reaped
-        when its job ended), then the parents if nothing is left in them: the kernel refuses
-        to remove a group that holds a process, so no job's group goes while it runs."""
+        when its job ended) but those of the jobs in ``keep`` (their runners may not have
+        joined yet), then the parents if nothing is left in them. The kernel refuses to
+        remove a group that holds a process, so no running job's group goes."""
         for parent in self.parents:
             with contextlib.suppress(OSError):
                 for child in parent.iterdir():
-                    if child.is_dir():
+                    if child.is_dir() and child.name not in keep:
                         with contextlib.suppress(OSError):
                             JobGroup(self.version, (child,)).remove()
             with contextlib.suppress(OSError):
@@ -185,6 +194,13 @@ class JobGroups:
 
     def describe(self) -> str:
         return f"cgroup v{self.version} under {', '.join(map(str, self.parents))}"
+
+
+def describe(groups: JobGroups | None) -> str:
+    """What holds each job's processes, for the service's first lines."""
+    if groups is None:
+        return "each job held by its runner's process tree (no cgroup could be made)"
+    return f"each job in a {groups.describe()}"
 
 
 def detect(
@@ -207,7 +223,6 @@ def detect(
         if controllers is None and "" in own:  # v2
             parent = _parent_in(mount, own[""], tag)
             if parent is not None:
-                _enable_controllers(parent)
                 return JobGroups(2, (parent,))
     parents = []
     for name in V1_CONTROLLERS:
@@ -269,7 +284,8 @@ def _own_groups(text: str) -> dict[str, str]:
 
 def _parent_in(mount: Path, own: str, tag: str) -> Path | None:
     """``tag`` under the outermost group on the way from ``mount`` to ``own`` that this
-    process may write to and move processes into (made if need be); None where there is none.
+    process may write to and move processes into (tried by making it, and removing it again
+    unless it was there: a job's group makes it when needed); None where there is none.
     Outermost: a process moves between two groups only with write access to their common
     ancestor, and the service's own group may hold processes, which a v2 group with
     controllers enabled for its children may not."""
@@ -279,11 +295,16 @@ def _parent_in(mount: Path, own: str, tag: str) -> Path | None:
         if not (os.access(folder, os.W_OK) and os.access(folder / "cgroup.procs", os.W_OK)):
             continue
         parent = folder / tag
+        existed = parent.is_dir()
         try:
             parent.mkdir(exist_ok=True)
         except OSError:
             continue
-        if os.access(parent / "cgroup.procs", os.W_OK):
+        usable = os.access(parent / "cgroup.procs", os.W_OK)
+        if not existed:
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        if usable:
             return parent
     return None
 
@@ -340,6 +361,7 @@ __all__ = [
     "ENV_RUNNER_CGROUP",
     "JobGroup",
     "JobGroups",
+    "describe",
     "detect",
     "join_from_environment",
 ]

@@ -75,6 +75,7 @@ from typing import Any
 from qosched.backends.local import detail
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.cgroups import JobGroup, JobGroups, detect
+from qosched.backends.local.cgroups import describe as describe_groups
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
@@ -301,15 +302,13 @@ class LocalService:
             )
         inventory = gpu_inventory(gpus)
         groups = cgroups if isinstance(cgroups, JobGroups) else detect(home) if cgroups else None
-        log.info(
-            "each job in %s",
-            groups.describe() if groups else "its runner's process tree (no cgroup can be made)",
-        )
+        log.info("%s", describe_groups(groups))
         service = cls(
             home, Store(home / "state.db"), cores, policy, gpus=inventory, groups=groups, **options
         )
         try:
             service._recover()
+            service._sweep_groups()  # what a service that died left
         except BaseException:
             service.close()
             raise
@@ -368,9 +367,13 @@ class LocalService:
             for live in self._live.values():
                 if live.runner is not None:
                     live.runner.close()
-            if self.groups is not None:  # the groups of jobs still running stay
-                self.groups.sweep()
+            self._sweep_groups()
             self.store.close()
+
+    def _sweep_groups(self) -> None:
+        """Remove the empty groups of jobs without a runner (those of running jobs stay)."""
+        if self.groups is not None:
+            self.groups.sweep(keep={i for i, live in self._live.items() if live.runner is not None})
 
     # -- the API (see qosched.backends.local.api.Service) ---------------------------------------
 
@@ -1154,6 +1157,7 @@ class LocalService:
             recorded = (launched.detail.get("pid"), launched.detail.get("start_ticks"))
             found.sort(key=lambda r: ((r.pid, r.start_ticks) != recorded, r.start_ticks))
         for extra in found[1:]:  # never two runners for one job: keep one
+            extra.group = None  # the job's group holds the one kept too
             extra.kill_group(signal.SIGKILL)
             self.store.add_event(job_id, now, "killed", {"pid": extra.pid, "why": "a 2nd runner"})
             extra.close()
