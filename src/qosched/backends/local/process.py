@@ -194,7 +194,7 @@ def _descendants(pid: int) -> Iterator[tuple[int, int]]:
 
 
 def kill_descendants(pid: int, wait_s: float = 5.0) -> int:
-    """SIGKILL every descendant of ``pid`` (not ``pid`` itself); how many there were. First
+    """SIGKILL every live descendant of ``pid`` (not ``pid`` itself); how many there were. First
     each is stopped (SIGSTOP), walking the tree again until no new one appears, so none can
     fork a process the walk misses; ``pid``, a child subreaper, is given the orphans of any
     that exit meanwhile, so none leaves the tree. Each is held by a pidfd opened before its
@@ -216,6 +216,9 @@ def kill_descendants(pid: int, wait_s: float = 5.0) -> int:
                 except OSError:  # gone; or no pidfds here, where a pid alone is no safe aim
                     continue
                 fields = _stat_fields(child)
+                if fields is not None and fields[0] in ("Z", "X"):  # exited: nothing to kill
+                    os.close(pidfd)
+                    continue
                 if fields is None or int(fields[4 - 3]) != parent:
                     # Gone, a reused pid, or an orphan given to ``pid`` meanwhile: the next
                     # walk finds it again if it is still a descendant.
