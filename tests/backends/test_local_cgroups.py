@@ -127,7 +127,7 @@ def start_in(group: JobGroup, pid_file: Path) -> tuple[subprocess.Popen, int]:
     return command, int(pid_file.read_text())
 
 
-@pytest.mark.parametrize("kill_file", [True, False], ids=["cgroup.kill", "freeze-and-kill"])
+@pytest.mark.parametrize("kill_file", [True, False], ids=["as-offered", "without-cgroup.kill"])
 def test_kill_ends_every_member_however_it_left_its_session(
     group, tmp_path, kill_file, monkeypatch
 ):
