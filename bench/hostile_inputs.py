@@ -5,6 +5,7 @@
     python bench/hostile_inputs.py infer [--seeds 0:40] [--timeout 300]
     python bench/hostile_inputs.py import [--seeds 0:40] [--timeout 300]
     python bench/hostile_inputs.py service [--timeout 300]
+    python bench/hostile_inputs.py service-escape [--timeout 300]
 
 - cluster: a random trace per seed (1-40 jobs in bursts of simultaneous arrivals, 1 to 10^7
   iterations, deadlines from 0.001x to 100x the run time, best-effort jobs, 1-8 nodes of 8 GPUs)
@@ -26,6 +27,14 @@
   duplicate job id), with an open quote, a NUL, bytes that are not UTF-8; or the whole file
   empty, a header alone, behind a BOM, in UTF-16, in CR line endings, junk. A trace written must
   read back as ``sim cluster`` reads it.
+- service-escape: ``qosched up`` on a temporary home runs a job whose command forks a process
+  that leaves its session (``setsid``), double-forks, ignores SIGTERM and clears its environment
+  (``execve`` with an empty one), then cancels the job with a grace under the runner's own 5 s,
+  the command stopping on SIGTERM or ignoring it too; once with the cgroups the service makes,
+  once with ``QOSCHED_CGROUPS=off`` (its fallback). Each case is ``held`` when the escaped
+  process is gone by the time the job is cancelled (or soon after), ``broken`` when it outlives
+  the job (it is killed then); with the seconds from cancel to the job cancelled and to the
+  process gone.
 
 - service: a real ``qosched up`` on a temporary home, its open files limited to 1,024 (soft and
   hard) as under a common ``ulimit -n``, running one command job and holding one queued. Then,
@@ -851,17 +860,145 @@ def service_attacks() -> int:
                 service.process.wait(60)
             except subprocess.TimeoutExpired:
                 service.process.kill()
+
+
+#: The escaping job's command (see the module docstring): ``stubborn`` ignores SIGTERM itself.
+ESCAPE_SCRIPT = """
+import os, signal, sys, time
+if "stubborn" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pid_file = os.path.join(os.environ["QOSCHED_JOB_DIR"], "escaped.pid")
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept across exec
+        with open(pid_file + ".tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.rename(pid_file + ".tmp", pid_file)
+        os.execve("/bin/sleep", ["sleep", "600"], {})
+    os._exit(0)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout_s:g} s")
+        time.sleep(0.05)
+
+
+def escape_case(
+    folder: Path, grace_s: float, stubborn: bool, cgroups_off: bool, timeout_s: float
+) -> tuple[bool, str]:
+    """One escaped-process attack on a fresh ``qosched up``: (held, what was seen)."""
+    from qosched.backends.local.client import Client
+    from qosched.backends.local.home import ENDPOINT_FILE
+
+    home = folder / "home"
+    env = {**os.environ, "QOSCHED_CGROUPS": "off" if cgroups_off else "auto"}
+    try:
+        from qosched.backends.local.cgroups import detect
+    except ImportError:  # a version of qosched before job cgroups, measured for comparison
+        held_by = "a qosched without cgroups"
+    else:
+        groups = detect(home, environ=env)
+        held_by = groups.describe() if groups else "no cgroup"
+    script = folder / "escape.py"
+    script.write_text(ESCAPE_SCRIPT)
+    command = [sys.executable, str(script)] + (["stubborn"] if stubborn else [])
+    spec = json.dumps({
+        "apiVersion": "qosched/v1", "kind": "TrainingJob", "metadata": {"name": "escape"},
+        "spec": {"command": command, "work": {"iterations": 10}, "deadline": "10m",
+                 "resources": {"minCpus": 1, "maxCpus": 1}, "bestEffort": True},
+    })  # fmt: skip
+    core = str(min(os.sched_getaffinity(0)))
+    with open(folder / "service.log", "wb") as log:
+        up = subprocess.Popen(
+            [*QOSCHED, "up", "--home", str(home), "--cpus", core, "--tick", "0.2",
+             "--grace-s", f"{grace_s:g}"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    escaped = None
+    try:
+        _wait_for(lambda: (home / ENDPOINT_FILE).exists(), timeout_s, "the service did not start")
+        client = Client.from_home(home)
+        job_id = client.submit(spec, "escape.yaml").id
+        pid_file = home / "jobs" / job_id / "escaped.pid"
+        _wait_for(pid_file.exists, timeout_s, "the job's process did not start")
+        escaped = int(pid_file.read_text())
+        if Path(f"/proc/{escaped}/environ").read_bytes() or os.getsid(escaped) == up.pid:
+            return False, f"{held_by}: the attack did not escape as meant (pid {escaped})"
+        cancelled_at = time.monotonic()
+        client.cancel(job_id)
+        _wait_for(lambda: client.job(job_id).state == "cancelled", timeout_s, "not cancelled")
+        to_cancelled = time.monotonic() - cancelled_at
+        # A little slack for a process killed a moment ago to be reaped.
+        deadline = time.monotonic() + 2.0
+        while _alive(escaped) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        to_gone = time.monotonic() - cancelled_at
+        if _alive(escaped):
+            return False, (
+                f"{held_by}: pid {escaped} (parent "
+                f"{Path(f'/proc/{escaped}/stat').read_text().rsplit(')', 1)[1].split()[1]}) "
+                f"still runs {time.monotonic() - cancelled_at:.1f} s after cancel; the job was "
+                f"cancelled after {to_cancelled:.1f} s"
+            )
+        return True, (
+            f"{held_by}: pid {escaped} gone by {to_gone:.1f} s after cancel; the job was "
+            f"cancelled after {to_cancelled:.1f} s"
+        )
+    except TimeoutError as exc:
+        return False, f"{held_by}: {exc}"
+    finally:
+        if escaped is not None and _alive(escaped):
+            os.kill(escaped, 9)
+        subprocess.run([*QOSCHED, "down", "--home", str(home)], capture_output=True, env=env)
+        try:
+            up.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+
+
+def service_escape(timeout_s: float) -> int:
+    """The escaped-process attack (see the module docstring), every case: 0 when all held."""
+    broken = 0
+    cases = [(0.5, False), (1.0, True)]
+    for cgroups_off in (False, True):
+        for grace_s, stubborn in cases:
+            with tempfile.TemporaryDirectory() as folder:
+                held, seen = escape_case(Path(folder), grace_s, stubborn, cgroups_off, timeout_s)
+            what = (f"grace {grace_s:g} s, command {'ignores' if stubborn else 'stops on'} "
+                    f"SIGTERM, {'QOSCHED_CGROUPS=off' if cgroups_off else 'cgroups'}")  # fmt: skip
+            print(f"{'held' if held else 'broken'}: {what}: {seen}", flush=True)
+            broken += not held
+    print(f"service-escape: {2 * len(cases)} cases, {broken} broken")
     return 1 if broken else 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("level", choices=["cluster", "gpushare", "infer", "import", "service"])
+    parser.add_argument(
+        "level", choices=["cluster", "gpushare", "infer", "import", "service", "service-escape"]
+    )
     parser.add_argument("--seeds", type=seeds, default=range(0, 40), help="FIRST:LAST (0:40)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
     args = parser.parse_args()
     if args.level == "service":
         return service_attacks()
+    if args.level == "service-escape":
+        return service_escape(args.timeout)
     runs: list[tuple[str, str, float, str]] = []  # (verdict, what, seconds, message)
     tables = ThroughputModel.bundled("A100")
     with tempfile.TemporaryDirectory() as folder:

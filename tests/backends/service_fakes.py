@@ -261,6 +261,7 @@ class FakeLocalService(FakeService):
         self.running = threading.Event()
         self.stopped = False
         self.closed = False
+        self.groups = None  # as a real service that could make no cgroup
 
     @classmethod
     def open(

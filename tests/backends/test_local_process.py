@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -107,3 +108,45 @@ def test_the_scan_knows_a_runner_by_its_module_now_and_before_its_rename(
     monkeypatch.setattr(process, "_PROC", proc)
     assert process.runner_folder(4242) == (job_dir if found else None)
     assert find_runners() == ({job_dir: [4242]} if found else {})
+
+
+#: A child subreaper, as a runner is, whose child leaves the session, double-forks and ignores
+#: SIGTERM (the grandchild writes its pid to argv[1]); the subreaper itself waits.
+SUBREAPER_WITH_ESCAPEE = """
+import ctypes, os, signal, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(sys.argv[1] + ".tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        os.execve("/bin/sleep", ["sleep", "300"], {})
+    os._exit(0)
+time.sleep(300)
+"""
+
+
+def test_kill_descendants_kills_a_process_that_left_the_session_and_spares_the_rest(tmp_path):
+    pid_file = tmp_path / "escaped.pid"
+    subreaper = subprocess.Popen([sys.executable, "-c", SUBREAPER_WITH_ESCAPEE, str(pid_file)])
+    bystander = subprocess.Popen(["sleep", "300"])  # this test's child, not the subreaper's
+    try:
+        wait_until(lambda: pid_file.exists())
+        escaped = int(pid_file.read_text())
+        # The orphan went to the subreaper, in a session of its own.
+        wait_until(lambda: process._stat_fields(escaped)[4 - 3] == str(subreaper.pid))
+        assert os.getsid(escaped) != os.getsid(subreaper.pid)
+        assert process.kill_descendants(subreaper.pid) == 1
+        wait_until(lambda: not alive(escaped))
+        assert subreaper.poll() is None and bystander.poll() is None  # only the descendants
+    finally:
+        for child in (subreaper, bystander):
+            child.kill()
+            child.wait()
+
+
+def alive(pid: int) -> bool:
+    fields = process._stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")

@@ -11,15 +11,17 @@ import re
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from command_jobs import CORES, counting_spec, python_spec, runs
+from command_jobs import CORES, command_spec, counting_spec, python_spec, runs
 
 import qosched.backends.local.service as service_module
-from qosched.backends.local.process import find_runners
+from qosched.backends.local.cgroups import ENV_RUNNER_CGROUP, JobGroups, detect
+from qosched.backends.local.process import find_runners, launch_runner
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.store import Store
 from qosched.cluster.policies import Policy
@@ -733,3 +735,205 @@ def test_a_jobs_output_is_rotated_past_its_log_limit(tmp_path):
     # Offsets count every byte written (less a burst lost in the instant of a rotation).
     assert joblog.output_size(job_dir) >= 290_000
     service.close()
+
+
+# -- a process that leaves the job's session and clears its environment is still the job's ------
+
+#: Forks; the child leaves the session (``setsid``) and forks again; the grandchild ignores
+#: SIGTERM, writes its pid and becomes ``sleep`` with an empty environment, so neither the
+#: process group nor ``QOSCHED_JOB_DIR`` names it. The command itself waits, as a job would
+#: (ignoring SIGTERM too when ``STUBBORN`` is set: it outlives the grace).
+ESCAPES = """
+    import os, signal, sys, time
+    if "stubborn" in sys.argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pid_file = os.path.join(os.environ["QOSCHED_JOB_DIR"], "escaped.pid")
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept across exec
+            with open(pid_file + ".tmp", "w") as out:
+                out.write(str(os.getpid()))
+            os.rename(pid_file + ".tmp", pid_file)
+            os.execve("/bin/sleep", ["sleep", "300"], {})
+        os._exit(0)
+    time.sleep(300)
+"""
+
+
+def escaping_spec(*argv: str):
+    return command_spec(
+        "escapes", [sys.executable, "-c", textwrap.dedent(ESCAPES), *argv], iterations=5
+    )
+
+
+def v1_groups(home: Path, folder: Path) -> JobGroups | None:
+    """The groups ``detect`` finds where only cgroup v1 is mounted: this machine's, with its
+    cgroup2 mount hidden."""
+    folder.mkdir()
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    (folder / "mountinfo").write_text("\n".join(x for x in lines if " - cgroup2 " not in x))
+    (folder / "cgroup").write_text(Path("/proc/self/cgroup").read_text())
+    return detect(home, proc_self=folder)
+
+
+def groups_for(mode: str, home: Path, scratch: Path) -> JobGroups | bool:
+    if mode == "no cgroup":
+        return False
+    groups = detect(home) if mode == "cgroup v2" else v1_groups(home, scratch)
+    if groups is None or groups.version != int(mode[-1]):
+        pytest.skip(f"this machine does not let this process make {mode} groups")
+    return groups
+
+
+MODES = ["cgroup v2", "cgroup v1", "no cgroup"]
+
+
+@pytest.mark.parametrize("stubborn", [False, True], ids=["command-stops", "command-stubborn"])
+@pytest.mark.parametrize("mode", MODES)
+def test_cancel_kills_a_process_that_left_the_session_and_cleared_its_environment(
+    tmp_path, mode, stubborn
+):
+    home = tmp_path / "home"
+    groups = groups_for(mode, home, tmp_path / "proc")
+    # A grace under the runner's own 5 s: the runner is killed before it stops its orphans.
+    service = open_service(home, cpus=CORES[:1], grace_s=0.5, cgroups=groups)
+    job_id = service.submit_spec(escaping_spec(*(["stubborn"] if stubborn else []))).id
+    escaped = int(wait_for_file_while_stepping(service, home / "jobs" / job_id / "escaped.pid"))
+    try:
+        assert pid_alive(escaped)
+        assert Path(f"/proc/{escaped}/environ").read_bytes() == b""  # no QOSCHED_JOB_DIR
+        waiting = service.submit_spec(counting_spec("waiting")).id
+        service.cancel(job_id)
+        overlap = []
+        deadline = time.monotonic() + WAIT_S
+        while not service.idle() and time.monotonic() < deadline:
+            service.step()
+            if pid_alive(escaped) and service.job(waiting).state == "running":
+                overlap.append(time.monotonic())
+            time.sleep(0.05)
+        assert service.idle()
+        assert service.job(job_id).state == "cancelled"
+        assert not pid_alive(escaped), "the escaped process outlived its cancelled job"
+        assert not overlap, "the core was handed on while the escaped process ran"
+        assert service.job(waiting).state == "succeeded"
+        if groups:
+            assert not any(p.exists() for p in groups.of(job_id).paths)  # removed once empty
+    finally:
+        if pid_alive(escaped):
+            os.kill(escaped, 9)
+        service.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_restarted_service_kills_the_escaped_process_of_a_runner_it_adopted(tmp_path, mode):
+    home = tmp_path / "home"
+    groups = groups_for(mode, home, tmp_path / "proc")
+    service = open_service(home, cpus=CORES[:1], grace_s=0.5, cgroups=groups)
+    job_id = service.submit_spec(escaping_spec("stubborn")).id
+    escaped = int(wait_for_file_while_stepping(service, home / "jobs" / job_id / "escaped.pid"))
+    service.close()  # the runner and its processes run on
+    reopened = open_service(home, cpus=CORES[:1], grace_s=0.5, cgroups=groups)
+    try:
+        assert "re-adopted" in kinds(reopened, job_id)
+        reopened.cancel(job_id)
+        assert idle(reopened)
+        assert reopened.job(job_id).state == "cancelled"
+        assert not pid_alive(escaped), "the escaped process outlived its cancelled job"
+    finally:
+        if pid_alive(escaped):
+            os.kill(escaped, 9)
+        reopened.close()
+
+
+@pytest.mark.parametrize("mode", MODES[:2])
+def test_a_cgroup_holds_what_escaped_a_runner_killed_from_elsewhere(tmp_path, mode):
+    # Without a runner there is no process tree to walk and no environment names the process:
+    # only the job's cgroup still holds it (the fallback's limit, see docs/local.md).
+    home = tmp_path / "home"
+    groups = groups_for(mode, home, tmp_path / "proc")
+    service = open_service(home, cpus=CORES[:1], grace_s=0.5, cgroups=groups)
+    job_id = service.submit_spec(escaping_spec("stubborn")).id
+    escaped = int(wait_for_file_while_stepping(service, home / "jobs" / job_id / "escaped.pid"))
+    try:
+        [runner_pid] = find_runners()[str(home / "jobs" / job_id)]
+        os.kill(runner_pid, 9)  # as the kernel's OOM killer would
+        deadline = time.monotonic() + WAIT_S
+        while pid_alive(escaped) and time.monotonic() < deadline:
+            service.step()
+            time.sleep(0.05)
+        assert not pid_alive(escaped), "the process outlived the runner it escaped"
+        service.cancel(job_id)
+        assert idle(service)
+        assert service.job(job_id).state == "cancelled"
+    finally:
+        if pid_alive(escaped):
+            os.kill(escaped, 9)
+        service.close()
+
+
+@pytest.mark.parametrize("mode", MODES[:2])
+def test_a_restarted_service_kills_what_a_runner_that_died_meanwhile_left_in_its_group(
+    tmp_path, mode
+):
+    home = tmp_path / "home"
+    groups = groups_for(mode, home, tmp_path / "proc")
+    service = open_service(home, cpus=CORES[:1], grace_s=0.5, cgroups=groups)
+    job_id = service.submit_spec(escaping_spec("stubborn")).id
+    escaped = int(wait_for_file_while_stepping(service, home / "jobs" / job_id / "escaped.pid"))
+    [runner_pid] = find_runners()[str(home / "jobs" / job_id)]
+    service.close()
+    os.kill(runner_pid, 9)  # while the service is down
+    reopened = open_service(home, cpus=CORES[:1], grace_s=0.5, cgroups=groups)
+    try:
+        assert not pid_alive(escaped), "a job's leftover lives on after the service restarted"
+        reopened.cancel(job_id)
+        assert idle(reopened)
+    finally:
+        if pid_alive(escaped):
+            os.kill(escaped, 9)
+        reopened.close()
+
+
+SLEEPS = """
+    import time
+    time.sleep(300)
+"""
+
+
+def test_killing_a_second_runner_of_a_job_spares_the_one_kept_in_the_same_group(tmp_path):
+    home = tmp_path / "home"
+    groups = groups_for("cgroup v2", home, tmp_path / "proc")
+    service = open_service(home, cpus=CORES[:1], cgroups=groups)
+    job_id = service.submit_spec(python_spec("sleeps", SLEEPS)).id
+    job_dir = home / "jobs" / job_id
+    deadline = time.monotonic() + WAIT_S
+    while not find_runners().get(str(job_dir)):
+        assert time.monotonic() < deadline
+        service.step()
+        time.sleep(0.05)
+    [kept] = find_runners()[str(job_dir)]
+    service.close()
+    # A second runner in the same group, as from a launch whose record was lost.
+    group = groups.of(job_id)
+    second = launch_runner(
+        job_dir,
+        env={**os.environ, ENV_RUNNER_CGROUP: os.pathsep.join(map(str, group.paths))},
+        own_session=True,
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not {kept, second.pid} <= set(group.members()):
+            assert time.monotonic() < deadline and second.poll() is None
+            time.sleep(0.05)
+        reopened = open_service(home, cpus=CORES[:1], cgroups=groups)
+        assert second.wait(timeout=WAIT_S) == -9
+        assert pid_alive(kept), "the runner kept was killed with the second one"
+        assert find_runners()[str(job_dir)] == [kept]
+        reopened.cancel(job_id)
+        assert idle(reopened)
+        reopened.close()
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()

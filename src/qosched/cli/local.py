@@ -275,6 +275,7 @@ def run_up(args: argparse.Namespace) -> int:
     with HomeLock(home):
         token = ensure_token(home)
         # Imported here: the service pulls in the cluster policies, which no client needs.
+        from qosched.backends.local.cgroups import describe as describe_groups
         from qosched.backends.local.service import LocalService
 
         tick = {} if args.tick is None else {"tick_s": args.tick}
@@ -294,6 +295,7 @@ def run_up(args: argparse.Namespace) -> int:
                 )
                 if not args.no_login_url:
                     print(f"watch it in a browser: {server.login_url()}", flush=True)
+                print(describe_groups(service.groups), flush=True)
                 # Last: whoever waits for this file finds the service ready and done printing.
                 write_endpoint(home, Endpoint(server.host, server.port, os.getpid(), time.time()))
                 service.run(stop)

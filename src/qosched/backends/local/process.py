@@ -12,13 +12,18 @@ module, or the name an earlier version gave it, and this job's folder, and its s
 when one was recorded), with the pidfd opened *before* that check, so the check is about the
 process the pidfd holds.
 
-Runners live in their own session and process group (``start_new_session``), so a command job's
-children are reached through the group: ``kill_group`` signals every process of it, and ``gone``
-is true only when none is left. A process that leaves the group (``setsid``, a double fork) is
-stopped by its runner, their child subreaper, when the command ends; if the runner itself is
-killed first, such a process is found by the job folder its environment names
-(``QOSCHED_JOB_DIR``, inherited from the command) and counts as the group's. A process that
-rewrites its environment as well escapes; only a cgroup could hold it.
+Runners live in their own session and process group (``start_new_session``) and, where the
+service could make one, in their job's cgroup (``cgroups.JobGroup``), which every process the
+job starts is born in and none can leave: ``kill_group`` kills every member of it, and ``gone``
+is true only when none is left. Without a cgroup, the job's processes are reached three ways:
+through the runner's process group; through the runner's descendants, which ``kill_group``
+stops (SIGSTOP, until no new one appears) and then kills while the runner still lives, the
+runner being their child subreaper, so a process that left the group (``setsid``, a double
+fork) is still among them; and, once the runner is gone, by the job folder their environment
+names (``QOSCHED_JOB_DIR``, inherited from the command). So without a cgroup a process that
+leaves the session and clears its environment escapes only when the runner dies before the
+service kills the job (a crash, the kernel's OOM killer, a SIGKILL from elsewhere): its orphans
+then go to PID 1.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
+from qosched.backends.local.cgroups import ENV_RUNNER_CGROUP, JobGroup
 from qosched.backends.local.protocol import ENV_JOB_DIR
 
 #: The module a runner executes: ``python -m RUNNER_MODULE JOB_DIR``.
@@ -165,6 +171,84 @@ def stragglers(job_dir: Path) -> list[int]:
     ]
 
 
+def _descendants(pid: int) -> Iterator[tuple[int, int]]:
+    """``(descendant, its parent)`` for every live descendant of ``pid``, found through each
+    thread's ``children`` (exact only while the processes are stopped: see ``kill_descendants``)."""
+    pending, seen = [pid], {pid}
+    while pending:
+        parent = pending.pop()
+        try:
+            tasks = list((_PROC / str(parent) / "task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                if child not in seen:
+                    seen.add(child)
+                    pending.append(child)
+                    yield child, parent
+
+
+def kill_descendants(pid: int, wait_s: float = 5.0) -> int:
+    """SIGKILL every live descendant of ``pid`` (not ``pid`` itself); how many there were. First
+    each is stopped (SIGSTOP), walking the tree again until no new one appears, so none can
+    fork a process the walk misses; ``pid``, a child subreaper, is given the orphans of any
+    that exit meanwhile, so none leaves the tree. Each is held by a pidfd opened before its
+    parent is checked, so a pid reused meanwhile is never hit. ``wait_s`` bounds the walking."""
+    held: dict[int, int] = {}  # pid -> pidfd
+    seen: set[int] = set()
+    refused: set[int] = set()
+    deadline = time.monotonic() + wait_s
+    try:
+        while time.monotonic() < deadline:
+            found = False
+            for child, parent in list(_descendants(pid)):
+                if child in seen:
+                    continue
+                seen.add(child)
+                found = True
+                try:
+                    pidfd = os.pidfd_open(child)
+                except OSError:  # gone; or no pidfds here, where a pid alone is no safe aim
+                    continue
+                fields = _stat_fields(child)
+                if fields is not None and fields[0] in ("Z", "X"):  # exited: nothing to kill
+                    os.close(pidfd)
+                    continue
+                if fields is None or int(fields[4 - 3]) != parent:
+                    # Gone, a reused pid, or an orphan given to ``pid`` meanwhile: the next
+                    # walk finds it again if it is still a descendant.
+                    seen.discard(child)
+                    os.close(pidfd)
+                    continue
+                held[child] = pidfd
+                try:
+                    signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+                except PermissionError:  # another user's (setuid): not ours to stop or kill
+                    refused.add(child)
+                except ProcessLookupError:
+                    pass
+            if not found and all(_stopped(child) for child in held.keys() - refused):
+                break
+        for pidfd in held.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return len(held)
+    finally:
+        for pidfd in held.values():
+            os.close(pidfd)
+
+
+def _stopped(pid: int) -> bool:
+    """Stopped, or no longer running at all."""
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] in ("T", "t", "Z", "X")
+
+
 def _signal_straggler(pid: int, job_dir: Path, signum: int) -> None:
     """Signal ``pid`` if it is still a process of job ``job_dir``, held by a pidfd between the
     check and the signal so that a reused pid is never hit."""
@@ -197,8 +281,10 @@ class RunnerProcess:
         pidfd: int | None,
         popen: subprocess.Popen | None = None,
         job_dir: Path | None = None,
+        group: JobGroup | None = None,
     ) -> None:
         self.pid = pid
+        self.group = group  # the job's cgroup, where the service made one
         # Its command's processes name it, resolved as the runner resolves it (``stragglers``).
         self.job_dir = None if job_dir is None else job_dir.resolve()
         self.start_ticks = ticks
@@ -214,14 +300,18 @@ class RunnerProcess:
         *,
         log: IO[bytes],
         env: Mapping[str, str],
+        group: JobGroup | None = None,
     ) -> RunnerProcess:
         """Start ``python -m RUNNER_MODULE job_dir`` in a session of its own (it outlives the
-        service, which re-adopts it after a restart)."""
+        service, which re-adopts it after a restart) and, given one, in ``group``: the runner
+        joins it before it starts the job."""
+        if group is not None:
+            env = {**env, ENV_RUNNER_CGROUP: os.pathsep.join(str(p) for p in group.paths)}
         popen = launch_runner(job_dir, python=python, stdout=log, env=env, own_session=True)
         # Our child is not reaped until we wait for it, so its pid cannot be reused yet.
         pidfd = _open_pidfd(popen.pid)
         ticks = start_ticks(popen.pid)
-        return cls(popen.pid, ticks if ticks is not None else -1, pidfd, popen, job_dir)
+        return cls(popen.pid, ticks if ticks is not None else -1, pidfd, popen, job_dir, group)
 
     @classmethod
     def adopt(
@@ -231,15 +321,16 @@ class RunnerProcess:
         *,
         ticks: int | None = None,
         popen: subprocess.Popen | None = None,
+        group: JobGroup | None = None,
     ) -> RunnerProcess | None:
         """The runner ``pid`` of ``job_dir`` if that is what ``pid`` is now (and, given
-        ``ticks``, started then); None otherwise."""
+        ``ticks``, started then); None otherwise. ``group``: its job's cgroup."""
         try:
             pidfd = _open_pidfd(pid)
         except OSError:  # gone, or not ours to see
             return None
         now_ticks = start_ticks(pid)
-        runner = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen, job_dir)
+        runner = cls(pid, now_ticks if now_ticks is not None else -1, pidfd, popen, job_dir, group)
         same = (
             now_ticks is not None
             and (ticks is None or ticks == now_ticks)
@@ -292,9 +383,16 @@ class RunnerProcess:
 
     def kill_group(self, signum: int = signal.SIGKILL) -> None:
         """Send ``signum`` to every process of the runner's group, and, once the runner has
-        exited, to its job's stragglers. While the runner lives its group id is its pid; after
-        it exits, a group that still has members keeps its id (the kernel does not reuse an id
-        in use as a group id), so the members found are its own."""
+        exited, to its job's stragglers; SIGKILL also goes to every member of the job's
+        cgroup and, first, to the runner's descendants (see the module docstring). While the
+        runner lives its group id is its pid; after it exits, a group that still has members
+        keeps its id (the kernel does not reuse an id in use as a group id), so the members
+        found are its own."""
+        if signum == signal.SIGKILL:
+            if self.group is not None:
+                self.group.kill()
+            if self.running():  # its descendants first: killed, it could no longer hold them
+                kill_descendants(self.pid)
         if self.running():
             fields = _stat_fields(self.pid)
             if fields is None or int(fields[5 - 3]) != self.pid:
@@ -312,7 +410,12 @@ class RunnerProcess:
     def gone(self) -> bool:
         """No process of the runner's group, nor of its job outside it, is left: its cores
         may be handed on."""
-        return not self.running() and not group_members(self.pid) and not self._stragglers()
+        return (
+            not self.running()
+            and not group_members(self.pid)
+            and not (self.group is not None and self.group.members())
+            and not self._stragglers()
+        )
 
     def _stragglers(self) -> list[int]:
         return [] if self.job_dir is None else stragglers(self.job_dir)

@@ -86,7 +86,10 @@ child's exit code becomes the runner's (128 + N when killed by signal N), except
 forwarded SIGTERM: then the job is ``EXIT_PREEMPTED`` unless the child exits 0 having reported
 ``iterations`` iterations.
 
-The runner sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set (see ``run_job``).
+The runner sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set (see ``run_job``). Given
+``QOSCHED_RUNNER_CGROUP`` (the job's cgroup, set by the service), it joins that group before
+anything else, so every process of the job is born in it, and leaves the variable out of the
+job's environment; a group it cannot join is a ``warning`` event, and the job runs on.
 
 Test hook: ``QOSCHED_RUNNER_CRASH_AT=N`` makes a built-in workload raise instead of completing
 its N-th iteration (1-based, counted from the start of the job, not of this process), so a
@@ -113,6 +116,7 @@ from typing import Any
 
 from qosched.backends.local.affinity import set_process_affinity
 from qosched.backends.local.atomic import atomic_write, atomic_write_json, remove_stale_temps
+from qosched.backends.local.cgroups import join_from_environment
 from qosched.backends.local.files import read_regular
 from qosched.backends.local.lifeline import LifeLine
 from qosched.backends.local.progress import ProgressLog, RunnerEvent
@@ -862,11 +866,15 @@ def run_job(job_dir: str | Path, *, stop: StopRequest | None = None) -> int:
     # one-thread speed. The price on dedicated cores is one wake-up per parallel region.
     # A value set by the user wins; command jobs inherit it.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # First of all, so that every process the job starts is born in its group.
+    not_joined = join_from_environment()
     job_dir = Path(job_dir).resolve()
     if not job_dir.is_dir():
         print(f"qosched runner: {job_dir}: not a directory", file=sys.stderr)
         return EXIT_INPUT_ERROR
     with ProgressLog(job_dir / PROGRESS_FILE) as log:
+        if not_joined is not None:
+            log.write(RunnerEvent.WARNING, iteration=None, loss=None, message=not_joined)
         try:
             spec = load_runner_job(job_dir / JOB_FILE)
             if spec.command is not None:

@@ -15,8 +15,9 @@ The GPUs come from ``gpus.gpu_inventory``: declared (``qosched up --gpus``) or f
 Each round of :meth:`LocalService.step`:
 
 1. kills what must stop: a job over its memory limit at once, a runner still running
-   ``grace_s`` after its SIGTERM (cancel, pre-emption, a failed job) with SIGKILL to its whole
-   process group;
+   ``grace_s`` after its SIGTERM (cancel, pre-emption, a failed job) with SIGKILL to every
+   process of its job: its cgroup's members where the service could make one
+   (``cgroups.detect``), else its runner's descendants and process group;
 2. reaps runner processes that exited (done, pre-empted, crashed: retried from the last
    checkpoint up to ``MAX_ATTEMPTS``, then failed with the runner's error); a job's cores are
    free only once no process of its group is left;
@@ -74,6 +75,8 @@ from typing import Any
 
 from qosched.backends.local import detail, joblog
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
+from qosched.backends.local.cgroups import JobGroup, JobGroups, detect
+from qosched.backends.local.cgroups import describe as describe_groups
 from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
@@ -245,6 +248,7 @@ class LocalService:
         grace_s: float = GRACE_S,
         faults: str | None = None,
         gpus: tuple[int, ...] = (),
+        groups: JobGroups | None = None,
     ) -> None:
         if not 0 <= grace_s < math.inf:
             raise InputError(f"expected seconds >= 0, got {grace_s}", field="grace_s")
@@ -260,6 +264,7 @@ class LocalService:
         self.tick_s = tick_s
         self.python = python
         self.grace_s = grace_s
+        self.groups = groups  # where each job's cgroup is made; None: no cgroups
         self._faults = _Faults(os.environ.get(FAULT_ENV) if faults is None else faults)
         self._lock = threading.RLock()
         self._live: dict[str, _LiveJob] = {}
@@ -283,11 +288,14 @@ class LocalService:
         cpus: tuple[int, ...] | None = None,
         policy: str = "qos",
         gpus: Sequence[int] | None = None,
+        cgroups: bool | JobGroups = True,
         **options: Any,
     ) -> LocalService:
         """Open (or create) the service's state under ``home`` and re-adopt unfinished jobs; a job
         it cannot track is failed with the reason, never a reason not to start. ``gpus`` declares
-        the GPUs (``()``: none); ``None`` asks NVML."""
+        the GPUs (``()``: none); ``None`` asks NVML. ``cgroups``: put each job in a cgroup of
+        its own where this machine lets the service make one (``cgroups.detect``), or under
+        the ``JobGroups`` given."""
         # Absolute: runners are found again by the job folder on their command line.
         home = Path(home).absolute()
         (home / "jobs").mkdir(parents=True, exist_ok=True)
@@ -299,10 +307,15 @@ class LocalService:
                 f"cores {unknown} are not available here (have {allowed})", field="cpus"
             )
         inventory = gpu_inventory(gpus)
-        service = cls(home, Store(home / "state.db"), cores, policy, gpus=inventory, **options)
+        groups = cgroups if isinstance(cgroups, JobGroups) else detect(home) if cgroups else None
+        log.info("%s", describe_groups(groups))
+        service = cls(
+            home, Store(home / "state.db"), cores, policy, gpus=inventory, groups=groups, **options
+        )
         try:
             service.store.skip_ids_through(_highest_job_folder(home / "jobs"))
             service._recover()
+            service._sweep_groups()  # what a service that died left
         except BaseException:
             service.close()
             raise
@@ -363,7 +376,13 @@ class LocalService:
             for live in self._live.values():
                 if live.runner is not None:
                     live.runner.close()
+            self._sweep_groups()
             self.store.close()
+
+    def _sweep_groups(self) -> None:
+        """Remove the empty groups of jobs without a runner (those of running jobs stay)."""
+        if self.groups is not None:
+            self.groups.sweep(keep={i for i, live in self._live.items() if live.runner is not None})
 
     # -- the API (see qosched.backends.local.api.Service) ---------------------------------------
 
@@ -728,8 +747,9 @@ class LocalService:
         the runner by its job folder at the next start."""
         job_id = live.record.id
         # Never two runners for one job: one may run from a launch whose record was lost.
+        group = self._group_of(job_id)
         for pid in find_runners().get(str(live.job_dir), []):
-            runner = RunnerProcess.adopt(pid, live.job_dir)
+            runner = RunnerProcess.adopt(pid, live.job_dir, group=group)
             if runner is not None:
                 self._take_over(live, runner, now, self.store.get(job_id).attempts)
                 return
@@ -767,8 +787,11 @@ class LocalService:
         env.update(
             {ENV_CUDA_DEVICES: visible, ENV_GPUS: visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         )
+        group = self._prepare_group(live, cores)
         with (live.job_dir / RUNNER_LOG).open("ab") as runner_log:
-            runner = RunnerProcess.start(self.python, live.job_dir, log=runner_log, env=env)
+            runner = RunnerProcess.start(
+                self.python, live.job_dir, log=runner_log, env=env, group=group
+            )
         live.runner = runner
         live.cores = held_cores
         live.stopping, live.term_at, live.killed = False, None, False
@@ -788,6 +811,37 @@ class LocalService:
         if live.policy_job.started_s is None:
             live.policy_job.started_s = now
         live.policy_job.reallocations += live.policy_job.started_s != now
+
+    def _group_of(self, job_id: str) -> JobGroup | None:
+        return None if self.groups is None else self.groups.of(job_id)
+
+    def _prepare_group(self, live: _LiveJob, cores: tuple[int, ...]) -> JobGroup | None:
+        """The job's cgroup, made (or emptied of what an earlier runner left) and limited to
+        its cores and memory, for a runner about to start; None where there is none."""
+        group = self._group_of(live.record.id)
+        if group is None:
+            return None
+        try:
+            self._end_leftovers(group)
+            group.create()
+        except OSError as exc:  # the job runs held by its runner alone
+            log.warning("job %s gets no cgroup: %s", live.record.id, exc)
+            return None
+        group.limit(cpus=cores, memory_bytes=live.spec.resources.memory_bytes)
+        return group
+
+    @staticmethod
+    def _end_leftovers(group: JobGroup | None) -> None:
+        """Kill what is left in a job's group without a runner (one killed while the service
+        was down leaves its orphans there), wait for it to go, and remove the group."""
+        if group is None:
+            return
+        if group.members():
+            group.kill()
+            deadline = time.monotonic() + KILL_WAIT_S
+            while group.members() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        group.remove()
 
     def _take_over(self, live: _LiveJob, runner: RunnerProcess, now: float, attempt: int) -> None:
         """Adopt a live runner of this job: it holds the cores its ``allocation.json`` gives."""
@@ -815,6 +869,9 @@ class LocalService:
         live.policy_job.started_s = live.record.started_at
 
     def _resize(self, live: _LiveJob, cores: tuple[int, ...], now: float) -> None:
+        if live.runner is not None and live.runner.group is not None:
+            # Before the runner hears of them: its new affinity must lie inside the group's.
+            live.runner.group.limit(cpus=cores, memory_bytes=None)
         live.version += 1
         write_allocation(live.job_dir / ALLOCATION_FILE, Allocation(cores, live.version))
         live.cores = cores
@@ -874,6 +931,14 @@ class LocalService:
             return
         code = runner.exit_code()
         runner.close()
+        if runner.group is not None:
+            limit = live.spec.resources.memory_bytes
+            if limit is not None and live.over_memory is None and runner.group.oom_kills():
+                # The kernel held the group to the limit before a round saw it exceeded.
+                live.over_memory = (
+                    f"exceeded its memory limit of {limit / 2**20:.0f} MiB (killed by the kernel)"
+                )
+            runner.group.remove()
         live.runner = None
         self._dirty = True
         now = self.clock()
@@ -1062,7 +1127,7 @@ class LocalService:
         # Never tracked, so never given cores: a runner of it must not run on them.
         job_dir = self.home / "jobs" / job_id
         for pid in runners.get(str(job_dir), []):
-            runner = RunnerProcess.adopt(pid, job_dir)
+            runner = RunnerProcess.adopt(pid, job_dir, group=self._group_of(job_id))
             if runner is not None:
                 runner.kill_group(signal.SIGKILL)
                 # Gone before its GPUs are released in the log below.
@@ -1070,6 +1135,7 @@ class LocalService:
                 while not runner.gone() and time.monotonic() < deadline:
                     time.sleep(0.05)
                 runner.close()
+        self._end_leftovers(self._group_of(job_id))
         with contextlib.suppress(IllegalTransitionError, UnknownJobError):
             held = _gpus_in_log(self.store.events(job_id))
             if held:
@@ -1107,12 +1173,17 @@ class LocalService:
         found = [
             runner
             for pid in runners.get(str(live.job_dir), [])
-            if (runner := RunnerProcess.adopt(pid, live.job_dir, popen=popens.get(pid)))
+            if (
+                runner := RunnerProcess.adopt(
+                    pid, live.job_dir, popen=popens.get(pid), group=self._group_of(job_id)
+                )
+            )
         ]
         if launched is not None:  # the recorded one first, then the oldest
             recorded = (launched.detail.get("pid"), launched.detail.get("start_ticks"))
             found.sort(key=lambda r: ((r.pid, r.start_ticks) != recorded, r.start_ticks))
         for extra in found[1:]:  # never two runners for one job: keep one
+            extra.group = None  # the job's group holds the one kept too
             extra.kill_group(signal.SIGKILL)
             self.store.add_event(job_id, now, "killed", {"pid": extra.pid, "why": "a 2nd runner"})
             extra.close()
@@ -1123,6 +1194,7 @@ class LocalService:
                 self._stop(live)
             return
         self._read_progress_of(live)
+        self._end_leftovers(self._group_of(job_id))  # what a runner killed meanwhile left
         self._release_gpus(live, now)  # no runner of it is left
         if live.failing is not None:
             self._record_final(live, Lifecycle.FAILED, error=live.failing)
