@@ -186,3 +186,30 @@ def test_a_progress_line_with_a_huge_number_says_so_without_python_advice(tmp_pa
         str(caught.value)
         == f"{path}:1: not valid JSON: a number of 5000 digits; no field takes more than 30"
     )
+
+
+def test_the_whole_log_over_the_api_is_streamed_in_chunks(tmp_path: Path) -> None:
+    import http.client
+
+    with running_service(tmp_path) as running:
+        job = running.service.submit(
+            "kind: TrainingJob\napiVersion: qosched/v1\nmetadata: {name: a}\n"
+            "spec: {workload: cnn, work: {iterations: 5}, deadline: 1h}\n",
+            "job.yaml",
+        )
+        written = lines(1, 300_000)  # 3.3 MB: more than three of the service's chunks
+        running.service.write_log(job.id, written.decode())
+        connection = http.client.HTTPConnection(running.server.host, running.server.port)
+        try:
+            connection.request(
+                "GET", f"/jobs/{job.id}/logs", headers={"Authorization": f"Bearer {running.token}"}
+            )
+            response = connection.getresponse()
+            body = response.read()
+        finally:
+            connection.close()
+        assert response.status == 200
+        assert response.getheader("Content-Length") is None
+        assert response.getheader("Transfer-Encoding") == "chunked"
+        assert body == written
+        assert Client(running.server.url, running.token).logs(job.id) == written.decode()

@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -164,7 +165,11 @@ def test_a_refused_login_code_is_not_written_to_the_log(
     assert call(running, "GET", path)[0] == 303
     assert call(running, "GET", path)[0] == 401  # used: refused, and logged as a 401
     code = path.partition("code=")[2]
-    err = capfd.readouterr().err
+    # The server writes its log line just after the reply is out: wait for it.
+    err, deadline = "", time.monotonic() + 10
+    while '"GET /login" 401' not in err and time.monotonic() < deadline:
+        time.sleep(0.02)
+        err += capfd.readouterr().err
     assert '"GET /login" 401' in err
     assert code not in err
 

@@ -14,7 +14,8 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown``, ``POST /login-codes`` and
 ``GET /jobs``               every job, in submission order
 ``GET /jobs/{id}``          one job
 ``GET /jobs/{id}/detail``   one job with its allocation history, events and slack
-``GET /jobs/{id}/logs``     its output as ``text/plain``; ``?tail=N`` keeps the last N lines
+``GET /jobs/{id}/logs``     its output as ``text/plain`` (all that is kept, streamed in chunks);
+                            ``?tail=N`` keeps the last N lines
                             (``&limit=M``: of the last M bytes, at most 1 MiB);
                             ``?offset=N[&limit=M]`` gives the raw bytes from byte N on
                             (``application/octet-stream``, at most M, default and most 1 MiB)
@@ -484,6 +485,9 @@ class _Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     html: bool = False  # sent with the page's Content-Security-Policy
     after: Callable[[], object] | None = None  # run once the reply is sent
+    # A body too big to hold: ``stream(offset)`` returns the next bytes and where the ones
+    # after them start, called (in the service's pool) until it returns none; sent chunked.
+    stream: Callable[[int], tuple[bytes, int]] | None = None
 
 
 def _json_reply(
@@ -632,7 +636,15 @@ class _Handler:
         if "tail" not in query:
             if "limit" in query:
                 raise InputError("give limit with tail or offset", field="limit")
-            return _text_reply(self.server.service.logs(args[0]))
+            job_id = args[0]
+            self.server.service.job(job_id)  # an unknown job is a 404 before the reply starts
+
+            def read(offset: int) -> tuple[bytes, int]:
+                chunk = self.server.service.read_log(job_id, offset, MAX_LOG_CHUNK)
+                return chunk.data, chunk.offset
+
+            # All that is kept of it, a chunk at a time: a log may be gigabytes.
+            return _Reply(HTTPStatus.OK, b"", "text/plain; charset=utf-8", stream=read)
         tail = _query_count(query, "tail")
         limit = None
         if "limit" in query:  # the page's: a log of one endless line must not all come back
@@ -924,13 +936,14 @@ class _Handler:
     async def send(self, send: Any, reply: _Reply) -> None:
         headers = {
             "Content-Type": reply.content_type,
-            "Content-Length": str(len(reply.body)),
             "Cache-Control": "no-store",
             # The login URL carries a code: no page of the service tells another site its
             # address.
             "Referrer-Policy": "no-referrer",
             "X-Content-Type-Options": "nosniff",
         }
+        if reply.stream is None:
+            headers["Content-Length"] = str(len(reply.body))
         if reply.html:
             headers["Content-Security-Policy"] = page.CONTENT_SECURITY_POLICY
             headers["X-Frame-Options"] = "DENY"
@@ -945,11 +958,27 @@ class _Handler:
                 "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
             }
         )
-        await send({"type": "http.response.body", "body": reply.body})  # none for HEAD
+        if reply.stream is not None:
+            await self._send_stream(send, reply.stream)
+        else:
+            await send({"type": "http.response.body", "body": reply.body})  # none for HEAD
         if reply.status >= 400:
             # Successful requests are not logged: `qosched status --watch` polls every second.
             line = json.dumps(f"{self.command} {self._logged_path()}")
             sys.stderr.write(f"qosched api: {self.client} {line} {int(reply.status)}\n")
+
+    async def _send_stream(self, send: Any, stream: Callable[[int], tuple[bytes, int]]) -> None:
+        loop = asyncio.get_running_loop()
+        offset = 0
+        while True:
+            try:
+                data, offset = await loop.run_in_executor(self.server.pool, stream, offset)
+            except Exception:  # the headers are out: all that is left is to end it short
+                self._log_traceback()
+                data = b""
+            await send({"type": "http.response.body", "body": data, "more_body": bool(data)})
+            if not data:
+                return
 
     def _logged_path(self) -> str:
         """The path without its query: a login code travels in one, and no log holds a
