@@ -52,19 +52,21 @@ def main() -> None:
 
     from qosched.backends.local.api import serve
 
-    folder = Path(tempfile.mkdtemp(prefix="qosched-api-process-"))
-    server = serve(FakeService(log_dir=folder), token="flood-token")
-    print(json.dumps({"port": server.port, "pid": os.getpid()}), flush=True)
-    for line in sys.stdin:
-        command, *args = line.split()
-        if command == "open":
-            answer = open_files(int(args[0]), folder)
-        elif command == "rss":
-            answer = {"rss_kb": rss_kb()}
-        else:
-            answer = {"error": f"unknown command {command!r}"}
-        print(json.dumps(answer), flush=True)
-    server.close()
+    # Removed when the test closes our standard input (left only if the process is killed).
+    with tempfile.TemporaryDirectory(prefix="qosched-api-process-") as name:
+        folder = Path(name)
+        server = serve(FakeService(log_dir=folder), token="flood-token")
+        print(json.dumps({"port": server.port, "pid": os.getpid()}), flush=True)
+        for line in sys.stdin:
+            command, *args = line.split()
+            if command == "open":
+                answer = open_files(int(args[0]), folder)
+            elif command == "rss":
+                answer = {"rss_kb": rss_kb()}
+            else:
+                answer = {"error": f"unknown command {command!r}"}
+            print(json.dumps(answer), flush=True)
+        server.close()
 
 
 if __name__ == "__main__":
