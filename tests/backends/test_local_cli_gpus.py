@@ -1,5 +1,5 @@
 """The CLI's part in GPUs and command options: ``up --gpus``, GPUs in ``status`` and
-``status JOB``, and ``submit`` resolving a relative ``workingDir`` against the spec's folder."""
+``status JOB``, and ``submit`` resolving relative paths against the folder it runs in."""
 
 from __future__ import annotations
 
@@ -123,32 +123,74 @@ def test_a_bad_gpu_list_is_a_usage_error(
     assert "--gpus" in capsys.readouterr().err
 
 
-def test_submit_sends_a_relative_working_dir_resolved_against_the_spec_folder(
+def test_submit_sends_a_relative_working_dir_resolved_against_the_current_folder(
     with_gpus: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    specs = tmp_path / "specs"
-    (specs / "runs").mkdir(parents=True)
-    (specs / "job.yaml").write_text(COMMAND_SPEC.format(name="mine", working_dir="runs"))
-    monkeypatch.chdir(tmp_path)  # not the spec's folder
+    """As sbatch: relative paths are the folder submit runs in, not the spec file's."""
+    (tmp_path / "specs" / "runs").mkdir(parents=True)  # the spec's folder has one too: unused
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "train.py").write_text("")
+    (tmp_path / "specs" / "job.yaml").write_text(COMMAND_SPEC.format(name="m", working_dir="runs"))
+    monkeypatch.chdir(tmp_path)
     assert qosched(with_gpus.home, "submit", "specs/job.yaml") == 0
     [sent] = with_gpus.service.submitted_texts
-    assert json.loads(sent)["spec"]["workingDir"] == str(specs / "runs")
+    spec = json.loads(sent)["spec"]
+    assert spec["workingDir"] == str(tmp_path / "runs")
+    assert spec["command"] == [str(tmp_path / "runs" / "train.py")]  # stored absolute
 
 
 def test_submit_of_a_missing_working_dir_names_it_and_sends_nothing(
-    with_gpus: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    with_gpus: Running,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     (tmp_path / "job.yaml").write_text(COMMAND_SPEC.format(name="mine", working_dir="nowhere"))
-    assert qosched(with_gpus.home, "submit", str(tmp_path / "job.yaml")) != 0
+    monkeypatch.chdir(tmp_path)
+    assert qosched(with_gpus.home, "submit", "job.yaml") != 0
     err = capsys.readouterr().err
     assert "spec.workingDir" in err and f"{tmp_path / 'nowhere'} is not an existing folder" in err
     assert with_gpus.service.submitted_texts == []
+
+
+def test_submit_of_a_missing_script_names_it_and_sends_nothing(
+    with_gpus: Running,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "job.yaml").write_text(COMMAND_SPEC.format(name="mine", working_dir="runs"))
+    monkeypatch.chdir(tmp_path)
+    assert qosched(with_gpus.home, "submit", "job.yaml") == 2
+    err = capsys.readouterr().err
+    assert f"job.yaml:6: field 'spec.command[0]': no such script: {tmp_path}/runs/train.py" in err
+    assert with_gpus.service.submitted_texts == []
+
+
+def test_a_command_job_without_working_dir_runs_where_it_was_submitted(
+    with_gpus: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case: `python train.py` submitted from train.py's folder must run there,
+    not in the folder the service was started from."""
+    (tmp_path / "train.py").write_text("")
+    spec_text = COMMAND_SPEC.format(name="here", working_dir="x").replace(
+        '  command: ["train.py"]\n  workingDir: x\n', '  command: ["python3", "-u", "train.py"]\n'
+    )
+    (tmp_path / "job.yaml").write_text(spec_text)
+    monkeypatch.chdir(tmp_path)
+    assert qosched(with_gpus.home, "submit", "job.yaml") == 0
+    [sent] = with_gpus.service.submitted_texts
+    spec = json.loads(sent)["spec"]
+    assert spec["workingDir"] == str(tmp_path)
+    assert spec["command"] == ["python3", "-u", str(tmp_path / "train.py")]
 
 
 def test_submit_from_stdin_resolves_against_the_current_folder(
     with_gpus: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "train.py").write_text("")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "stdin", _Stdin(COMMAND_SPEC.format(name="s", working_dir="here")))
     assert qosched(with_gpus.home, "submit", "-") == 0
@@ -165,9 +207,14 @@ class _Stdin:
 
 
 def test_status_shows_the_gpus_and_who_holds_them(
-    with_gpus: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    with_gpus: Running,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
     for name in ("first", "second"):
         path = tmp_path / f"{name}.yaml"
         path.write_text(COMMAND_SPEC.format(name=name, working_dir="w"))

@@ -1,5 +1,5 @@
 """A GPU command job through the CLI against a real service declared with two GPUs: ``qosched
-up --gpus 0,1``, ``submit --wait`` of a spec whose relative ``workingDir`` is the spec file's
+up --gpus 0,1``, ``submit --wait`` of a spec whose relative ``workingDir`` is the current
 folder's, and what the job's process saw."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_gpu_job_submitted_from_the_cli_sees_its_gpu_folder_and_env(
         "metadata": {"name": "sees"},
         "spec": {
             "command": [sys.executable, str(specs / "see.py")],
-            "workingDir": "work",
+            "workingDir": "specs/work",
             "env": {"MY_SETTING": "on"},
             "work": {"iterations": 3},
             "deadline": "5m",
@@ -59,7 +59,7 @@ def test_a_gpu_job_submitted_from_the_cli_sees_its_gpu_folder_and_env(
         while not (home / ENDPOINT_FILE).exists():
             assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
             time.sleep(0.05)
-        monkeypatch.chdir(tmp_path)  # the spec's folder is not the current one
+        monkeypatch.chdir(tmp_path)  # relative paths are this folder's, not the spec's
         assert main(["submit", "--home", str(home), "--wait", "specs/job.yaml"]) == 0
         capsys.readouterr()
         assert main(["status", "--home", str(home), "--json"]) == 0

@@ -50,7 +50,7 @@ def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITE)
-    spec = load_job_spec(EXAMPLES / "ddp-job.yaml")
+    spec = load_job_spec(EXAMPLES / "ddp-job.yaml", base_dir=EXAMPLES.parents[1])  # as submitted
     assert spec.launcher == "torchrun" and spec.working_dir == str(EXAMPLES)
     scratch = tmp_path / "tmp"  # the ranks' temporary folder
     scratch.mkdir()

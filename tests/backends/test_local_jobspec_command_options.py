@@ -17,6 +17,7 @@ from qosched.backends.local.jobspec import (
     TrainingJobSpec,
     load_job_spec,
     parse_job_spec,
+    script_index,
 )
 from qosched.core.errors import InputError
 
@@ -93,11 +94,15 @@ def test_a_relative_working_dir_is_the_spec_files_folders(tmp_path):
     assert spec.working_dir == str(tmp_path / "runs" / "a")
 
 
-def test_load_job_spec_resolves_against_the_files_folder(tmp_path):
+def test_load_job_spec_resolves_against_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "specs" / "work").mkdir(parents=True)
     (tmp_path / "work").mkdir()
-    path = tmp_path / "job.yaml"
+    path = tmp_path / "specs" / "job.yaml"
     path.write_text(text(("spec.workingDir", "work")))
+    monkeypatch.chdir(tmp_path)
     assert load_job_spec(path, now=NOW).working_dir == str(tmp_path / "work")
+    other = tmp_path / "specs"
+    assert load_job_spec(path, now=NOW, base_dir=other).working_dir == str(other / "work")
 
 
 def test_a_stored_spec_keeps_a_working_dir_that_is_gone(tmp_path):
@@ -259,3 +264,73 @@ def test_a_working_dir_that_is_a_file_is_refused(tmp_path):
 def test_constructors_check_the_new_fields(build):
     with pytest.raises(InputError):
         build()
+
+
+# --- the command's script ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "launcher", "index"),
+    [
+        (["python", "train.py"], None, 1),
+        (["python3.11", "-u", "-X", "dev", "train.py", "--lr", "1"], None, 4),
+        (["/usr/bin/python3", "-W", "ignore", "sub/train.py"], None, 3),
+        (["train.py", "--epochs", "3"], None, 0),
+        (["python", "-m", "pkg.train"], None, None),
+        (["python", "-c", "print(1)"], None, None),
+        (["python", "-"], None, None),
+        (["python", "script"], None, None),  # no .py: nothing to check
+        (["bash", "run.sh"], None, None),
+        (["./train"], None, None),
+        (["ddp/train.py", "--x"], "torchrun", 0),
+        (["python", "train.py"], "torchrun", None),  # torchrun runs `python` as the program
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
+)
+def test_script_index_finds_the_python_script(command, launcher, index):
+    assert script_index(tuple(command), launcher) == index
+
+
+def test_a_relative_script_is_found_from_the_working_dir_and_stored_absolute(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "train.py").write_text("")
+    spec = parse_job_spec(
+        text(("spec.command", ["python3", "./train.py", "--lr", "0.1"]),
+             ("spec.workingDir", "runs")),
+        "job.yaml",
+        now=NOW,
+        base_dir=tmp_path,
+        scripts_in=tmp_path / "elsewhere",
+    )  # fmt: skip
+    assert spec.command == ("python3", str(tmp_path / "runs" / "train.py"), "--lr", "0.1")
+
+
+def test_without_a_working_dir_the_script_is_found_where_the_job_will_run(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    spec = parse_job_spec(
+        text(("spec.command", ["python3", "train.py"])), "job.yaml", now=NOW, scripts_in=tmp_path
+    )
+    assert spec.command == ("python3", str(tmp_path / "train.py"))
+    with pytest.raises(InputError) as caught:
+        parse_job_spec(
+            text(("spec.command", ["python3", "train.py"])),
+            "job.yaml",
+            now=NOW,
+            scripts_in=tmp_path / "other",
+        )
+    assert caught.value.field == "spec.command[1]"
+    assert f"no such script: {tmp_path / 'other' / 'train.py'}" in caught.value.reason
+
+
+def test_a_folder_named_like_a_script_is_no_script(tmp_path):
+    (tmp_path / "train.py").mkdir()
+    with pytest.raises(InputError, match="no such script"):
+        parse_job_spec(
+            text(("spec.command", ["train.py"])), "job.yaml", now=NOW, scripts_in=tmp_path
+        )
+
+
+def test_without_scripts_in_nothing_is_looked_up(tmp_path):
+    """What ``qosched k8s job`` reads: the script lives in the container image."""
+    spec = parse_job_spec(text(("spec.command", ["python", "missing.py"])), "job.yaml", now=NOW)
+    assert spec.command == ("python", "missing.py")

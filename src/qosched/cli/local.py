@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -486,11 +487,14 @@ def run_submit(args: argparse.Namespace) -> int:
         else:
             source, text = name, read_spec_text(Path(name))
         # Every spec is checked before any is sent, so a typo in the third submits nothing.
-        # A relative workingDir is the spec file's folder's (the current one for stdin).
-        folder = Path.cwd() if name == STDIN else Path(name).absolute().parent
-        spec = parse_job_spec(text, source, base_dir=folder)
-        if spec.working_dir is not None:
-            # The service cannot know the file's folder: it gets the path resolved here.
+        # Relative paths are the current folder's, as sbatch has them: a command job runs
+        # where it was submitted from unless its spec says otherwise.
+        folder = Path.cwd()
+        spec = parse_job_spec(text, source, base_dir=folder, scripts_in=folder)
+        if spec.command is not None:
+            if spec.working_dir is None:
+                spec = dataclasses.replace(spec, working_dir=str(folder))
+            # The service cannot know this folder: it gets the paths resolved here.
             text = json.dumps(spec.to_dict())
         specs.append((source, text))
     client = Client.from_home(resolve_home(args.home))

@@ -26,12 +26,15 @@ job is sized in GPUs only: ``minCpus``, ``maxCpus`` and ``requestedCpus`` are re
 
 ``workingDir`` is where a command job's process starts. The service needs an absolute path that
 exists when the job is submitted; ``parse_job_spec(..., base_dir=...)`` (what ``qosched submit``
-does, with the spec file's folder) first resolves a relative one against ``base_dir``. Without
-it, the command runs in the folder the service was started from. ``env`` adds variables to the
-command's environment (names like ``[A-Za-z_][A-Za-z0-9_]*``, string values); the names qosched
-sets itself (``QOSCHED_*``, ``CUDA_VISIBLE_DEVICES``) are refused. ``launcher: torchrun`` runs
-the command as ``python -m torch.distributed.run --standalone --nproc-per-node N COMMAND...``
-(with ``--log-dir`` in the job's folder, see the runner):
+does, with the folder it runs in, as ``sbatch`` does) first resolves a relative one against
+``base_dir``. Without it, the command runs in the folder the spec was submitted from
+(``qosched submit`` sends that folder), or, through the API, the folder the service was started
+from. A command's Python script (``python train.py``, ``train.py``, torchrun's script) must
+exist there when the job is submitted, and is stored as an absolute path. ``env`` adds
+variables to the command's environment (names like ``[A-Za-z_][A-Za-z0-9_]*``, string values);
+the names qosched sets itself (``QOSCHED_*``, ``CUDA_VISIBLE_DEVICES``) are refused.
+``launcher: torchrun`` runs the command as ``python -m torch.distributed.run --standalone
+--nproc-per-node N COMMAND...`` (with ``--log-dir`` in the job's folder, see the runner):
 ``COMMAND`` is what follows ``torchrun`` on a command line (a script and its arguments; a first
 word not ending in ``.py``, such as ``python`` itself, is run as a program, torchrun's
 ``--no-python``), and ``N`` is the job's GPU count for a GPU job, else its core count.
@@ -345,7 +348,7 @@ def working_dir_problem(path: str) -> str | None:
     if not Path(path).is_absolute():
         return (
             f"expected an absolute path, got {show_value(path)} (qosched submit resolves a "
-            "relative one against the spec file's folder)"
+            "relative one against the folder it runs in)"
         )
     return None
 
@@ -382,10 +385,14 @@ def parse_job_spec(
     now: float | None = None,
     iterations_per_epoch: Mapping[str, int] = ITERATIONS_PER_EPOCH,
     base_dir: str | Path | None = None,
+    scripts_in: str | Path | None = None,
 ) -> TrainingJobSpec:
     """Validate a YAML spec at submission; ``now`` (Unix seconds, default the clock) rejects
     past deadlines. A relative ``workingDir`` is resolved against ``base_dir`` (refused without
-    one), and the folder must exist now."""
+    one), and the folder must exist now. With ``scripts_in`` (the folder a command job without
+    ``workingDir`` will run in), a command job's Python script (see ``script_index``) must
+    exist, found from ``workingDir`` or else ``scripts_in``, and is stored as an absolute
+    path."""
     data, lines = load_with_lines(text, source)
     if data is None:
         raise InputError(f"empty spec; expected a {KIND} document", source=source, line=1)
@@ -397,6 +404,7 @@ def parse_job_spec(
         iterations_per_epoch=iterations_per_epoch,
         base_dir=Path(base_dir) if base_dir is not None else None,
         submitting=True,
+        scripts_in=Path(scripts_in) if scripts_in is not None else None,
     )
 
 
@@ -405,8 +413,10 @@ def load_job_spec(
     *,
     now: float | None = None,
     iterations_per_epoch: Mapping[str, int] = ITERATIONS_PER_EPOCH,
+    base_dir: str | Path | None = None,
 ) -> TrainingJobSpec:
-    """Read and validate a YAML spec file."""
+    """Read and validate a YAML spec file; a relative ``workingDir`` is ``base_dir``'s (default:
+    the current folder, as ``qosched submit`` has it)."""
     path = Path(path)
     text = read_spec_text(path)
     return parse_job_spec(
@@ -414,7 +424,7 @@ def load_job_spec(
         path,
         now=now,
         iterations_per_epoch=iterations_per_epoch,
-        base_dir=path.absolute().parent,
+        base_dir=Path.cwd() if base_dir is None else base_dir,
     )
 
 
@@ -431,6 +441,7 @@ def _read(
     iterations_per_epoch: Mapping[str, int],
     base_dir: Path | None = None,
     submitting: bool = False,
+    scripts_in: Path | None = None,
 ) -> TrainingJobSpec:
     top = r.mapping(data, "", _TOP_KEYS)
     api_version = r.required(top, "", "apiVersion")
@@ -464,6 +475,8 @@ def _read(
     launcher = None
     if spec.get("launcher") is not None:
         launcher = r.one_of(spec["launcher"], "spec.launcher", LAUNCHERS, what="launcher")
+    if command is not None and scripts_in is not None:
+        command = _resolve_script(r, command, launcher, working_dir, scripts_in)
     log_limit = DEFAULT_LOG_LIMIT
     if spec.get("logLimit") is not None:
         log_limit = r.memory(spec["logLimit"], "spec.logLimit")
@@ -519,6 +532,53 @@ def _working_dir(r: SpecReader, value: Any, base_dir: Path | None, submitting: b
     if submitting and not Path(resolved).is_dir():
         raise r.error(path, f"{resolved} is not an existing folder")
     return resolved
+
+
+_PYTHON = re.compile(r"python[0-9.]*")
+# Interpreter options that take the next word as their value.
+_PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+
+
+def script_index(command: tuple[str, ...], launcher: str | None) -> int | None:
+    """Which word of ``command`` names a Python script file, if one does: under torchrun the
+    first word when it ends in ``.py``; otherwise a first word ending in ``.py``, or, after an
+    interpreter (``python``, ``python3.11``, a path to one), its first word that is not an
+    option when that ends in ``.py``. None for ``-m module``, ``-c code`` and anything else."""
+    if launcher is not None or command[0].endswith(".py"):
+        return 0 if command[0].endswith(".py") else None
+    if not _PYTHON.fullmatch(os.path.basename(command[0])):
+        return None
+    index = 1
+    while index < len(command):
+        word = command[index]
+        if word in ("-m", "-c", "-"):
+            return None
+        if not word.startswith("-"):
+            return index if word.endswith(".py") else None
+        index += 2 if word in _PYTHON_VALUE_OPTIONS else 1
+    return None
+
+
+def _resolve_script(
+    r: SpecReader,
+    command: tuple[str, ...],
+    launcher: str | None,
+    working_dir: str | None,
+    scripts_in: Path,
+) -> tuple[str, ...]:
+    index = script_index(command, launcher)
+    if index is None:
+        return command
+    given = command[index]
+    folder = Path(working_dir) if working_dir is not None else scripts_in
+    script = Path(os.path.normpath(folder / Path(given).expanduser()))
+    if not script.is_file():
+        raise r.error(
+            f"spec.command[{index}]",
+            f"no such script: {script} (a relative path is found from {folder}, the job's "
+            "working folder)",
+        )
+    return (*command[:index], str(script), *command[index + 1 :])
 
 
 def _env(r: SpecReader, value: Any) -> dict[str, str]:

@@ -388,12 +388,12 @@ class LocalService:
 
     def submit(self, spec_text: str, source: str) -> JobView:
         now = self.clock()
-        spec = parse_job_spec(spec_text, source, now=now)
+        # A command without workingDir runs in this service's folder: its script must be there.
+        spec = parse_job_spec(spec_text, source, now=now, scripts_in=Path.cwd())
         return self.submit_spec(spec, now)
 
     def submit_spec(self, spec: TrainingJobSpec, now: float | None = None) -> JobView:
         with self._lock, self._marking_stale():
-            self._troubled_this_round = False
             if self._stale:
                 self._resync()
             now = self.clock() if now is None else now
