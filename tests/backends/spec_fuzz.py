@@ -53,6 +53,8 @@ PATHS = [
     ("spec", "env", "MY_VAR"),
     ("spec", "env", "QOSCHED_GPUS"),
     ("spec", "launcher"),
+    ("spec", "logLimit"),
+    ("spec", "speedKey"),
     ("extra",),
 ]
 # Values near the edges of what the fields accept.

@@ -865,6 +865,11 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
         return f"runner (pid {detail.get('pid')}) re-adopted by a restarted service"
     if kind == "submitted":
         return ""
+    if kind == "speed":
+        rates = detail.get("rates") or {}
+        ordered = sorted(rates.items(), key=lambda item: (len(str(item[0])), str(item[0])))
+        shown = ", ".join(f"{float(rate):.3g} it/s on {workers}" for workers, rate in ordered)
+        return f"speed remembered from {detail.get('remembered_from')}: {shown}"
     return ", ".join(f"{key} {value}" for key, value in sorted(detail.items()))
 
 

@@ -18,6 +18,7 @@ A spec looks like::
       env: {WANDB_MODE: offline}
       launcher: torchrun      # command jobs: one process per core or GPU (see below)
       logLimit: 64Mi          # the job's output is rotated past this size (see joblog)
+      speedKey: my-model      # what its speed is remembered under (see speed_memory)
 
 A job is a **GPU job** when its resources state ``minGpus`` or ``maxGpus`` (``minGpus``
 defaults to 1 then); every other job, one with no ``resources`` at all included, is a CPU job
@@ -96,6 +97,7 @@ _SPEC_KEYS = (
     "env",
     "launcher",
     "logLimit",
+    "speedKey",
 )
 _WORK_KEYS = ("iterations", "epochs")
 _RESOURCE_KEYS = ("minCpus", "maxCpus", "memory", "minGpus", "maxGpus")
@@ -216,6 +218,7 @@ class TrainingJobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     launcher: str | None = None
     log_limit_bytes: int = DEFAULT_LOG_LIMIT  # its output is rotated past this size
+    speed_key: str | None = None  # what its speed is remembered under; None: derived
 
     def __post_init__(self) -> None:
         if (self.workload is None) == (self.command is None):
@@ -235,6 +238,8 @@ class TrainingJobSpec:
         _set_count(self, "iterations", minimum=1)
         _set_count(self, "seed")
         _set_count(self, "log_limit_bytes", minimum=MIN_LOG_LIMIT, maximum=MAX_LOG_LIMIT)
+        if self.speed_key is not None and (problem := speed_key_problem(self.speed_key)):
+            raise InputError(problem, field="speed_key")
         low, high = self.resources.min_cpus, self.resources.max_cpus
         _set_count(
             self,
@@ -318,6 +323,8 @@ class TrainingJobSpec:
             spec["launcher"] = self.launcher
         if self.log_limit_bytes != DEFAULT_LOG_LIMIT:
             spec["logLimit"] = self.log_limit_bytes
+        if self.speed_key is not None:
+            spec["speedKey"] = self.speed_key
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -351,6 +358,19 @@ def working_dir_problem(path: str) -> str | None:
             "relative one against the folder it runs in)"
         )
     return None
+
+
+def speed_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot name what a job's speed is remembered under, or None."""
+    if not isinstance(key, str) or not _SPEED_KEY.fullmatch(key):
+        return (
+            "expected 1 to 128 letters, digits and . _ - : / (what this job's speed is "
+            f"remembered under), got {show_value(key)}"
+        )
+    return None
+
+
+_SPEED_KEY = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
 
 
 def env_problem(name: str, value: object) -> str | None:
@@ -485,6 +505,11 @@ def _read(
                 "spec.logLimit",
                 f"expected a size from 64Ki to 64Gi, got {show_value(spec['logLimit'])}",
             )
+    speed_key = None
+    if spec.get("speedKey") is not None:
+        speed_key = r.text(spec["speedKey"], "spec.speedKey")
+        if problem := speed_key_problem(speed_key):
+            raise r.error("spec.speedKey", problem)
     requested = r.whole(spec.get("requestedCpus", resources.min_cpus), "spec.requestedCpus", 1)
     if requested < resources.min_cpus or (
         resources.max_cpus is not None and requested > resources.max_cpus
@@ -509,6 +534,7 @@ def _read(
         env=env,
         launcher=launcher,
         log_limit_bytes=log_limit,
+        speed_key=speed_key,
     )
 
 

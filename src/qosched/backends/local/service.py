@@ -105,6 +105,7 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_runner_job,
 )
+from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
 from qosched.backends.local.speeds import prior_curve
 from qosched.backends.local.store import (
     IllegalTransitionError,
@@ -230,6 +231,9 @@ class _LiveJob:
     cancelling: bool = False
     failing: str | None = None  # the job failed (why); its runner is being stopped
     over_memory: str | None = None  # why the job was killed for its memory use
+    speed_key: str | None = None  # what its speed is remembered under (speed_memory)
+    # The job whose measured speeds (workers -> iterations/s) are this one's prior, if any.
+    remembered: tuple[str | None, dict[int, float]] | None = None
 
 
 class LocalService:
@@ -413,6 +417,17 @@ class LocalService:
                 self._forget(job_id)
                 self.store.record_failure(job_id, f"cannot be scheduled: {_reason(exc)}", now)
                 return self.job(job_id)
+            if live.remembered is not None:
+                measured_by, rates = live.remembered
+                self.store.add_event(
+                    job_id,
+                    now,
+                    "speed",
+                    {
+                        "remembered_from": measured_by,
+                        "rates": {str(w): r for w, r in rates.items()},
+                    },
+                )
             if admission is Admission.DECLINED:
                 self.store.transition(job_id, Lifecycle.DECLINED, now)
                 self._forget(job_id)
@@ -574,8 +589,16 @@ class LocalService:
     ) -> None:
         if live.runner is None or live.runner.gone():  # e.g. a launch that failed to start
             self._release_gpus(live, self.clock())
+        self._remember_speeds(live)
         self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
         self._forget(live.record.id)
+
+    def _remember_speeds(self, live: _LiveJob) -> None:
+        """What the job measured, for the next job with its speed key (speed_memory)."""
+        samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(live.record.id)]
+        rates = measured_rates(samples)
+        if rates and live.speed_key is not None:
+            self.store.remember_speeds(live.speed_key, rates, live.record.id, self.clock())
 
     def _track(self, record: JobRecord) -> _LiveJob:
         spec = record.spec
@@ -606,9 +629,16 @@ class LocalService:
             requested_workers=min(requested, len(pool)),
         )
         curve = prior_curve(spec, len(pool))
+        key = speed_key(spec)
+        remembered, measured_by = self.store.remembered_speeds(key)
+        if remembered:
+            curve = remembered_curve(curve, remembered)
         policy_job = JobState(job, curve)
         policy_job.last_update_s = record.submitted_at
         live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
+        live.speed_key = key
+        if remembered and measured_by != record.id:
+            live.remembered = (measured_by, remembered)
         self._live[record.id] = live
         return live
 

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from qosched.backends.local.jobspec import TrainingJobSpec
+from qosched.core.bounds import COUNT_LIMIT
 from qosched.core.errors import InputError, QoschedError
 
 
@@ -188,6 +189,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             detail_json TEXT NOT NULL
         )""",
         """CREATE INDEX events_job ON events (job_id, seq)""",
+    ),
+    (
+        # Speeds remembered across submissions (qosched.backends.local.speed_memory).
+        """CREATE TABLE speeds (
+            key TEXT NOT NULL,
+            workers INTEGER NOT NULL CHECK (workers > 0),
+            rate REAL NOT NULL CHECK (rate > 0),
+            job_id TEXT NOT NULL,
+            t REAL NOT NULL,
+            PRIMARY KEY (key, workers)
+        )""",
     ),
 )
 
@@ -448,6 +460,31 @@ class Store:
                 "SELECT t, iteration, cpus FROM progress WHERE job_id = ? ORDER BY seq", (job_id,)
             ).fetchall()
         return tuple(ProgressSample(t, iteration, cpus) for t, iteration, cpus in rows)
+
+    def remember_speeds(self, key: str, rates: Mapping[int, float], job_id: str, t: float) -> None:
+        """Keep ``rates`` (iterations/s per worker count) measured by ``job_id`` under ``key``,
+        each replacing what an earlier job left at that count."""
+        clean = {}
+        for workers, rate in rates.items():
+            if not (isinstance(workers, int) and workers > 0 and 0 < rate < float(COUNT_LIMIT)):
+                raise InputError(f"job {job_id}: no speed {rate!r} on {workers!r} workers")
+            clean[workers] = float(rate)
+        with self._write() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO speeds (key, workers, rate, job_id, t) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(key, workers, rate, job_id, t) for workers, rate in clean.items()],
+            )
+
+    def remembered_speeds(self, key: str) -> tuple[dict[int, float], str | None]:
+        """What is remembered under ``key``: iterations/s per worker count, and the job that
+        measured the latest of them (None when nothing is)."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT workers, rate, job_id FROM speeds WHERE key = ? ORDER BY t, workers",
+                (key,),
+            ).fetchall()
+        return {workers: rate for workers, rate, _ in rows}, (rows[-1][2] if rows else None)
 
     def add_event(
         self, job_id: str | None, t: float, kind: str, detail: Mapping[str, Any] | None = None

@@ -1,0 +1,147 @@
+"""qosched.backends.local.speed_memory: speeds measured by one job are the next one's prior."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from command_jobs import CORES, command_spec
+
+from qosched.backends.local.jobspec import Deadline, TrainingJobSpec
+from qosched.backends.local.service import LocalService, wait_until_idle
+from qosched.backends.local.speed_memory import (
+    measured_rates,
+    remembered_curve,
+    speed_key,
+)
+from qosched.backends.local.store import Store
+from qosched.cluster.throughput import SpeedCurve
+
+WAIT_S = 90.0
+
+
+def test_measured_rates_by_hand() -> None:
+    samples = [
+        # 1 worker: 10 it over 2 s, then 12 it over 2 s, then 20 it over 2 s: 42 / 6 = 7 it/s
+        (0.0, 0, 1), (2.0, 10, 1), (4.0, 22, 1), (6.0, 42, 1),
+        # a re-size: the interval across it is not counted
+        (7.0, 49, 2),
+        # 2 workers: 30 it over 3 s twice, 30 over 1 s: 90 / 7 s
+        (10.0, 79, 2), (13.0, 109, 2), (14.0, 139, 2),
+        # a restart from a checkpoint (progress went back), then a 40 s gap: neither counted
+        (15.0, 120, 2), (55.0, 400, 2),
+        # 3 workers, observed for 1 s only: too little to remember
+        (56.0, 410, 3), (56.5, 420, 3), (57.0, 430, 3),
+    ]  # fmt: skip
+    rates = measured_rates(samples)
+    assert rates == pytest.approx({1: 7.0, 2: 90 / 7})
+
+
+def test_remembered_curve_anchors_the_counts_it_knows_and_scales_the_rest() -> None:
+    prior = SpeedCurve("command", 1, (0.0, 1.0, 2.0, 3.0, 4.0), ())
+    curve = remembered_curve(prior, {2: 10.0})
+    # Count 2 is the measured 10 it/s; the others keep the prior's shape, x5 (10 / 2).
+    assert curve.speeds == (0.0, 5.0, 10.0, 15.0, 20.0)
+    assert curve.measured == (2,)
+    both = remembered_curve(prior, {1: 3.0, 4: 8.0, 9: 50.0})  # 9 is past the pool: ignored
+    # 2 is nearest 1 (x3), 3 is nearest 4 (x2).
+    assert both.speeds == (0.0, 3.0, 6.0, 6.0, 8.0)
+    assert both.measured == (1, 4)
+    assert remembered_curve(prior, {}) is prior
+
+
+def script_spec(tmp_path: Path, body: str, **changes) -> TrainingJobSpec:
+    script = tmp_path / "train.py"
+    script.write_text(body)
+    spec = TrainingJobSpec(
+        "s", 10, Deadline(relative_s=60), command=("python3", str(script)), best_effort=True
+    )
+    return dataclasses.replace(spec, **changes)
+
+
+def test_the_speed_key_follows_the_script_content_the_command_and_the_override(tmp_path) -> None:
+    first = speed_key(script_spec(tmp_path, "print(1)\n"))
+    assert first == speed_key(script_spec(tmp_path, "print(1)\n", iterations=99, seed=3))
+    assert first != speed_key(script_spec(tmp_path, "print(2)\n"))  # the script was edited
+    assert first != speed_key(
+        dataclasses.replace(script_spec(tmp_path, "print(1)\n"), launcher="torchrun")
+    )
+    assert speed_key(script_spec(tmp_path, "x", speed_key="resnet/v2")) == "user:resnet/v2"
+    builtin = TrainingJobSpec("b", 10, Deadline(relative_s=60), workload="cnn")
+    assert speed_key(builtin) == "workload:cnn"
+
+
+def test_the_store_keeps_the_latest_speed_per_count_and_who_measured_it(tmp_path) -> None:
+    with Store(tmp_path / "state.db") as store:
+        assert store.remembered_speeds("k") == ({}, None)
+        store.remember_speeds("k", {1: 5.0, 2: 9.0}, "j-000001", 10.0)
+        store.remember_speeds("k", {2: 9.5}, "j-000002", 20.0)
+        store.remember_speeds("other", {1: 1.0}, "j-000003", 30.0)
+        assert store.remembered_speeds("k") == ({1: 5.0, 2: 9.5}, "j-000002")
+        with pytest.raises(Exception, match="no speed"):
+            store.remember_speeds("k", {0: 1.0}, "j-000004", 40.0)
+
+
+def test_a_version_1_database_gains_the_speeds_table(tmp_path) -> None:
+    path = tmp_path / "state.db"
+    with Store(path) as store:
+        store.remember_speeds("k", {1: 5.0}, "j-000001", 1.0)
+    with sqlite3.connect(path) as db:  # as an older qosched left it
+        db.execute("DROP TABLE speeds")
+        db.execute("UPDATE schema_version SET version = 1")
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == 2
+        assert store.remembered_speeds("k") == ({}, None)
+
+
+# About 20 iterations a second on one core, reported as it goes.
+STEADY = """
+import json, os, time
+for i in range(1, int(os.environ["QOSCHED_ITERATIONS"]) + 1):
+    time.sleep(0.05)
+    with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as out:
+        out.write(json.dumps({"iteration": i}) + "\\n")
+"""
+
+
+def test_a_command_run_once_is_guaranteed_at_once_the_next_time(tmp_path) -> None:
+    """The issue's case: the placeholder (1 it/s a core) declines a tight deadline; once the
+    same command has run, its measured speed is the prior and the deadline is guaranteed."""
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY)
+    argv = [sys.executable, str(script)]
+    service = LocalService.open(tmp_path / "home", cpus=CORES[:1], tick_s=0.2, grace_s=2.0)
+    try:
+        tight = dataclasses.replace(
+            command_spec("tight", argv, iterations=160, deadline_s=60), best_effort=False
+        )
+        assert service.submit_spec(tight).state == "declined"  # 160 s on the placeholder
+        first = service.submit_spec(command_spec("first", argv, iterations=160)).id
+        assert wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.1)
+        assert service.job(first).state == "succeeded"
+        again = service.submit_spec(
+            dataclasses.replace(
+                command_spec("again", argv, iterations=160, deadline_s=60), best_effort=False
+            )
+        )
+        assert again.state != "declined"
+        [admitted] = [e for e in service.store.events(again.id) if e.kind == "admitted"]
+        assert admitted.detail["guaranteed"] is True
+        [speed] = [e for e in service.store.events(again.id) if e.kind == "speed"]
+        assert speed.detail["remembered_from"] == first
+        assert 8.0 < speed.detail["rates"]["1"] < 21.0  # at most 20 it/s, less on a busy machine
+        assert wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.1)
+        assert service.job(again.id).state == "succeeded"
+    finally:
+        service.close()
+    # Remembered across a restart of the service.
+    reopened = LocalService.open(tmp_path / "home", cpus=CORES[:1], tick_s=0.2, grace_s=2.0)
+    try:
+        rates, measured_by = reopened.store.remembered_speeds(speed_key(command_spec("x", argv)))
+        assert 1 in rates and measured_by in (first, again.id)
+    finally:
+        reopened.close()
