@@ -9,6 +9,7 @@ writes the page to ``docs/img/`` for the README.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import http.server
 import json
@@ -262,6 +263,26 @@ def test_machine_use_counts_the_cores_held_and_the_cpu_time_used(page: Any, live
     assert page.locator("#usage polyline.allocated").count() == 1
     with contextlib.suppress(InputError):  # free its core; it may have finished already
         live.client.cancel(job_id)
+
+
+def test_the_page_says_when_the_service_is_in_trouble(
+    page: Any, live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    signed_in(page, live)
+    page.locator("#connection", has_text="updated").wait_for()
+    real = live.service.status
+
+    def troubled() -> Any:  # what GET /status answers while the disk is full
+        return dataclasses.replace(
+            real(), trouble="its state cannot be written: disk is full", trouble_since=time.time()
+        )
+
+    monkeypatch.setattr(live.service, "status", troubled)
+    banner = page.locator("#connection.bad", has_text="the service is in trouble since")
+    banner.wait_for()
+    assert "disk is full; job states may be behind" in banner.inner_text()
+    monkeypatch.setattr(live.service, "status", real)
+    page.locator("#connection.muted", has_text="updated").wait_for()
 
 
 # --- actions -------------------------------------------------------------------------------------

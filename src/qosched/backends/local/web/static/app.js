@@ -408,7 +408,13 @@ async function refresh() {
     renderJobs(jobs, timeline.now);
     renderTimeline(timeline);
     recordUsage(usage, status);
-    setConnection(`updated ${clock(timeline.now)}`, false);
+    if (status.trouble) {
+      // The service cannot read or write what happened: the rows above may be behind.
+      setConnection(`the service is in trouble since ${clock(status.trouble_since)}: ` +
+        `${status.trouble}; job states may be behind`, true);
+    } else {
+      setConnection(`updated ${clock(timeline.now)}`, false);
+    }
   } catch (error) {
     if (error.message !== "signed out") setConnection(`cannot reach the service: ${error.message}`, true);
   }
