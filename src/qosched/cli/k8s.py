@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from qosched.backends.local.jobspec import parse_job_spec, read_spec_text
+from qosched.backends.local.jobspec import parse_container_job_spec, read_spec_text
 from qosched.cluster.spec import RESOURCES
 from qosched.core.errors import InputError
 
@@ -65,7 +65,9 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "job",
         help="print a job's StatefulSet, Service and RBAC from a TrainingJob spec",
         description="Turn a TrainingJob YAML (the same file `qosched submit` takes) into the "
-        "objects of a qosched job on Kubernetes.",
+        "objects of a qosched job on Kubernetes. Its workingDir is a folder of the image "
+        "(a relative one, of the image's working directory); a field the pods cannot honour "
+        "is refused by name.",
     )
     job.add_argument("spec", type=Path, metavar="SPEC", help="a TrainingJob YAML spec")
     job.add_argument("--image", required=True, help="the training container image")
@@ -172,9 +174,11 @@ def _job(args: argparse.Namespace) -> int:
     from qosched.backends.kubernetes import manifests
 
     text = read_spec_text(args.spec)
-    spec = parse_job_spec(text, args.spec, now=None)
+    # The command runs in the image: its workingDir and scripts are the image's, not here.
+    read = parse_container_job_spec(text, args.spec, refused=manifests.REFUSED_FIELDS)
     objects = manifests.job(
-        spec,
+        read.spec,
+        working_dir=read.working_dir,
         image=args.image,
         namespace=args.namespace,
         resource=args.resource,
