@@ -264,6 +264,7 @@ def job(
         # A container's workingDir must be absolute; a relative one is the image's
         # working directory's, which only the container knows: a shell goes there first.
         argv = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "qosched-cd", working_dir, *argv]
+    argv = [literal(word) for word in argv]
     annotations = {
         J.ITERATIONS: str(spec.iterations),
         J.DEADLINE: spec.deadline.to_text(),
@@ -291,7 +292,7 @@ def job(
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "QOSCHED_JOB", "value": spec.name},
-        *({"name": name, "value": value} for name, value in spec.env.items()),
+        *({"name": name, "value": literal(value)} for name, value in spec.env.items()),
     ]
     trainer = f"{spec.name}-trainer"
     absolute = working_dir is not None and working_dir.startswith("/")
@@ -385,6 +386,12 @@ REFUSED_FIELDS = {
 }
 #: The port of the job's headless Service where torchrun's ranks meet (``rendezvous``).
 RENDEZVOUS_PORT = 29500
+
+
+def literal(text: str) -> str:
+    """``text`` as a container's command or env value that the kubelet passes on as it is: it
+    expands ``$(VAR)`` there and reduces ``$$`` to ``$``, so every ``$`` is doubled."""
+    return text.replace("$", "$$")
 
 
 def _refuse_what_pods_cannot_honour(spec: TrainingJobSpec, resource: str) -> None:
