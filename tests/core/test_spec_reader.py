@@ -303,6 +303,17 @@ def test_memory(value, expected):
 
 
 @pytest.mark.parametrize(
+    "value",
+    ["2G", "500M", "2Gi", "1.5Pi", "1e3", "1.5e+3", "2000m", "+1k", ".5Ki", "5.Mi", "7P", "3T"],
+)
+def test_memory_agrees_with_the_kubernetes_client(value):
+    # An independent reading of the same grammar (the official client's, in exact decimals).
+    from kubernetes.utils import parse_quantity
+
+    assert READER.memory(value, "m") == parse_quantity(value)
+
+
+@pytest.mark.parametrize(
     ("value", "phrase"),
     [
         (0, "Gi"),
