@@ -176,17 +176,23 @@ def _job(args: argparse.Namespace) -> int:
     text = read_spec_text(args.spec)
     # The command runs in the image: its workingDir and scripts are the image's, not here.
     read = parse_container_job_spec(text, args.spec, refused=manifests.REFUSED_FIELDS)
-    objects = manifests.job(
-        read.spec,
-        working_dir=read.working_dir,
-        image=args.image,
-        namespace=args.namespace,
-        resource=args.resource,
-        gpus_per_pod=args.gpus_per_pod,
-        replicas=args.replicas,
-        model=args.model,
-        batch_size=args.batch_size,
-    )
+    try:
+        objects = manifests.job(
+            read.spec,
+            working_dir=read.working_dir,
+            image=args.image,
+            namespace=args.namespace,
+            resource=args.resource,
+            gpus_per_pod=args.gpus_per_pod,
+            replicas=args.replicas,
+            model=args.model,
+            batch_size=args.batch_size,
+        )
+    except InputError as exc:
+        if exc.source is None and (exc.field or "").startswith("spec."):
+            # A field of the file the pods cannot honour: name the file too.
+            raise InputError(exc.reason, source=args.spec, field=exc.field) from exc
+        raise
     sys.stdout.write(manifests.to_yaml(objects))
     return 0
 

@@ -252,7 +252,7 @@ def test_memory_is_a_kubernetes_quantity(tmp_path, capsys, extra, memory):
 def test_what_the_pods_cannot_honour_is_refused_by_name(tmp_path, capsys, extra, options, field):
     code, objects, err = k8s_job(write(tmp_path, extra), capsys, *options)
     assert (code, objects) == (2, [])
-    assert f"field '{field}'" in err
+    assert f"field '{field}'" in err and str(tmp_path / "job.yaml") in err
 
 
 @pytest.mark.parametrize(

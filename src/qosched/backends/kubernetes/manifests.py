@@ -227,9 +227,9 @@ def job(
 ) -> list[dict[str, Any]]:
     """A job's objects from a ``TrainingJob`` spec. ``command`` (default: the spec's command,
     under its launcher, else ``qosched`` running the spec's built-in workload) runs in every
-    pod, in ``working_dir`` (default the spec's), a folder of the image: absolute, or relative
-    to the image's working directory; ``model`` and ``batch_size`` name the speed-table row
-    (default: the spec's workload).
+    pod, each word as given (see ``literal``), in ``working_dir`` (default the spec's), a
+    folder of the image: absolute, or relative to the image's working directory; ``model``
+    and ``batch_size`` name the speed-table row (default: the spec's workload).
 
     A spec that states GPUs (``minGpus``) is a GPU job: its ``minGpus`` is what it requests and
     its ``maxGpus`` the most it may be given, and it starts on enough pods of ``gpus_per_pod``
