@@ -274,10 +274,43 @@ def test_moment_refuses(value, phrase):
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("2Gi", 2 * 2**30), ("1.5Ki", 1536), ("1024", 1024), (1, 1), ("8191Ti", 8191 * 2**40)],
+    [
+        ("2Gi", 2 * 2**30),
+        ("1.5Ki", 1536),
+        ("1024", 1024),
+        (1, 1),
+        ("8191Ti", 8191 * 2**40),
+        # Kubernetes' decimal suffixes, exponents and milli-units, exact.
+        ("2G", 2_000_000_000),
+        ("500M", 500_000_000),
+        ("2k", 2_000),
+        ("3T", 3_000_000_000_000),
+        ("7P", 7_000_000_000_000_000),
+        ("1.5Pi", 3 * 2**49),
+        ("1e3", 1_000),
+        ("1E3", 1_000),
+        ("1.5e+3", 1_500),
+        ("2.5e3", 2_500),
+        ("2000m", 2),
+        ("+1k", 1_000),
+        (".5Ki", 512),
+        ("5.Mi", 5 * 2**20),
+        ("9007199254740991", 2**53 - 1),
+    ],
 )
 def test_memory(value, expected):
     assert READER.memory(value, "m") == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2G", "500M", "2Gi", "1.5Pi", "1e3", "1.5e+3", "2000m", "+1k", ".5Ki", "5.Mi", "7P", "3T"],
+)
+def test_memory_agrees_with_the_kubernetes_client(value):
+    # An independent reading of the same grammar (the official client's, in exact decimals).
+    from kubernetes.utils import parse_quantity
+
+    assert READER.memory(value, "m") == parse_quantity(value)
 
 
 @pytest.mark.parametrize(
@@ -291,8 +324,43 @@ def test_memory(value, expected):
         (COUNT_LIMIT, "below 2**53"),
         ("9" * 400, "at most 30 digits"),
         (True, "got true"),
+        ("1500m", "whole number of bytes"),
+        ("1e-3", "whole number of bytes"),
+        ("1E", "below 2**53 bytes"),
+        ("10P", "below 2**53 bytes"),
+        ("1Ei", "below 2**53 bytes"),
+        ("9007199254740992", "below 2**53 bytes"),
+        ("-1k", "at least 1 byte"),
+        ("1e99", "exponent within"),
+        ("1e" + "9" * 400, "exponent within"),
+        ("1e", "Gi"),
+        ("2K", "Gi"),
+        ("2 G", "Gi"),
+        ("2.5e-3M", "Gi"),
     ],
-    ids=["zero", "decimal-unit", "half-byte", "zero-ki", "2^53", "2^53-int", "400-digits", "bool"],
+    ids=[
+        "zero",
+        "decimal-unit",
+        "half-byte",
+        "zero-ki",
+        "2^53",
+        "2^53-int",
+        "400-digits",
+        "bool",
+        "milli-fraction",
+        "exponent-fraction",
+        "exa",
+        "10-peta",
+        "exbi",
+        "2^53-text",
+        "negative",
+        "huge-exponent",
+        "400-digit-exponent",
+        "bare-e",
+        "capital-K",
+        "space",
+        "exponent-and-suffix",
+    ],
 )
 def test_memory_refuses(value, phrase):
     assert phrase in refused(READER.memory, value, "m").reason

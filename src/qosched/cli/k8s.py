@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from qosched.backends.local.jobspec import parse_job_spec, read_spec_text
+from qosched.backends.local.jobspec import parse_container_job_spec, read_spec_text
 from qosched.cluster.spec import RESOURCES
 from qosched.core.errors import InputError
 
@@ -65,7 +65,9 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "job",
         help="print a job's StatefulSet, Service and RBAC from a TrainingJob spec",
         description="Turn a TrainingJob YAML (the same file `qosched submit` takes) into the "
-        "objects of a qosched job on Kubernetes.",
+        "objects of a qosched job on Kubernetes. Its workingDir is a folder of the image "
+        "(a relative one, of the image's working directory); a field the pods cannot honour "
+        "is refused by name.",
     )
     job.add_argument("spec", type=Path, metavar="SPEC", help="a TrainingJob YAML spec")
     job.add_argument("--image", required=True, help="the training container image")
@@ -172,17 +174,25 @@ def _job(args: argparse.Namespace) -> int:
     from qosched.backends.kubernetes import manifests
 
     text = read_spec_text(args.spec)
-    spec = parse_job_spec(text, args.spec, now=None)
-    objects = manifests.job(
-        spec,
-        image=args.image,
-        namespace=args.namespace,
-        resource=args.resource,
-        gpus_per_pod=args.gpus_per_pod,
-        replicas=args.replicas,
-        model=args.model,
-        batch_size=args.batch_size,
-    )
+    # The command runs in the image: its workingDir and scripts are the image's, not here.
+    read = parse_container_job_spec(text, args.spec, refused=manifests.REFUSED_FIELDS)
+    try:
+        objects = manifests.job(
+            read.spec,
+            working_dir=read.working_dir,
+            image=args.image,
+            namespace=args.namespace,
+            resource=args.resource,
+            gpus_per_pod=args.gpus_per_pod,
+            replicas=args.replicas,
+            model=args.model,
+            batch_size=args.batch_size,
+        )
+    except InputError as exc:
+        if exc.source is None and (exc.field or "").startswith("spec."):
+            # A field of the file the pods cannot honour: name the file too.
+            raise InputError(exc.reason, source=args.spec, field=exc.field) from exc
+        raise
     sys.stdout.write(manifests.to_yaml(objects))
     return 0
 

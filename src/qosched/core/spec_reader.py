@@ -34,9 +34,23 @@ _DURATION_UNITS = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
 # Longest run of digits a duration or memory size may have: more is past every bound anyway, and
 # int() refuses strings over 4300 digits with a ValueError.
 _MAX_DIGITS = 30
-_MEMORY = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti)?")
-_MEMORY_UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-MEMORY_FORMAT = "a size like '512Mi', '2Gi' (units Ki, Mi, Gi, Ti) or a whole number of bytes"
+# A Kubernetes quantity (apimachinery's resource.Quantity): a number, then a binary suffix, a
+# decimal one or a decimal exponent. "1E" is one exabyte, "1E3" a thousand bytes.
+_MEMORY = re.compile(
+    r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)|[eE]([+-]?\d+))?"
+)
+_MEMORY_UNITS = {
+    None: Fraction(1),
+    "m": Fraction(1, 1000),
+    **{unit: Fraction(1000**power) for power, unit in enumerate("kMGTPE", start=1)},
+    **{f"{unit}i": Fraction(1024**power) for power, unit in enumerate("KMGTPE", start=1)},
+}
+# Past this a size is beyond 2**53 bytes, or below one byte, whatever its digits.
+_MAX_EXPONENT = 60
+MEMORY_FORMAT = (
+    "a Kubernetes quantity like '512Mi', '2Gi', '500M', '2G' or '1e9' (suffixes Ki, Mi, Gi, "
+    "Ti, Pi, Ei, k, M, G, T, P, E) or a whole number of bytes"
+)
 # YAML 1.2 floats; PyYAML follows YAML 1.1, which reads 1.0e9 (no exponent sign) as a string.
 _FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
 #: The longest relative duration: from 1970 to the end of year 9999 UTC.
@@ -297,7 +311,8 @@ class SpecReader:
         return seconds
 
     def memory(self, value: Any, path: str) -> int:
-        """Bytes, from a whole number or a size with a binary unit (``'1.5Gi'``)."""
+        """Bytes, from a whole number or a Kubernetes quantity (``'1.5Gi'``, ``'2G'``,
+        ``'1e9'``), computed exactly: one that is not a whole number of bytes is refused."""
         if is_whole(value):
             if value < 1:
                 raise self.error(path, f"expected {MEMORY_FORMAT}, got {value}")
@@ -305,11 +320,17 @@ class SpecReader:
         match = _MEMORY.fullmatch(value) if isinstance(value, str) else None
         if match is None:
             raise self.error(path, f"expected {MEMORY_FORMAT}, got {show_value(value)}")
-        number = match.group(1)
+        sign, number, unit, exponent = match.groups()
         if len(number) > _MAX_DIGITS:
             raise self.error(path, f"expected at most {_MAX_DIGITS} digits, got {value!r}")
-        # Exact, not float: '1.5Gi' must come out as exact bytes.
-        size = Fraction(number) * _MEMORY_UNITS[match.group(2)]
+        if exponent is not None and abs(int(exponent[:_MAX_DIGITS])) > _MAX_EXPONENT:
+            raise self.error(
+                path,
+                f"expected an exponent within -{_MAX_EXPONENT}..{_MAX_EXPONENT}, got {value!r}",
+            )
+        # Exact, not float: '1.5Gi' and '2.5e-3k' must come out as exact bytes.
+        scale = _MEMORY_UNITS[unit] if exponent is None else Fraction(10) ** int(exponent)
+        size = Fraction(number.rstrip(".") or "0") * scale * (-1 if sign == "-" else 1)
         if size.denominator != 1:
             raise self.error(path, f"{value!r} is not a whole number of bytes")
         if size < 1:

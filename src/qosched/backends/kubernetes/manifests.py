@@ -21,7 +21,9 @@ import yaml
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.seal import KEY_SECRET
+from qosched.backends.local.joblog import DEFAULT_LOG_LIMIT
 from qosched.backends.local.jobspec import DNS_LABEL, TrainingJobSpec
+from qosched.backends.local.protocol import torchrun_argv
 from qosched.core.bounds import MAX_BATCH, check_count
 from qosched.core.errors import InputError
 
@@ -221,23 +223,29 @@ def job(
     model: str | None = None,
     batch_size: int | None = None,
     command: list[str] | None = None,
+    working_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """A job's objects from a ``TrainingJob`` spec. ``command`` (default: the spec's command,
-    else ``qosched`` running the spec's built-in workload) runs in every pod; ``model`` and
-    ``batch_size`` name the speed-table row (default: the spec's workload).
+    under its launcher, else ``qosched`` running the spec's built-in workload) runs in every
+    pod, each word as given (see ``literal``), in ``working_dir`` (default the spec's), a
+    folder of the image: absolute, or relative to the image's working directory; ``model``
+    and ``batch_size`` name the speed-table row (default: the spec's workload).
 
     A spec that states GPUs (``minGpus``) is a GPU job: its ``minGpus`` is what it requests and
     its ``maxGpus`` the most it may be given, and it starts on enough pods of ``gpus_per_pod``
     for ``minGpus`` unless ``replicas`` says otherwise. A spec that states only cores runs as a
-    GPU job of its requested cores' count, or, with ``resource="cpu"``, as one pod re-sized."""
+    GPU job of its cores (``requestedCpus``, at least ``minCpus``, at most ``maxCpus``), or,
+    with ``resource="cpu"``, as one pod re-sized. A field the pods cannot honour is refused
+    by name (``spec.logLimit``: ``REFUSED_FIELDS``), never left out."""
     gpus = spec.resources.gpu
     if gpus and resource == "cpu":
         raise InputError(
             "the spec asks for GPUs (minGpus); make it a GPU job (resource gpu)", field="resource"
         )
     check_count(gpus_per_pod, field="gpus_per_pod", minimum=1, maximum=MAX_GPUS_PER_POD)
+    least, most = spec.resources.bounds()
     if replicas is None:
-        replicas = -(-spec.resources.min_gpus // gpus_per_pod) if gpus else 1
+        replicas = -(-least // gpus_per_pod)
     check_count(replicas, field="replicas", minimum=1, maximum=J.WORKERS_LIMIT)
     if not isinstance(namespace, str) or not DNS_LABEL.fullmatch(namespace):
         raise InputError(
@@ -246,21 +254,17 @@ def job(
         )
     if batch_size is not None:
         check_count(batch_size, field="batch_size", minimum=1, maximum=MAX_BATCH)
+    _refuse_what_pods_cannot_honour(spec, resource)
     if resource == "cpu":
         replicas = 1  # a CPU job is one pod, re-sized
-    argv = command or (
-        list(spec.command)
-        if spec.command
-        else [
-            "qosched",
-            "k8s",
-            "train",
-            "--workload",
-            str(spec.workload),
-            "--iterations",
-            str(spec.iterations),
-        ]
-    )
+    if working_dir is None:
+        working_dir = spec.working_dir
+    argv = command or _pod_command(spec, gpus_per_pod, replicas, most)
+    if working_dir is not None and not working_dir.startswith("/"):
+        # A container's workingDir must be absolute; a relative one is the image's
+        # working directory's, which only the container knows: a shell goes there first.
+        argv = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "qosched-cd", working_dir, *argv]
+    argv = [literal(word) for word in argv]
     annotations = {
         J.ITERATIONS: str(spec.iterations),
         J.DEADLINE: spec.deadline.to_text(),
@@ -275,10 +279,8 @@ def job(
         batch_size = get_workload(spec.workload).default_batch_size  # its speed-table row
     if batch_size is not None:
         annotations[J.BATCH_SIZE] = str(batch_size)
-    if spec.resources.max_cpus is not None and resource == "cpu":
-        annotations[J.MAX_WORKERS] = str(spec.resources.max_cpus)
-    if gpus and spec.resources.max_gpus is not None:
-        annotations[J.MAX_WORKERS] = str(spec.resources.max_gpus)
+    if most is not None:
+        annotations[J.MAX_WORKERS] = str(most)
     requests: dict[str, str] = {"cpu": str(spec.resources.min_cpus) if resource == "cpu" else "1"}
     if spec.resources.memory_bytes is not None:
         requests["memory"] = str(spec.resources.memory_bytes)
@@ -290,8 +292,10 @@ def job(
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "QOSCHED_JOB", "value": spec.name},
+        *({"name": name, "value": literal(value)} for name, value in spec.env.items()),
     ]
     trainer = f"{spec.name}-trainer"
+    absolute = working_dir is not None and working_dir.startswith("/")
     return [
         {
             "apiVersion": "v1",
@@ -318,7 +322,7 @@ def job(
             "spec": {
                 "clusterIP": "None",
                 "selector": labels,
-                "ports": [{"name": "rendezvous", "port": 29500}],
+                "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
             },
         },
         {
@@ -342,6 +346,7 @@ def job(
                                 "name": "train",
                                 "image": image,
                                 "command": argv,
+                                **({"workingDir": working_dir} if absolute else {}),
                                 "env": env,
                                 # requests = limits: a Guaranteed pod, which an in-place
                                 # re-size of CPU (both at once) keeps Guaranteed.
@@ -369,6 +374,72 @@ def job(
             },
         },
     ]
+
+
+#: Variables the job's pods get from qosched (``POD_NAME``, ``POD_NAMESPACE``, ``QOSCHED_JOB``;
+#: ``QOSCHED_*`` and ``CUDA_VISIBLE_DEVICES`` are refused when the spec is read).
+POD_ENV = ("POD_NAME", "POD_NAMESPACE")
+#: Spec fields a job's pods cannot honour, refused with these words.
+REFUSED_FIELDS = {
+    "logLimit": "has no meaning on Kubernetes: a container's log is the kubelet's, rotated at "
+    "its node's containerLogMaxSize; remove it",
+}
+#: The port of the job's headless Service where torchrun's ranks meet (``rendezvous``).
+RENDEZVOUS_PORT = 29500
+
+
+def literal(text: str) -> str:
+    """``text`` as a container's command or env value that the kubelet passes on as it is: it
+    expands ``$(VAR)`` there and reduces ``$$`` to ``$``, so every ``$`` is doubled."""
+    return text.replace("$", "$$")
+
+
+def _refuse_what_pods_cannot_honour(spec: TrainingJobSpec, resource: str) -> None:
+    if spec.log_limit_bytes != DEFAULT_LOG_LIMIT:
+        raise InputError(REFUSED_FIELDS["logLimit"], field="spec.logLimit")
+    for name in spec.env:
+        if name in POD_ENV:
+            raise InputError(
+                f"{name} is set by qosched itself (the pod's downward API); remove it",
+                field=f"spec.env.{name}",
+            )
+    if spec.launcher is not None and resource == "cpu":
+        raise InputError(
+            f"launcher {spec.launcher} starts a fixed number of processes, and a CPU job's pod is "
+            "re-sized in place while it runs; make it a GPU job (resource gpu: one process per "
+            "GPU of each pod)",
+            field="spec.launcher",
+        )
+    if spec.command is not None and spec.seed:
+        raise InputError(
+            "applies to the built-in workloads (spec.workload); a command takes its seed "
+            "in its own arguments",
+            field="spec.seed",
+        )
+
+
+def _pod_command(
+    spec: TrainingJobSpec, gpus_per_pod: int, replicas: int, most: int | None
+) -> list[str]:
+    """What a job's pod runs: the spec's command (under its launcher), else the trainer."""
+    if spec.command is None:
+        argv = ["qosched", "k8s", "train", "--workload", str(spec.workload)]
+        argv += ["--iterations", str(spec.iterations)]
+        return argv + (["--seed", str(spec.seed)] if spec.seed else [])
+    if spec.launcher is None:
+        return list(spec.command)
+    # One process per GPU of the pod. A job that may grow past one pod meets on its first
+    # (NAME-0, through the headless Service) and restarts its ranks when pods come and go.
+    pods = -(-most // gpus_per_pod) if most is not None else J.WORKERS_LIMIT
+    if max(pods, replicas) == 1:
+        rendezvous: tuple[str, ...] = ("--standalone",)
+    else:
+        endpoint = f"{J.reporting_pod(spec.name)}.{spec.name}:{RENDEZVOUS_PORT}"
+        rendezvous = ("--nnodes", f"1:{max(pods, replicas)}", "--rdzv-backend", "c10d")
+        rendezvous += ("--rdzv-endpoint", endpoint, "--rdzv-id", spec.name)
+    return torchrun_argv(
+        spec.command, python="python", processes=gpus_per_pod, rendezvous=rendezvous
+    )
 
 
 class _PlainDumper(yaml.SafeDumper):

@@ -47,6 +47,7 @@ Every error names the file, the YAML line where it can be found and the field as
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import time
 from collections.abc import Mapping
@@ -426,6 +427,62 @@ def parse_job_spec(
         submitting=True,
         scripts_in=Path(scripts_in) if scripts_in is not None else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerJobSpec:
+    """A spec read for a container (``qosched k8s job``): ``working_dir`` is a folder of the
+    container's image as written, absolute or relative to the image's working directory."""
+
+    spec: TrainingJobSpec
+    working_dir: str | None = None
+
+
+def parse_container_job_spec(
+    text: str,
+    source: str | Path,
+    *,
+    now: float | None = None,
+    refused: Mapping[str, str] = MappingProxyType({}),
+    iterations_per_epoch: Mapping[str, int] = ITERATIONS_PER_EPOCH,
+) -> ContainerJobSpec:
+    """Validate a YAML spec whose command runs in a container image, not on this machine:
+    as ``parse_job_spec``, except that ``workingDir`` is the image's (kept as written, not
+    looked for here) and no script is looked for. A key of ``spec`` in ``refused`` is refused
+    with its message (a field the container cannot honour)."""
+    data, lines = load_with_lines(text, source)
+    if data is None:
+        raise InputError(f"empty spec; expected a {KIND} document", source=source, line=1)
+    r = SpecReader(source, lines)
+    working_dir = None
+    body = data.get("spec") if isinstance(data, dict) else None
+    if isinstance(body, dict):
+        for key, why in refused.items():
+            if body.get(key) is not None:
+                raise r.error(f"spec.{key}", why)
+        # A workload job's workingDir is left to _read, which refuses it.
+        if body.get("workingDir") is not None and "workload" not in body:
+            working_dir = _image_working_dir(r, body["workingDir"])
+            data = {**data, "spec": {k: v for k, v in body.items() if k != "workingDir"}}
+    spec = _read(
+        r,
+        data,
+        now=time.time() if now is None else now,
+        iterations_per_epoch=iterations_per_epoch,
+        submitting=True,
+    )
+    return ContainerJobSpec(spec, working_dir)
+
+
+def _image_working_dir(r: SpecReader, value: Any) -> str:
+    path = "spec.workingDir"
+    # POSIX: the image's file system, whatever this machine's is. Without "." and "..".
+    folder = posixpath.normpath(r.text(value, path))
+    if len(folder) > MAX_PATH_LENGTH:
+        raise r.error(
+            path, f"expected a path of at most {MAX_PATH_LENGTH} characters, got {len(folder)}"
+        )
+    return folder
 
 
 def load_job_spec(

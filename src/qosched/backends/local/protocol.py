@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,28 @@ ENV_CUDA_DEVICES = "CUDA_VISIBLE_DEVICES"
 MAX_GPU_INDEX = 1023
 #: ``launcher`` values (``spec.launcher`` in a TrainingJob); absent = the command runs as it is.
 LAUNCHERS = ("torchrun",)
+
+
+def torchrun_argv(
+    command: Sequence[str],
+    *,
+    python: str,
+    processes: int,
+    rendezvous: Sequence[str] = ("--standalone",),
+    options: Sequence[str] = (),
+) -> list[str]:
+    """``command`` under torchrun (``python -m torch.distributed.run``) with ``processes``
+    ranks on this machine: what ``launcher: torchrun`` means in both backends. ``command`` is
+    what follows ``torchrun`` on a command line; a first word not ending in ``.py`` is run as a
+    program (``--no-python``: an interpreter of the user's choice, a shell script) instead of
+    torchrun's ``python SCRIPT``. ``rendezvous`` says how the machines of the job meet (one
+    alone by default), ``options`` adds torchrun options."""
+    argv = [python, "-m", "torch.distributed.run", *rendezvous]
+    argv += ["--nproc-per-node", str(processes), *options]
+    if not command[0].endswith(".py"):
+        argv.append("--no-python")
+    return argv + list(command)
+
 
 _SEED_LIMIT = 2**63
 

@@ -145,6 +145,7 @@ from qosched.backends.local.protocol import (
     finite_or_none,
     load_runner_job,
     read_allocation,
+    torchrun_argv,
 )
 from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError
@@ -812,16 +813,10 @@ def command_argv(
     ranks (see the module docstring)."""
     if launcher != "torchrun":
         return list(command)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    argv += ["--nproc-per-node", str(processes)]
     # torchrun keeps per-rank files of each run in a new folder under the system's temporary
     # one unless told where: with the job, they go when the job's record does.
-    argv += ["--log-dir", str(job_dir / TORCHRUN_LOG_DIR)]
-    if not command[0].endswith(".py"):
-        # A program (an interpreter of the user's choice, a shell script): each rank runs it
-        # as it is instead of torchrun's "python SCRIPT".
-        argv.append("--no-python")
-    return argv + list(command)
+    log_dir = ("--log-dir", str(job_dir / TORCHRUN_LOG_DIR))
+    return torchrun_argv(command, python=sys.executable, processes=processes, options=log_dir)
 
 
 def command_environment(
