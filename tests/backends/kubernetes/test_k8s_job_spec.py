@@ -162,7 +162,8 @@ def test_every_field_a_spec_may_state_has_a_check():
     # A field added to the spec without a check here would be a field nobody sees dropped.
     every = {k for k in jobspec._SPEC_KEYS if k != "resources"}
     every |= {f"resources.{k}" for k in jobspec._RESOURCE_KEYS}
-    assert every - set(CHECKS) == {"workingDir", "logLimit"}  # checked and refused apart
+    # checked and refused apart
+    assert every - set(CHECKS) == {"workingDir", "logLimit", "speedKey"}
 
 
 #: The examples that --resource cpu (one pod, re-sized in place) cannot run, and the field or
@@ -233,6 +234,7 @@ def test_memory_is_a_kubernetes_quantity(tmp_path, capsys, extra, memory):
     [
         ("workload: cnn\nlogLimit: 64Mi", (), "spec.logLimit"),  # the default size, stated
         ("workload: cnn\nlogLimit: 1Gi", (), "spec.logLimit"),
+        ("workload: cnn\nspeedKey: resnet", (), "spec.speedKey"),
         ("command: [x]\nenv: {POD_NAME: me}", (), "spec.env.POD_NAME"),
         ("command: [x]\nenv: {QOSCHED_JOB: me}", (), "spec.env.QOSCHED_JOB"),
         ("command: [x]\nseed: 3", (), "spec.seed"),
@@ -242,6 +244,7 @@ def test_memory_is_a_kubernetes_quantity(tmp_path, capsys, extra, memory):
     ids=[
         "log-limit-default",
         "log-limit",
+        "speed-key",
         "pod-name",
         "qosched-variable",
         "command-seed",

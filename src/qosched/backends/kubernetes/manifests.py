@@ -383,6 +383,8 @@ POD_ENV = ("POD_NAME", "POD_NAMESPACE")
 REFUSED_FIELDS = {
     "logLimit": "has no meaning on Kubernetes: a container's log is the kubelet's, rotated at "
     "its node's containerLogMaxSize; remove it",
+    "speedKey": "has no meaning on Kubernetes yet: the scheduler learns each job's speed from "
+    "its own progress and remembers none across jobs; remove it",
 }
 #: The port of the job's headless Service where torchrun's ranks meet (``rendezvous``).
 RENDEZVOUS_PORT = 29500
@@ -397,6 +399,8 @@ def literal(text: str) -> str:
 def _refuse_what_pods_cannot_honour(spec: TrainingJobSpec, resource: str) -> None:
     if spec.log_limit_bytes != DEFAULT_LOG_LIMIT:
         raise InputError(REFUSED_FIELDS["logLimit"], field="spec.logLimit")
+    if spec.speed_key is not None:
+        raise InputError(REFUSED_FIELDS["speedKey"], field="spec.speedKey")
     for name in spec.env:
         if name in POD_ENV:
             raise InputError(
