@@ -81,6 +81,7 @@ from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
+from qosched.backends.local.judge import judge
 from qosched.backends.local.process import (
     RunnerProcess,
     find_runners,
@@ -114,7 +115,7 @@ from qosched.backends.local.store import (
     StoreUnavailableError,
     UnknownJobError,
 )
-from qosched.backends.local.verdict import Verdict, judge
+from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import views
 from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
