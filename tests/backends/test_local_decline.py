@@ -113,4 +113,19 @@ def test_a_job_no_deadline_could_save_says_why(service):
     verdict = service.judge_spec(spec("wide", 100, 600, min_cpus=2))
     assert verdict.outcome is Admission.DECLINED
     assert verdict.earliest_deadline_at is None
-    assert verdict.reason == "cannot be scheduled: asks for at least 2 cores; this service has 1"
+    assert verdict.reason == (
+        "cannot be scheduled: field 'resources': asks for at least 2 cores; this service has 1"
+    )
+    assert service.submit_spec(spec("wide", 100, 600, min_cpus=2)).error == verdict.reason
+
+
+def test_a_decline_stands_when_its_reason_cannot_be_found(service, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no verdict")
+
+    monkeypatch.setattr("qosched.backends.local.service.judge", broken)
+    declined = service.submit_spec(spec("b", 10_373, 60))
+    assert declined.state == "declined"
+    assert declined.error == (
+        "its deadline cannot be guaranteed and its spec does not allow best effort"
+    )

@@ -66,7 +66,7 @@ def judge(
 def _fastest_alone(job: JobState, capacity: int) -> tuple[float | None, int, float]:
     """(seconds to finish alone on its fastest count at its expected speed, that count, its
     rate), or None seconds when it has no speed on any count that fits."""
-    counts = [g for g in range(1, min(job.curve.max_workers, capacity) + 1)]
+    counts = range(1, min(job.curve.max_workers, capacity) + 1)
     rates = [(job.curve.rate(g), g) for g in counts if job.curve.available(g)]
     if not rates:
         return None, 0, 0.0

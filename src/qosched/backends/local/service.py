@@ -419,14 +419,18 @@ class LocalService:
                 return self.job(job_id)
             if admission is Admission.DECLINED:
                 self._forget(job_id)  # out of the view the verdict is judged on
-                verdict = judge(
-                    self._policy_of(live),
-                    live.policy_job,
-                    self._view(now, spec.gpu),
-                    best_effort=spec.best_effort,
-                    admission=admission,
-                    kind=_kind(spec),
-                )
+                try:
+                    verdict = judge(
+                        self._policy_of(live),
+                        live.policy_job,
+                        self._view(now, spec.gpu),
+                        best_effort=spec.best_effort,
+                        admission=admission,
+                        kind=_kind(spec),
+                    )
+                except Exception:  # the reason is a courtesy: the decline stands without it
+                    log.exception("job %s: cannot say why it was declined", job_id)
+                    verdict = Verdict(Admission.DECLINED)
                 self.store.transition(job_id, Lifecycle.DECLINED, now, error=verdict.message())
             else:
                 guaranteed = admission is Admission.GUARANTEED
@@ -449,15 +453,15 @@ class LocalService:
             now = self.clock() if now is None else now
             try:
                 job = self._policy_job(DRY_RUN_ID, spec, now, spec.deadline_at(now))
-            except InputError as exc:  # what `submit_spec` fails the job for
-                return Verdict(Admission.DECLINED, f"cannot be scheduled: {exc.reason}")
-            return judge(
-                self.gpu_policy if spec.gpu else self.policy,
-                job,
-                self._view(now, spec.gpu),
-                best_effort=spec.best_effort,
-                kind=_kind(spec),
-            )
+                return judge(
+                    self.gpu_policy if spec.gpu else self.policy,
+                    job,
+                    self._view(now, spec.gpu),
+                    best_effort=spec.best_effort,
+                    kind=_kind(spec),
+                )
+            except Exception as exc:  # what `submit_spec` fails the job for: it would not run
+                return Verdict(Admission.DECLINED, f"cannot be scheduled: {_reason(exc)}")
 
     def jobs(self) -> list[JobView]:
         with self._lock:
