@@ -28,6 +28,8 @@ from qosched.backends.local.home import (
 from qosched.backends.local.jobspec import parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import Event, Lifecycle, UnknownJobError
+from qosched.backends.local.verdict import Verdict
+from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError
 
 FINAL = ("succeeded", "failed", "cancelled", "declined")
@@ -96,6 +98,8 @@ class FakeService:
         self._lock = threading.Lock()
         self.submitted_sources: list[str] = []
         self.submitted_texts: list[str] = []  # what each submit sent
+        self.verdict = Verdict(Admission.GUARANTEED)  # what every dry run answers
+        self.dry_run_texts: list[str] = []  # what each dry run sent
 
     def submit(self, spec_text: str, source: str) -> JobView:
         now = self.clock()
@@ -126,6 +130,12 @@ class FakeService:
             self._log_path(job_id).write_bytes(b"")
             self._events[job_id] = [Event(job_id, now, "submitted", {"name": spec.name})]
             return _view(self._jobs[job_id])
+
+    def dry_run(self, spec_text: str, source: str) -> Verdict:
+        parse_job_spec(spec_text, source, now=self.clock())  # refused as a submit would be
+        with self._lock:
+            self.dry_run_texts.append(spec_text)
+            return self.verdict
 
     def jobs(self) -> list[JobView]:
         with self._lock:

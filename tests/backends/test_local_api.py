@@ -33,6 +33,8 @@ from qosched.backends.local.client import Client
 from qosched.backends.local.jobview import Outcome
 from qosched.backends.local.prometheus import exposition
 from qosched.backends.local.store import UnknownJobError
+from qosched.backends.local.verdict import Verdict
+from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError, QoschedError
 
 
@@ -89,6 +91,7 @@ PROTECTED = [
     ("GET", "/jobs/j-000001/logs?offset=0"),
     ("GET", "/jobs"),
     ("POST", "/jobs"),
+    ("POST", "/jobs/dry-run"),
     ("GET", "/jobs/j-000001"),
     ("GET", "/jobs/j-000001/logs"),
     ("DELETE", "/jobs/j-000001"),
@@ -144,6 +147,34 @@ def test_submit_without_a_source_header_names_the_request(running: Running) -> N
     status, _, body = call(running, "POST", "/jobs", b"kind: nope\n")
     assert status == 400
     assert json.loads(body)["source"] == "<request>"
+
+
+def test_a_dry_run_answers_the_verdict_and_stores_nothing(running: Running) -> None:
+    running.service.verdict = Verdict(Admission.DECLINED, "too tight", 1_000_600.0, 600.0)
+    text = spec_text(name="tight")
+    status, _, body = call(running, "POST", "/jobs/dry-run", text.encode())
+    assert (status, json.loads(body)) == (
+        200,
+        {
+            "outcome": "declined",
+            "reason": "too tight",
+            "earliest_deadline_at": 1_000_600.0,
+            "earliest_deadline_in_s": 600.0,
+        },
+    )
+    assert running.service.dry_run_texts == [text]
+    assert running.service.jobs() == []
+
+
+def test_a_dry_run_of_a_bad_spec_is_a_400_naming_the_field(running: Running) -> None:
+    text = spec_text().replace("minCpus: 1", "minCpus: 0")
+    status, _, body = call(running, "POST", "/jobs/dry-run", text.encode())
+    assert (status, json.loads(body)["field"]) == (400, "spec.resources.minCpus")
+
+
+def test_a_dry_run_only_takes_post(running: Running) -> None:
+    status, _, body = call(running, "GET", "/jobs/dry-run")
+    assert status == 405 and "use POST" in json.loads(body)["error"]
 
 
 BAD_SPECS = [
@@ -601,6 +632,8 @@ def test_a_bad_log_offset_or_limit_is_a_400_naming_it(
 
 
 def test_client_mirrors_every_route(running: Running, client: Client) -> None:
+    running.service.verdict = Verdict(Admission.BEST_EFFORT, "allowed", None, None)
+    assert client.dry_run(spec_text(name="via-client"), "job.yaml") == running.service.verdict
     job = client.submit(spec_text(name="via-client"), "job.yaml")
     assert client.jobs() == [job]
     assert client.job(job.id) == job

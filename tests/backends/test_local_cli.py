@@ -21,8 +21,10 @@ from service_fakes import FakeLocalService, Running, fake_service_module, runnin
 from qosched.backends.local.home import ENDPOINT_FILE, LOG_FILE, read_endpoint
 from qosched.backends.local.jobview import JobView
 from qosched.backends.local.store import Lifecycle
+from qosched.backends.local.verdict import Verdict
 from qosched.cli import local, options
 from qosched.cli.main import build_parser, main
+from qosched.cluster.admission import Admission
 
 WAIT_S = 15.0
 
@@ -94,6 +96,77 @@ def test_submit_reports_a_declined_job(
     captured = capsys.readouterr()
     assert captured.out == "j-000001\n"
     assert "j-000001 (tight) was declined" in captured.err
+
+
+def test_submit_says_why_a_job_was_declined(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = running.service.submit
+    why = "its deadline cannot be guaranteed ...: it needs 500 s; the earliest ... is 510s from now"
+
+    def declining(text: str, source: str) -> JobView:
+        job = original(text, source)
+        running.service.update(job.id, state="declined", error=why)
+        return dataclasses.replace(job, state=Lifecycle.DECLINED, error=why)
+
+    running.service.submit = declining  # type: ignore[method-assign]
+    assert qosched(running.home, "submit", *write_specs(tmp_path, "tight")) == local.Exit.DECLINED
+    assert f"j-000001 (tight) was declined: {why} (spec.bestEffort" in capsys.readouterr().err
+
+
+VERDICTS = [
+    (Verdict(Admission.GUARANTEED), local.Exit.SUCCEEDED, "guaranteed"),
+    (
+        Verdict(Admission.BEST_EFFORT, "allowed", 1_000_600.0, 600.0),
+        local.Exit.SUCCEEDED,
+        "best-effort: allowed; the earliest deadline that can be guaranteed now is 600s from now",
+    ),
+    (
+        Verdict(Admission.DECLINED, "too tight", 1_000_600.0, 600.0),
+        local.Exit.DECLINED,
+        "declined: too tight; the earliest deadline that can be guaranteed now is 600s from now",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "code", "line"), VERDICTS, ids=["guaranteed", "best-effort", "declined"]
+)
+def test_submit_dry_run_prints_the_verdict_and_submits_nothing(
+    running: Running,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    verdict: Verdict,
+    code: local.Exit,
+    line: str,
+) -> None:
+    running.service.verdict = verdict
+    [path] = write_specs(tmp_path, "tight")
+    assert qosched(running.home, "submit", "--dry-run", path) == code
+    assert capsys.readouterr().out.startswith(f"{path}: {line}")
+    assert running.service.jobs() == []
+    assert running.service.dry_run_texts == [spec_text(name="tight")]
+
+
+def test_submit_dry_run_json(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    running.service.verdict = Verdict(Admission.DECLINED, "too tight", 1_000_600.0, 600.0)
+    paths = write_specs(tmp_path, "a", "b")
+    assert qosched(running.home, "submit", "--dry-run", "--json", *paths) == local.Exit.DECLINED
+    assert json.loads(capsys.readouterr().out) == [
+        {"source": path, **running.service.verdict.to_json()} for path in paths
+    ]
+
+
+@pytest.mark.parametrize(
+    "flags", [["--dry-run", "--wait"], ["--json"]], ids=["dry-run-and-wait", "json-alone"]
+)
+def test_submit_refuses_flags_that_do_not_go_together(
+    running: Running, tmp_path: Path, flags: list[str]
+) -> None:
+    assert qosched(running.home, "submit", *flags, *write_specs(tmp_path, "a")) == 2
+    assert running.service.jobs() == [] and running.service.dry_run_texts == []
 
 
 # --- status --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import threading
 import time
@@ -145,6 +146,33 @@ def test_submit_wait_exits_failed_when_the_command_fails(
     spec = service.write("bad", service.spec("bad", exit_code=2))
     assert qosched(service, "submit", "--wait", spec) == local.Exit.FAILED
     assert "j-000001 (bad): failed" in capsys.readouterr().err
+
+
+def test_a_decline_names_a_deadline_that_a_dry_run_and_a_submit_then_guarantee(
+    service: Service, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 1,000 iterations at the placeholder 1/s per core: far more than a minute on any machine.
+    spec = service.write("tight", service.spec("tight", iterations=1000, deadline="1m"))
+    assert qosched(service, "submit", spec) == local.Exit.DECLINED
+    err = capsys.readouterr().err
+    assert "j-000001 (tight) was declined: its deadline cannot be guaranteed" in err
+    assert "even alone on" in err and "its deadline is in 60 s" in err
+    found = re.search(r"the earliest deadline that can be guaranteed now is (\d+)s from now", err)
+    assert found, err
+    detail = service.client().job_detail("j-000001")
+    assert found.group(0) in detail.job.error
+    assert found.group(0) in detail.events[-1].detail["error"]  # queued -> declined, and why
+
+    in_time = service.write(
+        "in-time", service.spec("tight", iterations=1000, deadline=f"{found[1]}s")
+    )
+    assert qosched(service, "submit", "--dry-run", in_time) == local.Exit.SUCCEEDED
+    assert capsys.readouterr().out == f"{in_time}: guaranteed\n"
+    assert [job.id for job in service.client().jobs()] == ["j-000001"]  # nothing stored
+    assert qosched(service, "submit", in_time) == local.Exit.SUCCEEDED
+    admitted = [e for e in service.client().job_detail("j-000002").events if e.kind == "admitted"]
+    assert [e.detail["guaranteed"] for e in admitted] == [True]
+    assert qosched(service, "cancel", "j-000002") == 0
 
 
 @pytest.mark.parametrize("wait", [False, True], ids=["no-wait", "wait"])

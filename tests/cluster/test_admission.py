@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 from cluster_helpers import job
 
-from qosched.cluster.admission import Admission, admit_job
+from qosched.cluster.admission import (
+    DEADLINE_STEP_S,
+    MAX_PROBES,
+    Admission,
+    admit_job,
+    earliest_deadline_s,
+    probe_admission,
+)
 from qosched.cluster.policies import create_policy, policy_names
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState
@@ -19,8 +26,8 @@ TABLES = ThroughputModel({"m": {64: {1: 1.0, 2: 2.0, 4: 4.0}}})
 NODE = ClusterSpec.from_flags(1, 4)
 
 
-def arriving(deadline: float | None) -> JobState:
-    spec = job("j", 0.0, 400, workers=4, deadline=deadline)
+def arriving(deadline: float | None, job_id: str = "j") -> JobState:
+    spec = job(job_id, 0.0, 400, workers=4, deadline=deadline)
     return JobState(spec, TABLES.curve("m", 64))
 
 
@@ -79,3 +86,60 @@ def test_every_policy_answers_what_a_backend_asks(name):
         assert admission is not Admission.GUARANTEED
     predictor = policy.predictor_of("j")
     assert predictor is None or predictor.predict(2).rate > 0
+
+
+# -- asking hypothetically ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_can_be_asked_hypothetically_without_changing(name):
+    policy = create_policy(name)
+    view = ClusterView(0.0, NODE, [], 0.0)
+    expected = admit_job(create_policy(name), arriving(1000.0), view, best_effort=False)
+    assert probe_admission(policy, arriving(1000.0), view, best_effort=False) is expected
+    assert policy.is_guaranteed("j") is False  # the copy guaranteed it, not the policy
+
+
+def test_a_probe_is_judged_against_the_jobs_in_the_view():
+    # 400 iterations take 100 s on all four workers: two such jobs cannot both meet 110 s.
+    policy = create_policy("qos")
+    alone = ClusterView(0.0, NODE, [], 0.0)
+    assert (
+        probe_admission(policy, arriving(110.0), alone, best_effort=False) is Admission.GUARANTEED
+    )
+    assert admit_job(policy, arriving(110.0), alone, best_effort=False) is Admission.GUARANTEED
+    crowded = ClusterView(0.0, NODE, [arriving(110.0)], 0.0)
+    second = probe_admission(policy, arriving(110.0, "k"), crowded, best_effort=False)
+    assert second is Admission.DECLINED
+    assert policy.is_guaranteed("j") and not policy.is_guaranteed("k")
+
+
+@pytest.mark.parametrize("threshold", [0.5, 7.0, 500.003, 1234.5, 30 * 86400.0])
+@pytest.mark.parametrize("fails_within", [0.0, 0.4], ids=["from-0", "known-lower"])
+def test_the_earliest_deadline_is_within_the_stated_precision(threshold, fails_within):
+    asked: list[float] = []
+
+    def holds(seconds: float) -> bool:
+        asked.append(seconds)
+        return seconds >= threshold
+
+    found = earliest_deadline_s(holds, fails_within_s=fails_within * threshold)
+    assert found is not None and found in asked
+    assert found % DEADLINE_STEP_S == 0
+    assert threshold <= found <= threshold + max(DEADLINE_STEP_S, 0.01 * found)
+    assert len(asked) <= MAX_PROBES
+    assert min(asked) > fails_within * threshold - DEADLINE_STEP_S  # no window known to fail
+
+
+def test_a_deadline_nothing_meets_is_none_after_bounded_tries():
+    asked: list[float] = []
+    found = earliest_deadline_s(lambda s: asked.append(s) or False, horizon_s=10 * 86400)
+    assert found is None
+    assert 1 <= len(asked) <= MAX_PROBES
+
+
+def test_the_search_stops_when_its_time_is_spent():
+    ticks = iter(range(100))  # a clock that moves one second per reading
+    found = earliest_deadline_s(lambda s: False, budget_s=3.0, clock=lambda: float(next(ticks)))
+    assert found is None
+    assert next(ticks) < 10

@@ -53,6 +53,7 @@ from qosched.backends.local.jobspec import format_duration, parse_job_spec, read
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import Lifecycle, UnknownJobError
 from qosched.cli.options import count, cpu_list, port, seconds
+from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError, QoschedError
 
 POLICIES = ("qos", "fifo")
@@ -180,6 +181,14 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         action="store_true",
         help="wait until every job has ended; the exit code says how (see below)",
     )
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="submit nothing: print what submitting each spec would do now (guaranteed, best "
+        "effort, or declined, and the earliest deadline that can be guaranteed); each spec "
+        "is judged alone against the jobs already there; exits 4 if one would be declined",
+    )
+    submit.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
     submit.set_defaults(run=run_submit)
 
     status = groups.add_parser(
@@ -478,6 +487,10 @@ def _lock_free(home: Path) -> bool:
 
 
 def run_submit(args: argparse.Namespace) -> int:
+    if args.dry_run and args.wait:
+        raise InputError("give --dry-run or --wait, not both", field="--wait")
+    if args.json and not args.dry_run:
+        raise InputError("--json goes with --dry-run", field="--json")
     if args.specs.count(STDIN) > 1:
         raise InputError(f"{STDIN} (standard input) can be given once", field="specs")
     specs: list[tuple[str, str]] = []
@@ -498,14 +511,19 @@ def run_submit(args: argparse.Namespace) -> int:
             text = json.dumps(spec.to_dict())
         specs.append((source, text))
     client = Client.from_home(resolve_home(args.home))
+    if args.dry_run:
+        return _dry_run(client, specs, args.json)
     jobs = []
     for source, text in specs:
         job = client.submit(text, source)
         print(job.id, flush=True)
         if job.state is Lifecycle.DECLINED:
+            why = job.error or (
+                "its deadline cannot be guaranteed and its spec does not allow best effort"
+            )
             print(
-                f"qosched: {job.id} ({job.name}) was declined: its deadline cannot be "
-                "guaranteed and its spec does not allow best effort (spec.bestEffort)",
+                f"qosched: {job.id} ({job.name}) was declined: {why} "
+                "(spec.bestEffort lets it run without a guarantee)",
                 file=sys.stderr,
             )
         jobs.append(job)
@@ -525,6 +543,20 @@ def run_submit(args: argparse.Namespace) -> int:
     for job, code in zip(ended, codes, strict=True):
         print(f"{job.id} ({job.name}): {_outcome_text(job, code)}", file=sys.stderr)
     return next((code for code in codes if code != Exit.SUCCEEDED), Exit.SUCCEEDED)
+
+
+def _dry_run(client: Client, specs: Sequence[tuple[str, str]], as_json: bool) -> int:
+    """``submit --dry-run``: each spec's verdict, one a line (or a JSON list); exits DECLINED
+    when one would be declined."""
+    verdicts = [(source, client.dry_run(text, source)) for source, text in specs]
+    if as_json:
+        print(json.dumps([{"source": s, **v.to_json()} for s, v in verdicts], indent=2))
+    else:
+        for source, verdict in verdicts:
+            detail = verdict.detail()
+            print(f"{source}: {verdict.outcome}" + (f": {detail}" if detail else ""))
+    declined = any(v.outcome is Admission.DECLINED for _, v in verdicts)
+    return Exit.DECLINED if declined else Exit.SUCCEEDED
 
 
 def wait_for_jobs(

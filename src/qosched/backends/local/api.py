@@ -11,6 +11,10 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown``, ``POST /login-codes`` and
 ==========================  ===================================================================
 ``POST /jobs``              body: a TrainingJob spec (YAML, UTF-8); header ``X-Qosched-Source``:
                             its file name, percent-encoded, for error messages -> 201, the job
+``POST /jobs/dry-run``      a spec as for ``POST /jobs``: what submitting it would do now,
+                            storing nothing -> ``{"outcome": "guaranteed" | "best-effort" |
+                            "declined", "reason", "earliest_deadline_at",
+                            "earliest_deadline_in_s"}`` (``Verdict``)
 ``GET /jobs``               every job, in submission order
 ``GET /jobs/{id}``          one job
 ``GET /jobs/{id}/detail``   one job with its allocation history, events and slack
@@ -77,6 +81,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
+from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import auth, page
 from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError, QoschedError
@@ -111,6 +116,14 @@ class Service(Protocol):
         """Validate a YAML spec (``source`` names it in errors), queue it, return the new job.
 
         Raises ``InputError`` naming the field when the spec is bad.
+        """
+        ...
+
+    def dry_run(self, spec_text: str, source: str) -> Verdict:
+        """What ``submit`` would do with the spec now (its outcome, why, and the earliest
+        deadline that would be guaranteed), storing nothing and changing no guarantee.
+
+        Raises ``InputError`` as ``submit`` does.
         """
         ...
 
@@ -600,14 +613,20 @@ class _Handler:
         return _json_reply([job.to_json() for job in self.server.service.jobs()])
 
     def _submit(self, args: list[str]) -> _Reply:
-        body = self.body
+        job = self.server.service.submit(*self._spec())
+        return _json_reply(job.to_json(), HTTPStatus.CREATED)
+
+    def _dry_run(self, args: list[str]) -> _Reply:
+        return _json_reply(self.server.service.dry_run(*self._spec()).to_json())
+
+    def _spec(self) -> tuple[str, str]:
+        """The spec in the body, and the name it is known by in errors."""
         source = unquote(self.headers.get(SOURCE_HEADER, "") or "") or DEFAULT_SOURCE
         try:
-            text = body.decode("utf-8")
+            text = self.body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(f"the spec is not UTF-8 text: {exc.reason}", source=source) from exc
-        job = self.server.service.submit(text, source)
-        return _json_reply(job.to_json(), HTTPStatus.CREATED)
+        return text, source
 
     def _get_job(self, args: list[str]) -> _Reply:
         return _json_reply(self.server.service.job(args[0]).to_json())
@@ -651,7 +670,7 @@ class _Handler:
             limit = _query_count(query, "limit", minimum=1, maximum=MAX_LOG_CHUNK)
         return _text_reply(self.server.service.logs(args[0], tail, limit))
 
-    _READS_BODY = frozenset({_submit})
+    _READS_BODY = frozenset({_submit, _dry_run})
 
     def _shutdown(self, args: list[str]) -> _Reply:
         reply = _json_reply({"status": "stopping"}, HTTPStatus.ACCEPTED)
@@ -731,6 +750,7 @@ class _Handler:
         (("healthz",), {"GET": _healthz}),
         (("metrics",), {"GET": _metrics}),
         (("jobs",), {"GET": _list_jobs, "POST": _submit}),
+        (("jobs", "dry-run"), {"POST": _dry_run}),  # before jobs/{id}: no job has this id
         (("jobs", "{id}"), {"GET": _get_job, "DELETE": _cancel}),
         (("jobs", "{id}", "detail"), {"GET": _job_detail}),
         (("jobs", "{id}", "logs"), {"GET": _logs}),

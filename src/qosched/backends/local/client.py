@@ -26,6 +26,7 @@ from qosched.backends.local.api import (
 from qosched.backends.local.home import read_endpoint, read_token
 from qosched.backends.local.jobview import JobDetail, JobView
 from qosched.backends.local.store import UnknownJobError
+from qosched.backends.local.verdict import Verdict
 from qosched.core.bounds import check_count
 from qosched.core.errors import InputError, QoschedError
 
@@ -52,12 +53,11 @@ class Client:
     # --- routes ----------------------------------------------------------------------------------
 
     def submit(self, spec_text: str, source: str) -> JobView:
-        headers = {
-            "Content-Type": "application/yaml; charset=utf-8",
-            SOURCE_HEADER: quote(source, safe="/<>:. -_~"),
-        }
+        return self._typed(JobView.from_json, "POST", "/jobs", **_spec_body(spec_text, source))
+
+    def dry_run(self, spec_text: str, source: str) -> Verdict:
         return self._typed(
-            JobView.from_json, "POST", "/jobs", body=spec_text.encode("utf-8"), headers=headers
+            Verdict.from_json, "POST", "/jobs/dry-run", **_spec_body(spec_text, source)
         )
 
     def jobs(self) -> list[JobView]:
@@ -223,6 +223,15 @@ class Client:
                 "Was it started with another --home?"
             )
         return QoschedError(f"the service at {self.url} answered HTTP {status}: {message}")
+
+
+def _spec_body(spec_text: str, source: str) -> dict[str, Any]:
+    """The body and headers of a request that sends a spec."""
+    headers = {
+        "Content-Type": "application/yaml; charset=utf-8",
+        SOURCE_HEADER: quote(source, safe="/<>:. -_~"),
+    }
+    return {"body": spec_text.encode("utf-8"), "headers": headers}
 
 
 def _job_path(job_id: str) -> str:

@@ -81,6 +81,7 @@ from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
+from qosched.backends.local.judge import judge
 from qosched.backends.local.process import (
     RunnerProcess,
     find_runners,
@@ -115,12 +116,14 @@ from qosched.backends.local.store import (
     StoreUnavailableError,
     UnknownJobError,
 )
+from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import views
 from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState, Phase
+from qosched.cluster.throughput import SpeedCurve
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_int
 
@@ -128,6 +131,8 @@ log = logging.getLogger(__name__)
 
 #: A job whose runner failed this many times is marked failed with the last error.
 MAX_ATTEMPTS = 3
+#: The id a job judged by `LocalService.judge_spec` has for its policy (no job is stored).
+DRY_RUN_ID = "dry-run"
 #: Seconds between decisions when nothing happens; also how often progress is read.
 TICK_S = 5.0
 #: What the policy is told a change of cores costs. Measured (docs/results/local.md): an in-place
@@ -429,8 +434,20 @@ class LocalService:
                     },
                 )
             if admission is Admission.DECLINED:
-                self.store.transition(job_id, Lifecycle.DECLINED, now)
-                self._forget(job_id)
+                self._forget(job_id)  # out of the view the verdict is judged on
+                try:
+                    verdict = judge(
+                        self._policy_of(live),
+                        live.policy_job,
+                        self._view(now, spec.gpu),
+                        best_effort=spec.best_effort,
+                        admission=admission,
+                        kind=_kind(spec),
+                    )
+                except Exception:  # the reason is a courtesy: the decline stands without it
+                    log.exception("job %s: cannot say why it was declined", job_id)
+                    verdict = Verdict(Admission.DECLINED)
+                self.store.transition(job_id, Lifecycle.DECLINED, now, error=verdict.message())
             else:
                 guaranteed = admission is Admission.GUARANTEED
                 self.store.add_event(
@@ -438,6 +455,29 @@ class LocalService:
                 )
             self._dirty = True
             return self.job(job_id)
+
+    def dry_run(self, spec_text: str, source: str) -> Verdict:
+        now = self.clock()
+        spec = parse_job_spec(spec_text, source, now=now, scripts_in=Path.cwd())
+        return self.judge_spec(spec, now)
+
+    def judge_spec(self, spec: TrainingJobSpec, now: float | None = None) -> Verdict:
+        """What submitting ``spec`` would do now; stores nothing and leaves the policy as it was."""
+        with self._lock, self._marking_stale():
+            if self._stale:
+                self._resync()
+            now = self.clock() if now is None else now
+            try:
+                job = self._policy_job(DRY_RUN_ID, spec, now, spec.deadline_at(now))
+                return judge(
+                    self.gpu_policy if spec.gpu else self.policy,
+                    job,
+                    self._view(now, spec.gpu),
+                    best_effort=spec.best_effort,
+                    kind=_kind(spec),
+                )
+            except Exception as exc:  # what `submit_spec` fails the job for: it would not run
+                return Verdict(Admission.DECLINED, f"cannot be scheduled: {_reason(exc)}")
 
     def jobs(self) -> list[JobView]:
         with self._lock:
@@ -604,6 +644,19 @@ class LocalService:
         spec = record.spec
         if spec is None:
             raise InputError(record.spec_error or "its stored spec does not read", field="spec")
+        policy_job = self._policy_job(record.id, spec, record.submitted_at, record.deadline_at)
+        live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
+        live.speed_key = speed_key(spec)
+        remembered, measured_by = self.store.remembered_speeds(live.speed_key)
+        if remembered and measured_by != record.id:
+            live.remembered = (measured_by, remembered)
+        self._live[record.id] = live
+        return live
+
+    def _policy_job(
+        self, job_id: str, spec: TrainingJobSpec, submitted_at: float, deadline_at: float
+    ) -> JobState:
+        """The job as its pool's policy sees it; ``InputError`` when the pool is too small."""
         workload = spec.workload or "command"
         pool = self._pool(spec.gpu)
         least = spec.resources.bounds()[0]
@@ -620,27 +673,24 @@ class LocalService:
             )
         requested = spec.resources.min_gpus if spec.gpu else spec.requested_cpus
         job = JobSpec(
-            job_id=record.id,
-            submit_s=record.submitted_at,
+            job_id=job_id,
+            submit_s=submitted_at,
             model=workload,
             batch_size=1,
             iterations=spec.iterations,
-            deadline_s=record.deadline_at,
+            deadline_s=deadline_at,
             requested_workers=min(requested, len(pool)),
         )
-        curve = prior_curve(spec, len(pool))
-        key = speed_key(spec)
-        remembered, measured_by = self.store.remembered_speeds(key)
-        if remembered:
-            curve = remembered_curve(curve, remembered)
-        policy_job = JobState(job, curve)
-        policy_job.last_update_s = record.submitted_at
-        live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
-        live.speed_key = key
-        if remembered and measured_by != record.id:
-            live.remembered = (measured_by, remembered)
-        self._live[record.id] = live
-        return live
+        policy_job = JobState(job, self._prior(spec, len(pool)))
+        policy_job.last_update_s = submitted_at
+        return policy_job
+
+    def _prior(self, spec: TrainingJobSpec, workers: int) -> SpeedCurve:
+        """The job's prior speed on 0..``workers``: the table's or the placeholder, with what
+        an earlier job of its speed key measured in place (speed_memory)."""
+        curve = prior_curve(spec, workers)
+        remembered, _ = self.store.remembered_speeds(speed_key(spec))
+        return remembered_curve(curve, remembered) if remembered else curve
 
     def _guaranteed(self, job_id: str) -> bool:
         live = self._live.get(job_id)
@@ -1471,6 +1521,11 @@ def service_trouble(exc: BaseException) -> str | None:
             return f"{current.strerror or current} ({errno.errorcode[current.errno]})"
         current = current.__cause__ or current.__context__
     return None
+
+
+def _kind(spec: TrainingJobSpec) -> str:
+    """What the workers of the job's pool are called."""
+    return "GPU" if spec.gpu else "core"
 
 
 def _reason(exc: BaseException) -> str:

@@ -8,6 +8,7 @@ knows which backend runs it.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -62,6 +63,16 @@ class Policy(ABC):
         """May be called after ``admit`` and after any ``allocate``: whether the policy now
         guarantees the job's deadline. A policy that promises nothing never does."""
         return False
+
+    def what_if(self, view: ClusterView) -> Policy:
+        """May be called at any time: a policy in this one's state, to ask hypothetical
+        questions of (``admit`` a job that is not submitted, or with another deadline) without
+        changing this one. The copy shares ``view``'s jobs, which policies only read.
+
+        The default is a deep copy; a policy holding what cannot be copied (a lock, a handle)
+        overrides it."""
+        shared: dict[int, object] = {id(job): job for job in view.jobs}
+        return copy.deepcopy(self, shared)
 
     def predictor_of(self, job_id: str) -> OnlinePredictor | None:
         """May be called at any time: the model the policy predicts the job's speed with (fed
