@@ -38,6 +38,7 @@ WIRE: dict[str, Any] = {
     "guaranteed": True,
     "attempts": 1,
     "error": None,
+    "speed_source": "measured now",
 }
 
 
@@ -50,6 +51,13 @@ def test_a_job_reads_and_writes_the_wire_json_unchanged() -> None:
         (600.0, 690.0),
     )
     assert json.dumps(job.to_json()) == json.dumps(WIRE)  # same keys, order and numbers
+
+
+def test_a_job_from_a_service_without_speed_source_reads_as_none() -> None:
+    older = {k: v for k, v in WIRE.items() if k != "speed_source"}
+    assert JobView.from_json(older).speed_source is None
+    with pytest.raises(InputError, match="speed_source"):
+        JobView.from_json({**WIRE, "speed_source": "x" * 201})
 
 
 def test_a_detail_is_the_job_with_its_history_events_and_slack() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,8 +121,16 @@ def test_a_command_run_once_is_guaranteed_at_once_the_next_time(tmp_path) -> Non
             command_spec("tight", argv, iterations=160, deadline_s=60), best_effort=False
         )
         assert service.submit_spec(tight).state == "declined"  # 160 s on the placeholder
-        first = service.submit_spec(command_spec("first", argv, iterations=160)).id
+        first_view = service.submit_spec(command_spec("first", argv, iterations=160))
+        first = first_view.id
+        assert first_view.speed_source == "placeholder"  # never seen: nothing measured yet
+        deadline = time.monotonic() + WAIT_S
+        while service.job(first).speed_source != "measured now":
+            assert time.monotonic() < deadline, service.job(first)
+            service.step()
+            time.sleep(0.1)
         assert wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.1)
+        assert service.job(first).speed_source is None  # finished: no prediction
         assert service.job(first).state == "succeeded"
         again = service.submit_spec(
             dataclasses.replace(
@@ -129,6 +138,7 @@ def test_a_command_run_once_is_guaranteed_at_once_the_next_time(tmp_path) -> Non
             )
         )
         assert again.state != "declined"
+        assert again.speed_source == f"remembered from {first}"
         [admitted] = [e for e in service.store.events(again.id) if e.kind == "admitted"]
         assert admitted.detail["guaranteed"] is True
         [speed] = [e for e in service.store.events(again.id) if e.kind == "speed"]

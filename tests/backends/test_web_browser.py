@@ -218,7 +218,7 @@ def test_a_job_appears_and_its_progress_moves_to_the_end(page: Any, live: Live) 
 
 def test_one_job_shows_its_reasons_speed_allocations_and_log(page: Any, live: Live) -> None:
     signed_in(page, live)
-    job_id = live.submit("watched", iterations=60)
+    job_id = live.submit("watched", iterations=300)  # still running when its title is read
     other = live.submit("neighbour", iterations=60)
     row(page, job_id).click()
     page.locator("#events td", has_text="deadline guaranteed").or_(
@@ -229,6 +229,8 @@ def test_one_job_shows_its_reasons_speed_allocations_and_log(page: Any, live: Li
     page.locator("#log", has_text="line 2").wait_for()
     page.locator("#speed circle.measured").first.wait_for()
     assert page.locator("#detail-title").inner_text().startswith(f"{job_id} (watched)")
+    # Measured dots are drawn: the prediction rests on the job's own progress, and says so.
+    page.locator("#detail-title", has_text="speed measured now").wait_for()
     if os.environ.get("QOSCHED_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.locator(f'#timeline rect[data-job="{other}"]').first.wait_for()

@@ -822,6 +822,8 @@ def job_view(detail: JobDetail, now: float) -> RenderableType:
     )
     facts.add_row("deadline", Text(_clock(job.deadline_at, now) + " (") + _deadline(job, now) + ")")
     facts.add_row("finish", _predicted(job, now))
+    if job.speed_source is not None:
+        facts.add_row("speed", f"{job.speed_source} (what the prediction rests on)")
     slack = detail.slack_s
     if slack is not None:
         words = f"{_duration(slack)} to spare" if slack >= 0 else f"{_duration(slack)} late"

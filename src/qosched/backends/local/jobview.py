@@ -7,6 +7,7 @@ The JSON of ``JobView.to_json``::
      "started_at": t | null, "finished_at": t | null, "iterations": n | null,
      "iterations_done": n, "cpus": [core ids], "gpus": [GPU ids],
      "predicted_finish_at": t | null, "predicted_finish_band": [lo, hi] | null,
+     "speed_source": "measured now" | "remembered from j-..." | "table" | "placeholder" | null,
      "best_effort": bool, "guaranteed": bool, "attempts": n, "error": str | null}
 
 Times are Unix seconds; ``iterations`` is null for a job whose stored spec no longer reads.
@@ -78,6 +79,9 @@ class JobView:
     guaranteed: bool
     attempts: int
     error: str | None
+    # Where the job's predicted speed comes from while it is unfinished (SPEED_SOURCES words:
+    # "measured now", "remembered from j-000003", "table", "placeholder"); None when finished.
+    speed_source: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -108,6 +112,7 @@ class JobView:
             "guaranteed": self.guaranteed,
             "attempts": self.attempts,
             "error": self.error,
+            "speed_source": self.speed_source,
         }
 
     @classmethod
@@ -154,7 +159,15 @@ class JobView:
             guaranteed=read.required("guaranteed", bool),
             attempts=read.count("attempts"),
             error=read.optional("error", str),
+            speed_source=_speed_source(read.optional("speed_source", str), source),
         )
+
+
+def _speed_source(text: str | None, source: str) -> str | None:
+    """A ``speed_source`` as a client reads it: short text (absent from older services)."""
+    if text is not None and len(text) > 200:
+        raise InputError("expected at most 200 characters", source=source, field="speed_source")
+    return text
 
 
 @dataclass(frozen=True, slots=True)

@@ -1303,6 +1303,7 @@ class LocalService:
         if live is not None:
             predicted, band = self._predict_finish(live)
         return JobView(
+            speed_source=None if live is None else self._speed_source(live),
             id=record.id,
             name=record.name,
             state=record.state,
@@ -1321,6 +1322,15 @@ class LocalService:
             attempts=record.attempts,
             error=record.error,
         )
+
+    def _speed_source(self, live: _LiveJob) -> str:
+        """Where the job's predicted speed comes from now, in words for ``status JOB``."""
+        model = self._policy_of(live).predictor_of(live.policy_job.job_id)
+        if model is not None and model.observed_seconds > 0:
+            return "measured now"
+        if live.remembered is not None:
+            return f"remembered from {live.remembered[0]}"
+        return "table" if live.spec.workload is not None and not live.spec.gpu else "placeholder"
 
     def _note_stall(self, live: _LiveJob, now: float) -> None:
         """An event, once, when a running job has reported no progress for ``STALL_MIN_S`` and

@@ -313,7 +313,8 @@ async function refreshDetail() {
   if (state.selected !== jobId) return;
   document.getElementById("detail-title").textContent =
     `${detail.id} (${detail.name}): ${detail.state}` +
-    (detail.slack_s == null ? "" : `, slack ${detail.slack_s < 0 ? "-" : ""}${duration(detail.slack_s)}`);
+    (detail.slack_s == null ? "" : `, slack ${detail.slack_s < 0 ? "-" : ""}${duration(detail.slack_s)}`) +
+    (detail.speed_source ? `, speed ${detail.speed_source}` : "");
   document.querySelector("#allocations tbody").replaceChildren(...detail.allocations.map((a) =>
     el("tr", {}, el("td", {}, clock(a.from)), el("td", {}, a.until ? clock(a.until) : "now"),
       el("td", {}, cores(a.cpus)))));
