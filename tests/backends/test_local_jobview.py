@@ -103,7 +103,11 @@ def test_a_bad_field_is_an_input_error_naming_it(change: dict[str, Any], field: 
     assert caught.value.source == "GET /jobs/j-000007"
 
 
-@pytest.mark.parametrize("missing", sorted(WIRE))
+#: Fields added after the first services, read as unknown when absent.
+ADDED_LATER = {"speed_source"}
+
+
+@pytest.mark.parametrize("missing", sorted(set(WIRE) - ADDED_LATER))
 def test_a_missing_field_is_an_input_error_naming_it(missing: str) -> None:
     body = {key: value for key, value in WIRE.items() if key != missing}
     with pytest.raises(InputError, match="missing") as caught:

@@ -159,7 +159,11 @@ class JobView:
             guaranteed=read.required("guaranteed", bool),
             attempts=read.count("attempts"),
             error=read.optional("error", str),
-            speed_source=_speed_source(read.optional("speed_source", str), source),
+            # Absent from a service older than the field: read as unknown.
+            speed_source=_speed_source(
+                read.optional("speed_source", str) if "speed_source" in read.data else None,
+                source,
+            ),
         )
 
 
