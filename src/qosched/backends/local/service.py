@@ -634,11 +634,17 @@ class LocalService:
         self._forget(live.record.id)
 
     def _remember_speeds(self, live: _LiveJob) -> None:
-        """What the job measured, for the next job with its speed key (speed_memory)."""
-        samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(live.record.id)]
-        rates = measured_rates(samples)
-        if rates and live.speed_key is not None:
-            self.store.remember_speeds(live.speed_key, rates, live.record.id, self.clock())
+        """What the job measured, for the next job with its speed key (speed_memory). A
+        courtesy to later jobs: nothing here may keep this one from its final state."""
+        try:
+            samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(live.record.id)]
+            rates = measured_rates(samples)
+            if rates and live.speed_key is not None:
+                self.store.remember_speeds(live.speed_key, rates, live.record.id, self.clock())
+        except StoreUnavailableError:
+            raise
+        except Exception:
+            log.warning("job %s: its speeds could not be remembered", live.record.id, exc_info=True)
 
     def _track(self, record: JobRecord) -> _LiveJob:
         spec = record.spec
