@@ -614,8 +614,9 @@ class Service:
     def proc(self, name: str) -> str:
         return (Path("/proc") / str(self.process.pid) / name).read_text()
 
-    def rss_mb(self) -> float:
-        line = next(x for x in self.proc("status").splitlines() if x.startswith("VmRSS:"))
+    def rss_mb(self, field: str = "VmRSS") -> float:
+        """A memory figure of /proc/PID/status in MB: resident now, or ``VmHWM`` its peak."""
+        line = next(x for x in self.proc("status").splitlines() if x.startswith(f"{field}:"))
         return int(line.split()[1]) / 1024
 
     def open_files(self) -> int:
@@ -781,11 +782,6 @@ BIG_LOG_JOB = (
 )
 
 
-def peak_rss_mb(service: Service) -> float:
-    line = next(x for x in service.proc("status").splitlines() if x.startswith("VmHWM:"))
-    return int(line.split()[1]) / 1024
-
-
 def big_log(service: Service, port: int) -> tuple[bool, str]:
     """A job writes one line of 400 MB; then ``qosched logs --tail 5``."""
     assert service.client is not None
@@ -812,7 +808,7 @@ def big_log(service: Service, port: int) -> tuple[bool, str]:
         check=False,
     )
     took = time.monotonic() - start
-    peak = peak_rss_mb(service)
+    peak = service.rss_mb("VmHWM")
     with contextlib.suppress(Exception):
         service.client.cancel(job.id)
     held = (

@@ -649,9 +649,9 @@ def run_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def copy_log(client: Client, job_id: str, out: BinaryIO) -> int:
+def copy_log(client: Client, job_id: str, out: BinaryIO) -> None:
     """Write what the job's output holds now to ``out``, a chunk at a time (a log may be
-    gigabytes); returns the offset it reached."""
+    gigabytes)."""
     offset = 0
     while True:
         chunk = _read_noting_gaps(client, job_id, offset)
@@ -660,7 +660,7 @@ def copy_log(client: Client, job_id: str, out: BinaryIO) -> int:
         # Not "a short chunk": one from the rotated file ends where it ends.
         if chunk.complete or not chunk.data:
             out.flush()
-            return offset
+            return
 
 
 def _read_noting_gaps(client: Client, job_id: str, offset: int) -> LogChunk:

@@ -19,7 +19,6 @@ import os
 import secrets
 import stat
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -64,12 +63,12 @@ def resolve_home(value: str | Path | None) -> Path:
     return default_home() if value is None else Path(value).expanduser()
 
 
-def ensure_home(home: Path, *, warn: Callable[[str], object] | None = None) -> Path:
+def ensure_home(home: Path) -> Path:
     """Create the home (owner-only) if it does not exist yet; returns it.
 
     The home holds the API token, job commands, their logs and checkpoints: whoever can read
     it can act as its owner. So a home owned by another user is refused, and one that others
-    may enter or read is made owner-only (``warn`` is told so; by default standard error).
+    may enter or read is made owner-only, saying so on standard error.
     """
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -99,15 +98,13 @@ def ensure_home(home: Path, *, warn: Callable[[str], object] | None = None) -> P
                 f"owner-only: {exc.strerror}",
                 source=home,
             ) from exc
-        (warn or _warn)(
+        print(
             f"qosched: {home} was open to other users (mode {before:04o}); made it owner-only "
-            "(0700). If others could have read its token, delete the token file to get a new one."
+            "(0700). If others could have read its token, delete the token file to get a new one.",
+            file=sys.stderr,
+            flush=True,
         )
     return home
-
-
-def _warn(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def open_private_log(path: Path) -> IO[bytes]:

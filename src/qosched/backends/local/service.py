@@ -123,7 +123,6 @@ from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState, Phase
-from qosched.cluster.throughput import SpeedCurve
 from qosched.core.errors import InputError
 from qosched.core.validate import parse_int
 
@@ -468,7 +467,8 @@ class LocalService:
                 self._resync()
             now = self.clock() if now is None else now
             try:
-                job = self._policy_job(DRY_RUN_ID, spec, now, spec.deadline_at(now))
+                remembered = self.store.remembered_speeds(speed_key(spec))[0]
+                job = self._policy_job(DRY_RUN_ID, spec, now, spec.deadline_at(now), remembered)
                 return judge(
                     self.gpu_policy if spec.gpu else self.policy,
                     job,
@@ -650,19 +650,29 @@ class LocalService:
         spec = record.spec
         if spec is None:
             raise InputError(record.spec_error or "its stored spec does not read", field="spec")
-        policy_job = self._policy_job(record.id, spec, record.submitted_at, record.deadline_at)
+        key = speed_key(spec)
+        remembered, measured_by = self.store.remembered_speeds(key)
+        policy_job = self._policy_job(
+            record.id, spec, record.submitted_at, record.deadline_at, remembered
+        )
         live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
-        live.speed_key = speed_key(spec)
-        remembered, measured_by = self.store.remembered_speeds(live.speed_key)
+        live.speed_key = key
         if remembered and measured_by != record.id:
             live.remembered = (measured_by, remembered)
         self._live[record.id] = live
         return live
 
     def _policy_job(
-        self, job_id: str, spec: TrainingJobSpec, submitted_at: float, deadline_at: float
+        self,
+        job_id: str,
+        spec: TrainingJobSpec,
+        submitted_at: float,
+        deadline_at: float,
+        remembered: Mapping[int, float],
     ) -> JobState:
-        """The job as its pool's policy sees it; ``InputError`` when the pool is too small."""
+        """The job as its pool's policy sees it, its prior speed the table's or the placeholder
+        with what an earlier job of its speed key measured in place (``remembered``, see
+        speed_memory); ``InputError`` when the pool is too small."""
         workload = spec.workload or "command"
         pool = self._pool(spec.gpu)
         least = spec.resources.bounds()[0]
@@ -687,16 +697,9 @@ class LocalService:
             deadline_s=deadline_at,
             requested_workers=min(requested, len(pool)),
         )
-        policy_job = JobState(job, self._prior(spec, len(pool)))
+        policy_job = JobState(job, remembered_curve(prior_curve(spec, len(pool)), remembered))
         policy_job.last_update_s = submitted_at
         return policy_job
-
-    def _prior(self, spec: TrainingJobSpec, workers: int) -> SpeedCurve:
-        """The job's prior speed on 0..``workers``: the table's or the placeholder, with what
-        an earlier job of its speed key measured in place (speed_memory)."""
-        curve = prior_curve(spec, workers)
-        remembered, _ = self.store.remembered_speeds(speed_key(spec))
-        return remembered_curve(curve, remembered) if remembered else curve
 
     def _guaranteed(self, job_id: str) -> bool:
         live = self._live.get(job_id)
