@@ -133,12 +133,13 @@ def test_a_job_of_the_largest_iterations_is_scheduled_without_error(tmp_path, po
     service = LocalService.open(tmp_path, policy=policy, tick_s=0.1)
     try:
         job = service.submit(spec_text(iterations=2**53 - 1), "big.yaml")
-        assert job.state == "queued"
+        # A command never seen: qos measures it before judging its deadline.
+        assert job.state == ("profiling" if policy == "qos" else "queued")
         service.step()
         service.step()
         described = service.job(job.id)
         json.dumps(described.to_json(), allow_nan=False)  # what GET /jobs/{id} sends
-        assert described.state in ("queued", "running")
+        assert described.state in ("queued", "profiling", "running")
         service.cancel(job.id)
         service.step()
     finally:

@@ -69,6 +69,10 @@ class Service:
         command = [sys.executable, str(script), str(step_s), str(exit_code)]
         return job_yaml(name, {"command": command}, iterations, deadline, best_effort)
 
+    def cnn_spec(self, name: str, iterations: int, deadline: str) -> str:
+        """A job of the built-in cnn workload, whose speed the bundled table gives."""
+        return job_yaml(name, {"workload": "cnn"}, iterations, deadline)
+
     def write(self, name: str, text: str) -> str:
         path = self.scripts / f"{name}.yaml"
         path.write_text(text)
@@ -151,8 +155,9 @@ def test_submit_wait_exits_failed_when_the_command_fails(
 def test_a_decline_names_a_deadline_that_a_dry_run_and_a_submit_then_guarantee(
     service: Service, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # 1,000 iterations at the placeholder 1/s per core: far more than a minute on any machine.
-    spec = service.write("tight", service.spec("tight", iterations=1000, deadline="1m"))
+    # The cnn workload's table (judged at once, nothing measured first): 20.7 iterations/s on a
+    # core, so 100,000 iterations take over an hour on any machine.
+    spec = service.write("tight", service.cnn_spec("tight", iterations=100_000, deadline="1m"))
     assert qosched(service, "submit", spec) == local.Exit.DECLINED
     err = capsys.readouterr().err
     assert "j-000001 (tight) was declined: its deadline cannot be guaranteed" in err
@@ -164,7 +169,7 @@ def test_a_decline_names_a_deadline_that_a_dry_run_and_a_submit_then_guarantee(
     assert found.group(0) in detail.events[-1].detail["error"]  # queued -> declined, and why
 
     in_time = service.write(
-        "in-time", service.spec("tight", iterations=1000, deadline=f"{found[1]}s")
+        "in-time", service.cnn_spec("tight", iterations=100_000, deadline=f"{found[1]}s")
     )
     assert qosched(service, "submit", "--dry-run", in_time) == local.Exit.SUCCEEDED
     assert capsys.readouterr().out == f"{in_time}: guaranteed\n"
@@ -180,7 +185,7 @@ def test_a_declined_job_makes_submit_exit_declined(
     service: Service, wait: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A million iterations in a minute: no core count meets it, and best effort is not allowed.
-    spec = service.write("hopeless", service.spec("hopeless", iterations=10**6, deadline="1m"))
+    spec = service.write("hopeless", service.cnn_spec("hopeless", iterations=10**6, deadline="1m"))
     assert qosched(service, "submit", *(["--wait"] if wait else []), spec) == 4
     assert "j-000001 (hopeless) was declined" in capsys.readouterr().err
     assert service.client().job("j-000001").state == "declined"
@@ -226,7 +231,8 @@ def test_ctrl_c_while_waiting_exits_130_and_leaves_the_job_running(
     assert qosched(service, "submit", "--wait", spec) == local.Exit.INTERRUPTED
     monkeypatch.undo()
     assert "the jobs go on" in capsys.readouterr().err
-    assert service.client().job("j-000001").state in ("queued", "running")
+    # A command never seen is measured first (profiling), then runs.
+    assert service.client().job("j-000001").state in ("profiling", "running")
     assert qosched(service, "cancel", "j-000001") == 0
 
 
@@ -311,13 +317,14 @@ def test_status_and_status_job_describe_a_finished_job(
     assert len(held["cpus"]) == 1 and held["until"] == pytest.approx(detail["finished_at"])
     assert detail["slack_s"] == pytest.approx(detail["deadline_at"] - detail["finished_at"])
     kinds = [event["kind"] for event in detail["events"]]
-    assert kinds[:2] == ["submitted", "admitted"] and "launched" in kinds
+    # Never seen: measured first; done (3 iterations) before it was measured long enough.
+    assert kinds[:3] == ["submitted", "state", "profiling"] and "launched" in kinds
     assert qosched(service, "status", "j-000001") == 0
     out = capsys.readouterr().out
     for expected in ("j-000001 (ok)", "succeeded", "100% 3/3", "slack", "allocations", "events"):
         assert expected in out, expected
     assert f"on cores {held['cpus'][0]}" in out  # the launch, in words
-    assert "queued -> running" in out and "running -> succeeded" in out
+    assert "queued -> profiling" in out and "profiling -> succeeded" in out
     # And the summary of `status`, from GET /status.
     assert qosched(service, "status") == 0
     first = capsys.readouterr().out.splitlines()[0]

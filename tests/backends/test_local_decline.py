@@ -14,6 +14,8 @@ import pytest
 
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import DRY_RUN_ID, LocalService
+from qosched.backends.local.speed_memory import speed_key
+from qosched.backends.local.verdict import Verdict
 from qosched.cluster.admission import Admission
 
 ONE_CORE = tuple(sorted(os.sched_getaffinity(0)))[:1]
@@ -129,3 +131,26 @@ def test_a_decline_stands_when_its_reason_cannot_be_found(service, monkeypatch):
     assert declined.error == (
         "its deadline cannot be guaranteed and its spec does not allow best effort"
     )
+
+
+def test_a_dry_run_of_a_command_never_seen_says_it_is_measured_first(service, tmp_path):
+    command = TrainingJobSpec(
+        name="new",
+        iterations=100,
+        deadline=Deadline(relative_s=600, absolute_at=None),
+        command=("python3", "-c", "pass"),
+        resources=Resources(min_cpus=1, max_cpus=1),
+    )
+    verdict = service.judge_spec(command)
+    assert verdict.outcome == Verdict.PROFILING
+    assert "measured first" in (verdict.reason or "")
+    assert Verdict.from_json(verdict.to_json(), "reply") == verdict
+    # Once its key has a remembered speed (10 it/s: 10 s of work), it is judged at once.
+    service.store.remember_speeds(speed_key(command), {1: 10.0}, "j-000009", 0.0)
+    assert service.judge_spec(command).outcome is Admission.GUARANTEED
+    # fifo promises nothing, so it measures nothing first.
+    fifo = LocalService.open(tmp_path / "fifo", policy="fifo", tick_s=0.5, cpus=ONE_CORE)
+    try:
+        assert fifo.judge_spec(command).outcome is Admission.BEST_EFFORT
+    finally:
+        fifo.close()

@@ -23,6 +23,7 @@ import qosched.backends.local.service as service_module
 from qosched.backends.local.cgroups import ENV_RUNNER_CGROUP, JobGroups, detect
 from qosched.backends.local.process import find_runners, launch_runner
 from qosched.backends.local.service import LocalService, wait_until_idle
+from qosched.backends.local.speed_memory import speed_key
 from qosched.backends.local.store import Store
 from qosched.cluster.policies import Policy
 from qosched.cluster.state import Decision
@@ -155,7 +156,10 @@ def test_a_job_that_stops_reporting_is_noted_stalled_and_its_finish_no_longer_pr
 ):
     monkeypatch.setattr(service_module, "STALL_MIN_S", 1.0)
     service = open_service(tmp_path, cpus=CORES[:1])
-    job_id = service.submit_spec(python_spec("hangs", HANGS, iterations=2)).id
+    spec = python_spec("hangs", HANGS, iterations=2)
+    # Its speed known from an earlier run, so it runs at once instead of being measured first.
+    service.store.remember_speeds(speed_key(spec), {1: 10.0}, "j-000000", 0.0)
+    job_id = service.submit_spec(spec).id
     deadline = time.monotonic() + WAIT_S
     while "stalled" not in kinds(service, job_id):
         assert time.monotonic() < deadline, kinds(service, job_id)
@@ -441,7 +445,9 @@ def test_a_reused_pid_is_not_adopted_and_never_signalled(tmp_path):
         service.close()
         reopened = open_service(tmp_path, cpus=CORES[:1], grace_s=0.5)
         assert "re-adopted" not in kinds(reopened, job_id)
-        assert reopened.job(job_id).state == "preempted"  # to run again from its checkpoint
+        # Never measured: still profiling, to run (and be measured) again from its checkpoint.
+        assert reopened.job(job_id).state == "profiling"
+        assert not reopened.job(job_id).cpus
         deadline = time.monotonic() + WAIT_S
         while not runs(job_dir) and time.monotonic() < deadline:
             reopened.step()
@@ -542,7 +548,8 @@ def test_down_kills_a_job_ignoring_sigterm_after_the_grace_and_records_it_preemp
     service.stop_runners()
     assert not pid_alive(child)
     job = service.job(stubborn)
-    assert job.state == "preempted"  # it resumes at the next start
+    # It resumes at the next start; stopped before it was measured, it is measured again then.
+    assert job.state == "profiling" and not job.cpus
     stopped = [e for e in service.store.events(stubborn) if e.kind == "stopped"]
     assert "did not stop within 0.5 s of SIGTERM; killed" in stopped[-1].detail["why"]
     service.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sqlite3
 import sys
 import time
@@ -109,49 +110,134 @@ for i in range(1, int(os.environ["QOSCHED_ITERATIONS"]) + 1):
 """
 
 
-def test_a_command_run_once_is_guaranteed_at_once_the_next_time(tmp_path) -> None:
-    """The issue's case: the placeholder (1 it/s a core) declines a tight deadline; once the
-    same command has run, its measured speed is the prior and the deadline is guaranteed."""
+def _wait_for(service: LocalService, job_id: str, predicate) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate(service.job(job_id)):
+        assert time.monotonic() < deadline, service.job(job_id)
+        service.step()
+        time.sleep(0.1)
+
+
+def _earliest_in_s(error: str) -> int:
+    match = re.search(r"earliest deadline that can be guaranteed now is (\d+)s from now", error)
+    assert match, error
+    return int(match.group(1))
+
+
+def test_a_new_command_is_measured_then_guaranteed_and_remembered_the_next_time(tmp_path) -> None:
+    """The issue's case: a command never seen is measured first (profiling), then guaranteed
+    on what was measured; the same command again is guaranteed at once on the remembered
+    speed, and an impossible deadline is declined with one that, used, is met."""
     script = tmp_path / "steady.py"
     script.write_text(STEADY)
     argv = [sys.executable, str(script)]
     service = LocalService.open(tmp_path / "home", cpus=CORES[:1], tick_s=0.2, grace_s=2.0)
+
+    def strict(name: str, deadline_s: int) -> TrainingJobSpec:
+        spec = command_spec(name, argv, iterations=300, deadline_s=deadline_s)
+        return dataclasses.replace(spec, best_effort=False)
+
     try:
-        tight = dataclasses.replace(
-            command_spec("tight", argv, iterations=160, deadline_s=60), best_effort=False
-        )
-        assert service.submit_spec(tight).state == "declined"  # 160 s on the placeholder
-        first_view = service.submit_spec(command_spec("first", argv, iterations=160))
-        first = first_view.id
-        assert first_view.speed_source == "placeholder"  # never seen: nothing measured yet
-        deadline = time.monotonic() + WAIT_S
-        while service.job(first).speed_source != "measured now":
-            assert time.monotonic() < deadline, service.job(first)
-            service.step()
-            time.sleep(0.1)
+        # 300 iterations at about 20 it/s: 15 s; the placeholder (1 it/s) would decline it.
+        first = service.submit_spec(strict("first", 60))
+        assert first.state == "profiling"
+        assert first.speed_source == "being measured (profiling)"
+        _wait_for(service, first.id, lambda job: job.state != "profiling")
+        [admitted] = [e for e in service.store.events(first.id) if e.kind == "admitted"]
+        assert admitted.detail["guaranteed"] is True
+        assert 8.0 < admitted.detail["measured"]["1"] < 21.0  # <= 20 it/s, less when busy
         assert wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.1)
-        assert service.job(first).speed_source is None  # finished: no prediction
-        assert service.job(first).state == "succeeded"
-        again = service.submit_spec(
-            dataclasses.replace(
-                command_spec("again", argv, iterations=160, deadline_s=60), best_effort=False
-            )
-        )
-        assert again.state != "declined"
-        assert again.speed_source == f"remembered from {first}"
+        done = service.job(first.id)
+        assert done.state == "succeeded" and done.finished_at <= done.deadline_at
+        assert done.iterations_done == 300  # the measured iterations counted toward it
+
+        again = service.submit_spec(strict("again", 40))
+        assert again.state == "queued"  # judged at once: no measuring
+        assert again.speed_source == f"remembered from {first.id}"
         [admitted] = [e for e in service.store.events(again.id) if e.kind == "admitted"]
         assert admitted.detail["guaranteed"] is True
-        [speed] = [e for e in service.store.events(again.id) if e.kind == "speed"]
-        assert speed.detail["remembered_from"] == first
-        assert 8.0 < speed.detail["rates"]["1"] < 21.0  # at most 20 it/s, less on a busy machine
         assert wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.1)
-        assert service.job(again.id).state == "succeeded"
+        done = service.job(again.id)
+        assert done.state == "succeeded" and done.finished_at <= done.deadline_at
+
+        impossible = service.submit_spec(strict("impossible", 3))
+        assert impossible.state == "declined"
+        earliest = _earliest_in_s(impossible.error)
+        assert 15 <= earliest <= 60
+        used = service.submit_spec(strict("earliest", earliest))
+        assert used.state == "queued"
+        assert wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.1)
+        done = service.job(used.id)
+        assert done.state == "succeeded" and done.finished_at <= done.deadline_at
     finally:
         service.close()
     # Remembered across a restart of the service.
     reopened = LocalService.open(tmp_path / "home", cpus=CORES[:1], tick_s=0.2, grace_s=2.0)
     try:
         rates, measured_by = reopened.store.remembered_speeds(speed_key(command_spec("x", argv)))
-        assert 1 in rates and measured_by in (first, again.id)
+        assert 1 in rates and measured_by is not None
     finally:
         reopened.close()
+
+
+def test_a_new_command_that_cannot_make_it_is_declined_after_measuring(tmp_path) -> None:
+    """Measured at about 20 it/s, 600 iterations need about 30 s: a 12 s deadline is declined
+    once measured, with the earliest deadline it would get, and its runner is stopped; what it
+    measured is remembered, so the same spec is then declined at once."""
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY)
+    argv = [sys.executable, str(script)]
+    service = LocalService.open(tmp_path / "home", cpus=CORES[:1], tick_s=0.2, grace_s=2.0)
+    spec = dataclasses.replace(
+        command_spec("late", argv, iterations=600, deadline_s=12), best_effort=False
+    )
+    try:
+        late = service.submit_spec(spec)
+        assert late.state == "profiling"
+        _wait_for(service, late.id, lambda job: job.state != "profiling")
+        declined = service.job(late.id)
+        assert declined.state == "declined"
+        assert declined.iterations_done < 600  # stopped, not run to the end
+        assert _earliest_in_s(declined.error) >= 20
+        assert not service.job(late.id).cpus
+        again = service.submit_spec(spec)
+        assert again.state == "declined"  # on what the first measured, at once
+        assert again.speed_source is None
+        [speed] = [e for e in service.store.events(again.id) if e.kind == "speed"]
+        assert speed.detail["remembered_from"] == late.id
+    finally:
+        service.close()
+
+
+SILENT = """
+import time
+time.sleep(60)
+"""
+
+
+def test_a_command_that_reports_nothing_is_not_promised_anything(tmp_path, monkeypatch) -> None:
+    """No progress within the bound: no speed to judge on; declined, or run best effort when
+    its spec allows."""
+    monkeypatch.setattr("qosched.backends.local.profiling.MAX_PROFILE_S", 2.0)
+    script = tmp_path / "silent.py"
+    script.write_text(SILENT)
+    argv = [sys.executable, str(script)]
+    service = LocalService.open(tmp_path / "home", cpus=CORES[:2], tick_s=0.2, grace_s=2.0)
+    try:
+        strict = service.submit_spec(
+            dataclasses.replace(command_spec("strict", argv, deadline_s=600), best_effort=False)
+        )
+        _wait_for(service, strict.id, lambda job: job.state not in ("profiling",))
+        _wait_for(service, strict.id, lambda job: job.finished)
+        declined = service.job(strict.id)
+        assert declined.state == "declined"
+        assert "reported no usable progress" in declined.error
+        hopeful = service.submit_spec(command_spec("hopeful", argv, deadline_s=600))
+        _wait_for(service, hopeful.id, lambda job: job.state != "profiling")
+        running = service.job(hopeful.id)
+        assert running.state == "running" and running.guaranteed is False
+        service.cancel(hopeful.id)
+        _wait_for(service, hopeful.id, lambda job: job.finished)
+    finally:
+        service.stop_runners(grace_s=1.0)
+        service.close()

@@ -248,7 +248,7 @@ def test_record_result_and_failure(store):
 
 def test_a_job_that_is_not_running_holds_no_cpus(store):
     job_id = store.submit(SPEC, now=0.0)
-    with pytest.raises(StoreError, match="only a running job"):
+    with pytest.raises(StoreError, match="only a running or profiling job"):
         store.set_allocation(job_id, [0], now=1.0)
     with pytest.raises(StoreError, match="holds no CPUs"):
         store.transition(job_id, Lifecycle.CANCELLED, 1.0, allocation=[0])

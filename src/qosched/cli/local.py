@@ -741,6 +741,7 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 _STATE_STYLES = {
     "queued": "yellow",
+    "profiling": "blue",
     "running": "cyan",
     "preempted": "magenta",
     "succeeded": "green",
@@ -879,17 +880,25 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
             return f"holds GPUs {cpu_ranges(detail['held'])}"
         return f"gave back GPUs {cpu_ranges(detail.get('released') or [])}"
     if kind == "allocation":
-        old, new = cpu_ranges(detail.get("from") or []), cpu_ranges(detail.get("to") or [])
-        return f"re-sized from cores {old} to {new}"
+        old, new = detail.get("from") or [], detail.get("to") or []
+        if not old:
+            return f"holds cores {cpu_ranges(new)}"
+        if not new:
+            return f"gave back cores {cpu_ranges(old)}"
+        return f"re-sized from cores {cpu_ranges(old)} to {cpu_ranges(new)}"
     if kind == "launched":
-        cores = cpu_ranges(detail.get("cores") or [])
+        cores = cpu_ranges(detail.get("cpus") or [])
         pid, attempt = detail.get("pid"), detail.get("attempt")
         return f"runner started (pid {pid}, attempt {attempt}) on cores {cores}"
     if kind == "admitted":
         promise = (
             "deadline guaranteed" if detail.get("guaranteed") else "not guaranteed (best effort)"
         )
-        return f"by {detail.get('policy')}: {promise}"
+        return f"by {detail.get('policy')}: {promise}" + _measured(detail)
+    if kind == "profiling":
+        return f"{detail.get('why')}: measured first (at most {detail.get('bound_s')} s)"
+    if kind == "declining":
+        return f"{detail.get('why')}" + _measured(detail)
     if kind == "stopped":
         return str(detail.get("why", ""))
     if kind == "stalled":
@@ -900,11 +909,23 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
     if kind == "submitted":
         return ""
     if kind == "speed":
-        rates = detail.get("rates") or {}
-        ordered = sorted(rates.items(), key=lambda item: (len(str(item[0])), str(item[0])))
-        shown = ", ".join(f"{float(rate):.3g} it/s on {workers}" for workers, rate in ordered)
+        shown = _speeds(detail.get("rates"))
         return f"speed remembered from {detail.get('remembered_from')}: {shown}"
     return ", ".join(f"{key} {value}" for key, value in sorted(detail.items()))
+
+
+def _measured(detail: Mapping[str, Any]) -> str:
+    """``"; measured 12.3 it/s on 1, ..."`` from an event's ``measured`` speeds, if any."""
+    shown = _speeds(detail.get("measured"))
+    return f"; measured {shown}" if shown else ""
+
+
+def _speeds(rates: Any) -> str:
+    """``{"1": 12.3, "2": 20}`` (worker count -> iterations/s) as ``12.3 it/s on 1, ...``."""
+    if not isinstance(rates, Mapping):
+        return ""
+    ordered = sorted(rates.items(), key=lambda item: (len(str(item[0])), str(item[0])))
+    return ", ".join(f"{float(rate):.3g} it/s on {workers}" for workers, rate in ordered)
 
 
 def _clock(at: float, now: float) -> str:
@@ -992,6 +1013,8 @@ def _qos_label(job: JobView) -> tuple[str, str]:
         return f"✗ {state.value}" + (f": {_shorten(error[-1], 60)}" if error else ""), "red"
     if state is Lifecycle.CANCELLED:
         return "-", "dim"
+    if state is Lifecycle.PROFILING:
+        return "measuring its speed", "dim"
     predicted = job.predicted_finish_at
     if predicted is None:
         return "", ""

@@ -59,6 +59,7 @@ itself the N-th time it passes ``POINT``, one of ``FAULT_POINTS``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import math
@@ -88,6 +89,13 @@ from qosched.backends.local.process import (
     runner_folder,
     tree_files,
 )
+from qosched.backends.local.profiling import (
+    MAX_PROFILE_S,
+    next_step,
+    probe_job,
+    size_speeds,
+    sizes_to_measure,
+)
 from qosched.backends.local.progress import ProgressEvent, ProgressFollower, RunnerEvent
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
@@ -109,6 +117,8 @@ from qosched.backends.local.protocol import (
 from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
 from qosched.backends.local.speeds import prior_curve
 from qosched.backends.local.store import (
+    FINAL_STATES,
+    HOLDING_STATES,
     IllegalTransitionError,
     JobRecord,
     Lifecycle,
@@ -118,7 +128,7 @@ from qosched.backends.local.store import (
 )
 from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import views
-from qosched.cluster.admission import Admission, admit_job
+from qosched.cluster.admission import Admission, admit_job, probe_admission
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
@@ -132,6 +142,11 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 #: The id a job judged by `LocalService.judge_spec` has for its policy (no job is stored).
 DRY_RUN_ID = "dry-run"
+#: The id of the job that stands for a measurement when the policy is asked whether workers
+#: can be lent to it (profiling.probe_job), and how many waiting jobs are asked about per pool
+#: and decision (each ask copies the policy).
+PROBE_ID = "profiling-probe"
+MAX_PROBED_PER_DECISION = 4
 #: Seconds between decisions when nothing happens; also how often progress is read.
 TICK_S = 5.0
 #: What the policy is told a change of cores costs. Measured (docs/results/local.md): an in-place
@@ -238,6 +253,13 @@ class _LiveJob:
     speed_key: str | None = None  # what its speed is remembered under (speed_memory)
     # The job whose measured speeds (workers -> iterations/s) are this one's prior, if any.
     remembered: tuple[str | None, dict[int, float]] | None = None
+    # Profiling (see qosched.backends.local.profiling): its speed is measured before it is
+    # judged; it is not its policy's until then. Measured at these sizes, its runner started
+    # for it at this service time; ``declining`` says why it is declined once its runner is gone.
+    profiling: bool = False
+    profile_sizes: tuple[int, ...] = ()
+    profile_started: float | None = None
+    declining: str | None = None
 
 
 class LocalService:
@@ -409,6 +431,9 @@ class LocalService:
             try:
                 record = self.store.get(job_id)
                 live = self._track(record)
+                if self._measure_first(live):
+                    self._start_profiling(live, now)
+                    return self.job(job_id)
                 admission = admit_job(
                     self._policy_of(live),
                     live.policy_job,
@@ -434,18 +459,7 @@ class LocalService:
                 )
             if admission is Admission.DECLINED:
                 self._forget(job_id)  # out of the view the verdict is judged on
-                try:
-                    verdict = judge(
-                        self._policy_of(live),
-                        live.policy_job,
-                        self._view(now, spec.gpu),
-                        best_effort=spec.best_effort,
-                        admission=admission,
-                        kind=_kind(spec),
-                    )
-                except Exception:  # the reason is a courtesy: the decline stands without it
-                    log.exception("job %s: cannot say why it was declined", job_id)
-                    verdict = Verdict(Admission.DECLINED)
+                verdict = self._declined_verdict(live, self._view(now, spec.gpu), admission)
                 self.store.transition(job_id, Lifecycle.DECLINED, now, error=verdict.message())
             else:
                 guaranteed = admission is Admission.GUARANTEED
@@ -454,6 +468,31 @@ class LocalService:
                 )
             self._dirty = True
             return self.job(job_id)
+
+    def _measure_first(self, live: _LiveJob) -> bool:
+        """Whether the job's deadline waits for its measured speed (see profiling): its
+        policy promises deadlines, and nothing measured its speed: no table for it, nothing
+        remembered under its speed key."""
+        return (
+            self._policy_of(live).promises_deadlines
+            and live.remembered is None
+            and _speed_unknown(live.spec)
+        )
+
+    def _start_profiling(self, live: _LiveJob, now: float) -> None:
+        job_id = live.record.id
+        live.record = self.store.transition(job_id, Lifecycle.PROFILING, now)
+        self.store.add_event(
+            job_id,
+            now,
+            "profiling",
+            {
+                "why": "its speed on this machine is not known yet",
+                "bound_s": MAX_PROFILE_S,
+            },
+        )
+        live.profiling = True
+        self._dirty = True
 
     def dry_run(self, spec_text: str, source: str) -> Verdict:
         now = self.clock()
@@ -469,6 +508,15 @@ class LocalService:
             try:
                 remembered = self.store.remembered_speeds(speed_key(spec))[0]
                 job = self._policy_job(DRY_RUN_ID, spec, now, spec.deadline_at(now), remembered)
+                policy = self.gpu_policy if spec.gpu else self.policy
+                if policy.promises_deadlines and not remembered and _speed_unknown(spec):
+                    return Verdict(
+                        Verdict.PROFILING,
+                        f"its speed on this machine is not known yet: it is measured first "
+                        f"(for at most {MAX_PROFILE_S:.0f} s of running, on workers no "
+                        f"guarantee needs), then guaranteed, run best effort or declined on "
+                        f"what was measured",
+                    )
                 return judge(
                     self.gpu_policy if spec.gpu else self.policy,
                     job,
@@ -503,7 +551,7 @@ class LocalService:
             if self._stale:  # memory may not know a runner of this job yet
                 self._resync()
             record = self.store.get(job_id)
-            if record.state not in (Lifecycle.QUEUED, Lifecycle.RUNNING, Lifecycle.PREEMPTED):
+            if record.state in FINAL_STATES:
                 raise InputError(f"job {job_id} is already {record.state.value}", field="job")
             live = self._live.get(job_id)
             if live is not None and live.runner is not None and not live.runner.gone():
@@ -527,11 +575,23 @@ class LocalService:
                     outcomes[outcome.value] += 1
             return Metrics(
                 capacity_cpus=len(self.cores),
-                queued=sum(r.state in (Lifecycle.QUEUED, Lifecycle.PREEMPTED) for r in records),
-                running=sum(r.state is Lifecycle.RUNNING for r in records),
+                queued=sum(
+                    r.state in (Lifecycle.QUEUED, Lifecycle.PREEMPTED)
+                    or (r.state is Lifecycle.PROFILING and not self._runs(r.id))
+                    for r in records
+                ),
+                running=sum(
+                    r.state is Lifecycle.RUNNING
+                    or (r.state is Lifecycle.PROFILING and self._runs(r.id))
+                    for r in records
+                ),
                 allocated_cpus={j: len(live.cores) for j, live in self._live.items() if live.cores},
                 outcomes=outcomes,
             )
+
+    def _runs(self, job_id: str) -> bool:
+        live = self._live.get(job_id)
+        return live is not None and live.runner is not None
 
     # -- one scheduling round ---------------------------------------------------------------------
 
@@ -553,6 +613,9 @@ class LocalService:
                     if live.failing is None or action != self._read_progress_of:
                         self._isolated(live, doing, action)
             now = self.clock()
+            for live in list(self._live.values()):
+                if live.profiling:
+                    self._isolated(live, "measuring its speed", self._measure, now)
             for live in self._live.values():
                 self._note_stall(live, now)
             due = now >= self._next_decision or (self._wake_at is not None and now >= self._wake_at)
@@ -725,7 +788,7 @@ class LocalService:
         jobs = [
             live.policy_job
             for live in self._live.values()
-            if live.spec.gpu == gpu and not self._holding(live)
+            if live.spec.gpu == gpu and not live.profiling and not self._holding(live)
         ]
         size = len(self._pool(gpu)) if count is None else count
         if not gpu:
@@ -752,18 +815,173 @@ class LocalService:
     def _decide_pool(self, now: float, *, gpu: bool) -> float | None:
         """One pool's round (cores among CPU jobs, or GPUs among GPU jobs); returns when its
         policy wants to be asked again."""
-        members = [live for live in self._live.values() if live.spec.gpu == gpu]
+        pool = [live for live in self._live.values() if live.spec.gpu == gpu]
+        members = [live for live in pool if not live.profiling]
+        measuring = [live for live in pool if live.profiling]
         held = {u for live in members if self._holding(live) for u in self._units(live)}
+        held.update(u for live in measuring for u in self._units(live))
         free = [u for u in self._pool(gpu) if u not in held]
         if not free:
-            return None  # every worker is held by a job finishing or stopping: decide later
-        policy = self.gpu_policy if gpu else self.policy
-        decision = policy.allocate(self._view(now, gpu, len(free)))
-        assignment = self._assign_units(decision.workers, members, free, gpu)
+            return None  # every worker is held by a job finishing, stopping or measured
+        waiting = [
+            live
+            for live in measuring
+            if live.runner is None and not self._units(live) and live.declining is None
+        ]
+        lent = self._lend_for_measuring(waiting, len(free), now, gpu=gpu)
+        room = len(free) - sum(lent.values())
+        wake = None
+        if room > 0:
+            policy = self.gpu_policy if gpu else self.policy
+            decision = policy.allocate(self._view(now, gpu, room))
+            assignment = self._assign_units(decision.workers, members, free, gpu)
+            wake = decision.wake_at
+        else:
+            assignment = {}
         changes = self._changes(members, assignment)
         self._give_up_units(changes, now)
         self._hand_on_units(changes, members, now)
-        return decision.wake_at
+        self._launch_measuring(lent, free, pool, now)
+        return wake
+
+    def _lend_for_measuring(
+        self, waiting: list[_LiveJob], free: int, now: float, *, gpu: bool
+    ) -> dict[str, int]:
+        """How many of the ``free`` workers each waiting profiling job is lent now: the most
+        its spec allows such that every guarantee survives (``profiling.probe_job``), or none
+        where no count does; jobs in submission order, each probe on what the earlier left."""
+        policy = self.gpu_policy if gpu else self.policy
+        pause = GPU_RESIZE_PAUSE_S if gpu else RESIZE_PAUSE_S
+        lent: dict[str, int] = {}
+        left = free
+        # Each job running now keeps a worker where it can: a measurement shrinks others
+        # rather than stopping them.
+        running = sum(
+            1
+            for other in self._live.values()
+            if other.spec.gpu == gpu and not other.profiling and self._units(other)
+        )
+        for live in waiting[:MAX_PROBED_PER_DECISION]:
+            least, most = live.spec.resources.bounds()
+            cap = min(most or left, max(1, left - running), left)
+            for count in range(cap, max(1, least) - 1, -1):
+                probe = probe_job(PROBE_ID, count, now, resize_pause_s=pause)
+                view = self._view(now, gpu, left)
+                if probe_admission(policy, probe, view, best_effort=False) is Admission.GUARANTEED:
+                    lent[live.record.id] = count
+                    left -= count
+                    break
+        return lent
+
+    def _launch_measuring(
+        self, lent: Mapping[str, int], free: list[int], pool: list[_LiveJob], now: float
+    ) -> None:
+        """Start each profiling job lent workers on ones nobody holds after this round's
+        changes; one whose workers are still held (a runner stopping) waits a round."""
+        for job_id, count in lent.items():
+            live = self._live.get(job_id)
+            if live is None:
+                continue
+            taken = {u for other in pool for u in self._units(other)}
+            units = tuple(u for u in free if u not in taken)[:count]
+            if len(units) < count:
+                self._dirty = True
+                continue
+            least = live.spec.resources.bounds()[0]
+            live.profile_sizes = sizes_to_measure(
+                count, least=least, resized_in_place=not live.spec.restarts_on_resize
+            )
+            live.profile_started = now
+            self._isolated(live, "launching it to measure its speed", self._launch, units, now)
+
+    def _measure(self, live: _LiveJob, now: float) -> None:
+        """One profiling job's round: measure on, shrink to its next size, or judge it."""
+        if live.runner is None or live.stopping or live.declining is not None:
+            return
+        if live.profile_started is None:  # adopted after a restart: measured from now on
+            units = len(self._units(live))
+            live.profile_sizes = sizes_to_measure(
+                units,
+                least=live.spec.resources.bounds()[0],
+                resized_in_place=not live.spec.restarts_on_resize,
+            )
+            live.profile_started = now
+        samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(live.record.id)]
+        holding = len(self._units(live))
+        step = next_step(
+            live.profile_sizes, size_speeds(samples), holding, now - live.profile_started
+        )
+        if step.resize_to is not None and step.resize_to < holding:
+            self._resize(live, live.cores[: step.resize_to], now)
+            self._dirty = True  # the workers it gave back go to others
+        elif step.judge or step.resize_to is not None:
+            self._conclude_profiling(live, measured_rates(samples), now)
+
+    def _conclude_profiling(self, live: _LiveJob, rates: dict[int, float], now: float) -> None:
+        """Judge a profiling job on the speeds it measured (none: it reported no usable
+        progress), as an arriving job is judged: it runs (guaranteed or best effort) on, or is
+        declined once its runner is gone."""
+        job_id, spec = live.record.id, live.spec
+        policy = self._policy_of(live)
+        others = sum(
+            len(self._units(other))
+            for other in self._live.values()
+            if other.profiling and other is not live and other.spec.gpu == spec.gpu
+        )
+        view = self._view(now, spec.gpu, len(self._pool(spec.gpu)) - others)
+        job = live.policy_job
+        if rates:
+            job.curve = remembered_curve(prior_curve(spec, len(self._pool(spec.gpu))), rates)
+            admission = admit_job(policy, job, view, best_effort=spec.best_effort)
+        elif spec.best_effort:
+            # No speed to promise on: it runs as a job without a deadline would.
+            job.spec = dataclasses.replace(job.spec, deadline_s=None)
+            admission = admit_job(policy, job, view, best_effort=True)
+        else:
+            admission = Admission.DECLINED
+        measured = {str(w): r for w, r in rates.items()}
+        if admission is Admission.DECLINED:
+            if rates:
+                verdict = self._declined_verdict(live, view, admission)
+            else:
+                verdict = Verdict(
+                    Admission.DECLINED,
+                    f"its speed could not be measured: it reported no usable progress in "
+                    f"{MAX_PROFILE_S:.0f} s of running (see qosched.job.report)",
+                )
+            live.declining = verdict.message()
+            self.store.add_event(
+                job_id, now, "declining", {"why": live.declining, "measured": measured}
+            )
+            self._stop(live)
+            return
+        guaranteed = admission is Admission.GUARANTEED
+        live.profiling = False
+        live.record = self.store.transition(
+            job_id, Lifecycle.RUNNING, now, allocation=live.cores, guaranteed=guaranteed
+        )
+        self.store.add_event(
+            job_id,
+            now,
+            "admitted",
+            {"policy": self.policy_name, "guaranteed": guaranteed, "measured": measured},
+        )
+        self._dirty = True
+
+    def _declined_verdict(self, live: _LiveJob, view: ClusterView, admission: Admission) -> Verdict:
+        """Why the policy declined the job, and the earliest deadline it would guarantee."""
+        try:
+            return judge(
+                self._policy_of(live),
+                live.policy_job,
+                view,
+                best_effort=live.spec.best_effort,
+                admission=admission,
+                kind=_kind(live.spec),
+            )
+        except Exception:  # the reason is a courtesy: the decline stands without it
+            log.exception("job %s: cannot say why it was declined", live.record.id)
+            return Verdict(Admission.DECLINED)
 
     def _assign_units(
         self, workers: Mapping[str, int], members: list[_LiveJob], free: list[int], gpu: bool
@@ -940,7 +1158,7 @@ class LocalService:
         live.gpus = tuple(sorted(allocation.gpus)) if live.spec.gpu else ()
         live.version = allocation.version
         record = self.store.get(live.record.id)
-        if record.state is Lifecycle.RUNNING and tuple(record.allocation) != live.cores:
+        if record.state in HOLDING_STATES and tuple(record.allocation) != live.cores:
             self.store.set_allocation(record.id, live.cores, now)
         live.record = self.store.record_launched(
             record.id,
@@ -1045,6 +1263,8 @@ class LocalService:
             return
         if live.cancelling:
             self._record_final(live, Lifecycle.CANCELLED)
+        elif live.declining is not None:
+            self._record_final(live, Lifecycle.DECLINED, error=live.declining)
         elif live.over_memory is not None:  # killed for it: a retry would do the same
             self._record_final(live, Lifecycle.FAILED, error=live.over_memory)
         else:
@@ -1085,7 +1305,14 @@ class LocalService:
             live.stopping, live.killed = True, True
 
     def _mark_preempted(self, live: _LiveJob, now: float, why: str) -> None:
-        live.record = self.store.transition(live.record.id, Lifecycle.PREEMPTED, now)
+        """Its runner is gone and the job may run again: pre-empted, or, while it is being
+        measured, still profiling (holding nothing; measured anew once lent workers again)."""
+        if live.profiling:
+            if self.store.get(live.record.id).allocation:
+                self.store.set_allocation(live.record.id, (), now)
+            live.profile_started = None
+        else:
+            live.record = self.store.transition(live.record.id, Lifecycle.PREEMPTED, now)
         self.store.add_event(live.record.id, now, "stopped", {"why": why})
         self._release_gpus(live, now)
         live.cores, live.stopping, live.term_at, live.killed = (), False, None, False
@@ -1163,7 +1390,10 @@ class LocalService:
                 RunnerEvent.CHECKPOINT,
                 RunnerEvent.DONE,
             ):
-                self.store.add_progress(live.record.id, event.t, event.iteration, event.cpus)
+                # The sample's workers are the job's pool's: a GPU job's runner reports the
+                # service's cores, which feed its GPUs; its speed is per GPU count.
+                workers = len(live.gpus) if live.spec.gpu else event.cpus
+                self.store.add_progress(live.record.id, event.t, event.iteration, workers)
                 stored = True
         if events:
             live.last_event = events[-1]
@@ -1240,8 +1470,10 @@ class LocalService:
     ) -> None:
         record = self.store.get(job_id)
         live = self._track(record)
-        # Accepted before: the policy re-learns it.
-        self._policy_of(live).admit(live.policy_job, self._view(now, live.spec.gpu))
+        if record.state is Lifecycle.PROFILING:
+            live.profiling = True  # not its policy's yet: measured (again), then judged
+        else:  # accepted before: the policy re-learns it
+            self._policy_of(live).admit(live.policy_job, self._view(now, live.spec.gpu))
         intent_attempt, launched = record.attempts, None
         events = self.store.events(job_id)
         live.gpus = _gpus_in_log(events)  # held by its runner, if one is left
@@ -1254,6 +1486,8 @@ class LocalService:
                 live.cancelling = True
             elif event.kind == "failing":
                 live.failing = str(event.detail.get("why"))
+            elif event.kind == "declining":
+                live.declining = str(event.detail.get("why"))
             elif event.kind == RUNNER_WARNING:
                 live.stored_until = max(live.stored_until, event.t)
         samples = self.store.progress(job_id)
@@ -1279,7 +1513,7 @@ class LocalService:
         if found:
             self._take_over(live, found[0], now, intent_attempt)
             self._read_progress_of(live)
-            if live.cancelling or live.failing is not None:
+            if live.cancelling or live.failing is not None or live.declining is not None:
                 self._stop(live)
             return
         self._read_progress_of(live)
@@ -1289,14 +1523,18 @@ class LocalService:
             self._record_final(live, Lifecycle.FAILED, error=live.failing)
         elif (live.job_dir / RESULT_FILE).exists():  # it completed while the service was down
             result = read_result(live.job_dir / RESULT_FILE)
-            if record.state is not Lifecycle.RUNNING:
+            if record.state not in HOLDING_STATES:
                 # The service died between starting its runner and recording the launch: record
                 # that it ran (holding nothing now), then that it is done.
                 self.store.transition(job_id, Lifecycle.RUNNING, now, allocation=())
             self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
         elif live.cancelling:
             self._record_final(live, Lifecycle.CANCELLED)
-        elif record.state is Lifecycle.RUNNING:
+        elif live.declining is not None:
+            self._record_final(live, Lifecycle.DECLINED, error=live.declining)
+        elif record.state is Lifecycle.RUNNING or (
+            record.state is Lifecycle.PROFILING and record.allocation
+        ):
             self._mark_preempted(live, now, "the runner did not survive a service restart")
 
     def _describe(self, record: JobRecord) -> JobView:
@@ -1334,6 +1572,8 @@ class LocalService:
 
     def _speed_source(self, live: _LiveJob) -> str:
         """Where the job's predicted speed comes from now, in words for ``status JOB``."""
+        if live.profiling:
+            return "being measured (profiling)"
         model = self._policy_of(live).predictor_of(live.policy_job.job_id)
         if model is not None and model.observed_seconds > 0:
             return "measured now"
@@ -1540,6 +1780,11 @@ def service_trouble(exc: BaseException) -> str | None:
             return f"{current.strerror or current} ({errno.errorcode[current.errno]})"
         current = current.__cause__ or current.__context__
     return None
+
+
+def _speed_unknown(spec: TrainingJobSpec) -> bool:
+    """No table gives the job's speed here: a command's, or any job's on GPUs."""
+    return spec.workload is None or spec.gpu
 
 
 def _kind(spec: TrainingJobSpec) -> str:

@@ -77,6 +77,7 @@ class Lifecycle(StrEnum):
     Not ``qosched.cluster.state.JobState``, the policy's mutable record of a job."""
 
     QUEUED = "queued"
+    PROFILING = "profiling"
     RUNNING = "running"
     PREEMPTED = "preempted"
     SUCCEEDED = "succeeded"
@@ -87,11 +88,29 @@ class Lifecycle(StrEnum):
 
 # The whole lifecycle. A queued job may fail before it ever runs (its launch failed); a running
 # job that loses its CPUs, or whose process died with a restarted service, becomes preempted and
-# may run again. The four final states lead nowhere.
+# may run again. A job whose speed is not known yet is profiling before it is judged: it runs
+# (holding workers, like a running job) or waits to, until its measured speed admits it
+# (running) or not (declined); it may also end during the measurement. The four final states
+# lead nowhere.
 TRANSITIONS: Mapping[Lifecycle, frozenset[Lifecycle]] = MappingProxyType(
     {
         Lifecycle.QUEUED: frozenset(
-            {Lifecycle.RUNNING, Lifecycle.DECLINED, Lifecycle.CANCELLED, Lifecycle.FAILED}
+            {
+                Lifecycle.PROFILING,
+                Lifecycle.RUNNING,
+                Lifecycle.DECLINED,
+                Lifecycle.CANCELLED,
+                Lifecycle.FAILED,
+            }
+        ),
+        Lifecycle.PROFILING: frozenset(
+            {
+                Lifecycle.RUNNING,
+                Lifecycle.SUCCEEDED,
+                Lifecycle.DECLINED,
+                Lifecycle.CANCELLED,
+                Lifecycle.FAILED,
+            }
         ),
         Lifecycle.RUNNING: frozenset(
             {Lifecycle.SUCCEEDED, Lifecycle.FAILED, Lifecycle.PREEMPTED, Lifecycle.CANCELLED}
@@ -105,6 +124,8 @@ TRANSITIONS: Mapping[Lifecycle, frozenset[Lifecycle]] = MappingProxyType(
 )
 FINAL_STATES = frozenset(state for state, nexts in TRANSITIONS.items() if not nexts)
 UNFINISHED_STATES = frozenset(Lifecycle) - FINAL_STATES
+#: The states in which a job may hold workers.
+HOLDING_STATES = frozenset({Lifecycle.RUNNING, Lifecycle.PROFILING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +358,7 @@ class Store:
         return tuple(self._record(row) for row in rows)
 
     def unfinished(self) -> tuple[JobRecord, ...]:
-        """Jobs a restarted service must adopt again: queued, running or preempted."""
+        """Jobs a restarted service must adopt again: queued, profiling, running or preempted."""
         return self.list(UNFINISHED_STATES)
 
     def unfinished_ids(self) -> tuple[str, ...]:
@@ -364,7 +385,8 @@ class Store:
         """Move a job to ``new_state`` if the lifecycle allows it, and log the change.
 
         Entering ``running`` the first time sets ``started_at``; entering a final state sets
-        ``finished_at``. Any state but ``running`` holds no CPUs, so its allocation is cleared.
+        ``finished_at``. Any state but ``running`` holds no CPUs, so its allocation is cleared (a
+        profiling job gets its CPUs from ``record_launched`` and ``set_allocation``).
         """
         with self._write() as db:
             self._transition(db, job_id, new_state, now, allocation, error, result, guaranteed)
@@ -379,18 +401,15 @@ class Store:
         return self.transition(job_id, Lifecycle.FAILED, now, error=error)
 
     def set_allocation(self, job_id: str, cpus: Sequence[int], now: float) -> None:
-        """Re-size a running job to exactly the CPU ids ``cpus``, and log the change."""
+        """Re-size a running (or profiling) job to exactly the CPU ids ``cpus`` (none: a
+        profiling job stopped), and log the change."""
         new = _check_cpus(cpus)
         with self._write() as db:
-            if (state := self._state(db, job_id)) is not Lifecycle.RUNNING:
-                raise StoreError(f"job {job_id}: only a running job holds CPUs, it is {state}")
-            old = json.loads(
-                db.execute("SELECT allocation_json FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
-            )
-            db.execute(
-                "UPDATE jobs SET allocation_json = ? WHERE id = ?", (json.dumps(new), job_id)
-            )
-            self._insert_event(db, job_id, now, "allocation", {"from": old, "to": new})
+            if (state := self._state(db, job_id)) not in HOLDING_STATES:
+                raise StoreError(
+                    f"job {job_id}: only a running or profiling job holds CPUs, it is {state}"
+                )
+            self._allocate(db, job_id, now, new)
 
     def record_launch_intent(
         self, job_id: str, now: float, job_dir: str, cpus: Sequence[int]
@@ -422,9 +441,13 @@ class Store:
     ) -> JobRecord:
         """The runner of a launch intent is running: the job becomes running on ``cpus`` and a
         ``kind`` event records its pid and start time (``/proc/PID/stat`` field 22), in one
-        commit. A job already running (re-adopted) only gets the event."""
+        commit. A job already running (re-adopted) only gets the event; a profiling job stays
+        profiling, on ``cpus`` (an ``allocation`` event when they change)."""
         with self._write() as db:
-            if self._state(db, job_id) is not Lifecycle.RUNNING:
+            state = self._state(db, job_id)
+            if state is Lifecycle.PROFILING:
+                self._hold(db, job_id, now, cpus)
+            elif state is not Lifecycle.RUNNING:
                 self._transition(db, job_id, Lifecycle.RUNNING, now, cpus, None, None, guaranteed)
             self._insert_event(
                 db,
@@ -436,10 +459,36 @@ class Store:
             row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._record(row)
 
+    def _hold(self, db: sqlite3.Connection, job_id: str, now: float, cpus: Sequence[int]) -> None:
+        """A profiling job's runner started on ``cpus``: it has started, and holds them."""
+        db.execute(
+            "UPDATE jobs SET started_at = ? WHERE id = ? AND started_at IS NULL", (now, job_id)
+        )
+        self._allocate(db, job_id, now, _check_cpus(cpus), only_if_changed=True)
+
+    def _allocate(
+        self,
+        db: sqlite3.Connection,
+        job_id: str,
+        now: float,
+        cpus: list[int],
+        *,
+        only_if_changed: bool = False,
+    ) -> None:
+        """The job holds exactly ``cpus`` now: stored, with an ``allocation`` event."""
+        old = json.loads(
+            db.execute("SELECT allocation_json FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+        )
+        if only_if_changed and old == cpus:
+            return
+        db.execute("UPDATE jobs SET allocation_json = ? WHERE id = ?", (json.dumps(cpus), job_id))
+        self._insert_event(db, job_id, now, "allocation", {"from": old, "to": cpus})
+
     # --- progress and events -------------------------------------------------------------------
 
     def add_progress(self, job_id: str, t: float, iteration: int, cpus: int) -> None:
-        """One predictor sample: at time ``t`` the job had done ``iteration`` on ``cpus`` CPUs."""
+        """One predictor sample: at time ``t`` the job had done ``iteration`` on ``cpus``
+        workers (CPU cores; GPUs for a GPU job)."""
         if iteration < 0 or cpus < 0:
             raise InputError(
                 f"job {job_id}: iteration and cpus must be >= 0, got {iteration} and {cpus}",

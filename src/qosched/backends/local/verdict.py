@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from qosched.cluster.admission import DEADLINE_PRECISION, DEADLINE_STEP_S, Admission
 from qosched.core.errors import InputError
@@ -20,14 +20,19 @@ PRECISION_TEXT = f"to within {DEADLINE_STEP_S} s or {DEADLINE_PRECISION:.0%}, wh
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the policy does with a job now: its ``outcome``, why (``reason``, None when it is
-    guaranteed), and, when its deadline is not guaranteed, the earliest deadline that would be
-    (Unix seconds, and seconds from now), or None when no deadline would (``reason`` says why)."""
+    """What the policy does with a job now: its ``outcome`` (``PROFILING``: nothing yet, its
+    speed is measured first), why (``reason``, None when it is guaranteed), and, when its
+    deadline is not guaranteed, the earliest deadline that would be (Unix seconds, and seconds
+    from now), or None when no deadline would (``reason`` says why)."""
 
-    outcome: Admission
+    outcome: Admission | str  # an Admission, or PROFILING
     reason: str | None = None
     earliest_deadline_at: float | None = None
     earliest_deadline_in_s: float | None = None
+
+    #: The outcome of a job whose speed is not known: it is measured first, then judged
+    #: (``qosched.backends.local.profiling``).
+    PROFILING: ClassVar[str] = "profiling"
 
     def message(self) -> str:
         """One line for people: the outcome (for a decline, why it is one) and `detail`."""
@@ -48,7 +53,7 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "outcome": self.outcome.value,
+            "outcome": str(self.outcome),
             "reason": self.reason,
             "earliest_deadline_at": self.earliest_deadline_at,
             "earliest_deadline_in_s": self.earliest_deadline_in_s,
@@ -59,14 +64,17 @@ class Verdict:
         """Read back ``to_json``'s object; ``InputError`` naming the field that is not one."""
         if not isinstance(data, dict):
             raise InputError("expected an object", source=source)
-        try:
-            outcome = Admission(data.get("outcome"))
-        except ValueError:
-            raise InputError(
-                f"not one of {', '.join(a.value for a in Admission)}",
-                source=source,
-                field="outcome",
-            ) from None
+        outcome: Admission | str
+        if data.get("outcome") == cls.PROFILING:
+            outcome = cls.PROFILING
+        else:
+            try:
+                outcome = Admission(data.get("outcome"))
+            except ValueError:
+                known = [*(a.value for a in Admission), cls.PROFILING]
+                raise InputError(
+                    f"not one of {', '.join(known)}", source=source, field="outcome"
+                ) from None
         reason = data.get("reason")
         if reason is not None and not isinstance(reason, str):
             raise InputError("expected text or null", source=source, field="reason")

@@ -105,6 +105,7 @@ function outlook(job) {
   }
   if (job.state === "failed" || job.state === "declined") return [job.state, "bad"];
   if (job.state === "cancelled") return ["-", "muted"];
+  if (job.state === "profiling") return ["measuring its speed", "muted"];
   const predicted = job.predicted_finish_at;
   if (predicted == null) return ["", ""];
   const high = job.predicted_finish_band ? job.predicted_finish_band[1] : predicted;
