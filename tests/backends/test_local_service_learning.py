@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from command_jobs import counting_spec
+from command_jobs import counting_spec, python_spec
 
 from qosched.backends.local.service import LocalService
 
@@ -30,6 +30,42 @@ def test_a_command_jobs_speed_is_learned_from_its_progress(tmp_path):
         job = service.job(job_id)
         left = job.iterations - job.iterations_done
         assert job.predicted_finish_at - time.time() < left / 5.0
+    finally:
+        service.stop_runners(grace_s=2.0)
+        service.close()
+
+
+#: 0.1 s an iteration for the first 40, then 0.02 s: a job whose speed changes half-way, as one
+#: does when the machine's other work stops.
+SPEEDS_UP = """
+    import json, os, time
+    for i in range(1, int(os.environ["QOSCHED_ITERATIONS"]) + 1):
+        time.sleep(0.1 if i <= 40 else 0.02)
+        with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as progress:
+            progress.write(json.dumps({"iteration": i}) + "\\n")
+"""
+
+
+def test_the_predicted_speed_follows_a_jobs_recent_speed(tmp_path):
+    service = LocalService.open(tmp_path, policy="qos", tick_s=0.2, grace_s=2.0)
+    try:
+        job_id = service.submit_spec(python_spec("speeds-up", SPEEDS_UP, iterations=2000)).id
+        deadline = time.monotonic() + 120
+        while service.job(job_id).iterations_done < 340:  # 300 at the new speed, 6 s or more
+            assert time.monotonic() < deadline, "the job made too little progress"
+            service.step()
+            time.sleep(0.05)
+        service.step()
+        predicted = service.policy.predictor_of(job_id).predict(1).rate
+        # The speed it ran at over its last 2 s, from the samples the service stored.
+        samples = service.store.progress(job_id)
+        last = samples[-1]
+        first = next(s for s in samples if s.t >= last.t - 2.0)
+        recent = (last.iteration - first.iteration) / (last.t - first.t)
+        # Over the whole run it averaged well under that (340 iterations in 4 s + 6 s or more):
+        # a prediction from every second alike would be 30 % or more too low.
+        assert first.iteration > 40
+        assert abs(predicted - recent) / recent < 0.15, (predicted, recent)
     finally:
         service.stop_runners(grace_s=2.0)
         service.close()

@@ -159,6 +159,10 @@ class ClusterView:
     # When the backend decides: a policy that skips wake-ups at which nothing would change
     # checks here that skipping them changes nothing either (``DecisionClock.skips_idle``).
     clock: DecisionClock = DecisionClock()
+    # How quickly a job's speed on one allocation drifts, as the predictor's shortest memory in
+    # seconds of running (``OnlinePredictor``'s ``recent_s``): set by a backend whose machines
+    # are shared with other work; None (the simulator) when a job's speed there is steady.
+    speed_recent_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

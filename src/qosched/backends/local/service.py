@@ -107,7 +107,7 @@ from qosched.backends.local.protocol import (
     write_runner_job,
 )
 from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
-from qosched.backends.local.speeds import prior_curve
+from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
 from qosched.backends.local.store import (
     IllegalTransitionError,
     JobRecord,
@@ -730,9 +730,9 @@ class LocalService:
         size = len(self._pool(gpu)) if count is None else count
         if not gpu:
             cluster = self.cluster if count is None else ClusterSpec.cpu(1, size)
-            return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
+            return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
         cluster = ClusterSpec.from_flags(1, max(1, size), resource="gpu")
-        return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S)
+        return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
 
     @classmethod
     def _holding(cls, live: _LiveJob) -> bool:

@@ -238,7 +238,9 @@ class QualityOfService(Policy):
     def _track(self, job: JobState, view: ClusterView) -> _Tracked:
         tracked = self._jobs.get(job.job_id)
         if tracked is None:
-            predictor = OnlinePredictor.from_curve(job.curve, confidence=self.confidence)
+            predictor = OnlinePredictor.from_curve(
+                job.curve, confidence=self.confidence, recent_s=view.speed_recent_s
+            )
             # The first sample only sets the start: take it now, so the job's first interval
             # of progress is not lost.
             predictor.observe(job.active_s, job.iterations_done, job.workers)
