@@ -69,3 +69,37 @@ def test_the_predicted_speed_follows_a_jobs_recent_speed(tmp_path):
     finally:
         service.stop_runners(grace_s=2.0)
         service.close()
+
+
+#: 3 s of start-up (a script importing its framework), then 0.05 s an iteration.
+SLOW_START = """
+    import json, os, time
+    time.sleep(3.0)
+    for i in range(1, int(os.environ["QOSCHED_ITERATIONS"]) + 1):
+        time.sleep(0.05)
+        with open(os.environ["QOSCHED_PROGRESS_FILE"], "a") as progress:
+            progress.write(json.dumps({"iteration": i}) + "\\n")
+"""
+
+
+def test_a_commands_start_up_is_no_measure_of_its_speed(tmp_path):
+    # Decisions 5 s apart: the first after the launch comes about 2 s into the progress. Were
+    # the start-up counted, the speed then would be some 40 iterations over 5 s, well under
+    # half of what the job runs at.
+    service = LocalService.open(tmp_path, policy="qos", tick_s=5.0, grace_s=2.0)
+    try:
+        job_id = service.submit_spec(python_spec("slow-start", SLOW_START, iterations=2000)).id
+        predictor = None
+        deadline = time.monotonic() + 120
+        while predictor is None or not predictor.observed_seconds:
+            assert time.monotonic() < deadline, "the job made no progress"
+            service.step()
+            predictor = service.policy.predictor_of(job_id)
+            time.sleep(0.05)
+        predicted = predictor.predict(1).rate
+        samples = service.store.progress(job_id)
+        running = (samples[-1].iteration - samples[0].iteration) / (samples[-1].t - samples[0].t)
+        assert abs(predicted - running) / running < 0.25, (predicted, running)
+    finally:
+        service.stop_runners(grace_s=2.0)
+        service.close()

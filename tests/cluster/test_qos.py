@@ -707,3 +707,27 @@ def test_qos_predicts_from_recent_speed_where_the_backend_says_speeds_drift(
         c.active_s, c.iterations_done = float(now), 4.0 * min(now, 20) + 2.0 * max(now - 20, 0)
         policy.allocate(ClusterView(float(now), ONE_NODE, (c,), speed_recent_s=speed_recent_s))
     assert policy.predictor_of("c").predict(4).rate == pytest.approx(expected_rate, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("mark", "expected_rate"),
+    [
+        # Every interval counts: 1 iteration in the last second of the start-up (2 s to 3 s; the
+        # seconds before it made no progress and are skipped), then 50 at 10 it/s: 51 in 6 s.
+        (None, 51.0 / 6.0),
+        # Measured from the end of the start-up: 50 iterations in 5 s.
+        ((3.0, 1.0), 10.0),
+    ],
+    ids=["no-mark", "start-up-marked"],
+)
+def test_qos_measures_a_jobs_speed_from_the_end_of_its_start_up(mark, expected_rate):
+    c = state(job("c", 0, 400, deadline=1000.0))
+    policy = QualityOfService()
+    policy.admit(c, ClusterView(0.0, ONE_NODE, (c,)))
+    c.workers, c.started_s = 4, 0.0
+    for now in range(1, 9):  # a start-up of 3 s that ends with iteration 1, then 10 it/s
+        c.active_s, c.iterations_done = float(now), 0.0 if now < 3 else 1.0 + 10.0 * (now - 3)
+        if now >= 3:
+            c.speed_mark = mark
+        policy.allocate(ClusterView(float(now), ONE_NODE, (c,)))
+    assert policy.predictor_of("c").predict(4).rate == pytest.approx(expected_rate, rel=1e-9)

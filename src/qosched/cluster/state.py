@@ -40,6 +40,7 @@ class JobState:
         "reallocations",
         "resume_s",
         "spec",
+        "speed_mark",
         "started_s",
         "workers",
     )
@@ -64,6 +65,10 @@ class JobState:
         )
         self.reallocations = 0
         self.completion_event = None
+        # (active_s, iterations_done) from which the job's progress measures its speed: set by a
+        # backend where a start-up ends (a command's interpreter and imports, counted as active
+        # time but no measure of the speed); None where every interval does.
+        self.speed_mark: tuple[float, float] | None = None
 
     @property
     def remaining_iterations(self) -> float:

@@ -265,6 +265,9 @@ class QualityOfService(Policy):
             active_s = job.active_s
             if job.workers and active_s > tracked.observed_active_s:
                 predictor = tracked.predictor
+                mark = job.speed_mark
+                if mark is not None and mark[0] > tracked.observed_active_s:
+                    predictor.restart(*mark)  # a start-up ended there: measure from its end
                 if job.iterations_done >= predictor.last_iterations:
                     predictor.observe(active_s, job.iterations_done, job.workers)
                 else:  # it lost progress (a backend restarted it from an older checkpoint)
