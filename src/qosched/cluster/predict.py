@@ -12,6 +12,10 @@ corrects it from the job's own progress reports, cheaply enough for a policy to 
 thousand jobs per decision: the fit is cached and redone only after new observations, and it is a
 3-parameter non-negative least squares over one row per worker count, never over raw samples.
 
+With ``recent_s`` (a backend whose jobs' speeds drift, e.g. on machines shared with other work),
+the fit gives only the shape: each count is predicted at what the job ran at lately, and a
+count without recent data at the fit scaled by how fast the job runs now against it.
+
 How the fit and the uncertainty band are built, and their defaults, is documented on
 `OnlinePredictor`.
 """
@@ -204,8 +208,8 @@ class _CountStats:
     ``mean_log`` and ``m2`` are the duration-weighted mean and sum of squared deviations of
     ``log(dt / d_iterations)``, updated in one pass (West's weighted Welford update).
     ``recent_seconds`` and ``recent_iterations`` are the same sums with every interval's weight
-    multiplied by ``exp(-age / recent_s)`` as of ``recent_at``, the end of the latest (kept only
-    with a ``recent_s``).
+    multiplied by ``exp(-age / memory)`` as of ``recent_at``, the end of the latest (kept only
+    with a ``recent_s``; see `OnlinePredictor._memory_s`).
     """
 
     __slots__ = (
@@ -303,8 +307,10 @@ class OnlinePredictor:
     **Recent speed** (with ``recent_s``, for a job whose speed drifts, e.g. on a machine shared
     with other work): the fit above gives the shape; the level comes from what the job ran at
     lately. Per observed count, the recent iteration time is the observed one with each interval
-    weighted by ``exp(-age / recent_s)`` (age in the job's running time, from the end of its
-    latest interval), and its ratio to the fit is that count's recent deviation. A count is
+    weighted by ``exp(-age / memory)``, age in the job's running time from the end of its latest
+    interval and ``memory = max(recent_s, RECENT_AGE_FRACTION * running time)`` (a long job's
+    prediction averages over a longer stretch: its checkpoints and evaluations come and go),
+    and its ratio to the fit is that count's recent deviation. A count is
     predicted at the fit times its own deviation, shrunk towards the deviation of all counts
     together (weighted by their recent weight, so mostly the current count's) by
     ``RECENT_SHRINK_S`` seconds: a count with a few seconds of recent data is predicted from
