@@ -6,9 +6,10 @@
 
 - workload: the bundled real workload (``qosched demo``) under ``qos`` and under ``fifo`` with
   the users' over-provisioned requests: deadlines met, CPU time used per core-second allocated,
-  and the prediction error of the real jobs against their progress (from each qos job's own
-  progress samples in the store: the predictor ``qos`` uses, fed the samples up to a point,
-  predicts the speed on the job's cores, compared with the speed the job then ran at there).
+  and the prediction error of the real jobs against their progress (from each job's own
+  progress samples in the store, under either policy: the predictor ``qos`` keeps, fed the
+  samples up to a point, predicts the remaining time on the job's cores, compared with the
+  remaining time at the speed the job then ran at there).
 - commands: the same prediction error on command jobs: a user's own PyTorch script
   (``bench/command_train.py``, reporting with ``qosched.job.report``), a long job and a short
   one arriving 2 s after it, under ``qos`` and ``fifo``. Never seen before, so they start on the
@@ -69,24 +70,30 @@ def cpu_model() -> str:
 def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
     """Per bucket of work done: the error of the remaining time predicted from the speed
     predicted on the job's current cores, against the remaining time at the speed it then ran at
-    there (over the next ``WINDOW_S`` seconds on the same count). The predictor is the
+    there (over the next ``WINDOW_S`` seconds on the same count, or until its work is done).
+    The predictor is the
     one ``qos`` keeps for the job in the service (its prior, with what earlier jobs of its speed
     key had measured by its submission, and its memory), fed the job's samples up to that
     point."""
     errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
-    records = store.list([Lifecycle.SUCCEEDED])
-    for record in records:
+    every = store.list()  # a job that failed or was cancelled left its speeds too
+    for record in store.list([Lifecycle.SUCCEEDED]):
         samples = store.progress(record.id)
         prior = remembered_curve(
             prior_curve(record.spec, len(os.sched_getaffinity(0))),
-            _remembered_at_submission(store, record, records),
+            _remembered_at_submission(store, record, every),
         )
         predictor = OnlinePredictor.from_curve(prior, confidence=0.2, recent_s=SPEED_RECENT_S)
         clock = 0.0  # compute time: the samples' gaps, so pauses between runs do not count
         for i, sample in enumerate(samples):
+            # The first sample of a run only starts an interval, as in the service, which
+            # measures the speed from a run's first report on (a command's start-up before it
+            # is running time, but no measure of its speed).
             previous = samples[i - 1] if i else None
             if _same_run(previous, sample):
                 clock += sample.t - previous.t
+            if sample.iteration < (predictor.last_iterations or 0):
+                predictor.restart(clock, sample.iteration)  # resumed from an older checkpoint
             predictor.observe(clock, sample.iteration, sample.cpus)
             ahead = []
             for later in samples[i + 1 :]:
@@ -123,6 +130,7 @@ def _remembered_at_submission(store: Store, record, records) -> dict[int, float]
         for r in records
         if r.finished_at is not None
         and r.finished_at < record.submitted_at
+        and r.spec is not None
         and speed_key(r.spec) == key
     ]
     for other in sorted(earlier, key=lambda r: r.finished_at):
@@ -200,9 +208,9 @@ def workload(args: argparse.Namespace) -> None:
             )
     print("\n## Prediction error of the real jobs against their progress\n")
     print(
-        f"Predicted speed on the job's current cores against the speed it then ran at there "
-        f"(next {WINDOW_S:g} s), i.e. the error of the predicted remaining time at that "
-        "allocation: the predictor `qos` keeps, replayed on the jobs of each policy.\n"
+        f"The remaining time predicted at the job's current cores against the remaining time "
+        f"at the speed it then ran at there (over the next {WINDOW_S:g} s, or to the end of its "
+        "work): the predictor `qos` keeps, replayed on each policy's jobs.\n"
     )
     print(prediction_table(errors))
     for policy, reports in totals.items():
@@ -267,7 +275,8 @@ def command_predictions(args: argparse.Namespace) -> None:
     print("\n## Prediction error of the command jobs against their progress\n")
     print(
         f"As for the bundled workload: the remaining time predicted at the job's current cores "
-        f"against the speed it then ran at there (next {WINDOW_S:g} s).\n"
+        f"against the remaining time at the speed it then ran at there (over the next "
+        f"{WINDOW_S:g} s, or to the end of its work).\n"
     )
     print(prediction_table(errors))
 
