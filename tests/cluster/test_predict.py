@@ -630,6 +630,23 @@ def test_recent_speed_follows_a_speed_change_at_the_same_count(prior):
     assert steady.predict(4).rate == pytest.approx(140.0 / 18.0)
 
 
+def test_the_band_of_a_recent_speed_reaches_back_to_the_whole_mean_on_its_side_only(prior):
+    # The slow-down above: predicted at 5.091 it/s, its whole mean 140 / 18 = 7.778 it/s. The
+    # band reaches up to the mean (the slow-down may pass) and below by the noise alone: the
+    # factor above is the factor below times 7.778 / 5.091.
+    predictor = OnlinePredictor(prior, recent_s=2.0)
+    predictor.observe(0.0, 0.0, 4)
+    feed_constant(predictor, feed_constant(predictor, (0.0, 0.0), 10.0, 10.0, 4), 8.0, 5.0, 4)
+    band = predictor.predict(4)
+    below, above = band.rate / band.rate_low, band.rate_high / band.rate
+    assert above / below == pytest.approx((140.0 / 18.0) / band.rate, rel=1e-9)
+    assert band.rate_high > 140.0 / 18.0 > band.rate
+    # Its speed measured nowhere else, count 8 extrapolates each side from count 4's.
+    wider = predictor.predict(8)
+    assert wider.rate_high / wider.rate > above
+    assert wider.rate / wider.rate_low > below
+
+
 def test_recent_speed_at_a_count_overrides_a_table_shape_it_contradicts(prior):
     # 20 s at 8 workers at the prior's speed, then re-sized to 16, where the job runs at 0.6 of
     # the prior's speed (its shape differs from its table's). After 4 s there, the 300 s of

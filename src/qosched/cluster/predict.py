@@ -301,8 +301,9 @@ class OnlinePredictor:
       prior_sigma)``: the prior's shape is trusted less the further it is extrapolated from data,
       and the cap keeps data at one count from making another less certain than the prior alone.
       Between two observed counts the fit is pinned on both sides, so the doublings count half.
-    - with ``recent_s``, the misfit at an observed count is that of the prediction (recent)
-      against the count's whole mean: a speed that moved lately may move back.
+    - with ``recent_s``, at an observed count the band reaches, on one side, from the prediction
+      (recent) to the count's whole mean instead of the fit's misfit: a speed that moved lately
+      may move back. Elsewhere each side extrapolates its own width at the nearest count.
 
     **Recent speed** (with ``recent_s``, for a job whose speed drifts, e.g. on a machine shared
     with other work): the fit above gives the shape; the level comes from what the job ran at
@@ -361,6 +362,8 @@ class OnlinePredictor:
         self._model = prior
         self._observed_counts: list[int] = []
         self._half_width: dict[int, float] = {}  # log half-width at each observed count
+        # With recent_s, the half-width above where it differs (see the class docstring).
+        self._half_above: dict[int, float] | None = None
         self._predictions: dict[int, Prediction] = {}
         self._factors: dict[int, float] = {}  # see _table_factor
         self._extrapolations: dict[int, tuple[int, float]] = {}  # see _extrapolation
@@ -467,8 +470,8 @@ class OnlinePredictor:
         cached = self._predictions.get(workers)
         if cached is not None:
             return cached
-        ((rate, spread),) = self._rates_and_spreads((workers,))
-        prediction = Prediction(rate, rate / spread, rate * spread)
+        ((rate, below, above),) = self._rates_and_spreads((workers,))
+        prediction = Prediction(rate, rate / below, rate * above)
         self._predictions[workers] = prediction
         return prediction
 
@@ -478,15 +481,16 @@ class OnlinePredictor:
         if self._dirty:
             self._refit()
         pairs = []
-        for rate, spread in self._rates_and_spreads(counts):
-            low = rate / spread
+        for rate, below, above in self._rates_and_spreads(counts):
+            low = rate / below
             if not 0.0 < low <= rate:
-                Prediction(rate, low, rate * spread)  # raises, as `predict` would
+                Prediction(rate, low, rate * above)  # raises, as `predict` would
             pairs.append((rate, low))
         return pairs
 
-    def _rates_and_spreads(self, counts: Sequence[int]) -> list[tuple[float, float]]:
-        """The point rate at each of ``counts`` and the factor of its band either way."""
+    def _rates_and_spreads(self, counts: Sequence[int]) -> list[tuple[float, float, float]]:
+        """The point rate at each of ``counts`` and the factors of its band below and above (the
+        same factor without ``recent_s``)."""
         # NOTE: the model's `rate` and `min` written out (the same operations in the same
         # order), the look-ups taken once: a policy refreshes several jobs' ladders at every
         # decision.
@@ -495,6 +499,7 @@ class OnlinePredictor:
         factors, table_factor = self._factors, self._table_factor
         recent, elsewhere = self._recent, self._recent_elsewhere
         half_width, exp, hypot = self._half_width, math.exp, math.hypot
+        half_above = self._half_above
         half_unseen = self._z * self.prior_sigma if not self._observed_counts else None
         result = []
         for workers in counts:
@@ -506,18 +511,27 @@ class OnlinePredictor:
             rate = 1.0 / (compute / workers + comm * (workers - 1) + overhead) * factor
             if elsewhere != 1.0 or recent:
                 rate /= recent.get(workers, elsewhere)
+            up = None
             if half_unseen is not None:
                 half = half_unseen
             elif workers in half_width:
                 half = half_width[workers]
+                if half_above is not None:
+                    up = half_above[workers]
             else:
                 nearest, shape = self._extrapolation(workers)
                 half = hypot(half_width[nearest], shape)
+                if half_above is not None:
+                    up = hypot(half_above[nearest], shape)
             # A count seen for a sliver of time has a huge stated uncertainty; the band is
             # capped so that it stays a number (exp overflows past ~709) and reads as "unknown".
             if half > MAX_LOG_HALF_WIDTH:
                 half = MAX_LOG_HALF_WIDTH
-            result.append((rate, exp(half)))
+            below = exp(half)
+            if up is None:
+                result.append((rate, below, below))
+            else:
+                result.append((rate, below, exp(min(up, MAX_LOG_HALF_WIDTH))))
         return result
 
     def _extrapolation(self, workers: int) -> tuple[int, float]:
@@ -592,14 +606,21 @@ class OnlinePredictor:
         if counts != self._observed_counts:
             self._extrapolations.clear()
         self._observed_counts = counts
-        if self.recent_s is not None:
-            self._refit_recent(model, counts, stats)
-        recent = self._recent
-        self._half_width = {
-            c: quantile * math.sqrt(per_second / s.seconds)
-            + abs(math.log(model.iteration_time(c) * recent.get(c, 1.0) / mean))
-            for c, s, mean in zip(counts, stats, means, strict=True)
-        }
+        if self.recent_s is None:
+            self._half_width = {
+                c: quantile * math.sqrt(per_second / s.seconds)
+                + abs(math.log(model.iteration_time(c) / mean))
+                for c, s, mean in zip(counts, stats, means, strict=True)
+            }
+            return
+        self._refit_recent(model, counts, stats)
+        self._half_width, self._half_above = {}, {}
+        for c, s, mean in zip(counts, stats, means, strict=True):
+            noise = quantile * math.sqrt(per_second / s.seconds)
+            # > 0: predicted slower than its whole mean there, which the band reaches up to.
+            gap = math.log(model.iteration_time(c) * self._recent[c] / mean)
+            self._half_width[c] = noise + max(0.0, -gap)
+            self._half_above[c] = noise + max(0.0, gap)
 
     def _memory_s(self, time_s: float) -> float:
         """The time constant of forgetting at ``time_s`` of the job's running time."""
