@@ -1,13 +1,19 @@
 """Evidence for the local service: real training jobs on this machine's cores.
 
     python bench/local_evidence.py workload [--repeats 2]   # about 3 min per repeat on 2 cores
+    python bench/local_evidence.py commands [--repeats 2]   # about 2 min per repeat
     python bench/local_evidence.py resize                   # about 1 min
 
 - workload: the bundled real workload (``qosched demo``) under ``qos`` and under ``fifo`` with
   the users' over-provisioned requests: deadlines met, CPU time used per core-second allocated,
-  and the prediction error of the real jobs against their progress (from each qos job's own
-  progress samples in the store: the predictor ``qos`` uses, fed the samples up to a point,
-  predicts the speed on the job's cores, compared with the speed the job then ran at there).
+  and the prediction error of the real jobs against their progress (from each job's own
+  progress samples in the store, under either policy: the predictor ``qos`` keeps, fed the
+  samples up to a point, predicts the remaining time on the job's cores, compared with the
+  remaining time at the speed the job then ran at there).
+- commands: the same prediction error on command jobs: a user's own PyTorch script
+  (``bench/command_train.py``, reporting with ``qosched.job.report``), a long job and a short
+  one arriving 2 s after it, under ``qos`` and ``fifo``. Never seen before, so they start on the
+  placeholder speed and allow best effort.
 - resize: what a re-size costs. In place: a running runner's allocation is rewritten, timed
   from the write to the runner's ``resize`` event, plus how much longer the iterations around
   it took. By restart (what a re-size would cost without the in-place path): SIGTERM to exit
@@ -29,7 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from qosched.backends.local.demo import RunReport, calibrated_plan, run_workload
+from qosched.backends.local.demo import DemoJob, RunReport, calibrated_plan, run_workload
+from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.process import launch_runner
 from qosched.backends.local.progress import RunnerEvent, read_progress
 from qosched.backends.local.protocol import (
@@ -40,9 +47,10 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_job_folder,
 )
-from qosched.backends.local.speeds import prior_curve
+from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
+from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
 from qosched.backends.local.store import Lifecycle, Store
-from qosched.cluster.predict import OnlinePredictor
+from qosched.cluster.predict import OnlinePredictor, relative_error
 
 BUCKETS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
 WINDOW_S = 4.0
@@ -60,21 +68,32 @@ def cpu_model() -> str:
 
 
 def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
-    """Per bucket of work done: the error of the predicted speed on the job's current cores
-    against the speed it then ran at there (over the next ``WINDOW_S`` seconds on the same
-    count): the error of the predicted remaining time at that allocation. The predictor is the
-    one ``qos`` uses, fed the job's samples up to that point."""
+    """Per bucket of work done: the error of the remaining time predicted from the speed
+    predicted on the job's current cores, against the remaining time at the speed it then ran at
+    there (over the next ``WINDOW_S`` seconds on the same count, or until its work is done).
+    The predictor is the
+    one ``qos`` keeps for the job in the service (its prior, with what earlier jobs of its speed
+    key had measured by its submission, and its memory), fed the job's samples up to that
+    point."""
     errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
+    every = store.list()  # a job that failed or was cancelled left its speeds too
     for record in store.list([Lifecycle.SUCCEEDED]):
         samples = store.progress(record.id)
-        predictor = OnlinePredictor.from_curve(
-            prior_curve(record.spec, len(os.sched_getaffinity(0))), confidence=0.2
+        prior = remembered_curve(
+            prior_curve(record.spec, len(os.sched_getaffinity(0))),
+            _remembered_at_submission(store, record, every),
         )
+        predictor = OnlinePredictor.from_curve(prior, confidence=0.2, recent_s=SPEED_RECENT_S)
         clock = 0.0  # compute time: the samples' gaps, so pauses between runs do not count
         for i, sample in enumerate(samples):
+            # The first sample of a run only starts an interval, as in the service, which
+            # measures the speed from a run's first report on (a command's start-up before it
+            # is running time, but no measure of its speed).
             previous = samples[i - 1] if i else None
             if _same_run(previous, sample):
                 clock += sample.t - previous.t
+            if sample.iteration < (predictor.last_iterations or 0):
+                predictor.restart(clock, sample.iteration)  # resumed from an older checkpoint
             predictor.observe(clock, sample.iteration, sample.cpus)
             ahead = []
             for later in samples[i + 1 :]:
@@ -83,6 +102,10 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
                 ):
                     break
                 ahead.append(later)
+                if later.iteration >= record.spec.iterations:
+                    # Its work is done: the time a command then takes to exit is not in the
+                    # remaining time predicted (iterations left / speed).
+                    break
             if not ahead or ahead[-1].t - sample.t < WINDOW_S / 2:
                 continue
             realised = (ahead[-1].iteration - sample.iteration) / (ahead[-1].t - sample.t)
@@ -90,9 +113,51 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
             bucket = next((b for b in BUCKETS if b[0] <= done < b[1]), None)
             if bucket is None or realised <= 0:
                 continue
+            # Remaining time, not speed: |R/predicted - R/realised| / (R/realised), which for
+            # a speed predicted too high is less than the speed's own relative error.
             predicted = predictor.predict(sample.cpus).rate
-            errors[bucket].append(abs(predicted - realised) / realised)
+            errors[bucket].append(relative_error(1.0 / predicted, 1.0 / realised))
     return errors
+
+
+def _remembered_at_submission(store: Store, record, records) -> dict[int, float]:
+    """What the service remembered under the job's speed key when the job was submitted: per
+    count, the speed measured by the last job of that key to finish before it (speed_memory)."""
+    key = speed_key(record.spec)
+    rates: dict[int, float] = {}
+    earlier = [
+        r
+        for r in records
+        if r.finished_at is not None
+        and r.finished_at < record.submitted_at
+        and r.spec is not None
+        and speed_key(r.spec) == key
+    ]
+    for other in sorted(earlier, key=lambda r: r.finished_at):
+        samples = [(s.t, s.iteration, s.cpus) for s in store.progress(other.id)]
+        rates.update(measured_rates(samples))
+    return rates
+
+
+def prediction_table(errors: dict[str, dict[tuple[float, float], list[float]]]) -> str:
+    """Samples, median error, p90 error and share within 10% per bucket, policies side by side."""
+    policies = list(errors)
+    head = " | ".join(f"{p}: samples | median | p90 | within 10%" for p in policies)
+    lines = [f"| work done | {head} |", "|---|" + "---|" * 4 * len(policies)]
+    for bucket in BUCKETS:
+        cells = []
+        for policy in policies:
+            values = sorted(errors[policy][bucket])
+            if not values:
+                cells.append("0 | - | - | -")
+                continue
+            p90 = values[min(len(values) - 1, int(0.9 * len(values)))]
+            within = sum(v <= 0.10 for v in values) / len(values)
+            cells.append(
+                f"{len(values)} | {statistics.median(values):.1%} | {p90:.1%} | {within:.0%}"
+            )
+        lines.append(f"| {bucket[0]:.0%}-{bucket[1]:.0%} | {' | '.join(cells)} |")
+    return "\n".join(lines)
 
 
 def _same_run(earlier, later) -> bool:
@@ -120,7 +185,7 @@ def workload(args: argparse.Namespace) -> None:
     )
     print("| repeat | policy | deadlines met | per job: done in / deadline s | CPU use | wall s |")
     print("|---|---|---|---|---|---|")
-    errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
+    errors = {policy: {bucket: [] for bucket in BUCKETS} for policy in ("qos", "fifo")}
     totals: dict[str, list[RunReport]] = {"qos": [], "fifo": []}
     for repeat in range(1, args.repeats + 1):
         # Each repeat calibrates anew, as every `qosched demo` does.
@@ -128,10 +193,9 @@ def workload(args: argparse.Namespace) -> None:
         for policy in ("qos", "fifo"):
             with tempfile.TemporaryDirectory() as home:
                 report = run_workload(policy, plan.jobs, home=Path(home))
-                if policy == "qos":
-                    with Store(Path(home) / policy / "state.db") as store:
-                        for bucket, values in prediction_errors(store).items():
-                            errors[bucket].extend(values)
+                with Store(Path(home) / policy / "state.db") as store:
+                    for bucket, values in prediction_errors(store).items():
+                        errors[policy][bucket].extend(values)
             totals[policy].append(report)
             cells = ", ".join(
                 f"{job.name} {_done(job)} / {job.deadline_at - job.submitted_at:.0f}"
@@ -142,25 +206,13 @@ def workload(args: argparse.Namespace) -> None:
                 f"| {repeat} | {policy} | {report.met} of {len(report.jobs)} | {cells} | {use} | "
                 f"{report.wall_s:.0f} |"
             )
-    print("\n## Prediction error of the real qos jobs against their progress\n")
+    print("\n## Prediction error of the real jobs against their progress\n")
     print(
-        f"Predicted speed on the job's current cores against the speed it then ran at there "
-        f"(next {WINDOW_S:g} s), i.e. the error of the predicted remaining time at that "
-        "allocation.\n"
+        f"The remaining time predicted at the job's current cores against the remaining time "
+        f"at the speed it then ran at there (over the next {WINDOW_S:g} s, or to the end of its "
+        "work): the predictor `qos` keeps, replayed on each policy's jobs.\n"
     )
-    print("| work done | samples | median error | p90 error | within 10% |")
-    print("|---|---|---|---|---|")
-    for (low, high), values in errors.items():
-        if not values:
-            print(f"| {low:.0%}-{high:.0%} | 0 | - | - | - |")
-            continue
-        values.sort()
-        p90 = values[min(len(values) - 1, int(0.9 * len(values)))]
-        within = sum(v <= 0.10 for v in values) / len(values)
-        print(
-            f"| {low:.0%}-{high:.0%} | {len(values)} | {statistics.median(values):.1%} | "
-            f"{p90:.1%} | {within:.0%} |"
-        )
+    print(prediction_table(errors))
     for policy, reports in totals.items():
         met = sum(r.met for r in reports)
         jobs = sum(len(r.jobs) for r in reports)
@@ -175,6 +227,58 @@ def workload(args: argparse.Namespace) -> None:
             f"\n- {policy}: {met} of {jobs} deadlines met; CPU use of allocated cores "
             f"{mean_use} (mean over repeats)."
         )
+
+
+def command_jobs(cores: int) -> list[DemoJob]:
+    """A long command job asking for every core, and a short one 2 s later (bench/command_train.py:
+    about 11 iterations/s on one core of the development machine)."""
+    script = str(Path(__file__).with_name("command_train.py"))
+
+    def spec(name: str, iterations: int, deadline_s: int) -> TrainingJobSpec:
+        return TrainingJobSpec(
+            name=name,
+            iterations=iterations,
+            deadline=Deadline(relative_s=deadline_s),
+            command=(sys.executable, script),
+            resources=Resources(min_cpus=1, max_cpus=cores),
+            requested_cpus=cores,
+            best_effort=True,
+        )
+
+    return [
+        DemoJob(0.0, spec("command-long", 400, 120)),
+        DemoJob(2.0, spec("command-short", 120, 30)),
+    ]
+
+
+def command_predictions(args: argparse.Namespace) -> None:
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"# Prediction error on command jobs: {cores} cores of {cpu_model()}, "
+        f"{args.repeats} repeat(s)\n"
+    )
+    print("| repeat | policy | per job: done in / deadline s | wall s |")
+    print("|---|---|---|---|")
+    errors = {policy: {bucket: [] for bucket in BUCKETS} for policy in ("qos", "fifo")}
+    for repeat in range(1, args.repeats + 1):
+        for policy in errors:
+            with tempfile.TemporaryDirectory() as home:
+                report = run_workload(policy, command_jobs(cores), home=Path(home))
+                with Store(Path(home) / policy / "state.db") as store:
+                    for bucket, values in prediction_errors(store).items():
+                        errors[policy][bucket].extend(values)
+            cells = ", ".join(
+                f"{job.name} {_done(job)} / {job.deadline_at - job.submitted_at:.0f}"
+                for job in report.jobs
+            )
+            print(f"| {repeat} | {policy} | {cells} | {report.wall_s:.0f} |")
+    print("\n## Prediction error of the command jobs against their progress\n")
+    print(
+        f"As for the bundled workload: the remaining time predicted at the job's current cores "
+        f"against the remaining time at the speed it then ran at there (over the next "
+        f"{WINDOW_S:g} s, or to the end of its work).\n"
+    )
+    print(prediction_table(errors))
 
 
 def _done(job) -> str:
@@ -251,6 +355,9 @@ def main() -> None:
     w = commands.add_parser("workload", help="qos vs fifo on the bundled real workload")
     w.add_argument("--repeats", type=int, default=1)
     w.set_defaults(run=workload)
+    c = commands.add_parser("commands", help="prediction error on command jobs, qos and fifo")
+    c.add_argument("--repeats", type=int, default=1)
+    c.set_defaults(run=command_predictions)
     r = commands.add_parser("resize", help="the cost of a re-size, in place and by restart")
     r.add_argument("--resizes", type=int, default=5)
     r.add_argument("--restarts", type=int, default=3)

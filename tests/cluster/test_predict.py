@@ -596,3 +596,97 @@ def test_a_count_seen_for_a_sliver_of_time_gives_a_capped_band_not_an_overflow()
         prediction = predictor.predict(workers)
         assert 0 < prediction.rate_low <= prediction.rate <= prediction.rate_high
         assert prediction.rate_high / prediction.rate <= math.exp(7.0) * (1 + 1e-12)
+
+
+# --- OnlinePredictor: recent speed (recent_s) -------------------------------------------------
+
+
+def feed_constant(predictor, start, seconds, rate, workers, step=0.5):
+    """Progress at ``rate`` iterations/s for ``seconds``, a sample every ``step`` s; returns the
+    last (time, iterations)."""
+    time_s, done = start
+    for _ in range(round(seconds / step)):
+        time_s, done = time_s + step, done + rate * step
+        predictor.observe(time_s, done, workers)
+    return time_s, done
+
+
+def test_recent_speed_follows_a_speed_change_at_the_same_count(prior):
+    # 10 it/s for 10 s, then 5 it/s for 8 s, a sample every 0.5 s, on one count. The memory is
+    # 2 s throughout (0.1 x 18 s of age is less): each interval's weight falls by
+    # a = exp(-0.5 / 2) per later interval. The 20 old intervals weigh 0.5 (1 - a^20) / (1 - a)
+    # = 2.245 s, times a^16 = 0.0183 after the 16 new ones: 0.0412 s; the new ones weigh
+    # 0.5 (1 - a^16) / (1 - a) = 2.219 s. Rate = (10 x 0.0412 + 5 x 2.219) / 2.260 = 5.091.
+    predictor = OnlinePredictor(prior, recent_s=2.0)
+    predictor.observe(0.0, 0.0, 4)
+    state = feed_constant(predictor, (0.0, 0.0), 10.0, 10.0, 4)
+    assert predictor.predict(4).rate == pytest.approx(10.0)
+    feed_constant(predictor, state, 8.0, 5.0, 4)
+    assert predictor.predict(4).rate == pytest.approx(5.091, rel=2e-3)
+    # Without a memory, every interval counts alike: 140 iterations in 18 s.
+    steady = OnlinePredictor(prior)
+    steady.observe(0.0, 0.0, 4)
+    feed_constant(steady, feed_constant(steady, (0.0, 0.0), 10.0, 10.0, 4), 8.0, 5.0, 4)
+    assert steady.predict(4).rate == pytest.approx(140.0 / 18.0)
+
+
+def test_the_band_of_a_recent_speed_reaches_back_to_the_whole_mean_on_its_side_only(prior):
+    # The slow-down above: predicted at 5.091 it/s, its whole mean 140 / 18 = 7.778 it/s. The
+    # band reaches up to the mean (the slow-down may pass) and below by the noise alone: the
+    # factor above is the factor below times 7.778 / 5.091.
+    predictor = OnlinePredictor(prior, recent_s=2.0)
+    predictor.observe(0.0, 0.0, 4)
+    feed_constant(predictor, feed_constant(predictor, (0.0, 0.0), 10.0, 10.0, 4), 8.0, 5.0, 4)
+    band = predictor.predict(4)
+    below, above = band.rate / band.rate_low, band.rate_high / band.rate
+    assert above / below == pytest.approx((140.0 / 18.0) / band.rate, rel=1e-9)
+    assert band.rate_high > 140.0 / 18.0 > band.rate
+    # Its speed measured nowhere else, count 8 extrapolates each side from count 4's.
+    wider = predictor.predict(8)
+    assert wider.rate_high / wider.rate > above
+    assert wider.rate / wider.rate_low > below
+
+
+def test_recent_speed_at_a_count_overrides_a_table_shape_it_contradicts(prior):
+    # 20 s at 8 workers at the prior's speed, then re-sized to 16, where the job runs at 0.6 of
+    # the prior's speed (its shape differs from its table's). After 4 s there, the 300 s of
+    # prior pseudo-observations hold the fit near the prior's shape (about 1.09 x its time at
+    # 16, a 45 % error in speed); the recent speed at 16 is the job's own.
+    truth_16 = 0.6 * prior.rate(16)
+    for recent_s, within in ((2.0, 0.05), (None, None)):
+        predictor = OnlinePredictor(prior, recent_s=recent_s)
+        predictor.observe(0.0, 0.0, 8)
+        state = feed_constant(predictor, (0.0, 0.0), 20.0, prior.rate(8), 8)
+        feed_constant(predictor, state, 4.0, truth_16, 16)
+        error = relative_error(predictor.predict(16).rate, truth_16)
+        if within is None:
+            assert error > 0.3, error  # the fit alone
+        else:
+            assert error < within, error
+
+
+def test_a_count_without_recent_data_carries_the_current_deviation_from_the_fit(prior):
+    # 20 s at 2 workers at the prior's speed, then 40 s at 1 worker at half the prior's speed.
+    # At 60 s of age the memory is 6 s: count 2's data, 40 s old, keeps exp(-40 / 6) of its
+    # weight (about 0.003 s against the 1 s it is shrunk by), so it is predicted at the fit's
+    # speed there times the job's deviation from the fit now, at count 1; so is count 8, never
+    # observed. Without the carry, they would be the fit's: at the level of all the data, about
+    # exp((20 log 1 + 40 log 2) / 60) = 1.59x the prior's time, not 2x.
+    predictor = OnlinePredictor(prior, recent_s=2.0)
+    predictor.observe(0.0, 0.0, 2)
+    state = feed_constant(predictor, (0.0, 0.0), 20.0, prior.rate(2), 2)
+    feed_constant(predictor, state, 40.0, 0.5 * prior.rate(1), 1)
+    model = predictor.model()
+    now_1 = predictor.predict(1).rate
+    assert now_1 == pytest.approx(0.5 * prior.rate(1), rel=1e-2)
+    for other in (2, 8):
+        assert predictor.predict(other).rate == pytest.approx(
+            now_1 * model.rate(other) / model.rate(1), rel=1e-2
+        )
+        assert relative_error(predictor.predict(other).rate, model.rate(other)) > 0.15
+
+
+def test_recent_s_must_be_positive(prior):
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="recent_s"):
+            OnlinePredictor(prior, recent_s=bad)

@@ -683,3 +683,51 @@ def test_qos_measures_again_after_a_job_loses_progress():
         assert sum(decision.workers.values()) <= 4  # the backend keeps it on 2 regardless
     # 100 iterations in 100 s, then 200 in 200 s on 2 workers: 1 it/s, not the table's 2.
     assert policy.predictor_of("a").predict(2).rate == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("speed_recent_s", "expected_rate"),
+    [
+        # 80 iterations in 20 s, then 20 in 10 s: 100 in 30 s when every second counts alike.
+        (None, 100.0 / 30.0),
+        # With a memory of 3 s at 30 s of age, the first 20 s keep exp(-10 / 3) = 4 % of their
+        # weight: about 0.96 x 2 + 0.04 x 4 = 2.07 iterations/s.
+        (2.0, 2.07),
+    ],
+    ids=["steady-backend", "drifting-backend"],
+)
+def test_qos_predicts_from_recent_speed_where_the_backend_says_speeds_drift(
+    speed_recent_s, expected_rate
+):
+    c = state(job("c", 0, 400, deadline=1000.0))
+    policy = QualityOfService()
+    policy.admit(c, ClusterView(0.0, ONE_NODE, (c,), speed_recent_s=speed_recent_s))
+    c.workers, c.started_s = 4, 0.0
+    for now in range(1, 31):
+        c.active_s, c.iterations_done = float(now), 4.0 * min(now, 20) + 2.0 * max(now - 20, 0)
+        policy.allocate(ClusterView(float(now), ONE_NODE, (c,), speed_recent_s=speed_recent_s))
+    assert policy.predictor_of("c").predict(4).rate == pytest.approx(expected_rate, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("mark", "expected_rate"),
+    [
+        # Every interval counts: 1 iteration in the last second of the start-up (2 s to 3 s; the
+        # seconds before it made no progress and are skipped), then 50 at 10 it/s: 51 in 6 s.
+        (None, 51.0 / 6.0),
+        # Measured from the end of the start-up: 50 iterations in 5 s.
+        ((3.0, 1.0), 10.0),
+    ],
+    ids=["no-mark", "start-up-marked"],
+)
+def test_qos_measures_a_jobs_speed_from_the_end_of_its_start_up(mark, expected_rate):
+    c = state(job("c", 0, 400, deadline=1000.0))
+    policy = QualityOfService()
+    policy.admit(c, ClusterView(0.0, ONE_NODE, (c,)))
+    c.workers, c.started_s = 4, 0.0
+    for now in range(1, 9):  # a start-up of 3 s that ends with iteration 1, then 10 it/s
+        c.active_s, c.iterations_done = float(now), 0.0 if now < 3 else 1.0 + 10.0 * (now - 3)
+        if now >= 3:
+            c.speed_mark = mark
+        policy.allocate(ClusterView(float(now), ONE_NODE, (c,)))
+    assert policy.predictor_of("c").predict(4).rate == pytest.approx(expected_rate, rel=1e-9)

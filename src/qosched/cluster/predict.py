@@ -12,6 +12,10 @@ corrects it from the job's own progress reports, cheaply enough for a policy to 
 thousand jobs per decision: the fit is cached and redone only after new observations, and it is a
 3-parameter non-negative least squares over one row per worker count, never over raw samples.
 
+With ``recent_s`` (a backend whose jobs' speeds drift, e.g. on machines shared with other work),
+the fit gives only the shape: each count is predicted at what the job ran at lately, and a
+count without recent data at the fit scaled by how fast the job runs now against it.
+
 How the fit and the uncertainty band are built, and their defaults, is documented on
 `OnlinePredictor`.
 """
@@ -49,6 +53,13 @@ NOISE_PRIOR_DOF = 2
 EXTRAPOLATION_SIGMA_PER_DOUBLING = 0.1
 #: The widest band reported: a factor of e**7 (about 1100) either way, i.e. "speed unknown".
 MAX_LOG_HALF_WIDTH = 7.0
+#: With ``recent_s``: seconds of recent observation at a count that weigh as much as the level
+#: carried over from the job's other counts. Less trusts one noisy report at a new count; more
+#: keeps a count on the level measured elsewhere for longer after a re-size.
+RECENT_SHRINK_S = 1.0
+#: With ``recent_s``: the time constant of forgetting grows to this fraction of the job's running
+#: time, so the longer a job has run, the longer the stretch its prediction averages over.
+RECENT_AGE_FRACTION = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +207,21 @@ class _CountStats:
 
     ``mean_log`` and ``m2`` are the duration-weighted mean and sum of squared deviations of
     ``log(dt / d_iterations)``, updated in one pass (West's weighted Welford update).
+    ``recent_seconds`` and ``recent_iterations`` are the same sums with every interval's weight
+    multiplied by ``exp(-age / memory)`` as of ``recent_at``, the end of the latest (kept only
+    with a ``recent_s``; see `OnlinePredictor._memory_s`).
     """
 
-    __slots__ = ("intervals", "iterations", "m2", "mean_log", "seconds")
+    __slots__ = (
+        "intervals",
+        "iterations",
+        "m2",
+        "mean_log",
+        "recent_at",
+        "recent_iterations",
+        "recent_seconds",
+        "seconds",
+    )
 
     def __init__(self) -> None:
         self.seconds = 0.0
@@ -206,6 +229,15 @@ class _CountStats:
         self.intervals = 0
         self.mean_log = 0.0
         self.m2 = 0.0
+        self.recent_seconds = 0.0
+        self.recent_iterations = 0.0
+        self.recent_at = 0.0
+
+    def add_recent(self, end_s: float, dt: float, d_iterations: float, recent_s: float) -> None:
+        decay = math.exp(-(end_s - self.recent_at) / recent_s) if self.recent_seconds else 0.0
+        self.recent_seconds = self.recent_seconds * decay + dt
+        self.recent_iterations = self.recent_iterations * decay + d_iterations
+        self.recent_at = end_s
 
     def add(self, dt: float, d_iterations: float) -> None:
         y = math.log(dt / d_iterations)
@@ -269,6 +301,23 @@ class OnlinePredictor:
       prior_sigma)``: the prior's shape is trusted less the further it is extrapolated from data,
       and the cap keeps data at one count from making another less certain than the prior alone.
       Between two observed counts the fit is pinned on both sides, so the doublings count half.
+    - with ``recent_s``, at an observed count the band reaches, on one side, from the prediction
+      (recent) to the count's whole mean instead of the fit's misfit: a speed that moved lately
+      may move back. Elsewhere each side extrapolates its own width at the nearest count.
+
+    **Recent speed** (with ``recent_s``, for a job whose speed drifts, e.g. on a machine shared
+    with other work): the fit above gives the shape; the level comes from what the job ran at
+    lately. Per observed count, the recent iteration time is the observed one with each interval
+    weighted by ``exp(-age / memory)``, age in the job's running time from the end of its latest
+    interval and ``memory = max(recent_s, RECENT_AGE_FRACTION * running time)`` (a long job's
+    prediction averages over a longer stretch: its checkpoints and evaluations come and go),
+    and its ratio to the fit is that count's recent deviation. A count is
+    predicted at the fit times its own deviation, shrunk towards the deviation of all counts
+    together (weighted by their recent weight, so mostly the current count's) by
+    ``RECENT_SHRINK_S`` seconds: a count with a few seconds of recent data is predicted from
+    them, and a count without (a re-size to a count never run, or run long ago) at the fit
+    scaled by how fast the job runs now against the fit. Without ``recent_s`` every interval
+    weighs by its duration alone, whatever its age, and a prediction is the fit's.
 
     Intervals with no progress, or of zero length, are ignored (a paused or restarting job reports
     no progress; the next interval starts at that sample). Report a sample at every allocation
@@ -285,6 +334,7 @@ class OnlinePredictor:
         prior_sigma: float = DEFAULT_PRIOR_SIGMA,
         prior_counts: Sequence[int] = DEFAULT_PRIOR_COUNTS,
         table: SpeedCurve | None = None,
+        recent_s: float | None = None,
     ) -> None:
         if not (math.isfinite(prior_weight_s) and prior_weight_s >= 0):
             raise ValueError(f"prior_weight_s must be finite and >= 0, got {prior_weight_s!r}")
@@ -294,12 +344,15 @@ class OnlinePredictor:
             raise ValueError(f"prior_sigma must be finite and > 0, got {prior_sigma!r}")
         if not prior_counts or any(c < 1 for c in prior_counts):
             raise ValueError(f"prior_counts must be non-empty counts >= 1, got {prior_counts!r}")
+        if recent_s is not None and not (math.isfinite(recent_s) and recent_s > 0):
+            raise ValueError(f"recent_s must be finite and > 0 (or None), got {recent_s!r}")
         self.prior = prior
         self.prior_weight_s = float(prior_weight_s)
         self.confidence = float(confidence)
         self.prior_sigma = float(prior_sigma)
         self.prior_counts = tuple(sorted(set(prior_counts)))
         self.table = table
+        self.recent_s = None if recent_s is None else float(recent_s)
         self.fit_count = 0
         self._z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
         self._stats: dict[int, _CountStats] = {}
@@ -309,9 +362,15 @@ class OnlinePredictor:
         self._model = prior
         self._observed_counts: list[int] = []
         self._half_width: dict[int, float] = {}  # log half-width at each observed count
+        # With recent_s, the half-width above where it differs (see the class docstring).
+        self._half_above: dict[int, float] | None = None
         self._predictions: dict[int, Prediction] = {}
         self._factors: dict[int, float] = {}  # see _table_factor
         self._extrapolations: dict[int, tuple[int, float]] = {}  # see _extrapolation
+        # Recent speed against the fit (see the class docstring): the factor on the fit's
+        # iteration time at each observed count, and at every other count.
+        self._recent: dict[int, float] = {}
+        self._recent_elsewhere = 1.0
 
     @classmethod
     def from_curve(cls, curve: SpeedCurve, **options) -> OnlinePredictor:
@@ -376,6 +435,8 @@ class OnlinePredictor:
         if stats is None:
             stats = self._stats[workers] = _CountStats()
         stats.add(dt, d_iterations)
+        if self.recent_s is not None:
+            stats.add_recent(time_s, dt, d_iterations, self._memory_s(time_s))
         self._seconds += dt
         self._dirty = True
 
@@ -409,8 +470,8 @@ class OnlinePredictor:
         cached = self._predictions.get(workers)
         if cached is not None:
             return cached
-        ((rate, spread),) = self._rates_and_spreads((workers,))
-        prediction = Prediction(rate, rate / spread, rate * spread)
+        ((rate, below, above),) = self._rates_and_spreads((workers,))
+        prediction = Prediction(rate, rate / below, rate * above)
         self._predictions[workers] = prediction
         return prediction
 
@@ -420,22 +481,25 @@ class OnlinePredictor:
         if self._dirty:
             self._refit()
         pairs = []
-        for rate, spread in self._rates_and_spreads(counts):
-            low = rate / spread
+        for rate, below, above in self._rates_and_spreads(counts):
+            low = rate / below
             if not 0.0 < low <= rate:
-                Prediction(rate, low, rate * spread)  # raises, as `predict` would
+                Prediction(rate, low, rate * above)  # raises, as `predict` would
             pairs.append((rate, low))
         return pairs
 
-    def _rates_and_spreads(self, counts: Sequence[int]) -> list[tuple[float, float]]:
-        """The point rate at each of ``counts`` and the factor of its band either way."""
+    def _rates_and_spreads(self, counts: Sequence[int]) -> list[tuple[float, float, float]]:
+        """The point rate at each of ``counts`` and the factors of its band below and above (the
+        same factor without ``recent_s``)."""
         # NOTE: the model's `rate` and `min` written out (the same operations in the same
         # order), the look-ups taken once: a policy refreshes several jobs' ladders at every
         # decision.
         model = self._model
         compute, comm, overhead = model.compute_s, model.comm_s, model.overhead_s
         factors, table_factor = self._factors, self._table_factor
+        recent, elsewhere = self._recent, self._recent_elsewhere
         half_width, exp, hypot = self._half_width, math.exp, math.hypot
+        half_above = self._half_above
         half_unseen = self._z * self.prior_sigma if not self._observed_counts else None
         result = []
         for workers in counts:
@@ -445,18 +509,29 @@ class OnlinePredictor:
             if factor is None:
                 factor = table_factor(workers)
             rate = 1.0 / (compute / workers + comm * (workers - 1) + overhead) * factor
+            if elsewhere != 1.0 or recent:
+                rate /= recent.get(workers, elsewhere)
+            up = None
             if half_unseen is not None:
                 half = half_unseen
             elif workers in half_width:
                 half = half_width[workers]
+                if half_above is not None:
+                    up = half_above[workers]
             else:
                 nearest, shape = self._extrapolation(workers)
                 half = hypot(half_width[nearest], shape)
+                if half_above is not None:
+                    up = hypot(half_above[nearest], shape)
             # A count seen for a sliver of time has a huge stated uncertainty; the band is
             # capped so that it stays a number (exp overflows past ~709) and reads as "unknown".
             if half > MAX_LOG_HALF_WIDTH:
                 half = MAX_LOG_HALF_WIDTH
-            result.append((rate, exp(half)))
+            below = exp(half)
+            if up is None:
+                result.append((rate, below, below))
+            else:
+                result.append((rate, below, exp(min(up, MAX_LOG_HALF_WIDTH))))
         return result
 
     def _extrapolation(self, workers: int) -> tuple[int, float]:
@@ -531,8 +606,41 @@ class OnlinePredictor:
         if counts != self._observed_counts:
             self._extrapolations.clear()
         self._observed_counts = counts
-        self._half_width = {
-            c: quantile * math.sqrt(per_second / s.seconds)
-            + abs(math.log(model.iteration_time(c) / mean))
-            for c, s, mean in zip(counts, stats, means, strict=True)
+        if self.recent_s is None:
+            self._half_width = {
+                c: quantile * math.sqrt(per_second / s.seconds)
+                + abs(math.log(model.iteration_time(c) / mean))
+                for c, s, mean in zip(counts, stats, means, strict=True)
+            }
+            return
+        self._refit_recent(model, counts, stats)
+        self._half_width, self._half_above = {}, {}
+        for c, s, mean in zip(counts, stats, means, strict=True):
+            noise = quantile * math.sqrt(per_second / s.seconds)
+            # > 0: predicted slower than its whole mean there, which the band reaches up to.
+            gap = math.log(model.iteration_time(c) * self._recent[c] / mean)
+            self._half_width[c] = noise + max(0.0, -gap)
+            self._half_above[c] = noise + max(0.0, gap)
+
+    def _memory_s(self, time_s: float) -> float:
+        """The time constant of forgetting at ``time_s`` of the job's running time."""
+        return max(self.recent_s, RECENT_AGE_FRACTION * time_s)
+
+    def _refit_recent(
+        self, model: IterationTimeModel, counts: list[int], stats: list[_CountStats]
+    ) -> None:
+        """Each observed count's recent deviation from ``model``, shrunk towards the deviation of
+        all counts together, and that overall deviation for every other count."""
+        latest = max(s.recent_at for s in stats)
+        deviations, weights = [], []
+        for c, s in zip(counts, stats, strict=True):
+            recent_time = s.recent_seconds / s.recent_iterations * self._table_factor(c)
+            deviations.append(math.log(recent_time / model.iteration_time(c)))
+            age = latest - s.recent_at
+            weights.append(s.recent_seconds * math.exp(-age / self._memory_s(latest)))
+        overall = sum(w * d for w, d in zip(weights, deviations, strict=True)) / sum(weights)
+        self._recent_elsewhere = math.exp(overall)
+        self._recent = {
+            c: math.exp((w * d + RECENT_SHRINK_S * overall) / (w + RECENT_SHRINK_S))
+            for c, w, d in zip(counts, weights, deviations, strict=True)
         }

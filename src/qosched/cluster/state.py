@@ -40,6 +40,7 @@ class JobState:
         "reallocations",
         "resume_s",
         "spec",
+        "speed_mark",
         "started_s",
         "workers",
     )
@@ -64,6 +65,10 @@ class JobState:
         )
         self.reallocations = 0
         self.completion_event = None
+        # (active_s, iterations_done) from which the job's progress measures its speed: set by a
+        # backend where a start-up ends (a command's interpreter and imports, counted as active
+        # time but no measure of the speed); None where every interval does.
+        self.speed_mark: tuple[float, float] | None = None
 
     @property
     def remaining_iterations(self) -> float:
@@ -159,6 +164,10 @@ class ClusterView:
     # When the backend decides: a policy that skips wake-ups at which nothing would change
     # checks here that skipping them changes nothing either (``DecisionClock.skips_idle``).
     clock: DecisionClock = DecisionClock()
+    # How quickly a job's speed on one allocation drifts, as the predictor's shortest memory in
+    # seconds of running (``OnlinePredictor``'s ``recent_s``): set by a backend whose machines
+    # are shared with other work; None (the simulator) when a job's speed there is steady.
+    speed_recent_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

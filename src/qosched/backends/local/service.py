@@ -115,7 +115,7 @@ from qosched.backends.local.protocol import (
     write_runner_job,
 )
 from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
-from qosched.backends.local.speeds import prior_curve
+from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
 from qosched.backends.local.store import (
     FINAL_STATES,
     HOLDING_STATES,
@@ -237,6 +237,7 @@ class _LiveJob:
     progress: ProgressFollower | None = None  # its runner's progress.jsonl, as far as read
     last_event: ProgressEvent | None = None  # the last one read
     went_back: bool = False  # its progress went back since the last start or resize (said once)
+    starting: bool = False  # its command started and has not reported an iteration since
     progressed_at: float | None = None  # when its runner started or last reported more work
     stalled: bool = False  # noted as stalled since (see STALL_MIN_S)
     last_sample: tuple[float, int] | None = None  # (t, iteration) of the last progress sample
@@ -793,9 +794,9 @@ class LocalService:
         size = len(self._pool(gpu)) if count is None else count
         if not gpu:
             cluster = self.cluster if count is None else ClusterSpec.cpu(1, size)
-            return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S)
+            return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
         cluster = ClusterSpec.from_flags(1, max(1, size), resource="gpu")
-        return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S)
+        return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
 
     @classmethod
     def _holding(cls, live: _LiveJob) -> bool:
@@ -1353,10 +1354,12 @@ class LocalService:
             if event.event in (RunnerEvent.START, RunnerEvent.RESIZE):
                 # A new interval starts here. A command's start knows no iteration yet: the
                 # interval starts from what the job had done, and its start-up counts as
-                # active time (a little slow at first, never fast: safe for a deadline).
+                # active time (a little slow at first, never fast: safe for a deadline), though
+                # not toward its speed (speed_mark, below).
                 done = event.iteration if event.iteration is not None else job.iterations_done
                 live.last_sample = (event.t, int(done))
                 live.went_back = False
+                live.starting = event.event is RunnerEvent.START and event.iteration is None
                 if event.event is RunnerEvent.START:
                     live.progressed_at, live.stalled = event.t, False
                 if event.iteration is None:
@@ -1385,6 +1388,11 @@ class LocalService:
                 live.progressed_at, live.stalled = event.t, False
             job.iterations_done = float(min(event.iteration, live.spec.iterations))
             job.last_update_s = event.t
+            if live.starting:
+                # Its start-up (interpreter, imports) is running time but says nothing of its
+                # speed: the policy measures the speed from its first report on.
+                live.starting = False
+                job.speed_mark = (job.active_s, job.iterations_done)
             if fresh and event.event in (
                 RunnerEvent.PROGRESS,
                 RunnerEvent.CHECKPOINT,

@@ -16,6 +16,11 @@ from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.cluster.throughput import SpeedCurve, ThroughputModel
 from qosched.workloads import get_workload
 
+#: How far back a local job's speed is followed (``OnlinePredictor``'s ``recent_s``, growing with
+#: the job's age): the cores are shared with the machine's other work, and a job's speed on them
+#: moves within seconds when that work starts or stops (docs/results/local.md).
+SPEED_RECENT_S = 2.0
+
 
 @cache
 def _cpu_tables() -> ThroughputModel:

@@ -238,7 +238,9 @@ class QualityOfService(Policy):
     def _track(self, job: JobState, view: ClusterView) -> _Tracked:
         tracked = self._jobs.get(job.job_id)
         if tracked is None:
-            predictor = OnlinePredictor.from_curve(job.curve, confidence=self.confidence)
+            predictor = OnlinePredictor.from_curve(
+                job.curve, confidence=self.confidence, recent_s=view.speed_recent_s
+            )
             # The first sample only sets the start: take it now, so the job's first interval
             # of progress is not lost.
             predictor.observe(job.active_s, job.iterations_done, job.workers)
@@ -263,6 +265,9 @@ class QualityOfService(Policy):
             active_s = job.active_s
             if job.workers and active_s > tracked.observed_active_s:
                 predictor = tracked.predictor
+                mark = job.speed_mark
+                if mark is not None and mark[0] > tracked.observed_active_s:
+                    predictor.restart(*mark)  # a start-up ended there: measure from its end
                 if job.iterations_done >= predictor.last_iterations:
                     predictor.observe(active_s, job.iterations_done, job.workers)
                 else:  # it lost progress (a backend restarted it from an older checkpoint)

@@ -1,0 +1,68 @@
+"""bench/local_evidence.py's prediction error: what it replays and what it compares."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench_scripts import bench_script
+from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.backends.local.store import Lifecycle, Store
+
+
+def command(name: str, iterations: int) -> TrainingJobSpec:
+    return TrainingJobSpec(
+        name=name,
+        iterations=iterations,
+        deadline=Deadline(relative_s=600),
+        command=("python3", "train.py"),
+        resources=Resources(min_cpus=1, max_cpus=1),
+        best_effort=True,
+        speed_key="bench-test",
+    )
+
+
+def run_steadily(store: Store, spec: TrainingJobSpec, start: float, rate: float) -> None:
+    """A job that runs ``spec`` at ``rate`` iterations/s on one core from ``start``, a sample
+    every 0.5 s, then takes 1 s to exit after its last iteration (a command's exit)."""
+    job_id = store.submit(spec, start)
+    store.transition(job_id, Lifecycle.RUNNING, start, allocation=(0,))
+    t = start
+    for step in range(1, round(spec.iterations / rate / 0.5) + 1):
+        t = start + 0.5 * step
+        store.add_progress(job_id, t, round(rate * 0.5 * step), 1)
+    store.add_progress(job_id, t + 1.0, spec.iterations, 1)
+    store.transition(job_id, Lifecycle.SUCCEEDED, t + 1.0)
+
+
+def test_the_error_is_of_the_remaining_time_and_its_window_ends_with_the_work(tmp_path):
+    # 200 iterations at 10 it/s. At the first sample the predictor has only the placeholder
+    # prior, 1 it/s: the remaining time is predicted 10x too long, an error of 900 % (the
+    # speed's own error would be 90 %). From the second sample on it predicts 10 it/s exactly,
+    # and the job runs at 10 it/s until its last iteration: error 0, also where the next 4 s
+    # reach past the last iteration into the command's 1 s exit.
+    with bench_script("local_evidence") as bench, Store(tmp_path / "state.db") as store:
+        run_steadily(store, command("steady", 200), 1000.0, 10.0)
+        errors = bench.prediction_errors(store)
+    assert errors[(0.0, 0.05)][0] == pytest.approx(9.0)
+    later = [e for bucket, values in errors.items() for e in values if bucket[0] >= 0.05]
+    later += errors[(0.0, 0.05)][1:]
+    assert len(later) >= 30
+    assert max(later) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_job_starts_from_what_earlier_jobs_of_its_key_had_measured_by_its_submission(tmp_path):
+    # The first job ends before the second is submitted. What the service remembers of it
+    # (speed_memory.measured_rates) counts its exit: 95 iterations between its first and last
+    # samples in 9.5 s, then 1 s with none: 95 / 10.5 it/s. The second job starts from that, not
+    # the 1 it/s placeholder: at its first sample the remaining time at 10 it/s is predicted
+    # 10.5 / 9.5 - 1 = 10.5 % too long (900 % on the placeholder). The third job, at 20 it/s,
+    # ends after the second's submission: not used for it.
+    with bench_script("local_evidence") as bench, Store(tmp_path / "state.db") as store:
+        run_steadily(store, command("first", 100), 1000.0, 10.0)
+        run_steadily(store, command("third", 200), 1095.0, 20.0)  # ends at 1106
+        run_steadily(store, command("second", 200), 1100.0, 10.0)
+        second = next(r for r in store.list() if r.name == "second")
+        remembered = bench._remembered_at_submission(store, second, store.list())
+        errors = bench.prediction_errors(store)
+    assert remembered == {1: pytest.approx(95.0 / 10.5)}
+    assert errors[(0.0, 0.05)] == [pytest.approx(10.5 / 9.5 - 1.0)]  # the second's first sample
