@@ -3,8 +3,9 @@ answered (docs/results/local.md, "A user's own script").
 
 Each repeat starts a real service (`qosched up --detach`, `qos`, every core of this machine) in a
 fresh home, so the script is never seen at its first submission, and a PyTorch script written as
-a user would (`bench/first_time/train_mlp.py`: reports with `qosched.job.report`, checkpoints,
-stops when asked). Then:
+a user would (`bench/command_train.py`: reports with `qosched.job.report`, checkpoints, stops
+when asked), given as many iterations as take about ``--target-s`` (120) alone on one core here
+(timed on 40 and 80 iterations first). Then:
 
 1. the script alone on one core, outside qosched: its real run time ``T``;
 2. submitted with a deadline of ``3 T``: measured first (`profiling`), then judged; met?
@@ -32,7 +33,7 @@ from qosched.backends.local.client import Client
 from qosched.backends.local.jobview import JobView
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "bench" / "first_time" / "train_mlp.py"
+SCRIPT = ROOT / "bench" / "command_train.py"
 EXAMPLE = ROOT / "examples" / "local" / "command-job.yaml"
 QOSCHED = [sys.executable, "-m", "qosched"]
 EARLIEST = re.compile(r"earliest deadline that can be guaranteed now is (\d+)s from now")
@@ -42,7 +43,7 @@ kind: TrainingJob
 metadata:
   name: {name}
 spec:
-  command: ["{python}", "{script}", "--width", "{width}"]
+  command: ["{python}", "{script}"]
   work:
     iterations: {iterations}
   deadline: {deadline}s
@@ -50,16 +51,24 @@ spec:
 """
 
 
-def run_alone(iterations: int, width: int) -> float:
+def run_alone(iterations: int) -> float:
     """Seconds the script takes alone on one core, outside qosched."""
     started = time.monotonic()
     subprocess.run(
-        [sys.executable, str(SCRIPT), "--iterations", str(iterations), "--width", str(width)],
+        [sys.executable, str(SCRIPT)],
         check=True,
         stdout=subprocess.DEVNULL,
+        env={**os.environ, "QOSCHED_ITERATIONS": str(iterations)},
         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
     )
     return time.monotonic() - started
+
+
+def iterations_for(target_s: float) -> int:
+    """Iterations that take about ``target_s`` alone on one core, from the time 40 more
+    iterations add (the start-up cancels out)."""
+    per_iteration = max(1e-3, (run_alone(80) - run_alone(40)) / 40)
+    return max(100, round(target_s / per_iteration))
 
 
 def wait_done(client: Client, job: JobView, timeout_s: float) -> JobView:
@@ -90,9 +99,10 @@ def row(step: str, deadline_s: float, job: JobView, path: str) -> str:
     return f"| {step} | {deadline_s:.0f} | {path} | {took:.0f} | {verdict} |"
 
 
-def repeat(iterations: int, width: int) -> list[str]:
-    alone_s = run_alone(iterations, width)
-    rows = [f"| alone, 1 core, outside qosched | - | - | {alone_s:.0f} | T |"]
+def repeat(target_s: float) -> list[str]:
+    iterations = iterations_for(target_s)
+    alone_s = run_alone(iterations)
+    rows = [f"| alone on 1 core, outside qosched ({iterations} it) | - | - | {alone_s:.0f} | T |"]
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "QOSCHED_HOME": home}
         subprocess.run([*QOSCHED, "up", "--detach"], check=True, env=env, capture_output=True)
@@ -115,16 +125,18 @@ def repeat(iterations: int, width: int) -> list[str]:
                         name=name,
                         python=sys.executable,
                         script=SCRIPT,
-                        width=width,
                         iterations=iterations,
                         deadline=deadline_s,
                     )
                 )
                 return submit_file(path)
 
-            for step, factor in (("never seen, 3 T", 3.0), ("again, 1.5 T", 1.5)):
+            for name, step, factor in (
+                ("first", "never seen, 3 T", 3.0),
+                ("again", "again, 1.5 T", 1.5),
+            ):
                 deadline = math.ceil(factor * alone_s)
-                job = wait_done(client, submit(step.split(",")[0], deadline), 10 * alone_s)
+                job = wait_done(client, submit(name, deadline), 10 * alone_s)
                 rows.append(row(step, deadline, job, states(client, job.id)))
             tight = max(1, math.floor(alone_s / 4))
             declined = submit("tight", tight)
@@ -147,8 +159,7 @@ def repeat(iterations: int, width: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--iterations", type=int, default=2000)
-    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--target-s", type=float, default=120.0, help="T to aim for")
     args = parser.parse_args()
     os.chdir(ROOT)  # command-job.yaml runs where it is submitted: the repository root
     cores = len(os.sched_getaffinity(0))
@@ -157,7 +168,7 @@ def main() -> None:
         print(f"\nRepeat {number}:\n")
         print("| step | deadline s | states | done in s | deadline |")
         print("|---|---|---|---|---|")
-        for line in repeat(args.iterations, args.width):
+        for line in repeat(args.target_s):
             print(line, flush=True)
 
 

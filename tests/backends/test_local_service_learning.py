@@ -12,6 +12,7 @@ import time
 from command_jobs import counting_spec, python_spec
 
 from qosched.backends.local.service import LocalService
+from qosched.backends.local.speed_memory import speed_key
 
 
 def test_a_command_jobs_speed_is_learned_from_its_progress(tmp_path):
@@ -49,7 +50,10 @@ SPEEDS_UP = """
 def test_the_predicted_speed_follows_a_jobs_recent_speed(tmp_path):
     service = LocalService.open(tmp_path, policy="qos", tick_s=0.2, grace_s=2.0)
     try:
-        job_id = service.submit_spec(python_spec("speeds-up", SPEEDS_UP, iterations=2000)).id
+        spec = python_spec("speeds-up", SPEEDS_UP, iterations=2000)
+        # Run before at some speed, so it runs at once instead of being measured first.
+        service.store.remember_speeds(speed_key(spec), {1: 10.0}, "j-000000", 0.0)
+        job_id = service.submit_spec(spec).id
         deadline = time.monotonic() + 120
         while service.job(job_id).iterations_done < 340:  # 300 at the new speed, 6 s or more
             assert time.monotonic() < deadline, "the job made too little progress"
