@@ -16,6 +16,7 @@ from qosched.backends.local.jobspec import Deadline, TrainingJobSpec
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.speed_memory import (
     measured_rates,
+    measured_startup_s,
     remembered_curve,
     speed_key,
 )
@@ -87,17 +88,39 @@ def test_the_store_keeps_the_latest_speed_per_count_and_who_measured_it(tmp_path
             store.remember_speeds("k", {0: 1.0}, "j-000004", 40.0)
 
 
+def test_a_start_up_is_the_longest_wait_from_a_launch_to_its_first_report() -> None:
+    samples = [(13.0, 1, 1), (14.0, 10, 1), (52.5, 40, 1), (60.0, 90, 1)]
+    # Launched at 10 (first report 13: 3 s) and at 50 (first report 52.5: 2.5 s); a launch
+    # after the last report tells nothing.
+    assert measured_startup_s([10.0, 50.0, 70.0], samples) == 3.0
+    assert measured_startup_s([70.0], samples) is None
+    assert measured_startup_s([], samples) is None
+
+
+def test_the_store_keeps_the_latest_start_up_of_a_key(tmp_path) -> None:
+    with Store(tmp_path / "state.db") as store:
+        assert store.remembered_startup("k") is None
+        store.remember_startup("k", 3.5, "j-000001", 10.0)
+        store.remember_startup("k", 2.0, "j-000002", 20.0)
+        assert store.remembered_startup("k") == 2.0
+        for bad in (-1.0, float("nan"), 1e9):
+            with pytest.raises(Exception, match="no start-up"):
+                store.remember_startup("k", bad, "j-000003", 30.0)
+
+
 def test_a_version_1_database_gains_the_speeds_table(tmp_path) -> None:
     path = tmp_path / "state.db"
     with Store(path) as store:
         store.remember_speeds("k", {1: 5.0}, "j-000001", 1.0)
     with sqlite3.connect(path) as db:  # as an older qosched left it
         db.execute("DROP TABLE speeds")
+        db.execute("DROP TABLE startups")
         db.execute("UPDATE schema_version SET version = 1")
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         assert store.remembered_speeds("k") == ({}, None)
+        assert store.remembered_startup("k") is None  # the start-ups table came with it
 
 
 # About 20 iterations a second on one core, reported as it goes.
@@ -160,6 +183,8 @@ def test_a_new_command_is_measured_then_guaranteed_and_remembered_the_next_time(
         done = service.job(again.id)
         assert done.state == "succeeded" and done.finished_at <= done.deadline_at
 
+        # The start-up (starting Python, before the first report) is remembered too.
+        assert service.store.remembered_startup(speed_key(strict("x", 1))) > 0
         impossible = service.submit_spec(strict("impossible", 3))
         assert impossible.state == "declined"
         earliest = _earliest_in_s(impossible.error)

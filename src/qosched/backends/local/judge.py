@@ -26,11 +26,14 @@ def judge(
     best_effort: bool,
     admission: Admission | None = None,
     kind: str = "core",
+    startup_s: float = 0.0,
 ) -> Verdict:
     """The verdict on ``job`` (not in ``view.jobs``) arriving now; ``policy`` is left unchanged.
 
     ``admission``: what the policy already answered (a job just declined), so it is not asked
-    again. ``kind`` names the pool's workers in reasons.
+    again. ``kind`` names the pool's workers in reasons. ``startup_s``: how much earlier than
+    the user's deadline ``job``'s is (its start costs that before any iteration counts): the
+    deadlines searched and said are the user's.
     """
     if admission is None:
         admission = probe_admission(policy, job, view, best_effort=best_effort)
@@ -45,13 +48,14 @@ def judge(
     alone_s, count, rate = _fastest_alone(job, capacity)
     if alone_s is None:
         return Verdict(admission, f"it has no known speed on at most {capacity} {kind}s")
-    asked_s = deadline - now
+    asked_s = deadline - now + startup_s
+    alone_s += startup_s
     reason = _reason(view, policy, asked_s, alone_s, count, rate, kind)
     if admission is Admission.BEST_EFFORT:
         reason += "; its spec allows best effort, so it runs without a guarantee"
 
     def guaranteed_within(seconds: float) -> bool:
-        trial = _with_deadline(job, now + seconds)
+        trial = _with_deadline(job, now + seconds - startup_s)
         return probe_admission(policy, trial, view, best_effort=False) is Admission.GUARANTEED
 
     # Faster than alone on its fastest count is never met; nor, it was just found, is `asked_s`.

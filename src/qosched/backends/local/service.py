@@ -114,7 +114,12 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_runner_job,
 )
-from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
+from qosched.backends.local.speed_memory import (
+    measured_rates,
+    measured_startup_s,
+    remembered_curve,
+    speed_key,
+)
 from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
 from qosched.backends.local.store import (
     FINAL_STATES,
@@ -252,6 +257,7 @@ class _LiveJob:
     failing: str | None = None  # the job failed (why); its runner is being stopped
     over_memory: str | None = None  # why the job was killed for its memory use
     speed_key: str | None = None  # what its speed is remembered under (speed_memory)
+    startup_s: float = 0.0  # its planned deadline is this much earlier (speed_memory)
     # The job whose measured speeds (workers -> iterations/s) are this one's prior, if any.
     remembered: tuple[str | None, dict[int, float]] | None = None
     # Profiling (see qosched.backends.local.profiling): its speed is measured before it is
@@ -507,8 +513,12 @@ class LocalService:
                 self._resync()
             now = self.clock() if now is None else now
             try:
-                remembered = self.store.remembered_speeds(speed_key(spec))[0]
-                job = self._policy_job(DRY_RUN_ID, spec, now, spec.deadline_at(now), remembered)
+                key = speed_key(spec)
+                remembered = self.store.remembered_speeds(key)[0]
+                startup = self.store.remembered_startup(key) or 0.0
+                job = self._policy_job(
+                    DRY_RUN_ID, spec, now, spec.deadline_at(now), remembered, startup
+                )
                 policy = self.gpu_policy if spec.gpu else self.policy
                 if policy.promises_deadlines and not remembered and _speed_unknown(spec):
                     return Verdict(
@@ -524,6 +534,7 @@ class LocalService:
                     self._view(now, spec.gpu),
                     best_effort=spec.best_effort,
                     kind=_kind(spec),
+                    startup_s=startup,
                 )
             except Exception as exc:  # what `submit_spec` fails the job for: it would not run
                 return Verdict(Admission.DECLINED, f"cannot be scheduled: {_reason(exc)}")
@@ -705,10 +716,20 @@ class LocalService:
             rates = measured_rates(samples)
             if rates and live.speed_key is not None:
                 self.store.remember_speeds(live.speed_key, rates, live.record.id, self.clock())
+                startup = self._startup_of(live.record.id, samples)
+                if startup is not None:
+                    self.store.remember_startup(
+                        live.speed_key, startup, live.record.id, self.clock()
+                    )
         except StoreUnavailableError:
             raise
         except Exception:
             log.warning("job %s: its speeds could not be remembered", live.record.id, exc_info=True)
+
+    def _startup_of(self, job_id: str, samples: Sequence[tuple[float, int, int]]) -> float | None:
+        """The longest start-up the job's runners had (speed_memory.measured_startup_s)."""
+        launches = [e.t for e in self.store.events(job_id) if e.kind == "launched"]
+        return measured_startup_s(launches, samples)
 
     def _track(self, record: JobRecord) -> _LiveJob:
         spec = record.spec
@@ -716,11 +737,13 @@ class LocalService:
             raise InputError(record.spec_error or "its stored spec does not read", field="spec")
         key = speed_key(spec)
         remembered, measured_by = self.store.remembered_speeds(key)
+        startup = self.store.remembered_startup(key) or 0.0
         policy_job = self._policy_job(
-            record.id, spec, record.submitted_at, record.deadline_at, remembered
+            record.id, spec, record.submitted_at, record.deadline_at, remembered, startup
         )
         live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
         live.speed_key = key
+        live.startup_s = startup
         if remembered and measured_by != record.id:
             live.remembered = (measured_by, remembered)
         self._live[record.id] = live
@@ -733,10 +756,13 @@ class LocalService:
         submitted_at: float,
         deadline_at: float,
         remembered: Mapping[int, float],
+        startup_s: float = 0.0,
     ) -> JobState:
         """The job as its pool's policy sees it, its prior speed the table's or the placeholder
         with what an earlier job of its speed key measured in place (``remembered``, see
-        speed_memory); ``InputError`` when the pool is too small."""
+        speed_memory), and its deadline ``startup_s`` earlier: a start costs that much before
+        any iteration counts, and the policy plans iterations; ``InputError`` when the pool is
+        too small."""
         workload = spec.workload or "command"
         pool = self._pool(spec.gpu)
         least = spec.resources.bounds()[0]
@@ -758,7 +784,7 @@ class LocalService:
             model=workload,
             batch_size=1,
             iterations=spec.iterations,
-            deadline_s=deadline_at,
+            deadline_s=deadline_at - startup_s,
             requested_workers=min(requested, len(pool)),
         )
         policy_job = JobState(job, remembered_curve(prior_curve(spec, len(pool)), remembered))
@@ -931,6 +957,12 @@ class LocalService:
         )
         view = self._view(now, spec.gpu, len(self._pool(spec.gpu)) - others)
         job = live.policy_job
+        samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(job_id)]
+        startup = self._startup_of(job_id, samples)
+        if startup is not None and startup > live.startup_s:
+            # A restart costs what its first start did: planned that much earlier.
+            live.startup_s = startup
+            job.spec = dataclasses.replace(job.spec, deadline_s=live.record.deadline_at - startup)
         if rates:
             job.curve = remembered_curve(prior_curve(spec, len(self._pool(spec.gpu))), rates)
             admission = admit_job(policy, job, view, best_effort=spec.best_effort)
@@ -979,6 +1011,7 @@ class LocalService:
                 best_effort=live.spec.best_effort,
                 admission=admission,
                 kind=_kind(live.spec),
+                startup_s=live.startup_s,
             )
         except Exception:  # the reason is a courtesy: the decline stands without it
             log.exception("job %s: cannot say why it was declined", live.record.id)

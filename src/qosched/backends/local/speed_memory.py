@@ -9,11 +9,15 @@ several scripts that run alike).
 
 When a job ends, its progress samples give a speed per worker count (``measured_rates``), kept
 in the store under its key with the job's id; the next job with that key starts from a curve
-anchored at those counts (``remembered_curve``) instead of the placeholder or the table.
+anchored at those counts (``remembered_curve``) instead of the placeholder or the table. Its
+start-up (``measured_startup_s``: from a runner's launch to its first report, when no iteration
+counts) is kept too: the next job's deadline is planned that much earlier, since its start
+costs as much.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
@@ -82,6 +86,21 @@ def measured_rates(samples: Sequence[tuple[float, int, int]]) -> dict[int, float
         and intervals[workers] >= MIN_INTERVALS
         and done[workers] > 0
     }
+
+
+def measured_startup_s(
+    launches: Sequence[float], samples: Sequence[tuple[float, int, int]]
+) -> float | None:
+    """The longest a runner took from its launch (times in ``launches``) to its first progress
+    sample after it: what a start costs this job before any iteration counts (importing its
+    framework, loading data). None when no launch was followed by a sample."""
+    times = sorted(sample[0] for sample in samples)
+    waits = []
+    for launched in launches:
+        index = bisect.bisect_right(times, launched)
+        if index < len(times):
+            waits.append(times[index] - launched)
+    return max(waits) if waits else None
 
 
 def remembered_curve(prior: SpeedCurve, rates: Mapping[int, float]) -> SpeedCurve:

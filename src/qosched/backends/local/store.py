@@ -23,6 +23,9 @@ from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.core.bounds import COUNT_LIMIT
 from qosched.core.errors import InputError, QoschedError
 
+#: The longest start-up remembered (``remember_startup``): longer is a hang, not a start-up.
+MAX_STARTUP_S = 3600.0
+
 
 class StoreError(QoschedError):
     """The store was misused or its database cannot be used."""
@@ -220,6 +223,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             job_id TEXT NOT NULL,
             t REAL NOT NULL,
             PRIMARY KEY (key, workers)
+        )""",
+    ),
+    (
+        # Start-ups remembered with them: seconds from a runner's start to its first report.
+        """CREATE TABLE startups (
+            key TEXT PRIMARY KEY,
+            seconds REAL NOT NULL CHECK (seconds >= 0),
+            job_id TEXT NOT NULL,
+            t REAL NOT NULL
         )""",
     ),
 )
@@ -534,6 +546,23 @@ class Store:
                 (key,),
             ).fetchall()
         return {workers: rate for workers, rate, _ in rows}, (rows[-1][2] if rows else None)
+
+    def remember_startup(self, key: str, seconds: float, job_id: str, t: float) -> None:
+        """Keep how long ``job_id``'s runner took from its start to its first report, under
+        ``key``, replacing what an earlier job left."""
+        if not 0 <= seconds <= MAX_STARTUP_S:
+            raise InputError(f"job {job_id}: no start-up of {seconds!r} s")
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO startups (key, seconds, job_id, t) VALUES (?, ?, ?, ?)",
+                (key, float(seconds), job_id, t),
+            )
+
+    def remembered_startup(self, key: str) -> float | None:
+        """The start-up seconds remembered under ``key``, or None."""
+        with self._read() as db:
+            row = db.execute("SELECT seconds FROM startups WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
 
     def add_event(
         self, job_id: str | None, t: float, kind: str, detail: Mapping[str, Any] | None = None
