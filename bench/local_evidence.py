@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from qosched.backends.local.cpu_use import CHECKPOINTING, ENDING, STARTING, Breakdown
 from qosched.backends.local.demo import RunReport, calibrated_plan, run_workload
 from qosched.backends.local.process import launch_runner
 from qosched.backends.local.progress import RunnerEvent, read_progress
@@ -161,6 +162,7 @@ def workload(args: argparse.Namespace) -> None:
             f"| {low:.0%}-{high:.0%} | {len(values)} | {statistics.median(values):.1%} | "
             f"{p90:.1%} | {within:.0%} |"
         )
+    print_breakdown(totals)
     for policy, reports in totals.items():
         met = sum(r.met for r in reports)
         jobs = sum(len(r.jobs) for r in reports)
@@ -175,6 +177,46 @@ def workload(args: argparse.Namespace) -> None:
             f"\n- {policy}: {met} of {jobs} deadlines met; CPU use of allocated cores "
             f"{mean_use} (mean over repeats)."
         )
+
+
+def print_breakdown(totals: dict[str, list[RunReport]]) -> None:
+    """Where each policy's allocated core-seconds went, over all repeats (``cpu_use``)."""
+    summed: dict[str, Breakdown] = {}
+    for policy, reports in totals.items():
+        summed[policy] = Breakdown()
+        for report in reports:
+            if report.breakdown is not None:
+                summed[policy].add(report.breakdown)
+    counts = sorted({cores for found in summed.values() for cores in found.running_by_cores})
+    print("\n## Where the allocated core-seconds went\n")
+    print(
+        "Core-seconds held in each stretch of the jobs' lives (share of all held), and the CPU "
+        "time the runners used in it as a share of what was held there (*busy*). Start-up: "
+        "launch to the runner's `start` event (Python, PyTorch, the model); running: `start` to "
+        "`done`, on the cores held then, less checkpoints; checkpointing: the saves, as the "
+        "runner timed them; ending: the last event to the service seeing the runner gone, with "
+        "the runners' CPU time after their last event. All summed over the repeats.\n"
+    )
+    running = [f"running on {cores} core{'s' if cores > 1 else ''}" for cores in counts]
+    head = ["policy", "allocated core-s", STARTING, *running, CHECKPOINTING, ENDING, "CPU use"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for policy, found in summed.items():
+        total = found.held_total
+        cells = [policy, f"{total:.0f}", _cell(found.held[STARTING], found.used[STARTING], total)]
+        for cores in counts:
+            held, used = found.running_by_cores.get(cores, (0.0, 0.0))
+            cells.append(_cell(held, used, total))
+        for phase in (CHECKPOINTING, ENDING):
+            cells.append(_cell(found.held[phase], found.used[phase], total))
+        cells.append(f"{found.used_total / total:.0%}" if total else "-")
+        print("| " + " | ".join(cells) + " |")
+
+
+def _cell(held: float, used: float, total: float) -> str:
+    if held <= 0:
+        return "-"
+    return f"{held:.1f} ({held / total:.0%}), {used / held:.0%} busy"
 
 
 def _done(job) -> str:
