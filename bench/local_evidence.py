@@ -190,33 +190,40 @@ def print_breakdown(totals: dict[str, list[RunReport]]) -> None:
     counts = sorted({cores for found in summed.values() for cores in found.running_by_cores})
     print("\n## Where the allocated core-seconds went\n")
     print(
-        "Core-seconds held in each stretch of the jobs' lives (share of all held), and the CPU "
-        "time the runners used in it as a share of what was held there (*busy*). Start-up: "
-        "launch to the runner's `start` event (Python, PyTorch, the model); running: `start` to "
-        "`done`, on the cores held then, less checkpoints; checkpointing: the saves, as the "
-        "runner timed them; ending: the last event to the service seeing the runner gone, with "
-        "the runners' CPU time after their last event. All summed over the repeats.\n"
+        "Core-seconds held in each stretch of the jobs' lives (share of all held); *busy*: the "
+        "CPU time the runners used there, *waited*: the time their threads were ready to run "
+        "but other work held the core (the kernel's run-queue wait), both as a share of what "
+        "was held there. Start-up: launch to the runner's `start` event (Python, PyTorch, the "
+        "model); running: `start` to `done`, on the cores held then, less checkpoints; "
+        "checkpointing: the saves, as the runner timed them; ending: the last event to the "
+        "service seeing the runner gone, with the runners' CPU time after their last event. "
+        "Summed over the repeats. What is neither busy nor waited is idle: a core held "
+        "with no thread of the job ready to run on it.\n"
     )
     running = [f"running on {cores} core{'s' if cores > 1 else ''}" for cores in counts]
-    head = ["policy", "allocated core-s", STARTING, *running, CHECKPOINTING, ENDING, "CPU use"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    head = ["policy", "allocated core-s", STARTING, *running, CHECKPOINTING, ENDING]
+    print("| " + " | ".join([*head, "CPU use", "waited"]) + " |")
+    print("|" + "---|" * (len(head) + 2))
     for policy, found in summed.items():
         total = found.held_total
-        cells = [policy, f"{total:.0f}", _cell(found.held[STARTING], found.used[STARTING], total)]
+        cells = [policy, f"{total:.0f}"]
+        cells.append(
+            _cell(found.held[STARTING], found.used[STARTING], found.waited[STARTING], total)
+        )
         for cores in counts:
-            held, used = found.running_by_cores.get(cores, (0.0, 0.0))
-            cells.append(_cell(held, used, total))
+            held, used, waited = found.running_by_cores.get(cores, (0.0, 0.0, 0.0))
+            cells.append(_cell(held, used, waited, total))
         for phase in (CHECKPOINTING, ENDING):
-            cells.append(_cell(found.held[phase], found.used[phase], total))
+            cells.append(_cell(found.held[phase], found.used[phase], found.waited[phase], total))
         cells.append(f"{found.used_total / total:.0%}" if total else "-")
+        cells.append(f"{found.waited_total / total:.0%}" if total else "-")
         print("| " + " | ".join(cells) + " |")
 
 
-def _cell(held: float, used: float, total: float) -> str:
+def _cell(held: float, used: float, waited: float, total: float) -> str:
     if held <= 0:
         return "-"
-    return f"{held:.1f} ({held / total:.0%}), {used / held:.0%} busy"
+    return f"{held:.1f} ({held / total:.0%}): {used / held:.0%} busy, {waited / held:.0%} waited"
 
 
 def _done(job) -> str:

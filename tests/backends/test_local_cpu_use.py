@@ -37,14 +37,15 @@ STORE = (
     state(130, "succeeded"),
 )
 RUNNER = (
-    runner(103, RunnerEvent.START, 2.0),
-    runner(105, RunnerEvent.PROGRESS, 5.0),
-    runner(108, RunnerEvent.CHECKPOINT, 8.0, save_s=1.0, save_cpu_s=0.5),
-    runner(115, RunnerEvent.PROGRESS, 12.0),
-    runner(119, RunnerEvent.PREEMPTED, 15.0),
+    runner(103, RunnerEvent.START, 2.0, wait_s=0.2),
+    runner(105, RunnerEvent.PROGRESS, 5.0, wait_s=0.5),
+    runner(108, RunnerEvent.CHECKPOINT, 8.0, wait_s=0.5, save_s=1.0, save_cpu_s=0.5),
+    runner(115, RunnerEvent.PROGRESS, 12.0, wait_s=1.5),
+    # A thread ended, taking its wait with it: 0.1 s less, counted as none.
+    runner(119, RunnerEvent.PREEMPTED, 15.0, wait_s=1.4),
     # The second runner: its CPU time counts from its own birth.
-    runner(127, RunnerEvent.START, 1.5),
-    runner(129, RunnerEvent.DONE, 2.5),
+    runner(127, RunnerEvent.START, 1.5, wait_s=0.1),
+    runner(129, RunnerEvent.DONE, 2.5, wait_s=0.3),
 )
 
 
@@ -103,3 +104,12 @@ def test_a_runner_that_never_started_only_started() -> None:
 def test_a_job_that_never_ran_held_nothing() -> None:
     found = job_breakdown((state(100, "declined"),), (), end=110)
     assert found.held_total == 0 and found.used_total == 0
+
+
+def test_seconds_waited_for_a_core_by_phase() -> None:
+    found = job_breakdown(STORE, RUNNER, end=140)
+    assert found.waited == pytest.approx(
+        {STARTING: 0.2 + 0.1, RUNNING: 0.3 + 0.0 + 1.0 + 0.0 + 0.2, CHECKPOINTING: 0, ENDING: 0}
+    )
+    assert found.running_by_cores[2][2] == pytest.approx(0.3)
+    assert found.running_by_cores[1][2] == pytest.approx(1.0 + 0.2)

@@ -335,6 +335,8 @@ def test_a_workload_runner_reports_what_it_cost(tmp_path: Path, runners: Runners
     seen = events(job_dir)
     clock = [e.cpu_s for e in seen]
     assert None not in clock and clock == sorted(clock), clock
+    if Path(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat").exists():
+        assert all(e.wait_s is not None and e.wait_s >= 0 for e in seen)
     # Its start-up (PyTorch, the model) costs CPU before the first event, and the last event
     # accounts for nearly all the process used: it ends without the interpreter's teardown.
     assert seen[0].event is RunnerEvent.START and seen[0].cpu_s > 0

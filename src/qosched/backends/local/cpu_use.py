@@ -29,11 +29,14 @@ _ENDS = (RunnerEvent.DONE, RunnerEvent.PREEMPTED)
 
 @dataclass(slots=True)
 class Breakdown:
-    """Core-seconds held (``held``) and CPU seconds used (``used``), by phase; running is also
-    split by the number of cores held (``running_by_cores``: cores -> (held, used))."""
+    """By phase: core-seconds held (``held``), CPU seconds the runners used (``used``) and
+    seconds their threads waited for a core, ready to run (``waited``: other work held it).
+    Running is also split by the number of cores held (``running_by_cores``: cores -> [held,
+    used, waited])."""
 
     held: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     used: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    waited: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     running_by_cores: dict[int, list[float]] = field(default_factory=dict)
 
     @property
@@ -44,14 +47,22 @@ class Breakdown:
     def used_total(self) -> float:
         return sum(self.used.values())
 
+    @property
+    def waited_total(self) -> float:
+        return sum(self.waited.values())
+
+    def running_on(self, cores: int) -> list[float]:
+        return self.running_by_cores.setdefault(cores, [0.0, 0.0, 0.0])
+
     def add(self, other: Breakdown) -> None:
         for phase in PHASES:
             self.held[phase] += other.held[phase]
             self.used[phase] += other.used[phase]
-        for cores, (held, used) in other.running_by_cores.items():
-            mine = self.running_by_cores.setdefault(cores, [0.0, 0.0])
-            mine[0] += held
-            mine[1] += used
+            self.waited[phase] += other.waited[phase]
+        for cores, figures in other.running_by_cores.items():
+            mine = self.running_on(cores)
+            for i, value in enumerate(figures):
+                mine[i] += value
 
 
 def cores_held(events: Iterable[Event]) -> list[tuple[float, int]]:
@@ -108,8 +119,9 @@ def job_breakdown(
         if cores and finish > begin:
             found.held[phase] += cores * (finish - begin)
             if phase == RUNNING:
-                found.running_by_cores.setdefault(cores, [0.0, 0.0])[0] += cores * (finish - begin)
-    # CPU seconds: each runner's own count, taken apart at its events.
+                found.running_on(cores)[0] += cores * (finish - begin)
+    # CPU seconds, and seconds waited for a core: each runner's own counts, taken apart at its
+    # events.
     previous: ProgressEvent | None = None
     started = False
     for event in runner_events:
@@ -122,19 +134,26 @@ def job_breakdown(
             # From the process's birth; a runner that wrote no start event only ever started.
             started = event.event is RunnerEvent.START
             found.used[STARTING] += event.cpu_s
+            found.waited[STARTING] += event.wait_s or 0.0
             previous = event
             continue
         spent = event.cpu_s - (previous.cpu_s if previous is not None else 0.0)
+        # A thread that ended takes its count with it: never less than nothing.
+        waited = max(0.0, (event.wait_s or 0.0) - ((previous and previous.wait_s) or 0.0))
         previous = event
         if not started:
             found.used[STARTING] += spent
+            found.waited[STARTING] += waited
             continue
         if event.event is RunnerEvent.CHECKPOINT and event.save_cpu_s is not None:
             saved = min(event.save_cpu_s, spent)
             found.used[CHECKPOINTING] += saved
             spent -= saved
         found.used[RUNNING] += spent
+        found.waited[RUNNING] += waited
         cores = held_at(event.t)
         if cores:
-            found.running_by_cores.setdefault(cores, [0.0, 0.0])[1] += spent
+            figures = found.running_on(cores)
+            figures[1] += spent
+            figures[2] += waited
     return found

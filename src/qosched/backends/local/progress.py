@@ -54,6 +54,9 @@ class ProgressEvent:
     # Built-in workloads: the runner's CPU seconds so far (all its threads, from its start), so
     # what each stretch of a job's life cost is measured, not guessed; None for a command job.
     cpu_s: float | None = None
+    # Built-in workloads: seconds its threads were ready to run but waited for a core (the
+    # kernel's run-queue wait, summed over threads): time lost to other work on its cores.
+    wait_s: float | None = None
     save_s: float | None = None  # on checkpoints: wall seconds the save took
     save_cpu_s: float | None = None  # on checkpoints: CPU seconds the save took
 
@@ -82,8 +85,10 @@ class ProgressLog:
         # Append mode: a restarted runner continues the same file after its predecessor's lines.
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self.cpus = 0
-        # When set, every line carries ``cpu_s``: what this clock reads (the runner's CPU time).
+        # When set, every line carries ``cpu_s`` and ``wait_s``: what these clocks read (the
+        # runner's CPU time, its threads' run-queue wait).
         self.cpu_clock: Callable[[], float] | None = None
+        self.wait_clock: Callable[[], float | None] | None = None
         # Where the job stands, kept current by the runner so that an error raised from deep
         # inside can still be reported at the right iteration.
         self.iteration: int | None = None
@@ -113,6 +118,8 @@ class ProgressLog:
         }
         if self.cpu_clock is not None:
             record["cpu_s"] = round(self.cpu_clock(), 6)
+        if self.wait_clock is not None and (waited := self.wait_clock()) is not None:
+            record["wait_s"] = round(waited, 6)
         record.update({name: value for name, value in details.items() if value is not None})
         # One write call per line keeps lines whole even if someone else appends too.
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -219,6 +226,7 @@ def _parse_event(data: object, source: Path, line: int) -> ProgressEvent:
         fatal=None if fatal is None else bool(fatal),
         exit_code=exit_code,
         cpu_s=_seconds_or_none(data, "cpu_s", source, line),
+        wait_s=_seconds_or_none(data, "wait_s", source, line),
         save_s=_seconds_or_none(data, "save_s", source, line),
         save_cpu_s=_seconds_or_none(data, "save_cpu_s", source, line),
     )

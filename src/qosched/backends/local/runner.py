@@ -42,7 +42,8 @@ the wall and CPU seconds the save took), ``preempted``, ``done``, ``error`` (``m
 ``fatal`` says whether the runner exits because of it), ``warning`` (``message``); a command
 job's ``preempted``, ``done`` and fatal ``error`` carry the child's ``exit_code``. A loss that
 is not finite is written as null. A built-in workload's every event also carries ``cpu_s``, the
-runner's CPU seconds since it started (all threads, its start-up included).
+runner's CPU seconds since it started (all threads, its start-up included), and ``wait_s``, the
+seconds its threads have waited for a core, ready to run (absent where the kernel does not say).
 ``progress.read_progress`` parses the file into typed events,
 with every number bounded (counts whole in [0, 2**53), times within year 9999 UTC); the
 scheduler fails a job whose file holds a line that is not such an event, naming the line
@@ -117,7 +118,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from qosched.backends.local.affinity import set_process_affinity
+from qosched.backends.local.affinity import runqueue_wait_s, set_process_affinity
 from qosched.backends.local.atomic import atomic_write, atomic_write_json, remove_stale_temps
 from qosched.backends.local.cgroups import join_from_environment
 from qosched.backends.local.files import read_regular
@@ -371,6 +372,8 @@ def _run_workload(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRe
     # Every event says what the runner has cost so far (its start-up included): the CPU time
     # of all its threads, which is all the work a built-in workload does.
     log.cpu_clock = time.process_time
+    # And what it could not do: time its threads waited for a core other work held.
+    log.wait_clock = lambda: runqueue_wait_s(os.getpid())
     # PyTorch is imported only here: it takes seconds, and a command job never needs it.
     import torch
 
