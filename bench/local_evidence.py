@@ -198,12 +198,14 @@ def print_breakdown(totals: dict[str, list[RunReport]]) -> None:
         "checkpointing: the saves, as the runner timed them; ending: the last event to the "
         "service seeing the runner gone, with the runners' CPU time after their last event. "
         "Summed over the repeats. What is neither busy nor waited is idle: a core held "
-        "with no thread of the job ready to run on it.\n"
+        "with no thread of the job ready to run on it. The last two columns are seconds "
+        "of wall time, median and most, over the launches and the runners' endings.\n"
     )
     running = [f"running on {cores} core{'s' if cores > 1 else ''}" for cores in counts]
     head = ["policy", "allocated core-s", STARTING, *running, CHECKPOINTING, ENDING]
-    print("| " + " | ".join([*head, "CPU use", "waited"]) + " |")
-    print("|" + "---|" * (len(head) + 2))
+    tail = ["CPU use", "waited", "s per start-up", "s per ending"]
+    print("| " + " | ".join([*head, *tail]) + " |")
+    print("|" + "---|" * (len(head) + len(tail)))
     for policy, found in summed.items():
         total = found.held_total
         cells = [policy, f"{total:.0f}"]
@@ -217,6 +219,13 @@ def print_breakdown(totals: dict[str, list[RunReport]]) -> None:
             cells.append(_cell(found.held[phase], found.used[phase], found.waited[phase], total))
         cells.append(f"{found.used_total / total:.0%}" if total else "-")
         cells.append(f"{found.waited_total / total:.0%}" if total else "-")
+        for phase in (STARTING, ENDING):
+            seconds = found.stretches[phase]
+            cells.append(
+                f"{statistics.median(seconds):.2f} ({max(seconds):.2f}), n={len(seconds)}"
+                if seconds
+                else "-"
+            )
         print("| " + " | ".join(cells) + " |")
 
 

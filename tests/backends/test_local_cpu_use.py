@@ -113,3 +113,12 @@ def test_seconds_waited_for_a_core_by_phase() -> None:
     )
     assert found.running_by_cores[2][2] == pytest.approx(0.3)
     assert found.running_by_cores[1][2] == pytest.approx(1.0 + 0.2)
+
+
+def test_seconds_of_each_start_up_and_ending() -> None:
+    found = job_breakdown(STORE, RUNNER, end=140)
+    assert found.stretches[STARTING] == pytest.approx([3.0, 2.0])  # 100-103, 125-127
+    assert found.stretches[ENDING] == pytest.approx([1.0, 1.0])  # 119-120, 129-130
+    # A re-size does not cut a stretch: 103-107 on 2 cores; 108-119 across the shrink at 110.
+    assert found.stretches[RUNNING] == pytest.approx([4.0, 11.0, 2.0])
+    assert found.stretches[CHECKPOINTING] == pytest.approx([1.0])

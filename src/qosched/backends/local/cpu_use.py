@@ -38,6 +38,9 @@ class Breakdown:
     used: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     waited: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     running_by_cores: dict[int, list[float]] = field(default_factory=dict)
+    # Wall seconds of each stretch of a phase in which cores were held: a launch's start-up,
+    # a runner's ending (less noisy than shares of core-seconds on a busy machine).
+    stretches: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
 
     @property
     def held_total(self) -> float:
@@ -59,6 +62,7 @@ class Breakdown:
             self.held[phase] += other.held[phase]
             self.used[phase] += other.used[phase]
             self.waited[phase] += other.waited[phase]
+            self.stretches[phase].extend(other.stretches[phase])
         for cores, figures in other.running_by_cores.items():
             mine = self.running_on(cores)
             for i, value in enumerate(figures):
@@ -111,15 +115,22 @@ def job_breakdown(
     # Core-seconds: integrate the cores held over each stretch between two changes.
     cuts = sorted({t for t, _ in steps} | {t for t, _ in marks if t >= times[0]} | {end})
     phase, m = STARTING, 0
+    stretch: tuple[str, float] | None = None  # (phase, seconds) of the stretch going on
     for begin, finish in itertools.pairwise(cuts):
         while m < len(marks) and marks[m][0] <= begin:
             phase = marks[m][1]
             m += 1
         cores = held_at(begin)
+        if stretch is not None and (stretch[0] != phase or not cores):
+            found.stretches[stretch[0]].append(stretch[1])
+            stretch = None
         if cores and finish > begin:
             found.held[phase] += cores * (finish - begin)
+            stretch = (phase, (stretch[1] if stretch else 0.0) + finish - begin)
             if phase == RUNNING:
                 found.running_on(cores)[0] += cores * (finish - begin)
+    if stretch is not None:
+        found.stretches[stretch[0]].append(stretch[1])
     # CPU seconds, and seconds waited for a core: each runner's own counts, taken apart at its
     # events.
     previous: ProgressEvent | None = None
