@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from qosched.backends.local.cpu_use import CHECKPOINTING, ENDING, STARTING, Breakdown
 from qosched.backends.local.demo import DemoJob, RunReport, calibrated_plan, run_workload
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.process import launch_runner
@@ -213,6 +214,7 @@ def workload(args: argparse.Namespace) -> None:
         "work): the predictor `qos` keeps, replayed on each policy's jobs.\n"
     )
     print(prediction_table(errors))
+    print_breakdown(totals)
     for policy, reports in totals.items():
         met = sum(r.met for r in reports)
         jobs = sum(len(r.jobs) for r in reports)
@@ -279,6 +281,62 @@ def command_predictions(args: argparse.Namespace) -> None:
         f"{WINDOW_S:g} s, or to the end of its work).\n"
     )
     print(prediction_table(errors))
+
+
+def print_breakdown(totals: dict[str, list[RunReport]]) -> None:
+    """Where each policy's allocated core-seconds went, over all repeats (``cpu_use``)."""
+    summed: dict[str, Breakdown] = {}
+    for policy, reports in totals.items():
+        summed[policy] = Breakdown()
+        for report in reports:
+            if report.breakdown is not None:
+                summed[policy].add(report.breakdown)
+    counts = sorted({cores for found in summed.values() for cores in found.running_by_cores})
+    print("\n## Where the allocated core-seconds went\n")
+    print(
+        "Core-seconds held in each stretch of the jobs' lives (share of all held); *busy*: the "
+        "CPU time the runners used there, *waited*: the time their threads were ready to run "
+        "but other work held the core (the kernel's run-queue wait), both as a share of what "
+        "was held there. Start-up: launch to the runner's `start` event (Python, PyTorch, the "
+        "model); running: `start` to `done`, on the cores held then, less checkpoints; "
+        "checkpointing: the saves, as the runner timed them; ending: the last event to the "
+        "service seeing the runner gone, with the runners' CPU time after their last event. "
+        "Summed over the repeats. What is neither busy nor waited is idle: a core held "
+        "with no thread of the job ready to run on it. The last two columns are seconds "
+        "of wall time, median and most, over the launches and the runners' endings.\n"
+    )
+    running = [f"running on {cores} core{'s' if cores > 1 else ''}" for cores in counts]
+    head = ["policy", "allocated core-s", STARTING, *running, CHECKPOINTING, ENDING]
+    tail = ["CPU use", "waited", "s per start-up", "s per ending"]
+    print("| " + " | ".join([*head, *tail]) + " |")
+    print("|" + "---|" * (len(head) + len(tail)))
+    for policy, found in summed.items():
+        total = found.held_total
+        cells = [policy, f"{total:.0f}"]
+        cells.append(
+            _cell(found.held[STARTING], found.used[STARTING], found.waited[STARTING], total)
+        )
+        for cores in counts:
+            held, used, waited = found.running_by_cores.get(cores, (0.0, 0.0, 0.0))
+            cells.append(_cell(held, used, waited, total))
+        for phase in (CHECKPOINTING, ENDING):
+            cells.append(_cell(found.held[phase], found.used[phase], found.waited[phase], total))
+        cells.append(f"{found.used_total / total:.0%}" if total else "-")
+        cells.append(f"{found.waited_total / total:.0%}" if total else "-")
+        for phase in (STARTING, ENDING):
+            seconds = found.stretches[phase]
+            cells.append(
+                f"{statistics.median(seconds):.2f} ({max(seconds):.2f}), n={len(seconds)}"
+                if seconds
+                else "-"
+            )
+        print("| " + " | ".join(cells) + " |")
+
+
+def _cell(held: float, used: float, waited: float, total: float) -> str:
+    if held <= 0:
+        return "-"
+    return f"{held:.1f} ({held / total:.0%}): {used / held:.0%} busy, {waited / held:.0%} waited"
 
 
 def _done(job) -> str:

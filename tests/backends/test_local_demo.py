@@ -7,7 +7,8 @@ import os
 import pytest
 
 from qosched.backends.local.calibrate import Measurement, measure
-from qosched.backends.local.demo import plan_jobs
+from qosched.backends.local.cpu_use import CHECKPOINTING, ENDING, RUNNING, STARTING
+from qosched.backends.local.demo import DemoJob, _demo_spec, plan_jobs, run_workload
 from qosched.core.errors import InputError
 
 
@@ -79,3 +80,19 @@ def test_the_runner_measures_both_workloads_side_by_side():
     for measurement in found:
         assert measurement.rate > 0
         assert 0 < measurement.startup_s < 120
+
+
+def test_a_run_says_where_its_core_seconds_went(tmp_path):
+    # One short real job alone: launched, started, run, checkpointed, done.
+    job = DemoJob(0.0, _demo_spec("cnn-short", "cnn", 60, 600, 1))
+    report = run_workload("fifo", [job], cpus=(sorted(os.sched_getaffinity(0))[0],), home=tmp_path)
+    found = report.breakdown
+    assert report.met == 1
+    # The same core-seconds as the allocation log gives, and the same CPU time as the
+    # kernel's account of the runners (to its rounding), taken apart.
+    assert found.held_total == pytest.approx(report.core_seconds_allocated)
+    assert found.used_total == pytest.approx(report.cpu_seconds_used, abs=0.05)
+    for phase in (STARTING, RUNNING, CHECKPOINTING, ENDING):
+        assert found.held[phase] > 0, phase
+    assert set(found.running_by_cores) == {1}
+    assert found.used[STARTING] > 0 and found.used[RUNNING] > 0

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from runner_helpers import make_job_dir
 
 from qosched.backends.local import process
-from qosched.backends.local.process import RunnerProcess, find_runners, start_ticks
+from qosched.backends.local.process import ExitWaiter, RunnerProcess, find_runners, start_ticks
 from qosched.backends.local.service import RUNNER_LOG
 
 WAIT_S = 30.0
@@ -150,3 +151,35 @@ def test_kill_descendants_kills_a_process_that_left_the_session_and_spares_the_r
 def alive(pid: int) -> bool:
     fields = process._stat_fields(pid)
     return fields is not None and fields[0] not in ("Z", "X")
+
+
+def test_a_wait_ends_when_a_watched_runner_exits(runner):
+    process, _ = runner
+    if process._pidfd is None:
+        pytest.skip("without pidfds a wait only sleeps; nothing to wake it")
+    waiter = ExitWaiter([process])
+    killer = threading.Timer(0.2, process.send, (signal.SIGKILL,))
+    killer.start()
+    try:
+        assert waiter.wait(WAIT_S) is True  # woken by the exit, not by the timeout
+    finally:
+        killer.join()
+    assert not process.running()
+
+
+def test_a_runner_that_has_exited_is_not_watched(runner):
+    # It would wake every wait at once: a service would spin between its rounds.
+    process, _ = runner
+    process.send(signal.SIGKILL)
+    wait_until(lambda: not process.running())
+    assert ExitWaiter([process]).wait(0.2) is False
+
+
+def test_a_wait_ends_once_stop_is_set(runner):
+    process, _ = runner
+    stop = threading.Event()
+    stop.set()
+    started = time.monotonic()
+    assert ExitWaiter([process]).wait(WAIT_S, stop) is False
+    assert time.monotonic() - started < WAIT_S
+    assert process.running()

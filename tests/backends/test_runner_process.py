@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -321,3 +323,44 @@ def test_a_process_that_escaped_a_killed_runner_still_holds_the_job(tmp_path: Pa
         runner.close()
         if escaped is not None and not gone(escaped):
             os.kill(escaped, signal.SIGKILL)
+
+
+def test_a_workload_runner_reports_what_it_cost(tmp_path: Path, runners: Runners) -> None:
+    job_dir = make_job_dir(tmp_path, workload="transformer", iterations=30, checkpoint_every=10)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert runners.run(job_dir) == EXIT_DONE, log_of(job_dir)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+    seen = events(job_dir)
+    clock = [e.cpu_s for e in seen]
+    assert None not in clock and clock == sorted(clock), clock
+    if Path(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat").exists():
+        assert all(e.wait_s is not None and e.wait_s >= 0 for e in seen)
+    # Its start-up (PyTorch, the model) costs CPU before the first event, and the last event
+    # accounts for nearly all the process used: it ends without the interpreter's teardown.
+    assert seen[0].event is RunnerEvent.START and seen[0].cpu_s > 0
+    assert seen[-1].event is RunnerEvent.DONE
+    assert 0.5 * spent <= seen[-1].cpu_s <= spent + 0.01, (seen[-1].cpu_s, spent)
+    saves = [e for e in seen if e.event is RunnerEvent.CHECKPOINT]
+    assert len(saves) == 3
+    for save in saves:
+        assert save.save_s is not None and save.save_cpu_s is not None
+        assert save.save_s > 0 and 0 <= save.save_cpu_s <= save.cpu_s
+
+
+def test_a_runner_ends_without_the_interpreters_teardown(tmp_path: Path) -> None:
+    # Exit hooks are the interpreter's teardown: a runner whose work is written skips them.
+    job_dir = make_job_dir(tmp_path, workload="cnn", iterations=3, checkpoint_every=10)
+    marker = tmp_path / "teardown-ran"
+    script = (
+        "import atexit, pathlib, runpy, sys\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).touch)\n"
+        f"sys.argv = ['runner', {str(job_dir)!r}]\n"
+        "runpy.run_module('qosched.backends.local.runner', run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == EXIT_DONE, done.stderr.decode()
+    assert read_result(job_dir / RESULT_FILE).iterations == 3
+    assert events(job_dir)[-1].event is RunnerEvent.DONE
+    assert not marker.exists()

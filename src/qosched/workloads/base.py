@@ -11,10 +11,12 @@ import torch
 from torch import nn
 
 from qosched.core.errors import InputError
+from qosched.workloads.optim import Adam
 
 # Bumped whenever the layout of ``TrainingState.state_dict`` changes, so an old checkpoint is
-# refused with a clear error instead of being half-loaded.
-STATE_FORMAT = 1
+# refused with a clear error instead of being half-loaded. 2: the optimizer's state is
+# ``qosched.workloads.optim.Adam``'s, no longer ``torch.optim``'s.
+STATE_FORMAT = 2
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -39,7 +41,7 @@ class TrainingState:
     seed: int
     batch_size: int
     model: nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: Adam
     data: DataStream
     iteration: int = 0
 

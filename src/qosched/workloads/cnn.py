@@ -14,6 +14,7 @@ from qosched.workloads.base import (
     seeded_generator,
     train_step,
 )
+from qosched.workloads.optim import Adam
 
 NUM_CLASSES = 10
 IMAGE_SIZE = 28
@@ -86,7 +87,7 @@ class CnnWorkload:
         batch_size = check_batch_size(batch_size, self.default_batch_size)
         torch.manual_seed(seed)
         model = SmallConvNet()
-        optimizer = torch.optim.Adam(model.parameters(), lr=self.learning_rate)
+        optimizer = Adam(model.parameters(), lr=self.learning_rate)
         return TrainingState(
             self.name, seed, batch_size, model, optimizer, PatternImages(seed, batch_size)
         )

@@ -14,6 +14,7 @@ from qosched.workloads.base import (
     seeded_generator,
     train_step,
 )
+from qosched.workloads.optim import Adam
 
 VOCAB = 32
 SEQ_LEN = 64
@@ -102,7 +103,9 @@ class TransformerWorkload:
         batch_size = check_batch_size(batch_size, self.default_batch_size)
         torch.manual_seed(seed)
         model = TinyLM()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=self.learning_rate)
+        optimizer = Adam(
+            model.parameters(), lr=self.learning_rate, weight_decay=0.01, decoupled=True
+        )
         data = GrammarSentences(seed, batch_size)
         return TrainingState(self.name, seed, batch_size, model, optimizer, data)
 

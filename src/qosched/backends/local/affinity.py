@@ -62,3 +62,18 @@ def set_process_affinity(pid: int, cpus: Collection[int], *, descendants: bool =
         for child in child_pids(pid):
             with contextlib.suppress(ProcessLookupError):
                 set_process_affinity(child, mask, descendants=True)
+
+
+def runqueue_wait_s(pid: int) -> float | None:
+    """Seconds the threads of ``pid`` alive now have been ready to run but waited for a core
+    (``/proc/PID/task/TID/schedstat``, second field); None where the kernel does not say."""
+    total = 0
+    for tid in thread_ids(pid):
+        try:
+            fields = (_PROC / str(pid) / "task" / str(tid) / "schedstat").read_text().split()
+            total += int(fields[1])
+        except FileNotFoundError:
+            continue  # the thread ended since it was listed
+        except (OSError, IndexError, ValueError):
+            return None
+    return total / 1e9

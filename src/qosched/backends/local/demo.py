@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qosched.backends.local.calibrate import Measurement, measure_side_by_side_and_alone
+from qosched.backends.local.cpu_use import ENDING, Breakdown, job_breakdown
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.backends.local.progress import read_progress
+from qosched.backends.local.protocol import PROGRESS_FILE
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.store import Lifecycle
 from qosched.core.errors import InputError
@@ -183,6 +186,9 @@ class RunReport:
     jobs: tuple[JobOutcome, ...]
     cpu_seconds_used: float  # CPU time the runner processes consumed
     core_seconds_allocated: float  # cores held by jobs, integrated over time
+    # Where the core-seconds went, by phase; the runners' CPU time they did not report (after
+    # their last event) is counted as ending.
+    breakdown: Breakdown | None = None
 
     @property
     def met(self) -> int:
@@ -241,7 +247,9 @@ def run_workload(
                     on_tick(service, now - start)
                 if now - start > timeout_s:
                     raise TimeoutError(f"{policy}: jobs still running after {timeout_s:.0f} s")
-                time.sleep(0.5)
+                # Woken early by a runner's exit, so its cores go on at once.
+                next_arrival = pending[0].offset_s - (time.time() - start) if pending else 0.5
+                service.wait_for_exit(max(0.0, min(0.5, next_arrival)))
         finally:
             service.stop_runners()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -259,10 +267,22 @@ def run_workload(
                     record.attempts,
                 )
             )
-        allocated = _core_seconds(service, time.time())
+        end = time.time()
+        allocated = _core_seconds(service, end)
+        breakdown = _breakdown(service, end)
         service.close()
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return RunReport(policy, wall, tuple(outcomes), used, allocated)
+    breakdown.used[ENDING] += max(0.0, used - breakdown.used_total)
+    return RunReport(policy, wall, tuple(outcomes), used, allocated, breakdown)
+
+
+def _breakdown(service: LocalService, end: float) -> Breakdown:
+    """Every job's breakdown (``cpu_use``), summed."""
+    total = Breakdown()
+    for record in service.store.list():
+        progress = service.home / "jobs" / record.id / PROGRESS_FILE
+        total.add(job_breakdown(service.store.events(record.id), read_progress(progress), end))
+    return total
 
 
 def _core_seconds(service: LocalService, end: float) -> float:

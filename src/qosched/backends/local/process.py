@@ -35,8 +35,9 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -268,6 +269,42 @@ def _signal_straggler(pid: int, job_dir: Path, signum: int) -> None:
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+class ExitWaiter:
+    """Waits until one of ``runners`` exits, on copies of their pidfds taken now: the runners
+    may be closed meanwhile (by another thread's round). Only runners still running are
+    watched: one that has exited would wake every wait at once."""
+
+    SLICE_S = 0.1  # how often a wait looks at its ``stop`` event
+
+    def __init__(self, runners: Sequence[RunnerProcess]) -> None:
+        self._fds = [
+            os.dup(runner._pidfd)
+            for runner in runners
+            if runner._pidfd is not None and runner.running()
+        ]
+
+    def wait(self, timeout_s: float, stop: threading.Event | None = None) -> bool:
+        """Up to ``timeout_s`` (less once ``stop`` is set); True when a runner exited. Where
+        there are no pidfds, this only sleeps."""
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + timeout_s
+        try:
+            poller = select.poll()
+            for fd in self._fds:
+                poller.register(fd, select.POLLIN)
+            while (left := deadline - time.monotonic()) > 0 and not stop.is_set():
+                slice_s = min(left, self.SLICE_S)
+                if not self._fds:
+                    stop.wait(slice_s)
+                elif poller.poll(slice_s * 1000):
+                    return True
+            return False
+        finally:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = []
 
 
 class RunnerProcess:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -13,7 +14,13 @@ from typing import Any
 
 from qosched.backends.local.files import file_identity, read_regular
 from qosched.backends.local.protocol import finite_or_none
-from qosched.core.bounds import check_count, check_number, check_time, number_problem
+from qosched.core.bounds import (
+    LATEST_TIME_S,
+    check_count,
+    check_number,
+    check_time,
+    number_problem,
+)
 from qosched.core.errors import InputError
 
 
@@ -21,7 +28,7 @@ class RunnerEvent(StrEnum):
     START = "start"  # resumed_from, cpu_ids, threads, version; gpu_ids, processes (commands)
     PROGRESS = "progress"
     RESIZE = "resize"  # cpu_ids, threads, version
-    CHECKPOINT = "checkpoint"
+    CHECKPOINT = "checkpoint"  # save_s, save_cpu_s (built-in workloads)
     PREEMPTED = "preempted"  # after the final checkpoint, before exit code 3
     DONE = "done"
     ERROR = "error"  # message, fatal
@@ -44,6 +51,14 @@ class ProgressEvent:
     message: str | None = None
     fatal: bool | None = None  # on errors: True when the runner exits because of it
     exit_code: int | None = None  # command jobs: the child's exit code
+    # Built-in workloads: the runner's CPU seconds so far (all its threads, from its start), so
+    # what each stretch of a job's life cost is measured, not guessed; None for a command job.
+    cpu_s: float | None = None
+    # Built-in workloads: seconds its threads were ready to run but waited for a core (the
+    # kernel's run-queue wait, summed over threads): time lost to other work on its cores.
+    wait_s: float | None = None
+    save_s: float | None = None  # on checkpoints: wall seconds the save took
+    save_cpu_s: float | None = None  # on checkpoints: CPU seconds the save took
 
 
 _OPTIONAL = (
@@ -56,6 +71,8 @@ _OPTIONAL = (
     "exit_code",
     "gpu_ids",  # a command job's start: its GPUs
     "processes",  # a command job's start: how many processes its launcher runs
+    "save_s",
+    "save_cpu_s",
 )
 
 
@@ -68,6 +85,10 @@ class ProgressLog:
         # Append mode: a restarted runner continues the same file after its predecessor's lines.
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self.cpus = 0
+        # When set, every line carries ``cpu_s`` and ``wait_s``: what these clocks read (the
+        # runner's CPU time, its threads' run-queue wait).
+        self.cpu_clock: Callable[[], float] | None = None
+        self.wait_clock: Callable[[], float | None] | None = None
         # Where the job stands, kept current by the runner so that an error raised from deep
         # inside can still be reported at the right iteration.
         self.iteration: int | None = None
@@ -95,6 +116,10 @@ class ProgressLog:
             "cpus": self.cpus,
             "loss": finite_or_none(loss),
         }
+        if self.cpu_clock is not None:
+            record["cpu_s"] = round(self.cpu_clock(), 6)
+        if self.wait_clock is not None and (waited := self.wait_clock()) is not None:
+            record["wait_s"] = round(waited, 6)
         record.update({name: value for name, value in details.items() if value is not None})
         # One write call per line keeps lines whole even if someone else appends too.
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -200,6 +225,20 @@ def _parse_event(data: object, source: Path, line: int) -> ProgressEvent:
         message=None if message is None else str(message),
         fatal=None if fatal is None else bool(fatal),
         exit_code=exit_code,
+        cpu_s=_seconds_or_none(data, "cpu_s", source, line),
+        wait_s=_seconds_or_none(data, "wait_s", source, line),
+        save_s=_seconds_or_none(data, "save_s", source, line),
+        save_cpu_s=_seconds_or_none(data, "save_cpu_s", source, line),
+    )
+
+
+def _seconds_or_none(data: dict[str, Any], name: str, source: Path, line: int) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    # A duration, bounded as a time is: a runner does not live past year 9999 either.
+    return check_number(
+        value, field=name, minimum=0.0, maximum=LATEST_TIME_S, source=source, line=line
     )
 
 

@@ -84,6 +84,7 @@ from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.judge import judge
 from qosched.backends.local.process import (
+    ExitWaiter,
     RunnerProcess,
     find_runners,
     runner_folder,
@@ -378,11 +379,18 @@ class LocalService:
                     self._stale = True
             else:
                 backoff = STORE_RETRY_S
-                stop.wait(min(1.0, self.tick_s))
+                self.wait_for_exit(min(1.0, self.tick_s), stop)
                 continue
             stop.wait(backoff)
             backoff = min(2 * backoff, STORE_RETRY_MAX_S)
         self.stop_runners()
+
+    def wait_for_exit(self, timeout_s: float, stop: threading.Event | None = None) -> None:
+        """Wait up to ``timeout_s`` between rounds, less when a runner exits (or ``stop`` is
+        set): the next round then hands its cores on at once, not up to a wait later."""
+        with self._lock:
+            waiter = ExitWaiter([live.runner for live in self._live.values() if live.runner])
+        waiter.wait(timeout_s, stop)
 
     def stop_runners(self, grace_s: float | None = None) -> None:
         """SIGTERM every live runner (each checkpoints and exits), SIGKILL the process groups
