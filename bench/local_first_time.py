@@ -5,7 +5,7 @@ Each repeat starts a real service (`qosched up --detach`, `qos`, every core of t
 fresh home, so the script is never seen at its first submission, and a PyTorch script written as
 a user would (`bench/command_train.py`: reports with `qosched.job.report`, checkpoints, stops
 when asked), given as many iterations as take about ``--target-s`` (120) alone on one core here
-(timed on 40 and 80 iterations first). Then:
+(timed on 50 and 200 iterations first). Then:
 
 1. the script alone on one core, outside qosched: its real run time ``T``;
 2. submitted with a deadline of ``3 T``: measured first (`profiling`), then judged; met?
@@ -65,9 +65,9 @@ def run_alone(iterations: int) -> float:
 
 
 def iterations_for(target_s: float) -> int:
-    """Iterations that take about ``target_s`` alone on one core, from the time 40 more
+    """Iterations that take about ``target_s`` alone on one core, from the time 150 more
     iterations add (the start-up cancels out)."""
-    per_iteration = max(1e-3, (run_alone(80) - run_alone(40)) / 40)
+    per_iteration = max(1e-3, (run_alone(200) - run_alone(50)) / 150)
     return max(100, round(target_s / per_iteration))
 
 
