@@ -3,9 +3,14 @@ measurement may take from other jobs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
+import time
 
 import pytest
+from command_jobs import CORES, command_spec
+from test_local_speed_memory import STEADY
 
 from qosched.backends.local.profiling import (
     BAND,
@@ -17,6 +22,8 @@ from qosched.backends.local.profiling import (
     size_speeds,
     sizes_to_measure,
 )
+from qosched.backends.local.service import LocalService
+from qosched.backends.local.speed_memory import speed_key
 from qosched.cluster.admission import Admission, probe_admission
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import create_policy
@@ -111,3 +118,100 @@ def test_a_probe_needs_its_workers_for_the_whole_bound() -> None:
     assert probe.curve.usable_counts() == (2,)
     assert probe.remaining_iterations / probe.curve.rate(2) == MAX_PROFILE_S
     assert probe.spec.deadline_s > 100.0 + MAX_PROFILE_S
+
+
+# -- on a real service ----------------------------------------------------------------------------
+
+WAIT_S = 90.0
+
+
+def _strict(name: str, argv: list[str], iterations: int, deadline_s: int, cpus: int):
+    spec = command_spec(name, argv, iterations=iterations, deadline_s=deadline_s, max_cpus=cpus)
+    return dataclasses.replace(spec, best_effort=False)
+
+
+def _step_until(service: LocalService, done, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        assert time.monotonic() < deadline, what
+        service.step()
+        time.sleep(0.1)
+
+
+def _holders(service: LocalService) -> list[dict[str, set[int]]]:
+    """Who held which cores after each event of the store's log, replayed in order."""
+    held: dict[str, set[int]] = {}
+    seen = []
+    for event in service.store.events():
+        if event.kind in ("launched", "re-adopted"):
+            held[event.job_id] = set(event.detail["cpus"])
+        elif event.kind == "allocation":
+            held[event.job_id] = set(event.detail["to"])
+        elif event.kind == "state" and event.detail["to"] not in ("running", "profiling"):
+            held.pop(event.job_id, None)
+        seen.append({job: set(cores) for job, cores in held.items()})
+    return seen
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="lending needs a second core")
+def test_a_measurement_borrows_a_core_where_the_guarantee_survives(tmp_path) -> None:
+    """A guaranteed job with room to spare holds both cores; a new command is lent one (the
+    running job shrinks in place, never sharing a core), measured, and admitted."""
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY)
+    argv = [sys.executable, str(script)]
+    service = LocalService.open(tmp_path / "home", cpus=CORES[:2], tick_s=0.2, grace_s=2.0)
+    try:
+        long = _strict("long", argv, 4000, 3600, 2)
+        service.store.remember_speeds(speed_key(long), {1: 10.0, 2: 20.0}, "j-000000", 0.0)
+        held = service.submit_spec(long).id
+        _step_until(service, lambda: len(service.job(held).cpus) == 2, "long on both cores")
+        new = service.submit_spec(_strict("new", [*argv, "new"], 4000, 3600, 2)).id
+        assert service.job(new).state == "profiling"
+        _step_until(service, lambda: service.job(new).state != "profiling", "measured")
+        assert service.job(new).state == "running"
+        [admitted] = [e for e in service.store.events(new) if e.kind == "admitted"]
+        assert admitted.detail["guaranteed"] is True and "1" in admitted.detail["measured"]
+        history = _holders(service)
+        assert any(len(h.get(held, ())) == 1 and len(h.get(new, ())) == 1 for h in history)
+        for holders in history:  # never one core in two jobs' hands
+            cores = [core for taken in holders.values() for core in taken]
+            assert len(cores) == len(set(cores)), holders
+    finally:
+        service.stop_runners(grace_s=2.0)
+        service.close()
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="the guaranteed job needs two cores")
+def test_a_measurement_waits_while_every_core_is_needed_by_a_guarantee(tmp_path) -> None:
+    """Believed to run 10 it/s on a core and 20 on two, the guaranteed job needs both for 20 s
+    of its 30: lending one for the 60 s bound (66 s with the probe's start and slack) leaves it
+    on one core, which meets its deadline only once at most (29 - t) * 10 of its iterations
+    are left, t >= 11 s after it starts. Until then the new command waits, profiling and
+    holding nothing; the guarantee is met."""
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY)
+    argv = [sys.executable, str(script)]
+    service = LocalService.open(tmp_path / "home", cpus=CORES[:2], tick_s=0.2, grace_s=2.0)
+    try:
+        tight = _strict("tight", argv, 400, 30, 2)
+        service.store.remember_speeds(speed_key(tight), {1: 10.0, 2: 20.0}, "j-000000", 0.0)
+        held = service.submit_spec(tight).id
+        [admitted] = [e for e in service.store.events(held) if e.kind == "admitted"]
+        assert admitted.detail["guaranteed"] is True
+        new = service.submit_spec(_strict("new", [*argv, "new"], 100, 3600, 2)).id
+        started = time.monotonic()
+        while time.monotonic() - started < 8.0:
+            service.step()
+            waiting = service.job(new)
+            assert waiting.state == "profiling" and not waiting.cpus, waiting
+            time.sleep(0.1)
+        _step_until(
+            service, lambda: service.job(new).finished and service.job(held).finished, "done"
+        )
+        done = service.job(held)
+        assert done.state == "succeeded" and done.finished_at <= done.deadline_at
+        assert service.job(new).state == "succeeded"
+    finally:
+        service.stop_runners(grace_s=2.0)
+        service.close()
