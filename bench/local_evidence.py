@@ -25,6 +25,7 @@ Every number comes from real processes on this machine; the tables print the mac
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import signal
@@ -84,6 +85,10 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
             prior_curve(record.spec, len(os.sched_getaffinity(0))),
             _remembered_at_submission(store, record, every),
         )
+        # A job measured first (profiling) has no prediction until it is admitted, on what it
+        # measured: from then on, as the service's policy has it.
+        admitted_at, measured = _admission(store, record.id)
+        prior = remembered_curve(prior, measured)
         predictor = OnlinePredictor.from_curve(prior, confidence=0.2, recent_s=SPEED_RECENT_S)
         clock = 0.0  # compute time: the samples' gaps, so pauses between runs do not count
         for i, sample in enumerate(samples):
@@ -93,6 +98,8 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
             previous = samples[i - 1] if i else None
             if _same_run(previous, sample):
                 clock += sample.t - previous.t
+            if sample.t < admitted_at:
+                continue
             if sample.iteration < (predictor.last_iterations or 0):
                 predictor.restart(clock, sample.iteration)  # resumed from an older checkpoint
             predictor.observe(clock, sample.iteration, sample.cpus)
@@ -119,6 +126,16 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
             predicted = predictor.predict(sample.cpus).rate
             errors[bucket].append(relative_error(1.0 / predicted, 1.0 / realised))
     return errors
+
+
+def _admission(store: Store, job_id: str) -> tuple[float, dict[int, float]]:
+    """When the job was admitted (its ``admitted`` event; its submission when it has none) and
+    the speeds it measured before, per worker count (none unless it was profiling)."""
+    for event in store.events(job_id):
+        if event.kind == "admitted":
+            measured = event.detail.get("measured") or {}
+            return event.t, {int(w): float(r) for w, r in measured.items()}
+    return -math.inf, {}
 
 
 def _remembered_at_submission(store: Store, record, records) -> dict[int, float]:

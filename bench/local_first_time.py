@@ -87,9 +87,15 @@ def wait_done(client: Client, job: JobView, timeout_s: float) -> JobView:
 
 
 def states(client: Client, job_id: str) -> str:
+    """The states the job went through, and what it was promised when admitted."""
     events = client.job_detail(job_id).events
     path = [str(e.detail["to"]) for e in events if e.kind == "state"]
-    return " > ".join(["queued", *path])
+    promised = [
+        "guaranteed" if e.detail.get("guaranteed") else "best effort"
+        for e in events
+        if e.kind == "admitted"
+    ]
+    return " > ".join(["queued", *path]) + (f" ({promised[0]})" if promised else "")
 
 
 def row(step: str, deadline_s: float, job: JobView, path: str) -> str:
@@ -166,7 +172,7 @@ def main() -> None:
     print(f"# A user's own script under qos: {cores} cores, {args.repeats} repeat(s)\n")
     for number in range(1, args.repeats + 1):
         print(f"\nRepeat {number}:\n")
-        print("| step | deadline s | states | done in s | deadline |")
+        print("| step | deadline s | states (promise when admitted) | done in s | deadline |")
         print("|---|---|---|---|---|")
         for line in repeat(args.target_s):
             print(line, flush=True)

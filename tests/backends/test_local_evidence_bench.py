@@ -66,3 +66,23 @@ def test_a_job_starts_from_what_earlier_jobs_of_its_key_had_measured_by_its_subm
         errors = bench.prediction_errors(store)
     assert remembered == {1: pytest.approx(95.0 / 10.5)}
     assert errors[(0.0, 0.05)] == [pytest.approx(10.5 / 9.5 - 1.0)]  # the second's first sample
+
+
+def test_a_job_measured_first_is_scored_from_its_admission_on_what_it_measured(tmp_path):
+    # Profiling for its first 5 s at 10 it/s, then admitted with 10 it/s measured: nothing is
+    # predicted while it is measured (no sample before 1005 s is scored), and from then on the
+    # prediction starts from the measured speed, not the 1 it/s placeholder: error 0 throughout.
+    with bench_script("local_evidence") as bench, Store(tmp_path / "state.db") as store:
+        spec = command("measured", 200)
+        job_id = store.submit(spec, 1000.0)
+        store.transition(job_id, Lifecycle.PROFILING, 1000.0)
+        store.add_event(job_id, 1005.0, "admitted", {"guaranteed": True, "measured": {"1": 10.0}})
+        store.transition(job_id, Lifecycle.RUNNING, 1005.0, allocation=(0,))
+        for step in range(1, 41):
+            store.add_progress(job_id, 1000.0 + 0.5 * step, 5 * step, 1)
+        store.transition(job_id, Lifecycle.SUCCEEDED, 1020.5)
+        errors = bench.prediction_errors(store)
+    scored = [e for values in errors.values() for e in values]
+    assert errors[(0.0, 0.05)] == [] and errors[(0.05, 0.1)] == []  # 5 s of 20: before 1005
+    assert len(scored) >= 20
+    assert max(scored) == pytest.approx(0.0, abs=1e-9)
