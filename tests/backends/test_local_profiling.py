@@ -153,14 +153,19 @@ def _holders(service: LocalService) -> list[dict[str, set[int]]]:
     return seen
 
 
+def _two_core_service(tmp_path) -> tuple[LocalService, list[str]]:
+    """A qos service on two cores, and the command of a steady job (about 20 it/s)."""
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY)
+    service = LocalService.open(tmp_path / "home", cpus=CORES[:2], tick_s=0.2, grace_s=2.0)
+    return service, [sys.executable, str(script)]
+
+
 @pytest.mark.skipif(len(CORES) < 2, reason="lending needs a second core")
 def test_a_measurement_borrows_a_core_where_the_guarantee_survives(tmp_path) -> None:
     """A guaranteed job with room to spare holds both cores; a new command is lent one (the
     running job shrinks in place, never sharing a core), measured, and admitted."""
-    script = tmp_path / "steady.py"
-    script.write_text(STEADY)
-    argv = [sys.executable, str(script)]
-    service = LocalService.open(tmp_path / "home", cpus=CORES[:2], tick_s=0.2, grace_s=2.0)
+    service, argv = _two_core_service(tmp_path)
     try:
         long = _strict("long", argv, 4000, 3600, 2)
         service.store.remember_speeds(speed_key(long), {1: 10.0, 2: 20.0}, "j-000000", 0.0)
@@ -189,10 +194,7 @@ def test_a_measurement_waits_while_every_core_is_needed_by_a_guarantee(tmp_path)
     on one core, which meets its deadline only once at most (29 - t) * 10 of its iterations
     are left, t >= 11 s after it starts. Until then the new command waits, profiling and
     holding nothing; the guarantee is met."""
-    script = tmp_path / "steady.py"
-    script.write_text(STEADY)
-    argv = [sys.executable, str(script)]
-    service = LocalService.open(tmp_path / "home", cpus=CORES[:2], tick_s=0.2, grace_s=2.0)
+    service, argv = _two_core_service(tmp_path)
     try:
         tight = _strict("tight", argv, 400, 30, 2)
         service.store.remember_speeds(speed_key(tight), {1: 10.0, 2: 20.0}, "j-000000", 0.0)

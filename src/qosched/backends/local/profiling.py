@@ -34,9 +34,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
-from qosched.backends.local.speed_memory import MAX_INTERVAL_S, MIN_INTERVALS, MIN_OBSERVED_S
+from qosched.backends.local.speed_memory import (
+    MIN_INTERVALS,
+    MIN_OBSERVED_S,
+    intervals_by_count,
+)
 from qosched.cluster.job import JobSpec
 from qosched.cluster.state import JobState
 from qosched.cluster.throughput import SpeedCurve
@@ -71,17 +74,11 @@ class SizeSpeed:
 
 def size_speeds(samples: Sequence[tuple[float, int, int]]) -> dict[int, SizeSpeed]:
     """Per worker count, the speed over ``(t, iteration, workers)`` samples in order: the
-    iterations done over the time spent, with the intervals ``speed_memory.measured_rates``
-    leaves out left out here too; the error is the spread of the per-interval speeds (each
-    weighted by its length) over the square root of their number."""
-    spans: dict[int, list[tuple[float, float]]] = {}
-    for (t0, i0, w0), (t1, i1, w1) in pairwise(samples):
-        elapsed = t1 - t0
-        if w0 != w1 or w0 <= 0 or i1 < i0 or not 0 < elapsed <= MAX_INTERVAL_S:
-            continue
-        spans.setdefault(w0, []).append((elapsed, i1 - i0))
+    iterations done over the time spent in ``speed_memory.intervals_by_count``; the error is
+    the spread of the per-interval speeds (each weighted by its length) over the square root
+    of their number."""
     speeds = {}
-    for workers, intervals in spans.items():
+    for workers, intervals in intervals_by_count(samples).items():
         spent = sum(elapsed for elapsed, _ in intervals)
         done = sum(work for _, work in intervals)
         if done <= 0:

@@ -488,11 +488,7 @@ class LocalService:
         """Whether the job's deadline waits for its measured speed (see profiling): its
         policy promises deadlines, and nothing measured its speed: no table for it, nothing
         remembered under its speed key."""
-        return (
-            self._policy_of(live).promises_deadlines
-            and live.remembered is None
-            and _speed_unknown(live.spec)
-        )
+        return _measured_first(self._policy_of(live), live.spec, live.remembered is not None)
 
     def _start_profiling(self, live: _LiveJob, now: float) -> None:
         job_id = live.record.id
@@ -528,7 +524,7 @@ class LocalService:
                     DRY_RUN_ID, spec, now, spec.deadline_at(now), remembered, startup
                 )
                 policy = self.gpu_policy if spec.gpu else self.policy
-                if policy.promises_deadlines and not remembered and _speed_unknown(spec):
+                if _measured_first(policy, spec, bool(remembered)):
                     return Verdict(
                         Verdict.PROFILING,
                         f"its speed on this machine is not known yet: it is measured first "
@@ -720,7 +716,7 @@ class LocalService:
         """What the job measured, for the next job with its speed key (speed_memory). A
         courtesy to later jobs: nothing here may keep this one from its final state."""
         try:
-            samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(live.record.id)]
+            samples = self._samples(live.record.id)
             rates = measured_rates(samples)
             if rates and live.speed_key is not None:
                 self.store.remember_speeds(live.speed_key, rates, live.record.id, self.clock())
@@ -733,6 +729,10 @@ class LocalService:
             raise
         except Exception:
             log.warning("job %s: its speeds could not be remembered", live.record.id, exc_info=True)
+
+    def _samples(self, job_id: str) -> list[tuple[float, int, int]]:
+        """The job's progress samples as ``(t, iteration, workers)``, as speed_memory reads them."""
+        return [(s.t, s.iteration, s.cpus) for s in self.store.progress(job_id)]
 
     def _startup_of(self, job_id: str, samples: Sequence[tuple[float, int, int]]) -> float | None:
         """The longest start-up the job's runners had (speed_memory.measured_startup_s)."""
@@ -922,27 +922,27 @@ class LocalService:
             if len(units) < count:
                 self._dirty = True
                 continue
-            least = live.spec.resources.bounds()[0]
-            live.profile_sizes = sizes_to_measure(
-                count, least=least, resized_in_place=not live.spec.restarts_on_resize
-            )
-            live.profile_started = now
+            self._begin_measuring(live, count, now)
             self._isolated(live, "launching it to measure its speed", self._launch, units, now)
+
+    @staticmethod
+    def _begin_measuring(live: _LiveJob, count: int, now: float) -> None:
+        """The job is measured from ``now``, starting on ``count`` workers."""
+        live.profile_sizes = sizes_to_measure(
+            count,
+            least=live.spec.resources.bounds()[0],
+            resized_in_place=not live.spec.restarts_on_resize,
+        )
+        live.profile_started = now
 
     def _measure(self, live: _LiveJob, now: float) -> None:
         """One profiling job's round: measure on, shrink to its next size, or judge it."""
         if live.runner is None or live.stopping or live.declining is not None:
             return
-        if live.profile_started is None:  # adopted after a restart: measured from now on
-            units = len(self._units(live))
-            live.profile_sizes = sizes_to_measure(
-                units,
-                least=live.spec.resources.bounds()[0],
-                resized_in_place=not live.spec.restarts_on_resize,
-            )
-            live.profile_started = now
-        samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(live.record.id)]
         holding = len(self._units(live))
+        if live.profile_started is None:  # adopted after a restart: measured from now on
+            self._begin_measuring(live, holding, now)
+        samples = self._samples(live.record.id)
         step = next_step(
             live.profile_sizes, size_speeds(samples), holding, now - live.profile_started
         )
@@ -950,12 +950,14 @@ class LocalService:
             self._resize(live, live.cores[: step.resize_to], now)
             self._dirty = True  # the workers it gave back go to others
         elif step.judge or step.resize_to is not None:
-            self._conclude_profiling(live, measured_rates(samples), now)
+            self._conclude_profiling(live, samples, now)
 
-    def _conclude_profiling(self, live: _LiveJob, rates: dict[int, float], now: float) -> None:
-        """Judge a profiling job on the speeds it measured (none: it reported no usable
-        progress), as an arriving job is judged: it runs (guaranteed or best effort) on, or is
-        declined once its runner is gone."""
+    def _conclude_profiling(
+        self, live: _LiveJob, samples: Sequence[tuple[float, int, int]], now: float
+    ) -> None:
+        """Judge a profiling job on the speeds its ``samples`` measured (none: it reported no
+        usable progress), as an arriving job is judged: it runs (guaranteed or best effort)
+        on, or is declined once its runner is gone."""
         job_id, spec = live.record.id, live.spec
         policy = self._policy_of(live)
         others = sum(
@@ -965,7 +967,7 @@ class LocalService:
         )
         view = self._view(now, spec.gpu, len(self._pool(spec.gpu)) - others)
         job = live.policy_job
-        samples = [(s.t, s.iteration, s.cpus) for s in self.store.progress(job_id)]
+        rates = measured_rates(samples)
         startup = self._startup_of(job_id, samples)
         if startup is not None and startup > live.startup_s:
             # A restart costs what its first start did: planned that much earlier.
@@ -1831,9 +1833,11 @@ def service_trouble(exc: BaseException) -> str | None:
     return None
 
 
-def _speed_unknown(spec: TrainingJobSpec) -> bool:
-    """No table gives the job's speed here: a command's, or any job's on GPUs."""
-    return spec.workload is None or spec.gpu
+def _measured_first(policy: Policy, spec: TrainingJobSpec, remembered: bool) -> bool:
+    """Whether a job's deadline waits for its measured speed (profiling): ``policy`` promises
+    deadlines, nothing is ``remembered`` under its speed key, and no table gives its speed here
+    (a command's, or any job's on GPUs)."""
+    return policy.promises_deadlines and not remembered and (spec.workload is None or spec.gpu)
 
 
 def _kind(spec: TrainingJobSpec) -> str:

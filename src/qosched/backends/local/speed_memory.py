@@ -64,28 +64,32 @@ def _script_bytes(spec: TrainingJobSpec, script: str) -> bytes:
         return b"<unreadable>"  # still a key: the command's words alone
 
 
-def measured_rates(samples: Sequence[tuple[float, int, int]]) -> dict[int, float]:
-    """Iterations/s per worker count from ``(t, iteration, workers)`` samples in order: the
-    iterations done over the time spent between consecutive samples on the same count, leaving
-    out intervals over ``MAX_INTERVAL_S``, ones where progress went back (a restart from a
-    checkpoint), and counts observed for less than ``MIN_OBSERVED_S`` or ``MIN_INTERVALS``."""
-    done: dict[int, float] = {}
-    spent: dict[int, float] = {}
-    intervals: dict[int, int] = {}
+def intervals_by_count(
+    samples: Sequence[tuple[float, int, int]],
+) -> dict[int, list[tuple[float, int]]]:
+    """Per worker count, the ``(seconds, iterations)`` between consecutive ``(t, iteration,
+    workers)`` samples on that count, leaving out intervals over ``MAX_INTERVAL_S`` and ones
+    where progress went back (a restart from a checkpoint): what a speed is measured on."""
+    spans: dict[int, list[tuple[float, int]]] = {}
     for (t0, i0, w0), (t1, i1, w1) in pairwise(samples):
         elapsed = t1 - t0
         if w0 != w1 or w0 <= 0 or i1 < i0 or not 0 < elapsed <= MAX_INTERVAL_S:
             continue
-        done[w0] = done.get(w0, 0.0) + (i1 - i0)
-        spent[w0] = spent.get(w0, 0.0) + elapsed
-        intervals[w0] = intervals.get(w0, 0) + 1
-    return {
-        workers: done[workers] / spent[workers]
-        for workers in sorted(spent)
-        if spent[workers] >= MIN_OBSERVED_S
-        and intervals[workers] >= MIN_INTERVALS
-        and done[workers] > 0
-    }
+        spans.setdefault(w0, []).append((elapsed, i1 - i0))
+    return spans
+
+
+def measured_rates(samples: Sequence[tuple[float, int, int]]) -> dict[int, float]:
+    """Iterations/s per worker count from ``(t, iteration, workers)`` samples in order: the
+    iterations done over the time spent in ``intervals_by_count``, for counts observed for at
+    least ``MIN_OBSERVED_S`` over ``MIN_INTERVALS``."""
+    rates = {}
+    for workers, spans in sorted(intervals_by_count(samples).items()):
+        spent = sum(elapsed for elapsed, _ in spans)
+        done = sum(work for _, work in spans)
+        if spent >= MIN_OBSERVED_S and len(spans) >= MIN_INTERVALS and done > 0:
+            rates[workers] = done / spent
+    return rates
 
 
 def measured_startup_s(
