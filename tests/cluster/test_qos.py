@@ -72,6 +72,20 @@ def test_qos_rejects_a_tick_that_is_not_positive(tick_s):
 
 
 @pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("refresh_s", -1.0),
+        ("refresh_s", math.inf),
+        ("min_spare_gain", -0.1),
+        ("min_spare_gain", 1.5),
+    ],
+)
+def test_qos_rejects_options_out_of_range(option, value):
+    with pytest.raises(ValueError, match=option):
+        create_policy("qos", **{option: value})
+
+
+@pytest.mark.parametrize(
     ("max_workers", "workers_per_node", "counts"),
     [
         # 1, 2, 4, 8 within a node, then every whole number of 8-GPU nodes up to 64.
@@ -431,6 +445,56 @@ def test_qos_shares_an_old_best_effort_jobs_workers_with_a_new_one():
         "a": (0.0, 1050.0),
         "b": (100.0, 200.0),
     }
+
+
+@pytest.mark.parametrize(
+    ("min_spare_gain", "finish_s"),
+    # The table doubles the speed from 1 to 2 GPUs (gain 1.0 per added GPU) and from 2 to 4
+    # (gain 0.5 per added GPU): 4000 iterations take 1000 s on 4, 2000 s on 2.
+    [(0.0, 1000.0), (0.5, 1000.0), (0.6, 2000.0), (1.0, 2000.0)],
+)
+def test_qos_hands_a_spare_worker_only_where_it_adds_enough_speed(min_spare_gain, finish_s):
+    policy = create_policy("qos", min_spare_gain=min_spare_gain)
+    outcome = run(policy, [job("a", 0, 4000)])["a"]
+    assert (outcome.finish_s, outcome.reallocations) == (finish_s, 0)
+
+
+def _flat_state(spec: JobSpec) -> JobState:
+    """1, 1.5 and 2 it/s on 1, 2 and 4 GPUs: 0.5 more per GPU from 1 to 2, 1/3 from 1 to 4."""
+    flat = ThroughputModel({"m": {64: {1: 1.0, 2: 1.5, 4: 2.0}}})
+    return JobState(spec, flat.curve(spec.model, spec.batch_size))
+
+
+@pytest.mark.parametrize(
+    ("min_spare_gain", "held", "kept"),
+    [(0.0, 4, 4), (0.3, 4, 4), (0.4, 4, 1), (0.4, 2, 2), (0.6, 2, 1)],
+)
+def test_guaranteed_jobs_give_back_workers_beyond_their_plan_that_gain_too_little(
+    min_spare_gain, held, kept
+):
+    running = _flat_state(job("a", 0.0, 400, deadline=1000.0))
+    running.workers = held
+    policy = QualityOfService(min_spare_gain=min_spare_gain)
+    _waiting(policy, ClusterView(0.0, ONE_NODE, (running,), 0.0))
+    hand = _Hand(4)
+    hand.give("a", 1)  # its plan needs 1
+    policy._keep_beyond_plan([running], Plan({"a": [(0.0, 1000.0, 1)]}), hand)
+    assert hand.workers == {"a": kept}
+
+
+@pytest.mark.parametrize(("refresh_s", "rate_read"), [(60.0, 2.0), (5.0, 1.0)])
+def test_qos_re_reads_a_jobs_speeds_after_refresh_s_of_running(refresh_s, rate_read):
+    # On 2 GPUs the table says 2 it/s; the job does 1 it/s. After 10 s of running, a policy
+    # re-reading after 10% + 5 s plans on what it measured; one waiting for a minute still
+    # plans on the table.
+    running = state(job("a", 0.0, 10_000))
+    running.workers = 2
+    policy = QualityOfService(refresh_s=refresh_s)
+    for now in (0.0, 10.0):
+        running.active_s, running.iterations_done = now, now
+        policy.allocate(ClusterView(now, ONE_NODE, (running,), 0.0))
+    expected = policy._ladders(running, policy._jobs["a"])[0]
+    assert expected.rate(2) == pytest.approx(rate_read)
 
 
 def test_qos_lets_a_best_effort_job_close_to_done_finish_on_its_workers():

@@ -163,6 +163,13 @@ RESIZE_PAUSE_S = 1.0
 #: process importing torch and starting CUDA). Not measured on a GPU machine yet: the CPU
 #: restart's 3.5 s plus CUDA's start-up.
 GPU_RESIZE_PAUSE_S = 5.0
+#: Options of the policies on this machine. ``qos``: a local job lives seconds to minutes and
+#: its speed moves with the machine's other work, so its predicted speeds are re-read after 2 s
+#: (plus 10% of its running time), not after a cluster's minute; and a spare core goes only
+#: where it adds 0.9 of a core's speed, so that the cores handed out are kept busy (the bundled
+#: workloads gain 0.5x or less from a second core on a 2-core machine, which held a quarter of
+#: the cores given idle: docs/results/local.md).
+POLICY_OPTIONS: dict[str, dict[str, float]] = {"qos": {"refresh_s": 2.0, "min_spare_gain": 0.9}}
 #: Checkpoint a running job this often (iterations); also bounds the work a crash loses.
 CHECKPOINT_EVERY = 50
 #: Where a log line for each job's runner goes, inside its job directory. The file keeps the
@@ -295,8 +302,7 @@ class LocalService:
         self.cores = cores
         self.gpus = tuple(sorted(gpus))
         self.policy_name = policy
-        self.policy = create_policy(policy)  # decides the cores among CPU jobs
-        self.gpu_policy = create_policy(policy)  # decides the GPUs among GPU jobs
+        self.policy, self.gpu_policy = self._new_policies()
         self.cluster = ClusterSpec.cpu(1, len(cores))
         self.clock = clock
         self.tick_s = tick_s
@@ -1452,6 +1458,12 @@ class LocalService:
             self._faults.passed("progress")
         return events
 
+    def _new_policies(self) -> tuple[Policy, Policy]:
+        """Fresh instances of the service's policy: one decides the cores among CPU jobs, the
+        other the GPUs among GPU jobs."""
+        name, options = self.policy_name, POLICY_OPTIONS.get(self.policy_name, {})
+        return create_policy(name, **options), create_policy(name, **options)
+
     def _resync(self) -> None:
         """After store trouble: forget memory and rebuild it from the store, as a restart
         would (live runners are found again by their job folders)."""
@@ -1464,8 +1476,7 @@ class LocalService:
                     popens[live.runner.pid] = live.runner.popen
                 live.runner.close()
         self._live.clear()
-        self.policy = create_policy(self.policy_name)
-        self.gpu_policy = create_policy(self.policy_name)
+        self.policy, self.gpu_policy = self._new_policies()
         self._recover(popens)
         popens.clear()
         self._stale = False

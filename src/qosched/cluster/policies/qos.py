@@ -28,7 +28,8 @@ job's own progress and sizes it to finish in time.
   running jobs before waiting ones, shortest predicted time first; (5) spare workers one step at
   a time, best-effort jobs first, then to the job with the largest relative speed-up per added
   worker (for best-effort jobs divided by the square root of their remaining time: shorter ones
-  first, softly), only where the time it saves outweighs the restart pause it costs; (6)
+  first, softly), only where the time it saves outweighs the restart pause it costs and the
+  added worker would do enough work to be kept busy (``min_spare_gain``); (6)
   guaranteed jobs keep workers beyond their plan while they fit (hysteresis: no restart without
   a reason). Running deadline jobs with little slack are pinned: the backend does not move them
   to re-pack others.
@@ -193,6 +194,13 @@ class QualityOfService(Policy):
     Wider is safer for each guarantee but guarantees fewer jobs; 0.2 (about 8% below the
     table before a job has run) met the most deadlines over the peer settings of
     ``bench/cluster_qos_evidence.py``, with exact and with hidden speeds alike.
+
+    ``refresh_s``: a job's predicted speeds are re-read after 10% more of its running time plus
+    this many seconds (refits are not free, and over a cluster's hours predictions move slowly);
+    a backend whose jobs live seconds to minutes re-reads sooner. ``min_spare_gain``: a spare
+    worker (step 5) goes only to a job whose expected speed-up per added worker is at least this
+    (0.5: each added worker does at least half a worker's work), so that the workers handed out
+    are kept busy; 0 hands them out wherever the time saved beats the pause.
     """
 
     largest_first = True
@@ -207,9 +215,17 @@ class QualityOfService(Policy):
         gain_over_pause: float = 2.0,
         decline_to_best_effort: bool = True,
         confidence: float = 0.2,
+        refresh_s: float = 60.0,
+        min_spare_gain: float = 0.0,
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be positive, got {tick_s}")
+        if not 0 <= refresh_s < math.inf:
+            raise ValueError(f"refresh_s must be seconds >= 0, got {refresh_s}")
+        if not 0 <= min_spare_gain <= 1:
+            raise ValueError(f"min_spare_gain must be in [0, 1], got {min_spare_gain}")
+        self.refresh_s = refresh_s
+        self.min_spare_gain = min_spare_gain
         self.tick_s = tick_s
         self.min_interval_s = min_interval_s
         self.gain_over_pause = gain_over_pause
@@ -255,8 +271,8 @@ class QualityOfService(Policy):
 
     def _observe_jobs(self, view: ClusterView) -> None:
         """Feed every job's progress (tracking the new ones) at every decision: an interval must
-        not span two allocations. Speeds are re-derived only after 10% more compute time, or a
-        minute: refits are not free and predictions move slowly."""
+        not span two allocations. Speeds are re-derived only after 10% more compute time plus
+        ``refresh_s``: refits are not free and predictions move slowly."""
         tracked_jobs = self._jobs
         for job in view.jobs:
             tracked = tracked_jobs.get(job.job_id)
@@ -273,7 +289,7 @@ class QualityOfService(Policy):
                 else:  # it lost progress (a backend restarted it from an older checkpoint)
                     predictor.restart(active_s, job.iterations_done)
                 tracked.observed_active_s = active_s
-                if active_s >= 1.1 * tracked.ladders_at_active_s + 60.0:
+                if active_s >= 1.1 * tracked.ladders_at_active_s + self.refresh_s:
                     tracked.ladders = None
 
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
@@ -690,15 +706,28 @@ class QualityOfService(Policy):
 
     def _keep_beyond_plan(self, guaranteed: list[JobState], plan: Plan, hand: _Hand) -> None:
         """(6) Guaranteed jobs keep what they hold beyond their plan while it fits: no
-        scale-down without need."""
+        scale-down without need, unless what they hold beyond it gains less than
+        ``min_spare_gain`` per worker (learnt since it was handed out: it would idle)."""
         for job in guaranteed:
             need = hand.workers.get(job.job_id, 0)
             if (
                 job.job_id in plan.reservations
                 and job.workers > need
                 and job.workers - need <= hand.free
+                and (not self.min_spare_gain or self._extra_pays(job, need))
             ):
                 hand.give(job.job_id, job.workers, had=need)
+
+    def _extra_pays(self, job: JobState, need: int) -> bool:
+        """Whether the workers ``job`` holds beyond ``need`` reach ``min_spare_gain`` each on its
+        expected speeds (always, from none: a job is never stopped for this)."""
+        if not need:
+            return True
+        rates = self._ladders(job, self._jobs[job.job_id])[0].rates
+        if not rates[need] > 0.0:
+            return True
+        gain = (rates[job.workers] / rates[need] - 1.0) / (job.workers - need)
+        return gain >= self.min_spare_gain
 
     def _decision(
         self, view: ClusterView, workers: dict[str, int], plans: tuple[Plan, ...]
@@ -852,12 +881,14 @@ class QualityOfService(Policy):
         self, view: ClusterView, hand: _Hand, best_effort_only: bool = False
     ) -> None:
         """(5) One step up at a time to the job with the largest relative speed-up per added
-        worker, where the time saved beats ``gain_over_pause`` restart pauses and the job was
-        not just re-sized. Best-effort jobs come first: their completion time is their only
-        goal, while a deadline job finishing sooner than planned gains nothing it asked for."""
+        worker, where the time saved beats ``gain_over_pause`` restart pauses, the speed-up per
+        added worker reaches ``min_spare_gain`` and the job was not just re-sized. Best-effort
+        jobs come first: their completion time is their only goal, while a deadline job
+        finishing sooner than planned gains nothing it asked for."""
         workers = hand.workers
         pause = view.restart_pause_s
         enough = self.gain_over_pause * pause
+        min_gain = self.min_spare_gain
         heap: list[tuple[bool, float, int, JobState]] = []
         tracked_jobs, ladders = self._jobs, self._ladders
 
@@ -881,6 +912,8 @@ class QualityOfService(Policy):
                 speedup = rate_step / rate_now - 1.0
                 has_deadline = job.spec.deadline_s is not None
                 gain = speedup / (step - current)
+                if gain < min_gain:  # the added workers would idle more than they work
+                    return
                 if not has_deadline:
                     # Mean completion time: shorter best-effort jobs first, softly (a strict
                     # shortest-first piles workers on one job past where they pay off).
