@@ -69,15 +69,21 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
-    """Per bucket of work done: the error of the remaining time predicted from the speed
-    predicted on the job's current cores, against the remaining time at the speed it then ran at
-    there (over the next ``WINDOW_S`` seconds on the same count, or until its work is done).
-    The predictor is the
-    one ``qos`` keeps for the job in the service (its prior, with what earlier jobs of its speed
-    key had measured by its submission, and its memory), fed the job's samples up to that
-    point."""
-    errors: dict[tuple[float, float], list[float]] = {bucket: [] for bucket in BUCKETS}
+#: What a prediction is checked against, per sample: the speed the job then ran at on the same
+#: cores until they changed (or its work was done: its real remaining time there); the speed over
+#: the next ``WINDOW_S`` seconds only; and, as the floor of that short check, how far the next
+#: ``WINDOW_S`` seconds stray from the whole stretch's own mean speed (no predictor does better on
+#: average than knowing that mean).
+HORIZONS = ("to_change", "next_window", "window_floor")
+
+
+def prediction_errors(store: Store) -> dict[str, dict[tuple[float, float], list[float]]]:
+    """Per horizon (``HORIZONS``) and bucket of work done: the error of the remaining time
+    predicted from the speed predicted on the job's current cores, against the remaining time at
+    the speed it then ran at there. The predictor is the one ``qos`` keeps for the job in the
+    service (its prior, with what earlier jobs of its speed key had measured by its submission,
+    and its memory), fed the job's samples up to that point."""
+    errors = {horizon: {bucket: [] for bucket in BUCKETS} for horizon in HORIZONS}
     every = store.list()  # a job that failed or was cancelled left its speeds too
     for record in store.list([Lifecycle.SUCCEEDED]):
         samples = store.progress(record.id)
@@ -103,29 +109,46 @@ def prediction_errors(store: Store) -> dict[tuple[float, float], list[float]]:
             if sample.iteration < (predictor.last_iterations or 0):
                 predictor.restart(clock, sample.iteration)  # resumed from an older checkpoint
             predictor.observe(clock, sample.iteration, sample.cpus)
-            ahead = []
-            for later in samples[i + 1 :]:
-                if later.t - sample.t > WINDOW_S or not _same_run(
-                    ahead[-1] if ahead else sample, later
-                ):
-                    break
-                ahead.append(later)
-                if later.iteration >= record.spec.iterations:
-                    # Its work is done: the time a command then takes to exit is not in the
-                    # remaining time predicted (iterations left / speed).
-                    break
-            if not ahead or ahead[-1].t - sample.t < WINDOW_S / 2:
+            stretch = _stretch(samples[i + 1 :], sample, record.spec.iterations)
+            window = [later for later in stretch if later.t - sample.t <= WINDOW_S]
+            if not window or window[-1].t - sample.t < WINDOW_S / 2:
                 continue
-            realised = (ahead[-1].iteration - sample.iteration) / (ahead[-1].t - sample.t)
             done = sample.iteration / record.spec.iterations
             bucket = next((b for b in BUCKETS if b[0] <= done < b[1]), None)
-            if bucket is None or realised <= 0:
+            if bucket is None:
+                continue
+            realised_window = _speed(sample, window[-1])
+            realised_stretch = _speed(sample, stretch[-1])
+            if realised_window <= 0 or realised_stretch <= 0:
                 continue
             # Remaining time, not speed: |R/predicted - R/realised| / (R/realised), which for
             # a speed predicted too high is less than the speed's own relative error.
             predicted = predictor.predict(sample.cpus).rate
-            errors[bucket].append(relative_error(1.0 / predicted, 1.0 / realised))
+            for horizon, guess, realised in (
+                ("to_change", predicted, realised_stretch),
+                ("next_window", predicted, realised_window),
+                ("window_floor", realised_stretch, realised_window),
+            ):
+                errors[horizon][bucket].append(relative_error(1.0 / guess, 1.0 / realised))
     return errors
+
+
+def _stretch(later_samples, sample, iterations: int) -> list:
+    """The samples after ``sample`` on the same cores in the same run, up to the one where the
+    job's work is done (the time a command then takes to exit is not in the remaining time
+    predicted: iterations left / speed)."""
+    stretch = []
+    for later in later_samples:
+        if not _same_run(stretch[-1] if stretch else sample, later):
+            break
+        stretch.append(later)
+        if later.iteration >= iterations:
+            break
+    return stretch
+
+
+def _speed(first, last) -> float:
+    return (last.iteration - first.iteration) / (last.t - first.t)
 
 
 def _admission(store: Store, job_id: str) -> tuple[float, dict[int, float]]:
@@ -178,6 +201,41 @@ def prediction_table(errors: dict[str, dict[tuple[float, float], list[float]]]) 
     return "\n".join(lines)
 
 
+Errors = dict[str, dict[str, dict[tuple[float, float], list[float]]]]  # horizon, policy, bucket
+
+
+def no_errors(policies: tuple[str, ...]) -> Errors:
+    return {h: {p: {b: [] for b in BUCKETS} for p in policies} for h in HORIZONS}
+
+
+def add_errors(errors: Errors, policy: str, found: dict) -> None:
+    for horizon, buckets in found.items():
+        for bucket, values in buckets.items():
+            errors[horizon][policy][bucket].extend(values)
+
+
+def print_predictions(errors: Errors) -> None:
+    """The three tables of ``HORIZONS``, each policy beside the other."""
+    print(
+        "The remaining time predicted at a job's current cores (the predictor `qos` keeps, "
+        "replayed on each policy's jobs) against the time the job then took there: *remaining "
+        "time on its cores*: at the speed it ran at until its cores changed or its work was "
+        f"done (at least {WINDOW_S / 2:g} s later); *next {WINDOW_S:g} s*: at the speed of the "
+        f"next {WINDOW_S:g} s only. *Floor of the {WINDOW_S:g} s check*: the same short check "
+        "made with the stretch's own mean speed in place of the prediction: how much the "
+        f"speed of {WINDOW_S:g} s strays from the speed the job held there, which no "
+        "prediction made before can know.\n"
+    )
+    titles = {
+        "to_change": "Remaining time on its cores",
+        "next_window": f"Next {WINDOW_S:g} s",
+        "window_floor": f"Floor of the {WINDOW_S:g} s check",
+    }
+    for horizon in HORIZONS:
+        print(f"\n### {titles[horizon]}\n")
+        print(prediction_table(errors[horizon]))
+
+
 def _same_run(earlier, later) -> bool:
     """Two consecutive samples of one uninterrupted run on the same cores: a longer gap than a
     few report intervals is a pre-emption or a restart, whose downtime is not compute time."""
@@ -203,7 +261,7 @@ def workload(args: argparse.Namespace) -> None:
     )
     print("| repeat | policy | deadlines met | per job: done in / deadline s | CPU use | wall s |")
     print("|---|---|---|---|---|---|")
-    errors = {policy: {bucket: [] for bucket in BUCKETS} for policy in ("qos", "fifo")}
+    errors = no_errors(("qos", "fifo"))
     totals: dict[str, list[RunReport]] = {"qos": [], "fifo": []}
     for repeat in range(1, args.repeats + 1):
         # Each repeat calibrates anew, as every `qosched demo` does.
@@ -212,8 +270,7 @@ def workload(args: argparse.Namespace) -> None:
             with tempfile.TemporaryDirectory() as home:
                 report = run_workload(policy, plan.jobs, home=Path(home))
                 with Store(Path(home) / policy / "state.db") as store:
-                    for bucket, values in prediction_errors(store).items():
-                        errors[policy][bucket].extend(values)
+                    add_errors(errors, policy, prediction_errors(store))
             totals[policy].append(report)
             cells = ", ".join(
                 f"{job.name} {_done(job)} / {job.deadline_at - job.submitted_at:.0f}"
@@ -225,12 +282,7 @@ def workload(args: argparse.Namespace) -> None:
                 f"{report.wall_s:.0f} |"
             )
     print("\n## Prediction error of the real jobs against their progress\n")
-    print(
-        f"The remaining time predicted at the job's current cores against the remaining time "
-        f"at the speed it then ran at there (over the next {WINDOW_S:g} s, or to the end of its "
-        "work): the predictor `qos` keeps, replayed on each policy's jobs.\n"
-    )
-    print(prediction_table(errors))
+    print_predictions(errors)
     print_breakdown(totals)
     for policy, reports in totals.items():
         met = sum(r.met for r in reports)
@@ -278,26 +330,20 @@ def command_predictions(args: argparse.Namespace) -> None:
     )
     print("| repeat | policy | per job: done in / deadline s | wall s |")
     print("|---|---|---|---|")
-    errors = {policy: {bucket: [] for bucket in BUCKETS} for policy in ("qos", "fifo")}
+    errors = no_errors(("qos", "fifo"))
     for repeat in range(1, args.repeats + 1):
-        for policy in errors:
+        for policy in ("qos", "fifo"):
             with tempfile.TemporaryDirectory() as home:
                 report = run_workload(policy, command_jobs(cores), home=Path(home))
                 with Store(Path(home) / policy / "state.db") as store:
-                    for bucket, values in prediction_errors(store).items():
-                        errors[policy][bucket].extend(values)
+                    add_errors(errors, policy, prediction_errors(store))
             cells = ", ".join(
                 f"{job.name} {_done(job)} / {job.deadline_at - job.submitted_at:.0f}"
                 for job in report.jobs
             )
             print(f"| {repeat} | {policy} | {cells} | {report.wall_s:.0f} |")
     print("\n## Prediction error of the command jobs against their progress\n")
-    print(
-        f"As for the bundled workload: the remaining time predicted at the job's current cores "
-        f"against the remaining time at the speed it then ran at there (over the next "
-        f"{WINDOW_S:g} s, or to the end of its work).\n"
-    )
-    print(prediction_table(errors))
+    print_predictions(errors)
 
 
 def print_breakdown(totals: dict[str, list[RunReport]]) -> None:

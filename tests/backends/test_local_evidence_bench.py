@@ -42,7 +42,7 @@ def test_the_error_is_of_the_remaining_time_and_its_window_ends_with_the_work(tm
     # reach past the last iteration into the command's 1 s exit.
     with bench_script("local_evidence") as bench, Store(tmp_path / "state.db") as store:
         run_steadily(store, command("steady", 200), 1000.0, 10.0)
-        errors = bench.prediction_errors(store)
+        errors = bench.prediction_errors(store)["next_window"]
     assert errors[(0.0, 0.05)][0] == pytest.approx(9.0)
     later = [e for bucket, values in errors.items() for e in values if bucket[0] >= 0.05]
     later += errors[(0.0, 0.05)][1:]
@@ -63,7 +63,7 @@ def test_a_job_starts_from_what_earlier_jobs_of_its_key_had_measured_by_its_subm
         run_steadily(store, command("second", 200), 1100.0, 10.0)
         second = next(r for r in store.list() if r.name == "second")
         remembered = bench._remembered_at_submission(store, second, store.list())
-        errors = bench.prediction_errors(store)
+        errors = bench.prediction_errors(store)["next_window"]
     assert remembered == {1: pytest.approx(95.0 / 10.5)}
     assert errors[(0.0, 0.05)] == [pytest.approx(10.5 / 9.5 - 1.0)]  # the second's first sample
 
@@ -81,8 +81,33 @@ def test_a_job_measured_first_is_scored_from_its_admission_on_what_it_measured(t
         for step in range(1, 41):
             store.add_progress(job_id, 1000.0 + 0.5 * step, 5 * step, 1)
         store.transition(job_id, Lifecycle.SUCCEEDED, 1020.5)
-        errors = bench.prediction_errors(store)
+        errors = bench.prediction_errors(store)["next_window"]
     scored = [e for values in errors.values() for e in values]
     assert errors[(0.0, 0.05)] == [] and errors[(0.05, 0.1)] == []  # 5 s of 20: before 1005
     assert len(scored) >= 20
     assert max(scored) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_remaining_time_on_its_cores_and_the_short_checks_floor(tmp_path):
+    # 300 iterations on one core: 10 it/s for 10 s, then 20 it/s to the end at 20 s, a sample
+    # every 0.5 s. At 3 s (30 done, the first sample at 10%) the prediction is 10 it/s (what it
+    # ran at). The next 4 s run at 10 it/s: error 0. Its cores never change, so its remaining
+    # time there is 17 s for 270 iterations, 15.88 it/s: the remaining time predicted (27 s) is
+    # 27 / 17 - 1 = 58.8 % too long. The floor: the stretch's mean 15.88 it/s predicts the
+    # next 4 s's 10 it/s with a remaining time 1 - 10 / 15.88 = 37.0 % too short.
+    with bench_script("local_evidence") as bench, Store(tmp_path / "state.db") as store:
+        spec = command("faster", 300)
+        job_id = store.submit(spec, 1000.0)
+        store.transition(job_id, Lifecycle.RUNNING, 1000.0, allocation=(0,))
+        for step in range(1, 41):
+            t = 0.5 * step
+            done = 10 * t if t <= 10 else 100 + 20 * (t - 10)
+            store.add_progress(job_id, 1000.0 + t, round(done), 1)
+        store.transition(job_id, Lifecycle.SUCCEEDED, 1020.0)
+        errors = bench.prediction_errors(store)
+    at_3_s = {horizon: found[(0.10, 0.25)][0] for horizon, found in errors.items()}
+    assert at_3_s == {
+        "next_window": pytest.approx(0.0, abs=1e-9),
+        "to_change": pytest.approx(27 / 17 - 1),
+        "window_floor": pytest.approx(1 - 170 / 270),
+    }
