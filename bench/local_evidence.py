@@ -3,6 +3,7 @@
     python bench/local_evidence.py workload [--repeats 2]   # about 3 min per repeat on 2 cores
     python bench/local_evidence.py commands [--repeats 2]   # about 2 min per repeat
     python bench/local_evidence.py resize                   # about 1 min
+    python bench/local_evidence.py predictions DIR          # seconds: replays kept stores
 
 - workload: the bundled real workload (``qosched demo``) under ``qos`` and under ``fifo`` with
   the users' over-provisioned requests: deadlines met, CPU time used per core-second allocated,
@@ -18,6 +19,9 @@
   from the write to the runner's ``resize`` event, plus how much longer the iterations around
   it took. By restart (what a re-size would cost without the in-place path): SIGTERM to exit
   (checkpoint), and launch to first progress of the restarted runner.
+- predictions: the prediction tables again from the stores a ``workload`` or ``commands`` run
+  kept (``--keep DIR``): a change to the predictor is scored on the same jobs' progress in
+  seconds, without running them again.
 
 Every number comes from real processes on this machine; the tables print the machine's CPU.
 """
@@ -25,10 +29,12 @@ Every number comes from real processes on this machine; the tables print the mac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import platform
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -271,6 +277,7 @@ def workload(args: argparse.Namespace) -> None:
                 report = run_workload(policy, plan.jobs, home=Path(home))
                 with Store(Path(home) / policy / "state.db") as store:
                     add_errors(errors, policy, prediction_errors(store))
+                keep_store(args.keep, Path(home) / policy / "state.db", policy, repeat)
             totals[policy].append(report)
             cells = ", ".join(
                 f"{job.name} {_done(job)} / {job.deadline_at - job.submitted_at:.0f}"
@@ -337,12 +344,38 @@ def command_predictions(args: argparse.Namespace) -> None:
                 report = run_workload(policy, command_jobs(cores), home=Path(home))
                 with Store(Path(home) / policy / "state.db") as store:
                     add_errors(errors, policy, prediction_errors(store))
+                keep_store(args.keep, Path(home) / policy / "state.db", policy, repeat)
             cells = ", ".join(
                 f"{job.name} {_done(job)} / {job.deadline_at - job.submitted_at:.0f}"
                 for job in report.jobs
             )
             print(f"| {repeat} | {policy} | {cells} | {report.wall_s:.0f} |")
     print("\n## Prediction error of the command jobs against their progress\n")
+    print_predictions(errors)
+
+
+def keep_store(folder: Path | None, store: Path, policy: str, repeat: int) -> None:
+    """A copy of a run's store in ``folder`` (when given), named ``POLICY-REPEAT.db``: SQLite's
+    own backup, which takes what the store's write-ahead log still holds too."""
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.closing(sqlite3.connect(store)) as source,
+            contextlib.closing(sqlite3.connect(folder / f"{policy}-{repeat}.db")) as copy,
+        ):
+            source.backup(copy)
+
+
+def replay_predictions(args: argparse.Namespace) -> None:
+    kept = sorted(args.folder.glob("*-*.db"))
+    if not kept:
+        sys.exit(f"no kept stores (POLICY-REPEAT.db) in {args.folder}")
+    policies = tuple(dict.fromkeys(path.stem.rsplit("-", 1)[0] for path in kept))
+    errors = no_errors(policies)
+    for path in kept:
+        with Store(path) as store:
+            add_errors(errors, path.stem.rsplit("-", 1)[0], prediction_errors(store))
+    print(f"# Prediction error replayed on {len(kept)} kept stores in {args.folder}\n")
     print_predictions(errors)
 
 
@@ -474,11 +507,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     w = commands.add_parser("workload", help="qos vs fifo on the bundled real workload")
-    w.add_argument("--repeats", type=int, default=1)
-    w.set_defaults(run=workload)
     c = commands.add_parser("commands", help="prediction error on command jobs, qos and fifo")
-    c.add_argument("--repeats", type=int, default=1)
+    for runs in (w, c):
+        runs.add_argument("--repeats", type=int, default=1)
+        runs.add_argument(
+            "--keep", type=Path, metavar="DIR", help="keep each run's store here, to replay"
+        )
+    w.set_defaults(run=workload)
     c.set_defaults(run=command_predictions)
+    p = commands.add_parser("predictions", help="the prediction tables from kept stores")
+    p.add_argument("folder", type=Path, metavar="DIR")
+    p.set_defaults(run=replay_predictions)
     r = commands.add_parser("resize", help="the cost of a re-size, in place and by restart")
     r.add_argument("--resizes", type=int, default=5)
     r.add_argument("--restarts", type=int, default=3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from bench_scripts import bench_script
@@ -111,3 +113,24 @@ def test_the_remaining_time_on_its_cores_and_the_short_checks_floor(tmp_path):
         "to_change": pytest.approx(27 / 17 - 1),
         "window_floor": pytest.approx(1 - 170 / 270),
     }
+
+
+def test_kept_stores_replay_to_the_same_errors(tmp_path, capsys):
+    # A run's store kept with --keep, replayed by `predictions DIR`: the same samples scored as
+    # in the run (one steady job: the placeholder's 900 % at its first sample, 0 after).
+    run = tmp_path / "run"
+    run.mkdir()
+    with bench_script("local_evidence") as bench:
+        with Store(run / "state.db") as store:
+            run_steadily(store, command("steady", 200), 1000.0, 10.0)
+            in_the_run = bench.prediction_errors(store)
+        bench.keep_store(tmp_path / "kept", run / "state.db", "qos", 1)
+        with Store(tmp_path / "kept" / "qos-1.db") as kept:
+            assert bench.prediction_errors(kept) == in_the_run
+        bench.replay_predictions(argparse.Namespace(folder=tmp_path / "kept"))
+    printed = capsys.readouterr().out
+    assert "replayed on 1 kept stores" in printed
+    # Its one sample under 5% done (5 of 200) is predicted at the placeholder, 900 % off, in
+    # both predicted tables; the stretch's own mean knows its speed (the floor's table).
+    assert printed.count("| 0%-5% | 1 | 900.0% | 900.0% | 0% |") == 2
+    assert printed.count("| 0%-5% | 1 | 0.0% | 0.0% | 100% |") == 1

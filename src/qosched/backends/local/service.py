@@ -156,12 +156,12 @@ MAX_PROBED_PER_DECISION = 4
 #: Seconds between decisions when nothing happens; also how often progress is read.
 TICK_S = 5.0
 #: What the policy is told a change of cores costs. Measured (docs/results/local.md): an in-place
-#: re-size about 0.1 s, a pre-emption plus restart about 3.5 s (checkpoint, exit, a new process
-#: importing torch); one value serves both, between the two.
+#: re-size about 0.1 s, a pre-emption plus restart about 2.2 s (checkpoint and exit 0.1 s, a new
+#: process importing torch 2.1 s); one value serves both, between the two.
 RESIZE_PAUSE_S = 1.0
 #: What the policy is told a change of GPUs costs: always a restart (stop, checkpoint, a new
 #: process importing torch and starting CUDA). Not measured on a GPU machine yet: the CPU
-#: restart's 3.5 s plus CUDA's start-up.
+#: restart's 2.2 s plus CUDA's start-up, with a margin.
 GPU_RESIZE_PAUSE_S = 5.0
 #: Options of the policies on this machine. ``qos``: a local job lives seconds to minutes and
 #: its speed moves with the machine's other work, so its predicted speeds are re-read after 2 s
