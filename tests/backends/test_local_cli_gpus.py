@@ -212,6 +212,7 @@ def test_status_shows_the_gpus_and_who_holds_them(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(local, "_stdout_is_terminal", lambda: True)  # the summary is for people
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "train.py").write_text("")
     monkeypatch.chdir(tmp_path)
@@ -227,7 +228,13 @@ def test_status_shows_the_gpus_and_who_holds_them(
     header = next(line for line in out.splitlines() if line.startswith("ID"))
     assert "GPUS" in header
     first = next(line for line in out.splitlines() if line.startswith("j-000001"))
-    assert "1-2" in first
+    columns = dict(zip(header.split(), first.split(), strict=False))
+    assert columns["GPUS"] == "2"  # how many; -o wide names them
+    assert qosched(with_gpus.home, "status", "-o", "wide") == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("ID"))
+    first = next(line for line in out.splitlines() if line.startswith("j-000001"))
+    assert dict(zip(header.split(), first.split(), strict=False))["GPU-IDS"] == "1-2"
     assert qosched(with_gpus.home, "status", "--json") == 0
 
 

@@ -306,7 +306,7 @@ def test_cancel_of_jobs_that_exist_exits_0(
 
 
 def test_status_and_status_job_describe_a_finished_job(
-    service: Service, capsys: pytest.CaptureFixture[str]
+    service: Service, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = service.write("ok", service.spec("ok"))
     assert qosched(service, "submit", "--wait", spec) == 0
@@ -325,7 +325,8 @@ def test_status_and_status_job_describe_a_finished_job(
         assert expected in out, expected
     assert f"on cores {held['cpus'][0]}" in out  # the launch, in words
     assert "queued -> profiling" in out and "profiling -> succeeded" in out
-    # And the summary of `status`, from GET /status.
+    # And the summary of `status`, from GET /status, which a terminal shows.
+    monkeypatch.setattr(local, "_stdout_is_terminal", lambda: True)
     assert qosched(service, "status") == 0
     first = capsys.readouterr().out.splitlines()[0]
     cores = len(service.client().status().cpus)

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
@@ -52,6 +52,15 @@ from qosched.backends.local.home import (
 from qosched.backends.local.jobspec import format_duration, parse_job_spec, read_spec_text
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import Lifecycle, UnknownJobError
+from qosched.cli.columns import plain_table
+from qosched.cli.job_select import (
+    ACTIVE_STATES,
+    RECENTLY_ENDED_S,
+    JobFilter,
+    complete_states,
+    lifecycle,
+    state_names,
+)
 from qosched.cli.options import count, cpu_list, port, seconds
 from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError, QoschedError
@@ -68,6 +77,11 @@ WATCH_INTERVAL_S = 1.0
 WAIT_POLL_S = 0.5  # submit --wait asks for its jobs' states this often
 FOLLOW_POLL_S = 0.5  # logs --follow asks for new output this often once caught up
 _POLL_S = 0.1
+
+#: What `qosched status -o` prints: the table (a terminal's, or plain lines when piped), the
+#: table with the ids of the cores and GPUs held, the API's JSON, or the job ids alone.
+TABLE, WIDE, JSON, NAME = "table", "wide", "json", "name"
+OUTPUTS = (TABLE, WIDE, JSON, NAME)
 
 
 class Exit(IntEnum):
@@ -188,21 +202,53 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "effort, or declined, and the earliest deadline that can be guaranteed); each spec "
         "is judged alone against the jobs already there; exits 4 if one would be declined",
     )
-    submit.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
+    submit.add_argument(
+        "--json",
+        action="store_true",
+        help="print the jobs submitted as a JSON list instead of their ids (with --wait: as "
+        "they ended; with --dry-run: the verdicts)",
+    )
     submit.set_defaults(run=run_submit)
 
     status = groups.add_parser(
         "status",
         parents=[home],
         help="show the local service's jobs, or one job in detail",
-        description="Without JOB: the service's capacity and a table of every job. With JOB: "
-        "that job's progress, allocation history, predicted finish, deadline, slack and events.",
+        description="Without JOB: the service's capacity and a table of its jobs that have "
+        "not ended, and of those that ended in the last "
+        f"{format_duration(round(RECENTLY_ENDED_S))} (--all: every job). Piped (not a "
+        "terminal): a header line and one line per job, in plain columns, never wrapped or "
+        "cut. With JOB: that job's progress, allocation history, predicted finish, deadline, "
+        "slack and events.",
+    )
+    _completes(
+        status.add_argument(
+            "job", nargs="?", metavar="JOB", help="a job id, like j-000001, to show in detail"
+        ),
+        _complete_job_ids,
+    )
+    _add_filters(status, ended=True)
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default=TABLE,
+        help="wide: the table with the ids of the cores and GPUs each job holds; json: the "
+        "jobs as JSON (the API's job objects); name: their ids, one a line",
     )
     status.add_argument(
-        "job", nargs="?", metavar="JOB", help="a job id, like j-000001, to show in detail"
+        "--json",
+        dest="output",
+        action="store_const",
+        const=JSON,
+        help="the same as -o json",
     )
-    status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
-    status.add_argument("--json", action="store_true", help="print the same as JSON")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh every second until Ctrl-C; piped, print a fresh snapshot every second "
+        "instead, a blank line before each",
+    )
     status.set_defaults(run=run_status)
 
     logs = groups.add_parser(
@@ -212,7 +258,9 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         description="Print what a job's runner wrote so far; with --follow, keep printing what "
         "it writes until the job has ended.",
     )
-    logs.add_argument("job", metavar="JOB", help="job id, like j-000001")
+    _completes(
+        logs.add_argument("job", metavar="JOB", help="job id, like j-000001"), _complete_job_ids
+    )
     logs.add_argument("--tail", type=count, metavar="N", help="only the last N lines")
     logs.add_argument(
         "--follow",
@@ -226,9 +274,18 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "cancel",
         parents=[home],
         help="cancel jobs",
-        description="Cancel each job named and report each; exit 2 if any could not be.",
+        description="Cancel each job named, or every job not yet ended that --name and "
+        "--state select (--all: every one), and report each; exit 2 if a job named could not "
+        "be. A selection that matches no job is no error: it says so and exits 0.",
     )
-    cancel.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, like j-000001")
+    _completes(
+        cancel.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, like j-000001"),
+        _complete_job_ids,
+    )
+    _add_filters(cancel, ended=False)
+    cancel.add_argument(
+        "--json", action="store_true", help="print the jobs cancelled as JSON, not in words"
+    )
     cancel.set_defaults(run=run_cancel)
 
     down = groups.add_parser(
@@ -259,6 +316,63 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         help="sign out every browser and void every unused login URL instead",
     )
     web.set_defaults(run=run_web)
+
+
+def _add_filters(parser: argparse.ArgumentParser, *, ended: bool) -> None:
+    """``--all``, ``--state`` and ``--name``, the job selection of ``status`` and ``cancel``
+    (``job_select.JobFilter``); ``ended``: whether ended jobs can be selected."""
+    states = "" if ended else f" ({state_names(ACTIVE_STATES)})"
+    either = parser.add_mutually_exclusive_group()
+    either.add_argument(
+        "--all",
+        action="store_true",
+        help="every job" if ended else "every job not yet ended",
+    )
+    state = either.add_argument(
+        "--state",
+        action="append",
+        type=lifecycle if ended else _active_state,
+        metavar="STATE",
+        help=f"only jobs in this state{states}; repeat it for several",
+    )
+    _completes(state, complete_states if ended else _complete_active_states)
+    parser.add_argument(
+        "--name",
+        metavar="PATTERN",
+        help="only jobs whose name matches this shell-style pattern, like 'cnn-*' (quoted, so "
+        "the shell leaves it alone)",
+    )
+
+
+def _completes(action: argparse.Action, completer: Callable[..., list[str]]) -> None:
+    """Complete ``action``'s value on Tab with ``completer`` (argcomplete calls the attribute
+    it finds under this name; nothing else reads it)."""
+    action.completer = completer  # type: ignore[attr-defined]
+
+
+def _active_state(text: str) -> Lifecycle:
+    """``cancel --state``: a state a job can be cancelled in."""
+    state = lifecycle(text)
+    if state not in ACTIVE_STATES:
+        raise argparse.ArgumentTypeError(
+            f"a {state.value} job has ended and cannot be cancelled; expected one of "
+            f"{state_names(ACTIVE_STATES)}"
+        )
+    return state
+
+
+def _complete_active_states(prefix: str, **_: object) -> list[str]:
+    return [name for name in complete_states(prefix) if Lifecycle(name) in ACTIVE_STATES]
+
+
+def _complete_job_ids(prefix: str, parsed_args: argparse.Namespace, **_: object) -> list[str]:
+    """Shell completion of a job id: the ids the service of ``--home`` knows, or none when it
+    cannot be asked quickly (an argcomplete completer)."""
+    try:
+        client = Client.from_home(resolve_home(getattr(parsed_args, "home", None)), timeout_s=2)
+        return [job.id for job in client.jobs() if job.id.startswith(prefix)]
+    except (QoschedError, OSError):
+        return []
 
 
 # --- argument types ------------------------------------------------------------------------------
@@ -489,8 +603,6 @@ def _lock_free(home: Path) -> bool:
 def run_submit(args: argparse.Namespace) -> int:
     if args.dry_run and args.wait:
         raise InputError("give --dry-run or --wait, not both", field="--wait")
-    if args.json and not args.dry_run:
-        raise InputError("--json goes with --dry-run", field="--json")
     if args.specs.count(STDIN) > 1:
         raise InputError(f"{STDIN} (standard input) can be given once", field="specs")
     specs: list[tuple[str, str]] = []
@@ -513,20 +625,29 @@ def run_submit(args: argparse.Namespace) -> int:
     client = Client.from_home(resolve_home(args.home))
     if args.dry_run:
         return _dry_run(client, specs, args.json)
-    jobs = []
-    for source, text in specs:
-        job = client.submit(text, source)
-        print(job.id, flush=True)
-        if job.state is Lifecycle.DECLINED:
-            why = job.error or (
-                "its deadline cannot be guaranteed and its spec does not allow best effort"
-            )
-            print(
-                f"qosched: {job.id} ({job.name}) was declined: {why} "
-                "(spec.bestEffort lets it run without a guarantee)",
-                file=sys.stderr,
-            )
-        jobs.append(job)
+    jobs: list[JobView] = []
+    submitted = False
+    try:
+        for source, text in specs:
+            job = client.submit(text, source)
+            if not args.json:
+                print(job.id, flush=True)
+            if job.state is Lifecycle.DECLINED:
+                why = job.error or (
+                    "its deadline cannot be guaranteed and its spec does not allow best effort"
+                )
+                print(
+                    f"qosched: {job.id} ({job.name}) was declined: {why} "
+                    "(spec.bestEffort lets it run without a guarantee)",
+                    file=sys.stderr,
+                )
+            jobs.append(job)
+        submitted = True
+    finally:
+        # A spec the service refused halfway still leaves the jobs before it submitted: the
+        # JSON names them, as the ids printed so far do without --json.
+        if args.json and (not args.wait or not submitted):
+            _print_jobs_json(jobs)
     if not args.wait:
         declined = any(job.state is Lifecycle.DECLINED for job in jobs)
         return Exit.DECLINED if declined else Exit.SUCCEEDED
@@ -542,7 +663,14 @@ def run_submit(args: argparse.Namespace) -> int:
     codes = [outcome_code(job) for job in ended]
     for job, code in zip(ended, codes, strict=True):
         print(f"{job.id} ({job.name}): {_outcome_text(job, code)}", file=sys.stderr)
+    if args.json:
+        _print_jobs_json(ended)
     return next((code for code in codes if code != Exit.SUCCEEDED), Exit.SUCCEEDED)
+
+
+def _print_jobs_json(jobs: Sequence[JobView]) -> None:
+    """A JSON list of the API's job objects (``JobView.to_json``), as ``status -o json``."""
+    print(json.dumps([job.to_json() for job in jobs], indent=2), flush=True)
 
 
 def _dry_run(client: Client, specs: Sequence[tuple[str, str]], as_json: bool) -> int:
@@ -605,24 +733,50 @@ def _outcome_text(job: JobView, code: Exit) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    if args.watch and args.json:
-        raise InputError("give --watch or --json, not both", field="--watch")
+    output = args.output
+    if args.watch and output == JSON:
+        raise InputError("give --watch or --json (-o json), not both", field="--watch")
+    listing = args.all or args.state or args.name is not None or output in (WIDE, NAME)
+    if args.job and listing:
+        raise InputError(
+            "--all, --state, --name and -o wide or name choose and show the list of jobs; "
+            "give them without JOB",
+            field="JOB",
+        )
     client = Client.from_home(resolve_home(args.home))
-    if args.json:
+    selection = JobFilter.of(args.state, args.name, args.all)
+    if output == JSON:
         if args.job:
             value: Any = client.job_detail(args.job).to_json()
         else:
-            value = [job.to_json() for job in client.jobs()]
+            value = [job.to_json() for job in selection.select(client.jobs(), time.time())]
         print(json.dumps(value, indent=2))
         return 0
 
     def view() -> RenderableType:
         if args.job:
             return job_view(client.job_detail(args.job), time.time())
-        return status_view(client.jobs(), client.status(), time.time())
+        jobs, status = client.jobs(), client.status()
+        return status_view(jobs, status, time.time(), selection=selection, wide=output == WIDE)
 
+    if output != NAME and _stdout_is_terminal():
+        return _show_live(view, args.watch)
+    if args.job:
+        console = Console()
+        return _print_snapshots(lambda: console.print(view()), args.watch)
+    return _print_snapshots(lambda: _print_job_lines(client, selection, output), args.watch)
+
+
+def _stdout_is_terminal() -> bool:
+    """Whether a person reads the output (a table fitted to the terminal) rather than a
+    program (plain lines, never wrapped)."""
+    return sys.stdout.isatty()
+
+
+def _show_live(view: Callable[[], RenderableType], watch: bool) -> int:
+    """On a terminal: ``view`` once, or redrawn in place every second until Ctrl-C."""
     console = Console()
-    if not args.watch:
+    if not watch:
         console.print(view())
         return 0
     with Live(view(), console=console, auto_refresh=False) as live:
@@ -633,6 +787,48 @@ def run_status(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _print_snapshots(snapshot: Callable[[], None], watch: bool) -> int:
+    """Not on a terminal: ``snapshot()`` once, or, watching, again every second after a blank
+    line (a pipe cannot be redrawn in place, and a reader of it wants each state whole) until
+    Ctrl-C or the reader goes away."""
+    try:
+        snapshot()
+        if not watch:
+            return 0
+        while True:
+            time.sleep(WATCH_INTERVAL_S)
+            print(flush=True)
+            snapshot()
+    except KeyboardInterrupt:
+        if not watch:
+            raise
+    except BrokenPipeError:
+        # `qosched status --watch | head`: the reader has what it wanted. Python's own flush at
+        # exit would fail on the closed pipe again, so standard output goes nowhere from here.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 0
+
+
+def _print_job_lines(client: Client, selection: JobFilter, output: str) -> None:
+    """One snapshot of the job list for a program: the ids one a line (``-o name``), or a
+    header line and one line per job in plain columns; the service's trouble on stderr."""
+    jobs, now = client.jobs(), time.time()
+    chosen = selection.select(jobs, now)
+    if output == NAME:
+        lines = [job.id for job in chosen]
+    else:
+        status = client.status()
+        trouble = _trouble_text(status, now)
+        if trouble is not None:
+            print(f"qosched: warning: {trouble}", file=sys.stderr, flush=True)
+        header, rows = job_cells(chosen, status, now, wide=output == WIDE)
+        lines = plain_table(header, [[text.plain for text in row] for row in rows])
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    sys.stdout.flush()
 
 
 def run_logs(args: argparse.Namespace) -> int:
@@ -721,20 +917,65 @@ def follow_log(
 
 
 def run_cancel(args: argparse.Namespace) -> int:
+    selecting = args.all or args.state or args.name is not None
+    if args.jobs and selecting:
+        raise InputError("give job ids or --all, --state and --name, not both", field="JOB")
+    if not args.jobs and not selecting:
+        raise InputError(
+            "name the jobs to cancel: job ids, --name PATTERN, --state STATE, or --all",
+            field="JOB",
+        )
     client = Client.from_home(resolve_home(args.home))
+    if args.jobs:
+        chosen, named = list(args.jobs), True
+    else:
+        # Only jobs not yet ended: --state takes no final state, and --all means these.
+        selection = JobFilter.of(args.state or ACTIVE_STATES, args.name)
+        chosen, named = [job.id for job in selection.select(client.jobs(), time.time())], False
+        if not chosen:
+            print(
+                f"qosched: no job to cancel: none has {selection.describe()}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if args.json:
+                _print_jobs_json([])
+            return Exit.SUCCEEDED
     failed = False
-    for job_id in args.jobs:
+    cancelled: list[JobView] = []
+    for job_id in chosen:
         try:
             job = client.cancel(job_id)
         except (InputError, UnknownJobError) as exc:  # this job's trouble: the others still go
+            if not named and _ended_meanwhile(client, job_id):
+                continue  # it ended between the listing and its cancel: nothing left to do
             print(f"qosched: error: {exc}", file=sys.stderr, flush=True)
             failed = True
+            continue
+        cancelled.append(job)
+        if args.json:
             continue
         if job.state is Lifecycle.CANCELLED:
             print(f"{job.id} cancelled", flush=True)
         else:
             print(f"{job.id} is being cancelled (its runner is stopping)", flush=True)
+    if args.json:
+        _print_jobs_json(cancelled)
     return Exit.ERROR if failed else Exit.SUCCEEDED
+
+
+def _ended_meanwhile(client: Client, job_id: str) -> bool:
+    """Whether a job that refused its cancel has ended (and says so on standard error)."""
+    try:
+        job = client.job(job_id)
+    except UnknownJobError:
+        return False
+    if not job.finished:
+        return False
+    print(
+        f"qosched: {job_id} ended ({job.state.value}) before it could be cancelled", file=sys.stderr
+    )
+    return True
 
 
 # --- the status view -----------------------------------------------------------------------------
@@ -751,58 +992,108 @@ _STATE_STYLES = {
 }
 
 
-def status_view(jobs: Sequence[JobView], status: ServiceStatus, now: float) -> RenderableType:
-    """The ``qosched status`` screen: a one-line summary and a table of the jobs."""
+def status_view(
+    jobs: Sequence[JobView],
+    status: ServiceStatus,
+    now: float,
+    *,
+    selection: JobFilter | None = None,
+    wide: bool = False,
+) -> RenderableType:
+    """The ``qosched status`` screen: a one-line summary and a table of the ``jobs`` that
+    ``selection`` chooses (all without one), saying how many it leaves out."""
     allocated = sum(len(cpus) for cpus in status.allocated.values())
     outcomes = ", ".join(f"{name} {count}" for name, count in status.outcomes.items() if count)
     gpus = ""
     if status.gpus:
         held = sum(len(gpus) for gpus in status.allocated_gpus.values())
         gpus = f" · {len(status.gpus)} GPUs, {held} allocated"
-    summary = Text(
+    summary: RenderableType = Text(
         f"{len(status.cpus)} CPUs, {allocated} allocated{gpus} · {status.running} running · "
         f"{status.queued} waiting" + (f" · finished: {outcomes}" if outcomes else "")
     )
-    if status.trouble is not None:
-        since = (
-            "" if status.trouble_since is None else f" for {_duration(now - status.trouble_since)}"
-        )
-        summary = Group(
-            Text(
-                f"the service is in trouble{since}: {status.trouble}; states below may be "
-                "behind what its jobs did",
-                style="bold red",
-            ),
-            summary,
-        )
+    trouble = _trouble_text(status, now)
+    if trouble is not None:
+        summary = Group(Text(trouble, style="bold red"), summary)
     if not jobs:
         return Group(summary, Text("no jobs yet; submit one with `qosched submit JOB.yaml`"))
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("ID", no_wrap=True)
-    table.add_column("NAME", overflow="fold", min_width=8)
-    table.add_column("STATE", no_wrap=True)
-    table.add_column("PROGRESS", justify="right", no_wrap=True)
-    table.add_column("CPUS", no_wrap=True)
+    shown = list(jobs) if selection is None else selection.select(jobs, now)
+    parts = [summary]
+    if shown:
+        header, rows = job_cells(shown, status, now, wide=wide)
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for name in header:
+            table.add_column(name, **_COLUMN_STYLES[name])
+        for row in rows:
+            table.add_row(*row)
+        parts.append(table)
+    hidden = len(jobs) - len(shown)
+    if hidden and selection is not None:
+        parts.append(
+            Text(
+                f"{hidden} of {len(jobs)} jobs not shown: only those with "
+                f"{selection.describe()} are (--all shows every job)",
+                style="dim",
+            )
+        )
+    return Group(*parts)
+
+
+def _trouble_text(status: ServiceStatus, now: float) -> str | None:
+    if status.trouble is None:
+        return None
+    since = "" if status.trouble_since is None else f" for {_duration(now - status.trouble_since)}"
+    return (
+        f"the service is in trouble{since}: {status.trouble}; states below may be behind what "
+        "its jobs did"
+    )
+
+
+#: How the terminal's table lays out each column ``job_cells`` may give (rich's options).
+_COLUMN_STYLES: Mapping[str, dict[str, Any]] = {
+    "ID": {"no_wrap": True},
+    "NAME": {"overflow": "fold", "min_width": 8},
+    "STATE": {"no_wrap": True},
+    "CPUS": {"justify": "right", "no_wrap": True},
+    "GPUS": {"justify": "right", "no_wrap": True},
+    "CPU-IDS": {"overflow": "fold"},
+    "GPU-IDS": {"overflow": "fold"},
+    "PROGRESS": {"justify": "right", "no_wrap": True},
+    "DEADLINE": {"no_wrap": True},
+    "FINISH": {"overflow": "fold", "min_width": 10},  # predicted while unfinished
+    "QOS": {"overflow": "fold", "min_width": 12},
+}
+
+
+def job_cells(
+    jobs: Sequence[JobView], status: ServiceStatus, now: float, *, wide: bool = False
+) -> tuple[list[str], list[list[Text]]]:
+    """The header and one row of cells per job, for the terminal's table and for plain
+    lines alike. The columns without spaces come first, so that ``awk '{print $3}'`` is a
+    job's state. CPUS and GPUS count what a job holds; ``wide`` adds their ids."""
     show_gpus = bool(status.gpus) or any(job.gpus for job in jobs)
-    if show_gpus:
-        table.add_column("GPUS", no_wrap=True)
-    table.add_column("DEADLINE", no_wrap=True)
-    table.add_column("FINISH", overflow="fold", min_width=10)  # predicted while unfinished
-    table.add_column("QOS", overflow="fold", min_width=12)
+    header = ["ID", "NAME", "STATE", "CPUS", *(["GPUS"] if show_gpus else [])]
+    if wide:
+        header += ["CPU-IDS", *(["GPU-IDS"] if show_gpus else [])]
+    header += ["PROGRESS", "DEADLINE", "FINISH", "QOS"]
+    rows = []
     for job in jobs:
         state = job.state.value
-        table.add_row(
-            job.id,
-            job.name,
+        row = [
+            Text(job.id),
+            Text(job.name),
             Text(state, style=_STATE_STYLES.get(state, "")),
-            _progress(job),
-            cpu_ranges(job.cpus),
-            *([cpu_ranges(job.gpus)] if show_gpus else []),
-            _deadline(job, now),
-            _predicted(job, now),
-            _qos(job),
-        )
-    return Group(summary, table)
+            Text(str(len(job.cpus))),
+            *([Text(str(len(job.gpus)))] if show_gpus else []),
+        ]
+        if wide:
+            row += [
+                Text(cpu_ranges(job.cpus)),
+                *([Text(cpu_ranges(job.gpus))] if show_gpus else []),
+            ]
+        row += [Text(_progress(job)), _deadline(job, now), Text(_predicted(job, now)), _qos(job)]
+        rows.append(row)
+    return header, rows
 
 
 def job_view(detail: JobDetail, now: float) -> RenderableType:

@@ -1,6 +1,7 @@
 """``qosched``: one sub-command group per level (``sim``, ``trace``, ``demo``, ``infer``,
 ``gpu``), the local service's commands (``up``, ``submit``, ``status``, ``logs``, ``cancel``,
-``down``, ``web``), and the Kubernetes backend's (``k8s``).
+``down``, ``web``), the Kubernetes backend's (``k8s``), and ``completion`` (shell completion,
+which answers a completion script before anything else: ``qosched.cli.completion``).
 
 Start-up stays fast because only the command that runs is built: ``build_parser(command)``
 imports the module of that one command and lists every other by name and help line alone, so
@@ -11,6 +12,7 @@ imported here must in turn import at its top only what building its parser needs
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -70,6 +72,12 @@ def _add_k8s(groups: argparse._SubParsersAction) -> None:
     k8s.add_commands(groups)
 
 
+def _add_completion(groups: argparse._SubParsersAction) -> None:
+    from qosched.cli import completion
+
+    completion.add_completion(groups)
+
+
 @dataclass(frozen=True, slots=True)
 class _Module:
     """The top-level commands one ``add`` function registers, in the order ``--help`` lists."""
@@ -86,6 +94,7 @@ _MODULES = (
     _Module(("gpu",), _add_gpu),
     _Module(("up", "submit", "status", "logs", "cancel", "down", "web"), _add_local),
     _Module(("k8s",), _add_k8s),
+    _Module(("completion",), _add_completion),
 )
 
 #: Each top-level command's help line, shown by ``qosched --help`` without importing its module.
@@ -104,6 +113,7 @@ HELP = {
     "down": "stop the local service (running jobs are checkpointed and resume at the next up)",
     "web": "print a new login URL for the local service's web page",
     "k8s": "run qosched on a Kubernetes cluster",
+    "completion": "print the script that completes qosched's commands and options in a shell",
 }
 
 COMMANDS = tuple(name for module in _MODULES for name in module.commands)
@@ -161,6 +171,11 @@ def format_warning(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and "_ARGCOMPLETE" in os.environ:
+        # A completion script asks (`qosched completion`): print the completions and exit.
+        from qosched.cli.completion import complete
+
+        complete(build_parser, command_of)
     argv = list(sys.argv[1:] if argv is None else argv)
     warnings.formatwarning = format_warning
     parser = build_parser(command_of(argv))
