@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import os
+import socket
 import stat
 import sys
 import threading
@@ -408,6 +409,50 @@ def test_up_serves_until_down_then_cleans_up(
     assert service.stopped and service.closed
     assert not (home / ENDPOINT_FILE).exists()
     assert capsys.readouterr().out.count("qosched service stopped") == 2  # from up and down
+
+
+def up_once(home: Path, *flags: str) -> int:
+    """`qosched up` in a thread until its service is listening, then `down`; its port."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(qosched(home, "up", *flags)))
+    thread.start()
+    try:
+        wait_for(lambda: (home / ENDPOINT_FILE).exists() or not thread.is_alive(), "up")
+        port = read_endpoint(home).port
+        assert qosched(home, "down") == 0
+    finally:
+        thread.join(WAIT_S)
+    assert codes == [0]
+    return port
+
+
+def test_up_listens_on_the_port_of_its_last_up_unless_told_otherwise(
+    tmp_path: Path, fake_local_service: list[FakeLocalService], capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    first = up_once(home)
+    assert up_once(home) == first
+    with socket.socket() as taken:  # another program takes it while no service listens
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        capsys.readouterr()
+        moved = up_once(home)
+        assert moved != first
+        err = capsys.readouterr().err
+        assert f"port {first}, where this home's service listened last, is taken" in err
+        assert f"listening on port {moved} instead" in err and "--port N" in err
+        # A port asked for is that port or nothing.
+        assert qosched(home, "up", "--port", str(first)) == 2
+        assert f"cannot listen on 127.0.0.1:{first}" in capsys.readouterr().err
+    assert up_once(home) == moved  # the new one is kept
+    chosen = up_once(home, "--port", "0")
+    assert up_once(home) == chosen
+
+
+def test_a_detached_up_without_port_leaves_the_choice_to_the_service(tmp_path: Path) -> None:
+    args = build_parser("up").parse_args(["up", "--detach"])
+    assert "--port" not in local._service_argv(tmp_path, args)
 
 
 def test_up_refuses_while_a_service_is_alive(

@@ -16,6 +16,7 @@ import pytest
 from qosched.backends.local.home import (
     ENDPOINT_FILE,
     NOT_RUNNING,
+    PORT_FILE,
     TOKEN_FILE,
     Endpoint,
     HomeLock,
@@ -28,6 +29,8 @@ from qosched.backends.local.home import (
     read_endpoint,
     read_token,
     recorded_endpoint,
+    remember_port,
+    remembered_port,
     remove_endpoint,
     write_endpoint,
 )
@@ -243,3 +246,19 @@ def test_a_recorded_live_pid_without_the_lock_is_no_service(tmp_path: Path) -> N
     """A pid is reused by unrelated processes: only the lock says a service owns the home."""
     write_endpoint(tmp_path, Endpoint("127.0.0.1", 4242, os.getpid(), 0.0))
     check_not_running(tmp_path)
+
+
+def test_the_port_is_remembered_across_services(tmp_path: Path) -> None:
+    assert remembered_port(tmp_path) is None  # the first start: none yet
+    remember_port(tmp_path, 41885)
+    assert remembered_port(tmp_path) == 41885
+    assert json.loads((tmp_path / PORT_FILE).read_text()) == {"port": 41885}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "41885", "{", '{"port": "41885"}', '{"port": true}', '{"port": 0}', '{"port": 65536}'],
+)
+def test_a_port_record_that_does_not_read_as_a_port_is_ignored(tmp_path: Path, text: str) -> None:
+    (tmp_path / PORT_FILE).write_text(text)
+    assert remembered_port(tmp_path) is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -29,7 +30,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from qosched.backends.local.api import MAX_LOG_CHUNK, LogChunk, ServiceStatus, serve
+from qosched.backends.local.api import (
+    MAX_LOG_CHUNK,
+    ApiServer,
+    LogChunk,
+    Service,
+    ServiceStatus,
+    serve,
+)
 from qosched.backends.local.client import Client
 from qosched.backends.local.home import (
     LOCK_FILE,
@@ -45,6 +53,8 @@ from qosched.backends.local.home import (
     read_endpoint,
     read_token,
     recorded_endpoint,
+    remember_port,
+    remembered_port,
     remove_endpoint,
     resolve_home,
     write_endpoint,
@@ -148,7 +158,11 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
         "--policy", choices=POLICIES, default="qos", help="scheduling policy (default: qos)"
     )
     up.add_argument(
-        "--port", type=port, default=0, help="API port on 127.0.0.1 (default: any free port)"
+        "--port",
+        type=port,
+        help="API port on 127.0.0.1, 0 for any free one, kept for the next up of this home "
+        "(default: the port of the last up of this home, or any free one the first time; if "
+        "another program took it meanwhile, any free one, saying so)",
     )
     up.add_argument(
         "--tick",
@@ -409,7 +423,7 @@ def run_up(args: argparse.Namespace) -> int:
         stop = threading.Event()
         try:
             with (
-                serve(service, port=args.port, token=token, shutdown_event=stop) as server,
+                _listen(service, home, args.port, token, stop) as server,
                 _stop_on_signals(stop),
             ):
                 print(
@@ -420,6 +434,7 @@ def run_up(args: argparse.Namespace) -> int:
                 if not args.no_login_url:
                     print(f"watch it in a browser: {server.login_url()}", flush=True)
                 print(describe_groups(service.groups), flush=True)
+                remember_port(home, server.port)
                 # Last: whoever waits for this file finds the service ready and done printing.
                 write_endpoint(home, Endpoint(server.host, server.port, os.getpid(), time.time()))
                 service.run(stop)
@@ -430,6 +445,35 @@ def run_up(args: argparse.Namespace) -> int:
             remove_endpoint(home, os.getpid())
         print("qosched service stopped", flush=True)
     return 0
+
+
+def _listen(
+    service: Service, home: Path, asked: int | None, token: str, stop: threading.Event
+) -> ApiServer:
+    """Serve on the port asked for (``--port``; 0: any free one), else on the port this home's
+    service had last (``PORT_FILE``), so its address, and the web page's, stays the same. A
+    port asked for that is taken is an error; the remembered one, taken by another program
+    meanwhile, gives way to any free port, saying so."""
+    port = asked if asked is not None else remembered_port(home)
+    try:
+        return serve(service, port=port or 0, token=token, shutdown_event=stop)
+    except QoschedError as exc:
+        if asked is not None or not port or not _address_in_use(exc):
+            raise
+    server = serve(service, port=0, token=token, shutdown_event=stop)
+    print(
+        f"qosched: port {port}, where this home's service listened last, is taken by another "
+        f"program; listening on port {server.port} instead, kept from now on (`qosched up "
+        "--port N` chooses one)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return server
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE
 
 
 @contextlib.contextmanager
@@ -461,7 +505,9 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 def _service_argv(home: Path, args: argparse.Namespace) -> list[str]:
     """The command a detached ``up`` runs: a foreground ``up`` with the same options."""
     argv = [sys.executable, "-m", "qosched.cli.main", "up", "--home", str(home), "--no-login-url"]
-    argv += ["--policy", args.policy, "--port", str(args.port), "--grace-s", repr(args.grace_s)]
+    argv += ["--policy", args.policy, "--grace-s", repr(args.grace_s)]
+    if args.port is not None:
+        argv += ["--port", str(args.port)]
     if args.cpus:
         argv += ["--cpus", ",".join(map(str, args.cpus))]
     if args.gpus is not None:

@@ -7,7 +7,10 @@ In it:
 - ``service.json``: ``{"host", "port", "pid", "started_at"}`` of the running service, written
   when it starts listening and removed when it stops cleanly;
 - ``service.lock``: held (``flock``) by the running service, so two cannot share a home;
-- ``service.log``: the output of a service started with ``qosched up --detach``.
+- ``service.log``: the output of a service started with ``qosched up --detach``;
+- ``port.json``: ``{"port"}``, where the last service of this home listened, kept after it stops:
+  the next ``qosched up`` listens there again unless told otherwise (``--port``), so the address
+  of the service and its web page stays the same across restarts.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ TOKEN_FILE = "token"
 ENDPOINT_FILE = "service.json"
 LOCK_FILE = "service.lock"
 LOG_FILE = "service.log"
+PORT_FILE = "port.json"
 
 NOT_RUNNING = "no qosched service is running (start one with `qosched up`)"
 
@@ -361,3 +365,24 @@ def check_not_running(home: Path) -> None:
             f"home {home}); stop it with `qosched down`"
         ) from None
     lock.release()
+
+
+# --- the port kept across restarts -------------------------------------------------------------
+
+
+def remember_port(home: Path, port: int) -> None:
+    """Record ``port`` as where this home's service listens (``PORT_FILE``)."""
+    atomic_write_json(home / PORT_FILE, {"port": port})
+
+
+def remembered_port(home: Path) -> int | None:
+    """The port this home's service listened on last; None when none was recorded, or the
+    record does not read as a port (it only saves choosing: the next start writes a good one)."""
+    try:
+        data = json.loads((home / PORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    port = data.get("port") if isinstance(data, dict) else None
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port <= 65535:
+        return None
+    return port
