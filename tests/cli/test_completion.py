@@ -99,19 +99,28 @@ def test_options_of_the_command_being_typed_are_completed(tmp_path: Path) -> Non
     assert "--dry-run" not in options  # submit's
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
-def test_bash_sources_the_script_and_completes_through_it(tmp_path: Path) -> None:
-    script = tmp_path / "qosched.bash"
-    script.write_text(subprocess.run(
-        [sys.executable, "-m", "qosched", "completion", "bash"],
+def generated(shell: str) -> str:
+    """The script `qosched completion SHELL` prints, run as a command."""
+    return subprocess.run(
+        [sys.executable, "-m", "qosched", "completion", shell],
         env=env(), capture_output=True, text=True, timeout=60, check=True,
-    ).stdout)  # fmt: skip
-    # `qosched` on PATH, as the installed command is: this checkout's, run by this Python.
+    ).stdout  # fmt: skip
+
+
+def on_path(tmp_path: Path) -> Path:
+    """A folder holding a `qosched` command, as installed: this checkout's, run by this Python."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     command = bin_dir / "qosched"
     command.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m qosched "$@"\n')
     command.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
+def test_bash_sources_the_script_and_completes_through_it(tmp_path: Path) -> None:
+    script = tmp_path / "qosched.bash"
+    script.write_text(generated("bash"))
     # A subshell sources the script, then does what bash does on Tab after `qosched sta`.
     shell = f"""
 set -e
@@ -122,7 +131,7 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 """
     done = subprocess.run(
         ["bash", "-c", shell],
-        env=env(PATH=f"{bin_dir}:{os.environ['PATH']}"),
+        env=env(PATH=f"{on_path(tmp_path)}:{os.environ['PATH']}"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -130,6 +139,42 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert [word.strip() for word in done.stdout.split()] == ["status"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="no zsh on this machine")
+def test_zsh_sources_the_script_and_registers_it_for_qosched(tmp_path: Path) -> None:
+    script = tmp_path / "qosched.zsh"
+    script.write_text(generated("zsh"))
+    shell = (
+        f"autoload -U compinit && compinit -u -D && source {script} && print -r -- $_comps[qosched]"
+    )
+    done = subprocess.run(
+        ["zsh", "-f", "-c", shell], env=env(), capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.strip() == "_python_argcomplete"
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="no fish on this machine")
+def test_fish_sources_the_script_and_completes_through_it(tmp_path: Path) -> None:
+    script = tmp_path / "qosched.fish"
+    script.write_text(generated("fish"))
+    path = f"{on_path(tmp_path)}:{os.environ['PATH']}"
+    shell = f"source {script}; complete --do-complete='qosched sta'; complete -C'qosched c'"
+    done = subprocess.run(
+        ["fish", "--no-config", "-c", shell],
+        env=env(PATH=path, HOME=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    # One completion a line, its help after a tab.
+    assert [line.split("\t")[0] for line in done.stdout.splitlines()] == [
+        "status",
+        "cancel",
+        "completion",
+    ]
 
 
 # Runs main() on each argv (given as JSON) in a fresh interpreter, then says whether
