@@ -33,8 +33,9 @@ def add_completion(groups: argparse._SubParsersAction) -> None:
     parser = groups.add_parser(
         "completion",
         help=HELP,
-        description="Print a script that makes the shell complete qosched's commands, "
-        "options, their choices and the ids of the service's jobs on Tab.",
+        # Broken by hand: this formatter keeps the epilog's lines, and the description's too.
+        description="Print a script that makes the shell complete qosched's commands, options,\n"
+        "their choices and the ids of the service's jobs on Tab.",
         epilog=INSTALL,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

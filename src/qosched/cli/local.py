@@ -335,7 +335,7 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
 def _add_filters(parser: argparse.ArgumentParser, *, ended: bool) -> None:
     """``--all``, ``--state`` and ``--name``, the job selection of ``status`` and ``cancel``
     (``job_select.JobFilter``); ``ended``: whether ended jobs can be selected."""
-    states = "" if ended else f" ({state_names(ACTIVE_STATES)})"
+    states = f" ({state_names() if ended else state_names(ACTIVE_STATES)})"
     either = parser.add_mutually_exclusive_group()
     either.add_argument(
         "--all",
