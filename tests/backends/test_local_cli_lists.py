@@ -168,19 +168,28 @@ def test_status_on_a_terminal_says_how_many_jobs_it_leaves_out(
 
 
 @pytest.mark.parametrize(
-    ("flags", "message"),
+    ("command", "flags", "message"),
     [
-        (["--state", "bogus"], "unknown state 'bogus'; known: queued, profiling, running, "),
-        (["--all", "--state", "queued"], "not allowed with argument"),
-        (["-o", "yaml"], "invalid choice: 'yaml'"),
+        ("status", ["--state", "bogus"], "unknown state 'bogus'; known: queued, profiling, "
+         "running, "),
+        ("status", ["--all", "--state", "queued"], "not allowed with argument"),
+        ("status", ["-o", "yaml"], "invalid choice: 'yaml'"),
+        ("cancel", ["--state", "succeeded"], "a succeeded job has ended and cannot be "
+         "cancelled; expected one of queued, profiling, running, preempted"),
+        ("cancel", ["--all", "--state", "queued"], "not allowed with argument"),
     ],
-    ids=["unknown-state", "all-and-state", "unknown-output"],
-)
-def test_status_refuses_a_bad_filter_naming_what_it_takes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+    ids=["unknown-state", "all-and-state", "unknown-output", "cancel-ended-state",
+         "cancel-all-and-state"],
+)  # fmt: skip
+def test_a_bad_filter_is_refused_naming_what_it_takes(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    flags: list[str],
+    message: str,
 ) -> None:
     with pytest.raises(SystemExit) as caught:
-        qosched_cli(tmp_path, "status", *flags)
+        qosched_cli(tmp_path, command, *flags)
     assert caught.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -327,35 +336,23 @@ def test_cancel_refuses_an_unclear_request_and_cancels_nothing(
     assert [job.to_json() for job in mixed.service.jobs()] == before
 
 
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--state", "succeeded"], "a succeeded job has ended and cannot be cancelled; expected "
-         "one of queued, profiling, running, preempted"),
-        (["--all", "--state", "queued"], "not allowed with argument"),
-    ],
-    ids=["ended-state", "all-and-state"],
-)  # fmt: skip
-def test_cancel_refuses_a_state_a_job_cannot_be_cancelled_in(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
-) -> None:
-    with pytest.raises(SystemExit) as caught:
-        qosched_cli(tmp_path, "cancel", *flags)
-    assert caught.value.code == 2
-    assert message in capsys.readouterr().err
-
-
 # --- submit --json -------------------------------------------------------------------------------
+
+
+def _spec_files(folder: Path, *names: str) -> list[str]:
+    """A spec file per name in ``folder``, as ``submit`` takes them."""
+    paths = []
+    for name in names:
+        path = folder / f"{name}.yaml"
+        path.write_text(spec_text(name=name))
+        paths.append(str(path))
+    return paths
 
 
 def test_submit_json_prints_the_jobs_submitted(
     running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    paths = []
-    for name in ("alpha", "beta"):
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(spec_text(name=name))
-        paths.append(str(path))
+    paths = _spec_files(tmp_path, "alpha", "beta")
     assert qosched_cli(running.home, "submit", "--json", *paths) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [(job["id"], job["name"], job["state"]) for job in printed] == [
@@ -376,11 +373,7 @@ def test_submit_json_names_the_jobs_submitted_before_one_was_refused(
         return original(text, source)
 
     running.service.submit = refusing_the_second  # type: ignore[method-assign]
-    paths = []
-    for name in ("alpha", "beta"):
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(spec_text(name=name))
-        paths.append(str(path))
+    paths = _spec_files(tmp_path, "alpha", "beta")
     assert qosched_cli(running.home, "submit", "--json", *paths) == 2
     captured = capsys.readouterr()
     assert [job["name"] for job in json.loads(captured.out)] == ["alpha"]
