@@ -49,11 +49,43 @@ def test_an_output_folder_is_made_with_its_parents(tmp_path, capsys):
     ],
     ids=["gpu-sim-trace", "trace-generate-out"],
 )  # fmt: skip
-def test_an_output_file_in_a_missing_folder_is_refused_first(tmp_path, capsys, argv, flag):
-    target = tmp_path / "missing" / "out.file"
-    assert main([*argv, str(target)]) == 2
-    assert f"field '{flag}': no folder {target.parent}" in capsys.readouterr().err
-    assert not target.parent.exists()
+def test_an_output_file_in_a_missing_folder_is_written_there(tmp_path, capsys, argv, flag):
+    target = tmp_path / "missing" / "deeper" / "out.file"
+    assert main([*argv, str(target)]) == 0
+    assert target.is_file() and target.stat().st_size > 0
+
+
+MISSING = "missing.yaml"  # a spec that does not exist: the run stops right after the checks
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "name"),
+    [
+        (["gpu", "run", MISSING, "--policy", "naive", "--device", "cpu"], "--trace", "t.json"),
+        (["infer", "plan", MISSING], "--out", "plan.json"),
+        (["infer", "plan", MISSING], "--picture", "plan.png"),
+        (["infer", "run", MISSING, "--plan", "p.json"], "--trace", "t.json"),
+        (["infer", "run", MISSING, "--plan", "p.json"], "--calibration-out", "cal.json"),
+        (["trace", "import", MISSING, "--from", "philly"], "--out", "t.csv"),
+        ([*TRACE, "--trace", MISSING], "--plot", ""),
+        ([*TRACE, "--trace", MISSING], "--jobs-csv", ""),
+    ],
+    ids=["gpu-run-trace", "infer-plan-out", "infer-plan-picture", "infer-run-trace",
+         "infer-run-calibration-out", "trace-import-out", "sim-cluster-plot",
+         "sim-cluster-jobs-csv"],
+)  # fmt: skip
+def test_every_output_option_makes_its_folder_before_the_run(
+    tmp_path, capsys, monkeypatch, argv, flag, name
+):
+    # Made before the input is read, as a folder option's folder always was: the run then fails
+    # on its missing input, not on where it would write.
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "new" / "deeper"
+    target = folder / name if name else folder
+    assert main([*argv, flag, str(target)]) == 2
+    assert folder.is_dir()
+    assert not (folder / name).is_file() if name else not any(folder.iterdir())
+    assert f"field '{flag}'" not in capsys.readouterr().err
 
 
 def test_output_file_refuses_a_folder_and_makes_nothing(tmp_path):
@@ -61,6 +93,10 @@ def test_output_file_refuses_a_folder_and_makes_nothing(tmp_path):
         output_file(str(tmp_path), "--out")
     assert output_file(str(tmp_path / "new.csv"), "--out") == tmp_path / "new.csv"
     assert not (tmp_path / "new.csv").exists()
+    blocker = tmp_path / "taken"
+    blocker.write_text("")
+    with pytest.raises(InputError, match="cannot create folder"):
+        output_file(str(blocker / "new.csv"), "--out")
     assert output_file(None, "--out") is None and output_dir(None, "--plot") is None
 
 

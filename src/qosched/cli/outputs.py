@@ -25,19 +25,16 @@ def output_dir(path: str | None, flag: str) -> Path | None:
 
 
 def output_file(path: str | None, flag: str) -> Path | None:
-    """The file given to ``flag``; InputError if it is a folder or its folder is missing or
-    not writable. Nothing is created: a run that fails first leaves no empty file."""
+    """The file given to ``flag``, its folder made now if missing (as ``output_dir`` makes a
+    folder option's); InputError if it is a folder or cannot be written. The file itself is
+    not created: a run that fails first leaves no empty file."""
     if path is None:
         return None
     target = Path(path)
-    folder = target.parent
     if target.is_dir():
         raise InputError(f"{path} is a folder, not a file", field=flag)
-    if not folder.is_dir():
-        raise InputError(f"no folder {folder} to write {target.name} in", field=flag)
-    if not os.access(folder, os.W_OK | os.X_OK) or (
-        target.exists() and not os.access(target, os.W_OK)
-    ):
+    output_dir(str(target.parent), flag)
+    if target.exists() and not os.access(target, os.W_OK):
         raise InputError(f"cannot write {path}", field=flag)
     return target
 
