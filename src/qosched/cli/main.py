@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from qosched import __version__
 from qosched.core.errors import QoschedError
 from qosched.core.registry import PluginWarning
+from qosched.core.third_party import ignore_library_notices
 
 Adder = Callable[[argparse._SubParsersAction], None]
 
@@ -181,7 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            # What PyTorch and the other libraries deprecate in their own code is for their
+            # developers, not for the output of a command; qosched's own warnings still show.
+            ignore_library_notices()
+            return args.run(args)
     except QoschedError as exc:
         print(f"qosched: error: {exc}", file=sys.stderr)
         return 2

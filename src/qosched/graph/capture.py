@@ -40,6 +40,7 @@ from torch.utils.flop_counter import flop_registry
 
 from qosched.core.bounds import show_value
 from qosched.core.errors import InputError
+from qosched.core.third_party import ignore_library_notices
 from qosched.graph import hf
 from qosched.graph.ir import (
     COMPUTE,
@@ -229,7 +230,7 @@ def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) ->
         with warnings.catch_warnings():
             # run_decompositions deep-copies pytree specs, which trips a deprecation inside
             # PyTorch itself (copyreg builds a LeafSpec): noise the user can do nothing about.
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            ignore_library_notices()
             # An nn.LSTM keeps its weights in a list too, which export assigns as it goes.
             warnings.filterwarnings(
                 "ignore", message=r".*_flat_weights.*assigned during export", category=UserWarning

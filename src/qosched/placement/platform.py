@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from qosched.core.errors import InputError
+from qosched.core.third_party import ignore_library_notices
 from qosched.hardware import catalog
 from qosched.hardware.measure import cpu_model_name
 from qosched.placement.costs import check_calibration
@@ -326,7 +326,7 @@ def pin(cores: tuple[int, ...]) -> None:
     keep_freed_memory()
     # Unpickling an exported program's pytree specs trips a deprecation inside PyTorch itself
     # (copyreg builds a LeafSpec), once per tensor tree: noise the user can do nothing about.
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    ignore_library_notices()
 
 
 def process_context() -> BaseContext:

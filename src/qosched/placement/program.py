@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import time
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 from qosched.core.errors import InputError
+from qosched.core.third_party import ignore_library_notices
 from qosched.graph.capture import capture, load_model, takes_batch_and_device
 from qosched.graph.passes import coarsen, linearize
 
@@ -88,7 +90,11 @@ def export_program(model: nn.Module, inputs: tuple) -> torch.export.ExportedProg
     """``model`` exported in eval mode and lowered to core ATen, as ``capture`` lowers it, its
     outputs flattened (:class:`_FlatOutputs`)."""
     try:
-        return torch.export.export(_FlatOutputs(model.eval()), inputs).run_decompositions()
+        with warnings.catch_warnings():
+            # run_decompositions deep-copies pytree specs, which trips a deprecation inside
+            # PyTorch itself (copyreg builds a LeafSpec): noise the user can do nothing about.
+            ignore_library_notices()
+            return torch.export.export(_FlatOutputs(model.eval()), inputs).run_decompositions()
     except Exception as e:
         raise InputError(f"torch.export could not export the model: {e}") from e
 
@@ -105,7 +111,9 @@ def save_program(program: torch.export.ExportedProgram) -> bytes:
 
 
 def load_program(data: bytes) -> torch.export.ExportedProgram:
-    return torch.export.load(io.BytesIO(data))
+    with warnings.catch_warnings():
+        ignore_library_notices()  # loading builds pytree specs too (see export_program)
+        return torch.export.load(io.BytesIO(data))
 
 
 @dataclass(frozen=True)
