@@ -42,10 +42,45 @@ def test_float16_json_is_faster(capsys):
     assert fp16["dtype"] == "float16" and fp16["total_time_s"] < fp32["total_time_s"]
 
 
-def test_table_shows_kernels_and_totals(capsys):
-    assert main(["gpu", "estimate", "mlp", "--gpu", "t4"]) == 0
+def _rows(out: str) -> tuple[list[str], list[list[str]], list[str]]:
+    """A printed table's header, body rows and footer, as stripped cells."""
+    lines = [line for line in out.splitlines() if line.startswith(("┃", "│"))]
+    cells = [[c.strip() for c in line.strip("┃│").split("┃" if "┃" in line else "│")]
+             for line in lines]  # fmt: skip
+    return cells[0], cells[1:-1], cells[-1]
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet"])
+def test_default_output_is_a_summary_whose_totals_are_the_kernel_tables(capsys, model):
+    assert main(["gpu", "estimate", model, "--gpu", "t4", "--kernels"]) == 0
+    header, kernels, kernel_footer = _rows(capsys.readouterr().out)
+    assert main(["gpu", "estimate", model, "--gpu", "t4"]) == 0
     out = capsys.readouterr().out
-    assert "gemm_gemv" in out and "total" in out and "MiB" in out
+    columns, classes, footer = _rows(out)
+    assert columns == ["class", "kernels", "compute-bound", "GFLOP", "MB", "time us", "share"]
+    col = {name: i for i, name in enumerate(header)}
+    assert len(out.splitlines()) <= 10 + len(classes)  # not a line per kernel
+    assert (
+        footer[:2] == ["all", str(len(kernels))] and kernel_footer[0] == f"{len(kernels)} kernels"
+    )
+    # Each class's row sums the --kernels rows of that class (printed values: rounding aside).
+    by_class = {row[0]: row for row in classes}
+    assert set(by_class) == {k[col["class"]] for k in kernels}
+    for cls, row in [*by_class.items(), ("all", footer)]:
+        mine = [k for k in kernels if cls in ("all", k[col["class"]])]
+        assert int(row[1]) == len(mine)
+        assert int(row[2]) == sum(k[col["bound"]] == "compute" for k in mine)
+        for name, unit in (("GFLOP", 1e-3), ("MB", 1e-2), ("time us", 1e-1)):
+            # Each printed value is off by at most half its last digit.
+            total = sum(float(k[col[name]]) for k in mine)
+            slack = unit / 2 * (len(mine) + 1)
+            assert float(row[columns.index(name)]) == pytest.approx(total, abs=slack)
+    # The footers of both tables agree exactly: the same totals, once summed, once listed.
+    for name in ("GFLOP", "MB", "time us"):
+        assert footer[columns.index(name)] == kernel_footer[col[name]]
+    shares = [float(row[-1].rstrip("%")) for row in classes]
+    assert sum(shares) == pytest.approx(100, abs=0.05 * len(shares) + 0.01)
+    assert "total" in out and "MiB" in out and "--kernels" in out
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""``qosched gpu ...``: kernel-level GPU sharing. ``gpu estimate MODEL --gpu NAME`` lists the
-kernels a model launches on a catalog GPU, their resource needs and durations, without running it.
+"""``qosched gpu ...``: kernel-level GPU sharing. ``gpu estimate MODEL --gpu NAME`` sums up the
+kernels a model launches on a catalog GPU per kernel class (``--kernels`` lists each one with its
+resource needs and duration), estimated without running the model.
 
 Other modules add their commands to the group's sub-parsers (see ``add_gpu_group``).
 """
@@ -11,7 +12,10 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from qosched.gpushare.estimate import ModelEstimate
+    from qosched.gpushare.kernel import Kernel
 
 _GROUP_ATTR = "_qosched_gpu_commands"
 
@@ -43,7 +47,13 @@ def add_commands(groups: argparse._SubParsersAction) -> argparse._SubParsersActi
     parser.add_argument(
         "--dtype", choices=("float32", "float16"), default="float32", help="precision costed"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="list every kernel (grid, block, registers, occupancy, ...), not only the totals "
+        "per kernel class",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object (every kernel)")
     parser.set_defaults(run=run_estimate)
     return commands
 
@@ -55,17 +65,69 @@ def run_estimate(args: argparse.Namespace) -> int:
     result = estimate_model(args.model, args.gpu, batch=args.batch, dtype=args.dtype)
     if args.json:
         print(json.dumps(result.to_dict()))
-    else:
-        _show(result)
+        return 0
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # piped: wide enough for every column
+    console.print(_kernel_table(result) if args.kernels else _class_table(result))
+    console.print(
+        f"total {result.total_time_s * 1e3:.3f} ms (one stream, kernels back to back); memory "
+        f"{result.memory_bytes / 2**20:.1f} MiB = parameters {result.param_bytes / 2**20:.1f} + "
+        f"inputs + peak activations {result.activation_bytes / 2**20:.1f}"
+        + ("" if args.kernels else "; --kernels lists each kernel")
+    )
     return 0
 
 
-def _show(result: ModelEstimate) -> None:
-    from rich.console import Console
+def _title(result: ModelEstimate) -> str:
+    return f"{result.model} on {result.gpu}, batch {result.batch}, {result.dtype}"
+
+
+def _class_table(result: ModelEstimate) -> Table:
+    """The model's kernels summed per kernel class, the longest first, with the model's totals
+    in the footer: what ``--kernels`` lists one row per kernel, a few rows long."""
+    from rich.table import Table
+
+    classes = result.kernel_classes or ("",) * len(result.kernels)
+    groups: dict[str, list[Kernel]] = {}
+    for kernel, cls in zip(result.kernels, classes, strict=True):
+        groups.setdefault(cls or "-", []).append(kernel)
+    total_s = sum(k.time_s for k in result.kernels)
+    table = Table(title=_title(result), show_footer=True)
+    columns = [
+        ("class", "all"),
+        ("kernels", str(len(result.kernels))),
+        ("compute-bound", str(sum(k.bound == "compute" for k in result.kernels))),
+        ("GFLOP", f"{sum(k.flops for k in result.kernels) / 1e9:.3f}"),
+        ("MB", f"{sum(k.bytes for k in result.kernels) / 1e6:.2f}"),
+        ("time us", f"{total_s * 1e6:.1f}"),
+        ("share", "100.0%" if total_s > 0 else "-"),
+    ]
+    for header, footer in columns:
+        table.add_column(header, footer=footer, justify="left" if header == "class" else "right")
+    ranked = sorted(groups.items(), key=lambda item: -sum(k.time_s for k in item[1]))
+    for cls, kernels in ranked:
+        time_s = sum(k.time_s for k in kernels)
+        table.add_row(
+            cls,
+            str(len(kernels)),
+            str(sum(k.bound == "compute" for k in kernels)),
+            f"{sum(k.flops for k in kernels) / 1e9:.3f}",
+            f"{sum(k.bytes for k in kernels) / 1e6:.2f}",
+            f"{time_s * 1e6:.1f}",
+            f"{time_s / total_s:.1%}" if total_s > 0 else "-",
+        )
+    return table
+
+
+def _kernel_table(result: ModelEstimate) -> Table:
+    """Every kernel in launch order, the model's totals in the footer (``--kernels``)."""
     from rich.table import Table
 
     table = Table(
-        title=f"{result.model} on {result.gpu}, batch {result.batch}, {result.dtype}",
+        title=_title(result),
         show_footer=True,
     )
     total_flops = sum(k.flops for k in result.kernels)
@@ -105,12 +167,4 @@ def _show(result: ModelEstimate) -> None:
             k.bound,
             f"{k.time_s * 1e6:.1f}",
         )
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)  # piped: wide enough for every column
-    console.print(table)
-    console.print(
-        f"total {result.total_time_s * 1e3:.3f} ms (one stream, kernels back to back); memory "
-        f"{result.memory_bytes / 2**20:.1f} MiB = parameters {result.param_bytes / 2**20:.1f} + "
-        f"inputs + peak activations {result.activation_bytes / 2**20:.1f}"
-    )
+    return table
