@@ -1,4 +1,5 @@
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -117,10 +118,9 @@ def test_cli_json_has_the_design_fields_and_the_trace_has_a_track_per_app(tmp_pa
     result = json.loads(captured.out)
     assert {"policy", "gpu_utilization", "wall_s", "apps"} <= set(result)
     assert result["policy"] == "fggr"
-    # fggr calibrates by default, says so while it does, and reports what it adopted.
-    assert "what-if" in captured.err
-    runs = [line.split()[-3:] for line in captured.err.splitlines() if "what-if run" in line]
-    assert runs and runs[0][0] == "1" and runs[-1][0] == runs[-1][2]  # "D of T", to the end
+    # fggr calibrates by default, says so in one line (no terminal: no line per what-if run),
+    # and reports what it adopted.
+    assert captured.err.splitlines() == ["fggr: choosing its setting on a what-if of the mix..."]
     assert result["calibrated"] in dict(CANDIDATES) and result["setup_s"] > 0
     for app in result["apps"]:
         assert {"name", "priority", "p50_latency_ratio", "p99_latency_ratio",
@@ -139,22 +139,55 @@ def test_cli_json_of_a_policy_that_does_not_calibrate(capsys):
     assert "what-if" not in captured.err
 
 
-def test_cli_says_how_far_a_long_run_has_got(tmp_path, monkeypatch, capsys):
-    from qosched.cli.gpu_sim import RunProgress
-
-    monkeypatch.setattr(RunProgress, "EVERY_S", 0.0)  # every report shown, however quick
+def test_cli_without_a_terminal_a_long_calibrated_run_prints_one_progress_line(tmp_path, capsys):
+    # Progress is a display redrawn in place on a terminal; a pipe or a log gets at most the
+    # line that says a self-calibrating policy is choosing its setting, however long the run.
     spec = tmp_path / "long.yaml"
-    spec.write_text(EXAMPLE.read_text().replace("duration_s: 0.5", "duration_s: 4"))
-    assert main(["gpu", "sim", str(spec), "--policy", "naive", "--json"]) == 0
-    lines = capsys.readouterr().err.splitlines()
-    shared = [line for line in lines if line.startswith("simulating: shared under naive, ")]
-    assert shared and all(line.endswith("% of 4 s") for line in shared)
-    assert any(line.startswith("simulating: batch alone, ") for line in lines)
+    spec.write_text(EXAMPLE.read_text().replace("duration_s: 0.5", "duration_s: 2"))
+    assert main(["gpu", "sim", str(spec), "--policy", "fggr"]) == 0
+    assert len(capsys.readouterr().err.splitlines()) <= 1
 
 
 def test_cli_a_quick_run_prints_no_progress(capsys):
     assert main(["gpu", "sim", str(EXAMPLE), "--policy", "naive"]) == 0
-    assert "simulating:" not in capsys.readouterr().err
+    assert capsys.readouterr().err == ""
+
+
+def test_cli_on_a_terminal_shows_one_display_of_every_run(monkeypatch, capsys):
+    # The display on a terminal: one task whose description follows the runs, its amount the
+    # runs done (the shared one, then each application alone) of all of them.
+    from qosched.cli import gpu_sim
+
+    calls = []
+
+    class Recording(gpu_sim.Silent):
+        def add_task(self, description, total=None, **fields):
+            calls.append(("add", description))
+            return 7
+
+        def update(self, task_id, **changes):
+            assert task_id == 7
+            calls.append(("update", changes))
+
+    @contextmanager
+    def display():
+        yield Recording()
+
+    monkeypatch.setattr(gpu_sim, "progress_display", display)
+    monkeypatch.setattr("qosched.gpushare.simulator.PROGRESS_STEPS", 16)  # reports, however quick
+    monkeypatch.setattr(gpu_sim, "Silent", type("Never", (), {}))  # shown as on a terminal
+    assert main(["gpu", "sim", str(EXAMPLE), "--policy", "fggr", "--json"]) == 0
+    assert capsys.readouterr().err == ""
+    assert [c for c in calls if c[0] == "add"] == [("add", "fggr: setting up")]
+    updates = [c[1] for c in calls if c[0] == "update"]
+    whatif = [u for u in updates if u.get("unit") == "what-if runs"]
+    assert whatif and whatif[0]["completed"] == 1
+    runs = [u for u in updates if "unit" in u and u["unit"] is None and u["total"] == 4]
+    described = [u["description"] for u in runs]
+    assert described[0] == "shared under fggr" and described[-1] == "batch alone"
+    assert {"serving alone", "analytics alone"} <= set(described)
+    done = [u["completed"] for u in runs]
+    assert done == sorted(done) and done[0] >= 0 and done[-1] <= 4
 
 
 def test_cli_prints_a_name_as_it_is_never_as_markup(tmp_path, capsys):

@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qosched.cli.outputs import output_dir, output_file
+from qosched.cli.progress import progress_display
 from qosched.cluster import importers
 from qosched.cluster.fidelity import FIDELITIES, configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
@@ -102,40 +103,25 @@ def run_policies(
     as in :mod:`qosched.cluster.fidelity`; ``policy_options`` a policy's own options by its
     name."""
     results = []
-    if show_progress:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-    progress = (
-        Progress(
-            TextColumn("{task.description:>12}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=_err_console(),
-            transient=True,
-        )
-        if show_progress
-        else nullcontext()
-    )
-    with progress:
+    with progress_display(enabled=show_progress) as progress:
         for name in names:
-            on_progress = None
-            if show_progress:
-                task = progress.add_task(name, total=len(trace.jobs))
+            task = progress.add_task(name, total=len(trace.jobs), unit="jobs")
 
-                def on_progress(done: int, total: int, task: int = task) -> None:
-                    if done % 50 == 0 or done == total:
-                        progress.update(task, completed=done)
+            def on_progress(done: int, total: int, task: int = task) -> None:
+                if done % 50 == 0 or done == total:
+                    progress.update(task, completed=done)
 
             options = (policy_options or {}).get(name)
             policy, policy_config = configure(name, fidelity, config, options)
             results.append(
-                simulate(cluster, throughputs, policy, trace, policy_config, on_progress)
+                simulate(
+                    cluster,
+                    throughputs,
+                    policy,
+                    trace,
+                    policy_config,
+                    on_progress if show_progress else None,
+                )
             )
     return results
 

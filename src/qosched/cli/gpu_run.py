@@ -21,6 +21,7 @@ from qosched.cli.gpu_sim import (
     show_setup_progress,
 )
 from qosched.cli.outputs import output_file
+from qosched.cli.progress import progress_display
 from qosched.core.errors import InputError
 from qosched.gpushare.policies import create_policy, policy_names
 
@@ -61,7 +62,6 @@ def run_live(args: argparse.Namespace) -> int:
     output_file(args.trace, "--trace")
     spec = load_apps_spec(args.spec)
     policy = create_policy(args.policy)
-    show_setup_progress(policy, args.policy)
     if args.device == "cuda":
         if not torch.cuda.is_available():
             raise InputError(
@@ -72,8 +72,12 @@ def run_live(args: argparse.Namespace) -> int:
         catalog = catalog_gpu_for(device.name)
     else:
         device, catalog = CpuDevice(), gpu(spec.gpu)
-    apps = build_apps(spec, device=args.device, requests=args.requests)
-    rows, shared = compare_run(apps, policy, device=device, estimator=CallEstimator(catalog))
+    with progress_display() as progress:
+        task = progress.add_task("building the applications", total=None)
+        apps = build_apps(spec, device=args.device, requests=args.requests)
+        show_setup_progress(policy, args.policy, progress, task)
+        progress.update(task, description=f"running under {args.policy}, then each app alone")
+        rows, shared = compare_run(apps, policy, device=device, estimator=CallEstimator(catalog))
     judged = outcomes(rows, resolved_goals(spec))
     if args.trace:
         shared.write_trace(args.trace)

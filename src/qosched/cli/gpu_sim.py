@@ -8,11 +8,11 @@ import argparse
 import json
 import math
 import sys
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from qosched.cli.outputs import output_file
+from qosched.cli.progress import Display, Silent, progress_display
 from qosched.gpushare.policies import create_policy, policy_names
 
 if TYPE_CHECKING:
@@ -50,13 +50,15 @@ def run_sim(args: argparse.Namespace) -> int:
     policy = create_policy(args.policy)  # an unknown name fails before any estimation
     device = gpu(spec.gpu)
     apps = workloads(spec, device)
-    show_setup_progress(policy, args.policy)
-    shown = RunProgress(spec.duration_s)
-    shared = simulate(device, apps, policy, duration_s=spec.duration_s, seed=spec.seed,
-                      record=bool(args.trace),
-                      progress=lambda done: shown(f"shared under {args.policy}", done))  # fmt: skip
-    alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed,
-                          progress=lambda name, done: shown(f"{name} alone", done))  # fmt: skip
+    with progress_display() as progress:
+        task = progress.add_task(f"{args.policy}: setting up", total=None)
+        show_setup_progress(policy, args.policy, progress, task)
+        shown = RunProgress(progress, task, args.policy, [app.name for app in apps],
+                            spec.duration_s)  # fmt: skip
+        shared = simulate(device, apps, policy, duration_s=spec.duration_s, seed=spec.seed,
+                          record=bool(args.trace), progress=shown.shared)  # fmt: skip
+        alone = alone_results(device, apps, duration_s=spec.duration_s, seed=spec.seed,
+                              progress=shown.alone)  # fmt: skip
     rows = compare(shared, alone, {app.name: app.request_time_s for app in apps})
     judged = outcomes(rows, resolved_goals(spec))
     result = {
@@ -88,34 +90,47 @@ def run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_setup_progress(policy: object, name: str) -> None:
-    """Say on stderr that a self-calibrating policy is choosing its setting, and how far it is:
-    a what-if of the mix under each candidate comes first, seconds to a minute."""
+def show_setup_progress(policy: object, name: str, progress: Display, task: int) -> None:
+    """Show on ``task`` that a self-calibrating policy is choosing its setting, and how many of
+    its what-if runs of the mix have ended (seconds to a minute); without a terminal, one line
+    on stderr says it, not one per run."""
     if not getattr(policy, "calibrate", False):
         return
-    print(f"{name}: choosing its setting on a what-if of the mix...", file=sys.stderr)
+    choosing = f"{name}: choosing its setting on a what-if of the mix"
+    if isinstance(progress, Silent):
+        print(f"{choosing}...", file=sys.stderr)
+    progress.update(task, description=choosing)
 
     def show(done: int, total: int) -> None:
-        print(f"{name}: what-if run {done} of {total}", file=sys.stderr)
+        if done < total:
+            progress.update(task, description=choosing, total=total, completed=done,
+                            unit="what-if runs")  # fmt: skip
+        else:  # chosen: the run itself is next
+            progress.update(task, description=f"running under {name}", total=None, unit=None)
 
     policy.progress = show  # type: ignore[attr-defined]
 
 
 class RunProgress:
-    """A line on stderr every few seconds while a long simulated run goes on (a short one, the
-    usual case, prints nothing): which run and how much of ``duration_s`` it has simulated."""
+    """How far ``gpu sim``'s runs have got on one task: the shared run, then each application
+    alone, each ``duration_s`` simulated, as one bar."""
 
-    EVERY_S = 5.0
-
-    def __init__(self, duration_s: float) -> None:
+    def __init__(
+        self, progress: Display, task: int, policy: str, apps: Sequence[str], duration_s: float
+    ) -> None:
+        self.progress, self.task, self.policy = progress, task, policy
+        self.order = {name: i + 1 for i, name in enumerate(apps)}
         self.duration_s = duration_s
-        self.last = time.monotonic()
 
-    def __call__(self, run: str, done: float) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.EVERY_S:
-            self.last = now
-            print(f"simulating: {run}, {done:.0%} of {self.duration_s:g} s", file=sys.stderr)
+    def _show(self, run: str, index: int, done: float) -> None:
+        self.progress.update(self.task, description=run, total=len(self.order) + 1,
+                             completed=index + done, unit=None)  # fmt: skip
+
+    def shared(self, done: float) -> None:
+        self._show(f"shared under {self.policy}", 0, done)
+
+    def alone(self, name: str, done: float) -> None:
+        self._show(f"{name} alone", self.order[name], done)
 
 
 def calibration_note(policy: object) -> str:
