@@ -108,6 +108,43 @@ def test_cpu_costs_roofline_measures_nothing(tmp_path, capsys):
     assert not cache.exists()
 
 
+def test_plan_shows_its_phases_on_a_terminal_and_nothing_without_one(tmp_path, capsys, monkeypatch):
+    from contextlib import contextmanager
+
+    from qosched.cli import infer_commands, progress
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "machine: {gpu: T4, link: PCIe3-x16, cpu_costs: roofline}\n"
+        "tenants:\n  - {name: a, model: mlp}\n  - {name: b, model: mlp}\n"
+    )
+    argv = ["infer", "plan", str(path), "--profile-cache", str(tmp_path / "p.json")]
+    assert main(argv) == 0  # stderr is no terminal here
+    assert capsys.readouterr().err == ""
+
+    shown: list[str] = []
+
+    class Recording(progress.Silent):
+        def add_task(self, description, total=None, **fields):
+            assert total is None  # a phase of unknown length: a spinner
+            shown.append(description)
+            return 0
+
+        def update(self, task_id, **changes):
+            shown.append(changes["description"])
+
+    @contextmanager
+    def on_terminal():
+        yield Recording()
+
+    monkeypatch.setattr(infer_commands, "progress_display", on_terminal)
+    assert main(argv) == 0
+    assert shown == [
+        "costing every operator of 2 models",
+        "searching: COS, the baselines and the LP bound",
+    ]
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [

@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qosched.cli.outputs import image_file, output_file
+from qosched.cli.progress import progress_display
 from qosched.core.errors import InputError
 from qosched.placement.calibrate import measure_unit_times, write_calibration
 from qosched.placement.infer import (
@@ -49,13 +50,16 @@ def run_plan(args: argparse.Namespace) -> int:
     output_file(args.out, "--out")
     image_file(args.picture, "--picture")
     spec = load_inference_spec(args.spec)
-    with spec.located():
+    with spec.located(), progress_display() as progress:
+        # Seconds to a minute, most of it costing (measuring) every operator: say which phase.
+        task = progress.add_task(_costing_phase(spec), total=None)
         costed = spec_problem(
             spec, args.profile_cache, args.calibration or (), remeasure=args.remeasure
         )
-        _warn_about_cache(costed.cache)
         problem, title = costed.problem, costed.title
+        progress.update(task, description="searching: COS, the baselines and the LP bound")
         comparison = compare(problem, spec.max_switches)
+    _warn_about_cache(costed.cache)
     cos = comparison.cos
     report = InferReport.of(comparison)
     if args.out:
@@ -71,6 +75,13 @@ def run_plan(args: argparse.Namespace) -> int:
     else:
         _show(cos, comparison.infeasible, report, title)
     return 0
+
+
+def _costing_phase(spec: InferenceSpec) -> str:
+    tenants = f"{len(spec.tenants)} model{'s' if len(spec.tenants) != 1 else ''}"
+    if spec.platform.runnable:
+        return f"measuring every operator of {tenants} on both processors"
+    return f"costing every operator of {tenants}"
 
 
 def _warn_about_cache(use: CacheUse | None) -> None:
