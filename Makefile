@@ -1,9 +1,12 @@
-# The README's two quick-start commands: `make demo` and `make test`.
+# The README's two quick-start commands, `make demo` and `make test`, and `make test-fast`.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Test processes: the suite mostly waits (on runners, services, a browser), so more than the
+# cores; measured on two cores.
+TEST_WORKERS ?= 4
 
-.PHONY: demo test setup setup-dev lint clean
+.PHONY: demo test test-fast setup setup-dev lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +22,15 @@ setup-dev: $(BIN)/python
 demo: setup
 	$(BIN)/qosched demo
 
-## Lint and run the whole test suite.
+## Lint and run the whole test suite, in parallel.
 test: setup-dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+
+## The quick loop while developing: no slow, process, network or browser tests.
+test-fast: setup-dev
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not process and not network and not browser"
 
 clean:
 	rm -rf $(VENV) qosched-out .pytest_cache .ruff_cache

@@ -91,6 +91,7 @@ print("stopping cleanly", flush=True)
 """
 
 
+@pytest.mark.process
 def test_stop_requested_turns_sigterm_into_a_flag(tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-c", STOPPING_SCRIPT],

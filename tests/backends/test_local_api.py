@@ -37,6 +37,8 @@ from qosched.backends.local.verdict import Verdict
 from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError, QoschedError
 
+pytestmark = pytest.mark.network
+
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[Running]:

@@ -22,6 +22,8 @@ from qosched.backends.local.api import ApiServer, serve
 from qosched.backends.local.httpd import Limits
 from qosched.backends.local.service import LocalService
 
+pytestmark = [pytest.mark.process, pytest.mark.network]
+
 TOKEN = "fuzz-token"
 
 
@@ -113,6 +115,7 @@ _bodies = st.one_of(
 )
 
 
+@pytest.mark.slow
 @given(_bodies)
 @settings(
     max_examples=300,

@@ -27,6 +27,8 @@ import qosched
 from qosched.backends.local.api import serve
 from qosched.backends.local.httpd import Limits
 
+pytestmark = [pytest.mark.process, pytest.mark.network]
+
 HERE = Path(__file__).parent
 
 

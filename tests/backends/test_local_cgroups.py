@@ -22,6 +22,8 @@ from qosched.backends.local.process import RunnerProcess
 from qosched.backends.local.progress import RunnerEvent
 from qosched.backends.local.service import RUNNER_LOG
 
+pytestmark = pytest.mark.process
+
 WAIT_S = 30.0
 
 

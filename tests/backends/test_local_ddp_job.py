@@ -22,6 +22,8 @@ from scripted_policy import NAME, WANT
 from qosched.backends.local.jobspec import load_job_spec
 from qosched.backends.local.service import LocalService, wait_until_idle
 
+pytestmark = pytest.mark.process
+
 EXAMPLES = Path(__file__).parents[2] / "examples" / "local"
 SHRINK_AT = 150
 
@@ -45,6 +47,7 @@ SITE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
 def test_the_ddp_example_runs_two_processes_and_resumes_after_a_restart_with_one(tmp_path):
     site = tmp_path / "site"

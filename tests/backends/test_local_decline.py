@@ -18,6 +18,8 @@ from qosched.backends.local.speed_memory import speed_key
 from qosched.backends.local.verdict import Verdict
 from qosched.cluster.admission import Admission
 
+pytestmark = pytest.mark.process
+
 ONE_CORE = tuple(sorted(os.sched_getaffinity(0)))[:1]
 RATE_1 = 20.7457
 B_S = 10_373 / RATE_1  # 500.0 s

@@ -11,6 +11,8 @@ from qosched.backends.local.cpu_use import CHECKPOINTING, ENDING, RUNNING, START
 from qosched.backends.local.demo import DemoJob, _demo_spec, plan_jobs, run_workload
 from qosched.core.errors import InputError
 
+pytestmark = pytest.mark.process
+
 
 def speeds(cnn: tuple[float, float], transformer: tuple[float, float], startup_s: float = 3.0):
     """Rates (it/s) on 1 and 2 cores."""
@@ -72,6 +74,7 @@ def test_measurements_sharing_cores_are_refused():
         measure([("cnn", (0,)), ("transformer", (0,))])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_the_runner_measures_both_workloads_side_by_side():
     cores = sorted(os.sched_getaffinity(0))[:2]
@@ -82,6 +85,7 @@ def test_the_runner_measures_both_workloads_side_by_side():
         assert 0 < measurement.startup_s < 120
 
 
+@pytest.mark.slow
 def test_a_run_says_where_its_core_seconds_went(tmp_path):
     # One short real job alone: launched, started, run, checkpointed, done.
     job = DemoJob(0.0, _demo_spec("cnn-short", "cnn", 60, 600, 1))

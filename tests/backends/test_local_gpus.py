@@ -189,6 +189,7 @@ def rounds(draw):
     return wanted, bounds, current, free
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(rounds())
 def test_a_gpu_round_stays_within_each_jobs_bounds_and_gives_no_gpu_twice(round_):

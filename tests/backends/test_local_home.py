@@ -172,6 +172,7 @@ def test_remove_endpoint_removes_only_its_own(tmp_path: Path) -> None:
 # --- one service per home ------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_the_home_lock_is_exclusive(tmp_path: Path) -> None:
     with HomeLock(tmp_path):
         with pytest.raises(ServiceRunningError, match="another qosched service"):

@@ -16,6 +16,8 @@ from qosched.backends.local.jobspec import parse_job_spec
 from qosched.cli.main import main
 from qosched.core.errors import InputError
 
+pytestmark = pytest.mark.network
+
 KI = 1024
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_fuzz import documents, dump, spec_texts
@@ -34,6 +35,7 @@ def check_accepted(spec: TrainingJobSpec) -> None:
     assert TrainingJobSpec.from_dict(spec.to_dict()) == spec
 
 
+@pytest.mark.slow
 @given(documents(), st.booleans())
 @FUZZ
 def test_documents_parse_to_a_spec_or_an_input_error(document, as_json):
@@ -42,6 +44,7 @@ def test_documents_parse_to_a_spec_or_an_input_error(document, as_json):
         check_accepted(spec)
 
 
+@pytest.mark.slow
 @given(spec_texts())
 @FUZZ
 def test_mutated_text_parses_to_a_spec_or_an_input_error(text):

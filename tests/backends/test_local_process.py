@@ -19,6 +19,8 @@ from qosched.backends.local import process
 from qosched.backends.local.process import ExitWaiter, RunnerProcess, find_runners, start_ticks
 from qosched.backends.local.service import RUNNER_LOG
 
+pytestmark = pytest.mark.process
+
 WAIT_S = 30.0
 
 

@@ -31,6 +31,8 @@ from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState
 from qosched.cluster.throughput import SpeedCurve
 
+pytestmark = pytest.mark.process
+
 
 def test_size_speeds_by_hand() -> None:
     samples = [
@@ -161,6 +163,7 @@ def _two_core_service(tmp_path) -> tuple[LocalService, list[str]]:
     return service, [sys.executable, str(script)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(CORES) < 2, reason="lending needs a second core")
 def test_a_measurement_borrows_a_core_where_the_guarantee_survives(tmp_path) -> None:
     """A guaranteed job with room to spare holds both cores; a new command is lent one (the
@@ -187,6 +190,7 @@ def test_a_measurement_borrows_a_core_where_the_guarantee_survives(tmp_path) -> 
         service.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(CORES) < 2, reason="the guaranteed job needs two cores")
 def test_a_measurement_waits_while_every_core_is_needed_by_a_guarantee(tmp_path) -> None:
     """Believed to run 10 it/s on a core and 20 on two, the guaranteed job needs both for 20 s

@@ -21,6 +21,8 @@ from qosched.backends.local.service import (
 )
 from qosched.core.errors import InputError
 
+pytestmark = pytest.mark.process
+
 CORES = tuple(sorted(os.sched_getaffinity(0)))
 
 
@@ -64,6 +66,7 @@ def test_more_cores_than_exist_is_refused():
 # -- real processes -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_job_runs_to_completion_and_its_result_is_recorded(tmp_path):
     service = open_service(tmp_path)
     job_id = service.submit_spec(spec("one")).id
@@ -79,6 +82,7 @@ def test_a_job_runs_to_completion_and_its_result_is_recorded(tmp_path):
     service.close()
 
 
+@pytest.mark.slow
 def test_a_killed_service_loses_no_job_and_every_job_still_completes(tmp_path):
     service = open_service(tmp_path)
     first = service.submit_spec(spec("first", iterations=150)).id
@@ -159,6 +163,7 @@ def test_a_runner_the_previous_version_started_is_adopted_after_an_upgrade(tmp_p
                     os.kill(left, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_crashing_job_is_retried_then_failed_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_CRASH_AT, "3")
     service = open_service(tmp_path)

@@ -13,11 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from scripted_policy import NAME, WANT
 
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.store import Event
+
+pytestmark = pytest.mark.process
 
 GPUS = (0, 1)
 SEEN_KEYS = (

@@ -19,6 +19,8 @@ from qosched.backends.local.process import find_runners
 from qosched.backends.local.protocol import RESULT_FILE, read_result
 from qosched.backends.local.store import Lifecycle, Store
 
+pytestmark = pytest.mark.process
+
 DRIVER = Path(__file__).with_name("kill_anywhere_driver.py")
 
 
@@ -83,6 +85,7 @@ def needs_adoption(faults: list[str]) -> bool:
     return any(fault.startswith("adopted:") for fault in faults)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faults", CASES.values(), ids=CASES.keys())
 def test_a_service_killed_anywhere_runs_every_job_exactly_once(tmp_path, driver, faults):
     long_first = needs_adoption(faults)
@@ -101,6 +104,7 @@ GPU_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faults", GPU_CASES.values(), ids=GPU_CASES.keys())
 def test_gpu_jobs_killed_anywhere_run_once_and_no_gpu_is_held_twice(tmp_path, driver, faults):
     long_first = needs_adoption(faults)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from command_jobs import counting_spec, python_spec
 
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.speed_memory import speed_key
 
+pytestmark = pytest.mark.process
 
+
+@pytest.mark.slow
 def test_a_command_jobs_speed_is_learned_from_its_progress(tmp_path):
     # 0.05 s a step: at most 20 iterations/s, whatever the machine; never near the placeholder.
     service = LocalService.open(tmp_path, policy="qos", tick_s=0.2, grace_s=2.0)
@@ -48,6 +52,7 @@ SPEEDS_UP = """
 """
 
 
+@pytest.mark.slow
 def test_the_predicted_speed_follows_a_jobs_recent_speed(tmp_path):
     service = LocalService.open(tmp_path, policy="qos", tick_s=0.2, grace_s=2.0)
     try:
@@ -87,6 +92,7 @@ SLOW_START = """
 """
 
 
+@pytest.mark.slow
 def test_a_commands_start_up_is_no_measure_of_its_speed(tmp_path):
     # Decisions 5 s apart: the first after the launch comes about 2 s into the progress. Were
     # the start-up counted, the speed then would be some 40 iterations over 5 s, well under

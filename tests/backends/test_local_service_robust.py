@@ -29,6 +29,8 @@ from qosched.cluster.policies import Policy
 from qosched.cluster.state import Decision
 from qosched.core.errors import InputError
 
+pytestmark = pytest.mark.process
+
 WAIT_S = 60.0  # generous: the machine may be busy with other test runs
 
 
@@ -128,6 +130,7 @@ STARTS_OVER = """
 """
 
 
+@pytest.mark.slow
 def test_progress_that_goes_back_is_one_warning_and_the_job_goes_on(tmp_path):
     service = open_service(tmp_path)
     job_id = service.submit_spec(python_spec("starts-over", STARTS_OVER)).id
@@ -387,6 +390,7 @@ def test_store_trouble_in_a_round_is_retried_and_runs_the_job_once(tmp_path, mon
     service.close()
 
 
+@pytest.mark.slow
 def test_status_says_the_service_is_in_trouble_while_its_state_cannot_be_written(
     tmp_path, monkeypatch
 ):

@@ -23,6 +23,8 @@ from qosched.backends.local.speed_memory import (
 from qosched.backends.local.store import Store
 from qosched.cluster.throughput import SpeedCurve
 
+pytestmark = pytest.mark.process
+
 WAIT_S = 90.0
 
 
@@ -147,6 +149,7 @@ def _earliest_in_s(error: str) -> int:
     return int(match.group(1))
 
 
+@pytest.mark.slow
 def test_a_new_command_is_measured_then_guaranteed_and_remembered_the_next_time(tmp_path) -> None:
     """The issue's case: a command never seen is measured first (profiling), then guaranteed
     on what was measured; the same command again is guaranteed at once on the remembered
@@ -205,6 +208,7 @@ def test_a_new_command_is_measured_then_guaranteed_and_remembered_the_next_time(
         reopened.close()
 
 
+@pytest.mark.slow
 def test_a_new_command_that_cannot_make_it_is_declined_after_measuring(tmp_path) -> None:
     """Measured at about 20 it/s, 600 iterations need about 30 s: a 12 s deadline is declined
     once measured, with the earliest deadline it would get, and its runner is stopped; what it

@@ -457,6 +457,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kill_after", [1, 40, 300])
 def test_rows_survive_a_killed_writer(tmp_path, kill_after):
     path = tmp_path / "qosched.db"

@@ -28,6 +28,8 @@ from qosched.backends.local.runner import (
 )
 from qosched.core.errors import InputError
 
+pytestmark = pytest.mark.process
+
 BASE = {"job_id": "j", "command": ["x"], "iterations": 5, "seed": 0, "checkpoint_every": 1}
 
 

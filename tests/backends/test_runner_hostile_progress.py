@@ -31,6 +31,8 @@ from qosched.backends.local.runner import (
 from qosched.backends.local.runner import PROGRESS_READ_BYTES as LOOK_BYTES
 from qosched.core.errors import InputError
 
+pytestmark = pytest.mark.process
+
 # --- reading a file the job may have replaced ------------------------------------------------
 
 
@@ -244,6 +246,7 @@ ESCAPING = ESCAPE + textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_process_the_command_leaves_behind_is_stopped_with_the_job(
     tmp_path: Path, runners: Runners
 ) -> None:

@@ -42,6 +42,8 @@ from qosched.backends.local.protocol import (
 )
 from qosched.workloads import get_workload
 
+pytestmark = pytest.mark.process
+
 
 def needs_two_cores() -> None:
     if (os.cpu_count() or 1) < 2 or not {0, 1} <= os.sched_getaffinity(0):
@@ -110,6 +112,7 @@ def test_resize_changes_the_runner_while_it_runs(tmp_path: Path, runners: Runner
     assert terminate(runner) == EXIT_PREEMPTED
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_restart_resumes(tmp_path: Path, runners: Runners) -> None:
     iterations, seed, batch_size = 80, 4, 16
     job_dir = make_job_dir(
@@ -325,6 +328,7 @@ def test_a_process_that_escaped_a_killed_runner_still_holds_the_job(tmp_path: Pa
             os.kill(escaped, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_workload_runner_reports_what_it_cost(tmp_path: Path, runners: Runners) -> None:
     job_dir = make_job_dir(tmp_path, workload="transformer", iterations=30, checkpoint_every=10)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -18,6 +18,8 @@ from service_fakes import Running, running_service, spec_text
 from qosched.backends.local.client import Client
 from qosched.backends.local.web import auth
 
+pytestmark = pytest.mark.network
+
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[Running]:

@@ -48,6 +48,8 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"
 WAIT_MS = 30_000  # the most any one expectation waits for the live page
 
+pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.network]
+
 # A command job that reports ``$QOSCHED_ITERATIONS`` iterations, one every ``argv[1]`` seconds,
 # printing a numbered line for each.
 STEPPER = """\
@@ -204,6 +206,7 @@ def test_the_login_url_opens_the_page_and_works_once(page: Any, browser: Any, li
 # --- what it shows -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_job_appears_and_its_progress_moves_to_the_end(page: Any, live: Live) -> None:
     signed_in(page, live)
     job_id = live.submit("moving", iterations=60)
@@ -216,6 +219,7 @@ def test_a_job_appears_and_its_progress_moves_to_the_end(page: Any, live: Live) 
     page.locator(f'#timeline rect[data-job="{job_id}"]').first.wait_for()
 
 
+@pytest.mark.slow
 def test_one_job_shows_its_reasons_speed_allocations_and_log(page: Any, live: Live) -> None:
     signed_in(page, live)
     job_id = live.submit("watched", iterations=300)  # still running when its title is read
@@ -267,6 +271,7 @@ def test_machine_use_counts_the_cores_held_and_the_cpu_time_used(page: Any, live
         live.client.cancel(job_id)
 
 
+@pytest.mark.slow
 def test_the_page_says_when_the_service_is_in_trouble(
     page: Any, live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,6 +330,7 @@ def test_a_bad_spec_shows_the_clis_error_with_its_field(
     assert len(live.client.jobs()) == before
 
 
+@pytest.mark.slow
 def test_cancel_stops_a_running_job(page: Any, live: Live) -> None:
     signed_in(page, live)
     job_id = live.submit("to-cancel", iterations=600)

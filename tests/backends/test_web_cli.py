@@ -19,6 +19,8 @@ from qosched.backends.local.home import ENDPOINT_FILE, read_endpoint
 from qosched.cli import local
 from qosched.cli.main import main
 
+pytestmark = [pytest.mark.process, pytest.mark.network]
+
 WAIT_S = 30.0
 
 

@@ -227,6 +227,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.process
 def test_cpu_seconds_of_a_real_process_are_what_it_says_it_used() -> None:
     with subprocess.Popen(
         [sys.executable, "-c", BURNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True

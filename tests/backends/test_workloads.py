@@ -54,6 +54,7 @@ def test_duplicate_registration_raises() -> None:
         register_workload(WORKLOADS["cnn"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_loss_decreases(name: str) -> None:
     # 80 real optimizer steps at the default batch size: the last ten losses must sit clearly

@@ -15,6 +15,8 @@ from torch import nn
 from qosched.core.errors import InputError
 from qosched.workloads.optim import Adam
 
+pytestmark = pytest.mark.process
+
 
 def model() -> nn.Module:
     torch.manual_seed(0)
@@ -30,6 +32,7 @@ def train(net: nn.Module, optimizer, steps: int) -> None:
         optimizer.step()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("decoupled", "reference"),
     [
@@ -84,6 +87,7 @@ def test_a_state_of_another_model_is_refused(change, field: str) -> None:
     assert info.value.field == field
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cnn", "transformer"])
 def test_training_and_checkpointing_a_workload_leaves_dynamo_unloaded(name: str) -> None:
     # In a fresh interpreter, as a runner is: build, train, save and resume.

@@ -86,6 +86,7 @@ def test_several_policies_give_one_object_with_runs(small_trace, capsys):
     assert [run["policy"] for run in payload["runs"]] == ["fifo", "elasticflow"]
 
 
+@pytest.mark.slow
 def test_cluster_spec_file_and_plots(small_trace, tmp_path, capsys):
     spec = tmp_path / "cluster.csv"
     spec.write_text(
@@ -187,6 +188,7 @@ def test_bad_trace_row_names_file_line_and_field(tmp_path, capsys):
     assert "bad.csv:3" in err and "batch_size" in err and "63" in err
 
 
+@pytest.mark.slow
 def test_demo_prints_every_policy_and_writes_plots(tmp_path, capsys):
     assert main(["demo", "--simulate", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out

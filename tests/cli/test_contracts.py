@@ -56,6 +56,7 @@ def test_sim_cluster_several_policies(trace: Path, capsys: pytest.CaptureFixture
     assert [run["policy"] for run in payload["runs"]] == ["fifo", "edf"]
 
 
+@pytest.mark.slow
 def test_infer_plan_output_and_plan_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 
 def test_python_m_qosched_runs_the_command_line() -> None:
     done = subprocess.run(

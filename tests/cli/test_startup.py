@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 HEAVY = ("torch", "scipy", "matplotlib", "kubernetes")
 
 # Runs each argv (given as JSON) through main() in this order, printing after each the heavy

@@ -146,6 +146,7 @@ class _Checked(Chronus):
         return decision
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
 def test_mip_plans_fit_every_lease_and_every_deadline_on_generated_traces(seed):
     policy = _Checked(selection="mip", spare="artifact")

@@ -12,11 +12,6 @@ from qosched.core.errors import InputError
 
 
 @pytest.fixture(scope="module")
-def a100() -> ThroughputModel:
-    return ThroughputModel.bundled("A100")
-
-
-@pytest.fixture(scope="module")
 def t4() -> ThroughputModel:
     return ThroughputModel.bundled("T4")
 

@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 
 def test_simulating_a_cluster_imports_no_torch():
     program = textwrap.dedent(

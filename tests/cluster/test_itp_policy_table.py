@@ -8,6 +8,8 @@ import pytest
 
 from bench_scripts import BENCH, bench_script
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(scope="module")
 def table():

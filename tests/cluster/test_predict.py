@@ -20,11 +20,6 @@ COUNTS = (1, 2, 4, 8, 16, 32, 64)
 
 
 @pytest.fixture(scope="module")
-def a100() -> ThroughputModel:
-    return ThroughputModel.bundled("A100")
-
-
-@pytest.fixture(scope="module")
 def prior(a100) -> IterationTimeModel:
     return prior_from_curve(a100.curve("resnet50", 64))
 

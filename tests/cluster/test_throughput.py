@@ -320,11 +320,6 @@ def test_load_missing_directory_raises(tmp_path):
 # --- bundled tables ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def a100() -> ThroughputModel:
-    return ThroughputModel.bundled("A100")
-
-
 def test_bundled_a100_has_the_seven_models(a100):
     assert a100.models == (
         "bert",

@@ -463,11 +463,6 @@ def test_missing_file_raises_naming_the_file(tmp_path):
 # --- checks against the throughput tables -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def a100() -> ThroughputModel:
-    return ThroughputModel.bundled("A100")
-
-
 @pytest.mark.parametrize(
     ("model", "batch", "workers"),
     [("resnet50", 64, 1), ("resnet50", 64, 3), ("resnet50", 256, 64), ("resnet50_cifar10", 64, 8)],

@@ -212,6 +212,7 @@ def example_blocks() -> dict[str, str]:
     return dict(found)
 
 
+@pytest.mark.process
 def test_the_documented_example_installs_and_runs_from_both_commands(tmp_path: Path) -> None:
     blocks = example_blocks()
     assert set(blocks) == {"my_policies/cluster.py", "my_policies/sharing.py", "pyproject.toml"}

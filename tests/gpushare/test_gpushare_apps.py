@@ -221,6 +221,7 @@ apps:
 """
 
 
+@pytest.mark.slow
 def test_cli_runs_models_estimated_without_running_them(tmp_path, capsys):
     spec = tmp_path / "apps.yaml"
     spec.write_text(MLP)

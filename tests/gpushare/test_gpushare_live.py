@@ -34,6 +34,7 @@ apps:
 """
 
 
+@pytest.mark.slow
 def test_every_request_is_served_with_the_models_own_outputs():
     spec = parse_apps_spec(SPEC)
     apps = build_apps(spec, device="cpu", requests=3)

@@ -48,6 +48,7 @@ def test_kernels_mix_protects_the_top_app_and_serves_the_middle_one_its_offered_
     assert batch.measured.throughput_ratio > 0.0  # batch still runs
 
 
+@pytest.mark.slow
 def test_small_mix_is_no_worse_than_naive_where_naive_meets_every_goal():
     # 0.05 s of the example's 0.2 s: the same mix, a quarter of the simulation.
     by_policy = judged("gpu_apps_small.yaml", duration_s=0.05)
@@ -99,6 +100,7 @@ def test_estimate_errors_are_bounded_per_kernel_and_the_same_in_every_run():
 ALL_RULES = (0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 15, 16, 17, 19, 20, 23)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", ALL_RULES, ids=[f"seed-{s}" for s in ALL_RULES])
 def test_fggr_keeps_every_rule_on_generated_mixes(seed):
     bench = load_bench_script("gpushare_mixes")
@@ -106,6 +108,7 @@ def test_fggr_keeps_every_rule_on_generated_mixes(seed):
     assert rule_violations(bench.judge(mix)) == [], mix.describe()
 
 
+@pytest.mark.slow
 def test_fggr_runs_a_reference_policy_where_its_what_if_shows_that_one_keeps_the_rules_best():
     # Held-out bench seed 43 (kernels only): app-0 (p99 within 1.12x) and app-1 (53 % of its
     # throughput) share the top priority. On the what-if's draws no policy meets both goals
@@ -162,6 +165,7 @@ def assert_top_and_bottom_served(apps, *, duration_s, seed):
     assert bottom.measured.throughput_ratio >= 0.5
 
 
+@pytest.mark.slow
 def test_a_best_effort_load_does_not_hold_back_a_lower_app_with_a_goal():
     # Held-out bench seed 44, its kernels written out: a best-effort open loop in the middle,
     # offered more than the top app's goal leaves it, was protected for that load from the app
@@ -182,6 +186,7 @@ def test_a_best_effort_load_does_not_hold_back_a_lower_app_with_a_goal():
     assert_top_and_bottom_served(apps, duration_s=0.06, seed=44)
 
 
+@pytest.mark.slow
 def test_an_app_held_for_the_apps_above_it_does_not_hold_back_a_small_kernel_below():
     # After held-out bench seed 39 (where orion meets the lower app's goal): the middle app's
     # long kernels wait for the top app's goal (it finishes almost no request), and it refused

@@ -11,6 +11,7 @@ import torch
 from bench_scripts import load_bench_script
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path runs only without CUDA")
 def test_gpu_validate_without_cuda_runs_the_cpu_smoke_check(capsys):
     module = load_bench_script("gpu_validate")
@@ -39,6 +40,7 @@ def _refuse(constant: str) -> None:
     raise ValueError(f"{constant} in the JSON")
 
 
+@pytest.mark.slow
 def test_the_rehearsal_on_the_cpu_runs_every_part_and_writes_strict_json(tmp_path, capsys):
     module = load_bench_script("gpu_validate", "gpu_validate_rehearsal")
     out = tmp_path / "gpu_validate.json"

@@ -20,6 +20,7 @@ def test_zoo_model_captures(zoo_graphs, name):
     assert g.outputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_zoo_parameters_stay_on_meta(name):
     model, inputs = load_model(name, batch=1)

@@ -15,6 +15,7 @@ from qosched.graph.capture import capture_spec, load_model
 from qosched.graph.hf import hf_model
 
 
+@pytest.mark.slow
 def test_bert_base_matmul_flops_match_the_hand_formula():
     graph = capture_spec("hf:bert")  # BertConfig() is BERT-base: 12 layers, hidden 768
     seq, hidden, ffn, layers = 128, 768, 3072, 12
@@ -53,6 +54,7 @@ def _flops_by_target(spec: str) -> dict[str, int]:
     return flops
 
 
+@pytest.mark.slow
 def test_a_decoder_language_model_is_captured_as_one_pass_over_the_prompt():
     # GPT2Config(): 12 layers, width 768, MLP 3072; its key-value cache is not returned.
     flops = _flops_by_target("hf:gpt2")
@@ -62,6 +64,7 @@ def test_a_decoder_language_model_is_captured_as_one_pass_over_the_prompt():
     assert flops["aten.bmm.default"] == layers * 2 * (2 * seq * seq * width)  # QK^T and AV
 
 
+@pytest.mark.slow
 def test_an_encoder_decoder_gets_decoder_inputs_and_runs_both_stacks():
     # T5Config(): 6 encoder and 6 decoder layers, width 512, feed-forward 2048, no biases; the
     # decoder reads 128 tokens (teacher-forced) and cross-attends to the encoder's 128.
@@ -188,6 +191,7 @@ def test_videomae_matmul_flops_match_the_hand_formula(configured):
     assert _summed(graph, "aten.bmm.default") == 2 * (2 * tokens * tokens * width)
 
 
+@pytest.mark.slow
 def test_siglip2_reads_images_as_patches_with_their_grid(configured):
     configured(
         text_config=_layers(max_position_embeddings=16, vocab_size=100, projection_size=32),
@@ -209,6 +213,7 @@ def test_siglip2_reads_images_as_patches_with_their_grid(configured):
     assert sum(op.flops for op in patch_embedding) == 2 * 16 * 48 * 32
 
 
+@pytest.mark.slow
 def test_clap_reads_text_and_a_spectrogram_no_longer_than_its_encoder_takes(configured):
     # Its encoder folds the spectrogram into a spec_size square: 64 x 64 from 256 frames of
     # 16 mel bins (4 frame rows per square row), so 1,001 frames would not fit.
@@ -244,6 +249,7 @@ def _conv(length: int, out_channels: int, in_channels: int, kernel: int) -> int:
     return 2 * length * out_channels * in_channels * kernel
 
 
+@pytest.mark.slow
 def test_encodec_flops_match_the_hand_formula(configured):
     # One second of 64 samples, one downsampling by 2 (32 frames), 4 filters doubled to 8, a
     # latent of 8, one residual block and one LSTM layer a side, codebooks of 16 codes. Its
@@ -276,6 +282,7 @@ def test_token_ids_come_with_an_attention_mask_of_ones(configured):
     assert mask.shape == ids.shape == (1, 16) and mask.eq(1).all()
 
 
+@pytest.mark.slow
 def test_longt5_captures_with_its_attention_mask(configured):
     # LongT5 cuts its attention mask into local blocks, and has none to cut without one.
     configured(d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2)
@@ -299,6 +306,7 @@ def _blip2(**fields: Any) -> dict[str, Any]:
     )
 
 
+@pytest.mark.slow
 def test_blip2_reads_images_and_the_text_they_go_into(configured):
     configured(**_blip2(image_token_index=99))
     graph = capture_spec("hf:blip-2")
@@ -449,6 +457,7 @@ def test_switch_transformers_fails_saying_its_experts_follow_its_router(configur
         capture_spec("hf:switch_transformers")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model_type", "fields"),
     [

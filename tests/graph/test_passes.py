@@ -1,5 +1,6 @@
 import itertools
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -140,6 +141,7 @@ def _graphs(draw: st.DrawFn) -> Graph:
     return Graph("random", tuple(ops), tuple(Value(x, "input", T) for x in inputs), outputs)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(_graphs(), st.integers(1, 20), st.integers(1, 4))
 def test_linearize_cuts_where_the_fewest_tensors_cross_that_give_enough_units(

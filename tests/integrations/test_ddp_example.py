@@ -12,9 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from qosched.backends.local.protocol import ENV_ITERATIONS, ENV_JOB_DIR, ENV_PROGRESS_FILE
+
+pytestmark = pytest.mark.process
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "local" / "ddp" / "train.py"
 
@@ -42,6 +45,7 @@ def reported(job_dir: Path) -> list[int]:
     return [json.loads(line)["iteration"] for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_stopped_then_resumed_with_fewer_processes(tmp_path):
     first = torchrun(tmp_path, processes=2, iterations=10**6)
     try:

@@ -13,6 +13,8 @@ import pytest
 
 from qosched.backends.local.protocol import ENV_ITERATIONS, ENV_JOB_DIR, ENV_PROGRESS_FILE
 
+pytestmark = pytest.mark.process
+
 SCRIPT = Path(__file__).with_name("trainers.py")
 
 
@@ -37,6 +39,7 @@ def reported(job_dir: Path) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["huggingface", "lightning"])
 def test_stop_saves_and_the_next_run_resumes(framework, tmp_path):
     first = run(framework, tmp_path, steps=8, stop_at=3)

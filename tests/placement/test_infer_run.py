@@ -24,6 +24,8 @@ from qosched.placement.program import build_model, export_program, model_units, 
 from qosched.placement.runtime import TenantRun, run
 from qosched.placement.spec import parse_inference_spec
 
+pytestmark = pytest.mark.process
+
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
 needs_two_cores = pytest.mark.skipif(not TWO_CORES, reason="a run needs two usable cores")
 CORE_SETS = {"platform": "cpu-sets", "cpu": [0], "gpu": [1]}
@@ -76,6 +78,7 @@ def test_the_roofline_platform_cannot_run_plans():
         platform.pinned_processors()
 
 
+@pytest.mark.slow
 @needs_two_cores
 def test_a_plan_runs_on_two_core_sets_with_outputs_checked_against_the_model(tmp_path):
     tenants, expected = [], []
@@ -118,6 +121,7 @@ def test_a_plan_runs_on_two_core_sets_with_outputs_checked_against_the_model(tmp
             ), inner.name
 
 
+@pytest.mark.slow
 @needs_two_cores
 def test_plan_out_then_run_end_to_end_with_a_valid_trace(tmp_path, capsys):
     spec = _spec(tmp_path)
@@ -374,6 +378,7 @@ def test_plan_outputs_are_checked_before_the_search(tmp_path, capsys, flag, name
     assert f"field '{flag}'" in err and message in err
 
 
+@pytest.mark.slow
 @needs_two_cores
 def test_a_run_equals_the_unsplit_program_bit_for_bit_on_the_threads_it_runs_on(tmp_path, capsys):
     # The machine has two cores, each set one: each process computes on one thread. A ResNet's

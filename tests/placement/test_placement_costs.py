@@ -108,6 +108,7 @@ def test_a_gpu_in_the_cpu_slot_is_refused():
         CostModel(GPU, GPU, LINK)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(ZOO))
 def test_zoo_models_become_tenants_that_keep_their_flops_and_can_be_planned(model):
     module, inputs = ZOO[model]()

@@ -84,6 +84,7 @@ def test_a_cached_timing_records_its_repeats_spread_and_wait_share(tmp_path):
     assert all(s == 1e-3 for s in profile.node_s.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "busy",
     [
@@ -106,6 +107,7 @@ def test_a_busy_machines_times_are_used_once_and_never_cached(tmp_path, busy):
     assert len(_on_disk(path)) == again.misses
 
 
+@pytest.mark.slow
 def test_a_cache_without_spreads_is_untrusted_and_measured_again(tmp_path):
     # What an older qosched wrote: bare seconds, however they were measured.
     path = tmp_path / "p.json"
@@ -118,6 +120,7 @@ def test_a_cache_without_spreads_is_untrusted_and_measured_again(tmp_path):
     assert {e["seconds"] for e in _on_disk(path).values()} == {1e-3}
 
 
+@pytest.mark.slow
 def test_remeasure_replaces_cached_times_and_drops_those_it_cannot_trust(tmp_path):
     path = tmp_path / "p.json"
     _profile(path, quiet())

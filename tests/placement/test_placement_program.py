@@ -21,6 +21,8 @@ from qosched.placement.program import (
 from qosched.placement.runtime import pack, unpack
 
 
+@pytest.mark.process
+@pytest.mark.slow
 def test_a_hugging_face_model_is_saved_with_flat_outputs_that_load_in_a_fresh_process(tmp_path):
     # A plan's program is loaded in the processes that run it, where transformers was never
     # imported: torch.export cannot rebuild a ModelOutput there ("not registered"), so those
@@ -52,6 +54,7 @@ def test_a_hugging_face_model_is_saved_with_flat_outputs_that_load_in_a_fresh_pr
     assert torch.allclose(torch.load(tmp_path / "out.pt"), want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "spec", ["mlp", "bert", "placement_helpers:residual", "placement_helpers:encoder_decoder"]
 )
@@ -71,6 +74,7 @@ def test_units_run_in_order_equal_the_model_bit_for_bit(spec):
     assert torch.equal(program.outputs(env)[0], expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "spec", ["bert", "placement_helpers:residual", "placement_helpers:encoder_decoder"]
 )
@@ -94,6 +98,7 @@ def test_the_mlp_is_a_chain_of_three_units_with_one_tensor_per_cut():
     assert program.live_after(2) == tuple(program.output_names)
 
 
+@pytest.mark.slow
 def test_an_encoder_decoder_is_cut_between_layers_with_two_tensors_per_cut():
     # No cut of it crosses one tensor; it is cut where two do, and each cut moves both.
     model, inputs = build_model("placement_helpers:encoder_decoder", seed=1)

@@ -16,7 +16,6 @@ from collections import Counter
 from urllib.parse import urlparse
 
 import pytest
-from fake_apiserver import FakeApiServer
 from k8s_helpers import (
     SCRIPT,
     Scripted,
@@ -135,15 +134,14 @@ def all_bound(api) -> bool:
     return all(by_job[job] == gpus for job, gpus in JOBS.items())
 
 
-@pytest.fixture
-def api():
-    SCRIPT.clear()
-    with FakeApiServer(bookmark_every_s=0.3, history=400) as server:
-        for n in range(NODES):
-            server.add_node(f"g{n}", gpus=4, cpu="32", memory="128Gi")
-        yield server
+pytestmark = pytest.mark.apiserver(
+    nodes={f"g{n}": {"gpus": 4, "cpu": "32", "memory": "128Gi"} for n in range(NODES)},
+    bookmark_every_s=0.3,
+    history=400,
+)
 
 
+@pytest.mark.slow
 def test_three_replicas_under_faults_keep_every_invariant(api):
     rng = random.Random(SEED)
     replicas = [replica(api, name) for name in ("a", "b", "c")]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from fake_apiserver import FakeApiServer
 from k8s_helpers import client, job_set, trainer_client
 
 from qosched.backends.kubernetes.kube import api_client, require, status_of
@@ -15,13 +14,13 @@ from qosched.backends.kubernetes.kube import api_client, require, status_of
 GUARANTEED = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 
-@pytest.fixture
-def api():
-    with FakeApiServer() as server:
-        server.add_node("n1", cpu="8", gpus=2)
-        server.create("statefulsets", job_set("j"))
-        server.create("leases", {"metadata": {"name": "l", "namespace": "qosched"}, "spec": {}})
-        yield server
+pytestmark = pytest.mark.apiserver(
+    nodes={"n1": {"cpu": "8", "gpus": 2}},
+    objects=[
+        ("statefulsets", job_set("j")),
+        ("leases", {"metadata": {"name": "l", "namespace": "qosched"}, "spec": {}}),
+    ],
+)
 
 
 def core(api, kind: str = "scheduler"):
@@ -105,6 +104,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("call", "code"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
 def test_rbac_is_enforced_from_the_manifests(api, call, code):
     assert status(lambda: call(api)) == code

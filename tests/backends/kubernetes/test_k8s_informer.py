@@ -46,11 +46,7 @@ def matches(cache: Informer, api: FakeApiServer) -> bool:
     return held == api.versions("nodes")
 
 
-@pytest.fixture
-def api():
-    with FakeApiServer(bookmark_every_s=0.2) as server:
-        server.add_node("n1")
-        yield server
+pytestmark = pytest.mark.apiserver(nodes={"n1": {}}, bookmark_every_s=0.2)
 
 
 def watches(api: FakeApiServer) -> int:

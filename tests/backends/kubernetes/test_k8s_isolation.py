@@ -6,7 +6,6 @@ report progress for another."""
 from __future__ import annotations
 
 import pytest
-from fake_apiserver import FakeApiServer
 from k8s_helpers import SCRIPT, Scripted, job_set, scheduler, trainer_client
 
 from qosched.backends.kubernetes import jobs as J
@@ -16,12 +15,7 @@ RESNET = {J.MODEL: "resnet50", J.BATCH_SIZE: "64"}
 NINES = "9" * 400
 
 
-@pytest.fixture
-def api():
-    SCRIPT.clear()
-    with FakeApiServer() as server:
-        server.add_node("g1", gpus=8, cpu="64", memory="256Gi")
-        yield server
+pytestmark = pytest.mark.apiserver(nodes={"g1": {"gpus": 8, "cpu": "64", "memory": "256Gi"}})
 
 
 def events_on(api, name: str, reason: str) -> list[dict]:

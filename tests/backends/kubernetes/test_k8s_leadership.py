@@ -9,7 +9,6 @@ import threading
 import time
 
 import pytest
-from fake_apiserver import FakeApiServer
 from k8s_helpers import (
     SCRIPT,
     Scripted,
@@ -23,14 +22,8 @@ from k8s_helpers import (
 
 from qosched.backends.kubernetes.scheduler import K8sScheduler, SchedulerConfig
 
-
-@pytest.fixture
-def api():
-    SCRIPT.clear()
-    with FakeApiServer() as server:
-        server.add_node("g1", gpus=64, cpu="256", memory="1Ti")
-        server.add_node("g2", gpus=64, cpu="256", memory="1Ti")
-        yield server
+BIG = {"gpus": 64, "cpu": "256", "memory": "1Ti"}
+pytestmark = pytest.mark.apiserver(nodes={"g1": BIG, "g2": BIG})
 
 
 def replica(api, identity: str, **config) -> K8sScheduler:
@@ -66,6 +59,7 @@ def submit_every(api, interval_s: float):
     return arrivals
 
 
+@pytest.mark.slow
 def test_two_replicas_with_long_watches_never_both_write(api):
     # The settings of the report: watches of 3 s, a Lease of 4 s, two replicas, jobs arriving.
     options = {"watch_timeout_s": 3, "lease_duration_s": 4, "tick_s": 0.5}
@@ -77,6 +71,7 @@ def test_two_replicas_with_long_watches_never_both_write(api):
     assert len(bound) >= 20  # and they kept scheduling the jobs as they came
 
 
+@pytest.mark.slow
 def test_a_replica_paused_longer_than_its_lease_writes_nothing_when_it_wakes(api):
     options = {"watch_timeout_s": 30, "lease_duration_s": 2, "tick_s": 0.2}
     a, b = replica(api, "a", **options), replica(api, "b", **options)

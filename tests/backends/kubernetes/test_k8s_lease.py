@@ -4,18 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from fake_apiserver import FakeApiServer
 from k8s_helpers import SCRIPT, Clock, bindings, client, job_set, scheduler
 
 from qosched.backends.kubernetes.kube import parse_time, require
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
-
-
-@pytest.fixture
-def api():
-    SCRIPT.clear()
-    with FakeApiServer() as server:
-        yield server
 
 
 def lease(url: str, identity: str, clock: Clock, wall: Clock | None = None) -> LeaderLease:

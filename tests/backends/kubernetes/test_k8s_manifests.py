@@ -96,6 +96,7 @@ def call(method: str, path: str) -> tuple[str, str]:
     return resource, verb
 
 
+@pytest.mark.network
 def test_rbac_grants_every_call_the_scheduler_makes():
     SCRIPT.clear()
     with FakeApiServer() as api:

@@ -7,7 +7,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from fake_apiserver import FakeApiServer
 from k8s_helpers import SCRIPT, job_set, scheduler
 
 from qosched.backends.kubernetes import jobs as J
@@ -17,12 +16,7 @@ from qosched.backends.kubernetes.scheduler import StepReport
 RESNET = {J.MODEL: "resnet50", J.BATCH_SIZE: "64"}
 
 
-@pytest.fixture
-def api():
-    SCRIPT.clear()
-    with FakeApiServer() as server:
-        server.add_node("g1", gpus=4, cpu="32", memory="64Gi")
-        yield server
+pytestmark = pytest.mark.apiserver(nodes={"g1": {"gpus": 4, "cpu": "32", "memory": "64Gi"}})
 
 
 def events(api, name: str, reason: str) -> list[dict]:

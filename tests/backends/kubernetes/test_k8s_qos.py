@@ -15,11 +15,7 @@ from qosched.backends.kubernetes.progress import ProgressReporter
 RESNET = {J.MODEL: "resnet50", J.BATCH_SIZE: "64"}  # A100 table: 6.84 it/s on one GPU
 
 
-@pytest.fixture
-def api():
-    with FakeApiServer() as server:
-        server.add_node("g1", gpus=8, cpu="64", memory="256Gi")
-        yield server
+pytestmark = pytest.mark.apiserver(nodes={"g1": {"gpus": 8, "cpu": "64", "memory": "256Gi"}})
 
 
 def admission(api, name: str) -> str:

@@ -4,18 +4,10 @@ node accounting, elastic replicas, in-place resize and its fallback, restarts.""
 from __future__ import annotations
 
 import pytest
-from fake_apiserver import FakeApiServer
 from k8s_helpers import SCRIPT, bindings, gpus_on, job_set, made_ago, scheduler
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.fit import node_rooms
-
-
-@pytest.fixture
-def api():
-    SCRIPT.clear()
-    with FakeApiServer() as server:
-        yield server
 
 
 def run(sched, rounds: int = 4):

@@ -15,6 +15,8 @@ from qosched.backends.kubernetes.progress import ProgressReporter
 from qosched.backends.kubernetes.trainer import cpu_limit, train
 from qosched.cli.main import main
 
+pytestmark = pytest.mark.network
+
 
 def test_training_reports_progress_and_resumes_from_its_checkpoint(tmp_path):
     with FakeApiServer() as api:
