@@ -3,8 +3,9 @@
 The tiers are markers (registered in pyproject.toml): ``slow`` (over ``SLOW_S`` on its own),
 ``process`` (starts processes), ``network`` (serves or calls HTTP on loopback) and ``browser``
 (drives Chromium). ``make test-fast`` leaves all four out; ``make test`` runs everything, in
-parallel. A module marks itself (``pytestmark``); a test that uses a fixture of
-``FIXTURE_MARKS`` gets that fixture's marks here, so a new test is tiered by what it uses."""
+parallel. A module marks itself (``pytestmark``) or is listed in ``MODULE_MARKS``; a test that
+uses a fixture of ``FIXTURE_MARKS`` gets that fixture's marks here, so a new test is tiered by
+what it uses. Under ``pytest -n`` the modules of ``ONE_WORKER`` stay on one worker."""
 
 from __future__ import annotations
 

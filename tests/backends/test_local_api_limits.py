@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import select
 import socket
 import subprocess
@@ -222,13 +223,32 @@ def trickle(port: int, pieces: list[bytes], every_s: float) -> tuple[bytes, int]
         for sent, piece in enumerate(pieces):
             readable, _, _ = select.select([connection], [], [], every_s)
             if readable:
-                return connection.recv(65536), sent
+                return whole_answer(connection), sent
             try:
                 connection.sendall(piece)
             except OSError:
                 return b"", sent
-        connection.settimeout(30)
-        return connection.recv(65536), len(pieces)
+        return whole_answer(connection), len(pieces)
+
+
+def whole_answer(connection: socket.socket) -> bytes:
+    """One answer in full, its head then ``Content-Length`` bytes of body (or what came before
+    the close): the server may send the two apart, and one ``recv`` can return between them
+    on a busy machine."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    while length is None or len(body) < int(length.group(1)):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def test_a_slow_header_sender_is_cut_off_after_the_deadline() -> None:
