@@ -18,11 +18,12 @@ from qosched.backends.local.affinity import set_process_affinity
 #: A test that takes longer than this on its own is ``slow`` (``--durations`` measures it).
 SLOW_S = 2.0
 
-#: Shared fixtures that start processes or servers, and the marks of every test
+#: Shared fixtures that start processes or servers or take long, and the marks of every test
 #: that uses one (directly or through another fixture).
 FIXTURE_MARKS = {
     "runners": ("process",),  # tests/backends/conftest.py: runner processes
     "api": ("network",),  # tests/backends/kubernetes/conftest.py: the fake API server
+    "zoo_graphs": ("slow",),  # tests/graph/conftest.py: the zoo captured, tens of seconds
 }
 
 

@@ -150,6 +150,7 @@ def situations(draw):
     return counts, current, free
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(situations())
 def test_assignment_invariants(situation):

@@ -648,6 +648,7 @@ def test_round_trip_through_json(spec):
     assert TrainingJobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
 
+@pytest.mark.slow
 @given(_specs())
 def test_round_trip_through_a_yaml_file(spec):
     text = yaml.safe_dump(spec.to_dict())

@@ -73,11 +73,13 @@ def test_infer_plan_output_and_plan_file(
     assert [t["latency_goal_s"] for t in written["tenants"]] == [0.05, None]
 
 
+@pytest.mark.slow
 def test_gpu_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     payload = run_json(["gpu", "estimate", "mlp", "--gpu", "t4", "--json"], capsys)
     assert_contract("gpu-estimate", payload)
 
 
+@pytest.mark.slow
 def test_gpu_sim(capsys: pytest.CaptureFixture[str]) -> None:
     spec = EXAMPLES / "gpu_apps_kernels.yaml"
     payload = run_json(["gpu", "sim", str(spec), "--policy", "fggr", "--json"], capsys)

@@ -68,11 +68,13 @@ def conformance(request) -> tuple[list[JobSpec], SimResult]:
     return jobs, simulate(CONFORMANCE_CLUSTER, BUNDLED, create_policy(name), jobs)
 
 
+@pytest.mark.slow
 def test_conformance_every_job_is_reported_once_in_trace_order(conformance):
     jobs, result = conformance
     assert [o.job_id for o in result.outcomes] == [j.job_id for j in jobs]
 
 
+@pytest.mark.slow
 def test_conformance_every_admitted_job_starts_and_finishes(conformance):
     _, result = conformance
     unfinished = [
@@ -186,6 +188,7 @@ def test_conformance_utilization_is_allocated_over_capacity_times_makespan(confo
 # --- determinism --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", policy_names())
 def test_same_inputs_give_identical_outcomes(name):
     jobs = conformance_trace("load-1")

@@ -186,6 +186,7 @@ def test_chosen_on_the_other_runs_judges_each_run_by_a_choice_made_without_it(re
     assert replay.chosen_on_other_runs(sim) == (2, 3)
 
 
+@pytest.mark.slow
 def test_a_mix_is_simulated_with_the_references_and_saved_with_them(replay, tmp_path, capsys):
     # Bench seed 9 (kernels only): two apps, about a second. simulated() stops the bench if
     # the replayed default is not what FgGR().setup adopts on the mix.

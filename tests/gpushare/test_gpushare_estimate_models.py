@@ -14,6 +14,9 @@ from qosched.graph.capture import load_model
 from qosched.graph.ir import COMPUTE, Graph, Value
 from qosched.hardware import GPUS, gpu
 
+# The zoo's capture, shared by its tests, takes tens of seconds.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def graphs():

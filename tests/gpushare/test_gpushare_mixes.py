@@ -31,6 +31,7 @@ def kernels_mix():
     return judged("gpu_apps_kernels.yaml")
 
 
+@pytest.mark.slow
 def test_kernels_mix_keeps_the_rules(kernels_mix):
     assert rule_violations(kernels_mix) == []
 

@@ -146,6 +146,7 @@ def test_estimates_are_cached_by_signature():
     assert k.bound == "memory"
 
 
+@pytest.mark.slow
 def test_real_shapes_give_the_same_kernels_as_the_captured_graph():
     from qosched.gpushare.estimate import estimate_graph
     from qosched.graph.capture import capture

@@ -245,6 +245,7 @@ def test_a_mix_over_the_launch_bound_is_refused_before_it_runs():
         simulate(TOY, [flood], create_policy("naive"), duration_s=1.0)
 
 
+@pytest.mark.slow
 def test_a_long_run_reports_its_progress():
     app = AppWorkload("a", 0, (kernel(time_s=1e-3),))
     seen: list[float] = []

@@ -50,6 +50,7 @@ def calibrated(apps, seed=0):
     return policy
 
 
+@pytest.mark.slow
 def test_the_choice_does_not_depend_on_the_run_seed():
     # The run's arrivals differ with its seed; the what-if's are its own, so the choice and
     # the setting adopted are the same for every run seed.
@@ -189,6 +190,7 @@ def test_the_window_is_cut_to_the_launch_budget():
         WhatIf(max_launches=0)
 
 
+@pytest.mark.slow
 def test_a_short_run_of_tiny_kernels_calibrates_on_a_window_as_short():
     # Found by a random mix: a 1 ms run beside a closed loop of 1 us kernels once calibrated on
     # 0.2 s of what-if per candidate and draw, minutes of setup for a millisecond's run. The
@@ -392,6 +394,7 @@ def test_each_candidate_is_told_the_estimates_while_the_perturbed_kernels_run(to
     assert told == ([estimates] * len(drawn) if told_estimates else drawn)
 
 
+@pytest.mark.slow
 def test_the_setup_speed_bench_times_both_ways_and_refuses_an_unknown_example(capsys):
     bench = load_bench_script("gpushare_setup_speed")
     assert bench.main(["gpu_apps_kernels", "--repeat", "1"]) == 0

@@ -6,6 +6,9 @@ from qosched.core.errors import InputError
 from qosched.graph import ZOO, capture, load_model
 from qosched.graph.zoo import BasicBlock
 
+# The zoo's capture, shared by its tests, takes tens of seconds.
+pytestmark = pytest.mark.slow
+
 
 def _compute_ops(graph, target):
     return [op for op in graph.operators if op.target == target]

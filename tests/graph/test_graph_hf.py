@@ -30,6 +30,7 @@ def test_bert_base_matmul_flops_match_the_hand_formula():
     assert flops["aten.bmm.default"] == attention
 
 
+@pytest.mark.slow
 def test_a_vision_model_gets_images_of_its_configured_size():
     model, (pixels,) = hf_model("hf:vit", batch=2)
     assert pixels.shape == (2, 3, 224, 224) and pixels.device.type == "meta"
@@ -78,6 +79,7 @@ def test_an_encoder_decoder_gets_decoder_inputs_and_runs_both_stacks():
     assert flops["aten.bmm.default"] == 3 * layers * 2 * (2 * seq * seq * width)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model_type", "shapes"),
     [
@@ -102,6 +104,7 @@ def test_speech_and_two_tower_models_get_inputs_of_each_kind(model_type, shapes)
     assert getattr(model.config, "use_cache", False) is False  # no key-value cache to return
 
 
+@pytest.mark.slow
 def test_a_model_needing_a_missing_library_is_named(monkeypatch):
     import transformers
 
@@ -160,6 +163,7 @@ def _summed(graph: Any, *targets: str) -> int:
     return sum(op.flops for op in graph.operators if op.target in targets)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model_type", "fields", "frames_per_token"),
     [
@@ -182,6 +186,7 @@ def test_a_video_model_reads_a_clip_of_its_configured_frames(
     assert _summed(graph, "aten.convolution.default") == 2 * tokens * 32 * pixels_per_token
 
 
+@pytest.mark.slow
 def test_videomae_matmul_flops_match_the_hand_formula(configured):
     configured(**_layers(image_size=32, patch_size=16, num_frames=4, tubelet_size=2))
     graph = capture_spec("hf:videomae")
@@ -231,6 +236,7 @@ def test_clap_reads_text_and_a_spectrogram_no_longer_than_its_encoder_takes(conf
     assert _summed(graph, "aten.convolution.default") == 2 * patches * 8 * 4 * 4
 
 
+@pytest.mark.slow
 def test_encodec_reads_its_channels_at_its_sampling_rate(configured):
     configured(audio_channels=2, sampling_rate=8000)
     _, (samples,) = hf_model("hf:encodec")
@@ -332,6 +338,7 @@ def _llava(**fields: Any) -> dict[str, Any]:
     return dict(vision_config=vision, text_config=text, image_token_id=110) | fields
 
 
+@pytest.mark.slow
 def test_llava_text_holds_one_image_token_per_image_feature(configured):
     # LLaVA's default strategy drops the class token: 4 image features, so its processor puts
     # 4 image tokens before the text. A count that differs fails the model's own check when it
@@ -349,6 +356,7 @@ def test_llava_text_holds_one_image_token_per_image_feature(configured):
     assert _summed_in(graph, "language_model", "aten.mm.default") == 2 * tokens * layer
 
 
+@pytest.mark.slow
 def test_llava_next_tiles_its_images_and_is_told_their_size(configured):
     # 32 x 32 images, tiles of 32 x 32 in 16 x 16 patches. Of the grid's resolutions the image
     # fits 32 x 64 best (as large, least padding; 64 x 32 ties and comes later): 1 x 2 tiles and
@@ -364,6 +372,7 @@ def test_llava_next_tiles_its_images_and_is_told_their_size(configured):
     assert capture_spec("hf:llava_next").inputs[2].meta.shape == (1, 3, 3, 32, 32)
 
 
+@pytest.mark.slow
 def test_an_image_token_past_the_vocabulary_becomes_its_last_id(configured):
     # LLaVA's default configuration names token 32,000 of a 32,000-id vocabulary (checkpoints
     # add it to theirs): an id the embeddings do not hold fails a real run.
@@ -375,6 +384,7 @@ def test_an_image_token_past_the_vocabulary_becomes_its_last_id(configured):
         model(*inputs)  # runs for real
 
 
+@pytest.mark.slow
 def test_images_that_leave_no_room_for_text_are_an_input_error(configured):
     # 4 image features, for a language model of 4 positions.
     text = _llava()["text_config"] | dict(max_position_embeddings=4)
@@ -383,6 +393,7 @@ def test_images_that_leave_no_room_for_text_are_an_input_error(configured):
         hf_model("hf:llava", device="cpu")
 
 
+@pytest.mark.slow
 def test_blip2_without_an_image_token_puts_its_queries_at_its_vocabularys_last_id(configured):
     # The default configuration names no image token: the last id of the text vocabulary
     # (100 ids) is one, and the 4 queries go first in the text, where its processor puts them.
@@ -410,6 +421,7 @@ def test_blip2_without_an_image_token_puts_its_queries_at_its_vocabularys_last_i
     assert _summed_in(graph, "language_model", mm) == 2 * seq * width * vocab
 
 
+@pytest.mark.slow
 def test_flava_reads_text_and_images_from_its_image_config(configured):
     # FLAVA names its vision tower's configuration image_config: both towers and the
     # multimodal encoder run, not the text tower alone.
@@ -424,6 +436,7 @@ def test_flava_reads_text_and_images_from_its_image_config(configured):
     assert _summed(graph, "aten.convolution.default") == 2 * 4 * 32 * 16 * 16 * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model_type", "fields", "message"),
     [
@@ -450,6 +463,7 @@ def test_a_model_whose_shapes_follow_values_fails_saying_so(configured):
         capture_spec("hf:vilt")
 
 
+@pytest.mark.slow
 def test_switch_transformers_fails_saying_its_experts_follow_its_router(configured):
     # Each expert runs on the tokens routed to it, up to its capacity: a count of values.
     configured(d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, num_experts=2)

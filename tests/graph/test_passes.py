@@ -52,6 +52,7 @@ def test_coarsen_fuses_conv_bn_relu_into_the_conv():
     assert conv.bytes_written == 1 * 4 * 2 * 2 * 4  # the relu output
 
 
+@pytest.mark.slow
 def test_coarsen_folds_weight_permute_into_linear_and_keeps_bytes_exact():
     with torch.device("meta"):
         model, x = nn.Sequential(nn.Linear(64, 32), nn.ReLU()), torch.empty(8, 64)

@@ -97,6 +97,7 @@ def test_json_output_has_exactly_the_contract_keys_and_cos_beats_no_baseline(tmp
     assert out["bound_rps"] >= out["throughput_rps"] * (1 - 1e-9)
 
 
+@pytest.mark.slow
 def test_cpu_costs_roofline_measures_nothing(tmp_path, capsys):
     path = tmp_path / "spec.yaml"
     path.write_text(
@@ -251,6 +252,7 @@ LATE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("tenant", "message"), LATE, ids=["factory-raises", "not-a-factory", "no-module", "goal"]
 )

@@ -45,6 +45,7 @@ def test_a_time_over_the_ceiling_is_doubted():
     assert Trust().doubt(timing, ceiling_s=0.2) is None
 
 
+@pytest.mark.slow
 def test_a_uniformly_slow_time_that_no_thread_waited_for_is_caught_by_the_ceiling(tmp_path):
     # 0.12 s every call, no spread, no waits: only the estimate tells it is a hundredfold off.
     model, inputs = build_model("mlp")

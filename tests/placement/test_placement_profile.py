@@ -38,6 +38,7 @@ def test_a_signature_keys_on_everything_but_tensor_values(other, same):
     assert (signature(*other) == base) is same
 
 
+@pytest.mark.slow
 def test_measured_costs_are_cached_per_device_and_reused(tmp_path):
     path = tmp_path / "profile.json"
     program, inputs = _mlp()
@@ -72,6 +73,7 @@ def _on_disk(path):
     return data["devices"].get("k", {})
 
 
+@pytest.mark.slow
 def test_a_cached_timing_records_its_repeats_spread_and_wait_share(tmp_path):
     # One 100x outlier among the 5 repeats of every operator: the median is the time; the
     # spread leaves the slowest out. Calls 6k..6k+5 are one operator's warm-up and repeats.
@@ -171,6 +173,7 @@ def test_a_timing_round_trips_through_the_file(tmp_path):
     assert ProfileCache(path).lookup("k", "op") == Timing(2.5e-4, 7, 0.25, None)
 
 
+@pytest.mark.slow
 def test_a_unit_costs_the_sum_of_its_operators_and_cuts_carry_real_bytes(tmp_path):
     program, inputs = _mlp()
     profile = profile_tenant(program, inputs, ProfileCache(tmp_path / "p.json"), "k", repeats=1)
@@ -195,6 +198,7 @@ def test_a_broken_cache_file_is_an_error_that_names_it(tmp_path, text):
     assert caught.value.source == str(path)
 
 
+@pytest.mark.slow
 def test_a_model_that_does_not_build_for_profiling_names_its_tenant(tmp_path):
     # As `infer plan` on a runnable platform meets it, in the pinned process: the field says
     # which tenant of the list, so the spec's line can be named.

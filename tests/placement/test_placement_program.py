@@ -89,6 +89,7 @@ def test_a_unit_run_keeps_only_what_is_read_later(spec):
         assert set(env) == set(program.live_after(k))
 
 
+@pytest.mark.slow
 def test_the_mlp_is_a_chain_of_three_units_with_one_tensor_per_cut():
     model, inputs = build_model("mlp")
     program = UnitProgram(export_program(model, inputs), model_units(model, inputs, "m"), "m")

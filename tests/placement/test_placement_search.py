@@ -84,6 +84,7 @@ def test_infeasible_goal_raises():
         plan(Problem((t,)), 4)
 
 
+@pytest.mark.slow
 def test_default_resolution_close_to_exact():
     problem = random_problem(3, 3, 40)
     exact = plan(problem, 2, resolution=0)
@@ -92,6 +93,7 @@ def test_default_resolution_close_to_exact():
     assert approx.bottleneck_s <= exact.bottleneck_s * 1.01
 
 
+@pytest.mark.slow
 def test_smoke_four_tenants_300_units():
     problem = random_problem(0, 4, 300)
     start = time.perf_counter()
