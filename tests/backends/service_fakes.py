@@ -52,6 +52,16 @@ spec:
 """
 
 
+def write_specs(directory: Path, *names: str) -> list[str]:
+    """A spec file per name in ``directory`` (`spec_text`), as ``submit`` takes them."""
+    paths = []
+    for name in names:
+        path = directory / f"{name}.yaml"
+        path.write_text(spec_text(name=name))
+        paths.append(str(path))
+    return paths
+
+
 def make_job(job_id: str = "j-000001", state: str = "queued", **fields: Any) -> JobView:
     """A job as the API shows it: submitted at 0 with a deadline at 600, 400 iterations, none
     done, holding nothing; ``fields`` override (as ``JobView`` fields)."""

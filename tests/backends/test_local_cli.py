@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 import service_fakes
-from service_fakes import FakeLocalService, Running, fake_service_module, running_service, spec_text
+from service_fakes import (
+    FakeLocalService,
+    Running,
+    fake_service_module,
+    running_service,
+    spec_text,
+    write_specs,
+)
 
 from qosched.backends.local.home import ENDPOINT_FILE, LOG_FILE, read_endpoint
 from qosched.backends.local.jobview import JobView
@@ -46,15 +53,6 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 def qosched(home: Path, *args: str) -> int:
     command, *rest = args
     return main([command, "--home", str(home), *rest])
-
-
-def write_specs(directory: Path, *names: str) -> list[str]:
-    paths = []
-    for name in names:
-        path = directory / f"{name}.yaml"
-        path.write_text(spec_text(name=name))
-        paths.append(str(path))
-    return paths
 
 
 # --- submit --------------------------------------------------------------------------------------

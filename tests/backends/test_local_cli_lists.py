@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_fakes import Running, running_service, spec_text
+from service_fakes import Running, running_service, spec_text, write_specs
 
 import qosched
 from qosched.cli import local
@@ -339,20 +339,10 @@ def test_cancel_refuses_an_unclear_request_and_cancels_nothing(
 # --- submit --json -------------------------------------------------------------------------------
 
 
-def _spec_files(folder: Path, *names: str) -> list[str]:
-    """A spec file per name in ``folder``, as ``submit`` takes them."""
-    paths = []
-    for name in names:
-        path = folder / f"{name}.yaml"
-        path.write_text(spec_text(name=name))
-        paths.append(str(path))
-    return paths
-
-
 def test_submit_json_prints_the_jobs_submitted(
     running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    paths = _spec_files(tmp_path, "alpha", "beta")
+    paths = write_specs(tmp_path, "alpha", "beta")
     assert qosched_cli(running.home, "submit", "--json", *paths) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [(job["id"], job["name"], job["state"]) for job in printed] == [
@@ -373,7 +363,7 @@ def test_submit_json_names_the_jobs_submitted_before_one_was_refused(
         return original(text, source)
 
     running.service.submit = refusing_the_second  # type: ignore[method-assign]
-    paths = _spec_files(tmp_path, "alpha", "beta")
+    paths = write_specs(tmp_path, "alpha", "beta")
     assert qosched_cli(running.home, "submit", "--json", *paths) == 2
     captured = capsys.readouterr()
     assert [job["name"] for job in json.loads(captured.out)] == ["alpha"]
