@@ -15,6 +15,9 @@ when asked), given as many iterations as take about ``--target-s`` (120) alone o
 6. `examples/local/command-job.yaml` as written: accepted, met?
 
     python bench/local_first_time.py --repeats 3        # about 12 min a repeat on 2 cores
+
+``--keep DIR`` keeps each repeat's service home (its store, the jobs' logs) as ``DIR/repeat-N``,
+to read afterwards what each job was promised, when its cores changed and how fast it ran.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -105,7 +109,7 @@ def row(step: str, deadline_s: float, job: JobView, path: str) -> str:
     return f"| {step} | {deadline_s:.0f} | {path} | {took:.0f} | {verdict} |"
 
 
-def repeat(target_s: float) -> list[str]:
+def repeat(target_s: float, keep: Path | None = None) -> list[str]:
     iterations = iterations_for(target_s)
     alone_s = run_alone(iterations)
     rows = [f"| alone on 1 core, outside qosched ({iterations} it) | - | - | {alone_s:.0f} | T |"]
@@ -159,6 +163,8 @@ def repeat(target_s: float) -> list[str]:
             rows.append(row("command-job.yaml", deadline, example, states(client, example.id)))
         finally:
             subprocess.run([*QOSCHED, "down"], env=env, capture_output=True, check=False)
+            if keep is not None:
+                shutil.copytree(home, keep, symlinks=True, ignore_dangling_symlinks=True)
     return rows
 
 
@@ -166,7 +172,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--target-s", type=float, default=120.0, help="T to aim for")
+    parser.add_argument("--keep", type=Path, help="keep each repeat's home as KEEP/repeat-N")
     args = parser.parse_args()
+    if args.keep is not None:
+        args.keep = args.keep.resolve()
     os.chdir(ROOT)  # command-job.yaml runs where it is submitted: the repository root
     cores = len(os.sched_getaffinity(0))
     print(f"# A user's own script under qos: {cores} cores, {args.repeats} repeat(s)\n")
@@ -174,7 +183,8 @@ def main() -> None:
         print(f"\nRepeat {number}:\n")
         print("| step | deadline s | states (promise when admitted) | done in s | deadline |")
         print("|---|---|---|---|---|")
-        for line in repeat(args.target_s):
+        keep = None if args.keep is None else args.keep / f"repeat-{number}"
+        for line in repeat(args.target_s, keep):
             print(line, flush=True)
 
 

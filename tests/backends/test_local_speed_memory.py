@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sqlite3
 import sys
@@ -15,7 +16,12 @@ from command_jobs import CORES, command_spec
 from qosched.backends.local.jobspec import Deadline, TrainingJobSpec
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.speed_memory import (
+    DEFAULT_SPREAD,
+    MAX_SPREAD,
+    MIN_SPREAD,
+    drift_spread,
     measured_rates,
+    measured_spread,
     measured_startup_s,
     remembered_curve,
     speed_key,
@@ -56,6 +62,53 @@ def test_remembered_curve_anchors_the_counts_it_knows_and_scales_the_rest() -> N
     assert both.speeds == (0.0, 3.0, 6.0, 6.0, 8.0)
     assert both.measured == (1, 4)
     assert remembered_curve(prior, {}) is prior
+
+
+def test_the_spread_is_the_log_speed_deviation_of_stretches_of_four_seconds() -> None:
+    samples = [
+        # 1 worker, 2 s intervals: 40 it in the first 4 s (10 it/s), 60 in the next (15 it/s);
+        # the count's mean is 100 it / 8 s = 12.5 it/s.
+        (0.0, 0, 1), (2.0, 20, 1), (4.0, 40, 1), (6.0, 70, 1), (8.0, 100, 1),
+        # 2 workers for 4 s at 10 it/s, after a re-size (the interval across it not counted):
+        # one stretch, at its count's own mean, so no deviation.
+        (9.0, 105, 2), (11.0, 125, 2), (13.0, 145, 2),
+    ]  # fmt: skip
+    # Stretches (4 s each): log(10 / 12.5), log(15 / 12.5), 0; equal weights.
+    expected = math.sqrt((math.log(0.8) ** 2 + math.log(1.2) ** 2) / 3)
+    assert measured_spread(samples) == pytest.approx(expected)
+    # One stretch says nothing of how the speed moves.
+    assert measured_spread(samples[:3]) is None
+    # A steady job is held to the floor; a wild one to the ceiling.
+    steady = [(2.0 * i, 10 * i, 1) for i in range(6)]
+    assert measured_spread(steady) == MIN_SPREAD
+    wild = [(0.0, 0, 1), (4.0, 1, 1), (8.0, 1001, 1)]
+    assert measured_spread(wild) == MAX_SPREAD
+
+
+def test_the_drift_is_the_largest_change_of_a_count_run_twice() -> None:
+    assert drift_spread({1: 10.0, 2: 16.0}, {1: 8.0, 4: 30.0}) == pytest.approx(math.log(1.25))
+    assert drift_spread({1: 10.0}, {2: 16.0}) == 0.0  # no count run both times
+    assert drift_spread({}, {1: 5.0}) == 0.0
+
+
+def test_a_remembered_curve_carries_its_spread_and_a_table_none() -> None:
+    prior = SpeedCurve("command", 1, (0.0, 1.0, 2.0), ())
+    assert prior.spread is None
+    assert remembered_curve(prior, {1: 3.0}, 0.2).spread == 0.2
+    assert remembered_curve(prior, {1: 3.0}).spread == DEFAULT_SPREAD  # remembered before it
+    assert remembered_curve(prior, {1: 3.0}, 0.001).spread == MIN_SPREAD
+    assert remembered_curve(prior, {}, 0.2) is prior  # nothing remembered: the table's
+
+
+def test_the_store_keeps_the_latest_spread_of_a_key(tmp_path) -> None:
+    with Store(tmp_path / "state.db") as store:
+        assert store.remembered_spread("k") is None
+        store.remember_spread("k", 0.3, "j-000001", 10.0)
+        store.remember_spread("k", 0.05, "j-000002", 20.0)
+        assert store.remembered_spread("k") == 0.05
+        for bad in (0.0, -0.1, float("nan"), 2.0):
+            with pytest.raises(Exception, match="no spread"):
+                store.remember_spread("k", bad, "j-000003", 30.0)
 
 
 def script_spec(tmp_path: Path, body: str, **changes) -> TrainingJobSpec:
@@ -117,12 +170,14 @@ def test_a_version_1_database_gains_the_speeds_table(tmp_path) -> None:
     with sqlite3.connect(path) as db:  # as an older qosched left it
         db.execute("DROP TABLE speeds")
         db.execute("DROP TABLE startups")
+        db.execute("DROP TABLE spreads")
         db.execute("UPDATE schema_version SET version = 1")
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
         assert store.remembered_speeds("k") == ({}, None)
         assert store.remembered_startup("k") is None  # the start-ups table came with it
+        assert store.remembered_spread("k") is None  # and the spreads table
 
 
 # About 20 iterations a second on one core, reported as it goes.
@@ -186,12 +241,19 @@ def test_a_new_command_is_measured_then_guaranteed_and_remembered_the_next_time(
         done = service.job(again.id)
         assert done.state == "succeeded" and done.finished_at <= done.deadline_at
 
-        # The start-up (starting Python, before the first report) is remembered too.
-        assert service.store.remembered_startup(speed_key(strict("x", 1))) > 0
+        # The start-up (starting Python, before the first report) is remembered too, and how
+        # far the speed strayed.
+        key = speed_key(strict("x", 1))
+        assert service.store.remembered_startup(key) > 0
+        spread = service.store.remembered_spread(key)
+        assert MIN_SPREAD <= spread <= MAX_SPREAD
         impossible = service.submit_spec(strict("impossible", 3))
         assert impossible.state == "declined"
         earliest = _earliest_in_s(impossible.error)
-        assert 15 <= earliest <= 60
+        # Named on the remembered speed's 5% quantile (1.645 spreads below), start-up before.
+        rate = service.store.remembered_speeds(key)[0][1]
+        assert earliest >= 300 / rate * math.exp(1.6449 * spread)
+        assert 15 <= earliest <= 90
         used = service.submit_spec(strict("earliest", earliest))
         assert used.state == "queued"
         assert wait_until_idle(service, timeout_s=WAIT_S, poll_s=0.1)

@@ -17,6 +17,7 @@ Restart pauses are 0 unless a test is about them; the cluster is one 4-GPU node 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import random
 
@@ -279,6 +280,28 @@ def test_a_job_with_no_progress_yet_is_guaranteed_on_its_expected_speed(halfway,
     assert policy.is_guaranteed("c") is guaranteed
     expected, pessimistic = policy._jobs["c"].ladders
     assert (pessimistic.rates == expected.rates) is guaranteed
+
+
+@pytest.mark.parametrize(
+    ("deadline", "spread", "guaranteed"),
+    [(115.0, None, True), (115.0, 0.1, False), (121.0, 0.1, True), (115.0, 0.01, True)],
+)
+def test_speeds_the_job_measured_itself_are_promised_on_their_low_quantile(
+    deadline, spread, guaranteed
+):
+    # On 4 GPUs at 4 iterations/s, 400 iterations take 100 s. Speeds the job measured itself
+    # with a spread of 0.1 (log-sd) are promised on their 5% quantile, 4 * exp(-1.645 * 0.1) =
+    # 3.39 it/s: 118 s, so 115 s is refused and 121 s guaranteed, whatever the policy's own
+    # band; with a spread of 0.01, 101.7 s. A table's speeds (no spread) get the thin
+    # guarantee on the expected speed (above), so 115 s is guaranteed.
+    curve = dataclasses.replace(TABLES.curve("m", 64), spread=spread)
+    c = JobState(job("c", 0, 400, deadline=deadline), curve)
+    policy = QualityOfService()
+    policy.admit(c, ClusterView(0.0, ONE_NODE, (c,), restart_pause_s=30.0))
+    assert policy.is_guaranteed("c") is guaranteed
+    if spread is not None:
+        pessimistic = policy._jobs["c"].ladders[1]
+        assert pessimistic.rate(4) == pytest.approx(4.0 * math.exp(-1.6449 * spread), rel=1e-3)
 
 
 def test_a_thin_guarantee_ends_with_the_first_refresh_after_the_job_runs():

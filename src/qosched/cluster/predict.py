@@ -41,6 +41,12 @@ DEFAULT_PRIOR_WEIGHT_S = 300.0
 #: One-sigma log-uncertainty of the prior's level before any data: a job runs within a factor
 #: ``exp(0.3)`` (about ±30 %) of its table's speed two times in three.
 DEFAULT_PRIOR_SIGMA = 0.3
+#: The coverage of the prediction band unless one is asked for.
+DEFAULT_CONFIDENCE = 0.9
+#: The quantile of a speed the job measured itself (a ``SpeedCurve.spread``) that its band's lower
+#: edge stands at before it runs again: a deadline promised on that edge is met 19 times in 20
+#: when the speed strays as it was seen to.
+MEASURED_LOW_QUANTILE = 0.05
 #: Where the prior is used as pseudo-observations when its own measured counts are not known:
 #: the columns of the bundled tables.
 DEFAULT_PRIOR_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -330,7 +336,7 @@ class OnlinePredictor:
         prior: IterationTimeModel,
         *,
         prior_weight_s: float = DEFAULT_PRIOR_WEIGHT_S,
-        confidence: float = 0.9,
+        confidence: float = DEFAULT_CONFIDENCE,
         prior_sigma: float = DEFAULT_PRIOR_SIGMA,
         prior_counts: Sequence[int] = DEFAULT_PRIOR_COUNTS,
         table: SpeedCurve | None = None,
@@ -375,9 +381,19 @@ class OnlinePredictor:
     @classmethod
     def from_curve(cls, curve: SpeedCurve, **options) -> OnlinePredictor:
         """A predictor whose prior is fitted to ``curve`` and anchored at its measured counts, and
-        whose predictions keep the curve's own shape (see ``table`` in the class docstring)."""
+        whose predictions keep the curve's own shape (see ``table`` in the class docstring).
+        Where the curve has a ``spread`` (the job's own measured speeds), the prior band's lower
+        edge is the `MEASURED_LOW_QUANTILE` of a log-normal speed with that spread."""
         options.setdefault("prior_counts", curve.measured)
         options.setdefault("table", curve)
+        if curve.spread is not None:
+            # The job's own speeds, measured on this machine: before it runs again its band's
+            # lower edge is `MEASURED_LOW_QUANTILE` of what they were seen to do, whatever
+            # coverage the band has later (a promise made now rests on that edge alone).
+            normal = statistics.NormalDist()
+            z = normal.inv_cdf(0.5 + options.get("confidence", DEFAULT_CONFIDENCE) / 2.0)
+            low = -normal.inv_cdf(MEASURED_LOW_QUANTILE)
+            options.setdefault("prior_sigma", curve.spread * low / z)
         return cls(prior_from_curve(curve), **options)
 
     def _table_factor(self, workers: int) -> float:

@@ -44,12 +44,20 @@ MAX_TABLE_WORKERS = 2**16
 
 @dataclass(frozen=True, slots=True)
 class SpeedCurve:
-    """Speeds of one (model, batch size): ``speeds[g]``, ``g`` in ``0..max_workers``, 0 = none."""
+    """Speeds of one (model, batch size): ``speeds[g]``, ``g`` in ``0..max_workers``, 0 = none.
+
+    ``spread``: set only where the speeds are the job's own, measured on the machine it runs on
+    (a real backend's remembered or profiled speeds): how far, as a standard deviation of the
+    log speed, the job's speed there was seen to stray from them. A policy that promises
+    deadlines plans a guarantee on the speed that far below (``qosched.cluster.policies.qos``).
+    None for a table measured elsewhere, whose error the predictor's prior band stands for.
+    """
 
     model: str
     batch_size: int
     speeds: tuple[float, ...]
     measured: tuple[int, ...]
+    spread: float | None = None
 
     @property
     def max_workers(self) -> int:

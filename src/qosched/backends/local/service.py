@@ -116,7 +116,10 @@ from qosched.backends.local.protocol import (
     write_runner_job,
 )
 from qosched.backends.local.speed_memory import (
+    clamp_spread,
+    drift_spread,
     measured_rates,
+    measured_spread,
     measured_startup_s,
     remembered_curve,
     speed_key,
@@ -527,7 +530,13 @@ class LocalService:
                 remembered = self.store.remembered_speeds(key)[0]
                 startup = self.store.remembered_startup(key) or 0.0
                 job = self._policy_job(
-                    DRY_RUN_ID, spec, now, spec.deadline_at(now), remembered, startup
+                    DRY_RUN_ID,
+                    spec,
+                    now,
+                    spec.deadline_at(now),
+                    remembered,
+                    startup,
+                    self.store.remembered_spread(key),
                 )
                 policy = self.gpu_policy if spec.gpu else self.policy
                 if _measured_first(policy, spec, bool(remembered)):
@@ -725,7 +734,13 @@ class LocalService:
             samples = self._samples(live.record.id)
             rates = measured_rates(samples)
             if rates and live.speed_key is not None:
+                before = self.store.remembered_speeds(live.speed_key)[0]
                 self.store.remember_speeds(live.speed_key, rates, live.record.id, self.clock())
+                spread = max(measured_spread(samples) or 0.0, drift_spread(before, rates))
+                if spread > 0:
+                    self.store.remember_spread(
+                        live.speed_key, clamp_spread(spread), live.record.id, self.clock()
+                    )
                 startup = self._startup_of(live.record.id, samples)
                 if startup is not None:
                     self.store.remember_startup(
@@ -753,7 +768,13 @@ class LocalService:
         remembered, measured_by = self.store.remembered_speeds(key)
         startup = self.store.remembered_startup(key) or 0.0
         policy_job = self._policy_job(
-            record.id, spec, record.submitted_at, record.deadline_at, remembered, startup
+            record.id,
+            spec,
+            record.submitted_at,
+            record.deadline_at,
+            remembered,
+            startup,
+            self.store.remembered_spread(key),
         )
         live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
         live.speed_key = key
@@ -771,12 +792,13 @@ class LocalService:
         deadline_at: float,
         remembered: Mapping[int, float],
         startup_s: float = 0.0,
+        spread: float | None = None,
     ) -> JobState:
         """The job as its pool's policy sees it, its prior speed the table's or the placeholder
-        with what an earlier job of its speed key measured in place (``remembered``, see
-        speed_memory), and its deadline ``startup_s`` earlier: a start costs that much before
-        any iteration counts, and the policy plans iterations; ``InputError`` when the pool is
-        too small."""
+        with what an earlier job of its speed key measured in place (``remembered``, with how
+        far it strayed, ``spread``: see speed_memory), and its deadline ``startup_s`` earlier:
+        a start costs that much before any iteration counts, and the policy plans iterations;
+        ``InputError`` when the pool is too small."""
         workload = spec.workload or "command"
         pool = self._pool(spec.gpu)
         least = spec.resources.bounds()[0]
@@ -801,7 +823,8 @@ class LocalService:
             deadline_s=deadline_at - startup_s,
             requested_workers=min(requested, len(pool)),
         )
-        policy_job = JobState(job, remembered_curve(prior_curve(spec, len(pool)), remembered))
+        curve = remembered_curve(prior_curve(spec, len(pool)), remembered, spread)
+        policy_job = JobState(job, curve)
         policy_job.last_update_s = submitted_at
         return policy_job
 
@@ -980,7 +1003,8 @@ class LocalService:
             live.startup_s = startup
             job.spec = dataclasses.replace(job.spec, deadline_s=live.record.deadline_at - startup)
         if rates:
-            job.curve = remembered_curve(prior_curve(spec, len(self._pool(spec.gpu))), rates)
+            prior = prior_curve(spec, len(self._pool(spec.gpu)))
+            job.curve = remembered_curve(prior, rates, measured_spread(samples))
             admission = admit_job(policy, job, view, best_effort=spec.best_effort)
         elif spec.best_effort:
             # No speed to promise on: it runs as a job without a deadline would.

@@ -13,12 +13,19 @@ anchored at those counts (``remembered_curve``) instead of the placeholder or th
 start-up (``measured_startup_s``: from a runner's launch to its first report, when no iteration
 counts) is kept too: the next job's deadline is planned that much earlier, since its start
 costs as much.
+
+How far the speed strayed is kept with it (``measured_spread``: over stretches of a few seconds
+while the job ran, or the change from the speed remembered before, ``drift_spread``, whichever is
+larger): a deadline is guaranteed on the remembered speed less that spread, so a promise made on
+a machine whose other work comes and goes leaves room for it (docs/local.md, "Speeds
+remembered").
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -33,6 +40,14 @@ MAX_INTERVAL_S = 30.0
 #: ``MIN_INTERVALS`` intervals: a speed from one sample pair is mostly start-up.
 MIN_OBSERVED_S = 5.0
 MIN_INTERVALS = 3
+#: The stretches whose speeds give a job's spread (``measured_spread``) last at least this long:
+#: shorter ones stray by an iteration's own jitter, which averages out over a deadline.
+SPREAD_WINDOW_S = 4.0
+#: Bounds of a remembered spread (``clamp_spread``), as a standard deviation of the log speed.
+MIN_SPREAD = 0.02
+MAX_SPREAD = 0.5
+#: The spread of speeds remembered without one (too few stretches to measure it).
+DEFAULT_SPREAD = 0.1
 #: The most of a script read for its key: a script is source, not data.
 MAX_SCRIPT_BYTES = 16 << 20
 
@@ -92,6 +107,47 @@ def measured_rates(samples: Sequence[tuple[float, int, int]]) -> dict[int, float
     return rates
 
 
+def measured_spread(samples: Sequence[tuple[float, int, int]]) -> float | None:
+    """How far the job's speed strayed from its mean on each worker count while it ran: the
+    duration-weighted standard deviation of the log speed of stretches of at least
+    ``SPREAD_WINDOW_S`` (consecutive `intervals_by_count` on one count, pooled over the counts,
+    each about its own count's mean), clamped to ``[MIN_SPREAD, MAX_SPREAD]``. None with fewer
+    than two stretches: one says nothing of how the speed moves."""
+    deviations: list[tuple[float, float]] = []  # (seconds, log speed - log count mean)
+    for spans in intervals_by_count(samples).values():
+        spent, done = sum(e for e, _ in spans), sum(w for _, w in spans)
+        if done <= 0:
+            continue
+        mean = math.log(done / spent)
+        window_s = window_done = 0.0
+        for elapsed, work in spans:
+            window_s, window_done = window_s + elapsed, window_done + work
+            if window_s >= SPREAD_WINDOW_S:
+                if window_done > 0:
+                    deviations.append((window_s, math.log(window_done / window_s) - mean))
+                window_s = window_done = 0.0
+    if len(deviations) < 2:
+        return None
+    weight = sum(seconds for seconds, _ in deviations)
+    variance = sum(seconds * d * d for seconds, d in deviations) / weight
+    return clamp_spread(math.sqrt(variance))
+
+
+def clamp_spread(spread: float) -> float:
+    """``spread`` within what a promise is planned on: at least `MIN_SPREAD` (no stretch of
+    running repeats exactly), at most `MAX_SPREAD` (a guarantee on less than 40% of the mean
+    speed promises nothing useful: such a machine is busy with other work)."""
+    return min(MAX_SPREAD, max(MIN_SPREAD, spread))
+
+
+def drift_spread(remembered: Mapping[int, float], measured: Mapping[int, float]) -> float:
+    """The largest change of log speed on a count both ``remembered`` (an earlier job) and
+    ``measured`` (this one) ran on: how far a whole run's speed moved from one run to the next
+    (the machine's other work changed), which a run's own stretches do not show. 0 when none."""
+    shared = [w for w in measured if remembered.get(w, 0) > 0 and measured[w] > 0]
+    return max((abs(math.log(measured[w] / remembered[w])) for w in shared), default=0.0)
+
+
 def measured_startup_s(
     launches: Sequence[float], samples: Sequence[tuple[float, int, int]]
 ) -> float | None:
@@ -107,10 +163,13 @@ def measured_startup_s(
     return max(waits) if waits else None
 
 
-def remembered_curve(prior: SpeedCurve, rates: Mapping[int, float]) -> SpeedCurve:
+def remembered_curve(
+    prior: SpeedCurve, rates: Mapping[int, float], spread: float | None = None
+) -> SpeedCurve:
     """``prior`` with the remembered ``rates`` in place at their counts (which become its
     measured ones); every other count keeps the prior's shape, scaled by the remembered speed
-    at the nearest remembered count (the lower one on a tie)."""
+    at the nearest remembered count (the lower one on a tie). Its ``spread`` is ``spread``
+    (clamped), or `DEFAULT_SPREAD` when rates are remembered without one."""
     usable = {w: r for w, r in rates.items() if 0 < w <= prior.max_workers and r > 0}
     if not usable:
         return prior
@@ -123,4 +182,6 @@ def remembered_curve(prior: SpeedCurve, rates: Mapping[int, float]) -> SpeedCurv
         base = prior.rate(nearest)
         if base > 0 and speeds[workers] > 0:
             speeds[workers] = speeds[workers] * usable[nearest] / base
-    return SpeedCurve(prior.model, prior.batch_size, tuple(speeds), tuple(sorted(set(usable))))
+    spread = DEFAULT_SPREAD if spread is None else clamp_spread(spread)
+    measured = tuple(sorted(set(usable)))
+    return SpeedCurve(prior.model, prior.batch_size, tuple(speeds), measured, spread)

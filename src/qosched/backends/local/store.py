@@ -234,6 +234,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             t REAL NOT NULL
         )""",
     ),
+    (
+        # How far the remembered speeds strayed (speed_memory.measured_spread).
+        """CREATE TABLE spreads (
+            key TEXT PRIMARY KEY,
+            spread REAL NOT NULL CHECK (spread > 0 AND spread <= 1),
+            job_id TEXT NOT NULL,
+            t REAL NOT NULL
+        )""",
+    ),
 )
 
 _JOB_COLUMNS = (
@@ -557,6 +566,23 @@ class Store:
                 "INSERT OR REPLACE INTO startups (key, seconds, job_id, t) VALUES (?, ?, ?, ?)",
                 (key, float(seconds), job_id, t),
             )
+
+    def remember_spread(self, key: str, spread: float, job_id: str, t: float) -> None:
+        """Keep how far the speeds ``job_id`` measured strayed (a standard deviation of the log
+        speed, ``speed_memory.measured_spread``), under ``key``, replacing what was there."""
+        if not (isinstance(spread, float) and 0 < spread <= 1):
+            raise InputError(f"job {job_id}: no spread {spread!r}")
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO spreads (key, spread, job_id, t) VALUES (?, ?, ?, ?)",
+                (key, spread, job_id, t),
+            )
+
+    def remembered_spread(self, key: str) -> float | None:
+        """The spread remembered under ``key``, or None."""
+        with self._read() as db:
+            row = db.execute("SELECT spread FROM spreads WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
 
     def remembered_startup(self, key: str) -> float | None:
         """The start-up seconds remembered under ``key``, or None."""

@@ -503,7 +503,8 @@ class QualityOfService(Policy):
         in_force: bool = False,
     ) -> bool:
         """Guarantee ``job`` if a plan meets it without failing a job guaranteed before it: on
-        its pessimistic speeds, or, for a job with no progress yet, on its expected ones.
+        its pessimistic speeds, or, for a job with no progress yet whose speeds are no
+        measurement of its own (no ``curve.spread``), on its expected ones.
 
         ``in_force``: the adopted plan was made at this instant for exactly ``guaranteed`` (as
         in `allocate`), which lets `_best_plan_with` skip re-planning them."""
@@ -511,12 +512,14 @@ class QualityOfService(Policy):
         if self._guarantee_on_ladders(job, guaranteed, view, in_force):
             return True
         ladders = tracked.ladders
-        if ladders is not None and not tracked.predictor.observed_seconds:
+        unmeasured = job.curve.spread is None
+        if ladders is not None and not tracked.predictor.observed_seconds and unmeasured:
             # No progress yet: its pessimistic speed is the lower edge of the prior's band,
             # which refuses jobs that fit on the expected speed. Guarantee it on that speed
             # until its first refresh after it runs (`_observe_jobs`), when its own progress
             # gives it a band. Under long overloads this meets more deadlines than the hedge
-            # saves (docs/results/cluster.md, "Long overloads").
+            # saves (docs/results/cluster.md, "Long overloads"). Not for speeds the job itself
+            # measured on this machine (a ``spread``): their band is what it was seen to do.
             tracked.ladders = (ladders[0], ladders[0])
             if self._guarantee_on_ladders(job, guaranteed, view, in_force):
                 return True
