@@ -12,7 +12,7 @@ the others best effort, a throughput share (0.2-0.8), a rate (for open loop, 0.5
 offered) or a loose p99 goal (1.5-3x). The simulated time gives the most important app about
 150 requests (at most 0.25 s).
 
-Every mix runs under every registered policy (``gpushare.judge.judge_mix``). Printed (Markdown):
+Every mix runs under every registered policy (``gpushare.mixes.judge_mix``). Printed (Markdown):
 the share of mixes where each policy meets every goal, and where it meets the protected goals
 (those not best effort); the mixes where ``fggr`` breaks a rule (a)-(c) of
 ``gpushare.judge``, each with the other registered policies that would keep every rule there if
@@ -47,8 +47,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from qosched.gpushare.goals import BEST_EFFORT, Goal
-from qosched.gpushare.judge import AppOutcome, judge_mix, protected_met, rule_violations
+from qosched.gpushare.judge import AppOutcome, protected_met, rule_violations
 from qosched.gpushare.kernel import Kernel
+from qosched.gpushare.mixes import judge_mix
 from qosched.gpushare.simulator import AppWorkload, app_infos
 from qosched.gpushare.whatif import perturbed
 from qosched.hardware import Processor, gpu

@@ -19,6 +19,9 @@ from qosched.cluster.policies.base import PLUGINS as CLUSTER_PLUGINS
 from qosched.cluster.state import ClusterView, Decision
 from qosched.core.errors import InputError
 from qosched.core.registry import PluginGroup, PluginWarning, Registry
+from qosched.gpushare.policies.base import PLUGINS as SHARING_PLUGINS
+from qosched.placement.platform import PLUGINS as PLATFORM_PLUGINS
+from qosched.placement.platform import parse_platform, platform_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -175,6 +178,124 @@ def test_a_registry_without_plugins_looks_for_none() -> None:
         made.register("builtin")(Builtin)
 
 
+SHARING_MODULE = """\
+from qosched.gpushare.policy import Admission, SharingPolicy
+
+
+class Subclass(SharingPolicy):
+    def decide(self, view):
+        return Admission(start=view.waiting)
+
+
+class DecidesOnly:
+    def decide(self, view):
+        return Admission(start=view.waiting)
+
+
+class NoDecide(SharingPolicy):
+    pass
+"""
+
+PLATFORM_MODULE = """\
+from qosched.placement.platform import CoreSetsPlatform, Platform, RooflinePlatform
+
+
+class Roofline(RooflinePlatform):
+    @classmethod
+    def parse(cls, machine, source):
+        return cls("T4", "PCIe3-x16")
+
+
+class Runnable(CoreSetsPlatform):
+    @classmethod
+    def parse(cls, machine, source):
+        return cls((0,), (1,))
+
+
+class CostsNothing(Platform):
+    @classmethod
+    def parse(cls, machine, source):
+        return cls()
+
+    def pinned_processors(self):
+        raise AssertionError("not runnable")
+
+    def to_dict(self):
+        return {"platform": self.name}
+
+    def describe(self):
+        return "no costs"
+
+
+class Unfinished(Platform):
+    runnable = True
+"""
+
+
+def _level_registry(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    what: str,
+    plugins: PluginGroup,
+    code: str,
+    entries: dict[str, str],
+) -> Registry:
+    """A registry with the conformance of a real level's ``plugins``, whose group (unique to
+    the test) holds ``entries`` (name -> class) of one module, ``code``."""
+    group, module = f"qosched_test.{what.replace(' ', '_')}", f"level_{what.replace(' ', '_')}"
+    install(tmp_path, "level-plugs", {f"{module}.py": code},
+            {group: {name: f"{module}:{cls}" for name, cls in entries.items()}})  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return Registry(what, PluginGroup(group, plugins.conforms, plugins.expected))
+
+
+def test_a_sharing_plugin_is_a_subclass_of_sharing_policy_that_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entries = {"subclass": "Subclass", "decides-only": "DecidesOnly", "no-decide": "NoDecide"}
+    made = _level_registry(tmp_path, monkeypatch, "sharing policy", SHARING_PLUGINS,
+                           SHARING_MODULE, entries)  # fmt: skip
+    with pytest.warns(PluginWarning) as caught:
+        assert made.names() == ("subclass",)
+    left_out = sorted(str(w.message) for w in caught)
+    assert [m.split("'")[1] for m in left_out] == ["decides-only", "no-decide"]
+    expected = "expected a subclass of qosched.gpushare.policy.SharingPolicy that implements decide"
+    assert all(m.endswith(expected) for m in left_out)
+    made_one = made.create("subclass")
+    assert made_one.name == "subclass" and made_one.stream_priorities is True
+
+
+def test_a_platform_plugin_is_runnable_or_a_roofline_platform(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entries = {
+        "roofline-box": "Roofline",
+        "runnable-box": "Runnable",
+        "costs-nothing": "CostsNothing",
+        "unfinished": "Unfinished",
+    }
+    made = _level_registry(tmp_path, monkeypatch, "platform", PLATFORM_PLUGINS,
+                           PLATFORM_MODULE, entries)  # fmt: skip
+    with pytest.warns(PluginWarning) as caught:
+        assert made.names() == ("roofline-box", "runnable-box")
+    left_out = sorted(str(w.message) for w in caught)
+    assert [m.split("'")[1] for m in left_out] == ["costs-nothing", "unfinished"]
+    assert all(m.endswith(f"expected {PLATFORM_PLUGINS.expected}") for m in left_out)
+    box = made.get("roofline-box").parse({"platform": "roofline-box"}, "lab.yaml")
+    assert (box.name, box.gpu, box.runnable) == ("roofline-box", "T4", False)
+    assert box.to_dict() == {"platform": "roofline-box", "gpu": "T4", "link": "PCIe3-x16"}
+
+
+def test_an_unknown_platform_lists_the_platforms_on_the_spec_field() -> None:
+    with pytest.raises(InputError) as caught:
+        parse_platform({"platform": "tpu"}, "spec.yaml")
+    assert str(caught.value) == (
+        "spec.yaml: field 'machine.platform': unknown platform 'tpu'; known platforms: "
+        + ", ".join(platform_names())
+    )
+    assert platform_names()[:3] == ("roofline", "cpu-sets", "cuda")
+
+
 def test_the_command_names_a_bad_plugin_and_runs_the_builtin_it_clashes_with(
     tmp_path: Path,
 ) -> None:
@@ -213,15 +334,23 @@ def example_blocks() -> dict[str, str]:
 
 
 @pytest.mark.process
-def test_the_documented_example_installs_and_runs_from_both_commands(tmp_path: Path) -> None:
+def test_the_documented_example_installs_and_runs_from_its_three_commands(tmp_path: Path) -> None:
     blocks = example_blocks()
-    assert set(blocks) == {"my_policies/cluster.py", "my_policies/sharing.py", "pyproject.toml"}
+    assert set(blocks) == {
+        "my_plugins/cluster.py",
+        "my_plugins/sharing.py",
+        "my_plugins/platform.py",
+        "pyproject.toml",
+        "lab.yaml",
+    }
     project = tomllib.loads(blocks["pyproject.toml"])["project"]
     files = {path: code for path, code in blocks.items() if path.endswith(".py")}
-    files["my_policies/__init__.py"] = ""
+    files["my_plugins/__init__.py"] = ""
     site = tmp_path / "site"
     install(site, project["name"], files, project["entry-points"])
     trace = tmp_path / "trace.csv"
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(blocks["lab.yaml"])
     probe = (
         # A plug-in left out would warn: here that is an error.
         "import warnings\nfrom qosched.core.registry import PluginWarning\n"
@@ -232,14 +361,17 @@ def test_the_documented_example_installs_and_runs_from_both_commands(tmp_path: P
         "'8', '--policy', 'smallest-first', '--json'])\n"
         f"main(['gpu', 'sim', {str(ROOT / 'examples' / 'gpu_apps_kernels.yaml')!r}, "
         "'--policy', 'top-priority-only', '--json'])\n"
+        f"main(['infer', 'plan', {str(lab)!r}, '--json'])\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
     done = subprocess.run([sys.executable, "-c", probe], env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    cluster, sharing = (json.loads(line) for line in done.stdout.splitlines())
+    cluster, sharing, plan = (json.loads(line) for line in done.stdout.splitlines())
     assert_contract("sim-cluster", cluster)
     assert_contract("gpu-sim", sharing)
+    assert_contract("infer-plan", plan)
+    assert [t["name"] for t in plan["tenants"]] == ["a"] and plan["throughput_rps"] > 0
     assert (cluster["policy"], sharing["policy"]) == ("smallest-first", "top-priority-only")
     assert cluster["jobs"] == 30 and cluster["accepted"] == 30
     # The most important app is served first: every request it made finished.

@@ -13,7 +13,7 @@ from qosched.gpushare.apps import parse_apps_spec
 from qosched.gpushare.goals import DEFAULT_TOP_GOAL, Goal
 from qosched.gpushare.live import MAX_REQUESTS, build_apps, compare_run, request_finishes
 from qosched.gpushare.policies import create_policy
-from qosched.gpushare.policy import Admission
+from qosched.gpushare.policy import Admission, SharingPolicy
 from qosched.gpushare.runtime import CallEstimator, CpuDevice, run_apps
 from qosched.hardware import gpu
 
@@ -100,7 +100,7 @@ def test_cli_json_on_the_cpu_device(tmp_path, capsys):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
-class Recording:
+class Recording(SharingPolicy):
     """Admits everything, and keeps what ``setup`` and the launches told it."""
 
     name = "recording"

@@ -8,11 +8,11 @@ import pytest
 from bench_scripts import load_bench_script
 from qosched.gpushare.apps import load_apps_spec, workloads
 from qosched.gpushare.goals import BEST_EFFORT, Goal
-from qosched.gpushare.judge import judge_mix, rule_violations
+from qosched.gpushare.judge import rule_violations
 from qosched.gpushare.kernel import Kernel
+from qosched.gpushare.mixes import judge_mix
 from qosched.gpushare.policies import create_policy
 from qosched.gpushare.policies.fggr import FgGR
-from qosched.gpushare.policy import uses_stream_priorities
 from qosched.gpushare.simulator import AppWorkload, app_infos, simulate
 from qosched.hardware import gpu
 
@@ -126,7 +126,7 @@ def test_fggr_runs_a_reference_policy_where_its_what_if_shows_that_one_keeps_the
     fggr.setup(app_infos(mix.apps, mix.gpu, mix.duration_s))
     assert fggr.calibrated == "orion"
     assert isinstance(fggr.delegate, type(create_policy("orion")))
-    assert fggr.stream_priorities == uses_stream_priorities(create_policy("orion"))
+    assert fggr.stream_priorities == create_policy("orion").stream_priorities
     # Its own count of late requests goes on: app-0 misses its goal in this run (no policy
     # meets both top goals together here), more than 1 % of its requests late.
     simulate(mix.gpu, list(mix.apps), fggr, duration_s=mix.duration_s, seed=mix.seed)

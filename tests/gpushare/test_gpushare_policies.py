@@ -9,7 +9,7 @@ from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.interference import InterferenceModel
 from qosched.gpushare.policies import create_policy, policy_names, register
 from qosched.gpushare.policies.fggr import FgGR
-from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch, Running
+from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch, Running, SharingPolicy
 from qosched.gpushare.simulator import AppWorkload, simulate
 
 MIX = [
@@ -21,16 +21,17 @@ MIX = [
 ]  # fmt: skip
 
 
-class Checked:
+class Checked(SharingPolicy):
     """Wraps a policy and checks the interface's rules on every answer."""
 
     def __init__(self, inner):
         self.inner = inner
         self.name = inner.name
-        self.stream_priorities = getattr(inner, "stream_priorities", True)
         self.views = []
-        if hasattr(inner, "setup"):
-            self.setup = inner.setup
+
+    def setup(self, apps):
+        self.inner.setup(apps)
+        self.stream_priorities = self.inner.stream_priorities
 
     def decide(self, view):
         admission = self.inner.decide(view)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qosched.core.errors import InputError, SimulationError
-from qosched.gpushare.policy import Admission, GpuView
+from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
 from qosched.gpushare.runtime import (
     App,
     CallEstimator,
@@ -21,7 +21,7 @@ from qosched.graph.zoo import bert, mlp, resnet
 from qosched.hardware import gpu
 
 
-class AdmitAll:
+class AdmitAll(SharingPolicy):
     """Starts every waiting launch at once."""
 
     name = "admit-all"
@@ -30,7 +30,7 @@ class AdmitAll:
         return Admission(start=view.waiting)
 
 
-class HoldLowWhileHighRuns:
+class HoldLowWhileHighRuns(SharingPolicy):
     """High-priority launches start at once; a priority-0 launch starts only while no
     higher-priority launch runs or waits."""
 
@@ -43,14 +43,14 @@ class HoldLowWhileHighRuns:
         return Admission(start=tuple(high) + (() if busy else tuple(low)))
 
 
-class NeverStart:
+class NeverStart(SharingPolicy):
     name = "never"
 
     def decide(self, view: GpuView) -> Admission:
         return Admission()
 
 
-class StartsAStranger:
+class StartsAStranger(SharingPolicy):
     name = "stranger"
 
     def decide(self, view: GpuView) -> Admission:
@@ -60,7 +60,7 @@ class StartsAStranger:
         return Admission(start=(type(w)(w.app, w.priority, w.request, w.index + 7, w.kernel, 0.0),))
 
 
-class WaitThenAdmit:
+class WaitThenAdmit(SharingPolicy):
     """Holds every launch until 20 ms after it first sees one, by asking to be woken."""
 
     name = "wait-then-admit"
@@ -212,6 +212,16 @@ def test_bad_applications_are_refused():
         App("a", -1, model, ())
     with pytest.raises(InputError, match="unique"):
         run_apps([App("a", 0, model, ()), App("a", 1, model, ())], AdmitAll())
+
+
+def test_a_policy_that_is_not_a_sharing_policy_is_refused_before_anything_runs():
+    class DecidesOnly:  # has a decide, but the runtime calls every hook of SharingPolicy
+        def decide(self, view: GpuView) -> Admission:
+            return Admission(start=view.waiting)
+
+    model, (x,) = mlp(batch=2, device="cpu")
+    with pytest.raises(TypeError, match=r"must subclass .*SharingPolicy, got DecidesOnly"):
+        run_apps([App("a", 0, model, ((x,),))], DecidesOnly())  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from qosched.core.errors import InputError, SimulationError
 from qosched.gpushare.interference import FairShare, max_min_fair
 from qosched.gpushare.policies import create_policy, policy_names
-from qosched.gpushare.policy import Admission
+from qosched.gpushare.policy import Admission, SharingPolicy
 from qosched.gpushare.simulator import (
     MAX_LAUNCHES,
     AppWorkload,
@@ -19,7 +19,7 @@ from qosched.gpushare.simulator import (
 )
 
 
-class StartAll:
+class StartAll(SharingPolicy):
     name = "start-all"
 
     def __init__(self, stream_priorities=True):
@@ -76,6 +76,50 @@ def test_equal_priority_kernels_started_together_split_the_sms():
     result = one_request(a, b, policy=StartAll(stream_priorities=False))
     assert result.app("a").latencies_s[0] == pytest.approx(2.0)
     assert result.app("b").latencies_s[0] == pytest.approx(2.0)
+
+
+class DecidesOnly(SharingPolicy):
+    """Implements only the abstract ``decide``: both hooks keep their defaults."""
+
+    name = "decides-only"
+
+    def decide(self, view):
+        return Admission(start=view.waiting)
+
+
+class NotASharingPolicy:
+    """Has a ``decide`` but does not subclass SharingPolicy."""
+
+    name = "not-a-sharing-policy"
+
+    def decide(self, view):
+        return Admission(start=view.waiting)
+
+
+def test_a_policy_that_only_decides_runs_on_the_hooks_defaults():
+    policy = DecidesOnly()
+    assert policy.setup(()) is None and policy.stream_priorities is True
+    # Streams of each app's priority (the default): the important kernel takes all 100 SMs and
+    # ends at 1; the other gets them then and ends at 2 (on equal streams both would end at 2).
+    a = AppWorkload("a", 1, (kernel(sms=100, time_s=1.0),))
+    b = AppWorkload("b", 0, (kernel(sms=100, time_s=1.0),))
+    result = one_request(a, b, policy=policy)
+    assert result.app("a").latencies_s[0] == pytest.approx(1.0)
+    assert result.app("b").latencies_s[0] == pytest.approx(2.0)
+
+
+def test_the_simulator_refuses_a_policy_that_is_not_a_sharing_policy():
+    app = AppWorkload("a", 0, (kernel(),))
+    with pytest.raises(TypeError, match=r"must subclass .*SharingPolicy, got NotASharingPolicy"):
+        one_request(app, policy=NotASharingPolicy())
+
+
+def test_a_sharing_policy_must_implement_decide():
+    class NoDecide(SharingPolicy):
+        name = "no-decide"
+
+    with pytest.raises(TypeError, match=r"abstract method '?decide"):
+        NoDecide()
 
 
 class HoldUntil(StartAll):
@@ -186,7 +230,7 @@ def test_sm_targets_serve_the_important_level_first_then_share_proportionally():
     assert sm_targets([60, 60, 40], [2, 1, 1], 100) == pytest.approx([60, 24, 16])
 
 
-class Rogue:
+class Rogue(SharingPolicy):
     name = "rogue"
 
     def decide(self, view):
@@ -257,7 +301,7 @@ def test_a_long_run_reports_its_progress():
     assert [name for name, _ in named] == ["a"] * len(seen)
 
 
-class Watcher:
+class Watcher(SharingPolicy):
     """Starts every waiting kernel and keeps what it was told: at setup, and in each launch."""
 
     name = "watcher"

@@ -8,9 +8,10 @@ from gpushare_sim_helpers import TOY, kernel
 from bench_scripts import load_bench_script
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
-from qosched.gpushare.judge import AppOutcome, judge_mix
+from qosched.gpushare.judge import AppOutcome
+from qosched.gpushare.mixes import judge_mix
 from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES, FgGR
-from qosched.gpushare.policy import Admission, AppInfo
+from qosched.gpushare.policy import Admission, AppInfo, SharingPolicy
 from qosched.gpushare.simulator import AppWorkload, app_infos, simulate
 from qosched.gpushare.whatif import (
     Prediction,
@@ -362,7 +363,7 @@ def test_candidates_span_strict_to_free():
     assert free_equal.admit == "all" and free_equal.stream_priorities is False
 
 
-class Watcher:
+class Watcher(SharingPolicy):
     """Starts every waiting kernel; keeps the kernel times it is told at setup."""
 
     name = "watcher"

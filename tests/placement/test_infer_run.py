@@ -40,7 +40,8 @@ def _spec(tmp_path, tenants=({"name": "a", "model": "mlp"},), machine=CORE_SETS)
 @pytest.mark.parametrize(
     ("machine", "field", "message"),
     [
-        ({"platform": "tpu"}, "machine.platform", "known: cpu-sets, cuda, roofline"),
+        ({"platform": "tpu"}, "machine.platform", "known platforms: roofline, cpu-sets, cuda"),
+        ({"platform": 3}, "machine.platform", "unknown platform 3: expected a name"),
         ({"platform": "cpu-sets", "cpu": [0]}, "machine.gpu", "missing"),
         ({"platform": "cpu-sets", "cpu": [0, 1], "gpu": [1]}, "machine.gpu", "disjoint"),
         ({"platform": "cpu-sets", "cpu": [], "gpu": [1]}, "machine.cpu", "non-empty list"),

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from qosched.core.errors import InputError
+from qosched.core.trace import Span
 from qosched.placement.calibrate import (
     Calibration,
     calibrated,
@@ -17,7 +18,6 @@ from qosched.placement.calibrate import (
     write_calibration,
 )
 from qosched.placement.ir import Problem, TenantGraph
-from qosched.report.trace import Span
 
 MACHINE = {"platform": "cpu-sets", "cpu": [0], "gpu": [1]}
 

@@ -10,6 +10,7 @@ import pytest
 from placement_helpers import random_problem
 
 from qosched.core.errors import InputError
+from qosched.core.trace import Span
 from qosched.placement.ir import Problem, TenantGraph, evaluate
 from qosched.placement.replay import (
     MessageSample,
@@ -18,7 +19,6 @@ from qosched.placement.replay import (
     message_samples,
     replay,
 )
-from qosched.report.trace import Span
 
 
 def one(name="a", cpu=(1.0,), gpu=(1.0,), cut=(), **kw):

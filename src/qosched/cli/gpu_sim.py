@@ -39,11 +39,11 @@ def add_gpu_sim(commands: argparse._SubParsersAction) -> None:
 
 def run_sim(args: argparse.Namespace) -> int:
     # Imported here, not at parse time: `qosched gpu --help` must stay fast.
+    from qosched.core.trace import write_chrome_trace
     from qosched.gpushare.apps import load_apps_spec, resolved_goals, workloads
     from qosched.gpushare.judge import outcomes
     from qosched.gpushare.simulator import alone_results, compare, simulate
     from qosched.hardware import gpu
-    from qosched.report.trace import write_chrome_trace
 
     output_file(args.trace, "--trace")
     spec = load_apps_spec(args.spec)

@@ -27,6 +27,7 @@ from rich.text import Text
 from qosched.cli.outputs import image_file, output_file
 from qosched.cli.progress import progress_display
 from qosched.core.errors import InputError
+from qosched.core.trace import write_chrome_trace
 from qosched.placement.calibrate import measure_unit_times, write_calibration
 from qosched.placement.infer import (
     InferReport,
@@ -42,7 +43,6 @@ from qosched.placement.planfile import plan_to_dict, write_plan
 from qosched.placement.runtime import MAX_DEPTH, MAX_ROUNDS, run
 from qosched.placement.spec import InferenceSpec, load_inference_spec
 from qosched.report.placement_plots import plot_plan
-from qosched.report.trace import write_chrome_trace
 
 
 def run_plan(args: argparse.Namespace) -> int:

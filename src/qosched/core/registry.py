@@ -1,4 +1,5 @@
-"""Name -> constructor registries for plug-ins (cluster policies, GPU-sharing policies).
+"""Name -> class registries for plug-ins, one per level: cluster policies, GPU-sharing policies,
+placement platforms.
 
 Built-ins register with a class decorator when their module is imported. Other packages add
 classes through entry points (``importlib.metadata``): the group a registry names, one entry
@@ -40,12 +41,22 @@ class PluginGroup:
 class Registry(Generic[T]):
     """Classes registered by name with a decorator, and those of ``plugins``' entry points; a
     duplicate built-in name raises ValueError, an unknown name an InputError listing the known
-    ones. ``what`` names the kind in messages."""
+    ones. ``what`` names the kind in messages, ``plural`` several of them; ``field`` is the
+    input field an unknown name is reported on."""
 
-    def __init__(self, what: str, plugins: PluginGroup | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        plugins: PluginGroup | None = None,
+        *,
+        plural: str = "policies",
+        field: str = "policy",
+    ) -> None:
         self.what = what
         self.plugins = plugins
-        self._factories: dict[str, Callable[..., T]] = {}
+        self.plural = plural
+        self.field = field
+        self._factories: dict[str, type[T]] = {}
         self._broken: dict[str, str] = {}  # plug-in name -> why it was left out
         self._loaded = plugins is None
 
@@ -68,19 +79,24 @@ class Registry(Generic[T]):
 
     def create(self, name: str, **options: Any) -> T:
         """A new instance by registered name."""
+        return self.get(name)(**options)
+
+    def get(self, name: str, source: str | None = None) -> type[T]:
+        """The class registered as ``name``, for a level whose classes are built otherwise than
+        by calling them; an unknown name is an InputError on ``field`` of ``source``."""
         self._load_plugins()
         try:
-            factory = self._factories[name]
+            return self._factories[name]
         except KeyError:
             if name in self._broken:
-                raise InputError(self._broken[name], field="policy") from None
+                raise InputError(self._broken[name], source=source, field=self.field) from None
             broken = f"; plug-ins left out: {', '.join(self._broken)}" if self._broken else ""
             raise InputError(
-                f"unknown {self.what} {name!r}; known policies: {', '.join(self._factories)}"
-                + broken,
-                field="policy",
+                f"unknown {self.what} {name!r}; known {self.plural}: "
+                f"{', '.join(self._factories)}{broken}",
+                source=source,
+                field=self.field,
             ) from None
-        return factory(**options)
 
     def _load_plugins(self) -> None:
         # Not at construction: a plug-in's module may import the module that builds this

@@ -1,7 +1,9 @@
 """Judging policies by goals: which apps met theirs, and the rules qosched's policy must keep.
 
-Called by ``gpu sim``/``gpu run`` (per app: goal, measured, met), by the benches and by the
-tests, on comparisons of each app shared against itself alone (``simulator.compare``).
+Called by ``gpu sim``/``gpu run`` (per app: goal, measured, met), by the what-if of ``fggr``, by
+the benches and by the tests, on comparisons of each app shared against itself alone
+(``simulator.compare``). Pure judgement: running a mix under every registered policy is
+``gpushare.mixes``, above the policies (which judge their own what-ifs with this module).
 
 The rules, for one mix run under every registered policy (:func:`rule_violations`):
 
@@ -18,20 +20,11 @@ The rules, for one mix run under every registered policy (:func:`rule_violations
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from qosched.gpushare.goals import Goal, Measured, goal_met, measured_value
-from qosched.gpushare.policy import SharingPolicy
-from qosched.gpushare.simulator import (
-    AppComparison,
-    AppWorkload,
-    alone_results,
-    app_infos,
-    compare,
-    simulate,
-)
-from qosched.hardware import Processor
+from qosched.gpushare.simulator import AppComparison
 
 #: Throughput within this share of the reference counts as "at least as much" in (b) and (c).
 TOLERANCE = 0.05
@@ -158,36 +151,3 @@ def rule_violations(
                 broken.append(f"(c) {app.name} gets throughput {got:.3f}x under {policy}, "
                               f"{base:.3f}x under naive, which meets every goal")  # fmt: skip
     return broken
-
-
-def judge_mix(
-    gpu: Processor,
-    apps: Sequence[AppWorkload],
-    *,
-    duration_s: float,
-    seed: int = 0,
-    policies: Sequence[str] | None = None,
-    options: Mapping[str, Mapping[str, object]] | None = None,
-    more: Mapping[str, Callable[[], SharingPolicy]] | None = None,
-    told: Sequence[AppWorkload] | None = None,
-) -> dict[str, tuple[AppOutcome, ...]]:
-    """Simulate the mix under each policy (default: every registered one) and judge every app
-    against its goal (stated, or the default for its priority). ``options``: constructor
-    options by policy name (e.g. ``{"fggr": {"calibrate": True}}``); ``more``: policies made
-    by the caller, by the label they are reported under, judged after those (against the same
-    runs alone). ``told``: what every policy is told of the apps, where that is not what runs
-    (`simulator.simulate`)."""
-    from qosched.gpushare.policies import create_policy, policy_names
-
-    goals = {info.name: info.goal for info in app_infos(apps)}
-    times = {app.name: app.request_time_s for app in apps}
-    alone = alone_results(gpu, apps, duration_s=duration_s, seed=seed)
-    makers = {
-        name: lambda name=name: create_policy(name, **(options or {}).get(name, {}))
-        for name in policies or policy_names()
-    }
-    result = {}
-    for label, make in {**makers, **(more or {})}.items():
-        shared = simulate(gpu, apps, make(), duration_s=duration_s, seed=seed, told=told)
-        result[label] = outcomes(compare(shared, alone, times), goals)
-    return result

@@ -25,7 +25,7 @@ from qosched.gpushare.simulator import AppComparison
 from qosched.graph.capture import load_model
 
 
-class _Alone:
+class _Alone(SharingPolicy):
     """Every launch starts at once: the reference run of one application by itself."""
 
     name = "alone"

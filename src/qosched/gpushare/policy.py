@@ -7,9 +7,10 @@ Policies never see which of the two is asking.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar
 
 from qosched.core.errors import InputError
 from qosched.gpushare.goals import Goal
@@ -96,37 +97,42 @@ class Admission:
     wake_at_s: float | None = None
 
 
-class SharingPolicy(Protocol):
-    """Decides kernel admission on one shared GPU.
+class SharingPolicy(ABC):
+    """Base class of GPU-sharing policies: decides kernel admission on one shared GPU. A policy
+    implements ``decide`` and overrides the hooks it needs; the backends call every hook.
 
-    ``decide`` is called after every kernel arrival or completion and at requested wake-ups. It must
-    not mutate the view, may keep its own state between calls (budgets, slices, counters), and must
-    only return launches from ``view.waiting``.
-
-    Optional: an attribute ``stream_priorities`` (default True when absent), read once after
-    ``setup``. True means the backend runs each application on a CUDA stream of its priority, so
-    the block scheduler hands free SMs to important kernels first; False means equal-priority
-    streams (as under MPS).
-
-    Optional: a method ``setup(apps: tuple[AppInfo, ...])``, called once by the backend before the
-    first ``decide``, with every application of the run (its goal among them, and its request's
-    kernels where the backend knows them). A policy without it learns what it needs from the
-    launches it is offered.
+    A backend calls :meth:`setup` once before the run, reads :attr:`stream_priorities` once
+    after it, then calls :meth:`decide` after every kernel arrival or completion and at
+    requested wake-ups.
     """
 
-    name: str
+    name: ClassVar[str]
 
-    def decide(self, view: GpuView) -> Admission: ...
+    #: Read once, after ``setup``. True: the backend runs each application on a CUDA stream of
+    #: its priority, so the block scheduler hands free SMs to important kernels first. False:
+    #: equal-priority streams (as under MPS). A policy may set it per instance in ``setup``.
+    stream_priorities: bool = True
+
+    def setup(self, apps: Sequence[AppInfo]) -> None:
+        """Called once by the backend before the first ``decide``, with every application of the
+        run (its goal among them, and its request's kernels where the backend knows them).
+
+        The default does nothing: the policy learns what it needs from the launches it is
+        offered."""
+        return None
+
+    @abstractmethod
+    def decide(self, view: GpuView) -> Admission:
+        """Which of ``view.waiting`` start now. It must not mutate the view, may keep its own
+        state between calls (budgets, slices, counters), and must only return launches from
+        ``view.waiting``."""
 
 
-def uses_stream_priorities(policy: SharingPolicy) -> bool:
-    """The policy's optional ``stream_priorities``: True when it does not say."""
-    return bool(getattr(policy, "stream_priorities", True))
-
-
-def set_up(policy: SharingPolicy, apps: tuple[AppInfo, ...]) -> None:
-    """Hand the run's applications to the policy's optional ``setup``, once, before its first
-    ``decide``; a policy without one is left alone."""
-    setup = getattr(policy, "setup", None)
-    if setup is not None:
-        setup(apps)
+def check_policy(policy: object) -> SharingPolicy:
+    """``policy`` itself, or TypeError: a backend's check of what it is handed."""
+    if not isinstance(policy, SharingPolicy):
+        raise TypeError(
+            f"a GPU-sharing policy must subclass qosched.gpushare.policy.SharingPolicy, "
+            f"got {type(policy).__name__}"
+        )
+    return policy

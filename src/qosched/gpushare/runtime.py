@@ -38,6 +38,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from qosched.core.errors import InputError, SimulationError
+from qosched.core.trace import Span, write_chrome_trace
 from qosched.gpushare.estimate import DTYPES, estimate_operator, operator_dtype
 from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.kernel import Kernel
@@ -48,13 +49,11 @@ from qosched.gpushare.policy import (
     Launch,
     Running,
     SharingPolicy,
-    set_up,
-    uses_stream_priorities,
+    check_policy,
 )
 from qosched.graph.capture import operator_flops, operator_kind, tensor_meta
 from qosched.graph.ir import ELEMENTWISE, Operator
 from qosched.hardware import GPUS, Processor, gpu
-from qosched.report.trace import Span, write_chrome_trace
 
 # ---- applications and results ------------------------------------------------------------
 
@@ -567,6 +566,7 @@ def run_apps(
     Raises SimulationError (naming the policy and the time) when the policy breaks the protocol
     or leaves launches waiting forever, and re-raises an application's own error.
     """
+    check_policy(policy)
     if not apps:
         raise InputError("run_apps needs at least one application")
     names = [a.name for a in apps]
@@ -581,12 +581,12 @@ def run_apps(
     elif estimator.gpu != processor:
         raise InputError(f"estimator is for {estimator.gpu.name}, the run for {processor.name}")
     top = max(a.priority for a in apps)
-    set_up(policy, tuple(AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top),
+    policy.setup(tuple(AppInfo(a.name, a.priority, a.goal or default_goal(a.priority, top),
                                  kernels=a.kernels, gpu=processor if a.kernels else None)
                          for a in apps))  # fmt: skip
     # A policy may ask for equal-priority streams (``stream_priorities = False``, as under MPS),
     # once it is set up.
-    prioritised = uses_stream_priorities(policy)
+    prioritised = policy.stream_priorities
     streams = {
         a.name: device.stream(a, high_priority=prioritised and a.priority == top and a.priority > 0)
         for a in apps

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qosched.core.errors import InputError, SimulationError
+from qosched.core.trace import Span
 from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.interference import bandwidth_share, max_min_fair, wave_time_s
 from qosched.gpushare.kernel import Kernel
@@ -53,11 +54,9 @@ from qosched.gpushare.policy import (
     Launch,
     Running,
     SharingPolicy,
-    set_up,
-    uses_stream_priorities,
+    check_policy,
 )
 from qosched.hardware import Processor
-from qosched.report.trace import Span
 from qosched.sim.engine import Engine
 
 _EPS = 1e-12
@@ -298,7 +297,7 @@ class _Simulation:
             )
         self.gpu = gpu
         self.sm_count = gpu.sm_count
-        self.policy = policy
+        self.policy = check_policy(policy)
         self.duration_s = duration_s
         self.stop_s = duration_s * drain_factor
         self.seed = seed
@@ -335,9 +334,9 @@ class _Simulation:
 
     def run(self) -> SimulatedRun:
         started = time.perf_counter()
-        set_up(self.policy, app_infos([a.told for a in self.apps], self.gpu, self.duration_s))
+        self.policy.setup(app_infos([a.told for a in self.apps], self.gpu, self.duration_s))
         # After setup: a policy may choose its streams from what it was told of the apps.
-        self.stream_priorities = uses_stream_priorities(self.policy)
+        self.stream_priorities = self.policy.stream_priorities
         engine = self.engine
         for app in self.apps:
             if app.spec.poisson_rps is None:
@@ -686,11 +685,10 @@ def simulate(
     ).run()
 
 
-class _Alone:
+class _Alone(SharingPolicy):
     """Running alone leaves nothing to decide: every ready kernel starts."""
 
     name = "alone"
-    stream_priorities = True
 
     def decide(self, view: GpuView) -> Admission:
         return Admission(start=view.waiting)

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qosched.core.errors import InputError
+from qosched.core.trace import Span
 from qosched.placement.ir import PROCESSORS, Problem, TenantGraph
-from qosched.report.trace import Span
 
 FORMAT = "qosched-placement-calibration"
 VERSION = 1

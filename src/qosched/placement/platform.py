@@ -1,7 +1,8 @@
 """Where the two placement processors ("cpu" and "gpu") really are, and how work is pinned there.
 
 A spec's ``machine`` mapping names a platform (``platform:``, default ``roofline``); each is a
-registered constructor (``@register_platform``) that validates its own keys:
+registered class (``@register_platform``, the ``core.registry`` of this level; other packages
+add theirs by entry point, docs/plugins.md) whose ``parse`` validates its own keys:
 
 - ``roofline``: ``{gpu: T4, link: PCIe3-x16, gpu_calibration: 1.0, cpu_costs: measured}``: a
   catalog GPU that need not exist here. GPU unit costs are roofline estimates
@@ -24,16 +25,19 @@ its torch device, and the key its measured costs are cached under.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from qosched.core.errors import InputError
+from qosched.core.registry import PluginGroup, Registry
 from qosched.core.third_party import ignore_library_notices
 from qosched.hardware import catalog
 from qosched.hardware.measure import cpu_model_name
@@ -61,38 +65,57 @@ class PinnedProcessor:
         return f"cpu|{cpu_model_name()}|{len(self.cores)} threads"
 
 
-class Platform(Protocol):
-    """A ``machine`` of a spec. ``runnable`` says whether plans can run (and costs be
-    measured); ``pinned_processors`` is called only then and returns the cpu processor and the
-    gpu processor."""
+class Platform(ABC):
+    """Base class of platforms: a ``machine`` of a spec. ``runnable`` says whether plans can run
+    (and costs be measured); ``pinned_processors`` is called only then and returns the cpu
+    processor and the gpu processor."""
 
-    name: str
-    runnable: bool
+    name: ClassVar[str]
+    runnable: ClassVar[bool] = False
 
+    @classmethod
+    @abstractmethod
+    def parse(cls, machine: Mapping[str, Any], source: str) -> Platform:
+        """The platform of a spec's ``machine`` mapping (its ``platform`` key names this class);
+        InputError naming the field of ``source`` otherwise."""
+
+    @abstractmethod
     def pinned_processors(self) -> tuple[PinnedProcessor, PinnedProcessor]: ...
 
-    def to_dict(self) -> dict[str, Any]: ...
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """The ``machine`` mapping that ``parse`` reads back into this platform."""
 
+    @abstractmethod
     def describe(self) -> str: ...
 
 
-_PLATFORMS: dict[str, Callable[[Mapping[str, Any], str], Platform]] = {}
+def _conforms(cls: type) -> bool:
+    # Plans are costed two ways: by roofline on a catalog GPU, or measured where they run; a
+    # platform that is neither has no costs.
+    return (
+        issubclass(cls, Platform)
+        and not inspect.isabstract(cls)
+        and (cls.runnable or issubclass(cls, RooflinePlatform))
+    )
 
 
-def register_platform(name: str) -> Callable[[type], type]:
-    """Class decorator: ``cls.parse(mapping, source)`` builds the platform ``name``."""
+#: Other packages add platforms under this entry-point group (docs/plugins.md).
+PLUGINS = PluginGroup(
+    "qosched.platforms",
+    _conforms,
+    "a subclass of qosched.placement.platform.Platform that implements parse, "
+    "pinned_processors, to_dict and describe, and is runnable or a RooflinePlatform",
+)
+_PLATFORMS: Registry[Platform] = Registry(
+    "platform", PLUGINS, plural="platforms", field="machine.platform"
+)
+#: Class decorator: make a platform a spec's ``machine.platform`` can name. A duplicate raises.
+register_platform = _PLATFORMS.register
 
-    def add(cls: type) -> type:
-        if name in _PLATFORMS:
-            raise ValueError(f"platform {name!r} is already registered")
-        _PLATFORMS[name] = cls.parse  # type: ignore[attr-defined]
-        return cls
 
-    return add
-
-
-def platform_names() -> list[str]:
-    return sorted(_PLATFORMS)
+def platform_names() -> tuple[str, ...]:
+    return _PLATFORMS.names()
 
 
 def parse_platform(machine: Any, source: str | Path = "<spec>") -> Platform:
@@ -102,13 +125,11 @@ def parse_platform(machine: Any, source: str | Path = "<spec>") -> Platform:
             f"expected a mapping, got {type(machine).__name__}", source=source, field="machine"
         )
     name = machine.get("platform", "roofline")
-    if not isinstance(name, str) or name not in _PLATFORMS:
+    if not isinstance(name, str):
         raise InputError(
-            f"unknown platform {name!r} (known: {', '.join(platform_names())})",
-            source=source,
-            field="machine.platform",
+            f"unknown platform {name!r}: expected a name", source=source, field="machine.platform"
         )
-    return _PLATFORMS[name](machine, str(source))
+    return _PLATFORMS.get(name, str(source)).parse(machine, str(source))
 
 
 def _keys(machine: Mapping[str, Any], allowed: tuple[str, ...], source: str, name: str) -> None:
@@ -151,12 +172,11 @@ def check_available(cores: tuple[int, ...], field: str) -> None:
 
 @register_platform("roofline")
 @dataclass(frozen=True)
-class RooflinePlatform:
+class RooflinePlatform(Platform):
     gpu: str
     link: str
     gpu_calibration: float = 1.0
     cpu_costs: str = "measured"
-    name: ClassVar[str] = "roofline"
     runnable: ClassVar[bool] = False
 
     @classmethod
@@ -205,10 +225,9 @@ class RooflinePlatform:
 
 @register_platform("cpu-sets")
 @dataclass(frozen=True)
-class CoreSetsPlatform:
+class CoreSetsPlatform(Platform):
     cpu: tuple[int, ...]
     gpu: tuple[int, ...]
-    name: ClassVar[str] = "cpu-sets"
     runnable: ClassVar[bool] = True
 
     @classmethod
@@ -242,11 +261,10 @@ class CoreSetsPlatform:
 
 @register_platform("cuda")
 @dataclass(frozen=True)
-class CudaPlatform:
+class CudaPlatform(Platform):
     cpu: tuple[int, ...] | None = None
     gpu: int = 0
     gpu_host: tuple[int, ...] | None = None
-    name: ClassVar[str] = "cuda"
     runnable: ClassVar[bool] = True
 
     @classmethod

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from qosched.core.errors import InputError
+from qosched.core.trace import Span
 from qosched.placement.ir import PROCESSORS, Problem, TenantGraph, check_assignment, segments
-from qosched.report.trace import Span
 from qosched.sim.engine import Engine, Event
 
 

@@ -49,10 +49,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from qosched.core.errors import InputError, QoschedError
+from qosched.core.trace import Span
 from qosched.placement.ir import segments
 from qosched.placement.platform import PinnedProcessor, pin, process_context
 from qosched.placement.program import UnitProgram, load_program
-from qosched.report.trace import Span
 
 READY_TIMEOUT_S = 600.0
 RESULT_TIMEOUT_S = 600.0

@@ -11,7 +11,7 @@ from k8s_helpers import SCRIPT, job_set, scheduler
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.observe import OUTCOMES, Heartbeat, Metrics, serve
-from qosched.backends.kubernetes.scheduler import StepReport
+from qosched.backends.kubernetes.round_report import StepReport
 
 RESNET = {J.MODEL: "resnet50", J.BATCH_SIZE: "64"}
 

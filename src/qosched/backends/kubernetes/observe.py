@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -29,10 +28,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from qosched.backends.kubernetes.round_report import StepReport
 from qosched.cluster.admission import Admission
-
-if TYPE_CHECKING:
-    from qosched.backends.kubernetes.scheduler import StepReport
 
 
 class RoundOutcome(StrEnum):

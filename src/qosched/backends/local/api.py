@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
+from qosched.backends.local.metrics import Metrics
 from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
 from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import auth, page
@@ -192,15 +193,6 @@ class DashboardService(Service, Protocol):
         """``GET /usage``: ``{"t": now, "cpus": n, "jobs": {job id: {"cpus": cores held,
         "cpu_s": CPU seconds its live processes used so far}}}``."""
         ...
-
-
-@dataclass(frozen=True)
-class Metrics:
-    capacity_cpus: int
-    queued: int  # jobs waiting for CPUs (queued or preempted)
-    running: int
-    allocated_cpus: dict[str, int] = field(default_factory=dict)  # job id -> cores held now
-    outcomes: dict[str, int] = field(default_factory=dict)  # Outcome value -> finished jobs
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from qosched.backends.local.api import Metrics
 from qosched.backends.local.jobview import Outcome
+from qosched.backends.local.metrics import Metrics
 
 #: (name, help, ``Metrics`` attribute) of the service-wide gauges.
 GAUGES = (

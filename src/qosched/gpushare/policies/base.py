@@ -1,12 +1,13 @@
 """The registry of GPU-sharing policies, and small helpers they share.
 
-Every policy implements ``qosched.gpushare.policy.SharingPolicy``; the GPU simulator and the
-runtime construct one by name through :func:`create_policy` and call only ``decide``. A policy
-class may set ``stream_priorities = False`` to say its kernels all go to equal-priority streams
-(the hardware then does not favour important kernels when handing out SMs); the default is True.
+Every policy subclasses ``qosched.gpushare.policy.SharingPolicy``; the GPU simulator and the
+runtime construct one by name through :func:`create_policy`, call its ``setup`` once, read its
+``stream_priorities`` once, then call ``decide``.
 """
 
 from __future__ import annotations
+
+import inspect
 
 from qosched.core.registry import PluginGroup, Registry
 from qosched.gpushare.policy import GpuView, SharingPolicy
@@ -14,8 +15,8 @@ from qosched.gpushare.policy import GpuView, SharingPolicy
 #: Other packages add sharing policies under this entry-point group (docs/plugins.md).
 PLUGINS = PluginGroup(
     "qosched.sharing_policies",
-    lambda cls: callable(getattr(cls, "decide", None)),
-    "a class with a decide(view) method (qosched.gpushare.policy.SharingPolicy)",
+    lambda cls: issubclass(cls, SharingPolicy) and not inspect.isabstract(cls),
+    "a subclass of qosched.gpushare.policy.SharingPolicy that implements decide",
 )
 _POLICIES: Registry[SharingPolicy] = Registry("GPU-sharing policy", PLUGINS)
 #: Class decorator: make a policy constructible by name. A duplicate name raises.

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from qosched.core.errors import InputError
 from qosched.gpushare.policies.base import RequestTimes, register, top_priority
-from qosched.gpushare.policy import Admission, GpuView
+from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
 
 
 @register("exclusive")
-class Exclusive:
+class Exclusive(SharingPolicy):
     """One application at a time, for a whole request: the GPU goes to the most important
     waiting application (then the one ready first) and stays with it until its request ends."""
-
-    stream_priorities = True
 
     def __init__(self) -> None:
         self.owner: str | None = None
@@ -31,12 +29,10 @@ class Exclusive:
 
 
 @register("time-slicing")
-class TimeSlicing:
+class TimeSlicing(SharingPolicy):
     """Round-robin time slices, as the driver shares a GPU between processes: the owner's
     kernels run until its slice ends (a running kernel is not cut), then the next application
     with work gets a slice; an owner with nothing to run gives its slice up at once."""
-
-    stream_priorities = True
 
     def __init__(self, slice_s: float = 2e-3) -> None:
         if not slice_s > 0:
@@ -70,7 +66,7 @@ class TimeSlicing:
 
 
 @register("naive")
-class Naive:
+class Naive(SharingPolicy):
     """Every kernel starts at once on equal-priority streams, as under MPS: SMs and bandwidth
     are shared with no regard to priority."""
 
@@ -81,26 +77,22 @@ class Naive:
 
 
 @register("priority-streams")
-class PriorityStreams:
+class PriorityStreams(SharingPolicy):
     """Every kernel starts at once, each application on a stream of its priority: the block
     scheduler hands free SMs to important kernels first, but never pre-empts running blocks."""
-
-    stream_priorities = True
 
     def decide(self, view: GpuView) -> Admission:
         return Admission(start=view.waiting)
 
 
 @register("orion")
-class Orion:
+class Orion(SharingPolicy):
     """Orion's rule (EuroSys'24): high-priority kernels start at once; a best-effort kernel
     starts when no high-priority kernel is running or waiting, or else only if it needs fewer
     SMs than ``sm_threshold`` (a fraction of the GPU), its profile (compute/memory-bound)
     differs from every running high-priority kernel's, and the best-effort work in flight stays
     under ``dur_fraction`` of a high-priority request's duration alone (learned from the
     kernels the high-priority application issues)."""
-
-    stream_priorities = True
 
     def __init__(self, sm_threshold: float = 0.5, dur_fraction: float = 0.025) -> None:
         if not 0 < sm_threshold <= 1:

@@ -101,8 +101,6 @@ from qosched.gpushare.policy import (
     GpuView,
     Launch,
     SharingPolicy,
-    set_up,
-    uses_stream_priorities,
 )
 from qosched.gpushare.whatif import (
     Prediction,
@@ -319,10 +317,8 @@ _NO_KERNELS = _Kernels((), 0)
 
 
 @register("fggr")
-class FgGR:
+class FgGR(SharingPolicy):
     """Admission by goals: a kernel starts when every more important goal keeps its lag."""
-
-    stream_priorities = True
 
     def __init__(
         self,
@@ -427,8 +423,8 @@ class FgGR:
             self._apply({**self.options, **settings[name]})
             return
         self.delegate = create_policy(name)
-        set_up(self.delegate, apps)
-        self.stream_priorities = uses_stream_priorities(self.delegate)
+        self.delegate.setup(apps)
+        self.stream_priorities = self.delegate.stream_priorities
 
     def violations(self) -> dict[str, int]:
         """Requests of each latency-goal app that ended later than its target."""

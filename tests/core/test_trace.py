@@ -3,7 +3,7 @@ import json
 import pytest
 
 from qosched.core.errors import InputError
-from qosched.report.trace import Span, chrome_trace, write_chrome_trace
+from qosched.core.trace import Span, chrome_trace, write_chrome_trace
 
 
 def test_spans_become_complete_events_in_microseconds_on_named_tracks(tmp_path):
