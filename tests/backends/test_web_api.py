@@ -402,3 +402,54 @@ def test_methods_no_route_takes_are_answered_in_the_services_form(
         assert body == b"" and response.getheader("Allow") == "GET"
     else:
         assert json.loads(body)["error"]
+
+
+# --- the page's job table and log file -----------------------------------------------------------
+
+
+def test_jobs_with_a_query_are_one_page_of_the_table(running: Running) -> None:
+    for name in ("first", "second", "third"):
+        call(running, "POST", "/jobs", spec_text(name=name).encode(), bearer(running))
+    running.service.update("j-000002", state="running", cpus=[0])
+    status, _, body = call(running, "GET", "/jobs?limit=2&q=IR", headers=bearer(running))
+    assert status == 200
+    page = json.loads(body)
+    # "first" and "third" match; neither runs, so submission order.
+    assert [job["name"] for job in page["jobs"]] == ["first", "third"]
+    assert (page["total"], page["matched"], page["limit"]) == (3, 2, 2)
+    status, _, body = call(running, "GET", "/jobs?limit=1", headers=bearer(running))
+    assert [job["name"] for job in json.loads(body)["jobs"]] == ["second"]  # running first
+    # Without a query: every job, a list in submission order, as clients read it.
+    _, _, body = call(running, "GET", "/jobs", headers=bearer(running))
+    assert [job["name"] for job in json.loads(body)] == ["first", "second", "third"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("limit=0", "limit"), ("limit=501", "limit"), ("state=done", "state"), ("sort=x", "sort"),
+     ("order=up", "order"), ("offset=-1", "offset"), ("pages=2", "pages")],
+)  # fmt: skip
+def test_a_bad_job_table_query_is_a_400_naming_it(running: Running, query: str, field: str) -> None:
+    status, _, body = call(running, "GET", f"/jobs?{query}", headers=bearer(running))
+    answer = json.loads(body)
+    assert status == 400 and answer["field"] == field
+    assert field in answer["error"] or "expected" in answer["error"]
+
+
+def test_the_whole_log_downloads_as_a_file(running: Running) -> None:
+    call(running, "POST", "/jobs", spec_text().encode(), bearer(running))
+    text = "".join(f"line {n}\n" for n in range(100_000))  # 1.2 MB: more than one chunk
+    running.service.write_log("j-000001", text)
+    cookie, _ = sign_in(running)
+    status, response, body = call(running, "GET", "/jobs/j-000001/logs?download=1", None, cookie)
+    assert status == 200 and body.decode() == text
+    disposition = response.getheader("Content-Disposition")
+    assert disposition == 'attachment; filename="j-000001.log"'
+    assert response.getheader("Content-Length") is None  # streamed, not held whole
+
+
+@pytest.mark.parametrize("query", ["download=yes", "download=1&tail=5", "download=1&offset=0"])
+def test_a_download_takes_no_tail_or_offset(running: Running, query: str) -> None:
+    call(running, "POST", "/jobs", spec_text().encode(), bearer(running))
+    status, _, body = call(running, "GET", f"/jobs/j-000001/logs?{query}", None, bearer(running))
+    assert status == 400 and json.loads(body)["field"] == "download"

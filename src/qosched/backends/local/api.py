@@ -15,7 +15,12 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown``, ``POST /login-codes`` and
                             storing nothing -> ``{"outcome": "guaranteed" | "best-effort" |
                             "declined", "reason", "earliest_deadline_at",
                             "earliest_deadline_in_s"}`` (``Verdict``)
-``GET /jobs``               every job, in submission order
+``GET /jobs``               every job, in submission order; with any of ``?state=S[,S...]``
+                            (a state, ``active`` or ``finished``), ``q=TEXT`` (in the id or
+                            name), ``sort=COLUMN``, ``order=asc|desc``, ``offset=N``,
+                            ``limit=N`` (at most 500): one page of the table,
+                            ``{"jobs", "total", "matched", "offset", "limit", "sort", "order",
+                            "states"}`` (``qosched.backends.local.web.listing``)
 ``GET /jobs/{id}``          one job
 ``GET /jobs/{id}/detail``   one job with its allocation history, events and slack
 ``GET /jobs/{id}/logs``     its output as ``text/plain`` (all that is kept, streamed in chunks);
@@ -25,7 +30,9 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown``, ``POST /login-codes`` and
                             (``application/octet-stream``, at most M, default and most 1 MiB)
                             with headers ``X-Qosched-Log-Offset`` (where the next read starts)
                             and ``X-Qosched-Log-Complete`` (``true``: the job is finished and
-                            nothing more will be written), for following a log as it grows
+                            nothing more will be written), for following a log as it grows;
+                            ``?download=1``: all that is kept, as a file
+                            (``Content-Disposition: attachment; filename="{id}.log"``)
 ``DELETE /jobs/{id}``       cancel it -> the job
 ``GET /status``             the service: capacity, allocations, queue, outcomes (``ServiceStatus``)
 ``POST /shutdown``          ask the service to stop -> 202
@@ -83,7 +90,7 @@ from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.metrics import Metrics
 from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
 from qosched.backends.local.verdict import Verdict
-from qosched.backends.local.web import auth, page
+from qosched.backends.local.web import auth, listing, page
 from qosched.core.bounds import COUNT_LIMIT, check_count
 from qosched.core.errors import InputError, QoschedError
 
@@ -602,7 +609,12 @@ class _Handler:
         return _json_reply(self.server.service.status().to_json())
 
     def _list_jobs(self, args: list[str]) -> _Reply:
-        return _json_reply([job.to_json() for job in self.server.service.jobs()])
+        query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+        if not query:
+            return _json_reply([job.to_json() for job in self.server.service.jobs()])
+        # Validated before the service is asked: a bad query costs nothing.
+        asked = listing.JobQuery.from_query(query)
+        return _json_reply(listing.table(self.server.service.jobs(), asked))
 
     def _submit(self, args: list[str]) -> _Reply:
         job = self.server.service.submit(*self._spec())
@@ -631,6 +643,12 @@ class _Handler:
 
     def _logs(self, args: list[str]) -> _Reply:
         query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+        download = "download" in query
+        if download and (query["download"][-1] != "1" or "tail" in query or "offset" in query):
+            raise InputError(
+                "download=1 sends the whole log as a file: give it without tail or offset",
+                field="download",
+            )
         if "offset" in query:
             if "tail" in query:
                 raise InputError("give tail or offset, not both", field="tail")
@@ -655,7 +673,11 @@ class _Handler:
                 return chunk.data, chunk.offset
 
             # All that is kept of it, a chunk at a time: a log may be gigabytes.
-            return _Reply(HTTPStatus.OK, b"", "text/plain; charset=utf-8", stream=read)
+            headers = {}
+            if download:
+                name = "".join(c for c in job_id if c.isascii() and (c.isalnum() or c in "-_."))
+                headers["Content-Disposition"] = f'attachment; filename="{name or "job"}.log"'
+            return _Reply(HTTPStatus.OK, b"", "text/plain; charset=utf-8", headers, stream=read)
         tail = _query_count(query, "tail")
         limit = None
         if "limit" in query:  # the page's: a log of one endless line must not all come back
