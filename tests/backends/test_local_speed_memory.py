@@ -171,10 +171,11 @@ def test_a_version_1_database_gains_the_speeds_table(tmp_path) -> None:
         db.execute("DROP TABLE speeds")
         db.execute("DROP TABLE startups")
         db.execute("DROP TABLE spreads")
+        db.execute("DROP TABLE machine_use")
         db.execute("UPDATE schema_version SET version = 1")
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 4
+        assert store.schema_version == 5
         assert store.remembered_speeds("k") == ({}, None)
         assert store.remembered_startup("k") is None  # the start-ups table came with it
         assert store.remembered_spread("k") is None  # and the spreads table

@@ -367,7 +367,7 @@ def test_the_page_loads_nothing_from_elsewhere(running: Running) -> None:
         assert urls <= {b"http://www.w3.org/2000/svg"}, urls
 
 
-@pytest.mark.parametrize("path", ["/timeline", "/usage", "/jobs/j-000001/speed"])
+@pytest.mark.parametrize("path", ["/timeline", "/usage", "/usage/history", "/jobs/j-000001/speed"])
 def test_a_service_without_the_pages_views_answers_501(running: Running, path: str) -> None:
     assert call(running, "GET", path, headers=bearer(running))[0] == 501
 
@@ -382,6 +382,18 @@ def test_the_timeline_window_is_whole_seconds_up_to_a_year(
     # Checked before the view is asked (this fake has none: 501 once the window reads).
     got = call(running, "GET", f"/timeline?window={query}", headers=bearer(running))
     assert got[0] == status, got[2]
+
+
+@pytest.mark.parametrize(
+    ("query", "status"), [("0", 400), ("86401", 400), ("x", 400), ("86400", 501), ("60", 501)]
+)
+def test_the_machine_use_window_is_whole_seconds_up_to_a_day(
+    running: Running, query: str, status: int
+) -> None:
+    got = call(running, "GET", f"/usage/history?window={query}", headers=bearer(running))
+    assert got[0] == status, got[2]
+    if status == 400:
+        assert json.loads(got[2])["field"] == "window"
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,9 @@ carry ``X-CSRF-Token`` too, and ``POST /shutdown``, ``POST /login-codes`` and
                             only those of the last S seconds (whole, at most a year)
 ``GET /jobs/{id}/speed``    the job's speed against cores: measured and predicted
 ``GET /usage``              per job: cores held and CPU seconds its processes used
+``GET /usage/history``      machine use over the service's history: cores allocated and
+                            used, sampled every few seconds (``?window=S``: the last S
+                            seconds, at most a day, the default)
 ==========================  ===================================================================
 
 Errors are ``{"error": message}``: 400 bad input (with ``reason``, ``source``, ``line``,
@@ -86,6 +89,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from qosched.backends.local import machine_use
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.metrics import Metrics
 from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
@@ -106,6 +110,8 @@ _MAX_DRAIN_BYTES = 8 * MAX_BODY_BYTES
 MAX_LOG_CHUNK = 1 << 20
 #: The longest window ``GET /timeline?window=S`` takes: a year of seconds.
 MAX_TIMELINE_WINDOW_S = 366 * 86_400
+#: The longest window ``GET /usage/history?window=S`` takes: as long as samples are kept.
+MAX_USAGE_WINDOW_S = int(machine_use.KEEP_S)
 SOURCE_HEADER = "X-Qosched-Source"
 LOG_OFFSET_HEADER = "X-Qosched-Log-Offset"
 LOG_COMPLETE_HEADER = "X-Qosched-Log-Complete"
@@ -199,6 +205,12 @@ class DashboardService(Service, Protocol):
     def usage(self) -> dict[str, Any]:
         """``GET /usage``: ``{"t": now, "cpus": n, "jobs": {job id: {"cpus": cores held,
         "cpu_s": CPU seconds its live processes used so far}}}``."""
+        ...
+
+    def usage_history(self, window_s: float) -> dict[str, Any]:
+        """``GET /usage/history?window=S``: machine use over the last ``window_s`` seconds of
+        the service's history, ``{"now", "cpus", "every_s", "points": [[t, cores allocated,
+        cores' worth of CPU used or null], ...]}`` (``qosched.backends.local.machine_use``)."""
         ...
 
 
@@ -755,6 +767,13 @@ class _Handler:
     def _usage(self, args: list[str]) -> _Reply:
         return _json_reply(self._dashboard("usage"))
 
+    def _usage_history(self, args: list[str]) -> _Reply:
+        query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+        window = MAX_USAGE_WINDOW_S
+        if "window" in query:
+            window = _query_count(query, "window", minimum=1, maximum=MAX_USAGE_WINDOW_S)
+        return _json_reply(self._dashboard("usage_history", window))
+
     _ROUTES: tuple[tuple[tuple[str, ...], Mapping[str, Route]], ...] = (
         (("",), {"GET": _page}),
         (("login",), {"GET": _login}),
@@ -772,6 +791,7 @@ class _Handler:
         (("status",), {"GET": _status}),
         (("timeline",), {"GET": _timeline}),
         (("usage",), {"GET": _usage}),
+        (("usage", "history"), {"GET": _usage_history}),
         (("shutdown",), {"POST": _shutdown}),
     )
     # Open to anyone on this machine (still only under a loopback Host): health, metrics, the

@@ -83,6 +83,13 @@ from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.judge import judge
+from qosched.backends.local.machine_use import (
+    KEEP_S,
+    MAX_POINTS,
+    MAX_SAMPLES,
+    UseSampler,
+    thin,
+)
 from qosched.backends.local.process import (
     ExitWaiter,
     RunnerProcess,
@@ -324,6 +331,7 @@ class LocalService:
         self._popens: dict[int, subprocess.Popen] = {}  # our runners while memory is rebuilt
         self._next_decision = 0.0
         self._wake_at: float | None = None
+        self._use = UseSampler()  # machine use, sampled into the store by run()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -388,6 +396,7 @@ class LocalService:
                     self._stale = True
             else:
                 backoff = STORE_RETRY_S
+                self.record_use()
                 self.wait_for_exit(min(1.0, self.tick_s), stop)
                 continue
             stop.wait(backoff)
@@ -1760,18 +1769,46 @@ class LocalService:
         return views.job_speed(job_id, samples, events, predicted)
 
     def usage(self) -> dict[str, Any]:
+        now, held = self._cpu_use()
+        jobs = {job_id: {"cpus": cores, "cpu_s": cpu} for job_id, (cores, cpu) in held.items()}
+        return {"t": now, "cpus": len(self.cores), "jobs": jobs}
+
+    def _cpu_use(self) -> tuple[float, dict[str, tuple[int, float]]]:
+        """Now, and per job holding cores: how many, and the CPU seconds its processes used
+        (read from /proc outside the lock: the scheduling round does not wait on it)."""
         with self._lock:
             held = {
-                job_id: (live.cores, live.runner.pid if live.runner is not None else None)
+                job_id: (len(live.cores), live.runner.pid if live.runner is not None else None)
                 for job_id, live in self._live.items()
                 if live.cores
             }
             now = self.clock()
-        jobs = {
-            job_id: {"cpus": len(cores), "cpu_s": views.cpu_seconds(pid) if pid else 0.0}
+        return now, {
+            job_id: (cores, views.cpu_seconds(pid) if pid else 0.0)
             for job_id, (cores, pid) in held.items()
         }
-        return {"t": now, "cpus": len(self.cores), "jobs": jobs}
+
+    def record_use(self) -> None:
+        """Keep a sample of machine use in the store when one is due (every
+        ``machine_use.SAMPLE_S``); called by ``run`` after each round."""
+        with self._lock:
+            if not self._use.due(self.clock()):
+                return
+        now, held = self._cpu_use()
+        self.store.add_machine_use(self._use.sample(now, held), keep_s=KEEP_S, most=MAX_SAMPLES)
+
+    def usage_history(self, window_s: float) -> dict[str, Any]:
+        """``GET /usage/history``: the samples of the last ``window_s`` seconds, at most
+        ``MAX_POINTS`` of them (``machine_use.thin``)."""
+        with self._lock:
+            now = self.clock()
+        points = thin(self.store.machine_use(now - window_s), now - window_s, now, MAX_POINTS)
+        return {
+            "now": now,
+            "cpus": len(self.cores),
+            "every_s": self._use.every_s,
+            "points": [point.to_json() for point in points],
+        }
 
 
 def fit_counts(

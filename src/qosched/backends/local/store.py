@@ -9,6 +9,7 @@ of a call leaves that call's changes out entirely. Times are Unix seconds passed
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from qosched.backends.local.jobspec import TrainingJobSpec
+from qosched.backends.local.machine_use import UseSample
 from qosched.core.bounds import COUNT_LIMIT
 from qosched.core.errors import InputError, QoschedError
 
@@ -242,6 +244,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             job_id TEXT NOT NULL,
             t REAL NOT NULL
         )""",
+    ),
+    (
+        # Machine use over the service's history (qosched.backends.local.machine_use).
+        """CREATE TABLE machine_use (
+            seq INTEGER PRIMARY KEY,
+            t REAL NOT NULL,
+            allocated REAL NOT NULL CHECK (allocated >= 0),
+            used REAL CHECK (used >= 0)
+        )""",
+        """CREATE INDEX machine_use_t ON machine_use (t)""",
     ),
 )
 
@@ -589,6 +601,32 @@ class Store:
         with self._read() as db:
             row = db.execute("SELECT seconds FROM startups WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
+
+    def add_machine_use(self, sample: UseSample, *, keep_s: float, most: int) -> None:
+        """Keep one sample of machine use, and drop those older than ``keep_s`` before it and
+        all but the newest ``most``: the table stays bounded however long the service runs."""
+        if not (0 <= sample.allocated < COUNT_LIMIT and 0 <= (sample.used or 0.0) < COUNT_LIMIT):
+            raise InputError(f"no machine use {sample!r}", field="machine_use")
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO machine_use (t, allocated, used) VALUES (?, ?, ?)",
+                (sample.t, float(sample.allocated), sample.used),
+            )
+            db.execute("DELETE FROM machine_use WHERE t < ?", (sample.t - keep_s,))
+            db.execute(
+                "DELETE FROM machine_use WHERE seq <= "
+                "(SELECT seq FROM machine_use ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+                (most,),
+            )
+
+    def machine_use(self, since: float = -math.inf) -> tuple[UseSample, ...]:
+        """The samples kept from ``since`` on, in the order they were taken."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT t, allocated, used FROM machine_use WHERE t >= ? ORDER BY seq",
+                (since if math.isfinite(since) else -1e300,),
+            ).fetchall()
+        return tuple(UseSample(t, allocated, used) for t, allocated, used in rows)
 
     def add_event(
         self, job_id: str | None, t: float, kind: str, detail: Mapping[str, Any] | None = None
