@@ -41,6 +41,7 @@ MODULE_MARKS = {
 #: one service and one Chromium. Every other test is scheduled on its own.
 ONE_WORKER = {
     "tests/backends/test_web_browser.py": "browser",
+    "tests/backends/test_web_browser_jobs.py": "browser",
     "tests/graph/test_capture.py": "zoo",  # the session's zoo_graphs
     "tests/graph/test_passes.py": "zoo",
     "tests/gpushare/test_gpushare_estimate_models.py": "estimate_models",

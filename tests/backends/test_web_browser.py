@@ -451,6 +451,11 @@ class FakeDashboard(FakeService):
         held = {j.id: {"cpus": len(j.cpus), "cpu_s": 0.0} for j in self.jobs() if j.cpus}
         return {"t": self.clock(), "cpus": 4, "jobs": held}
 
+    def usage_history(self, window_s: float) -> dict[str, Any]:
+        now = self.clock()
+        allocated = sum(len(j.cpus) for j in self.jobs())
+        return {"now": now, "cpus": 4, "every_s": 5.0, "points": [[now, allocated, None]]}
+
 
 def test_the_timeline_marks_resizes_preemptions_restarts_and_ends(
     page: Any, tmp_path: Path

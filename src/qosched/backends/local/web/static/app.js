@@ -5,17 +5,50 @@
 
 const POLL_MS = 1000; // jobs, status, timeline, usage
 const DETAIL_POLL_MS = 2000; // the selected job's detail, speed and log
-const LOG_TAIL_LINES = 40;
-const TIMELINE_S = 3600; // the Gantt chart's longest span: the service sends only that much
+const LOG_TAIL_LINES = 200;
 const LOG_TAIL_BYTES = 64 * 1024; // of a job printing one endless line, only its end
-const USAGE_POINTS = 300; // seconds of machine use kept in the chart
+const PAGE_ROWS = 50; // jobs per page of the table
+const WINDOW_S = 3600; // the timeline's window unless the URL says otherwise: the last hour
+const MIN_WINDOW_S = 60, MAX_WINDOW_S = 7 * 86400;
+const USAGE_WINDOW_MAX_S = 86400; // the service keeps a day of machine use
 const FINAL = new Set(["succeeded", "failed", "cancelled", "declined"]);
 const SVG = "http://www.w3.org/2000/svg";
-const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-  "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+// Tick steps for the time axes, in seconds: the smallest that leaves room for each label.
+const TICK_STEPS = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+  86400];
 
 const csrf = document.querySelector('meta[name="qosched-csrf"]').content;
-const state = { selected: null, usage: [], lastCpu: null };
+// What the page shows is all in its URL's fragment (#job=j-000004&state=running&sort=name...),
+// so every view, a job's own included, has an address to bookmark or send.
+const state = { selected: null, lastCpu: null, firstDrawn: false, view: readView() };
+
+function readView() {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  const span = parseInt(hash.get("window"), 10);
+  return {
+    job: hash.get("job") || null,
+    state: hash.get("state") || "",
+    q: hash.get("q") || "",
+    sort: hash.get("sort") || "",
+    order: hash.get("order") === "desc" ? "desc" : "asc",
+    page: Math.max(parseInt(hash.get("page"), 10) || 1, 1),
+    window: span >= MIN_WINDOW_S && span <= MAX_WINDOW_S ? span : WINDOW_S,
+  };
+}
+
+function writeView() {
+  const view = state.view, hash = new URLSearchParams();
+  if (view.job) hash.set("job", view.job);
+  if (view.state) hash.set("state", view.state);
+  if (view.q) hash.set("q", view.q);
+  if (view.sort) hash.set("sort", view.sort);
+  if (view.sort && view.order === "desc") hash.set("order", "desc");
+  if (view.page > 1) hash.set("page", view.page);
+  if (view.window !== WINDOW_S) hash.set("window", view.window);
+  const text = hash.toString();
+  // replaceState: no history entry (and no hashchange) per keystroke in the filter.
+  history.replaceState(null, "", text ? `#${text}` : location.pathname);
+}
 
 // --- talking to the service ---------------------------------------------------------------------
 
@@ -77,8 +110,15 @@ function relative(at, now) {
   return at >= now ? `in ${duration(at - now)}` : `${duration(now - at)} ago`;
 }
 
+// Made once: toLocaleTimeString builds a formatter per call, which hundreds of bars and marks
+// each second made the slowest part of drawing the page.
+const CLOCK = new Intl.DateTimeFormat([], { hour: "2-digit", minute: "2-digit", second: "2-digit",
+  hourCycle: "h23" });
+const TICK_MINUTES = new Intl.DateTimeFormat([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+const TICK_DAY = new Intl.DateTimeFormat([], { month: "short", day: "numeric" });
+
 function clock(t) {
-  return new Date(t * 1000).toLocaleTimeString([], { hour12: false });
+  return CLOCK.format(new Date(t * 1000));
 }
 
 function cores(list) {
@@ -114,27 +154,69 @@ function outlook(job) {
   return ["on track", "good"];
 }
 
+// Hues a golden angle apart: jobs next to each other in submission order never look alike.
 function jobColor(jobId) {
   const number = parseInt(jobId.replace(/\D/g, ""), 10) || 0;
-  return PALETTE[number % PALETTE.length];
+  return `hsl(${Math.round((number * 137.508) % 360)}, 62%, 40%)`;
+}
+
+function held(job) {
+  const parts = [];
+  if (job.cpus.length) parts.push(`${job.cpus.length} ${job.cpus.length === 1 ? "core" : "cores"}`);
+  const gpus = job.gpus || [];
+  if (gpus.length) parts.push(`${gpus.length} ${gpus.length === 1 ? "GPU" : "GPUs"}`);
+  return parts.join(", ") || "-";
 }
 
 // --- jobs table ---------------------------------------------------------------------------------
 
-function renderJobs(jobs, now) {
+function jobsQuery() {
+  const view = state.view, query = new URLSearchParams();
+  if (view.state) query.set("state", view.state);
+  if (view.q.trim()) query.set("q", view.q.trim());
+  if (view.sort) query.set("sort", view.sort);
+  query.set("order", view.order);
+  query.set("offset", (view.page - 1) * PAGE_ROWS);
+  query.set("limit", PAGE_ROWS);
+  return query.toString();
+}
+
+function renderJobs(table, now) {
+  const { jobs, matched, total, offset, states } = table;
   const body = document.querySelector("#jobs tbody");
-  document.getElementById("no-jobs").hidden = jobs.length > 0;
+  document.getElementById("no-jobs").hidden = total > 0;
+  const last = Math.max(Math.ceil(matched / PAGE_ROWS), 1);
+  if (state.view.page > last) { // the filter left fewer pages: show the last one next time
+    state.view.page = last;
+    writeView();
+  }
+  document.getElementById("page-info").textContent = matched === 0
+    ? (total ? `none of ${total} match` : "")
+    : `${offset + 1}–${offset + jobs.length} of ${matched}` + (matched < total ? ` (${total} in all)` : "");
+  document.getElementById("page-previous").disabled = offset === 0;
+  document.getElementById("page-next").disabled = offset + jobs.length >= matched;
+  for (const option of document.querySelectorAll("#state-filter option")) {
+    const value = option.value, label = value || "all";
+    const count = value === "" ? total : value === "active"
+      ? ["queued", "profiling", "running", "preempted"].reduce((n, s) => n + states[s], 0)
+      : value === "finished" ? [...FINAL].reduce((n, s) => n + states[s], 0) : states[value];
+    option.textContent = `${label} (${count})`;
+  }
+  for (const th of document.querySelectorAll("#jobs th[data-sort]")) {
+    th.classList.toggle("sorted", th.dataset.sort === state.view.sort);
+    th.classList.toggle("desc", th.dataset.sort === state.view.sort && state.view.order === "desc");
+  }
   const rows = jobs.map((job) => {
     const done = job.iterations ? job.iterations_done / job.iterations : 0;
     const bar = el("div", { class: "bar" }, el("div", { class: "fill" }));
     bar.firstChild.style.width = `${Math.round(done * 100)}%`;
-    let predicted = "-";
-    if (job.finished_at != null) predicted = `finished ${relative(job.finished_at, now)}`;
+    let finish = "-", band = "";
+    if (job.finished_at != null) finish = relative(job.finished_at, now);
     else if (job.predicted_finish_at != null) {
-      predicted = relative(job.predicted_finish_at, now);
+      finish = `≈ ${relative(job.predicted_finish_at, now)}`;
       if (job.predicted_finish_band) {
         const [low, high] = job.predicted_finish_band;
-        predicted += ` (${duration(low - now)}–${duration(high - now)})`;
+        band = `predicted between ${clock(low)} and ${clock(high)}`;
       }
     }
     let deadline = relative(job.deadline_at, now);
@@ -146,18 +228,29 @@ function renderJobs(jobs, now) {
       onclick: (event) => { event.stopPropagation(); cancel(job.id); },
     }, "Cancel");
     const row = el("tr", { "data-job": job.id, class: job.id === state.selected ? "selected" : "" },
-      el("td", {}, job.id), el("td", {}, job.name),
+      el("td", { class: "id" }, job.id), el("td", { class: "name", title: job.name }, job.name),
       el("td", { class: `state ${job.state}` }, job.state),
       el("td", { class: "progress" }, bar, el("span", { class: "small" },
         ` ${job.iterations_done}/${job.iterations}`)),
-      el("td", { class: "cores" }, cores(job.cpus)), el("td", {}, cores(job.gpus || [])),
-      el("td", {}, deadline), el("td", {}, predicted),
+      el("td", { class: "cores", title: `cores ${cores(job.cpus)}` +
+        ((job.gpus || []).length ? `, GPUs ${cores(job.gpus)}` : "") }, held(job)),
+      el("td", { class: "deadline", title: clock(job.deadline_at) }, deadline),
+      el("td", { class: "finish", title: band }, finish),
       el("td", { class: `outlook ${tone}`, title: job.error || "" }, words),
-      el("td", {}, promise), el("td", {}, action));
+      el("td", { class: "promise" }, promise), el("td", {}, action));
     row.addEventListener("click", () => select(job.id));
     return row;
   });
   body.replaceChildren(...rows);
+}
+
+function sortBy(column) {
+  const view = state.view;
+  if (view.sort === column) view.order = view.order === "asc" ? "desc" : "asc";
+  else { view.sort = column; view.order = "asc"; }
+  view.page = 1;
+  writeView();
+  refresh();
 }
 
 async function cancel(jobId) {
@@ -171,15 +264,48 @@ async function cancel(jobId) {
 
 // --- timeline (Gantt) ---------------------------------------------------------------------------
 
+// Clock-time ticks over [start, end] at least `spacing` px apart on `width` px: at whole
+// minutes, hours... of local time.
+function timeTicks(start, end, width, spacing) {
+  const span = Math.max(end - start, 1);
+  const step = TICK_STEPS.find((s) => (span / s) * spacing <= width) || TICK_STEPS.at(-1);
+  const offset = new Date(start * 1000).getTimezoneOffset() * 60; // local time = UTC - offset
+  const ticks = [];
+  for (let t = Math.ceil((start - offset) / step) * step + offset; t <= end; t += step) {
+    const date = new Date(t * 1000);
+    let label = (step < 60 ? CLOCK : TICK_MINUTES).format(date);
+    if (step >= 86400 || (date.getHours() === 0 && date.getMinutes() === 0 && step >= 3600)) {
+      label = TICK_DAY.format(date); // midnight: the day
+    }
+    ticks.push([t, label]);
+  }
+  return ticks;
+}
+
+function drawTicks(chart, x, start, end, width, top, bottom) {
+  for (const [t, label] of timeTicks(start, end, width, 90)) {
+    chart.append(svg("line", { x1: x(t), x2: x(t), y1: top, y2: bottom, class: "tickline" }));
+    chart.append(svg("text", { x: x(t), y: bottom + 13, class: "axis tick", "text-anchor": "middle" },
+      label));
+  }
+}
+
+// The longest of a job's labels that fits `room` px (11 px text, about 6.6 px a character).
+function fittingLabel(job, name, room) {
+  const number = job.replace(/^j-0*/, "");
+  for (const label of [`${job} ${name}`, job, `#${number}`]) {
+    if (label.length * 6.6 + 6 <= room) return label;
+  }
+  return null;
+}
+
 function renderTimeline(data) {
   const host = document.getElementById("timeline");
   const rows = [...data.cpus.map((c) => ["cpu", c]), ...data.gpus.map((g) => ["gpu", g])];
-  const width = Math.max(host.clientWidth || 800, 400), left = 60, right = 10, rowHeight = 22;
-  const height = rows.length * rowHeight + 30;
-  // From the first allocation on (at least the last 20 s, at most TIMELINE_S).
-  const end = data.now;
-  const first = data.segments.reduce((t, s) => Math.min(t, s.from), end - 20);
-  const start = Math.max(end - TIMELINE_S, first);
+  const width = Math.max(host.clientWidth || 800, 400), left = 60, right = 12, rowHeight = 22;
+  const marksAt = rows.length * rowHeight + 14;
+  const height = marksAt + 24;
+  const end = data.now, start = end - state.view.window;
   const x = (t) => left + ((t - start) / Math.max(end - start, 1e-9)) * (width - left - right);
   const chart = svg("svg", { width, height, role: "img", "aria-label": "allocations over time" });
   rows.forEach(([kind, id], index) => {
@@ -187,13 +313,14 @@ function renderTimeline(data) {
     chart.append(svg("line", { x1: left, x2: width - right, y1: (index + 1) * rowHeight,
       y2: (index + 1) * rowHeight, class: "grid" }));
   });
+  drawTicks(chart, x, start, end, width - left - right, 0, marksAt + 6);
   const rowOf = new Map(rows.map(([kind, id], index) => [`${kind}${id}`, index]));
   const names = new Map(data.jobs.map((j) => [j.id, j.name]));
   for (const segment of data.segments) {
     if ((segment.until ?? end) < start) continue;
     const x0 = x(Math.max(segment.from, start)), x1 = x(segment.until ?? end);
-    const held = [...segment.cpus.map((c) => `cpu${c}`), ...(segment.gpus || []).map((g) => `gpu${g}`)];
-    for (const key of held) {
+    const units = [...segment.cpus.map((c) => `cpu${c}`), ...(segment.gpus || []).map((g) => `gpu${g}`)];
+    for (const key of units) {
       const index = rowOf.get(key);
       if (index === undefined) continue;
       const bar = svg("rect", { x: x0, y: index * rowHeight + 3, width: Math.max(x1 - x0, 1),
@@ -204,9 +331,10 @@ function renderTimeline(data) {
         (segment.until ? ` until ${clock(segment.until)}` : ", held now")));
       bar.addEventListener("click", () => select(segment.job));
       chart.append(bar);
-      if (x1 - x0 > 40) {
-        chart.append(svg("text", { x: x0 + 3, y: index * rowHeight + 15, class: "label" },
-          segment.job));
+      const label = fittingLabel(segment.job, names.get(segment.job) || "", x1 - x0);
+      if (label) {
+        chart.append(svg("text", { x: x0 + 3, y: index * rowHeight + 15, class: "label",
+          "data-job": segment.job }, label));
       }
     }
   }
@@ -215,22 +343,38 @@ function renderTimeline(data) {
   for (const mark of data.marks) {
     const symbol = symbols[mark.kind];
     if (!symbol || mark.t < start) continue;
-    const text = svg("text", { x: x(mark.t), y: rows.length * rowHeight + 14,
+    const text = svg("text", { x: x(mark.t), y: marksAt,
       class: `mark ${mark.kind}`, "text-anchor": "middle", fill: jobColor(mark.job) }, symbol);
     text.append(svg("title", {}, `${clock(mark.t)} ${mark.job}: ${mark.text}`));
     chart.append(text);
     chart.append(svg("line", { x1: x(mark.t), x2: x(mark.t), y1: 0, y2: rows.length * rowHeight,
       class: "markline", stroke: jobColor(mark.job) }));
   }
-  chart.append(svg("text", { x: left, y: height - 2, class: "axis" }, clock(start)));
-  chart.append(svg("text", { x: width - right, y: height - 2, class: "axis", "text-anchor": "end" },
-    `${clock(end)} (now)`));
   host.replaceChildren(chart);
+  document.getElementById("window-info").textContent =
+    `${clock(start)} to ${clock(end)} (now), ${duration(state.view.window)}`;
+  for (const button of document.querySelectorAll("#zoom button[data-window]")) {
+    button.classList.toggle("chosen", Number(button.dataset.window) === state.view.window);
+  }
+}
+
+function zoom(factor) {
+  const span = Math.round(state.view.window * factor);
+  setWindow(Math.min(Math.max(span, MIN_WINDOW_S), MAX_WINDOW_S));
+}
+
+function setWindow(seconds) {
+  if (seconds === state.view.window) return;
+  state.view.window = seconds;
+  writeView();
+  refresh();
 }
 
 // --- machine use ----------------------------------------------------------------------------------
 
 function recordUsage(usage, status) {
+  // The header's "CPU in use now": from this tab's last two readings (the chart's history
+  // comes from the service).
   const allocated = Object.values(usage.jobs).reduce((sum, job) => sum + job.cpus, 0);
   const cpu = Object.fromEntries(Object.entries(usage.jobs).map(([id, job]) => [id, job.cpu_s]));
   let used = null;
@@ -243,35 +387,36 @@ function recordUsage(usage, status) {
     used = spent / (usage.t - state.lastCpu.t);
   }
   state.lastCpu = { t: usage.t, cpu };
-  state.usage.push({ t: usage.t, allocated, used });
-  if (state.usage.length > USAGE_POINTS) state.usage.shift();
   const gpus = status.capacity.gpus.length;
   document.getElementById("use-summary").textContent =
     `cores allocated ${allocated}/${usage.cpus}` +
     (used == null ? "" : `, CPU in use ${used.toFixed(1)} cores`) +
     (gpus ? `, GPUs ${gpus}` : "") +
     `, ${status.running} running, ${status.queued} waiting`;
-  renderUsage(usage.cpus);
 }
 
-function renderUsage(capacity) {
+function renderUsage(history) {
   const host = document.getElementById("usage");
-  const width = Math.max(host.clientWidth || 800, 400), height = 120, left = 40, bottom = 18;
-  const points = state.usage;
+  const width = Math.max(host.clientWidth || 800, 400), height = 130, left = 60, right = 12;
+  const bottom = height - 34, top = 8;
+  const end = history.now, start = end - Math.min(state.view.window, USAGE_WINDOW_MAX_S);
+  const capacity = Math.max(history.cpus, 1);
+  const x = (t) => left + ((t - start) / Math.max(end - start, 1e-9)) * (width - left - right);
+  const y = (v) => bottom - (v / capacity) * (bottom - top);
   const chart = svg("svg", { width, height, role: "img", "aria-label": "machine use" });
-  if (points.length > 1) {
-    const t0 = points[0].t, t1 = points[points.length - 1].t;
-    const x = (t) => left + ((t - t0) / Math.max(t1 - t0, 1e-9)) * (width - left - 10);
-    const y = (v) => (height - bottom) - (v / Math.max(capacity, 1)) * (height - bottom - 6);
-    const line = (key) => points.filter((p) => p[key] != null)
-      .map((p) => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ");
+  drawTicks(chart, x, start, end, width - left - right, top, bottom);
+  chart.append(svg("text", { x: 4, y: y(capacity) + 4, class: "axis" }, `${capacity} cores`));
+  chart.append(svg("text", { x: 4, y: y(0), class: "axis" }, "0"));
+  const points = history.points.map(([t, allocated, used]) => ({ t, allocated, used }));
+  const line = (key) => points.filter((p) => p[key] != null)
+    .map((p) => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ");
+  if (points.length) {
     chart.append(svg("polyline", { points: line("allocated"), class: "allocated" }));
     chart.append(svg("polyline", { points: line("used"), class: "used" }));
-    chart.append(svg("text", { x: 4, y: y(capacity) + 10, class: "axis" }, `${capacity}`));
-    chart.append(svg("text", { x: 4, y: y(0), class: "axis" }, "0"));
-    chart.append(svg("text", { x: left, y: height - 2, class: "axis" },
-      `allocated (solid) and used (dashed) cores, last ${duration(t1 - t0)}`));
   }
+  chart.append(svg("text", { x: left, y: height - 2, class: "axis" }, points.length
+    ? `${points.length} samples (one every ${history.every_s}s) since ${clock(points[0].t)}`
+    : "no samples in this window yet"));
   host.replaceChildren(chart);
 }
 
@@ -296,11 +441,19 @@ function eventText(event) {
 
 function select(jobId) {
   state.selected = jobId;
-  document.getElementById("detail-section").hidden = false;
+  state.view.job = jobId;
+  writeView();
+  document.getElementById("detail-section").hidden = !jobId;
   for (const row of document.querySelectorAll("#jobs tbody tr")) {
     row.classList.toggle("selected", row.dataset.job === jobId);
   }
-  refreshDetail();
+  if (!jobId) return;
+  const path = `/jobs/${encodeURIComponent(jobId)}`;
+  document.getElementById("log-download").href = `${path}/logs?download=1`;
+  document.getElementById("detail-link").href = `#job=${encodeURIComponent(jobId)}`;
+  refreshDetail().catch((error) => {
+    document.getElementById("detail-title").textContent = `${jobId}: ${error.message}`;
+  });
 }
 
 async function refreshDetail() {
@@ -401,15 +554,24 @@ async function submit(event) {
 // --- the loop -------------------------------------------------------------------------------------
 
 async function refresh() {
+  const span = state.view.window;
   try {
-    const [status, jobs, timeline, usage] = await Promise.all([
-      api("GET", "/status"), api("GET", "/jobs"), api("GET", `/timeline?window=${TIMELINE_S}`),
-      api("GET", "/usage"),
+    const [status, table, timeline, usage, history] = await Promise.all([
+      api("GET", "/status"), api("GET", `/jobs?${jobsQuery()}`),
+      api("GET", `/timeline?window=${span}`), api("GET", "/usage"),
+      // A service without the history (an older one) still gets the rest of the page.
+      api("GET", `/usage/history?window=${Math.min(span, USAGE_WINDOW_MAX_S)}`).catch(() => null),
     ]);
     document.getElementById("policy").textContent = `policy ${status.policy}`;
-    renderJobs(jobs, timeline.now);
+    renderJobs(table, timeline.now);
     renderTimeline(timeline);
     recordUsage(usage, status);
+    if (history) renderUsage(history);
+    if (!state.firstDrawn) {
+      state.firstDrawn = true;
+      // How long the page took to show the service's jobs: from navigation to here.
+      performance.mark("qosched:drawn");
+    }
     if (status.trouble) {
       // The service cannot read or write what happened: the rows above may be behind.
       setConnection(`the service is in trouble since ${clock(status.trouble_since)}: ` +
@@ -422,10 +584,49 @@ async function refresh() {
   }
 }
 
+function followView() {
+  state.view = readView();
+  const filter = document.getElementById("state-filter");
+  filter.value = state.view.state;
+  if (filter.value !== state.view.state) state.view.state = ""; // not one of the page's
+  document.getElementById("text-filter").value = state.view.q;
+  if (state.view.job !== state.selected) select(state.view.job);
+  if (state.view.job) document.getElementById("detail-section").scrollIntoView();
+  refresh();
+}
+
+function changeView(changes) {
+  Object.assign(state.view, changes, { page: changes.page ?? 1 });
+  writeView();
+  refresh();
+}
+
 document.getElementById("submit-form").addEventListener("submit", submit);
 document.getElementById("spec-file").addEventListener("change", () => {
   document.getElementById("spec-text").value = "";
 });
-refresh();
+document.getElementById("state-filter").addEventListener("change",
+  (event) => changeView({ state: event.target.value }));
+document.getElementById("text-filter").addEventListener("input",
+  (event) => changeView({ q: event.target.value }));
+document.getElementById("page-previous").addEventListener("click",
+  () => changeView({ page: Math.max(state.view.page - 1, 1) }));
+document.getElementById("page-next").addEventListener("click",
+  () => changeView({ page: state.view.page + 1 }));
+for (const th of document.querySelectorAll("#jobs th[data-sort]")) {
+  th.addEventListener("click", () => sortBy(th.dataset.sort));
+}
+for (const button of document.querySelectorAll("#zoom button[data-window]")) {
+  button.addEventListener("click", () => setWindow(Number(button.dataset.window)));
+}
+document.getElementById("zoom-in").addEventListener("click", () => zoom(1 / 2));
+document.getElementById("zoom-out").addEventListener("click", () => zoom(2));
+document.getElementById("timeline").addEventListener("wheel", (event) => {
+  event.preventDefault();
+  zoom(event.deltaY > 0 ? 1.25 : 0.8);
+}, { passive: false });
+document.getElementById("detail-close").addEventListener("click", () => select(null));
+window.addEventListener("hashchange", followView);
+followView();
 setInterval(refresh, POLL_MS);
 setInterval(() => refreshDetail().catch(() => {}), DETAIL_POLL_MS);
