@@ -351,6 +351,35 @@ def test_progress_samples_come_back_in_the_order_added(store):
     assert store.progress(job_id) == tuple(ProgressSample(*sample) for sample in samples)
 
 
+def test_last_progress_is_each_jobs_latest_sample_in_one_read(store):
+    first, silent, third = (store.submit(SPEC, now=0.0) for _ in range(3))
+    store.add_progress(first, 1.0, 10, 1)
+    store.add_progress(third, 1.5, 7, 2)
+    store.add_progress(first, 2.0, 20, 2)  # the latest added, whatever its time says
+    store.add_progress(first, 1.8, 25, 1)
+    assert store.last_progress() == {
+        first: ProgressSample(1.8, 25, 1),
+        third: ProgressSample(1.5, 7, 2),
+    }
+    assert silent not in store.last_progress()
+
+
+def test_the_job_list_kept_between_calls_follows_every_change_to_a_job(tmp_path):
+    with Store(tmp_path / "state.db") as store, Store(tmp_path / "state.db") as other:
+        job_id = store.submit(SPEC, now=0.0)
+        assert [r.state for r in store.list()] == [Lifecycle.QUEUED]
+        assert store.list() is store.list()  # nothing changed: the same records
+        store.add_progress(job_id, 1.0, 5, 1)  # progress is not the job's row
+        kept = store.list()
+        assert store.list() is kept
+        store.transition(job_id, Lifecycle.RUNNING, 2.0, allocation=[0])  # through this one
+        assert [(r.state, r.allocation) for r in store.list()] == [(Lifecycle.RUNNING, (0,))]
+        other.transition(job_id, Lifecycle.SUCCEEDED, 3.0)  # another connection, as a process
+        assert [(r.state, r.finished_at) for r in store.list()] == [(Lifecycle.SUCCEEDED, 3.0)]
+        second = other.submit(SPEC, now=4.0)
+        assert [r.id for r in store.list()] == [job_id, second]
+
+
 def test_progress_rejects_negative_values(store):
     job_id = store.submit(SPEC, now=0.0)
     with pytest.raises(InputError, match="must be >= 0"):

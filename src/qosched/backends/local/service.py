@@ -138,6 +138,7 @@ from qosched.backends.local.store import (
     IllegalTransitionError,
     JobRecord,
     Lifecycle,
+    ProgressSample,
     Store,
     StoreUnavailableError,
     UnknownJobError,
@@ -569,7 +570,8 @@ class LocalService:
 
     def jobs(self) -> list[JobView]:
         with self._lock:
-            return [self._describe(record) for record in self.store.list()]
+            latest = self.store.last_progress()
+            return [self._describe(record, latest) for record in self.store.list()]
 
     def job(self, job_id: str) -> JobView:
         with self._lock:
@@ -1632,15 +1634,23 @@ class LocalService:
         ):
             self._mark_preempted(live, now, "the runner did not survive a service restart")
 
-    def _describe(self, record: JobRecord) -> JobView:
+    def _describe(
+        self, record: JobRecord, latest: Mapping[str, ProgressSample] | None = None
+    ) -> JobView:
+        """``latest``: every job's latest progress sample, when the caller read them all at
+        once (``jobs``); None: this job's is read here."""
         live = self._live.get(record.id)
         total = record.spec.iterations if record.spec is not None else None
         done = live.policy_job.iterations_done if live is not None else None
         if done is None:
             # What its runner last reported, also for a job that succeeded: a command that
             # exits 0 early is done by the contract, but shows the work it reported.
-            samples = self.store.progress(record.id)
-            done = min(samples[-1].iteration, total or samples[-1].iteration) if samples else 0
+            if latest is None:
+                samples = self.store.progress(record.id)
+                last = samples[-1] if samples else None
+            else:
+                last = latest.get(record.id)
+            done = min(last.iteration, total or last.iteration) if last is not None else 0
         predicted = band = None
         if live is not None:
             predicted, band = self._predict_finish(live)
@@ -1746,7 +1756,7 @@ class LocalService:
     def timeline(self, window_s: float | None = None) -> dict[str, Any]:
         with self._lock:
             return views.timeline(
-                self.jobs(),
+                self.store.list(),  # the records' ids, names and states: nothing to describe
                 self.store.events(),
                 now=self.clock(),
                 cpus=self.cores,

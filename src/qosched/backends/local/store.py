@@ -283,6 +283,12 @@ class Store:
         self._specs: dict[str, tuple[str, TrainingJobSpec | None, str | None]] = {}
         self._events: list[Event] = []
         self._events_seq = 0
+        # Every job as last listed, and what the jobs table was then: a write through this
+        # connection that may touch the table, and SQLite's data_version (which changes when
+        # another connection commits). The page lists every job each second, and with
+        # thousands of them reading and building the records costs more than all the rest.
+        self._listed: tuple[tuple[int, int], tuple[JobRecord, ...]] | None = None
+        self._job_writes = 0
         try:
             # isolation_level=None: no implicit transactions; _write() issues BEGIN IMMEDIATE.
             self._db = sqlite3.connect(
@@ -387,8 +393,15 @@ class Store:
             params = tuple(Lifecycle(state).value for state in states)
             query += f" WHERE state IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
         with self._read() as db:
+            if states is None:
+                version = (db.execute("PRAGMA data_version").fetchone()[0], self._job_writes)
+                if self._listed is not None and self._listed[0] == version:
+                    return self._listed[1]
             rows = db.execute(query + " ORDER BY seq", params).fetchall()
-        return tuple(self._record(row) for row in rows)
+            records = tuple(self._record(row) for row in rows)
+            if states is None:
+                self._listed = (version, records)
+        return records
 
     def unfinished(self) -> tuple[JobRecord, ...]:
         """Jobs a restarted service must adopt again: queued, profiling, running or preempted."""
@@ -527,12 +540,22 @@ class Store:
                 f"job {job_id}: iteration and cpus must be >= 0, got {iteration} and {cpus}",
                 field="progress",
             )
-        with self._write() as db:
+        with self._write(jobs=False) as db:
             self._state(db, job_id)
             db.execute(
                 "INSERT INTO progress (job_id, t, iteration, cpus) VALUES (?, ?, ?, ?)",
                 (job_id, t, iteration, cpus),
             )
+
+    def last_progress(self) -> dict[str, ProgressSample]:
+        """Every job's latest sample, by job id (jobs without one left out), in one query: the
+        job table describes every job each second."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT job_id, t, iteration, cpus FROM progress WHERE seq IN "
+                "(SELECT MAX(seq) FROM progress GROUP BY job_id)"
+            ).fetchall()
+        return {job_id: ProgressSample(t, iteration, cpus) for job_id, t, iteration, cpus in rows}
 
     def progress(self, job_id: str) -> tuple[ProgressSample, ...]:
         """The job's samples in the order they were added."""
@@ -551,7 +574,7 @@ class Store:
             if not (isinstance(workers, int) and workers > 0 and 0 < rate < float(COUNT_LIMIT)):
                 raise InputError(f"job {job_id}: no speed {rate!r} on {workers!r} workers")
             clean[workers] = float(rate)
-        with self._write() as db:
+        with self._write(jobs=False) as db:
             db.executemany(
                 "INSERT OR REPLACE INTO speeds (key, workers, rate, job_id, t) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -573,7 +596,7 @@ class Store:
         ``key``, replacing what an earlier job left."""
         if not 0 <= seconds <= MAX_STARTUP_S:
             raise InputError(f"job {job_id}: no start-up of {seconds!r} s")
-        with self._write() as db:
+        with self._write(jobs=False) as db:
             db.execute(
                 "INSERT OR REPLACE INTO startups (key, seconds, job_id, t) VALUES (?, ?, ?, ?)",
                 (key, float(seconds), job_id, t),
@@ -607,7 +630,7 @@ class Store:
         all but the newest ``most``: the table stays bounded however long the service runs."""
         if not (0 <= sample.allocated < COUNT_LIMIT and 0 <= (sample.used or 0.0) < COUNT_LIMIT):
             raise InputError(f"no machine use {sample!r}", field="machine_use")
-        with self._write() as db:
+        with self._write(jobs=False) as db:
             db.execute(
                 "INSERT INTO machine_use (t, allocated, used) VALUES (?, ?, ?)",
                 (sample.t, float(sample.allocated), sample.used),
@@ -632,7 +655,7 @@ class Store:
         self, job_id: str | None, t: float, kind: str, detail: Mapping[str, Any] | None = None
     ) -> None:
         """Append to the audit log; ``detail`` must be JSON-ready."""
-        with self._write() as db:
+        with self._write(jobs=False) as db:
             if job_id is not None:
                 self._state(db, job_id)
             self._insert_event(db, job_id, t, kind, detail or {})
@@ -729,8 +752,9 @@ class Store:
                 raise StoreUnavailableError(f"{self.path}: {exc}") from exc
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One transaction: committed when the block ends, rolled back if it raises."""
+    def _write(self, *, jobs: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction: committed when the block ends, rolled back if it raises.
+        ``jobs=False``: it leaves the jobs table alone (what ``list`` keeps stays good)."""
         with self._read() as db:
             # IMMEDIATE takes the write lock now, so a read-then-write (a state check before an
             # update) cannot interleave with another process writing the same file.
@@ -742,6 +766,9 @@ class Store:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            finally:
+                if jobs:
+                    self._job_writes += 1
 
     def _commit(self, db: sqlite3.Connection) -> None:
         db.execute("COMMIT")
@@ -826,7 +853,8 @@ class Store:
             deadline_at=deadline_at,
             started_at=started_at,
             finished_at=finished_at,
-            allocation=tuple(json.loads(allocation_json)),
+            # Most jobs hold nothing: no JSON to parse for each of thousands of them.
+            allocation=() if allocation_json == "[]" else tuple(json.loads(allocation_json)),
             attempts=attempts,
             error=error,
             result=result,

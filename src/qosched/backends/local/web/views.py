@@ -19,13 +19,19 @@ from typing import Any
 from qosched.backends.local.detail import allocation_history
 from qosched.backends.local.jobview import HeldAllocation, JobView
 from qosched.backends.local.process import tree_files
-from qosched.backends.local.store import FINAL_STATES, Event, Lifecycle, ProgressSample
+from qosched.backends.local.store import (
+    FINAL_STATES,
+    Event,
+    JobRecord,
+    Lifecycle,
+    ProgressSample,
+)
 
 _FINAL = frozenset(state.value for state in FINAL_STATES)
 
 
 def timeline(
-    jobs: Sequence[JobView],
+    jobs: Sequence[JobView | JobRecord],
     events: Sequence[Event],
     *,
     now: float,
@@ -38,7 +44,8 @@ def timeline(
     and the jobs they name), which is what the page draws: a service's whole history grows
     with every job it ever ran.
 
-    ``jobs`` are ``Service.jobs``; ``events`` the whole audit log in order. Returns
+    ``jobs`` are ``Service.jobs``, or the store's records (only ids, names and states are
+    read); ``events`` the whole audit log in order. Returns
     ``{"now", "cpus", "gpus", "jobs": [{"id", "name", "state"}], "segments": [{"job", "from",
     "until", "cpus", "gpus"}], "marks": [{"t", "job", "kind", "text"}]}``: a segment is one
     allocation held (``until`` None while held), a mark one of ``start``, ``resize``,
