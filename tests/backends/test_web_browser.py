@@ -473,6 +473,8 @@ def test_the_timeline_marks_resizes_preemptions_restarts_and_ends(
             page.locator(f"#timeline text.mark.{kind}").wait_for()
         bars = page.locator(f'#timeline rect[data-job="{job_id}"]')
         assert bars.count() == 4  # cores 0 and 1, then 0, then 2
+        # A history of a moment is drawn over 5 minutes, not squeezed to the edge of an hour.
+        page.locator("#window-info", has_text="5m00s, all the history there is").wait_for()
         row(page, job_id).click()
         page.locator("#events td", has_text="re-sized from cores 0-1 to 0").wait_for()
         # The predictor's line and band over 1-3 cores, and one measured speed: 2 it/s on 1 core.

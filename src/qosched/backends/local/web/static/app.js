@@ -10,6 +10,7 @@ const LOG_TAIL_BYTES = 64 * 1024; // of a job printing one endless line, only it
 const PAGE_ROWS = 50; // jobs per page of the table
 const WINDOW_S = 3600; // the timeline's window unless the URL says otherwise: the last hour
 const MIN_WINDOW_S = 60, MAX_WINDOW_S = 7 * 86400;
+const FIT_MIN_S = 300; // a window fitted to a short history shows at least 5 minutes
 const USAGE_WINDOW_MAX_S = 86400; // the service keeps a day of machine use
 const FINAL = new Set(["succeeded", "failed", "cancelled", "declined"]);
 const SVG = "http://www.w3.org/2000/svg";
@@ -20,7 +21,10 @@ const TICK_STEPS = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
 const csrf = document.querySelector('meta[name="qosched-csrf"]').content;
 // What the page shows is all in its URL's fragment (#job=j-000004&state=running&sort=name...),
 // so every view, a job's own included, has an address to bookmark or send.
-const state = { selected: null, lastCpu: null, firstDrawn: false, view: readView() };
+// `span`: the seconds the timeline and machine use show now: the chosen window, or while none
+// is chosen, the last hour cut to the history there is (a service started a minute ago shows
+// that minute, not a bar squeezed to the right edge of an hour).
+const state = { selected: null, lastCpu: null, firstDrawn: false, view: readView(), span: WINDOW_S };
 
 function readView() {
   const hash = new URLSearchParams(location.hash.slice(1));
@@ -33,6 +37,7 @@ function readView() {
     order: hash.get("order") === "desc" ? "desc" : "asc",
     page: Math.max(parseInt(hash.get("page"), 10) || 1, 1),
     window: span >= MIN_WINDOW_S && span <= MAX_WINDOW_S ? span : WINDOW_S,
+    chosen: span >= MIN_WINDOW_S && span <= MAX_WINDOW_S,
   };
 }
 
@@ -44,7 +49,7 @@ function writeView() {
   if (view.sort) hash.set("sort", view.sort);
   if (view.sort && view.order === "desc") hash.set("order", "desc");
   if (view.page > 1) hash.set("page", view.page);
-  if (view.window !== WINDOW_S) hash.set("window", view.window);
+  if (view.chosen) hash.set("window", view.window);
   const text = hash.toString();
   // replaceState: no history entry (and no hashchange) per keystroke in the filter.
   history.replaceState(null, "", text ? `#${text}` : location.pathname);
@@ -305,7 +310,8 @@ function renderTimeline(data) {
   const width = Math.max(host.clientWidth || 800, 400), left = 60, right = 12, rowHeight = 22;
   const marksAt = rows.length * rowHeight + 14;
   const height = marksAt + 24;
-  const end = data.now, start = end - state.view.window;
+  state.span = shownSpan(data);
+  const end = data.now, start = end - state.span;
   const x = (t) => left + ((t - start) / Math.max(end - start, 1e-9)) * (width - left - right);
   const chart = svg("svg", { width, height, role: "img", "aria-label": "allocations over time" });
   rows.forEach(([kind, id], index) => {
@@ -352,20 +358,31 @@ function renderTimeline(data) {
   }
   host.replaceChildren(chart);
   document.getElementById("window-info").textContent =
-    `${clock(start)} to ${clock(end)} (now), ${duration(state.view.window)}`;
+    `${clock(start)} to ${clock(end)} (now), ${duration(state.span)}` +
+    (!state.view.chosen && state.span < state.view.window ? ", all the history there is" : "");
   for (const button of document.querySelectorAll("#zoom button[data-window]")) {
-    button.classList.toggle("chosen", Number(button.dataset.window) === state.view.window);
+    button.classList.toggle("chosen", Number(button.dataset.window) === state.span);
   }
 }
 
+function shownSpan(data) {
+  if (state.view.chosen) return state.view.window;
+  const first = Math.min(...data.segments.map((s) => s.from), ...data.marks.map((m) => m.t));
+  if (!Number.isFinite(first)) return FIT_MIN_S;
+  // A tenth more than the history, so its first bar does not touch the edge.
+  const fitted = Math.round(((data.now - first) * 1.1) / 60) * 60;
+  return Math.min(Math.max(fitted, FIT_MIN_S), state.view.window);
+}
+
 function zoom(factor) {
-  const span = Math.round(state.view.window * factor);
+  const span = Math.round(state.span * factor);
   setWindow(Math.min(Math.max(span, MIN_WINDOW_S), MAX_WINDOW_S));
 }
 
 function setWindow(seconds) {
-  if (seconds === state.view.window) return;
+  if (seconds === state.view.window && state.view.chosen) return;
   state.view.window = seconds;
+  state.view.chosen = true;
   writeView();
   refresh();
 }
@@ -399,7 +416,7 @@ function renderUsage(history) {
   const host = document.getElementById("usage");
   const width = Math.max(host.clientWidth || 800, 400), height = 130, left = 60, right = 12;
   const bottom = height - 34, top = 8;
-  const end = history.now, start = end - Math.min(state.view.window, USAGE_WINDOW_MAX_S);
+  const end = history.now, start = end - Math.min(state.span, USAGE_WINDOW_MAX_S);
   const capacity = Math.max(history.cpus, 1);
   const x = (t) => left + ((t - start) / Math.max(end - start, 1e-9)) * (width - left - right);
   const y = (v) => bottom - (v / capacity) * (bottom - top);
