@@ -572,6 +572,9 @@ async function submit(event) {
 
 async function refresh() {
   const span = state.view.window;
+  // Typing in the filter starts a refresh per key: only the latest one draws.
+  const ticket = (state.ticket = (state.ticket || 0) + 1);
+  state.inFlight = (state.inFlight || 0) + 1;
   try {
     const [status, table, timeline, usage, history] = await Promise.all([
       api("GET", "/status"), api("GET", `/jobs?${jobsQuery()}`),
@@ -579,6 +582,7 @@ async function refresh() {
       // A service without the history (an older one) still gets the rest of the page.
       api("GET", `/usage/history?window=${Math.min(span, USAGE_WINDOW_MAX_S)}`).catch(() => null),
     ]);
+    if (ticket !== state.ticket) return;
     document.getElementById("policy").textContent = `policy ${status.policy}`;
     renderJobs(table, timeline.now);
     renderTimeline(timeline);
@@ -598,6 +602,8 @@ async function refresh() {
     }
   } catch (error) {
     if (error.message !== "signed out") setConnection(`cannot reach the service: ${error.message}`, true);
+  } finally {
+    state.inFlight -= 1;
   }
 }
 
@@ -645,5 +651,7 @@ document.getElementById("timeline").addEventListener("wheel", (event) => {
 document.getElementById("detail-close").addEventListener("click", () => select(null));
 window.addEventListener("hashchange", followView);
 followView();
-setInterval(refresh, POLL_MS);
+// A poll waits for the one before it: a slow service is not sent a second round of requests
+// (which would each supersede the last, so that none is drawn).
+setInterval(() => { if (!state.inFlight) refresh(); }, POLL_MS);
 setInterval(() => refreshDetail().catch(() => {}), DETAIL_POLL_MS);
