@@ -204,3 +204,8 @@ class Decision:
     # waiting list, whose overhead its loop sets never or resets every round
     # (``Gandiva(node_sets=True)``); the other backends ignore it.
     overhead_not_carried: frozenset[str] = frozenset()
+    # Why a job's count changed at this decision, in words with the numbers behind them, for
+    # the backends that tell people (the local service records it on the job's re-size,
+    # pre-emption or start). Optional: a job without one gets a reason the backend words from
+    # what changed; the simulator ignores it.
+    reasons: Mapping[str, str] = field(default_factory=dict)

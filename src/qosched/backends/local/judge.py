@@ -27,13 +27,15 @@ def judge(
     admission: Admission | None = None,
     kind: str = "core",
     startup_s: float = 0.0,
+    earliest: bool = True,
 ) -> Verdict:
     """The verdict on ``job`` (not in ``view.jobs``) arriving now; ``policy`` is left unchanged.
 
     ``admission``: what the policy already answered (a job just declined), so it is not asked
     again. ``kind`` names the pool's workers in reasons. ``startup_s``: how much earlier than
     the user's deadline ``job``'s is (its start costs that before any iteration counts): the
-    deadlines searched and said are the user's.
+    deadlines searched and said are the user's. ``earliest``: also search the earliest deadline
+    it would guarantee (False: only why, for a reason that must not take the search's time).
     """
     if admission is None:
         admission = probe_admission(policy, job, view, best_effort=best_effort)
@@ -53,6 +55,8 @@ def judge(
     reason = _reason(view, policy, asked_s, alone_s, count, rate, kind)
     if admission is Admission.BEST_EFFORT:
         reason += "; its spec allows best effort, so it runs without a guarantee"
+    if not earliest:
+        return Verdict(admission, reason)
 
     def guaranteed_within(seconds: float) -> bool:
         trial = _with_deadline(job, now + seconds - startup_s)

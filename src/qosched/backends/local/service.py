@@ -74,7 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qosched.backends.local import detail, joblog
+from qosched.backends.local import detail, joblog, reasons
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.cgroups import JobGroup, JobGroups, detect
 from qosched.backends.local.cgroups import describe as describe_groups
@@ -286,6 +286,11 @@ class _LiveJob:
     profile_sizes: tuple[int, ...] = ()
     profile_started: float | None = None
     declining: str | None = None
+    # Why this round changes its workers, and to how many (`LocalService._explain`), for the
+    # event of the re-size, start or stop it leads to; and why its runner is being stopped.
+    change_why: str | None = None
+    change_to: int = 0
+    stop_why: str | None = None
 
 
 class LocalService:
@@ -333,6 +338,9 @@ class LocalService:
         self._next_decision = 0.0
         self._wake_at: float | None = None
         self._use = UseSampler()  # machine use, sampled into the store by run()
+        # The jobs each pool's policy decided for last (by pool: GPU or not), to say what
+        # changed since in the reasons of the next decision.
+        self._seen: dict[bool, frozenset[str]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -494,12 +502,16 @@ class LocalService:
             if admission is Admission.DECLINED:
                 self._forget(job_id)  # out of the view the verdict is judged on
                 verdict = self._declined_verdict(live, self._view(now, spec.gpu), admission)
-                self.store.transition(job_id, Lifecycle.DECLINED, now, error=verdict.message())
-            else:
-                guaranteed = admission is Admission.GUARANTEED
-                self.store.add_event(
-                    job_id, now, "admitted", {"policy": self.policy_name, "guaranteed": guaranteed}
+                self.store.transition(
+                    job_id,
+                    Lifecycle.DECLINED,
+                    now,
+                    error=verdict.message(),
+                    guaranteed=False,
+                    note=_verdict_note(verdict),
                 )
+            else:
+                self._record_admission(live, admission, now)
             self._dirty = True
             return self.job(job_id)
 
@@ -509,18 +521,122 @@ class LocalService:
         remembered under its speed key."""
         return _measured_first(self._policy_of(live), live.spec, live.remembered is not None)
 
+    def _record_admission(
+        self,
+        live: _LiveJob,
+        admission: Admission,
+        now: float,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The ``admitted`` event, which sets the job's promise on its row in the same commit,
+        with why in words and the numbers behind them."""
+        guaranteed = admission is Admission.GUARANTEED
+        promised = reasons.promise(guaranteed, live.spec.best_effort)
+        detail: dict[str, Any] = {"policy": self.policy_name, "promise": promised, **(extra or {})}
+        try:
+            detail.update(self._admission_reason(live, admission, promised, now))
+        except StoreUnavailableError:
+            raise
+        except Exception:  # the reason is a courtesy: the admission stands without it
+            log.exception("job %s: cannot say why it was admitted", live.record.id)
+        self.store.add_event(live.record.id, now, "admitted", detail, guaranteed=guaranteed)
+        live.record = dataclasses.replace(live.record, guaranteed=guaranteed)
+
+    def _admission_reason(
+        self, live: _LiveJob, admission: Admission, promised: str, now: float
+    ) -> dict[str, Any]:
+        """``why`` the job was admitted as it was, and the numbers: the workers it would start
+        on now, its predicted finish there (after its start-up), its deadline, and where its
+        speed comes from."""
+        policy, spec = self._policy_of(live), live.spec
+        reason = None
+        if admission is not Admission.GUARANTEED:
+            if not policy.promises_deadlines:
+                reason = f"{self.policy_name} promises no deadlines"
+            else:
+                others = [j for j in self._view(now, spec.gpu).jobs if j is not live.policy_job]
+                view = dataclasses.replace(self._view(now, spec.gpu), jobs=others)
+                reason = judge(
+                    policy,
+                    live.policy_job,
+                    view,
+                    best_effort=spec.best_effort,
+                    admission=admission,
+                    kind=_kind(spec),
+                    startup_s=live.startup_s,
+                    earliest=False,
+                ).reason
+        count = self._count_now(live, now)
+        predicted = self._prediction(live, count, now, startup_s=live.startup_s)
+        speed = self._speed_source(live)
+        why = reasons.admitted(
+            promised,
+            policy=self.policy_name,
+            reason=reason,
+            count=count,
+            kind=_kind(spec),
+            predicted=predicted,
+            deadline_at=live.record.deadline_at,
+            now=now,
+            speed=speed,
+        )
+        return {
+            "why": why,
+            "workers": count,
+            **_finish_fields(predicted),
+            "deadline_at": live.record.deadline_at,
+            "speed_source": speed,
+        }
+
+    def _count_now(self, live: _LiveJob, now: float) -> int:
+        """How many workers the job's policy would give it now, within its bounds (asked of a
+        copy of the policy: nothing changes)."""
+        gpu = live.spec.gpu
+        held = {
+            u
+            for other in self._live.values()
+            if other.spec.gpu == gpu and (other.profiling or self._holding(other))
+            for u in self._units(other)
+        }
+        room = len(self._pool(gpu)) - len(held)
+        if room <= 0:
+            return 0
+        view = self._view(now, gpu, room)
+        count = self._policy_of(live).what_if(view).allocate(view).workers.get(live.record.id, 0)
+        least, most = live.spec.resources.bounds()
+        return max(least, min(count, most or count)) if count else 0
+
+    def _prediction(
+        self, live: _LiveJob, count: int, now: float, *, startup_s: float = 0.0
+    ) -> reasons.Finish | None:
+        """When the job finishes on ``count`` workers from ``now`` (after ``startup_s``), on its
+        policy's predicted speed and band, else on its prior speed; None on no workers."""
+        if count <= 0:
+            return None
+        job = live.policy_job
+        model = self._policy_of(live).predictor_of(job.job_id)
+        if model is not None:
+            guess = model.predict(count)
+            rate, fast, slow = guess.rate, guess.rate_high, guess.rate_low
+        elif job.curve.available(count):
+            rate = fast = slow = job.curve.rate(count)
+        else:
+            return None
+        if not min(rate, fast, slow) > 0:
+            return None
+        start, left = now + startup_s, job.remaining_iterations
+        return reasons.Finish(start + left / rate, start + left / fast, start + left / slow)
+
     def _start_profiling(self, live: _LiveJob, now: float) -> None:
         job_id = live.record.id
         live.record = self.store.transition(job_id, Lifecycle.PROFILING, now)
-        self.store.add_event(
-            job_id,
-            now,
-            "profiling",
-            {
-                "why": "its speed on this machine is not known yet",
-                "bound_s": MAX_PROFILE_S,
-            },
+        why = reasons.profiling(
+            self.policy_name,
+            command=live.spec.workload is None,
+            gpu=live.spec.gpu,
+            bound_s=MAX_PROFILE_S,
         )
+        self.store.add_event(job_id, now, "profiling", {"why": why, "bound_s": MAX_PROFILE_S})
         live.profiling = True
         self._dirty = True
 
@@ -839,11 +955,6 @@ class LocalService:
         policy_job.last_update_s = submitted_at
         return policy_job
 
-    def _guaranteed(self, job_id: str) -> bool:
-        live = self._live.get(job_id)
-        policy = self._policy_of(live) if live is not None else self.policy
-        return policy.is_guaranteed(job_id)
-
     def _pool(self, gpu: bool) -> tuple[int, ...]:
         """The workers of one pool: the GPUs, or the cores."""
         return self.gpus if gpu else self.cores
@@ -879,17 +990,18 @@ class LocalService:
         )
 
     def _decide(self, now: float) -> None:
+        periodic = not self._dirty  # nothing happened: the tick or a wake-up asked for it
         self._dirty = False
         self._next_decision = now + self.tick_s
-        wakes = [self._decide_pool(now, gpu=False)]
+        wakes = [self._decide_pool(now, gpu=False, periodic=periodic)]
         if self.gpus:
-            wakes.append(self._decide_pool(now, gpu=True))
+            wakes.append(self._decide_pool(now, gpu=True, periodic=periodic))
         known = [wake for wake in wakes if wake is not None]
         self._wake_at = min(known) if known else None
 
-    def _decide_pool(self, now: float, *, gpu: bool) -> float | None:
+    def _decide_pool(self, now: float, *, gpu: bool, periodic: bool = False) -> float | None:
         """One pool's round (cores among CPU jobs, or GPUs among GPU jobs); returns when its
-        policy wants to be asked again."""
+        policy wants to be asked again. ``periodic``: nothing but the clock asked for it."""
         pool = [live for live in self._live.values() if live.spec.gpu == gpu]
         members = [live for live in pool if not live.profiling]
         measuring = [live for live in pool if live.profiling]
@@ -908,8 +1020,12 @@ class LocalService:
         wake = None
         if room > 0:
             policy = self.gpu_policy if gpu else self.policy
-            decision = policy.allocate(self._view(now, gpu, room))
+            view = self._view(now, gpu, room)
+            decision = policy.allocate(view)
+            self._keep_promises(view, policy, now)
             assignment = self._assign_units(decision.workers, members, free, gpu)
+            happened = self._happened(view, gpu, periodic)
+            self._explain(members, assignment, decision.reasons, happened)
             wake = decision.wake_at
         else:
             assignment = {}
@@ -918,6 +1034,61 @@ class LocalService:
         self._hand_on_units(changes, members, now)
         self._launch_measuring(lent, free, pool, now)
         return wake
+
+    def _keep_promises(self, view: ClusterView, policy: Policy, now: float) -> None:
+        """Record each promise the decision changed (a guarantee given to a job that had none,
+        or one no plan keeps any more) as a ``promise`` event, which sets it on the job's row
+        in the same commit: the row and the log never disagree."""
+        for job in view.jobs:
+            live = self._live.get(job.job_id)
+            guaranteed = policy.is_guaranteed(job.job_id)
+            if live is None or guaranteed == live.record.guaranteed:
+                continue
+            promised = reasons.promise(guaranteed, live.spec.best_effort)
+            predicted = self._prediction(live, len(self._units(live)), now)
+            why = reasons.promise_changed(
+                promised,
+                policy=self.policy_name,
+                predicted=predicted,
+                deadline_at=live.record.deadline_at,
+                now=now,
+            )
+            self.store.add_event(
+                job.job_id,
+                now,
+                "promise",
+                {"promise": promised, "why": why, **_finish_fields(predicted)},
+                guaranteed=guaranteed,
+            )
+            live.record = dataclasses.replace(live.record, guaranteed=guaranteed)
+
+    def _happened(self, view: ClusterView, gpu: bool, periodic: bool) -> str:
+        """What changed in the pool since its policy's last decision, in words."""
+        ids = frozenset(job.job_id for job in view.jobs)
+        before = self._seen.get(gpu)
+        self._seen[gpu] = ids
+        if before is None:
+            return ""  # the first decision since the service started: nothing to compare
+        return reasons.context(sorted(ids - before), sorted(before - ids), periodic)
+
+    def _explain(
+        self,
+        members: list[_LiveJob],
+        assignment: Mapping[str, tuple[int, ...]],
+        why: Mapping[str, str],
+        happened: str,
+    ) -> None:
+        """Note on each job whose worker count this round changes why (the policy's words for
+        it, else words from what changed), for the event its re-size, start or stop records."""
+        for live in members:
+            live.change_why = None
+            if self._holding(live):
+                continue
+            old, new = len(self._units(live)), len(assignment.get(live.record.id, ()))
+            if old == new:
+                continue
+            live.change_why = reasons.cause(why.get(live.record.id), old, new, happened)
+            live.change_to = new
 
     def _lend_for_measuring(
         self, waiting: list[_LiveJob], free: int, now: float, *, gpu: bool
@@ -987,6 +1158,9 @@ class LocalService:
             live.profile_sizes, size_speeds(samples), holding, now - live.profile_started
         )
         if step.resize_to is not None and step.resize_to < holding:
+            live.change_why = reasons.measuring(
+                step.resize_to, _kind(live.spec), live.profile_sizes
+            )
             self._resize(live, live.cores[: step.resize_to], now)
             self._dirty = True  # the workers it gave back go to others
         elif step.judge or step.resize_to is not None:
@@ -1035,7 +1209,11 @@ class LocalService:
                 )
             live.declining = verdict.message()
             self.store.add_event(
-                job_id, now, "declining", {"why": live.declining, "measured": measured}
+                job_id,
+                now,
+                "declining",
+                {**_verdict_note(verdict), "measured": measured},
+                guaranteed=False,
             )
             self._stop(live)
             return
@@ -1044,12 +1222,7 @@ class LocalService:
         live.record = self.store.transition(
             job_id, Lifecycle.RUNNING, now, allocation=live.cores, guaranteed=guaranteed
         )
-        self.store.add_event(
-            job_id,
-            now,
-            "admitted",
-            {"policy": self.policy_name, "guaranteed": guaranteed, "measured": measured},
-        )
+        self._record_admission(live, admission, now, {"measured": measured})
         self._dirty = True
 
     def _declined_verdict(self, live: _LiveJob, view: ClusterView, admission: Admission) -> Verdict:
@@ -1188,6 +1361,7 @@ class LocalService:
         live.cores = held_cores
         live.stopping, live.term_at, live.killed = False, None, False
         self._faults.passed("popen")
+        # The promise is not set here: `_keep_promises` sets it with an event saying why.
         live.record = self.store.record_launched(
             job_id,
             now,
@@ -1195,7 +1369,7 @@ class LocalService:
             pid=runner.pid,
             start_ticks=runner.start_ticks,
             attempt=attempt,
-            guaranteed=self._guaranteed(job_id),
+            note=self._start_note(live, len(units), attempt, now),
         )
         self._faults.passed("launched")
         live.policy_job.phase = Phase.RUNNING
@@ -1203,6 +1377,24 @@ class LocalService:
         if live.policy_job.started_s is None:
             live.policy_job.started_s = now
         live.policy_job.reallocations += live.policy_job.started_s != now
+
+    def _start_note(self, live: _LiveJob, count: int, attempt: int, now: float) -> dict[str, Any]:
+        """Why the job's runner starts on ``count`` workers, with its predicted finish there."""
+        why, live.change_why = live.change_why, None
+        kind = _kind(live.spec)
+        if live.profiling:
+            why = f"lent {reasons.workers(count, kind)} no guarantee needs, to measure its speed"
+        predicted = self._prediction(live, count, now, startup_s=live.startup_s)
+        text = reasons.started(
+            count,
+            kind,
+            why or reasons.cause(None, 0, count, ""),
+            restart=attempt > 1,
+            predicted=predicted,
+            deadline_at=live.record.deadline_at,
+            now=now,
+        )
+        return {"why": text, "workers": count, **_finish_fields(predicted)}
 
     def _group_of(self, job_id: str) -> JobGroup | None:
         return None if self.groups is None else self.groups.of(job_id)
@@ -1252,7 +1444,6 @@ class LocalService:
             pid=runner.pid,
             start_ticks=runner.start_ticks,
             attempt=attempt,
-            guaranteed=self._guaranteed(record.id),
             kind="re-adopted",
         )
         self._faults.passed("adopted")
@@ -1261,6 +1452,7 @@ class LocalService:
         live.policy_job.started_s = live.record.started_at
 
     def _resize(self, live: _LiveJob, cores: tuple[int, ...], now: float) -> None:
+        note = self._resize_note(live, len(live.cores), len(cores), now)
         if live.runner is not None and live.runner.group is not None:
             # Before the runner hears of them: its new affinity must lie inside the group's.
             live.runner.group.limit(cpus=cores, memory_bytes=None)
@@ -1270,11 +1462,39 @@ class LocalService:
         live.policy_job.workers = len(cores)
         live.policy_job.reallocations += 1
         live.last_sample = None  # an interval of progress must not span two allocations
-        self.store.set_allocation(live.record.id, cores, now)
+        self.store.set_allocation(live.record.id, cores, now, note=note)
         self._faults.passed("resize")
+
+    def _resize_note(self, live: _LiveJob, old: int, new: int, now: float) -> dict[str, Any]:
+        """Why the job goes from ``old`` to ``new`` workers, with its predicted finish on each."""
+        why, live.change_why = live.change_why, None
+        before, after = self._prediction(live, old, now), self._prediction(live, new, now)
+        text = reasons.resized(
+            old,
+            new,
+            _kind(live.spec),
+            why or reasons.cause(None, old, new, ""),
+            before=before,
+            after=after,
+            deadline_at=live.record.deadline_at,
+            now=now,
+        )
+        note: dict[str, Any] = {"why": text, "workers_from": old, "workers_to": new}
+        note.update({f"{key}_before": v for key, v in _finish_fields(before).items()})
+        note.update({f"{key}_after": v for key, v in _finish_fields(after).items()})
+        return note
 
     def _preempt(self, live: _LiveJob) -> None:
         if live.runner is not None:
+            why, live.change_why = live.change_why, None
+            count = len(self._units(live))
+            restart_to = live.change_to if live.spec.restarts_on_resize else None
+            live.stop_why = reasons.preempted(
+                count,
+                _kind(live.spec),
+                why or reasons.cause(None, count, 0, ""),
+                restart_to=restart_to,
+            )
             self._stop(live)
         else:
             live.cores = ()
@@ -1360,7 +1580,7 @@ class LocalService:
                 why = f"did not stop within {self.grace_s:g} s of SIGTERM; killed"
                 self._mark_preempted(live, now, why)
             elif (live.stopping and code == EXIT_PREEMPTED) or stopped:
-                self._mark_preempted(live, now, "pre-empted by the scheduler")
+                self._mark_preempted(live, now, live.stop_why or "pre-empted by the scheduler")
             else:
                 message = (last.message if last is not None and last.message else None) or (
                     f"runner exited with code {code}"
@@ -1401,6 +1621,7 @@ class LocalService:
         self.store.add_event(live.record.id, now, "stopped", {"why": why})
         self._release_gpus(live, now)
         live.cores, live.stopping, live.term_at, live.killed = (), False, None, False
+        live.stop_why = None
         live.policy_job.workers = 0
         live.policy_job.phase = Phase.PENDING
         live.last_sample = None
@@ -1920,6 +2141,26 @@ def _measured_first(policy: Policy, spec: TrainingJobSpec, remembered: bool) -> 
     deadlines, nothing is ``remembered`` under its speed key, and no table gives its speed here
     (a command's, or any job's on GPUs)."""
     return policy.promises_deadlines and not remembered and (spec.workload is None or spec.gpu)
+
+
+def _finish_fields(predicted: reasons.Finish | None) -> dict[str, Any]:
+    """A predicted finish as an event's numbers (none when nothing is predicted)."""
+    if predicted is None:
+        return {}
+    return {
+        "predicted_finish_at": predicted.at,
+        "predicted_finish_band": [predicted.early, predicted.late],
+    }
+
+
+def _verdict_note(verdict: Verdict) -> dict[str, Any]:
+    """A decline's event fields: why in words, and the earliest deadline that would be
+    guaranteed now (absent when none would)."""
+    note: dict[str, Any] = {"why": verdict.message()}
+    if verdict.earliest_deadline_at is not None:
+        note["earliest_deadline_at"] = verdict.earliest_deadline_at
+        note["earliest_deadline_in_s"] = verdict.earliest_deadline_in_s
+    return note
 
 
 def _kind(spec: TrainingJobSpec) -> str:

@@ -427,15 +427,20 @@ class Store:
         error: str | None = None,
         result: Mapping[str, Any] | None = None,
         guaranteed: bool | None = None,
+        note: Mapping[str, Any] | None = None,
     ) -> JobRecord:
-        """Move a job to ``new_state`` if the lifecycle allows it, and log the change.
+        """Move a job to ``new_state`` if the lifecycle allows it, and log the change (with
+        ``note``'s JSON-ready fields, such as why, added to the ``state`` event).
 
         Entering ``running`` the first time sets ``started_at``; entering a final state sets
         ``finished_at``. Any state but ``running`` holds no CPUs, so its allocation is cleared (a
         profiling job gets its CPUs from ``record_launched`` and ``set_allocation``).
+        ``guaranteed`` sets the job's promise, and the event says it.
         """
         with self._write() as db:
-            self._transition(db, job_id, new_state, now, allocation, error, result, guaranteed)
+            self._transition(
+                db, job_id, new_state, now, allocation, error, result, guaranteed, note
+            )
             row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._record(row)
 
@@ -446,16 +451,22 @@ class Store:
     def record_failure(self, job_id: str, error: str, now: float) -> JobRecord:
         return self.transition(job_id, Lifecycle.FAILED, now, error=error)
 
-    def set_allocation(self, job_id: str, cpus: Sequence[int], now: float) -> None:
+    def set_allocation(
+        self,
+        job_id: str,
+        cpus: Sequence[int],
+        now: float,
+        note: Mapping[str, Any] | None = None,
+    ) -> None:
         """Re-size a running (or profiling) job to exactly the CPU ids ``cpus`` (none: a
-        profiling job stopped), and log the change."""
+        profiling job stopped), and log the change (with ``note``'s fields, such as why)."""
         new = _check_cpus(cpus)
         with self._write() as db:
             if (state := self._state(db, job_id)) not in HOLDING_STATES:
                 raise StoreError(
                     f"job {job_id}: only a running or profiling job holds CPUs, it is {state}"
                 )
-            self._allocate(db, job_id, now, new)
+            self._allocate(db, job_id, now, new, note=note)
 
     def record_launch_intent(
         self, job_id: str, now: float, job_dir: str, cpus: Sequence[int]
@@ -484,24 +495,28 @@ class Store:
         attempt: int,
         guaranteed: bool | None = None,
         kind: str = "launched",
+        note: Mapping[str, Any] | None = None,
     ) -> JobRecord:
         """The runner of a launch intent is running: the job becomes running on ``cpus`` and a
-        ``kind`` event records its pid and start time (``/proc/PID/stat`` field 22), in one
-        commit. A job already running (re-adopted) only gets the event; a profiling job stays
-        profiling, on ``cpus`` (an ``allocation`` event when they change)."""
+        ``kind`` event records its pid and start time (``/proc/PID/stat`` field 22), and
+        ``note``'s fields (such as why), in one commit. A job already running (re-adopted) only
+        gets the event; a profiling job stays profiling, on ``cpus`` (an ``allocation`` event
+        when they change)."""
         with self._write() as db:
             state = self._state(db, job_id)
             if state is Lifecycle.PROFILING:
                 self._hold(db, job_id, now, cpus)
             elif state is not Lifecycle.RUNNING:
-                self._transition(db, job_id, Lifecycle.RUNNING, now, cpus, None, None, guaranteed)
-            self._insert_event(
-                db,
-                job_id,
-                now,
-                kind,
-                {"pid": pid, "start_ticks": start_ticks, "cpus": sorted(cpus), "attempt": attempt},
-            )
+                self._transition(
+                    db, job_id, Lifecycle.RUNNING, now, cpus, None, None, guaranteed, note
+                )
+            detail = {
+                "pid": pid,
+                "start_ticks": start_ticks,
+                "cpus": sorted(cpus),
+                "attempt": attempt,
+            }
+            self._insert_event(db, job_id, now, kind, {**(note or {}), **detail})
             row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._record(row)
 
@@ -520,6 +535,7 @@ class Store:
         cpus: list[int],
         *,
         only_if_changed: bool = False,
+        note: Mapping[str, Any] | None = None,
     ) -> None:
         """The job holds exactly ``cpus`` now: stored, with an ``allocation`` event."""
         old = json.loads(
@@ -528,7 +544,7 @@ class Store:
         if only_if_changed and old == cpus:
             return
         db.execute("UPDATE jobs SET allocation_json = ? WHERE id = ?", (json.dumps(cpus), job_id))
-        self._insert_event(db, job_id, now, "allocation", {"from": old, "to": cpus})
+        self._insert_event(db, job_id, now, "allocation", {**(note or {}), "from": old, "to": cpus})
 
     # --- progress and events -------------------------------------------------------------------
 
@@ -652,12 +668,25 @@ class Store:
         return tuple(UseSample(t, allocated, used) for t, allocated, used in rows)
 
     def add_event(
-        self, job_id: str | None, t: float, kind: str, detail: Mapping[str, Any] | None = None
+        self,
+        job_id: str | None,
+        t: float,
+        kind: str,
+        detail: Mapping[str, Any] | None = None,
+        *,
+        guaranteed: bool | None = None,
     ) -> None:
-        """Append to the audit log; ``detail`` must be JSON-ready."""
-        with self._write(jobs=False) as db:
+        """Append to the audit log; ``detail`` must be JSON-ready. ``guaranteed``: the event
+        states the job's promise, set on the job in the same commit (and put in ``detail``), so
+        the job and its log never disagree on it."""
+        with self._write(jobs=guaranteed is not None) as db:
             if job_id is not None:
                 self._state(db, job_id)
+            if guaranteed is not None:
+                if job_id is None:
+                    raise StoreError("a service-wide event promises nothing")
+                db.execute("UPDATE jobs SET guaranteed = ? WHERE id = ?", (int(guaranteed), job_id))
+                detail = {**(detail or {}), "guaranteed": guaranteed}
             self._insert_event(db, job_id, t, kind, detail or {})
 
     def events(self, job_id: str | None = None) -> tuple[Event, ...]:
@@ -704,6 +733,7 @@ class Store:
         error: str | None,
         result: Mapping[str, Any] | None,
         guaranteed: bool | None,
+        note: Mapping[str, Any] | None = None,
     ) -> None:
         target = Lifecycle(new_state)
         cpus = None if allocation is None else _check_cpus(allocation)
@@ -732,11 +762,13 @@ class Store:
             updates["guaranteed"] = int(guaranteed)
         assignments = ", ".join(f"{column} = ?" for column in updates)
         db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*updates.values(), job_id))
-        detail: dict[str, Any] = {"from": current.value, "to": target.value}
+        detail: dict[str, Any] = {**(note or {}), "from": current.value, "to": target.value}
         if cpus is not None:
             detail["cpus"] = cpus
         if error is not None:
             detail["error"] = error
+        if guaranteed is not None:
+            detail["guaranteed"] = guaranteed
         self._insert_event(db, job_id, now, "state", detail)
 
     @contextmanager

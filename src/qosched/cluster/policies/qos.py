@@ -173,17 +173,47 @@ class Urgency(enum.IntEnum):
     HOPELESS = 2  # deadline jobs that cannot make it any more
 
 
+class Why(enum.Enum):
+    """Which step of a decision gave a job its count (`_Hand.give`), for the reason in words a
+    decision carries for each job it changes (``Decision.reasons``)."""
+
+    PLANNED = "its guaranteed plan needs {count} now"
+    SMALLEST = "best effort: a running job keeps its smallest count, the rest is shared again"
+    FINISHING = "about done: it keeps its workers, a re-size would cost more than they give"
+    HOPEFUL = "not guaranteed: planned to meet its deadline on its expected speed"
+    MUST_RUN_SOON = "not guaranteed: it can still meet its deadline if it runs now"
+    BEST_EFFORT = "best effort: it gets what the deadline jobs leave"
+    HOPELESS = "its deadline can no longer be met: it runs on what is left"
+    SPARE = "spare workers: each added one adds {gain:.2f} of its speed (min_spare_gain {least:g})"
+    KEPT = "guaranteed: it keeps the workers it holds beyond its plan"
+
+
+_URGENCY_WHY = {
+    Urgency.MUST_RUN_SOON: Why.MUST_RUN_SOON,
+    Urgency.BEST_EFFORT: Why.BEST_EFFORT,
+    Urgency.HOPELESS: Why.HOPELESS,
+}
+
+
 @dataclass(slots=True)
 class _Hand:
-    """The workers one decision has given so far, and how many are still free."""
+    """The workers one decision has given so far, and how many are still free; why each job
+    has its count (the step that last gave it, and a spare worker's gain), and the gain of the
+    worker each job was refused for gaining less than ``min_spare_gain``."""
 
     free: int
     workers: dict[str, int] = field(default_factory=dict)
+    why: dict[str, tuple[Why, float]] = field(default_factory=dict)
+    too_little: dict[str, float] = field(default_factory=dict)
 
-    def give(self, job_id: str, count: int, had: int = 0) -> None:
+    def give(
+        self, job_id: str, count: int, had: int = 0, why: Why | None = None, gain: float = 0.0
+    ) -> None:
         """Set the job's count to ``count``, from the ``had`` it was given before."""
         self.workers[job_id] = count
         self.free -= count - had
+        if why is not None:
+            self.why[job_id] = (why, gain)
 
 
 @register("qos")
@@ -615,7 +645,7 @@ class QualityOfService(Policy):
         if hand.free > 0:
             self._hand_out_spare(view, hand)
         self._keep_beyond_plan(guaranteed, plan, hand)
-        return self._decision(view, hand.workers, (plan, hopeful))
+        return self._decision(view, hand, (plan, hopeful))
 
     # -- the steps of a decision, in order ---------------------------------------------------------
 
@@ -649,7 +679,7 @@ class QualityOfService(Policy):
         for job in guaranteed:
             need = plan.count_now(job.job_id, now) if job.job_id in plan.reservations else 0
             if need:
-                hand.give(job.job_id, need)
+                hand.give(job.job_id, need, why=Why.PLANNED)
 
     def _keep_best_effort_running(self, view: ClusterView, hand: _Hand) -> None:
         """(2) Running best-effort jobs keep their smallest count, or their whole count when
@@ -665,10 +695,12 @@ class QualityOfService(Policy):
         for job in running_best_effort:
             expected = self._ladders(job, self._jobs[job.job_id])[0]
             keep = expected.counts[0] if expected.counts else 0
+            why = Why.SMALLEST
             if job.workers <= hand.free and self._finishing(job, expected, view):
                 keep = job.workers  # a pause would cost it more than its workers give others
+                why = Why.FINISHING
             if keep and keep <= hand.free:
-                hand.give(job.job_id, keep)
+                hand.give(job.job_id, keep, why=why)
 
     def _give_hopeful(
         self, guaranteed: list[JobState], plan: Plan, view: ClusterView, hand: _Hand
@@ -681,7 +713,7 @@ class QualityOfService(Policy):
         for job_id, reservation in hopeful.reservations.items():
             need = Plan.count_now_of(reservation, view.now)
             if 0 < need <= hand.free:
-                hand.give(job_id, need)
+                hand.give(job_id, need, why=Why.HOPEFUL)
         return hopeful
 
     def _give_the_rest(self, view: ClusterView, hand: _Hand) -> None:
@@ -705,7 +737,7 @@ class QualityOfService(Policy):
                     break
             share = job.workers if job.workers else self._starting_share(job, view, hand.free)
             if 0 < share <= hand.free:
-                hand.give(job.job_id, share)
+                hand.give(job.job_id, share, why=_URGENCY_WHY[priority[job.job_id][0]])
 
     def _keep_beyond_plan(self, guaranteed: list[JobState], plan: Plan, hand: _Hand) -> None:
         """(6) Guaranteed jobs keep what they hold beyond their plan while it fits: no
@@ -717,30 +749,40 @@ class QualityOfService(Policy):
                 job.job_id in plan.reservations
                 and job.workers > need
                 and job.workers - need <= hand.free
-                and (not self.min_spare_gain or self._extra_pays(job, need))
             ):
-                hand.give(job.job_id, job.workers, had=need)
+                gain = self._extra_gain(job, need) if self.min_spare_gain else None
+                if gain is None or gain >= self.min_spare_gain:
+                    hand.give(job.job_id, job.workers, had=need, why=Why.KEPT)
+                else:
+                    hand.too_little[job.job_id] = gain
 
     def _extra_pays(self, job: JobState, need: int) -> bool:
         """Whether the workers ``job`` holds beyond ``need`` reach ``min_spare_gain`` each on its
         expected speeds (always, from none: a job is never stopped for this)."""
+        gain = self._extra_gain(job, need)
+        return gain is None or gain >= self.min_spare_gain
+
+    def _extra_gain(self, job: JobState, need: int) -> float | None:
+        """The speed-up each worker ``job`` holds beyond ``need`` adds on its expected speeds,
+        relative to its speed on ``need``; None from none (a job is never stopped for this)."""
         if not need:
-            return True
+            return None
         rates = self._ladders(job, self._jobs[job.job_id])[0].rates
         if not rates[need] > 0.0:
-            return True
-        gain = (rates[job.workers] / rates[need] - 1.0) / (job.workers - need)
-        return gain >= self.min_spare_gain
+            return None
+        return (rates[job.workers] / rates[need] - 1.0) / (job.workers - need)
 
-    def _decision(
-        self, view: ClusterView, workers: dict[str, int], plans: tuple[Plan, ...]
-    ) -> Decision:
-        """The counts, largest first, the next time ``plans`` change a count, and the pinned
-        jobs; notes which jobs were re-sized."""
+    def _decision(self, view: ClusterView, hand: _Hand, plans: tuple[Plan, ...]) -> Decision:
+        """The counts, largest first, the next time ``plans`` change a count, the pinned jobs,
+        and why each changed job has its count; notes which jobs were re-sized."""
         now = view.now
+        workers = hand.workers
+        changed = []
         for job in view.jobs:
             if workers.get(job.job_id, 0) != job.workers:
                 self._jobs[job.job_id].last_change_s = now
+                changed.append(job)
+        reasons = self._reasons(changed, hand, view) if changed else {}
         # The tick re-plans on fresher predictions. Where every decision costs every running job
         # progress (view.decision_overhead_s), only events and plan changes wake the policy.
         wake = now + self.tick_s if not view.decision_overhead_s else math.inf
@@ -755,7 +797,36 @@ class QualityOfService(Policy):
             {job_id: workers[job_id] for job_id in order if workers[job_id]},
             None if math.isinf(wake) else wake,
             pinned=self._tight(view, workers),
+            reasons=reasons,
         )
+
+    def _reasons(
+        self, changed: Sequence[JobState], hand: _Hand, view: ClusterView
+    ) -> dict[str, str]:
+        """Why each of the ``changed`` jobs has the count ``hand`` gives it, in words: the step
+        that gave it, and a worker it was refused for gaining less than ``min_spare_gain``."""
+        planned: int | None = None  # workers the guaranteed jobs get: said when one gets none
+        reasons = {}
+        for job in changed:
+            count = hand.workers.get(job.job_id, 0)
+            if count:
+                why, gain = hand.why.get(job.job_id, (Why.BEST_EFFORT, 0.0))
+                text = why.value.format(count=count, gain=gain, least=self.min_spare_gain)
+            else:
+                if planned is None:
+                    planned = sum(n for j, n in hand.workers.items() if self.is_guaranteed(j))
+                text = (
+                    f"no worker is left for it: {planned} of {view.cluster.total_workers} go "
+                    f"to guaranteed jobs, the rest to jobs ahead of it"
+                )
+            gain = hand.too_little.get(job.job_id)
+            if gain is not None:
+                text += (
+                    f"; more workers would add only {gain:.2f} of its speed each, below "
+                    f"min_spare_gain {self.min_spare_gain:g}"
+                )
+            reasons[job.job_id] = text
+        return reasons
 
     # -- what a backend may ask ---------------------------------------------------------------
 
@@ -893,6 +964,7 @@ class QualityOfService(Policy):
         enough = self.gain_over_pause * pause
         min_gain = self.min_spare_gain
         heap: list[tuple[bool, float, int, JobState]] = []
+        gains: dict[str, float] = {}  # each job's next step's speed-up per added worker
         tracked_jobs, ladders = self._jobs, self._ladders
 
         def push(position: int, job: JobState, current: int) -> None:
@@ -916,7 +988,9 @@ class QualityOfService(Policy):
                 has_deadline = job.spec.deadline_s is not None
                 gain = speedup / (step - current)
                 if gain < min_gain:  # the added workers would idle more than they work
+                    hand.too_little[job.job_id] = gain
                     return
+                gains[job.job_id] = gain
                 if not has_deadline:
                     # Mean completion time: shorter best-effort jobs first, softly (a strict
                     # shortest-first piles workers on one job past where they pay off).
@@ -942,7 +1016,7 @@ class QualityOfService(Policy):
             step = counts[bisect.bisect_right(counts, current)]
             if step - current > hand.free:
                 continue
-            hand.give(job.job_id, step, had=current)
+            hand.give(job.job_id, step, had=current, why=Why.SPARE, gain=gains[job.job_id])
             push(position, job, step)
 
 
