@@ -1206,12 +1206,15 @@ def job_view(detail: JobDetail, now: float) -> RenderableType:
 
 
 def event_text(kind: str, detail: Mapping[str, Any]) -> str:
-    """One audit-log entry (``qosched.backends.local.store.Event``) in words."""
+    """One audit-log entry (``qosched.backends.local.store.Event``) in words, with why the
+    service decided it (its ``why``, shown as it is) where the event says."""
+    why = detail.get("why")
     if kind == "state":
         text = f"{detail.get('from')} -> {detail.get('to')}"
         if detail.get("cpus"):
             text += f" on cores {cpu_ranges(detail['cpus'])}"
-        return text + (f": {detail['error']}" if detail.get("error") else "")
+        said = why or detail.get("error")
+        return text + (f": {said}" if said else "")
     if kind == "gpus":
         if "held" in detail:
             return f"holds GPUs {cpu_ranges(detail['held'])}"
@@ -1222,18 +1225,26 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str:
             return f"holds cores {cpu_ranges(new)}"
         if not new:
             return f"gave back cores {cpu_ranges(old)}"
-        return f"re-sized from cores {cpu_ranges(old)} to {cpu_ranges(new)}"
+        text = f"re-sized from cores {cpu_ranges(old)} to {cpu_ranges(new)}"
+        return text + (f": {why}" if why else "")
     if kind == "launched":
         cores = cpu_ranges(detail.get("cpus") or [])
         pid, attempt = detail.get("pid"), detail.get("attempt")
-        return f"runner started (pid {pid}, attempt {attempt}) on cores {cores}"
+        text = f"runner started (pid {pid}, attempt {attempt}) on cores {cores}"
+        return text + (f": {why}" if why else "")
     if kind == "admitted":
-        promise = (
+        if why:
+            return str(why) + _measured(detail)
+        promise = (  # an event recorded before admissions said why
             "deadline guaranteed" if detail.get("guaranteed") else "not guaranteed (best effort)"
         )
         return f"by {detail.get('policy')}: {promise}" + _measured(detail)
+    if kind == "promise":
+        return f"{detail.get('promise')}: {why}"
     if kind == "profiling":
-        return f"{detail.get('why')}: measured first (at most {detail.get('bound_s')} s)"
+        if "measured for at most" in str(why):
+            return str(why)
+        return f"{why}: measured first (at most {detail.get('bound_s')} s)"
     if kind == "declining":
         return f"{detail.get('why')}" + _measured(detail)
     if kind == "stopped":

@@ -47,17 +47,18 @@ def seconds(value: float) -> str:
 
 
 def finish(predicted: Finish | None, deadline_at: float, now: float) -> str:
-    """``predicted to finish in 40 s (36-45 s), 80 s before its deadline (in 120 s)``; where
-    nothing is predicted, the deadline alone (``its deadline is in 120 s``)."""
+    """``predicted to finish in 40 s (36-45 s), 80 s before its deadline (in 120 s)`` (no
+    band where the prediction has none); where nothing is predicted, the deadline alone
+    (``its deadline is in 120 s``)."""
     if predicted is None:
         return f"its deadline is in {seconds(deadline_at - now)}"
     deadline = f"its deadline (in {seconds(deadline_at - now)})"
-    early, late = (max(0.0, t - now) for t in (predicted.early, predicted.late))
-    band = f"{early:.0f}-{late:.0f} s"
+    early, late = (f"{max(0.0, t - now):.0f}" for t in (predicted.early, predicted.late))
+    band = f" ({early}-{late} s)" if early != late else ""  # none without a band to say
     slack = deadline_at - predicted.at
     side = "before" if slack >= 0 else "after"
     return (
-        f"predicted to finish in {seconds(predicted.at - now)} ({band}), "
+        f"predicted to finish in {seconds(predicted.at - now)}{band}, "
         f"{seconds(abs(slack))} {side} {deadline}"
     )
 
@@ -98,17 +99,19 @@ def promise_changed(
     if promised == GUARANTEED:
         head = f"{policy} now guarantees its deadline: a plan meets it on its predicted speed"
     else:
+        runs = "best effort" if promised == BEST_EFFORT else "without a promise"
         head = (
             f"{policy} no longer guarantees its deadline: no plan meets it on its predicted "
-            f"speed with its safety margin any more, so it runs {promised}"
+            f"speed with its safety margin any more, so it runs {runs}"
         )
     return f"{head}; {finish(predicted, deadline_at, now)}"
 
 
 def context(arrived: Sequence[str], ended: Sequence[str], periodic: bool) -> str:
     """What changed since the pool's last decision: jobs that arrived and jobs that ended
-    (finished, failed, cancelled or stopping), or, with neither, a periodic re-plan on re-read
-    speeds (``periodic``); "" when nothing is known."""
+    (finished, failed, cancelled or stopping), or, with neither, that the policy re-planned on
+    its own (``periodic``: the clock asked, as a policy re-reads speeds); "" when nothing is
+    known."""
     parts = []
     if arrived:
         parts.append(f"{_names(arrived)} arrived")
@@ -116,7 +119,7 @@ def context(arrived: Sequence[str], ended: Sequence[str], periodic: bool) -> str
         parts.append(f"{_names(ended)} ended")
     if parts:
         return "after " + " and ".join(parts)
-    return "at a periodic re-plan on re-read speeds" if periodic else ""
+    return "at a periodic re-plan, nothing having arrived or ended" if periodic else ""
 
 
 def _names(ids: Sequence[str]) -> str:

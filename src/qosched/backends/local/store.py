@@ -507,9 +507,7 @@ class Store:
             if state is Lifecycle.PROFILING:
                 self._hold(db, job_id, now, cpus)
             elif state is not Lifecycle.RUNNING:
-                self._transition(
-                    db, job_id, Lifecycle.RUNNING, now, cpus, None, None, guaranteed, note
-                )
+                self._transition(db, job_id, Lifecycle.RUNNING, now, cpus, None, None, guaranteed)
             detail = {
                 "pid": pid,
                 "start_ticks": start_ticks,

@@ -100,6 +100,7 @@ def _marks(job_id: str, events: Sequence[Event]) -> list[dict[str, Any]]:
             kind = "resize"
             text = f"re-sized from cores {_cores(detail.get('from') or [])} to "
             text += _cores(detail.get("to") or [])
+            text += f": {detail['why']}" if detail.get("why") else ""
         elif event.kind == "stopped" and marks and marks[-1]["kind"] == "preempt":
             marks[-1]["text"] = f"pre-empted: {detail.get('why', '')}"
         if kind is not None:

@@ -439,13 +439,19 @@ function renderUsage(history) {
 
 // --- one job ------------------------------------------------------------------------------------
 
+// Each event's words, with why the service decided it (its `why`, shown as it is) where it says.
+const because = (d) => (d.why ? `: ${d.why}` : "");
 const EVENT_WORDS = {
   state: (d) => `${d.from} -> ${d.to}` + (d.cpus ? ` on cores ${cores(d.cpus)}` : "") +
-    (d.error ? `: ${d.error}` : ""),
-  allocation: (d) => `re-sized from cores ${cores(d.from)} to ${cores(d.to)}`,
-  launched: (d) => `runner started (pid ${d.pid}, attempt ${d.attempt}) on cores ${cores(d.cores)}`,
-  admitted: (d) => `by ${d.policy}: ` +
+    ((d.why || d.error) ? `: ${d.why || d.error}` : ""),
+  allocation: (d) => `re-sized from cores ${cores(d.from)} to ${cores(d.to)}` + because(d),
+  launched: (d) => `runner started (pid ${d.pid}, attempt ${d.attempt}) on cores ${cores(d.cpus)}` +
+    because(d),
+  admitted: (d) => d.why ? String(d.why) : `by ${d.policy}: ` +
     (d.guaranteed ? "deadline guaranteed" : "not guaranteed (best effort)"),
+  promise: (d) => `${d.promise}${because(d)}`,
+  profiling: (d) => String(d.why ?? ""),
+  declining: (d) => String(d.why ?? ""),
   stopped: (d) => String(d.why ?? ""),
   "re-adopted": (d) => `runner (pid ${d.pid}) re-adopted by a restarted service`,
 };
