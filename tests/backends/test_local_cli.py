@@ -587,3 +587,33 @@ def test_the_qos_column_says_guaranteed_or_best_effort_never_both(best_effort, g
         best_effort=best_effort, guaranteed=guaranteed, attempts=1, error=None,
     )  # fmt: skip
     assert _qos(job).plain.endswith(note)
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail", "words"),
+    [
+        (
+            "allocation",
+            {"from": [0, 1], "to": [0], "why": "from 2 cores to 1: the plan needs 1"},
+            "re-sized from cores 0-1 to 0: from 2 cores to 1: the plan needs 1",
+        ),
+        (
+            "admitted",
+            {"policy": "qos", "guaranteed": True, "why": "qos guarantees it", "measured": {"1": 2}},
+            "qos guarantees it; measured 2 it/s on 1",
+        ),
+        (
+            "promise",
+            {"promise": "best effort", "guaranteed": False, "why": "qos no longer guarantees it"},
+            "best effort: qos no longer guarantees it",
+        ),
+        (
+            "launched",
+            {"pid": 7, "attempt": 2, "cpus": [1], "why": "restarted on 1 core: room again"},
+            "runner started (pid 7, attempt 2) on cores 1: restarted on 1 core: room again",
+        ),
+    ],
+    ids=["resize", "admitted", "promise", "restart"],
+)
+def test_status_job_shows_each_events_why_as_it_is(kind, detail, words):
+    assert local.event_text(kind, detail) == words

@@ -12,8 +12,12 @@ NOW = 1000.0
 
 @pytest.mark.parametrize(
     ("guaranteed", "best_effort", "words"),
-    [(True, True, "guaranteed"), (True, False, "guaranteed"), (False, True, "best effort")]
-    + [(False, False, "no promise")],
+    [
+        (True, True, "guaranteed"),
+        (True, False, "guaranteed"),
+        (False, True, "best effort"),
+        (False, False, "no promise"),
+    ],
 )
 def test_a_promise_is_one_of_three_from_the_rows_two_facts(guaranteed, best_effort, words):
     assert reasons.promise(guaranteed, best_effort) == words
