@@ -219,16 +219,17 @@ class FakeService:
 
     # --- test controls ---------------------------------------------------------------------------
 
-    def update(self, job_id: str, **changes: Any) -> None:
-        """Change a job as the service would, logging state and allocation changes as events."""
+    def update(self, job_id: str, why: str | None = None, **changes: Any) -> None:
+        """Change a job as the service would, logging state and allocation changes as events
+        (a re-size with ``why``, as the service says it)."""
         with self._lock:
-            self._change(self._get(job_id), **changes)
+            self._change(self._get(job_id), why, **changes)
 
     def write_log(self, job_id: str, text: str) -> None:
         with self._lock, self._log_path(job_id).open("a") as log:
             log.write(text)
 
-    def _change(self, job: dict[str, Any], **changes: Any) -> None:
+    def _change(self, job: dict[str, Any], why: str | None = None, **changes: Any) -> None:
         old_state, old_cpus = job["state"], job["cpus"]
         job.update(changes)
         now = self.clock()
@@ -239,9 +240,8 @@ class FakeService:
                 detail["cpus"] = list(job["cpus"])
             events.append(Event(job["id"], now, "state", detail))
         elif job["state"] == "running" and job["cpus"] != old_cpus:
-            events.append(
-                Event(job["id"], now, "allocation", {"from": old_cpus, "to": job["cpus"]})
-            )
+            detail = {"from": old_cpus, "to": job["cpus"], **({"why": why} if why else {})}
+            events.append(Event(job["id"], now, "allocation", detail))
 
     def _log_path(self, job_id: str) -> Path:
         if self._log_dir is None:
