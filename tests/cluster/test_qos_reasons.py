@@ -93,3 +93,23 @@ def test_an_unchanged_job_gets_no_reason_and_a_policy_that_says_none_gives_none(
     waiting = flat("b", 400, None)
     assert dict(fifo.allocate(ClusterView(0.0, ONE_NODE, (waiting,), 0.0)).workers) == {"b": 1}
     assert fifo.allocate(ClusterView(0.0, ONE_NODE, (waiting,), 0.0)).reasons == {}
+
+
+def test_a_plan_moved_by_a_re_read_speed_says_the_speed_it_now_expects():
+    # The linear table: g iterations/s on g GPUs. "a" (1,000 iterations by 700 s) is planned on
+    # 2 GPUs (612 s at the pessimistic 1.63 it/s), but runs 1.3 it/s there. Re-read at 10 s
+    # (after 10% + 5 s of running), its speed is the table's shape scaled by 1.3 / 2: 2.6 it/s
+    # on 4 GPUs, and only 4 finish its 987 iterations left within the 690 s left.
+    linear = ThroughputModel({"m": {64: {1: 1.0, 2: 2.0, 4: 4.0}}})
+    running = JobState(job("a", 0.0, 1000, deadline=700.0), linear.curve("m", 64))
+    policy = QualityOfService(refresh_s=5.0, min_spare_gain=0.9)
+    view = admitted(policy, running)
+    assert dict(policy.allocate(view).workers) == {"a": 2}
+    running.workers, running.started_s = 2, 0.0
+    running.active_s, running.iterations_done = 10.0, 13.0
+    decision = policy.allocate(ClusterView(10.0, ONE_NODE, (running,), 0.0))
+    assert dict(decision.workers) == {"a": 4}
+    assert decision.reasons == {
+        "a": "its guaranteed plan needs 4 now; its speed was re-read from its progress: 2.6 "
+        "iterations/s expected on 4"
+    }

@@ -38,7 +38,9 @@ job's own progress and sizes it to finish in time.
   unless its guarantee needs it.
 
 Counts are powers of two up to a node, then whole nodes, placed largest first, so jobs pack
-without splitting across nodes.
+without splitting across nodes. Each decision says, for each job whose count it changes, why in
+words (``Decision.reasons``): the step above that gave the count, a worker refused for gaining
+less than ``min_spare_gain``, and the speed expected now where it was just re-read.
 """
 
 from __future__ import annotations
@@ -267,6 +269,7 @@ class QualityOfService(Policy):
         self._kept: dict[str, Reservation] = {}
         self._failed: set[str] = set()
         self._departed = 0  # jobs seen to leave: each frees workers a guarantee may now use
+        self._reread: set[str] = set()  # jobs whose speeds were re-read since the last decision
         self._hoped: dict[str, Reservation] = {}  # the last hopeful plan's reservations
         self._fresh: _FreshPrefix | None = None  # see _fresh_prefix
         # (instant, jobs) the plan in force was made for, when it failed none and no decision
@@ -321,6 +324,7 @@ class QualityOfService(Policy):
                 tracked.observed_active_s = active_s
                 if active_s >= 1.1 * tracked.ladders_at_active_s + self.refresh_s:
                     tracked.ladders = None
+                    self._reread.add(job.job_id)
 
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
         """(expected, pessimistic) predicted speeds on the counts the job may use."""
@@ -783,6 +787,7 @@ class QualityOfService(Policy):
                 self._jobs[job.job_id].last_change_s = now
                 changed.append(job)
         reasons = self._reasons(changed, hand, view) if changed else {}
+        self._reread.clear()
         # The tick re-plans on fresher predictions. Where every decision costs every running job
         # progress (view.decision_overhead_s), only events and plan changes wake the policy.
         wake = now + self.tick_s if not view.decision_overhead_s else math.inf
@@ -824,6 +829,13 @@ class QualityOfService(Policy):
                 text += (
                     f"; more workers would add only {gain:.2f} of its speed each, below "
                     f"min_spare_gain {self.min_spare_gain:g}"
+                )
+            if job.job_id in self._reread:
+                shown = count or job.workers
+                rate = self._ladders(job, self._jobs[job.job_id])[0].rate(shown)
+                text += (
+                    f"; its speed was re-read from its progress: {rate:.3g} iterations/s "
+                    f"expected on {shown}"
                 )
             reasons[job.job_id] = text
         return reasons
