@@ -180,6 +180,9 @@ def test_a_measurement_borrows_a_core_where_the_guarantee_survives(tmp_path) -> 
         assert service.job(new).state == "running"
         [admitted] = [e for e in service.store.events(new) if e.kind == "admitted"]
         assert admitted.detail["guaranteed"] is True and "1" in admitted.detail["measured"]
+        # Why, on the speed it was just measured at (not the placeholder it had before).
+        assert admitted.detail["why"].startswith("qos guarantees its deadline; it would start on")
+        assert admitted.detail["why"].endswith("; speed: measured while profiling")
         history = _holders(service)
         assert any(len(h.get(held, ())) == 1 and len(h.get(new, ())) == 1 for h in history)
         for holders in history:  # never one core in two jobs' hands

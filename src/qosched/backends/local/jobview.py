@@ -7,7 +7,8 @@ The JSON of ``JobView.to_json``::
      "started_at": t | null, "finished_at": t | null, "iterations": n | null,
      "iterations_done": n, "cpus": [core ids], "gpus": [GPU ids],
      "predicted_finish_at": t | null, "predicted_finish_band": [lo, hi] | null,
-     "speed_source": "measured now" | "remembered from j-..." | "table" | "placeholder" | null,
+     "speed_source": "measured now" | "measured while profiling" | "remembered from j-..." |
+                     "table" | "placeholder" | null,
      "best_effort": bool, "guaranteed": bool, "attempts": n, "error": str | null}
 
 Times are Unix seconds; ``iterations`` is null for a job whose stored spec no longer reads.
@@ -80,7 +81,8 @@ class JobView:
     attempts: int
     error: str | None
     # Where the job's predicted speed comes from while it is unfinished (SPEED_SOURCES words:
-    # "measured now", "remembered from j-000003", "table", "placeholder"); None when finished.
+    # "measured now", "measured while profiling", "remembered from j-000003", "table",
+    # "placeholder"); None when finished.
     speed_source: str | None = None
 
     @property

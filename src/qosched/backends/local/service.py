@@ -286,6 +286,7 @@ class _LiveJob:
     profile_sizes: tuple[int, ...] = ()
     profile_started: float | None = None
     declining: str | None = None
+    profiled: bool = False  # its speed was measured while profiling (its prior since)
     # Why this round changes its workers, and to how many (`LocalService._explain`), for the
     # event of the re-size, start or stop it leads to; and why its runner is being stopped.
     change_why: str | None = None
@@ -1190,6 +1191,7 @@ class LocalService:
         if rates:
             prior = prior_curve(spec, len(self._pool(spec.gpu)))
             job.curve = remembered_curve(prior, rates, measured_spread(samples))
+            live.profiled = True
             admission = admit_job(policy, job, view, best_effort=spec.best_effort)
         elif spec.best_effort:
             # No speed to promise on: it runs as a job without a deadline would.
@@ -1903,6 +1905,8 @@ class LocalService:
         model = self._policy_of(live).predictor_of(live.policy_job.job_id)
         if model is not None and model.observed_seconds > 0:
             return "measured now"
+        if live.profiled:
+            return "measured while profiling"
         if live.remembered is not None:
             return f"remembered from {live.remembered[0]}"
         return "table" if live.spec.workload is not None and not live.spec.gpu else "placeholder"
