@@ -91,3 +91,28 @@ def test_a_stop_says_whether_it_is_a_preemption_or_a_restart_to_another_size():
     assert reasons.preempted(2, "GPU", "why", restart_to=1) == (
         "stopped to restart on 1 GPU (from 2): why"
     )
+
+
+def test_an_admission_of_a_job_that_waits_says_so_and_its_deadline():
+    text = reasons.admitted(
+        "best effort",
+        policy="qos",
+        reason="2 guaranteed jobs hold the cores it would need before its deadline (in 60 s)",
+        count=0,
+        kind="core",
+        predicted=None,
+        deadline_at=1060.0,
+        now=NOW,
+        speed="table",
+    )
+    assert text == (
+        "qos runs it best effort: 2 guaranteed jobs hold the cores it would need before its "
+        "deadline (in 60 s); it waits, no core is free for it now; its deadline is in 60 s; "
+        "speed: table"
+    )
+
+
+def test_a_measurement_says_its_next_size_and_the_sizes_it_measures():
+    assert reasons.measuring(1, "core", (2, 1)) == (
+        "measuring its speed on 1 core next (sizes to measure: 2, 1)"
+    )

@@ -196,4 +196,4 @@ def profiling(policy: str, *, command: bool, gpu: bool, bound_s: float) -> str:
 def measuring(count: int, kind: str, sizes: Sequence[int]) -> str:
     """Why a profiling job is re-sized: to measure its speed on its next size."""
     shown = ", ".join(str(size) for size in sizes)
-    return f"measuring its speed on {workers(count, kind)} next (sizes measured: {shown})"
+    return f"measuring its speed on {workers(count, kind)} next (sizes to measure: {shown})"
