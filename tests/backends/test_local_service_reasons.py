@@ -18,7 +18,7 @@ import pytest
 from command_jobs import COUNTING, command_spec
 
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
-from qosched.backends.local.service import LocalService
+from qosched.backends.local.service import ASKED_UP_TO, LocalService
 from qosched.backends.local.store import Event
 from qosched.cluster.policies import Policy, register
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -304,3 +304,24 @@ def test_a_running_job_says_why_it_was_resized_preempted_and_restarted(tmp_path)
     finally:
         service.stop_runners(grace_s=5)
         service.close()
+
+
+def test_past_a_few_jobs_an_admission_says_the_fastest_count_instead_of_asking_the_policy(
+    tmp_path,
+):
+    # Asking a copy of the policy costs more with every job waiting: past ASKED_UP_TO jobs in
+    # the pool, the admission says the job's fastest count on the free core instead.
+    service = open_service(tmp_path, "qos", clock=lambda: NOW)
+    try:
+        ids = [
+            service.submit_spec(cnn(f"j{n}", 2075, 600 + 200 * n, best_effort=True), NOW).id
+            for n in range(ASKED_UP_TO + 2)
+        ]
+        whys = [last(service, job_id, "admitted").detail["why"] for job_id in ids]
+    finally:
+        service.close()
+    assert all("it would start on" in why or "it waits" in why for why in whys[:ASKED_UP_TO])
+    assert (
+        "alone on the free cores it is fastest on 1 core, predicted to finish in 100 s"
+        in (whys[-1])
+    )

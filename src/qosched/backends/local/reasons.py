@@ -74,10 +74,12 @@ def admitted(
     deadline_at: float,
     now: float,
     speed: str,
+    asked: bool = True,
 ) -> str:
     """Why a job was admitted with the promise ``promised``: by which policy, ``reason`` (why
-    it runs without a guarantee, if it does), on how many workers it would start now and when
-    it would finish there, and where its speed comes from."""
+    it runs without a guarantee, if it does), on how many workers it would start now (as its
+    policy said, ``asked``, else its fastest count on the free workers) and when it would
+    finish there, and where its speed comes from."""
     head = {
         GUARANTEED: f"{policy} guarantees its deadline",
         BEST_EFFORT: f"{policy} runs it best effort",
@@ -85,7 +87,12 @@ def admitted(
     }[promised]
     if reason:
         head += f": {reason}"
-    if count:
+    if count and not asked:
+        where = (
+            f"alone on the free {kind}s it is fastest on {workers(count, kind)}, "
+            f"{finish(predicted, deadline_at, now)}"
+        )
+    elif count:
         where = f"it would start on {workers(count, kind)}, {finish(predicted, deadline_at, now)}"
     else:
         where = f"it waits, no {kind} is free for it now; {finish(None, deadline_at, now)}"
