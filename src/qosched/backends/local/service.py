@@ -561,8 +561,10 @@ class LocalService:
             if not policy.promises_deadlines:
                 reason = f"{self.policy_name} promises no deadlines"
             else:
-                others = [j for j in self._view(now, spec.gpu).jobs if j is not live.policy_job]
-                view = dataclasses.replace(self._view(now, spec.gpu), jobs=others)
+                view = self._view(now, spec.gpu)  # without the job, as judge wants it
+                view = dataclasses.replace(
+                    view, jobs=[j for j in view.jobs if j is not live.policy_job]
+                )
                 reason = judge(
                     policy,
                     live.policy_job,
