@@ -166,9 +166,9 @@ PROBE_ID = "profiling-probe"
 MAX_PROBED_PER_DECISION = 4
 #: An admission says how many workers the job would start on as its policy's answer (asked of a
 #: copy of the policy) while its pool has at most this many jobs; beyond, the copy costs more
-#: than a submit should (measured on 2 cores: 200 submits under qos took 7.2 s asking every
-#: time, 1.8 s with this bound, 1.2 s before admissions said why), and it says the job's
-#: fastest count on the free workers instead.
+#: than a submit should (bench/local_submit_cost.py, 2 cores: 200 submits under qos took 7.2 s
+#: asking every time; with this bound 1.1-1.9 s over five runs, as before admissions said why,
+#: 1.2-1.3 s), and it says the job's fastest count on the free workers instead.
 ASKED_UP_TO = 16
 #: Seconds between decisions when nothing happens; also how often progress is read.
 TICK_S = 5.0
