@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,11 @@ def admit_job(policy: Policy, job: JobState, view: ClusterView, *, best_effort: 
     otherwise it is declined now, while there is still time to go elsewhere. A policy that
     promises nothing runs every job it accepts, best effort.
     """
-    accepted = policy.admit(job, view)
+    return _admission(policy, job, policy.admit(job, view), best_effort=best_effort)
+
+
+def _admission(policy: Policy, job: JobState, accepted: bool, *, best_effort: bool) -> Admission:
+    """`admit_job`'s rule on the policy's answer ``accepted``, just given for ``job``."""
     if not accepted:
         return Admission.DECLINED
     if policy.is_guaranteed(job.job_id):
@@ -41,6 +45,43 @@ def admit_job(policy: Policy, job: JobState, view: ClusterView, *, best_effort: 
     if not policy.promises_deadlines or best_effort or job.spec.deadline_s is None:
         return Admission.BEST_EFFORT
     return Admission.DECLINED
+
+
+class AdmissionFailed(Exception):
+    """The policy raised while judging ``job_id`` of a burst; ``answers`` holds the admissions
+    of the arrivals before it, which stand (the policy's state includes them)."""
+
+    def __init__(self, job_id: str, answers: dict[str, Admission]) -> None:
+        super().__init__(f"the policy failed to admit job {job_id}")
+        self.job_id = job_id
+        self.answers = answers
+
+
+def admit_arrivals(
+    policy: Policy,
+    jobs: Sequence[JobState],
+    view: ClusterView,
+    *,
+    best_effort: Callable[[JobState], bool],
+) -> dict[str, Admission]:
+    """`admit_job` for each of ``jobs`` in order, each judged with ``view``'s jobs and the
+    arrivals before it that were not declined, the policy asked once for the whole burst
+    (`Policy.admit_arrivals`): the same admissions, without a view per arrival. Raises
+    `AdmissionFailed` (from the policy's error) at the first job the policy fails on."""
+    answers: dict[str, Admission] = {}
+
+    def joins(job: JobState, accepted: bool) -> bool:
+        answers[job.job_id] = _admission(policy, job, accepted, best_effort=best_effort(job))
+        return answers[job.job_id] is not Admission.DECLINED
+
+    try:
+        policy.admit_arrivals(jobs, view, joins)
+    except Exception as exc:
+        # the first job without an answer (the last one, should the policy fail after it)
+        failed = next((j.job_id for j in jobs if j.job_id not in answers), jobs[-1].job_id)
+        answers.pop(failed, None)
+        raise AdmissionFailed(failed, answers) from exc
+    return answers
 
 
 # -- asking hypothetically ------------------------------------------------------------------------

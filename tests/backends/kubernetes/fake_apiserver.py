@@ -867,6 +867,10 @@ def route(path: str) -> tuple[str, str | None, str | None, str | None] | None:
 
 
 class _Server(ThreadingHTTPServer):
+    # Go's net/http listens with the system's backlog; http.server's 5 would reset the
+    # connections of a client with more than 5 requests in flight, which no API server does.
+    request_queue_size = socket.SOMAXCONN
+
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients that hang up (a watch the scheduler stopped reading) are normal
 

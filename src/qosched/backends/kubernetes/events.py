@@ -15,6 +15,7 @@ round.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -51,6 +52,7 @@ class Recorder:
         self.clock = clock
         self.passthrough = passthrough
         self._posted: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()  # events are posted from the round's sender threads too
         self.posted = 0  # events accepted by the API
 
     def event(
@@ -69,8 +71,9 @@ class Recorder:
         message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
         seen = (meta.get("uid") or key_of(obj), reason, dedupe or message)
         now = self.clock()
-        if now - self._posted.get(seen, -float("inf")) < self.repeat_s:
-            return False
+        with self._lock:
+            if now - self._posted.get(seen, -float("inf")) < self.repeat_s:
+                return False
         stamp = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = meta.get("namespace") or "default"
         body = {
@@ -102,10 +105,13 @@ class Recorder:
         except Exception as exc:
             log.warning("cannot post event %s on %s: %s", reason, key_of(obj), exc)
             return False
-        self._posted[seen] = now
-        self.posted += 1
-        if len(self._posted) > PRUNE_AT:  # a long-lived scheduler forgets what no longer dedupes
-            self._posted = {k: t for k, t in self._posted.items() if now - t < self.repeat_s}
+        with self._lock:
+            self._posted[seen] = now
+            self.posted += 1
+            if (
+                len(self._posted) > PRUNE_AT
+            ):  # a long-lived scheduler forgets what no longer dedupes
+                self._posted = {k: t for k, t in self._posted.items() if now - t < self.repeat_s}
         return True
 
     def pod_condition(self, pod: dict[str, Any], reason: str, message: str) -> bool:

@@ -50,6 +50,7 @@ step then fits each job's pods onto the real nodes; a job that does not fit this
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -80,8 +81,9 @@ from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_cl
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.backends.kubernetes.round_report import StepReport
 from qosched.backends.kubernetes.seal import KeyUnavailable, Seal, load_key
+from qosched.backends.kubernetes.send import MAX_IN_FLIGHT, Outcome, Sender
 from qosched.backends.local.jobspec import DNS_LABEL
-from qosched.cluster.admission import Admission, admit_job
+from qosched.cluster.admission import Admission, AdmissionFailed, admit_arrivals
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import MAX_NODES, RESOURCES, ClusterSpec
@@ -159,6 +161,7 @@ class SchedulerConfig:
     lease_retry_s: float | None = None  # default 2/15 of the lease
     watch_timeout_s: int = 300
     http_port: int = 8080  # /metrics, /healthz, /readyz; 0 = none
+    in_flight: int = 16  # writes a round keeps in flight at once (1: one after another)
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -188,6 +191,9 @@ class SchedulerConfig:
                 maximum=int(MAX_PERIOD_S),
             ),
             "http_port": check_count(self.http_port, field="http_port", maximum=65_535),
+            "in_flight": check_count(
+                self.in_flight, field="in_flight", minimum=1, maximum=MAX_IN_FLIGHT
+            ),
         }
         for name, value in whole.items():
             object.__setattr__(self, name, value)
@@ -228,6 +234,16 @@ class _RoundJob:
     @property
     def pending(self) -> list[dict[str, Any]]:
         return [p for p in self.pods if not p["spec"].get("nodeName")]
+
+
+@dataclass(frozen=True, slots=True)
+class _Binding:
+    """One binding's answer: the pod as bound, or why not (``conflict``: a 409, the pod bound
+    already or recreated since it was read)."""
+
+    pod: dict[str, Any] | None = None
+    error: str | None = None
+    conflict: bool = False
 
 
 @dataclass(slots=True)
@@ -288,8 +304,14 @@ class K8sScheduler:
             clock=clock,
             monotonic=monotonic,
         )
-        # Everything but the Lease itself goes through the fence.
+        # Everything but the Lease itself goes through the fence. One connection per write in
+        # flight and per watch, or the pool would discard connections it cannot keep.
+        settings = api_client.configuration
+        settings.connection_pool_maxsize = max(
+            settings.connection_pool_maxsize or 0, config.in_flight + 4
+        )
         writer = fenced_client(api_client, self.lease)
+        self.sender = Sender(config.in_flight, stop=NotLeading)
         self.core = client.CoreV1Api(writer)
         self.apps = client.AppsV1Api(writer)
         self.binding_type = (client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference)
@@ -344,6 +366,7 @@ class K8sScheduler:
         self.lease.stop()
         for informer in self.informers:
             informer.stop()
+        self.sender.close()
         self.lease.release()
 
     def run(self, stop: threading.Event) -> None:
@@ -452,13 +475,22 @@ class K8sScheduler:
                 log.warning("no forecast for job %s", key, exc_info=True)
                 report.errors.append(f"{key}: no forecast: {type(exc).__name__}: {exc}")
         order = list(counts) + [k for k in admitted if k not in counts]
-        for key in order:
+        # A GPU job's change is one patch of its own StatefulSet: sent concurrently. A CPU
+        # job's re-size takes room on its node, which the next job's re-size reads: in turn.
+        applying = self.sender if self.config.resource == "gpu" else Sender(1, stop=NotLeading)
+        calls = [
+            functools.partial(self._apply, admitted[key], counts.get(key, 0), rooms, report)
+            for key in order
+        ]
+        for key, outcome in zip(order, applying.each(calls), strict=True):
             with self._isolated(admitted[key], report):
-                self._apply(admitted[key], counts.get(key, 0), rooms, report)
-        for key in order:
-            if counts.get(key, 0) and key not in report.invalid and key not in report.stale:
-                with self._isolated(admitted[key], report):
-                    self._bind_job(admitted[key], counts[key], rooms, report)
+                outcome.result()
+        binding = [
+            key
+            for key in order
+            if counts.get(key, 0) and key not in report.invalid and key not in report.stale
+        ]
+        self._bind_jobs([(admitted[key], counts[key]) for key in binding], rooms, report)
         return report
 
     # -- reading the API ----------------------------------------------------------------------
@@ -762,39 +794,17 @@ class K8sScheduler:
     def _admit(self, live: dict[str, _RoundJob], view: ClusterView, report: StepReport) -> None:
         """New jobs: the policy admits or declines each, and the answer is written on its
         StatefulSet (a declined job is scaled to zero and never bound)."""
-        known = list(view.jobs)
-        for key, job in live.items():
-            if job.spec.admission is not None:
-                continue
+        new = [job for job in live.values() if job.spec.admission is None]
+        answers = self._judge(new, view, report)
+        judged = [job for job in new if job.spec.key in answers]
+        calls = [
+            functools.partial(self._write_admission, job, answers[job.spec.key], report)
+            for job in judged
+        ]
+        for job, outcome in zip(judged, self.sender.each(calls), strict=True):
             with self._isolated(job, report):
-                others = ClusterView(view.now, view.cluster, list(known), view.restart_pause_s)
-                admission = admit_job(
-                    self.policy, job.state, others, best_effort=job.spec.best_effort
-                )
-                if admission is not Admission.DECLINED:
-                    known.append(job.state)
-                assert self._seal is not None  # loaded before any job is read
-                seal = self._seal.of(job.spec, admission)
-                patch: dict[str, Any] = {
-                    "metadata": {
-                        "annotations": {J.ADMISSION: admission.value, J.ADMISSION_SEAL: seal}
-                    }
-                }
-                if admission is Admission.DECLINED:
-                    patch["spec"] = {"replicas": 0}
-                if self._patch_set(job.spec, patch, report):
-                    report.admitted[key] = admission
-                    sts = self._now.sets.get(key)
-                    if admission is Admission.DECLINED and sts is not None:
-                        deadline = _iso(job.spec.deadline_at) if job.spec.deadline_at else "-"
-                        self.recorder.event(
-                            sts,
-                            WARNING,
-                            "Declined",
-                            f"the {self.config.policy} policy cannot guarantee its deadline "
-                            f"{deadline} with the workers the cluster has; set "
-                            f'{J.BEST_EFFORT}: "true" to run it anyway',
-                        )
+                if outcome.result():
+                    report.admitted[job.spec.key] = answers[job.spec.key]
         # Jobs admitted in an earlier term (or by a replica that died): this term's policy
         # learns them again, as the local service does after a restart.
         for key, job in live.items():
@@ -802,6 +812,66 @@ class K8sScheduler:
                 with self._isolated(job, report):
                     self.policy.admit(job.state, view)
         self._fresh.clear()
+
+    def _judge(
+        self, new: list[_RoundJob], view: ClusterView, report: StepReport
+    ) -> dict[str, Admission]:
+        """The admission of each new job, in arrival order, the burst judged at once (each job
+        with the jobs before it that were not declined); a job the policy fails on is skipped
+        and reported, and the jobs after it are judged again without it."""
+        answers: dict[str, Admission] = {}
+        known = list(view.jobs)
+        by_key = {job.spec.key: job for job in new}
+        while new:
+            states = [job.state for job in new if job.state is not None]
+            try:
+                answers.update(
+                    admit_arrivals(
+                        self.policy,
+                        states,
+                        dataclasses.replace(view, jobs=list(known)),
+                        best_effort=lambda state: by_key[state.job_id].spec.best_effort,
+                    )
+                )
+                return answers
+            except AdmissionFailed as exc:
+                failed = exc
+            answers.update(failed.answers)
+            at = next(i for i, job in enumerate(new) if job.spec.key == failed.job_id)
+            known += [
+                job.state
+                for job in new[:at]
+                if job.state is not None and answers[job.spec.key] is not Admission.DECLINED
+            ]
+            with self._isolated(new[at], report):  # the job skipped, the error reported on it
+                raise failed.__cause__ or failed
+            new = new[at + 1 :]
+        return answers
+
+    def _write_admission(self, job: _RoundJob, admission: Admission, report: StepReport) -> bool:
+        """Write the job's admission, sealed, on its StatefulSet (with a ``Declined`` Event when
+        declined); False when the write failed (said in ``report``). Called in a sender thread."""
+        assert self._seal is not None  # loaded before any job is read
+        seal = self._seal.of(job.spec, admission)
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {J.ADMISSION: admission.value, J.ADMISSION_SEAL: seal}}
+        }
+        if admission is Admission.DECLINED:
+            patch["spec"] = {"replicas": 0}
+        if not self._patch_set(job.spec, patch, report):
+            return False
+        sts = self._now.sets.get(job.spec.key)
+        if admission is Admission.DECLINED and sts is not None:
+            deadline = _iso(job.spec.deadline_at) if job.spec.deadline_at else "-"
+            self.recorder.event(
+                sts,
+                WARNING,
+                "Declined",
+                f"the {self.config.policy} policy cannot guarantee its deadline "
+                f"{deadline} with the workers the cluster has; set "
+                f'{J.BEST_EFFORT}: "true" to run it anyway',
+            )
+        return True
 
     # -- applying a decision ------------------------------------------------------------------
 
@@ -912,19 +982,47 @@ class K8sScheduler:
         take(room, {"cpu": workers - cores})
         return True
 
-    def _bind_job(
-        self, job: _RoundJob, workers: int, rooms: dict[str, Room], report: StepReport
+    def _bind_jobs(
+        self, jobs: list[tuple[_RoundJob, int]], rooms: dict[str, Room], report: StepReport
     ) -> None:
-        """Bind the job's pending pods, all of its gang or none."""
+        """Bind the pending pods of ``jobs`` (each with its count), all of a gang or none.
+
+        Gangs are placed in turn, in the decision's order, each taking its room; then every
+        binding is sent, ``in_flight`` at a time; then each gang is settled: all bound, or what
+        was bound released (its room stays free until the next round, whose placement sees the
+        pods gone); then the ``Scheduled`` Events are sent the same way."""
+        gangs: list[tuple[_RoundJob, int, list[tuple[dict[str, Any], str]]]] = []
+        for job, workers in jobs:
+            with self._isolated(job, report):
+                gang = self._place_gang(job, workers, rooms, report)
+                if gang:
+                    gangs.append((job, workers, gang))
+        calls = [
+            functools.partial(self._bind, pod, node) for _, _, gang in gangs for pod, node in gang
+        ]
+        outcomes = iter(self.sender.each(calls))
+        events = []
+        for job, workers, gang in gangs:
+            answers = [next(outcomes) for _ in gang]
+            with self._isolated(job, report):
+                events += self._settle_gang(job, workers, gang, answers, rooms, report)
+        for outcome in self.sender.each(events):
+            outcome.result()  # an Event that failed is logged; losing the Lease ends the round
+
+    def _place_gang(
+        self, job: _RoundJob, workers: int, rooms: dict[str, Room], report: StepReport
+    ) -> list[tuple[dict[str, Any], str]]:
+        """Where the job's pending pods go, their room taken; none when they are not all to be
+        bound this round (said on the pods)."""
         spec = job.spec
         expected = workers // spec.per_pod if self.config.resource == "gpu" else 1
         pods = [p for p in self._pods_of(spec) if p["spec"].get("nodeName") is None]
         present = self._pods_of(spec)
         if not pods:
-            return
+            return []
         if len(present) != expected:  # the controller has not caught up with the replicas yet
             if spec.key in report.scaled:
-                return  # this very round changed them: nothing to report yet
+                return []  # this very round changed them: nothing to report yet
             for pod in pods:
                 self.recorder.pod_condition(
                     pod,
@@ -932,9 +1030,9 @@ class K8sScheduler:
                     f"job {spec.key} is given {expected} pods and {len(present)} exist; its "
                     "pods are bound together once all of them do",
                 )
-            return
+            return []
         if self.config.resource == "cpu" and any(_training_cores(p) != workers for p in pods):
-            return  # still at its old size: it is being restarted
+            return []  # still at its old size: it is being restarted
         prefer = [p["spec"]["nodeName"] for p in present if p["spec"].get("nodeName")]
         resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
         placement = place_gang(pods, rooms, resource, prefer)
@@ -948,32 +1046,55 @@ class K8sScheduler:
                 self.recorder.event(sts, WARNING, "FailedScheduling", why)
             for pod in pods:
                 self.recorder.pod_condition(pod, "Unschedulable", why)
-            return
-        bound: list[dict[str, Any]] = []
-        for pod in pods:
-            node = placement[key_of(pod)]
-            result = self._bind(pod, node, report)
-            if result is None:
-                # A half-bound gang would hold workers it cannot use: release what this round
-                # bound (the controller recreates those pods pending) and try again next round.
-                for done in bound:
-                    self._delete_pod(done, report.released, report, as_seen=False)
-                    take(rooms[done["spec"]["nodeName"]], pod_requests(done), sign=-1.0)
-                return
-            bound.append(result)
+            return []
+        gang = [(pod, placement[key_of(pod)]) for pod in pods]
+        for pod, node in gang:
             take(rooms[node], pod_requests(pod))
-            report.bound[key_of(pod)] = node
+        return gang
+
+    def _settle_gang(
+        self,
+        job: _RoundJob,
+        workers: int,
+        gang: list[tuple[dict[str, Any], str]],
+        answers: list[Outcome[_Binding]],
+        rooms: dict[str, Room],
+        report: StepReport,
+    ) -> list[Callable[[], bool]]:
+        """Record the gang's bindings; when one failed, release those that went through (a
+        half-bound gang would hold workers it cannot use; the controller recreates the pods
+        pending) and try again next round. The ``Scheduled`` Events to send."""
+        results = [answer.result() for answer in answers]  # losing the Lease ends the round
+        for (pod, _), result in zip(gang, results, strict=True):
+            if result.conflict:
+                self._refresh(pod)
+            if result.error is not None:
+                report.errors.append(result.error)
+        bound = [r.pod for r in results if r.pod is not None]
         for pod in bound:
-            self.recorder.event(
+            self._put_pod(pod)  # until the watch shows it, the cache must not offer it again
+            report.bound[key_of(pod)] = pod["spec"]["nodeName"]
+        if len(bound) < len(gang):
+            for done in bound:
+                self._delete_pod(done, report.released, report, as_seen=False)
+            for pod, node in gang:
+                take(rooms[node], pod_requests(pod), sign=-1.0)
+            return []
+        return [
+            functools.partial(
+                self.recorder.event,
                 pod,
                 NORMAL,
                 "Scheduled",
                 f"Successfully assigned {key_of(pod)} to {pod['spec']['nodeName']} "
-                f"(job {spec.key}, {workers} workers)",
+                f"(job {job.spec.key}, {workers} workers)",
             )
+            for pod in bound
+        ]
 
-    def _bind(self, pod: dict[str, Any], node: str, report: StepReport) -> dict[str, Any] | None:
-        """Bind one pod; the pod as bound, or None when it could not be (after retries)."""
+    def _bind(self, pod: dict[str, Any], node: str) -> _Binding:
+        """Bind one pod, retrying a transient error (5xx, 429, network) up to ``BIND_TRIES``
+        times. Called in a sender thread: it only sends, and the round's thread records."""
         V1Binding, V1ObjectMeta, V1ObjectReference = self.binding_type
         meta = pod["metadata"]
         # The uid makes the API server refuse the binding if the pod was recreated under the
@@ -992,18 +1113,14 @@ class K8sScheduler:
             except Exception as exc:
                 status = status_of(exc)
                 if status == 409:  # bound already, or recreated (another uid) since we saw it
-                    self._refresh(pod)
-                    report.errors.append(f"pod {key_of(pod)} was already bound: {exc.reason}")
-                    return None
+                    why = f"pod {key_of(pod)} was already bound: {exc.reason}"
+                    return _Binding(error=why, conflict=True)
                 if (status is not None and status < 500 and status != 429) or attempt == BIND_TRIES:
-                    report.errors.append(f"binding pod {key_of(pod)} to {node} failed: {exc}")
-                    return None
+                    return _Binding(error=f"binding pod {key_of(pod)} to {node} failed: {exc}")
                 time.sleep(0.05 * 2**attempt)
                 continue
-            bound = {**pod, "spec": {**pod["spec"], "nodeName": node}}
-            self._put_pod(bound)  # until the watch shows it, the cache must not offer it again
-            return bound
-        return None
+            return _Binding(pod={**pod, "spec": {**pod["spec"], "nodeName": node}})
+        raise AssertionError("unreachable: the last try returns")
 
     # -- small API helpers --------------------------------------------------------------------
 

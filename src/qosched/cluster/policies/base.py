@@ -9,9 +9,10 @@ knows which backend runs it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -50,6 +51,30 @@ class Policy(ABC):
         Return False to decline it: it never runs and counts as a missed deadline.
         """
         return True
+
+    def admit_arrivals(
+        self,
+        jobs: Sequence[JobState],
+        view: ClusterView,
+        joins: Callable[[JobState, bool], bool],
+    ) -> list[bool]:
+        """Called by a real backend with the jobs that arrived since its last round, in arrival
+        order (none is in ``view.jobs`` yet): ``admit`` for each in turn, each judged with the
+        jobs of ``view`` and the arrivals before it that joined them. After each answer the
+        policy calls ``joins(job, answer)``, where the backend applies its own rule (it may ask
+        ``is_guaranteed`` there) and says whether the job joins. Returns the answers.
+
+        The default calls ``admit`` with a view per job; a policy that can judge a burst in bulk
+        overrides it with the same answers, and leaves its state as the calls one by one would.
+        """
+        known = list(view.jobs)
+        answers = []
+        for job in jobs:
+            answer = self.admit(job, dataclasses.replace(view, jobs=list(known)))
+            answers.append(answer)
+            if joins(job, answer):
+                known.append(job)
+        return answers
 
     @abstractmethod
     def allocate(self, view: ClusterView) -> Decision:

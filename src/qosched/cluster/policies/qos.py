@@ -528,6 +528,43 @@ class QualityOfService(Policy):
             return True
         return self.decline_to_best_effort
 
+    def admit_arrivals(
+        self,
+        jobs: Sequence[JobState],
+        view: ClusterView,
+        joins: Callable[[JobState, bool], bool],
+    ) -> list[bool]:
+        """`admit` for each arrival in turn, with what every call would recompute kept between
+        them: the known jobs observed once (an arrival's first sample is taken as it is
+        tracked, so observing it again changes nothing), the guaranteed jobs listed once and
+        extended, and the plan in force, once it was made at this instant for exactly those jobs,
+        extended by each arrival instead of checked again reservation by reservation
+        (`_best_plan_with`, as `allocate`'s retries do). One by one, each admission costs in
+        proportion to the jobs admitted before it."""
+        answers: list[bool] = []
+        guaranteed: list[JobState] | None = None  # listed at the first deadline job, as admit
+        in_force = False
+        for job in jobs:
+            tracked = self._track(job, view)
+            if job.spec.deadline_s is None:
+                answer = True
+            else:
+                if guaranteed is None:
+                    self._observe_jobs(view)
+                    guaranteed = self._guaranteed(view)
+                    key = (view.now, frozenset(j.job_id for j in guaranteed))
+                    in_force = self._adopted_for == key
+                if self._try_to_guarantee(job, guaranteed, view, in_force=in_force):
+                    # adopted for exactly [*guaranteed, job] at this instant, unless it failed one
+                    in_force = self._adopted_for is not None
+                    answer = True
+                else:
+                    answer = self.decline_to_best_effort
+            answers.append(answer)
+            if joins(job, answer) and guaranteed is not None and tracked.guaranteed:
+                guaranteed.append(job)
+        return answers
+
     def _try_to_guarantee(
         self,
         job: JobState,
