@@ -2,6 +2,7 @@
 per round, against the strict in-process API server of the tests.
 
     nice -n 10 python bench/k8s_scale.py                 # 1,000 jobs, 500 nodes, qos
+    nice -n 10 python bench/k8s_scale.py --compare       # the first round one by one, then now
     nice -n 10 python bench/k8s_scale.py --jobs 200 --nodes 100 --policy fifo
 
 Nodes have 8 GPUs each; jobs ask for 1 to 4 one-GPU pods (resnet50 at batch 64 in the A100
@@ -19,6 +20,7 @@ scheduler's own work and depend on the machine; compare rounds with one another 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
@@ -33,6 +35,8 @@ from k8s_helpers import caught_up, client, job_set
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.scheduler import K8sScheduler, SchedulerConfig
+from qosched.backends.kubernetes.send import IN_FLIGHT
+from qosched.cluster.policies.base import Policy
 
 
 def kind_of(method: str, path: str) -> str:
@@ -54,7 +58,38 @@ def main() -> int:
     parser.add_argument("--policy", default="qos")
     parser.add_argument("--max-rounds", type=int, default=12)
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--in-flight", type=int, default=IN_FLIGHT)
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="first the first round as the code before issue 52 ran it (arrivals admitted one "
+        "by one, writes one after another), then the rounds as now",
+    )
     args = parser.parse_args()
+    firsts = []
+    if args.compare:
+        print("== one by one: admission per arrival, writes one after another (in_flight 1)")
+        firsts.append(("one by one", run(args, one_by_one=True, rounds=1)))
+        print(f"\n== now: the burst admitted at once, in_flight {args.in_flight}")
+    firsts.append((f"now, in_flight {args.in_flight}", run(args, one_by_one=False)))
+    if args.compare:
+        print(f"\nfirst round, {args.jobs} jobs arriving at once on {args.nodes} nodes:")
+        print(f"{'path':<24} {'policy s':>8} {'wall s':>8}")
+        for name, (wall, policy) in firsts:
+            print(f"{name:<24} {policy:>8.3f} {wall:>8.3f}")
+    return 0
+
+
+def one_by_one_admission(policy):
+    """The policy judging each arrival with a view of its own, as before issue 52: the base
+    class's ``admit_arrivals``, which calls ``admit`` per job."""
+    policy.admit_arrivals = functools.partial(Policy.admit_arrivals, policy)
+    return policy
+
+
+def run(args: argparse.Namespace, *, one_by_one: bool, rounds: int | None = None):
+    """Rounds until one writes nothing (at most ``rounds``); the first round's (wall s,
+    policy s)."""
     rng = random.Random(args.seed)
     with FakeApiServer(bookmark_every_s=1.0) as api:
         for n in range(args.nodes):
@@ -71,46 +106,56 @@ def main() -> int:
                 J.REQUESTED_WORKERS: str(replicas),
             }
             api.create("statefulsets", job_set(f"j{j:04d}", replicas=replicas, annotations=notes))
+        in_flight = 1 if one_by_one else args.in_flight
         print(
             f"{args.jobs} jobs ({pods} pods at first), {args.nodes} nodes x 8 GPUs, "
-            f"policy {args.policy}"
+            f"policy {args.policy}, in_flight {in_flight}"
         )
-        config = SchedulerConfig(identity="bench", policy=args.policy, tick_s=1.0)
+        config = SchedulerConfig(
+            identity="bench", policy=args.policy, tick_s=1.0, in_flight=in_flight
+        )
         sched = K8sScheduler(client(api.url, agent="qosched/bench"), config)
         sched.start()  # the Lease renewed on its own timer, as in the Deployment
         while not sched.lease.leading:
             time.sleep(0.05)
         api.stopping.append(sched.stop)
         policy_s = [0.0]
+        depth = [0]  # admit_arrivals calls admit: only the outer call is timed
         make_policy = sched.make_policy
 
         def timed_policy():
             """The policy of each new term, its decisions timed."""
             policy = make_policy()
-            for name in ("admit", "allocate"):
+            if one_by_one:
+                one_by_one_admission(policy)
+            for name in ("admit", "admit_arrivals", "allocate"):
                 setattr(policy, name, timed(getattr(policy, name)))
             return policy
 
         def timed(method):
             def call(*args):
+                depth[0] += 1
                 started = time.perf_counter()
                 try:
                     return method(*args)
                 finally:
-                    policy_s[0] += time.perf_counter() - started
+                    depth[0] -= 1
+                    if not depth[0]:
+                        policy_s[0] += time.perf_counter() - started
 
             return call
 
         sched.make_policy = timed_policy
         print(f"{'round':>5} {'wall s':>8} {'policy s':>8} {'writes':>7}  by kind")
-        walls, writes_per_round = [], []
-        for number in range(1, args.max_rounds + 1):
+        walls, writes_per_round, first = [], [], None
+        for number in range(1, (rounds or args.max_rounds) + 1):
             caught_up(sched, api, timeout_s=120)
             before = len(api.writes)
             policy_s[0] = 0.0
             started = time.perf_counter()
             report = sched.step()
             wall = time.perf_counter() - started
+            first = first or (wall, policy_s[0])
             kinds = Counter(kind_of(w.method, w.path) for w in api.writes[before:])
             kinds.pop("put", None)  # the Lease's renewals
             writes = sum(kinds.values())
@@ -128,9 +173,10 @@ def main() -> int:
             f"slowest {max(walls):.3f} s; writes per round: median "
             f"{statistics.median(writes_per_round):.0f}, most {max(writes_per_round)}"
         )
-        quiet = walls[-1]
-        print(f"a round with nothing to change: {quiet:.3f} s, {writes_per_round[-1]} writes")
-    return 0
+        if rounds is None:
+            quiet = walls[-1]
+            print(f"a round with nothing to change: {quiet:.3f} s, {writes_per_round[-1]} writes")
+    return first
 
 
 if __name__ == "__main__":

@@ -196,6 +196,7 @@ class FakeApiServer:
         self.overcommits: list[str] = []  # "pod -> node" bindings that overfilled the node
         self.bound_uids: list[str] = []  # the uid of every pod each accepted binding bound
         self.open_watches = 0
+        self.connections = 0  # TCP connections accepted: a client that reuses none opens many
         self.authorizer = Authorizer()
         self.authorizer.apply(manifests.deployment() if rbac is None else rbac)
         self._faults: list[list[Any]] = []  # [method, path regex, code, times left]
@@ -884,6 +885,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        with self.api.lock:
+            self.api.connections += 1
         # As Go's net/http does: without it, headers and body sent apart meet the client's
         # delayed ACK and every answer waits 40 ms.
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import random
+
 import pytest
 from k8s_helpers import job_set
 
 from qosched.backends.kubernetes import jobs as J
-from qosched.backends.kubernetes.fit import node_rooms, place_gang, pod_requests
+from qosched.backends.kubernetes.fit import fits, node_rooms, place_gang, pod_requests, take
 from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError
 
@@ -155,6 +158,47 @@ def test_gang_goes_where_the_job_is_then_on_the_roomiest_node():
     }
     assert rooms["c"]["nvidia.com/gpu"] == 2  # the caller's rooms are untouched
     assert place_gang([*gang, *gang[:3]], rooms, "nvidia.com/gpu") is None  # 7 > 6 GPUs
+
+
+def sorted_placement(pods, rooms, resource, prefer=()):
+    """The placement rule spelt out: every node's room copied, the fitting nodes sorted."""
+    scratch = {name: dict(room) for name, room in rooms.items()}
+    preferred, result = set(prefer), {}
+    for p in pods:
+        request = pod_requests(p)
+        candidates = sorted(
+            (name for name, room in scratch.items() if fits(room, request)),
+            key=lambda n: (n not in preferred, -scratch[n].get(resource, 0.0), n),
+        )
+        if not candidates:
+            return None
+        take(scratch[candidates[0]], request)
+        preferred.add(candidates[0])
+        result[f"ml/{p['metadata']['name']}"] = candidates[0]
+    return result
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_gang_is_placed_as_the_rule_says_on_random_rooms(seed):
+    rng = random.Random(seed)
+    rooms = {
+        f"n{i:02d}": {
+            "cpu": float(rng.randint(0, 16)),
+            "memory": float(rng.choice((0, 4, 16))) * 2**30,
+            "nvidia.com/gpu": float(rng.randint(0, 8)),
+            "pods": float(rng.randint(0, 3)),
+        }
+        for i in range(rng.randint(1, 30))
+    }
+    before = copy.deepcopy(rooms)
+    gang = [
+        pod(f"w{i}", None, str(rng.randint(1, 4)), rng.randint(0, 3))
+        for i in range(rng.randint(1, 12))
+    ]
+    prefer = rng.sample(sorted(rooms), rng.randint(0, min(3, len(rooms))))
+    expected = sorted_placement(gang, rooms, "nvidia.com/gpu", prefer)
+    assert place_gang(gang, rooms, "nvidia.com/gpu", prefer) == expected
+    assert rooms == before  # the caller's rooms are untouched
 
 
 NINES = "9" * 400

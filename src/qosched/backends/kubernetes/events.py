@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from qosched.backends.kubernetes.kube import key_of
+from qosched.backends.kubernetes.kube import drain, key_of
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class Recorder:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, body, _preload_content=False)
+            drain(self.core.create_namespaced_event(namespace, body, _preload_content=False))
         except self.passthrough:
             raise
         except Exception as exc:
@@ -143,13 +143,14 @@ class Recorder:
             # Only on the pod as it was seen: a late patch must not mark a pod bound since.
             patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
         try:
-            self.core.patch_namespaced_pod_status(
+            response = self.core.patch_namespaced_pod_status(
                 meta["name"],
                 meta["namespace"],
                 patch,
                 _content_type=STRATEGIC_PATCH,
                 _preload_content=False,
             )
+            drain(response)
         except self.passthrough:
             raise
         except Exception as exc:

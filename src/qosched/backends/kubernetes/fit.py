@@ -171,19 +171,27 @@ def place_gang(
 ) -> dict[str, str] | None:
     """Nodes for all ``pods`` (pod key -> node name), or None when they do not all fit.
     ``rooms`` is not changed; the caller takes the room once the pods are bound."""
-    scratch = {name: dict(room) for name, room in rooms.items()}
+    # The rooms the gang changed, copied: a burst places a gang per job on hundreds of nodes,
+    # and copying every node's room for each gang cost as much as the placement.
+    taken: dict[str, Room] = {}
     preferred = set(prefer)
     result: dict[str, str] = {}
     for pod in pods:
         request = pod_requests(pod)
-        candidates = sorted(
-            (name for name, room in scratch.items() if fits(room, request)),
-            key=lambda n: (n not in preferred, -scratch[n].get(resource, 0.0), n),
-        )
-        if not candidates:
+        needs = [(name, request[name]) for name in CHECKED if request.get(name, 0.0) > 0]
+        best: tuple[bool, float, str] | None = None  # the least (not preferred, -free, name)
+        for name, room in rooms.items():
+            room = taken.get(name, room)
+            if all(value <= room.get(need, 0.0) + 1e-9 for need, value in needs):  # `fits`
+                key = (name not in preferred, -room.get(resource, 0.0), name)
+                if best is None or key < best:
+                    best = key
+        if best is None:
             return None
-        node = candidates[0]
-        take(scratch[node], request)
+        node = best[2]
+        if node not in taken:
+            taken[node] = dict(rooms[node])
+        take(taken[node], request)
         preferred.add(node)  # the gang's next pods join it there while it has room
         result[key_of(pod)] = node
     return result

@@ -80,6 +80,13 @@ def read_json(response: Any) -> Any:
     return json.loads(response.data)
 
 
+def drain(response: Any) -> None:
+    """Read an answer fetched with ``_preload_content=False`` to its end, its body unused: an
+    unread answer holds its connection until it is collected, so the next request opens another
+    (a new TLS handshake on a cluster, a new thread on the test server)."""
+    response.data  # noqa: B018 -- reading it releases the connection to the pool
+
+
 def key_of(obj: dict[str, Any]) -> str:
     """``namespace/name`` (or ``name`` for cluster-scoped objects such as nodes)."""
     meta = obj.get("metadata", {})

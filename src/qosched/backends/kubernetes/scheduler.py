@@ -76,12 +76,12 @@ from qosched.backends.kubernetes.fit import (
     worker_capacity,
 )
 from qosched.backends.kubernetes.informer import Informer
-from qosched.backends.kubernetes.kube import Stale, key_of, read_json, require, status_of
+from qosched.backends.kubernetes.kube import Stale, drain, key_of, read_json, require, status_of
 from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_client
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.backends.kubernetes.round_report import StepReport
 from qosched.backends.kubernetes.seal import KeyUnavailable, Seal, load_key
-from qosched.backends.kubernetes.send import MAX_IN_FLIGHT, Outcome, Sender
+from qosched.backends.kubernetes.send import IN_FLIGHT, MAX_IN_FLIGHT, Outcome, Sender
 from qosched.backends.local.jobspec import DNS_LABEL
 from qosched.cluster.admission import Admission, AdmissionFailed, admit_arrivals
 from qosched.cluster.job import JobSpec
@@ -103,6 +103,8 @@ BIND_TRIES = 3
 #: How long the first round of a term waits for its fresh lists before it gives up for now.
 LIST_WAIT_S = 10.0
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+#: Prior speed curves kept (they are immutable, shared by the jobs of one model and size).
+MAX_CURVES = 1024
 
 
 #: Why a pod that names this scheduler but belongs to none of its jobs stays pending.
@@ -161,7 +163,7 @@ class SchedulerConfig:
     lease_retry_s: float | None = None  # default 2/15 of the lease
     watch_timeout_s: int = 300
     http_port: int = 8080  # /metrics, /healthz, /readyz; 0 = none
-    in_flight: int = 16  # writes a round keeps in flight at once (1: one after another)
+    in_flight: int = IN_FLIGHT  # writes a round keeps in flight at once (1: one by one)
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -341,6 +343,7 @@ class K8sScheduler:
         self.heartbeat = Heartbeat(stall_s=max(60.0, 10 * config.tick_s), clock=monotonic)
         self.monotonic = monotonic
         self._states: dict[str, ClusterJob] = {}  # the policy's records, rebuilt from the API
+        self._curves: dict[tuple[str, int, int, int], SpeedCurve] = {}  # see _curve
         self.resize_supported: bool | None = None  # learnt from the first resize answer
         self._seal: Seal | None = None  # the admission key, read (or made) once when leading
         self._term = 0  # the lease term the policy and states belong to
@@ -755,7 +758,17 @@ class K8sScheduler:
         if spec.max_workers is not None:
             most = min(most, spec.max_workers)
         step = spec.per_pod if self.config.resource == "gpu" else 1
-        return self.tables.prior_curve(spec.model, spec.batch_size, most, step=step)
+        key = (spec.model, spec.batch_size, most, step)
+        curve = self._curves.get(key)
+        if curve is None:
+            if len(self._curves) >= MAX_CURVES:  # cluster sizes come and go over months
+                self._curves.clear()
+            # One per kind of job, not per job: a burst of 1,000 jobs of one model on 4,000
+            # GPUs made 1,000 curves of 4,001 speeds each.
+            curve = self._curves[key] = self.tables.prior_curve(
+                spec.model, spec.batch_size, most, step=step
+            )
+        return curve
 
     def _forecast(self, job: _RoundJob, workers: int, now: float, report: StepReport) -> None:
         """The job's predicted finish with ``workers`` (the policy's predictor where it has
@@ -1105,8 +1118,10 @@ class K8sScheduler:
         )
         for attempt in range(1, BIND_TRIES + 1):
             try:
-                self.core.create_namespaced_pod_binding(
-                    meta["name"], meta["namespace"], body, _preload_content=False
+                drain(
+                    self.core.create_namespaced_pod_binding(
+                        meta["name"], meta["namespace"], body, _preload_content=False
+                    )
                 )
             except NotLeading:
                 raise
@@ -1184,8 +1199,10 @@ class K8sScheduler:
             preconditions=V1Preconditions(uid=meta["uid"], resource_version=version)
         )
         try:
-            self.core.delete_namespaced_pod(
-                meta["name"], meta["namespace"], body=options, _preload_content=False
+            drain(
+                self.core.delete_namespaced_pod(
+                    meta["name"], meta["namespace"], body=options, _preload_content=False
+                )
             )
         except NotLeading:
             raise

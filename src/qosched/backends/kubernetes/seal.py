@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qosched.backends.kubernetes.jobs import K8sJob
-from qosched.backends.kubernetes.kube import read_json, status_of
+from qosched.backends.kubernetes.kube import drain, read_json, status_of
 from qosched.backends.kubernetes.lease import NotLeading
 from qosched.cluster.admission import Admission
 from qosched.core.errors import QoschedError
@@ -106,7 +106,7 @@ def load_key(core: Any, namespace: str) -> Seal:
             "data": {KEY_FIELD: base64.b64encode(os.urandom(KEY_BYTES)).decode()},
         }
         try:
-            core.create_namespaced_secret(namespace, body, _preload_content=False)
+            drain(core.create_namespaced_secret(namespace, body, _preload_content=False))
         except NotLeading:
             raise
         except Exception as exc:

@@ -22,6 +22,8 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+#: Writes a round keeps in flight by default: enough to hide the API server's latency.
+IN_FLIGHT = 16
 #: The most writes one replica keeps in flight: beyond this, the API server's own limits (its
 #: max-requests-inflight, 400 by default, shared by every client) are the bottleneck.
 MAX_IN_FLIGHT = 256
