@@ -182,10 +182,12 @@ def place_gang(
         best: tuple[bool, float, str] | None = None  # the least (not preferred, -free, name)
         for name, room in rooms.items():
             room = taken.get(name, room)
-            if all(value <= room.get(need, 0.0) + 1e-9 for need, value in needs):  # `fits`
-                key = (name not in preferred, -room.get(resource, 0.0), name)
-                if best is None or key < best:
-                    best = key
+            key = (name not in preferred, -room.get(resource, 0.0), name)
+            # `fits`, asked only of a node that would beat the best so far: few do
+            if (best is None or key < best) and all(
+                value <= room.get(need, 0.0) + 1e-9 for need, value in needs
+            ):
+                best = key
         if best is None:
             return None
         node = best[2]
