@@ -9,9 +9,11 @@ Nodes have 8 GPUs each; jobs ask for 1 to 4 one-GPU pods (resnet50 at batch 64 i
 speed table, deadlines of 2 to 10 hours). One scheduler replica leads; rounds are run back to
 back, each after the informers caught up with the server (so a round's time is the round's own
 work: reading the cache, the policy, the writes), until a round writes nothing. Printed per
-round: wall seconds, the policy's share (admission and allocation: wall seconds, and CPU
-seconds of the round's thread, which leave out the waits for the server's and the informers'
-threads and for other processes), writes by kind (patches, bindings, events, ...).
+round: wall seconds; CPU seconds of the whole process ("proc s": scheduler, informers and
+server together, which share the interpreter's lock: near what the round would take on an idle
+machine); the policy's share (admission and allocation) in wall seconds and in CPU seconds of
+the round's thread ("cpu s": without the waits for the other threads and other processes);
+writes by kind (patches, bindings, events, ...).
 
 The API server runs in the same process (its request handling shares the interpreter's lock
 with the scheduler), with 1 ms of latency per request: times are an upper bound for the
@@ -148,15 +150,19 @@ def run(args: argparse.Namespace, *, one_by_one: bool, rounds: int | None = None
             return call
 
         sched.make_policy = timed_policy
-        print(f"{'round':>5} {'wall s':>8} {'policy s':>8} {'cpu s':>6} {'writes':>7}  by kind")
+        print(
+            f"{'round':>5} {'wall s':>8} {'proc s':>7} {'policy s':>8} {'cpu s':>6} "
+            f"{'writes':>7}  by kind"
+        )
         walls, writes_per_round, first = [], [], None
         for number in range(1, (rounds or args.max_rounds) + 1):
             caught_up(sched, api, timeout_s=120)
             before = len(api.writes)
             policy_s[:] = [0.0, 0.0]
-            started = time.perf_counter()
+            started, process = time.perf_counter(), time.process_time()
             report = sched.step()
             wall = time.perf_counter() - started
+            process = time.process_time() - process
             first = first or (wall, *policy_s)
             kinds = Counter(kind_of(w.method, w.path) for w in api.writes[before:])
             kinds.pop("put", None)  # the Lease's renewals
@@ -165,8 +171,8 @@ def run(args: argparse.Namespace, *, one_by_one: bool, rounds: int | None = None
             writes_per_round.append(writes)
             shown = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
             print(
-                f"{number:>5} {wall:>8.3f} {policy_s[0]:>8.3f} {policy_s[1]:>6.3f} {writes:>7}  "
-                f"{shown}"
+                f"{number:>5} {wall:>8.3f} {process:>7.3f} {policy_s[0]:>8.3f} {policy_s[1]:>6.3f} "
+                f"{writes:>7}  {shown}"
             )
             if report.errors:
                 print(f"      {len(report.errors)} errors, first: {report.errors[0]}")
