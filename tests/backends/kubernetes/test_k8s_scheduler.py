@@ -401,3 +401,29 @@ def test_a_pod_naming_qosched_outside_its_jobs_is_told_why_it_waits(api):
     assert "qosched.io/job" in condition["message"]
     assert not bare["spec"].get("nodeName")
     assert "conditions" not in api.get("pods", "other/theirs")["status"]
+
+
+def test_a_new_job_is_admitted_and_scaled_in_one_patch(api):
+    api.add_node("n1", gpus=8)
+    api.create("statefulsets", job_set("a"))
+    SCRIPT["ml/a"] = 3
+    report = scheduler(api.url).step()
+    patches = [w for w in api.writes if w.method == "PATCH" and "/statefulsets/a" in w.path]
+    assert len(patches) == 1  # one write where two were made: a burst's first round is shorter
+    sts = api.get("statefulsets", "ml/a")
+    assert sts["metadata"]["annotations"][J.ADMISSION] == "best-effort"
+    assert J.ADMISSION_SEAL in sts["metadata"]["annotations"]
+    assert sts["spec"]["replicas"] == 3
+    assert report.admitted == {"ml/a": "best-effort"} and report.scaled == {"ml/a": 3}
+
+
+def test_a_job_whose_admission_was_not_written_is_not_bound(api):
+    api.add_node("n1", gpus=8)
+    api.create("statefulsets", job_set("a"))
+    SCRIPT["ml/a"] = 1  # its one pod exists: it could be bound at once
+    sched = scheduler(api.url)
+    api.fail("PATCH", r"/statefulsets/a$", 500)
+    report = sched.step()
+    assert report.admitted == {} and report.bound == {} and bindings(api) == []
+    report = sched.step()  # written the next round, and bound
+    assert report.admitted == {"ml/a": "best-effort"} and report.bound == {"ml/a-0": "n1"}

@@ -451,21 +451,30 @@ class K8sScheduler:
         if cluster is None:
             return report
         known = [j.state for j in live.values() if j.spec.admission is not None]
-        self._admit(live, ClusterView(now, cluster, known, self.config.restart_pause_s), report)
+        answers = self._admit(
+            live, ClusterView(now, cluster, known, self.config.restart_pause_s), report
+        )
         admitted = {
             k: j
             for k, j in live.items()
             if k not in report.invalid  # skipped during admission
-            and (j.spec.admission in _RUNNABLE or report.admitted.get(k) in _RUNNABLE)
+            and (j.spec.admission in _RUNNABLE or answers.get(k) in _RUNNABLE)
         }
+        # A declined job is written now; an admitted one with its first replicas (`_apply`).
+        self._write_admissions(
+            [(live[k], a) for k, a in answers.items() if k not in admitted], report
+        )
         view = ClusterView(
             now, cluster, [j.state for j in admitted.values()], self.config.restart_pause_s
         )
         try:
             decision = self.policy.allocate(view) if admitted else None
-        except Exception as exc:  # the policy's bug: nothing changes this round
+        except Exception as exc:  # the policy's bug: nothing changes this round but admissions
             log.exception("the policy failed to allocate")
             report.errors.append(f"the policy failed to allocate: {exc}")
+            self._write_admissions(
+                [(live[k], a) for k, a in answers.items() if k in admitted], report
+            )
             return report
         counts = {k: w for k, w in (decision.workers if decision else {}).items() if k in admitted}
         report.decision = counts
@@ -482,16 +491,22 @@ class K8sScheduler:
         # job's re-size takes room on its node, which the next job's re-size reads: in turn.
         applying = self.sender if self.config.resource == "gpu" else Sender(1, stop=NotLeading)
         calls = [
-            functools.partial(self._apply, admitted[key], counts.get(key, 0), rooms, report)
+            functools.partial(
+                self._apply, admitted[key], counts.get(key, 0), rooms, report, answers.get(key)
+            )
             for key in order
         ]
         for key, outcome in zip(order, applying.each(calls), strict=True):
             with self._isolated(admitted[key], report):
-                outcome.result()
+                if outcome.result() and key in answers:
+                    report.admitted[key] = answers[key]
         binding = [
             key
             for key in order
-            if counts.get(key, 0) and key not in report.invalid and key not in report.stale
+            if counts.get(key, 0)
+            and key not in report.invalid
+            and key not in report.stale
+            and (key not in answers or key in report.admitted)  # its admission is written
         ]
         self._bind_jobs([(admitted[key], counts[key]) for key in binding], rooms, report)
         return report
@@ -804,20 +819,13 @@ class K8sScheduler:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def _admit(self, live: dict[str, _RoundJob], view: ClusterView, report: StepReport) -> None:
-        """New jobs: the policy admits or declines each, and the answer is written on its
-        StatefulSet (a declined job is scaled to zero and never bound)."""
+    def _admit(
+        self, live: dict[str, _RoundJob], view: ClusterView, report: StepReport
+    ) -> dict[str, Admission]:
+        """New jobs: the policy admits or declines each; the answers, written later in the round
+        (`_write_admissions`, or with the job's new replicas in `_apply`)."""
         new = [job for job in live.values() if job.spec.admission is None]
         answers = self._judge(new, view, report)
-        judged = [job for job in new if job.spec.key in answers]
-        calls = [
-            functools.partial(self._write_admission, job, answers[job.spec.key], report)
-            for job in judged
-        ]
-        for job, outcome in zip(judged, self.sender.each(calls), strict=True):
-            with self._isolated(job, report):
-                if outcome.result():
-                    report.admitted[job.spec.key] = answers[job.spec.key]
         # Jobs admitted in an earlier term (or by a replica that died): this term's policy
         # learns them again, as the local service does after a restart.
         for key, job in live.items():
@@ -825,6 +833,17 @@ class K8sScheduler:
                 with self._isolated(job, report):
                     self.policy.admit(job.state, view)
         self._fresh.clear()
+        return answers
+
+    def _write_admissions(
+        self, jobs: list[tuple[_RoundJob, Admission]], report: StepReport
+    ) -> None:
+        """Write each admission on its job's StatefulSet, ``in_flight`` at a time."""
+        calls = [functools.partial(self._write_admission, job, a, report) for job, a in jobs]
+        for (job, admission), outcome in zip(jobs, self.sender.each(calls), strict=True):
+            with self._isolated(job, report):
+                if outcome.result():
+                    report.admitted[job.spec.key] = admission
 
     def _judge(
         self, new: list[_RoundJob], view: ClusterView, report: StepReport
@@ -861,14 +880,16 @@ class K8sScheduler:
             new = new[at + 1 :]
         return answers
 
+    def _admission_patch(self, spec: J.K8sJob, admission: Admission) -> dict[str, Any]:
+        """The annotations that record the job's admission, sealed (:mod:`.seal`)."""
+        assert self._seal is not None  # loaded before any job is read
+        seal = self._seal.of(spec, admission)
+        return {"metadata": {"annotations": {J.ADMISSION: admission.value, J.ADMISSION_SEAL: seal}}}
+
     def _write_admission(self, job: _RoundJob, admission: Admission, report: StepReport) -> bool:
         """Write the job's admission, sealed, on its StatefulSet (with a ``Declined`` Event when
         declined); False when the write failed (said in ``report``). Called in a sender thread."""
-        assert self._seal is not None  # loaded before any job is read
-        seal = self._seal.of(job.spec, admission)
-        patch: dict[str, Any] = {
-            "metadata": {"annotations": {J.ADMISSION: admission.value, J.ADMISSION_SEAL: seal}}
-        }
+        patch = self._admission_patch(job.spec, admission)
         if admission is Admission.DECLINED:
             patch["spec"] = {"replicas": 0}
         if not self._patch_set(job.spec, patch, report):
@@ -889,25 +910,42 @@ class K8sScheduler:
     # -- applying a decision ------------------------------------------------------------------
 
     def _apply(
-        self, job: _RoundJob, workers: int, rooms: dict[str, Room], report: StepReport
-    ) -> None:
+        self,
+        job: _RoundJob,
+        workers: int,
+        rooms: dict[str, Room],
+        report: StepReport,
+        admission: Admission | None = None,
+    ) -> bool:
+        """Give the job ``workers``; with ``admission`` (judged this round), write it first, in
+        the same patch as the new replicas of a GPU job. False when the admission could not be
+        written (nothing else is then changed)."""
         spec = job.spec
         if self.config.resource == "gpu":
             replicas = workers // spec.per_pod
+            patch: dict[str, Any] = {}
+            if admission is not None:
+                patch = self._admission_patch(spec, admission)
             if replicas != spec.replicas:
-                patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+                patch["spec"] = {"replicas": replicas}
                 if replicas == 0:
                     _keep_progress(patch, job)
-                if self._patch_set(spec, patch, report):
-                    report.scaled[spec.key] = replicas
-            return
+            if not patch:
+                return True
+            if not self._patch_set(spec, patch, report):
+                return admission is None
+            if replicas != spec.replicas:
+                report.scaled[spec.key] = replicas
+            return True
+        if admission is not None and not self._write_admission(job, admission, report):
+            return False
         if workers == 0:
             if spec.replicas:
                 patch = {"spec": {"replicas": 0}}
                 _keep_progress(patch, job)
                 if self._patch_set(spec, patch, report):
                     report.scaled[spec.key] = 0
-            return
+            return True
         patch = {}
         if spec.per_pod != workers:  # OnDelete: running pods keep their size until re-sized
             patch["spec"] = {
@@ -949,6 +987,7 @@ class K8sScheduler:
                     f"restarting pod {key_of(pod)} from its checkpoint at {workers} cores "
                     f"(was {cores}): it cannot be re-sized in place",
                 )
+        return True
 
     def _resize(
         self, pod: dict[str, Any], workers: int, cores: int, room: Room | None, report: StepReport
@@ -1307,4 +1346,5 @@ def _keep_progress(patch: dict[str, Any], job: _RoundJob) -> None:
     StatefulSet's annotation is where its progress survives."""
     if job.state is not None and job.state.iterations_done:
         progress = J.Progress(int(job.state.iterations_done), job.state.active_s)
-        patch["metadata"] = {"annotations": {J.PROGRESS: progress.to_text()}}
+        notes = patch.setdefault("metadata", {}).setdefault("annotations", {})
+        notes[J.PROGRESS] = progress.to_text()
