@@ -40,6 +40,8 @@ from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.scheduler import K8sScheduler, SchedulerConfig
 from qosched.backends.kubernetes.send import IN_FLIGHT
 from qosched.cluster.policies.base import Policy
+from qosched.cluster.predict import OnlinePredictor
+from qosched.cluster.throughput import ThroughputModel
 
 
 def kind_of(method: str, path: str) -> str:
@@ -69,6 +71,11 @@ def main() -> int:
         "by one, writes one after another), then the rounds as now",
     )
     args = parser.parse_args()
+    # The first prior fit imports SciPy (about 0.5 s of CPU), once per process: paid here, as by
+    # a scheduler that has met a job before, so that neither path below is charged it.
+    OnlinePredictor.from_curve(
+        ThroughputModel.bundled("A100").prior_curve("resnet50", 64, 8), confidence=0.2
+    )
     firsts = []
     if args.compare:
         print("== one by one: admission per arrival, writes one after another (in_flight 1)")
