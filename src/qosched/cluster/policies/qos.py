@@ -264,6 +264,7 @@ class QualityOfService(Policy):
         self.decline_to_best_effort = decline_to_best_effort
         self.confidence = confidence
         self._jobs: dict[str, _Tracked] = {}
+        self._counts: dict[tuple[int, int, int], tuple] = {}  # see _counts_of
         self._adopted = Plan()
         self._adopted_at = -math.inf  # when the plan in force was adopted
         self._kept: dict[str, Reservation] = {}
@@ -294,13 +295,29 @@ class QualityOfService(Policy):
             # of progress is not lost.
             predictor.observe(job.active_s, job.iterations_done, job.workers)
             tracked = _Tracked(predictor, guaranteed=False, observed_active_s=job.active_s)
-            tracked.counts = allowed_counts(
-                min(job.curve.max_workers, view.cluster.total_workers),
-                view.cluster.workers_per_node,
-            )
-            tracked.usable = tuple(g for g in tracked.counts if job.curve.available(g))
+            tracked.counts, tracked.usable = self._counts_of(job, view)
             self._jobs[job.job_id] = tracked
         return tracked
+
+    def _counts_of(
+        self, job: JobState, view: ClusterView
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The job's allowed counts, and those its curve has a speed at. Kept per curve object
+        and cluster: jobs of one model share their curve, and on a cluster of thousands of
+        workers each arrival listed hundreds of counts (a burst of 1,000: a quarter of its
+        admission's time)."""
+        curve, cluster = job.curve, view.cluster
+        key = (id(curve), cluster.total_workers, cluster.workers_per_node)
+        kept = self._counts.get(key)
+        if kept is None or kept[0] is not curve:  # the curve kept alive, so its id is not reused
+            counts = allowed_counts(
+                min(curve.max_workers, cluster.total_workers), cluster.workers_per_node
+            )
+            kept = (curve, counts, tuple(g for g in counts if curve.available(g)))
+            if len(self._counts) >= 256:  # a long run meets many curves and cluster sizes
+                self._counts.clear()
+            self._counts[key] = kept
+        return kept[1], kept[2]
 
     def _observe_jobs(self, view: ClusterView) -> None:
         """Feed every job's progress (tracking the new ones) at every decision: an interval must
