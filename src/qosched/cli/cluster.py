@@ -17,6 +17,7 @@ from qosched.cluster import importers
 from qosched.cluster.fidelity import FIDELITIES, configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.metrics import Summary, summarize, write_job_csv
+from qosched.cluster.pods.trace import ALIBABA_GPU_2023
 from qosched.cluster.policies import create_policy, policy_names
 from qosched.cluster.policies.chronus import SELECTIONS
 from qosched.cluster.simulator import SimConfig, SimResult, simulate
@@ -246,7 +247,12 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
 
 def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("cluster", help="simulate a GPU or CPU cluster on a job trace")
-    parser.add_argument("--trace", required=True, help="qosched or ElasticFlow CSV trace")
+    parser.add_argument(
+        "--trace",
+        required=True,
+        help="qosched or ElasticFlow CSV trace; a pod trace (trace import --from "
+        "alibaba-gpu-2023) places pods on --cluster-spec's node list instead",
+    )
     parser.add_argument(
         "--resource",
         choices=RESOURCES,
@@ -326,6 +332,12 @@ def _config(args: argparse.Namespace) -> SimConfig:
 
 
 def run_sim_cluster(args: argparse.Namespace) -> int:
+    from qosched.cluster.pods.trace import is_pod_trace
+
+    if is_pod_trace(args.trace):  # pods on GPU nodes: a mode of its own
+        from qosched.cli.cluster_pods import run_pod_sim
+
+        return run_pod_sim(args)
     output_dir(args.plot, "--plot")
     output_dir(args.jobs_csv, "--jobs-csv")
     config = _config(args)  # before the trace: a bad option fails at once
@@ -372,7 +384,8 @@ def _add_trace_output(parser: argparse.ArgumentParser, *, layout: str) -> None:
 def add_trace_import(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "import",
-        help="make a deadline trace from an ITP, Helios, Philly or Alibaba PAI cluster trace",
+        help="make a deadline trace from an ITP, Helios, Philly or Alibaba PAI cluster trace, "
+        "or a pod trace from Alibaba's GPU-sharing trace (alibaba-gpu-2023)",
         description="Make a deadline trace from a public GPU cluster trace, as the ElasticFlow "
         "artifact makes its ITP traces: the artifact's filters, iterations = run time x the "
         "table's speed, deadline = submission + U(0.5, 1.5) x run time.",
@@ -381,9 +394,10 @@ def add_trace_import(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--from",
         dest="fmt",
-        choices=importers.IMPORT_FORMATS,
+        choices=(*importers.IMPORT_FORMATS, ALIBABA_GPU_2023),
         required=True,
-        help="the public trace's format",
+        help="the public trace's format (alibaba-gpu-2023: an openb_pod_list_*.csv, written "
+        "as a pod trace; the deadline options do not apply)",
     )
     _add_trace_output(parser, layout="elasticflow")
     parser.add_argument(
@@ -415,6 +429,10 @@ def _naming_options(*options: str) -> Iterator[None]:
 
 
 def run_trace_import(args: argparse.Namespace) -> int:
+    if args.fmt == ALIBABA_GPU_2023:
+        from qosched.cli.cluster_pods import run_pod_import
+
+        return run_pod_import(args)
     output_file(args.out, "--out")
     throughputs = _throughputs(args.throughputs)
     with _naming_options("--seed", "--tightness"):

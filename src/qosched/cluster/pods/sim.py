@@ -54,6 +54,8 @@ class PlacementRun:
     #: After the i-th arrival: the GPUs requested by pods arrived so far, and those allocated.
     arrived_curve: tuple[float, ...] = field(repr=False, default=())
     allocated_curve: tuple[float, ...] = field(repr=False, default=())
+    #: The node each pod was placed on, by name, None where it failed.
+    placements: tuple[str | None, ...] = field(repr=False, default=())
 
     def unallocated_at(self, level: float) -> float:
         """The GPUs unallocated when the workload arrived last reached at most ``level`` x the
@@ -133,6 +135,7 @@ def place_pods(
     capacity = cluster.gpus * MILLI
     arrived = allocated = 0
     arrived_curve: list[float] = []
+    placements: list[str | None] = []
     allocated_curve: list[float] = []
     placed = failed = failed_gpu = 0
     first_failure: int | None = None
@@ -166,6 +169,7 @@ def place_pods(
         table.stamp = step
         arrived += task.gpu_request_milli
         choice = _choose(table.values, policy.normalizes, rank, rng)
+        placements.append(None if choice is None else cluster.nodes[choice].name)
         if choice is None:
             failed += 1
             if task.num_gpu:
@@ -213,6 +217,7 @@ def place_pods(
         wall_s=time.perf_counter() - started,
         arrived_curve=tuple(arrived_curve),
         allocated_curve=tuple(allocated_curve),
+        placements=tuple(placements),
     )
 
 
