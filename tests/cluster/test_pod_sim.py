@@ -68,6 +68,14 @@ def test_ties_go_to_the_first_node_of_an_order_drawn_from_the_seed() -> None:
         place_pods(cluster, pods, packing, tie_break="first")
 
 
+def test_random_fit_draws_its_node_whatever_the_tie_break() -> None:
+    cluster = PodCluster(tuple(GpuNode(f"n{i}", 8000, 1000, 1, "G") for i in range(20)))
+    pods = [pod(f"c{i}", 0, 0) for i in range(4)]
+    runs = [place_pods(cluster, pods, create_pod_policy("random-fit", WORKLOAD), seed=s)
+            for s in range(5)]  # fmt: skip
+    assert all(len(set(run.placements)) > 1 for run in runs)
+
+
 def test_the_same_seed_gives_the_same_run() -> None:
     cluster = PodCluster(tuple(GpuNode(f"n{i}", 16000, 1000, 2, "G") for i in range(6)))
     pods = [pod(f"p{i}", 1, (i * 137) % 900 + 100) for i in range(30)]

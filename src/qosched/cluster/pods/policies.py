@@ -39,6 +39,9 @@ class PodPolicy(ABC):
     #: A pod that shares a GPU goes to a GPU drawn at random among those it fits on, whatever
     #: :meth:`score` returns as the GPU.
     random_gpu: ClassVar[bool] = False
+    #: The pod goes to a node drawn at random among the best, whatever the simulator's tie
+    #: break (the simulator's ``RandomScore`` draws its node before scoring).
+    random_node: ClassVar[bool] = False
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
@@ -213,6 +216,7 @@ class RandomFit(PodPolicy):
     """Any node the pod fits on, drawn at random (seeded), and any GPU on it."""
 
     random_gpu = True
+    random_node = True
 
     def score(self, node: NodeState, tags: Set[str], task: TaskShape) -> tuple[int, int | None]:
         return 0, None

@@ -168,7 +168,7 @@ def place_pods(
             table.values[n], table.gpus[n] = answer
         table.stamp = step
         arrived += task.gpu_request_milli
-        choice = _choose(table.values, policy.normalizes, rank, rng)
+        choice = _choose(table.values, policy.normalizes, None if policy.random_node else rank, rng)
         placements.append(None if choice is None else cluster.nodes[choice].name)
         if choice is None:
             failed += 1
