@@ -33,7 +33,7 @@ def run_pod_import(args: argparse.Namespace) -> int:
 
 def pod_policies(values: Sequence[str] | None) -> list[str]:
     """The pod placement policies named by ``--policy`` (comma lists, ``all``), checked."""
-    from qosched.cluster.pods.policies import _REGISTRY, pod_policy_names
+    from qosched.cluster.pods.policies import pod_policy_class, pod_policy_names
 
     names: list[str] = []
     for value in values or [DEFAULT_POLICY]:
@@ -42,7 +42,7 @@ def pod_policies(values: Sequence[str] | None) -> list[str]:
             if name == "all":
                 names.extend(n for n in pod_policy_names() if n not in names)
             elif name and name not in names:
-                _REGISTRY.get(name)  # an unknown name lists the known ones
+                pod_policy_class(name)  # an unknown name lists the known ones
                 names.append(name)
     if not names:
         raise InputError("no policy given", field="--policy")

@@ -72,6 +72,11 @@ def pod_policy_names() -> tuple[str, ...]:
     return _REGISTRY.names()
 
 
+def pod_policy_class(name: str) -> type[PodPolicy]:
+    """The class registered as ``name``; an unknown name is an InputError listing the known."""
+    return _REGISTRY.get(name)
+
+
 def create_pod_policy(name: str, workload: Workload) -> PodPolicy:
     """A new policy by registered name; an unknown name is an InputError listing the known."""
     return _REGISTRY.create(name, workload=workload)
