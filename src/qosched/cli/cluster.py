@@ -334,12 +334,12 @@ def _config(args: argparse.Namespace) -> SimConfig:
 def run_sim_cluster(args: argparse.Namespace) -> int:
     from qosched.cluster.pods.trace import is_pod_trace
 
+    output_dir(args.plot, "--plot")
+    output_dir(args.jobs_csv, "--jobs-csv")
     if is_pod_trace(args.trace):  # pods on GPU nodes: a mode of its own
         from qosched.cli.cluster_pods import run_pod_sim
 
         return run_pod_sim(args)
-    output_dir(args.plot, "--plot")
-    output_dir(args.jobs_csv, "--jobs-csv")
     config = _config(args)  # before the trace: a bad option fails at once
     cluster = _cluster(args)
     throughputs = _throughputs(args.throughputs)
