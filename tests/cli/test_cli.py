@@ -3,6 +3,7 @@ context."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -84,6 +85,34 @@ def test_several_policies_give_one_object_with_runs(small_trace, capsys):
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
     assert [run["policy"] for run in payload["runs"]] == ["fifo", "elasticflow"]
+
+
+def test_several_policies_compare_jct_over_the_jobs_all_of_them_finished(
+    small_trace, tmp_path, capsys
+):
+    out = tmp_path / "jobs"
+    command = ["sim", "cluster", "--trace", str(small_trace), "--nodes", "2"]
+    command += ["--gpus-per-node", "8", "--policy", "edf,elasticflow", "--json"]
+    assert main([*command, "--jobs-csv", str(out)]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    # The common set and its means, read back from the per-job CSVs.
+    rows = {}
+    for name in ("edf", "elasticflow"):
+        with (out / f"jobs_{name}.csv").open(newline="") as handle:
+            rows[name] = {r["job_id"]: r for r in csv.DictReader(handle)}
+    common = [j for j in rows["edf"] if all(rows[n][j]["finish_s"] for n in rows)]
+    declined = sum(run["declined"] for run in runs)
+    assert declined and 0 < len(common) < 40  # elasticflow declines some: the sets differ
+    for run in runs:
+        own = rows[run["policy"]]
+        jcts = [float(own[j]["jct_s"]) for j in common]
+        best_effort = [float(own[j]["jct_s"]) for j in common if not own[j]["deadline_s"]]
+        assert run["common_jobs"] == len(common)
+        assert run["common_jct_s"] == pytest.approx(sum(jcts) / len(jcts))
+        assert run["best_effort_jct_s"] == (
+            pytest.approx(sum(best_effort) / len(best_effort)) if best_effort else None
+        )
+    assert_contract("sim-cluster", {"runs": runs})
 
 
 @pytest.mark.slow

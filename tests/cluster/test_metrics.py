@@ -7,7 +7,13 @@ import csv
 import pytest
 
 from json_contracts import assert_contract, schema
-from qosched.cluster.metrics import JctStats, summarize, write_job_csv
+from qosched.cluster.metrics import (
+    JctStats,
+    finished_by_all,
+    summarize,
+    summarize_runs,
+    write_job_csv,
+)
 from qosched.cluster.simulator import JobOutcome, SimResult
 from qosched.cluster.spec import ClusterSpec
 
@@ -39,9 +45,9 @@ def outcome(
     )
 
 
-def result_of(outcomes, timeline=(), workers: int = 8) -> SimResult:
+def result_of(outcomes, timeline=(), workers: int = 8, policy: str = "hand") -> SimResult:
     return SimResult(
-        policy="hand",
+        policy=policy,
         cluster=ClusterSpec.from_flags(1, workers),
         outcomes=tuple(outcomes),
         allocation_timeline=tuple(timeline),
@@ -169,6 +175,84 @@ def test_summary_json_holds_to_the_contract_keys_in_order():
     payload = summarize(HAND).to_json()
     assert_contract("sim-cluster", payload)
     assert list(payload) == list(schema("sim-cluster")["$defs"]["run"]["properties"])
+
+
+# --- completion times over the jobs every compared run finished --------------------------------
+
+# The five jobs of HAND under two more policies. HAND finishes d1 d2 b1 b2 (declines d3); OTHER
+# declines d1 and finishes the rest; THIRD declines d3 and leaves b2 unfinished. Every run
+# finished d2 and b1 only.
+OTHER = result_of(
+    [
+        outcome("d1", 0.0, 100.0, None, None, workers=4, declined=True),
+        outcome("d2", 10.0, 40.0, 10.0, 40.0, workers=2),  # JCT 30
+        outcome("d3", 20.0, 80.0, 20.0, 60.0, workers=2),  # JCT 40
+        outcome("b1", 0.0, None, 0.0, 20.0, model="s"),  # JCT 20
+        outcome("b2", 5.0, None, 20.0, 45.0),  # JCT 40
+    ],
+    policy="other",
+)
+THIRD = result_of(
+    [
+        outcome("d1", 0.0, 100.0, 0.0, 40.0, workers=4),  # JCT 40
+        outcome("d2", 10.0, 40.0, 50.0, 100.0, workers=2),  # JCT 90
+        outcome("d3", 20.0, 80.0, None, None, workers=2, declined=True),
+        outcome("b1", 0.0, None, 10.0, 50.0, model="s"),  # JCT 50
+        outcome("b2", 5.0, None, 60.0, None),  # started, never finished
+    ],
+    policy="third",
+)
+
+
+def test_the_common_jobs_are_those_every_run_finished():
+    assert finished_by_all([HAND, OTHER, THIRD]) == {"d2", "b1"}
+
+
+@pytest.mark.parametrize(
+    ("index", "common_jct", "best_effort_jct", "avg_jct"),
+    [
+        (0, (60 + 30) / 2, 30.0, (50 + 60 + 30 + 100) / 4),
+        (1, (30 + 20) / 2, 20.0, (30 + 40 + 20 + 40) / 4),
+        (2, (90 + 50) / 2, 50.0, (40 + 90 + 50) / 3),
+    ],
+    ids=["hand", "other", "third"],
+)
+def test_common_jct_is_over_the_jobs_every_run_finished(
+    index, common_jct, best_effort_jct, avg_jct
+):
+    s = summarize_runs([HAND, OTHER, THIRD])[index]
+    assert (s.common_jobs, s.common_jct_s, s.best_effort_jct_s, s.avg_jct_s) == (
+        2,
+        pytest.approx(common_jct),
+        pytest.approx(best_effort_jct),
+        pytest.approx(avg_jct),
+    )
+
+
+def test_one_run_alone_takes_its_own_finished_jobs_as_common():
+    s = summarize(HAND)
+    assert (s.common_jobs, s.common_jct_s, s.best_effort_jct_s) == (
+        4,
+        pytest.approx((50 + 60 + 30 + 100) / 4),
+        pytest.approx((30 + 100) / 2),
+    )
+
+
+def test_common_jobs_without_a_best_effort_one_have_no_best_effort_jct():
+    s = summarize(HAND, frozenset({"d1", "d2"}))
+    assert (s.common_jobs, s.common_jct_s, s.best_effort_jct_s) == (2, 55.0, None)
+
+
+def test_a_common_set_the_run_did_not_finish_is_refused():
+    with pytest.raises(
+        ValueError, match=r"third did not finish 1 of the common jobs \(e.g. 'b2'\)"
+    ):
+        summarize(THIRD, frozenset({"b1", "b2"}))
+
+
+def test_several_runs_json_hold_to_the_contract():
+    for s in summarize_runs([HAND, OTHER, THIRD]):
+        assert_contract("sim-cluster", s.to_json())
 
 
 # --- write_job_csv ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from qosched.cli.progress import progress_display
 from qosched.cluster import importers
 from qosched.cluster.fidelity import FIDELITIES, configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
-from qosched.cluster.metrics import Summary, summarize, write_job_csv
+from qosched.cluster.metrics import Summary, summarize_runs, write_job_csv
 from qosched.cluster.pods.trace import ALIBABA_GPU_2023
 from qosched.cluster.policies import create_policy, policy_names
 from qosched.cluster.policies.chronus import SELECTIONS
@@ -142,6 +142,8 @@ def summary_table(summaries: Sequence[Summary], title: str, unit: str = "GPU") -
         "met",
         "declined",
         "avg JCT h",
+        "common JCT h",
+        "BE JCT h",
         "p95 JCT h (ddl)",
         f"{unit} util",
         "makespan h",
@@ -157,6 +159,8 @@ def summary_table(summaries: Sequence[Summary], title: str, unit: str = "GPU") -
             f"{s.deadline_met}/{s.deadline_jobs}",
             str(s.declined),
             _hours(s.avg_jct_s),
+            _hours(s.common_jct_s),
+            _hours(s.best_effort_jct_s),
             _hours(s.jct_deadline.p95_s),
             "-" if s.utilization is None else f"{s.utilization:.1%}",
             _hours(s.makespan_s),
@@ -174,7 +178,7 @@ def report(
     plot_dir: str | None,
     jobs_csv_dir: str | None,
 ) -> None:
-    summaries = [summarize(r) for r in results]
+    summaries = summarize_runs(results)
     if jobs_csv_dir:
         Path(jobs_csv_dir).mkdir(parents=True, exist_ok=True)
         for result in results:
