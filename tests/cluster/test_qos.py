@@ -86,6 +86,11 @@ def test_qos_rejects_options_out_of_range(option, value):
         create_policy("qos", **{option: value})
 
 
+def test_qos_rejects_an_unknown_spare_order():
+    with pytest.raises(ValueError, match="unknown spare order 'fastest'; use completion, best_"):
+        create_policy("qos", spare_order="fastest")
+
+
 @pytest.mark.parametrize(
     ("max_workers", "workers_per_node", "counts"),
     [
@@ -354,7 +359,8 @@ class _ChecksGuarantees(QualityOfService):
         return guaranteed, plan
 
 
-@pytest.mark.parametrize(("load", "seed"), [(1.5, 41), (3.0, 42), (6.0, 43)])
+# Seeds whose traces give guarantees of every kind the checks tell apart (thin ones included).
+@pytest.mark.parametrize(("load", "seed"), [(1.5, 41), (3.0, 44), (6.0, 43)])
 def test_every_guarantee_in_force_delivers_and_kept_ones_pay_their_re_sizes(load, seed):
     tables = ThroughputModel.bundled("A100")
     jobs = generate_trace(
@@ -741,6 +747,60 @@ def test_jobs_no_plan_holds_get_workers_by_urgency():
     # "soon" its fewest meeting workers (2), "be" one, then the spare step before the hopeless
     # job is reached: "be" to 2, and nothing is left for "late".
     assert (hand.workers, hand.free) == ({"soon": 2, "be": 2}, 0)
+
+
+@pytest.mark.parametrize(
+    ("spare_order", "best_effort_iterations", "given"),
+    [
+        # Claims: speed-up per added worker (1 -> 2 doubles either: 1.0) over the square root of
+        # the remaining seconds on 1 GPU. "d": 1 / sqrt(100) = 0.1. "b" (x3, best effort):
+        # 3 / sqrt(10000) = 0.03, the one spare GPU goes to "d"; 3 / sqrt(400) = 0.15, to "b"
+        # (unweighted, 0.05, it would have gone to "d").
+        ("completion", 10_000, {"d": 2, "b": 1}),
+        ("completion", 400, {"d": 1, "b": 2}),
+        # best-effort jobs first, whatever their length
+        ("best_effort_first", 10_000, {"d": 1, "b": 2}),
+    ],
+    ids=["completion-short-deadline-job", "completion-weighted-best-effort", "best-effort-first"],
+)
+def test_spare_workers_go_by_speed_up_over_remaining_time(
+    spare_order, best_effort_iterations, given
+):
+    deadline_job = state(job("d", 0.0, 100, deadline=1000.0))
+    best_effort = state(job("b", 0.0, best_effort_iterations))
+    view = ClusterView(0.0, ONE_NODE, (best_effort, deadline_job), 0.0)
+    policy = QualityOfService(spare_order=spare_order)
+    _waiting(policy, view)
+    hand = _Hand(3)
+    hand.give("d", 1)
+    hand.give("b", 1)
+    policy._hand_out_spare(view, hand)
+    assert (hand.workers, hand.free) == (given, 0)
+
+
+@pytest.mark.parametrize(
+    ("spare_order", "given"),
+    [
+        # "g" (400 iterations) takes the spare first, 1 -> 2 -> 4 GPUs: nothing left for "late"
+        ("completion", {"g": 4}),
+        # "late" keeps the 2 GPUs it runs on; only best-effort jobs would have shared first
+        ("best_effort_first", {"g": 1, "late": 2}),
+    ],
+)
+def test_a_deadline_already_lost_gets_workers_only_after_the_spare(spare_order, given):
+    """On 4 GPUs at t=0: "g" was given 1 GPU (its plan), "late" (400 iterations by t=10) runs on 2
+    and cannot make it on any count."""
+    planned = state(job("g", 0.0, 400, deadline=1000.0))
+    late = state(job("late", 0.0, 400, deadline=10.0))
+    late.workers = 2
+    view = ClusterView(0.0, ONE_NODE, (late, planned), 0.0)
+    policy = QualityOfService(spare_order=spare_order)
+    _waiting(policy, view)
+    assert policy._other_priority(late, 0.0)[0] is Urgency.HOPELESS
+    hand = _Hand(4)
+    hand.give("g", 1)
+    policy._give_the_rest(view, hand)
+    assert hand.workers == given
 
 
 def test_guaranteed_jobs_keep_workers_beyond_their_plan_only_while_they_fit():

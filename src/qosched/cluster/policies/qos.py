@@ -26,10 +26,13 @@ job's own progress and sizes it to finish in time.
   deadline jobs that can still make it, planned by deadline on *expected* speeds on what the
   guarantees leave (the hopeful plan, bounded per decision); (4) the rest, best effort first,
   running jobs before waiting ones, shortest predicted time first; (5) spare workers one step at
-  a time, best-effort jobs first, then to the job with the largest relative speed-up per added
-  worker (for best-effort jobs divided by the square root of their remaining time: shorter ones
-  first, softly), only where the time it saves outweighs the restart pause it costs and the
-  added worker would do enough work to be kept busy (``min_spare_gain``); (6)
+  a time to the job with the largest relative speed-up per added worker divided by the square
+  root of its remaining time (shorter ones first, softly; best-effort jobs weighted up, or
+  served first with ``spare_order="best_effort_first"``), only where the time it saves
+  outweighs the restart pause it costs and the added worker would do enough work to be kept
+  busy (``min_spare_gain``); deadline jobs that can no longer make it get workers only after
+  this, on what the others cannot use (under ``best_effort_first``: after the best-effort
+  jobs' spare); (6)
   guaranteed jobs keep workers beyond their plan while they fit (hysteresis: no restart without
   a reason). Running deadline jobs with little slack are pinned: the backend does not move them
   to re-pack others.
@@ -162,6 +165,16 @@ MAX_RESERVATION_OVERHEAD = 4.0
 #: A running deadline job with less expected slack than this many restart pauses is not moved
 #: to re-pack others.
 PIN_SLACK_PAUSES = 10
+#: How `qos` hands out spare workers (step 5): ``completion`` weighs every job alike, by speed-up
+#: per added worker over the square root of its remaining time; ``best_effort_first`` serves
+#: best-effort jobs before deadline jobs.
+SPARE_ORDERS = ("completion", "best_effort_first")
+#: Under ``spare_order="completion"``, a best-effort job's claim to a spare worker counts this many
+#: times a deadline job's: its completion time is its only goal, while a guaranteed job already
+#: meets its deadline on its plan. 3 kept best-effort completion times at or below the peers' on
+#: the traces of bench/cluster_jct.py (1 left them up to 1.3x the best peer's; 4 raised the
+#: deadline jobs' instead).
+BEST_EFFORT_SPARE_WEIGHT = 3.0
 #: A running best-effort job with less work left than this many restart pauses keeps its count:
 #: re-sizing it would cost it a pause that is a large share of its remaining time.
 FINISHING_PAUSES = 10
@@ -233,6 +246,10 @@ class QualityOfService(Policy):
     worker (step 5) goes only to a job whose expected speed-up per added worker is at least this
     (0.5: each added worker does at least half a worker's work), so that the workers handed out
     are kept busy; 0 hands them out wherever the time saved beats the pause.
+
+    ``spare_order`` (`SPARE_ORDERS`): ``completion`` (default) shortens completion times, those of
+    deadline jobs too; ``best_effort_first`` is the order the local service measured its runs on
+    (backends/local/service.py).
     """
 
     largest_first = True
@@ -249,6 +266,7 @@ class QualityOfService(Policy):
         confidence: float = 0.2,
         refresh_s: float = 60.0,
         min_spare_gain: float = 0.0,
+        spare_order: str = "completion",
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be positive, got {tick_s}")
@@ -256,6 +274,9 @@ class QualityOfService(Policy):
             raise ValueError(f"refresh_s must be seconds >= 0, got {refresh_s}")
         if not 0 <= min_spare_gain <= 1:
             raise ValueError(f"min_spare_gain must be in [0, 1], got {min_spare_gain}")
+        if spare_order not in SPARE_ORDERS:
+            raise ValueError(f"unknown spare order {spare_order!r}; use {', '.join(SPARE_ORDERS)}")
+        self.spare_order = spare_order
         self.refresh_s = refresh_s
         self.min_spare_gain = min_spare_gain
         self.tick_s = tick_s
@@ -776,9 +797,11 @@ class QualityOfService(Policy):
 
     def _give_the_rest(self, view: ClusterView, hand: _Hand) -> None:
         """(4) Everyone else, in `Urgency` order; running jobs before waiting ones (no churn),
-        shortest first. Before the first hopeless deadline job, best-effort jobs share the spare
-        among themselves: what old ones held beyond their smallest count competes with the
-        newcomers' needs, and a hopeless deadline does not take it from them."""
+        shortest first. Before the first hopeless deadline job, the spare is handed out (step 5)
+        to the jobs given workers so far: what old ones held beyond their smallest count competes
+        with the newcomers' needs, and a deadline already lost does not take workers a job with a
+        goal still in reach would use (under ``best_effort_first``, only best-effort jobs share
+        it here)."""
         now = view.now
         others = [j for j in view.jobs if j.job_id not in hand.workers]
         # once per job: nothing it depends on changes during the decision
@@ -789,7 +812,9 @@ class QualityOfService(Policy):
             if hand.free <= 0:
                 break
             if not best_effort_shared and priority[job.job_id][0] is Urgency.HOPELESS:
-                self._hand_out_spare(view, hand, best_effort_only=True)
+                self._hand_out_spare(
+                    view, hand, best_effort_only=self.spare_order == "best_effort_first"
+                )
                 best_effort_shared = True
                 if hand.free <= 0:
                     break
@@ -1021,14 +1046,18 @@ class QualityOfService(Policy):
         self, view: ClusterView, hand: _Hand, best_effort_only: bool = False
     ) -> None:
         """(5) One step up at a time to the job with the largest relative speed-up per added
-        worker, where the time saved beats ``gain_over_pause`` restart pauses, the speed-up per
-        added worker reaches ``min_spare_gain`` and the job was not just re-sized. Best-effort
-        jobs come first: their completion time is their only goal, while a deadline job
-        finishing sooner than planned gains nothing it asked for."""
+        worker over the square root of its remaining time, where the time saved beats
+        ``gain_over_pause`` restart pauses, the speed-up per added worker reaches
+        ``min_spare_gain`` and the job was not just re-sized. Shorter jobs first, softly: a
+        strict shortest-first piles workers on one job past where they pay off, and mean
+        completion time is lowest when short jobs leave early. Best-effort jobs count
+        `BEST_EFFORT_SPARE_WEIGHT` times (completion time is their only goal), or come first
+        under ``best_effort_first``."""
         workers = hand.workers
         pause = view.restart_pause_s
         enough = self.gain_over_pause * pause
         min_gain = self.min_spare_gain
+        completion = self.spare_order == "completion"
         heap: list[tuple[bool, float, int, JobState]] = []
         gains: dict[str, float] = {}  # each job's next step's speed-up per added worker
         tracked_jobs, ladders = self._jobs, self._ladders
@@ -1057,11 +1086,15 @@ class QualityOfService(Policy):
                     hand.too_little[job.job_id] = gain
                     return
                 gains[job.job_id] = gain
-                if not has_deadline:
-                    # Mean completion time: shorter best-effort jobs first, softly (a strict
-                    # shortest-first piles workers on one job past where they pay off).
+                if completion:
                     gain /= math.sqrt(max(remaining / rate_now, 1.0))
-                heapq.heappush(heap, (has_deadline, -gain, position, job))
+                    if not has_deadline:
+                        gain *= BEST_EFFORT_SPARE_WEIGHT
+                    heapq.heappush(heap, (False, -gain, position, job))
+                else:
+                    if not has_deadline:
+                        gain /= math.sqrt(max(remaining / rate_now, 1.0))
+                    heapq.heappush(heap, (has_deadline, -gain, position, job))
 
         interval = self._interval(view)
         now = view.now
