@@ -779,6 +779,24 @@ def test_spare_workers_go_by_speed_up_over_remaining_time(
 
 
 @pytest.mark.parametrize(
+    ("spare_order", "held", "urgency"),
+    [
+        # 440 iterations at 4 it/s on its fastest count (4 GPUs) take 110 s, 10 s past its
+        # deadline at 100: a miss of 9% of its remaining time, under NEAR_MISS_SHARE (15%).
+        ("completion", 4, Urgency.MUST_RUN_SOON),
+        ("completion", 0, Urgency.HOPELESS),  # waiting: nothing to keep
+        ("best_effort_first", 4, Urgency.HOPELESS),
+    ],
+)
+def test_a_running_job_that_nearly_makes_its_deadline_keeps_its_workers(spare_order, held, urgency):
+    near = state(job("near", 0.0, 440, deadline=100.0))
+    near.workers = held
+    policy = QualityOfService(spare_order=spare_order)
+    _waiting(policy, ClusterView(0.0, ONE_NODE, (near,), 0.0))
+    assert policy._other_priority(near, 0.0)[0] is urgency
+
+
+@pytest.mark.parametrize(
     ("spare_order", "given"),
     [
         # "g" (400 iterations) takes the spare first, 1 -> 2 -> 4 GPUs: nothing left for "late"
