@@ -1,14 +1,14 @@
 """Completion time compared fairly: `qos` against its peers on the jobs every one of them finished.
 
     python bench/cluster_jct.py [--jobs 1000] [--load 1.0] [--seeds 1 2]
-                                [--policies qos,elasticflow,pollux]
+                                [--policies qos,qos:completion,elasticflow,pollux]
 
 Trace: as bench/cluster_policy_table.py makes it (Poisson arrivals on a 16x8-GPU cluster, A100
 speed tables, lognormal durations of median 1 h, deadlines at U(0.5, 1.5) x the duration on the
 requested GPUs, 10% best-effort jobs). Printed per seed and policy: DSR, mean JCT over the jobs
 every listed policy finished (`common_jct_s`), mean JCT of those that are best effort
-(`best_effort_jct_s`), and, for the first policy, each as a ratio to the best (lowest) of the
-others.
+(`best_effort_jct_s`), and, for each `qos` run, each as a ratio to the best (lowest) of the
+other policies. ``qos:ORDER`` is `qos` with ``spare_order=ORDER``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.metrics import summarize_runs
-from qosched.cluster.policies import create_policy
+from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.simulator import simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.throughput import ThroughputModel
@@ -32,12 +32,18 @@ def ratio(own: float | None, others: list[float | None]) -> str:
     return f"{own / min(known):.2f}x"
 
 
+def make_policy(entry: str) -> Policy:
+    """A registered name, or ``qos:ORDER`` for `qos` with that spare order."""
+    name, _, order = entry.partition(":")
+    return create_policy(name, spare_order=order) if order else create_policy(name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--load", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--policies", default="qos,elasticflow,pollux")
+    parser.add_argument("--policies", default="qos,qos:completion,elasticflow,pollux")
     args = parser.parse_args()
     names = args.policies.split(",")
     cluster = ClusterSpec.from_flags(16, 8)
@@ -56,22 +62,17 @@ def main() -> None:
             seed=seed,
         )
         trace = generate_trace(config, throughputs)
-        results = [simulate(cluster, throughputs, create_policy(n), trace) for n in names]
+        results = [simulate(cluster, throughputs, make_policy(n), trace) for n in names]
         summaries = summarize_runs(results)
-        first, others = summaries[0], summaries[1:]
-        for s in summaries:
-            common = (
-                "" if s is not first else ratio(s.common_jct_s, [o.common_jct_s for o in others])
-            )
-            be = (
-                ""
-                if s is not first
-                else ratio(s.best_effort_jct_s, [o.best_effort_jct_s for o in others])
-            )
+        peers = [s for n, s in zip(names, summaries, strict=True) if not n.startswith("qos")]
+        for name, s in zip(names, summaries, strict=True):
+            ours = name.startswith("qos")
+            common = ratio(s.common_jct_s, [o.common_jct_s for o in peers]) if ours else ""
+            be = ratio(s.best_effort_jct_s, [o.best_effort_jct_s for o in peers]) if ours else ""
             be_h = "-" if s.best_effort_jct_s is None else f"{s.best_effort_jct_s / HOUR:.3f}"
             common_h = "-" if s.common_jct_s is None else f"{s.common_jct_s / HOUR:.3f}"
             print(
-                f"| {seed} | {s.policy} | {s.deadline_satisfactory_ratio:.1%} | "
+                f"| {seed} | {name} | {s.deadline_satisfactory_ratio:.1%} | "
                 f"{s.deadline_met}/{s.deadline_jobs} | {s.common_jobs} | {common_h} | {be_h} | "
                 f"{common} | {be} | {s.wall_s:.1f} |",
                 flush=True,

@@ -2,6 +2,7 @@
 
     python bench/itp_policy_table.py --traces DIR [--fidelity sound] [--policies all]
                                      [--clusters cluster01,cluster10] [--timeout 3600]
+                                     [--qos-spare-order best_effort_first]
 
 DIR holds the release's ``clusterNN.csv`` files (``microsoft/elasticflow-traces``,
 ``elasticflow-traces.tar.gz`` unpacked). Each cluster runs at the size the ElasticFlow artifact
@@ -23,12 +24,15 @@ from pathlib import Path
 from cluster_sim_speed import ITP_NODES  # a sibling script: bench/ is on sys.path
 
 
-def run_cluster(trace: Path, nodes: int, policies: str, fidelity: str, timeout: float) -> dict:
+def run_cluster(
+    trace: Path, nodes: int, policies: str, fidelity: str, timeout: float, spare_order: str
+) -> dict:
     """policy -> its JSON report, for one cluster; raises on a failed or timed-out command."""
     command = [
         sys.executable, "-m", "qosched.cli.main",
         "sim", "cluster", "--trace", str(trace), "--nodes", str(nodes), "--gpus-per-node", "8",
         "--throughputs", "A100", "--policy", policies, "--fidelity", fidelity, "--json",
+        "--qos-spare-order", spare_order,
     ]  # fmt: skip
     done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout)
     report = json.loads(done.stdout)
@@ -55,6 +59,7 @@ def main() -> int:
     parser.add_argument("--policies", default="all", help="comma list, or all (default)")
     parser.add_argument("--clusters", default=",".join(ITP_NODES))
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per cluster")
+    parser.add_argument("--qos-spare-order", default="best_effort_first", help="qos's spare_order")
     args = parser.parse_args()
     clusters = args.clusters.split(",")
     unknown = [c for c in clusters if c not in ITP_NODES]
@@ -69,7 +74,14 @@ def main() -> int:
     for name in clusters:
         trace = args.traces / f"{name}.csv"
         try:
-            runs = run_cluster(trace, ITP_NODES[name], args.policies, args.fidelity, args.timeout)
+            runs = run_cluster(
+                trace,
+                ITP_NODES[name],
+                args.policies,
+                args.fidelity,
+                args.timeout,
+                args.qos_spare_order,
+            )
         except subprocess.TimeoutExpired:
             print(f"| {name} | timed out after {args.timeout:.0f} s |", flush=True)
             continue

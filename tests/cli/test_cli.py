@@ -115,6 +115,25 @@ def test_several_policies_compare_jct_over_the_jobs_all_of_them_finished(
     assert_contract("sim-cluster", {"runs": runs})
 
 
+@pytest.mark.parametrize("order", ["best_effort_first", "completion"])
+def test_qos_spare_order_reaches_the_policy(small_trace, capsys, monkeypatch, order):
+    import qosched.cluster.fidelity as fidelity
+
+    made = []
+    real = fidelity.create_policy
+
+    def recording(name, **options):
+        made.append((name, options))
+        return real(name, **options)
+
+    monkeypatch.setattr(fidelity, "create_policy", recording)
+    command = ["sim", "cluster", "--trace", str(small_trace), "--nodes", "2"]
+    command += ["--gpus-per-node", "8", "--policy", "qos,edf", "--json"]
+    assert main([*command, "--qos-spare-order", order]) == 0
+    assert_contract("sim-cluster", json.loads(capsys.readouterr().out))
+    assert made == [("qos", {"spare_order": order}), ("edf", {})]
+
+
 @pytest.mark.slow
 def test_cluster_spec_file_and_plots(small_trace, tmp_path, capsys):
     spec = tmp_path / "cluster.csv"

@@ -20,6 +20,7 @@ from qosched.cluster.metrics import Summary, summarize_runs, write_job_csv
 from qosched.cluster.pods.trace import ALIBABA_GPU_2023
 from qosched.cluster.policies import create_policy, policy_names
 from qosched.cluster.policies.chronus import SELECTIONS
+from qosched.cluster.policies.qos import SPARE_ORDERS
 from qosched.cluster.simulator import SimConfig, SimResult, simulate
 from qosched.cluster.spec import RESOURCES, ClusterSpec, read_cluster_spec
 from qosched.cluster.throughput import BUNDLED, ThroughputModel
@@ -312,6 +313,14 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
         "the ElasticFlow artifact's path without Gurobi) or mip (its MIP, here solved by HiGHS, "
         "the greedy selection where it finds no plan)",
     )
+    parser.add_argument(
+        "--qos-spare-order",
+        choices=SPARE_ORDERS,
+        default=SPARE_ORDERS[0],
+        help="how qos hands out spare workers: best_effort_first (default) or completion "
+        "(shorter completion times, fewer deadlines on some traces; "
+        "docs/results/cluster-sim.md)",
+    )
     _add_sim_options(parser)
     parser.set_defaults(run=run_sim_cluster)
 
@@ -357,7 +366,10 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
         config,
         show_progress=sys.stderr.isatty(),
         fidelity=args.fidelity,
-        policy_options={"chronus": {"selection": args.chronus_selection}},
+        policy_options={
+            "chronus": {"selection": args.chronus_selection},
+            "qos": {"spare_order": args.qos_spare_order},
+        },
     )
     title = f"{Path(args.trace).name}: {len(trace.jobs)} jobs on {cluster.describe()}"
     report(results, as_json=args.json, title=title, plot_dir=args.plot, jobs_csv_dir=args.jobs_csv)

@@ -185,11 +185,8 @@ GPU_RESIZE_PAUSE_S = 5.0
 #: (plus 10% of its running time), not after a cluster's minute; and a spare core goes only
 #: where it adds 0.9 of a core's speed, so that the cores handed out are kept busy (the bundled
 #: workloads gain 0.5x or less from a second core on a 2-core machine, which held a quarter of
-#: the cores given idle: docs/results/local.md); spare cores go to best-effort jobs first, the
-#: order docs/results/local.md was measured on.
-POLICY_OPTIONS: dict[str, dict[str, float | str]] = {
-    "qos": {"refresh_s": 2.0, "min_spare_gain": 0.9, "spare_order": "best_effort_first"}
-}
+#: the cores given idle: docs/results/local.md).
+POLICY_OPTIONS: dict[str, dict[str, float]] = {"qos": {"refresh_s": 2.0, "min_spare_gain": 0.9}}
 #: Checkpoint a running job this often (iterations); also bounds the work a crash loses.
 CHECKPOINT_EVERY = 50
 #: Where a log line for each job's runner goes, inside its job directory. The file keeps the
