@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.artifact import ArtifactConfig
 from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
@@ -212,7 +213,8 @@ def test_artifact_accounting_conserves_work_on_generated_traces(seed):
     jobs = {j.job_id: j for j in generate_trace(config, tables)}
     policy = _Ledger(spare="artifact", credit_waited_lease=True, charge_resumes=True)
     result = simulate(ClusterSpec.from_flags(2, 8), tables, policy, list(jobs.values()),
-                      SimConfig(restart_model="none", cross_node_factor=1.0))  # fmt: skip
+                      SimConfig(cross_node_factor=1.0,
+                                artifact=ArtifactConfig(restart_model="none")))  # fmt: skip
     exact = 0
     for outcome in result.outcomes:
         spec = jobs[outcome.job_id]

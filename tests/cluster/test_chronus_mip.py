@@ -14,6 +14,7 @@ import random
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.artifact import ArtifactConfig
 from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
@@ -106,7 +107,7 @@ def _generated(seed: int, jobs: int = 60):
 
 def _outcomes(policy: Chronus, seed: int) -> list:
     tables, jobs = _generated(seed)
-    config = SimConfig(restart_model="none", cross_node_factor=1.0)
+    config = SimConfig(cross_node_factor=1.0, artifact=ArtifactConfig(restart_model="none"))
     return list(simulate(ClusterSpec.from_flags(2, 8), tables, policy, jobs, config).outcomes)
 
 

@@ -11,9 +11,10 @@ import pytest
 from cluster_helpers import job
 
 from qosched.cli.main import main
+from qosched.cluster.artifact import ArtifactConfig, artifact_overhead_s
 from qosched.cluster.fidelity import ARTIFACT_PEERS, configure
 from qosched.cluster.policies import create_policy
-from qosched.cluster.simulator import SimConfig, artifact_overhead_s, simulate
+from qosched.cluster.simulator import SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState
 from qosched.cluster.throughput import ThroughputModel
@@ -71,7 +72,9 @@ RESTART_MODELS = [
     ("model", "finish"), [c[1:] for c in RESTART_MODELS], ids=[c[0] for c in RESTART_MODELS]
 )
 def test_restart_model_charges_as_the_artifact_does(model, finish):
-    done = finishes(TWO_JOBS, SimConfig(restart_model=model, cross_node_factor=1.0))
+    done = finishes(
+        TWO_JOBS, SimConfig(cross_node_factor=1.0, artifact=ArtifactConfig(restart_model=model))
+    )
     assert done["a"] == pytest.approx(finish)
 
 
@@ -82,20 +85,26 @@ def test_every_decision_charges_a_full_restart_every_60th_decision():
     4 s, not cached any more."""
     arrivals = [job(f"x{i}", float(i), 1, workers=1) for i in range(1, 61)]
     jobs = [job("a", 0.0, 1000, workers=4), *arrivals]  # a holds the node: x's wait for it
-    done = finishes(jobs, SimConfig(restart_model="every-decision", cross_node_factor=1.0))
+    done = finishes(
+        jobs,
+        SimConfig(cross_node_factor=1.0, artifact=ArtifactConfig(restart_model="every-decision")),
+    )
     # a's first decision 2 + 2*(2 + 1) = 8 s, then 60 cached ones at 2 s.
     assert done["a"] == pytest.approx(1000 / 4 + 8 + 60 * 2)
 
 
 def test_decision_slot_holds_an_arrival_until_the_slot_ends():
     jobs = [job("a", 0.0, 10), job("b", 10.0, 10)]
-    done = finishes(jobs, SimConfig(decision_slot_s=60.0))
+    done = finishes(jobs, SimConfig(artifact=ArtifactConfig(decision_slot_s=60.0)))
     assert done["a"] == pytest.approx(10.0)
     assert done["b"] == pytest.approx(70.0)  # arrives at 10, decided on at 60
 
 
 SLOT_PROGRESS = SimConfig(
-    restart_model="every-decision", decision_slot_s=60.0, cross_node_factor=1.0, slot_progress=True
+    cross_node_factor=1.0,
+    artifact=ArtifactConfig(
+        restart_model="every-decision", decision_slot_s=60.0, slot_progress=True
+    ),
 )
 
 
@@ -111,7 +120,10 @@ def test_slot_progress_ends_a_job_at_its_end_event_and_judges_the_planned_end():
     deadline, judged on 100. Finishing its work instead, it would end at 104, late."""
     late = [job("a", 0.0, 100, deadline=100.0)]
     assert judged(late, SLOT_PROGRESS)["a"] == (pytest.approx(124.0), True)
-    plain = SimConfig(restart_model="every-decision", decision_slot_s=60.0, cross_node_factor=1.0)
+    plain = SimConfig(
+        cross_node_factor=1.0,
+        artifact=ArtifactConfig(restart_model="every-decision", decision_slot_s=60.0),
+    )
     assert judged(late, plain)["a"] == (pytest.approx(104.0), False)
 
 
@@ -130,9 +142,9 @@ def test_slot_progress_a_decision_before_its_end_event_plans_a_job_again():
 
 def test_slot_progress_needs_the_artifact_overheads_and_a_slot():
     with pytest.raises(InputError, match="slot_progress"):
-        SimConfig(slot_progress=True, decision_slot_s=60.0)
+        SimConfig(artifact=ArtifactConfig(slot_progress=True, decision_slot_s=60.0))
     with pytest.raises(InputError, match="slot_progress"):
-        SimConfig(slot_progress=True, restart_model="every-decision")
+        SimConfig(artifact=ArtifactConfig(slot_progress=True, restart_model="every-decision"))
 
 
 @pytest.mark.parametrize(
@@ -146,7 +158,7 @@ def test_slot_progress_needs_the_artifact_overheads_and_a_slot():
 )
 def test_bad_fidelity_options_are_refused(options, field):
     with pytest.raises(InputError, match=field):
-        SimConfig(**options)
+        ArtifactConfig(**options)
 
 
 # --- peer options ------------------------------------------------------------------------------
@@ -194,22 +206,22 @@ def test_artifact_fidelity_sets_the_peer_and_its_simulator(name):
     policy, config = configure(name, "artifact", SimConfig())
     assert policy.name == name
     assert (
-        config.restart_model,
-        config.decision_slot_s,
+        config.artifact.restart_model,
+        config.artifact.decision_slot_s,
         config.restart_pause_s,
         config.cross_node_factor,
     ) == (peer.restart_model, 60.0, 0.0, 1.0)
     assert (
-        config.slot_progress,
-        config.finish_at_slot_end,
-        config.ends_on,
-        config.decision_grid,
+        config.artifact.slot_progress,
+        config.artifact.finish_at_slot_end,
+        config.artifact.ends_on,
+        config.artifact.decision_grid,
     ) == (peer.slot_progress, peer.finish_at_slot_end, peer.ends_on, peer.decision_grid)
     assert (
-        config.decide_at,
-        config.hold_last_arrival,
-        config.overhead_cache,
-        config.forgive_overhead,
+        config.artifact.decide_at,
+        config.artifact.hold_last_arrival,
+        config.artifact.overhead_cache,
+        config.artifact.forgive_overhead,
     ) == (peer.decide_at, peer.hold_last_arrival, peer.overhead_cache, peer.forgive_overhead)
     for option, value in peer.options.items():
         assert getattr(policy, {"thresholds_worker_s": "thresholds"}.get(option, option)) == value
@@ -217,7 +229,7 @@ def test_artifact_fidelity_sets_the_peer_and_its_simulator(name):
 
 def test_artifact_gandiva_runs_in_the_artifacts_gandiva_loop():
     _, config = configure("gandiva", "artifact", SimConfig())
-    assert (config.decide_at, config.overhead_cache, config.ends_on) == (
+    assert (config.artifact.decide_at, config.artifact.overhead_cache, config.artifact.ends_on) == (
         "arrivals",
         False,
         "duration",
@@ -233,8 +245,8 @@ def test_sound_fidelity_changes_nothing():
 def test_a_policy_without_an_artifact_runs_in_the_artifact_elasticflows_simulator():
     _, config = configure("qos", "artifact", SimConfig())
     assert (
-        config.restart_model,
-        config.decision_slot_s,
+        config.artifact.restart_model,
+        config.artifact.decision_slot_s,
         config.restart_pause_s,
         config.cross_node_factor,
     ) == ("every-decision", 60.0, 30.0, 1.0)
@@ -258,3 +270,59 @@ def test_cli_fidelity_artifact_runs_every_peer(tmp_path, capsys):
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert [run["policy"] for run in runs] == policies.split(",")
     assert all(run["deadline_satisfactory_ratio"] == 1.0 for run in runs)
+
+
+# --- the core types carry none of it -----------------------------------------------------------
+
+
+def test_a_decision_and_the_simulator_config_carry_only_what_every_policy_needs():
+    from dataclasses import fields
+
+    from qosched.cluster.state import Decision
+
+    assert [f.name for f in fields(Decision)] == ["workers", "wake_at", "pinned"]
+    artifact_only = {f.name for f in fields(ArtifactConfig)}
+    assert len(artifact_only) == 11
+    assert not artifact_only & {f.name for f in fields(SimConfig)}
+
+
+def _decision_types(name: str, fidelity: str, options=None) -> set[str]:
+    """The types of the decisions the policy ``configure`` gives returns over a small trace."""
+    policy, config = configure(name, fidelity, SimConfig(), options)
+    seen: set[str] = set()
+    allocate = policy.allocate
+
+    def recording(view: ClusterView):
+        decision = allocate(view)
+        seen.add(type(decision).__name__)
+        return decision
+
+    policy.allocate = recording
+    jobs = [
+        job("a", 0.0, 600, workers=2, deadline=900.0),
+        job("b", 30.0, 1200, workers=4, deadline=2000.0),
+        job("c", 90.0, 400, workers=1, deadline=3000.0),
+    ]
+    simulate(ClusterSpec.from_flags(1, 8), TABLES, policy, jobs, config)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("name", "fidelity", "options", "types"),
+    [
+        ("elasticflow", "sound", None, {"Decision"}),
+        ("elasticflow", "artifact", None, {"ArtifactDecision"}),
+        ("gandiva", "sound", None, {"Decision"}),
+        ("gandiva", "artifact", None, {"ArtifactDecision"}),
+        ("chronus", "sound", None, {"Decision"}),
+        ("chronus", "sound", {"credit_waited_lease": True}, {"ArtifactDecision"}),
+        ("chronus", "artifact", None, {"ArtifactDecision"}),
+        ("edf", "artifact", None, {"Decision"}),
+    ],
+    ids=["elasticflow-sound", "elasticflow-artifact", "gandiva-sound", "gandiva-artifact",
+         "chronus-sound", "chronus-credit", "chronus-artifact", "edf-artifact"],
+)  # fmt: skip
+def test_only_a_policy_reproducing_its_artifact_returns_artifact_decisions(
+    name, fidelity, options, types
+):
+    assert _decision_types(name, fidelity, options) == types

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.artifact import ArtifactConfig
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy, policy_names, register
@@ -189,7 +190,9 @@ def test_las_rejects_thresholds_that_are_not_positive_and_increasing(thresholds)
 
 def _artifact_las_run(queues: str, jobs: list[JobSpec], thresholds: tuple[float, ...]):
     policy = create_policy("las", thresholds_worker_s=thresholds, queues=queues)
-    config = SimConfig(restart_model="none", decision_slot_s=60.0, cross_node_factor=1.0)
+    config = SimConfig(
+        cross_node_factor=1.0, artifact=ArtifactConfig(restart_model="none", decision_slot_s=60.0)
+    )
     result = simulate(ClusterSpec.from_flags(1, 2), TABLES, policy, jobs, config)
     return {outcome.job_id: outcome for outcome in result.outcomes}
 

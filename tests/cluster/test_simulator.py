@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.artifact import ArtifactConfig, ArtifactDecision
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
 from qosched.cluster.metrics import summarize
@@ -339,7 +340,7 @@ def test_credited_work_is_done_at_once_and_charged_time_does_none():
         alive = {j.job_id for j in view.jobs}
         workers = {j: n for j, n in {"a": 2, "b": 1, "c": 1}.items() if j in alive}
         start = view.now == 0
-        return Decision(
+        return ArtifactDecision(
             workers, credit_s={"a": 2.0} if start else {}, charge_s={"b": 2.0} if start else {}
         )
 
@@ -363,11 +364,17 @@ BAD_DECISIONS = {
     "wake-now": (lambda v: Decision({"a": 1}, wake_at=v.now), "not in the future"),
     "wake-in-the-past": (lambda v: Decision({"a": 1}, wake_at=v.now - 1), "not in the future"),
     "nothing-ever-runs": (lambda v: Decision({}), "unfinished"),
-    "negative-credit": (lambda v: Decision({"a": 1}, credit_s={"a": -1.0}), "must be >= 0"),
-    "infinite-credit": (lambda v: Decision({"a": 1}, credit_s={"a": float("inf")}), ">= 0"),
-    "credit-to-unknown-job": (lambda v: Decision({"a": 1}, credit_s={"ghost": 1.0}), "ghost"),
-    "negative-charge": (lambda v: Decision({"a": 1}, charge_s={"a": -1.0}), "must be >= 0"),
-    "charge-to-unknown-job": (lambda v: Decision({"a": 1}, charge_s={"ghost": 1.0}), "ghost"),
+    "negative-credit": (lambda v: ArtifactDecision({"a": 1}, credit_s={"a": -1.0}), "must be >= 0"),
+    "infinite-credit": (lambda v: ArtifactDecision({"a": 1}, credit_s={"a": float("inf")}), ">= 0"),
+    "credit-to-unknown-job": (
+        lambda v: ArtifactDecision({"a": 1}, credit_s={"ghost": 1.0}),
+        "ghost",
+    ),
+    "negative-charge": (lambda v: ArtifactDecision({"a": 1}, charge_s={"a": -1.0}), "must be >= 0"),
+    "charge-to-unknown-job": (
+        lambda v: ArtifactDecision({"a": 1}, charge_s={"ghost": 1.0}),
+        "ghost",
+    ),
 }
 
 
@@ -416,9 +423,11 @@ def test_bad_job_raises_input_error_before_running(nodes, spec, message):
         {"restart_pause_s": 86_400.5},
         {"seed": -5},
         {"seed": 1.5},
+        {"artifact": {"restart_model": "none"}},
     ],
     ids=["negative-pause", "infinite-pause", "nan-pause", "zero-factor", "factor-below-0.1",
-         "factor-above-1", "pause-over-a-day", "negative-seed", "fractional-seed"],
+         "factor-above-1", "pause-over-a-day", "negative-seed", "fractional-seed",
+         "artifact-not-a-config"],
 )  # fmt: skip
 def test_sim_config_rejects_invalid_constants(options):
     with pytest.raises(InputError) as error:
@@ -504,7 +513,7 @@ def test_a_job_ends_on_what_runs_out(ends_on, finishes):
         SMALL,
         create_policy("fifo"),
         jobs,
-        SimConfig(restart_model="none", ends_on=ends_on),
+        SimConfig(artifact=ArtifactConfig(restart_model="none", ends_on=ends_on)),
     )
     assert {o.job_id: o.finish_s for o in outcomes_of(result).values()} == finishes
 
@@ -514,7 +523,9 @@ def test_on_start_overhead_is_taken_at_the_next_decision_or_never():
     # "a" (50 s) ends before any other decision and never pays it. Its end asks for a decision,
     # held to the slot's end at 60, where "b" has run 60 s less the 4: 100 - 56 left, so 104.
     jobs = [_timed("a", 0.0, 1000, 50.0), _timed("b", 0.0, 1000, 100.0)]
-    config = SimConfig(restart_model="on-start", decision_slot_s=60.0, ends_on="duration")
+    config = SimConfig(
+        artifact=ArtifactConfig(restart_model="on-start", decision_slot_s=60.0, ends_on="duration")
+    )
     result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
     assert {o.job_id: o.finish_s for o in outcomes_of(result).values()} == {
         "a": 50.0,
@@ -527,14 +538,16 @@ def test_on_start_restart_round_charges_every_running_job():
     # restart round, where the running job pays a full restart, 2 + 27 + 2 = 31 s, on top of
     # its 4 s start overhead (taken at 60): 4000 s of run time end at 4035.
     jobs = [_timed("a", 0.0, 10**6, 4000.0)]
-    config = SimConfig(restart_model="on-start", decision_slot_s=60.0, ends_on="duration")
+    config = SimConfig(
+        artifact=ArtifactConfig(restart_model="on-start", decision_slot_s=60.0, ends_on="duration")
+    )
     result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("themis"), jobs, config)
     assert outcomes_of(result)["a"].finish_s == 4035.0
 
 
 def test_rejects_an_unknown_end_rule():
     with pytest.raises(InputError, match="end rule"):
-        SimConfig(ends_on="budget")
+        SimConfig(artifact=ArtifactConfig(ends_on="budget"))
 
 
 @pytest.mark.parametrize(("grid", "b_start"), [(False, 200.0), (True, 240.0)])
@@ -543,7 +556,9 @@ def test_decision_grid_holds_an_arrival_on_an_idle_cluster_to_the_next_grid_poin
     # slot's end, 60. "b" arrives at 200, long after that slot: without the grid it starts
     # then, with it at the next grid point, 240.
     jobs = [job("a", 0.0, 10), job("b", 200.0, 10)]
-    config = SimConfig(restart_model="none", decision_slot_s=60.0, decision_grid=grid)
+    config = SimConfig(
+        artifact=ArtifactConfig(restart_model="none", decision_slot_s=60.0, decision_grid=grid)
+    )
     result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["b"].start_s == b_start
 
@@ -553,24 +568,39 @@ def test_decision_grid_holds_an_arrival_on_an_idle_cluster_to_the_next_grid_poin
     [
         pytest.param(SimConfig(), DecisionClock(), id="default"),
         pytest.param(
-            SimConfig(restart_model="none", decision_slot_s=60.0, decision_grid=True),
+            SimConfig(
+                artifact=ArtifactConfig(
+                    restart_model="none", decision_slot_s=60.0, decision_grid=True
+                )
+            ),
             DecisionClock(60.0, 5.0),
             id="grid-from-the-first-arrival",
         ),
         pytest.param(
             SimConfig(
-                restart_model="none", decision_slot_s=60.0, decision_grid=True, grid_origin_s=0.0
+                artifact=ArtifactConfig(
+                    restart_model="none",
+                    decision_slot_s=60.0,
+                    decision_grid=True,
+                    grid_origin_s=0.0,
+                )
             ),
             DecisionClock(60.0, 0.0),
             id="grid-from-0",
         ),
         pytest.param(
-            SimConfig(restart_model="every-decision", decision_slot_s=60.0),
+            SimConfig(
+                artifact=ArtifactConfig(restart_model="every-decision", decision_slot_s=60.0)
+            ),
             DecisionClock(60.0, counted=True),
             id="restart-rounds",
         ),
         pytest.param(
-            SimConfig(restart_model="none", decision_slot_s=60.0, hold_last_arrival=False),
+            SimConfig(
+                artifact=ArtifactConfig(
+                    restart_model="none", decision_slot_s=60.0, hold_last_arrival=False
+                )
+            ),
             DecisionClock(60.0, off_clock=True),
             id="last-arrival-at-once",
         ),
@@ -589,7 +619,7 @@ def test_policies_see_the_clock_decisions_are_made_on(config, clock):
 
 def test_decision_grid_needs_a_slot():
     with pytest.raises(InputError, match="decision_grid"):
-        SimConfig(decision_grid=True)
+        SimConfig(artifact=ArtifactConfig(decision_grid=True))
 
 
 @pytest.mark.parametrize(
@@ -606,7 +636,9 @@ def test_decide_at_arrivals_makes_rounds_only_at_arrivals_then_every_slot(decide
     # b waits for c's arrival at 500 and c, queued behind it, for the next round after the
     # last arrival, one slot on: 560.
     jobs = [job("a", 0.0, 100), job("b", 10.0, 50), job("c", 500.0, 10)]
-    config = SimConfig(restart_model="none", decision_slot_s=60.0, decide_at=decide_at)
+    config = SimConfig(
+        artifact=ArtifactConfig(restart_model="none", decision_slot_s=60.0, decide_at=decide_at)
+    )
     result = simulate(ClusterSpec.from_flags(1, 1), SMALL, create_policy("fifo"), jobs, config)
     assert {o.job_id: o.finish_s for o in result.outcomes} == pytest.approx(finish)
 
@@ -619,11 +651,13 @@ def test_decide_at_arrivals_charges_no_overhead_once_no_arrival_is_left(decide_a
     # come is free: a ends at 108 or 104.
     jobs = [job("a", 0.0, 100), job("b", 70.0, 10)]
     config = SimConfig(
-        restart_model="every-decision",
-        decision_slot_s=60.0,
-        decide_at=decide_at,
-        overhead_cache=False,
         restart_pause_s=0.0,
+        artifact=ArtifactConfig(
+            restart_model="every-decision",
+            decision_slot_s=60.0,
+            decide_at=decide_at,
+            overhead_cache=False,
+        ),
     )
     result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
@@ -635,10 +669,10 @@ def test_overhead_cache_off_charges_the_full_overhead_at_every_decision(cache, a
     # decision (70) its set was seen before: 2 s with the cache, 4 s again without.
     jobs = [job("a", 0.0, 100), job("b", 70.0, 10)]
     config = SimConfig(
-        restart_model="every-decision",
-        decision_slot_s=60.0,
-        overhead_cache=cache,
         restart_pause_s=0.0,
+        artifact=ArtifactConfig(
+            restart_model="every-decision", decision_slot_s=60.0, overhead_cache=cache
+        ),
     )
     result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
@@ -646,9 +680,9 @@ def test_overhead_cache_off_charges_the_full_overhead_at_every_decision(cache, a
 
 def test_rejects_an_unknown_decision_rule_and_arrivals_without_a_slot():
     with pytest.raises(InputError, match="decision rule"):
-        SimConfig(decide_at="ends")
+        SimConfig(artifact=ArtifactConfig(decide_at="ends"))
     with pytest.raises(InputError, match="decide_at"):
-        SimConfig(decide_at="arrivals")
+        SimConfig(artifact=ArtifactConfig(decide_at="arrivals"))
 
 
 def test_decide_at_arrivals_a_job_waiting_across_the_last_counted_round_pays_its_overhead_later():
@@ -657,11 +691,13 @@ def test_decide_at_arrivals_a_job_waiting_across_the_last_counted_round_pays_its
     # it, pays the 4 s it was set: 204 + 50. c waits for the next round, 260.
     jobs = [job("a", 0.0, 100), job("b", 0.0, 50), job("c", 200.0, 10)]
     config = SimConfig(
-        restart_model="every-decision",
-        decision_slot_s=60.0,
-        decide_at="arrivals",
-        overhead_cache=False,
         restart_pause_s=0.0,
+        artifact=ArtifactConfig(
+            restart_model="every-decision",
+            decision_slot_s=60.0,
+            decide_at="arrivals",
+            overhead_cache=False,
+        ),
     )
     result = simulate(ClusterSpec.from_flags(1, 1), SMALL, create_policy("fifo"), jobs, config)
     finish = {o.job_id: o.finish_s for o in result.outcomes}
@@ -677,12 +713,14 @@ def test_decide_at_arrivals_with_forgiven_overhead(forgive, a_finish):
     # round at 3720 is the last arrival's, free.
     jobs = [job("a", 0.0, 80_000, workers=8)] + [job(f"t{i}", 60.0 * i, 1) for i in range(1, 63)]
     config = SimConfig(
-        restart_model="every-decision",
-        decision_slot_s=60.0,
-        decide_at="arrivals",
-        overhead_cache=False,
         restart_pause_s=0.0,
-        forgive_overhead=forgive,
+        artifact=ArtifactConfig(
+            restart_model="every-decision",
+            decision_slot_s=60.0,
+            decide_at="arrivals",
+            overhead_cache=False,
+            forgive_overhead=forgive,
+        ),
     )
     result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
@@ -694,7 +732,9 @@ def test_hold_last_arrival_off_decides_the_traces_last_arrival_when_it_comes(hel
     # within that slot: held to its end (60), or, as the artifact's Tiresias loop does with
     # the last event of its queue, decided at once.
     jobs = [job("a", 0.0, 100), job("b", 30.0, 20)]
-    config = SimConfig(restart_model="none", decision_slot_s=60.0, hold_last_arrival=held)
+    config = SimConfig(
+        artifact=ArtifactConfig(restart_model="none", decision_slot_s=60.0, hold_last_arrival=held)
+    )
     result = simulate(ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["b"].start_s == b_start
 
@@ -706,7 +746,11 @@ def test_forgive_overhead_ends_a_restart_pause_at_the_next_decision(forgive, a_f
     # 60 s later (a tiny arrival a minute to 3720). Forgiven there, a loses 75 s in all, else
     # 77: 10,000 s of work end at 10,075 or 10,077.
     jobs = [job("a", 0.0, 80_000, workers=8)] + [job(f"t{i}", 60.0 * i, 1) for i in range(1, 63)]
-    config = SimConfig(restart_model="on-start", decision_slot_s=60.0, forgive_overhead=forgive)
+    config = SimConfig(
+        artifact=ArtifactConfig(
+            restart_model="on-start", decision_slot_s=60.0, forgive_overhead=forgive
+        )
+    )
     result = simulate(ClusterSpec.from_flags(32, 8), SMALL, create_policy("fifo"), jobs, config)
     assert outcomes_of(result)["a"].finish_s == pytest.approx(a_finish)
 
@@ -716,7 +760,9 @@ def test_decision_grid_starts_at_the_first_arrival_or_at_the_given_origin(origin
     # The only job arrives at 70: on a grid from the first arrival it is decided then; on the
     # 60 s grid from 0 (the artifact's Chronus clock) at 120.
     config = SimConfig(
-        restart_model="none", decision_slot_s=60.0, decision_grid=True, grid_origin_s=origin
+        artifact=ArtifactConfig(
+            restart_model="none", decision_slot_s=60.0, decision_grid=True, grid_origin_s=origin
+        )
     )
     result = simulate(
         ClusterSpec.from_flags(1, 2), SMALL, create_policy("fifo"), [job("a", 70.0, 10)], config

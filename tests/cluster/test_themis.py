@@ -7,6 +7,7 @@ import sys
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.artifact import ArtifactConfig
 from qosched.cluster.fidelity import configure
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.policies import create_policy, policy_names
@@ -80,7 +81,11 @@ def test_a_job_ends_and_is_judged_at_the_end_of_the_slot_its_work_runs_out_in(
     # 180). a's 100 iterations run out at 100 s, in the slot [60, 120); b's 130 in [120, 180).
     # At the slot end a misses its 110 s deadline, b meets its 180 s one exactly.
     jobs = [job("a", 0.0, 100, deadline=110.0), job("b", 0.0, 130, deadline=180.0)]
-    config = SimConfig(restart_model="none", decision_slot_s=60.0, finish_at_slot_end=slot_end)
+    config = SimConfig(
+        artifact=ArtifactConfig(
+            restart_model="none", decision_slot_s=60.0, finish_at_slot_end=slot_end
+        )
+    )
     result = simulate(ClusterSpec.from_flags(1, 4), TABLES, Themis(ratio="artifact"), jobs, config)
     assert {o.job_id: o.finish_s for o in result.outcomes} == finishes
     assert {o.job_id: o.met_deadline for o in result.outcomes} == met
@@ -88,7 +93,7 @@ def test_a_job_ends_and_is_judged_at_the_end_of_the_slot_its_work_runs_out_in(
 
 def test_finish_at_slot_end_needs_a_slot():
     with pytest.raises(InputError):
-        SimConfig(finish_at_slot_end=True)
+        SimConfig(artifact=ArtifactConfig(finish_at_slot_end=True))
 
 
 # Round 4 (t = 180 s) of the ElasticFlow artifact's Themis on the generated g400 trace (8x8 A100
@@ -161,8 +166,8 @@ def test_registered_and_set_to_the_artifact_by_fidelity():
     policy, config = configure("themis", "artifact", SimConfig())
     assert policy.ratio == "artifact" and policy.solver == "ecos"
     assert create_policy("themis").solver == "closed-form"
-    assert config.restart_model == "none" and config.decision_slot_s == 60.0
-    assert config.finish_at_slot_end and not SimConfig().finish_at_slot_end
+    assert config.artifact.restart_model == "none" and config.artifact.decision_slot_s == 60.0
+    assert config.artifact.finish_at_slot_end and not SimConfig().artifact.finish_at_slot_end
 
 
 @pytest.mark.parametrize("options", [{"ratio": "fair"}, {"round_s": 0.0}, {"solver": "cvx"}])

@@ -5,6 +5,10 @@
 restart-cost model for that policy, its 60 s decision slot, no restart pause budgeted in plans,
 and the policy options that reproduce its choices. The default, ``sound``, plans an admitted job
 with the pauses it will pay. docs/results/fidelity.md measures one against the other.
+
+What the artifact behaviour adds to the core types lives in :mod:`qosched.cluster.artifact`:
+the simulator's settings (``ArtifactConfig``, ``ArtifactConfig.artifact``), set here per policy, and
+what the policies reproducing their artifact return (``ArtifactDecision``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
+from qosched.cluster.artifact import ArtifactConfig
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.simulator import SimConfig
 from qosched.core.errors import InputError
@@ -30,23 +35,24 @@ class ArtifactPeer:
     scheduler: str  # the artifact's ``--schedule`` name
     options: Mapping[str, Any]  # the qosched policy's options that reproduce it
     restart_model: str  # the artifact's overhead model in that scheduler's loop
-    # The artifact's job accounting (``SimConfig.slot_progress``): planned ends, end events.
+    # The artifact's job accounting (``ArtifactConfig.slot_progress``): planned ends, end events.
     slot_progress: bool = False
     # A job ends, and is judged, at the end of the slot its work runs out in.
     finish_at_slot_end: bool = False
-    # What ends a job whose trace gives a duration (``SimConfig.ends_on``).
+    # What ends a job whose trace gives a duration (``ArtifactConfig.ends_on``).
     ends_on: str = "iterations"
-    # Decisions on the slot grid from the first arrival (``SimConfig.decision_grid``).
+    # Decisions on the slot grid from the first arrival (``ArtifactConfig.decision_grid``).
     decision_grid: bool = False
-    # Where that grid starts (``SimConfig.grid_origin_s``; None: the first arrival).
+    # Where that grid starts (``ArtifactConfig.grid_origin_s``; None: the first arrival).
     grid_origin_s: float | None = None
-    # When decisions are made (``SimConfig.decide_at``).
+    # When decisions are made (``ArtifactConfig.decide_at``).
     decide_at: str = "events"
-    # Whether the trace's last arrival waits for the slot's end (``SimConfig.hold_last_arrival``).
+    # Whether the trace's last arrival waits for the slot's end
+    # (``ArtifactConfig.hold_last_arrival``).
     hold_last_arrival: bool = True
-    # Whether a GPU set seen before costs less (``SimConfig.overhead_cache``).
+    # Whether a GPU set seen before costs less (``ArtifactConfig.overhead_cache``).
     overhead_cache: bool = True
-    # Whether a pause in course ends at the next decision (``SimConfig.forgive_overhead``).
+    # Whether a pause in course ends at the next decision (``ArtifactConfig.forgive_overhead``).
     forgive_overhead: bool = False
 
 
@@ -141,24 +147,29 @@ def configure(
     if peer is None:
         return create_policy(name, **options), replace(
             config,
-            restart_model=OTHERS_RESTART_MODEL,
-            decision_slot_s=ARTIFACT_SLOT_S,
             cross_node_factor=1.0,
+            artifact=replace(
+                config.artifact,
+                restart_model=OTHERS_RESTART_MODEL,
+                decision_slot_s=ARTIFACT_SLOT_S,
+            ),
         )
     artifact_config = replace(
         config,
-        restart_model=peer.restart_model,
-        decision_slot_s=ARTIFACT_SLOT_S,
         restart_pause_s=0.0,  # the artifact's planners budget no overhead
         cross_node_factor=1.0,
-        slot_progress=peer.slot_progress,
-        finish_at_slot_end=peer.finish_at_slot_end,
-        ends_on=peer.ends_on,
-        decision_grid=peer.decision_grid,
-        grid_origin_s=peer.grid_origin_s,
-        decide_at=peer.decide_at,
-        hold_last_arrival=peer.hold_last_arrival,
-        overhead_cache=peer.overhead_cache,
-        forgive_overhead=peer.forgive_overhead,
+        artifact=ArtifactConfig(
+            restart_model=peer.restart_model,
+            decision_slot_s=ARTIFACT_SLOT_S,
+            slot_progress=peer.slot_progress,
+            finish_at_slot_end=peer.finish_at_slot_end,
+            ends_on=peer.ends_on,
+            decision_grid=peer.decision_grid,
+            grid_origin_s=peer.grid_origin_s,
+            decide_at=peer.decide_at,
+            hold_last_arrival=peer.hold_last_arrival,
+            overhead_cache=peer.overhead_cache,
+            forgive_overhead=peer.forgive_overhead,
+        ),
     )
     return create_policy(name, **{**peer.options, **options}), artifact_config

@@ -7,10 +7,10 @@ job's workers (resize, move, preemption and resume) costs ``restart_pause_s`` of
 it holds the new workers: the stop-checkpoint-restart cycle of data-parallel training. A job's
 first start is free.
 
-``SimConfig.restart_model`` swaps that for the cost models of the ElasticFlow artifact's simulator
-(``scheduler/utils.py`` ``estimate_overhead``), and ``decision_slot_s`` for its 60 s decision slot;
-``qosched sim cluster --fidelity artifact`` sets both (docs/results/fidelity.md), and for its
-ElasticFlow ``slot_progress``, its way of advancing and ending jobs.
+``SimConfig.artifact`` (`qosched.cluster.artifact.ArtifactConfig`) swaps that for the cost models
+of the ElasticFlow artifact's simulator (``scheduler/utils.py`` ``estimate_overhead``), its 60 s
+decision slot and its ways of advancing and ending jobs; ``qosched sim cluster --fidelity
+artifact`` sets them per policy (docs/results/fidelity.md).
 """
 
 from __future__ import annotations
@@ -18,10 +18,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from qosched.cluster.artifact import (
+    ARTIFACT_RESTART_EVERY,
+    NO_ARTIFACT_FIELDS,
+    ArtifactConfig,
+    ArtifactDecision,
+    artifact_overhead_s,
+)
 from qosched.cluster.job import JobSpec
 from qosched.cluster.placement import is_split, place
 from qosched.cluster.policies.base import Policy
@@ -38,21 +45,6 @@ _EVENT_PRIORITY, _ADMIT_PRIORITY, _DECIDE_PRIORITY = 0, 1, 2
 # Fraction of a job's iterations below which what is left is float rounding, not work.
 _DONE_TOLERANCE = 1e-9
 
-#: How restarts cost progress. "pause": ``restart_pause_s`` whenever a started job's workers
-#: change. The ElasticFlow artifact's models: "every-decision" (its ElasticFlow: every running
-#: job loses a start-up overhead at every decision, less when its GPU set was seen before),
-#: "on-start" (its Tiresias: a job loses the overhead when it starts or resumes, counted at the
-#: next decision, and every running job a full restart's on every ``ARTIFACT_RESTART_EVERY``-th
-#: decision), "none" (its EDF).
-RESTART_MODELS = ("pause", "every-decision", "on-start", "none")
-#: What ends a job whose trace gives a duration (``JobSpec.duration_s``): "iterations", its
-#: work; "duration", having run that many seconds outside restart pauses, whatever its iterations
-#: say (the ElasticFlow artifact's Tiresias loop, ``dlas_sim_jobs``, counts time, not
-#: iterations); "either", whichever runs out first (its Themis loop, ``themis_sim_jobs``).
-ENDS_ON = ("iterations", "duration", "either")
-#: The artifact clears its cache of seen GPU sets, and charges a full restart, every this many
-#: decisions (``schedule_count % scheduling_slot`` with its 60 s slot).
-ARTIFACT_RESTART_EVERY = 60
 #: The longest restart pause simulated: a day.
 MAX_RESTART_PAUSE_S = 86_400.0
 #: Decisions in a row that may leave every job waiting on an idle cluster, with no arrival to
@@ -60,32 +52,6 @@ MAX_RESTART_PAUSE_S = 86_400.0
 #: without this bound a policy that waits for a moment the simulator never decides at would run
 #: forever.
 STALL_DECISIONS = 10_080
-#: When decisions are made. "events": at every arrival, end and wake-up (within a decision slot:
-#: at its end). "arrivals": the ElasticFlow artifact's Gandiva loop (``gandiva_sim_jobs``), whose
-#: rounds come only at arrivals (within a slot of the last round: at the slot's end); a job's
-#: end frees its workers but makes no round. Once the last arrival is handled it
-#: steps a slot at a time until every job is done, charging no overhead on those rounds (nor on
-#: the last arrival's) and not counting them toward the restart rounds. Needs a decision slot.
-DECIDE_AT = ("events", "arrivals")
-
-
-def artifact_overhead_s(
-    workers: int, cluster_workers: int, *, restart: bool, cached: bool
-) -> float:
-    """The ElasticFlow artifact's start-up overhead of a job on ``workers`` GPUs (seconds).
-
-    2 s (7 s on a cluster of 256 GPUs or more) when its GPU set is cached; otherwise plus 27 s
-    (47 s on 256+) on a restart round, plus 2 (log2 workers + 1) s.
-    """
-    large = cluster_workers >= 256
-    overhead = 7.0 if large else 2.0
-    if cached:
-        return overhead
-    if restart:
-        overhead += 47.0 if large else 27.0
-    return overhead + 2.0 * (math.log2(workers) + 1.0)
-
-
 #: The smallest ``SimConfig.cross_node_factor``: a job split across nodes at least a tenth as fast.
 MIN_CROSS_NODE_FACTOR = 0.1
 
@@ -109,85 +75,12 @@ class SimConfig:
     scaling_sigma: float = 0.0
     noise: float = 0.0
     seed: int = 0
-    # See RESTART_MODELS. Under a model other than "pause", ``restart_pause_s`` is only what
-    # policies are told to budget per change (``ClusterView.restart_pause_s``), not charged.
-    restart_model: str = "pause"
-    # 0: a decision at every event. Otherwise no decision (and no arrival) within this many
-    # seconds after the last decision: events in between wait for it, as in the ElasticFlow
-    # artifact's event loop, which moves events within one slot of the last to its end.
-    decision_slot_s: float = 0.0
-    # The ElasticFlow artifact's job accounting (``jobs.py`` ``run_all_jobs``, the end events of
-    # ``scheduler.py``), with the "every-decision" model and a decision slot: at each decision a
-    # running job is planned to end when the policy's plan has it end (``Decision.planned_end``,
-    # rounded up to a second), else at ``now + ceil(left / speed)``; it does no work past that
-    # planned end (so the overhead charged now is never made up), and ends at its end event, the
-    # end of the slot it is planned to end in plus that overhead, unless a decision comes first
-    # and plans it again (moving its end event); its deadline is judged on the end planned at its
-    # last decision.
-    slot_progress: bool = False
-    # The ElasticFlow artifact's Themis loop (``scheduler.py`` ``themis_sim_jobs``), with a
-    # decision slot: a job whose work runs out within a slot ends at the slot's end, the next
-    # decision, and its deadline is judged there.
-    finish_at_slot_end: bool = False
-    # With a decision slot: decisions (and arrivals) only on the slot's grid from the first
-    # arrival, as in the artifact's Themis loop, whose clock steps a slot at a time, idle or not.
-    decision_grid: bool = False
-    # Where that grid starts: None, the first arrival (its Themis loop); a time, there (its
-    # Chronus loop's clock starts at 0).
-    grid_origin_s: float | None = None
-    # See ENDS_ON: what running out ends a job whose trace gives a duration.
-    ends_on: str = "iterations"
-    # See DECIDE_AT.
-    decide_at: str = "events"
-    # With a decision slot: False, the trace's last arrival (with those of its instant) is
-    # decided when it comes even within the slot of the last decision, as the artifact's
-    # Gandiva and Tiresias loops do: they move an arrival to the slot's end only while another
-    # arrival is queued behind it (``while ... len(JOBS.job_events) > 1``).
-    hold_last_arrival: bool = True
-    # True: a restart pause still in course at a decision ends there. The artifact's Gandiva and
-    # Tiresias loops count a job's progress since the last decision as ``max(elapsed -
-    # overhead, 0)`` and then reset its overhead, so what the time to the next decision does
-    # not cover (a 62 s restart round of an 8-GPU job on 256 GPUs, 60 s apart) is forgiven.
-    forgive_overhead: bool = False
-    # "every-decision": a job whose GPU set was seen before pays the cached overhead (the
-    # artifact's ElasticFlow); False: the full one at every decision (its Gandiva loop calls
-    # ``estimate_overhead`` without the cache).
-    overhead_cache: bool = True
+    # How the simulator departs from its own behaviour to run as the ElasticFlow artifact's
+    # (``qosched sim cluster --fidelity artifact``, `qosched.cluster.fidelity`); the default
+    # departs in nothing.
+    artifact: ArtifactConfig = field(default_factory=ArtifactConfig)
 
     def __post_init__(self) -> None:
-        if self.restart_model not in RESTART_MODELS:
-            raise InputError(
-                f"unknown restart model {self.restart_model!r}; use {', '.join(RESTART_MODELS)}",
-                field="restart_model",
-            )
-        if not (math.isfinite(self.decision_slot_s) and 0 <= self.decision_slot_s <= 86400):
-            raise InputError(
-                f"must be in [0, 86400] seconds, got {self.decision_slot_s}",
-                field="decision_slot_s",
-            )
-        if self.slot_progress and (
-            self.restart_model != "every-decision" or not self.decision_slot_s
-        ):
-            raise InputError(
-                "slot_progress needs restart_model every-decision and a decision slot",
-                field="slot_progress",
-            )
-        if self.ends_on not in ENDS_ON:
-            raise InputError(
-                f"unknown end rule {self.ends_on!r}; use {', '.join(ENDS_ON)}", field="ends_on"
-            )
-        if self.decide_at not in DECIDE_AT:
-            raise InputError(
-                f"unknown decision rule {self.decide_at!r}; use {', '.join(DECIDE_AT)}",
-                field="decide_at",
-            )
-        if self.grid_origin_s is not None and not math.isfinite(self.grid_origin_s):
-            raise InputError(f"must be finite, got {self.grid_origin_s}", field="grid_origin_s")
-        for name in ("finish_at_slot_end", "decision_grid"):
-            if getattr(self, name) and not self.decision_slot_s:
-                raise InputError(f"{name} needs a decision slot", field=name)
-        if self.decide_at != "events" and not self.decision_slot_s:
-            raise InputError("decide_at arrivals needs a decision slot", field="decide_at")
         for name in ("speed_sigma", "scaling_sigma", "noise"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -198,6 +91,10 @@ class SimConfig:
             raise InputError(
                 f"must be in [0, {MAX_RESTART_PAUSE_S:g}] seconds, got {self.restart_pause_s}",
                 field="restart_pause_s",
+            )
+        if not isinstance(self.artifact, ArtifactConfig):
+            raise InputError(
+                f"must be an ArtifactConfig, got {type(self.artifact).__name__}", field="artifact"
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise InputError(f"must be a whole number >= 0, got {self.seed!r}", field="seed")
@@ -222,7 +119,7 @@ class JobOutcome:
     finish_s: float | None
     worker_seconds: float
     reallocations: int
-    # The time judged against the deadline when not the finish (``SimConfig.slot_progress``).
+    # The time judged against the deadline when not the finish (``ArtifactConfig.slot_progress``).
     judged_s: float | None = None
 
     @property
@@ -266,6 +163,7 @@ class ClusterSimulator:
         self.cluster = cluster
         self.policy = policy
         self.config = config or SimConfig()
+        self.artifact = self.config.artifact
         self.on_progress = on_progress
         if not isinstance(trace, Trace):
             trace = Trace(tuple(trace))
@@ -283,18 +181,18 @@ class ClusterSimulator:
         # Arrival order: by submission time, ties in trace order.
         self._arrivals = sorted(self._states, key=lambda s: s.spec.submit_s)
         self.engine = Engine(start=self._arrivals[0].spec.submit_s if self._arrivals else 0.0)
-        config = self.config
+        artifact = self.artifact
         grid_origin_s = (  # ``decision_grid``: the first arrival or the given time
-            self.engine.now if config.grid_origin_s is None else config.grid_origin_s
+            self.engine.now if artifact.grid_origin_s is None else artifact.grid_origin_s
         )
         self._clock = DecisionClock(
-            config.decision_slot_s,
-            grid_origin_s if config.decision_grid else None,
+            artifact.decision_slot_s,
+            grid_origin_s if artifact.decision_grid else None,
             # Restart rounds are counted decisions, idle ones included.
-            counted=config.restart_model in ("every-decision", "on-start")
-            or config.decide_at != "events",
+            counted=artifact.restart_model in ("every-decision", "on-start")
+            or artifact.decide_at != "events",
             # An arrival not held for the slot's end is decided at once (`_on_arrival`).
-            off_clock=not config.hold_last_arrival or config.decide_at != "events",
+            off_clock=not artifact.hold_last_arrival or artifact.decide_at != "events",
         )
         self._active: dict[str, JobState] = {}
         # The active jobs holding workers (`_apply`, `_finish`): progress is brought up to date
@@ -387,7 +285,7 @@ class ClusterSimulator:
         now = self.engine.now
         if now >= self._next_decision_s(now):
             return False
-        if not self.config.hold_last_arrival:
+        if not self.artifact.hold_last_arrival:
             later = (
                 s for s in self._arrivals[self._next_arrival :] if s.spec.submit_s > now + 1e-9
             )
@@ -415,7 +313,7 @@ class ClusterSimulator:
             self._schedule_next_arrival()
         self._advance_progress()
         view = self._view()
-        at = self.engine.now if early or self.config.decide_at == "arrivals" else None
+        at = self.engine.now if early or self.artifact.decide_at == "arrivals" else None
         if self.policy.admit(state, view):
             self._active[state.job_id] = state
             state.last_update_s = self.engine.now
@@ -468,7 +366,7 @@ class ClusterSimulator:
         state.phase = Phase.FINISHED
         state.finished_s = self.engine.now
         slot_end = self._next_decision_s(self.engine.now)
-        if self.config.finish_at_slot_end and (
+        if self.artifact.finish_at_slot_end and (
             left - state.rate * (slot_end - self.engine.now)
             <= _DONE_TOLERANCE * state.spec.iterations
         ):
@@ -482,7 +380,7 @@ class ClusterSimulator:
         del self._active[state.job_id]
         self._running.pop(state.job_id, None)
         self._settle()
-        if self.config.decide_at == "events":
+        if self.artifact.decide_at == "events":
             self._request_decision()
 
     def _on_wake(self) -> None:
@@ -509,7 +407,7 @@ class ClusterSimulator:
 
     def _view(self) -> ClusterView:
         overhead = 0.0
-        if self.config.restart_model == "every-decision":  # the least a decision costs a job
+        if self.artifact.restart_model == "every-decision":  # the least a decision costs a job
             overhead = artifact_overhead_s(
                 1, self.cluster.total_workers, restart=False, cached=True
             )
@@ -538,7 +436,7 @@ class ClusterSimulator:
         work_until = self._work_until
         # NOTE: ``max``/``min`` written out and `_ran_out` inlined for the usual end rule (the
         # same values): this runs over every running job at every event.
-        by_iterations = self.config.ends_on == "iterations"
+        by_iterations = self.artifact.ends_on == "iterations"
         for state in self._running.values():
             last, resume = state.last_update_s, state.resume_s
             since = resume if resume > last else last
@@ -566,7 +464,7 @@ class ClusterSimulator:
 
     def _ran_out(self, state: JobState) -> bool:
         done = state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
-        ends_on, duration = self.config.ends_on, state.spec.duration_s
+        ends_on, duration = self.artifact.ends_on, state.spec.duration_s
         if ends_on == "iterations" or duration is None:
             return done
         timed_out = state.active_s >= duration - 1e-9
@@ -575,7 +473,7 @@ class ClusterSimulator:
     def _decide(self) -> None:
         self._decide_event = None
         self._advance_progress()
-        if self.config.forgive_overhead:
+        if self.artifact.forgive_overhead:
             now = self.engine.now
             for state in self._active.values():
                 if state.workers and state.resume_s > now:
@@ -588,12 +486,14 @@ class ClusterSimulator:
         decision = self.policy.allocate(view)
         self._decisions += 1
         # ``decide_at`` "arrivals": a round with no arrival left to come is free and uncounted.
-        counted = self.config.decide_at == "events" or self._next_arrival < len(self._arrivals)
+        counted = self.artifact.decide_at == "events" or self._next_arrival < len(self._arrivals)
         restart_round = counted and self._rounds > 0 and self._rounds % ARTIFACT_RESTART_EVERY == 0
         self._rounds += counted
         wanted = self._checked(decision, view)
-        self._policy_planned_end = decision.planned_end
-        self._layout_order = decision.layout_order
+        # What a policy reproducing the artifact hands its simulator; nothing for the others.
+        extra = decision if isinstance(decision, ArtifactDecision) else NO_ARTIFACT_FIELDS
+        self._policy_planned_end = extra.planned_end
+        self._layout_order = extra.layout_order
         current = {s.job_id: s.placement for s in view.jobs if s.placement}
         placements = place(
             wanted,
@@ -609,7 +509,12 @@ class ClusterSimulator:
                 self._apply(state, new, restart_round)
             elif self.config.noise and state.workers:
                 self._set_rate(state)  # same workers, a new draw of the noise
-            if restart_round and ran and state.workers and self.config.restart_model == "on-start":
+            if (
+                restart_round
+                and ran
+                and state.workers
+                and self.artifact.restart_model == "on-start"
+            ):
                 # The artifact's Tiresias charges every running job a full restart on these
                 # rounds, not only those it starts.
                 self._pause(
@@ -618,15 +523,15 @@ class ClusterSimulator:
                         state.workers, self.cluster.total_workers, restart=True, cached=False
                     ),
                 )
-        for state, seconds in self._seconds_by_job(decision.credit_s, "credit"):
+        for state, seconds in self._seconds_by_job(extra.credit_s, "credit"):
             self._credit(state, seconds)
-        for state, seconds in self._seconds_by_job(decision.charge_s, "charge"):
+        for state, seconds in self._seconds_by_job(extra.charge_s, "charge"):
             self._pause(state, seconds)
-        if self.config.restart_model == "every-decision":
+        if self.artifact.restart_model == "every-decision":
             if counted:
                 self._charge_every_decision(view.jobs, restart_round)
-            if self.config.decide_at == "arrivals":
-                self._owe_overhead(view.jobs, counted, restart_round, decision.overhead_not_carried)
+            if self.artifact.decide_at == "arrivals":
+                self._owe_overhead(view.jobs, counted, restart_round, extra.overhead_not_carried)
         if self._allocated > self.cluster.total_workers:
             raise SimulationError(
                 f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
@@ -644,7 +549,7 @@ class ClusterSimulator:
                 label="wake",
             )
         if not counted and self._active:  # after the last arrival: a round every slot
-            self._request_decision(self.engine.now + self.config.decision_slot_s)
+            self._request_decision(self.engine.now + self.artifact.decision_slot_s)
 
     def _seconds_by_job(
         self, seconds_by_job: Mapping[str, float], what: str
@@ -732,7 +637,7 @@ class ClusterSimulator:
         for state in running:
             key = (first, state.workers)
             first += state.workers
-            cached[state.job_id] = key in seen and self.config.overhead_cache
+            cached[state.job_id] = key in seen and self.artifact.overhead_cache
             seen.add(key)
         if restart_round:
             seen.clear()  # after the overheads were looked up, as the artifact does
@@ -758,7 +663,7 @@ class ClusterSimulator:
         rounds come back to back until the last arrival, so only a job that waits across the
         last of them pays it later, in the first interval it runs in after (taken here as any
         job waiting then but those the decision says do not carry it,
-        ``Decision.overhead_not_carried``)."""
+        ``ArtifactDecision.overhead_not_carried``)."""
         if counted:
             self._owed = {
                 state.job_id: artifact_overhead_s(
@@ -777,7 +682,7 @@ class ClusterSimulator:
 
     def _pause(self, state: JobState, seconds: float) -> None:
         """No progress for ``seconds`` more from now (or from the end of a pause in course)."""
-        if self.config.slot_progress:
+        if self.artifact.slot_progress:
             self._plan_slot_end(state, seconds)
             return
         state.resume_s = max(self.engine.now, state.resume_s) + seconds
@@ -787,7 +692,7 @@ class ClusterSimulator:
         """``slot_progress``: the artifact loses ``overhead`` of this slot (what is left of an
         earlier one is forgiven), plans the job's end in whole seconds, and ends it at the end of
         that slot plus the overhead."""
-        now, slot = self.engine.now, self.config.decision_slot_s
+        now, slot = self.engine.now, self.artifact.decision_slot_s
         state.resume_s = now + overhead
         self._set_rate(state)  # the speed, and a completion event replaced below
         planned_by_policy = self._policy_planned_end.get(state.job_id)
@@ -875,7 +780,7 @@ class ClusterSimulator:
             # starts here.
             self._running[state.job_id] = state
             state.last_update_s = now
-        model = self.config.restart_model
+        model = self.artifact.restart_model
         if model == "pause" and state.has_started:
             state.resume_s = now + self.config.restart_pause_s
         elif model == "on-start" and waited:
@@ -909,7 +814,7 @@ class ClusterSimulator:
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
         left_s = state.remaining_iterations / state.rate
-        ends_on, duration = self.config.ends_on, state.spec.duration_s
+        ends_on, duration = self.artifact.ends_on, state.spec.duration_s
         if ends_on != "iterations" and duration is not None:
             time_left_s = max(0.0, duration - state.active_s)
             left_s = time_left_s if ends_on == "duration" else min(left_s, time_left_s)
@@ -942,7 +847,7 @@ class ClusterSimulator:
             finish_s=state.finished_s,
             worker_seconds=state.attained_worker_s,
             reallocations=state.reallocations,
-            judged_s=self._planned_end.get(spec.job_id) if self.config.slot_progress else None,
+            judged_s=self._planned_end.get(spec.job_id) if self.artifact.slot_progress else None,
         )
 
 

@@ -177,6 +177,8 @@ class Decision:
     The mapping's order is the placement priority: earlier jobs are placed first.
     ``wake_at`` asks the backend to call the policy again at that time even if nothing happens.
     ``pinned`` jobs keep their placement whenever their count is unchanged.
+    (A policy reproducing a published simulator hands that simulator more:
+    `qosched.cluster.artifact.ArtifactDecision`.)
     """
 
     workers: Mapping[str, int] = field(default_factory=dict)
@@ -184,26 +186,6 @@ class Decision:
     # Jobs the backend must not move to re-pack others while their count is unchanged: a move
     # costs a restart pause, which a job with little slack cannot afford.
     pinned: frozenset[str] = frozenset()
-    # When the policy's plan has each job finish (seconds), for the backends that account jobs
-    # by their planned end (``SimConfig.slot_progress``); the others ignore it.
-    planned_end: Mapping[str, float] = field(default_factory=dict)
-    # The order the backend lays the jobs' workers out in, for the ElasticFlow artifact's
-    # GPU-set cache (``SimConfig.restart_model`` "every-decision"); empty: by size, then deadline.
-    layout_order: tuple[str, ...] = ()
-    # Seconds of work on its new allocation the simulator credits a job at this decision,
-    # though it did not run them: only reproductions of an artifact whose accounting does so
-    # ask for it (Chronus's lease start, ``Chronus(credit_waited_lease=True)``); the other
-    # backends ignore it.
-    credit_s: Mapping[str, float] = field(default_factory=dict)
-    # Seconds at the start of its allocation in which the simulator has a job do no work: a
-    # restart cost the policy's artifact charges in its own way (Chronus's resume cost,
-    # ``Chronus(charge_resumes=True)``); the other backends ignore it.
-    charge_s: Mapping[str, float] = field(default_factory=dict)
-    # Waiting jobs that do not carry this decision's restart overhead until they next run
-    # (``SimConfig.decide_at`` "arrivals"): the artifact Gandiva's jobs that are or were in its
-    # waiting list, whose overhead its loop sets never or resets every round
-    # (``Gandiva(node_sets=True)``); the other backends ignore it.
-    overhead_not_carried: frozenset[str] = frozenset()
     # Why a job's count changed at this decision, in words with the numbers behind them, for
     # the backends that tell people (the local service records it on the job's re-size,
     # pre-emption or start). Optional: a job without one gets a reason the backend words from

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qosched.cluster.artifact import ArtifactDecision
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.state import ClusterView, Decision, JobState
 
@@ -321,7 +322,9 @@ class Chronus(Policy):
         workers = {j: g for j, g in self._workers.items() if j in alive}
         # Nothing left to decide about: waking at every boundary would never end the run.
         wake = self._wake_s(view, index) if view.jobs else None
-        return Decision(workers, wake, credit_s=credit, charge_s=charge)
+        if self.credit_waited_lease or self.charge_resumes:  # the artifact's own accounting
+            return ArtifactDecision(workers, wake, credit_s=credit, charge_s=charge)
+        return Decision(workers, wake)
 
     def _wake_s(self, view: ClusterView, index: int) -> float:
         """The next boundary; while `_idle`, the first at which a plan's lease comes due, where

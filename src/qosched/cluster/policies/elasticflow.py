@@ -41,7 +41,7 @@ Those three options approximate the artifact on qosched's continuous-time planne
 ``planner="artifact"`` instead runs the artifact's own arithmetic (`qosched.cluster.artifact_plan`:
 plans on the decision's slot grid, spare GPUs weighed by re-planned GPU-time), admits the arrivals
 of one decision together, asks for no wake-up at plan changes, and hands the simulator each job's
-planned end (``Decision.planned_end``) and the artifact's layout order (``Decision.layout_order``).
+planned end and the artifact's layout order (``ArtifactDecision.planned_end``, ``layout_order``).
 ``--fidelity artifact`` uses it; docs/results/fidelity.md compares it with the artifact decision by
 decision.
 """
@@ -51,6 +51,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from qosched.cluster.artifact import ArtifactDecision
 from qosched.cluster.artifact_plan import ArtifactPlanner, PlannedJob
 from qosched.cluster.planning import (
     SHARE_SHAPES,
@@ -194,7 +195,7 @@ class ElasticFlow(Policy):
         longer guaranteed."""
         return job_id in self._admitted and job_id not in self._failed
 
-    def _allocate_as_artifact(self, view: ClusterView) -> Decision:
+    def _allocate_as_artifact(self, view: ClusterView) -> ArtifactDecision:
         """The artifact's plan and spare hand-out (:mod:`qosched.cluster.artifact_plan`); jobs in
         the order it lays out their GPUs, each with the real end its plan judges."""
         deadline_jobs = [j for j in view.jobs if j.spec.deadline_s is not None]
@@ -212,7 +213,7 @@ class ElasticFlow(Policy):
             if count:
                 workers[job.job_id] = count
                 free -= count
-        return Decision(workers, planned_end=planned_end, layout_order=tuple(workers))
+        return ArtifactDecision(workers, planned_end=planned_end, layout_order=tuple(workers))
 
     def allocate(self, view: ClusterView) -> Decision:
         if self.planner == "artifact":

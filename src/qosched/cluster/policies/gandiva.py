@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from qosched.cluster.artifact import ArtifactDecision
 from qosched.cluster.policies.base import Policy, greedy_requested, register
 from qosched.cluster.policies.gandiva_nodesets import NodeSets
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -127,7 +128,7 @@ class Gandiva(Policy):
                 workers.update(greedy_requested(waiting, capacity - sum(workers.values())))
             # The artifact's loop sets no overhead for a job in its waiting list, and resets
             # the overhead of those it started from there after every round.
-            return Decision(workers, overhead_not_carried=waited)
+            return ArtifactDecision(workers, overhead_not_carried=waited)
         groups: dict[int, list[JobState]] = defaultdict(list)
         for job in view.jobs:
             if job.spec.requested_workers <= capacity:
