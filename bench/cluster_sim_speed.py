@@ -6,6 +6,8 @@ the ElasticFlow artifact's recorded times.
                                               [--repeats K] [--save JSON | --load JSON...]
                                               [--plot PNG]
     python bench/cluster_sim_speed.py split [--jobs 3000,10000] [--policies qos,edf]
+    python bench/cluster_sim_speed.py compare --base MAIN/src [--jobs 10000,30000]
+                                              [--policies fifo,edf]
     python bench/cluster_sim_speed.py itp --traces DIR     # DIR: elasticflow-traces.tar.gz unpacked
     python bench/cluster_sim_speed.py artifact --trace philly_103959.csv --nodes 32 [--repeats 3]
     python bench/cluster_sim_speed.py artifact --trace cluster10.csv --nodes 8    # Chronus
@@ -21,8 +23,11 @@ the ElasticFlow artifact's recorded times.
   keeps the runs, ``--load`` prints and draws saved ones (several files together) without
   running again.
 - split: the scaling traces simulated in this process, each policy's CPU seconds split between
-  its own calls (``admit``, ``admit_together``, ``allocate``) and the simulator's work, with the
-  active jobs per decision: the floor the simulator sets under any policy.
+  its own calls (``on_arrival``, ``on_arrivals``, ``decide``, ``allocations``; a full-view
+  policy's view is built in them) and the simulator's work, with the active jobs per decision:
+  the floor the simulator sets under any policy.
+- compare: the scaling traces, each policy's whole command under another source tree (``--base``,
+  main's ``src`` for a before-and-after) and under this one, CPU seconds side by side.
 - itp: every cluster of the ITP trace release (``microsoft/elasticflow-traces``,
   ``elasticflow-traces.tar.gz``) at the size the ElasticFlow artifact simulates it on
   (``scheduler/run_fig8b.sh``), the whole command per cluster, the total against the 5-minute
@@ -55,6 +60,7 @@ import bench_cluster_sim  # a sibling script: bench/ is on sys.path when these r
 from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.policies import create_policy
 from qosched.cluster.policies.base import Policy
+from qosched.cluster.policies.events import Changes, Delta, ViewSource, as_event_policy
 from qosched.cluster.simulator import ClusterSimulator
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState
@@ -141,14 +147,18 @@ class Timed:
     dsr: float
 
 
-def run_command(trace: Path, nodes: int, policy: str, fidelity: str = "sound") -> Timed:
+def run_command(
+    trace: Path, nodes: int, policy: str, fidelity: str = "sound", src: Path | None = None
+) -> Timed:
+    """The whole command, timed; ``src``: run that source tree's qosched instead of this one."""
     command = [
         sys.executable, "-m", "qosched.cli.main",
         "sim", "cluster", "--trace", str(trace), "--nodes", str(nodes),
         "--gpus-per-node", "8", "--policy", policy, "--fidelity", fidelity, "--json",
     ]  # fmt: skip
+    env = None if src is None else {**os.environ, "PYTHONPATH": str(src)}
     before, started = _children_cpu_s(), time.perf_counter()
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     wall, cpu = time.perf_counter() - started, _children_cpu_s() - before
     report = json.loads(done.stdout)
     return Timed(
@@ -208,15 +218,17 @@ def measure_scaling(jobs_list: list[int], policies: list[str], repeats: int) -> 
 
 
 class _TimedPolicy:
-    """Wraps a policy: the CPU seconds spent in its ``admit``, ``admit_together`` and
-    ``allocate``, and the active jobs each ``allocate`` saw; every other attribute is the
-    policy's own."""
+    """Wraps a policy, driven through the event interface (a full-view one through
+    `FullView`, whose view is then built inside its calls): the CPU seconds spent in its calls
+    (``on_arrival``, ``on_arrivals``, ``decide``, ``allocations``), and the active jobs at each
+    ``decide``; every other attribute is the policy's own."""
 
     def __init__(self, policy: Policy) -> None:
-        self._policy = policy
+        self._policy = as_event_policy(policy)
         self.cpu_s = 0.0
         self.decisions = 0
         self.active_jobs = 0
+        self._active = 0
 
     def __getattr__(self, name: str):
         return getattr(self._policy, name)
@@ -228,16 +240,44 @@ class _TimedPolicy:
         finally:
             self.cpu_s += time.process_time() - started
 
-    def admit(self, job: JobState, view: ClusterView) -> bool:
-        return self._timed(self._policy.admit, job, view)
+    def on_arrival(self, job: JobState, view: ViewSource) -> bool:
+        return self._timed(self._policy.on_arrival, job, view)
 
-    def admit_together(self, jobs, view: ClusterView) -> bool:
-        return self._timed(self._policy.admit_together, jobs, view)
+    def on_arrivals(self, jobs, view: ViewSource) -> bool:
+        return self._timed(self._policy.on_arrivals, jobs, view)
 
-    def allocate(self, view: ClusterView):
+    def decide(self, changes: Changes) -> Delta:
         self.decisions += 1
-        self.active_jobs += len(view.jobs)
-        return self._timed(self._policy.allocate, view)
+        self._active += len(changes.arrived) - len(changes.ended)
+        self.active_jobs += self._active
+        return self._timed(self._policy.decide, changes)
+
+    def allocations(self):
+        return self._timed(self._policy.allocations)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """The scaling traces under each policy, the whole command of another source tree (``--base``,
+    e.g. main's ``src``) and of this one, one after the other per size and policy."""
+    here = Path(__file__).resolve().parent.parent / "src"
+    cluster = ClusterSpec.from_flags(64, 8)
+    print(f"# Command CPU seconds, before and after, load 1.0 on {cluster.describe()}, seed 5\n")
+    print(f"base: {args.base}; this: {here}\n")
+    print("| jobs | policy | base CPU s | this CPU s | speed-up | decisions | DSR base / this |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as folder:
+        for jobs in (int(n) for n in args.jobs.split(",")):
+            trace = Path(folder) / f"generated-{jobs}.csv"
+            write_trace(scaling_trace(jobs), trace)
+            for name in args.policies.split(","):
+                base = run_command(trace, 64, name, src=args.base)
+                this = run_command(trace, 64, name, src=here)
+                print(
+                    f"| {jobs} | {name} | {base.cpu_s:.1f} | {this.cpu_s:.1f} | "
+                    f"{base.cpu_s / this.cpu_s:.1f}x | {base.decisions} / {this.decisions} | "
+                    f"{base.dsr:.3f} / {this.dsr:.3f} |",
+                    flush=True,
+                )
 
 
 def split(args: argparse.Namespace) -> None:
@@ -455,6 +495,11 @@ def main() -> None:
     )
     p.add_argument("--plot", type=Path, help="draw the curve into this PNG file")
     p.set_defaults(run=scaling)
+    p = commands.add_parser("compare")
+    p.add_argument("--base", type=Path, required=True, help="the other tree's src directory")
+    p.add_argument("--jobs", default="10000,30000")
+    p.add_argument("--policies", default="fifo,edf")
+    p.set_defaults(run=compare)
     p = commands.add_parser("split")
     p.add_argument("--jobs", default="3000,10000")
     p.add_argument("--policies", default="qos,edf")

@@ -14,6 +14,7 @@ from qosched.cli.main import main
 from qosched.cluster.artifact import ArtifactConfig, artifact_overhead_s
 from qosched.cluster.fidelity import ARTIFACT_PEERS, configure
 from qosched.cluster.policies import create_policy
+from qosched.cluster.policies.events import FullView
 from qosched.cluster.simulator import SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState
@@ -303,7 +304,8 @@ def _decision_types(name: str, fidelity: str, options=None) -> set[str]:
         job("b", 30.0, 1200, workers=4, deadline=2000.0),
         job("c", 90.0, 400, workers=1, deadline=3000.0),
     ]
-    simulate(ClusterSpec.from_flags(1, 8), TABLES, policy, jobs, config)
+    # Through the adapter, so that a policy driven natively (edf) answers with allocate too.
+    simulate(ClusterSpec.from_flags(1, 8), TABLES, FullView(policy), jobs, config)
     return seen
 
 

@@ -165,3 +165,50 @@ def place(
         if repacked_splits < best_splits and len(repacked) >= len(sticky):
             best, best_splits = repacked, repacked_splits
     return best
+
+
+class Placements:
+    """The placements a backend holds, with each node's free workers, so that changing some
+    jobs' counts places those jobs alone: `changed` gives what `place` gives whenever none of
+    them ends up split (every other job keeps its spot), and says so when one would."""
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.cluster = cluster
+        self.free = [cluster.workers_per_node] * cluster.num_nodes
+        self.of: dict[str, Placement] = {}
+
+    def changed(
+        self, counts: Sequence[tuple[str, int]], *, largest_first: bool = False
+    ) -> dict[str, Placement] | None:
+        """New placements for the jobs in ``counts`` whose count changes, in ``counts``' order
+        (largest first with ``largest_first``): () for a job given 0 or that does not fit.
+        None when one would be split: `place` then tries a re-pack of every job."""
+        per_node, of = self.cluster.workers_per_node, self.of
+        free = list(self.free)
+        moving = []
+        for job_id, workers in counts:
+            spot = of.get(job_id, ())
+            if workers and spot and size(spot) == workers:
+                continue  # unchanged: it stays
+            for node, n in spot:
+                free[node] += n
+            moving.append((job_id, workers))
+        if largest_first:
+            moving.sort(key=lambda item: -item[1])
+        result: dict[str, Placement] = {}
+        for job_id, workers in moving:
+            placement = _fit(workers, free, per_node) if workers else None
+            if placement is not None and is_split(placement, per_node):
+                return None
+            result[job_id] = placement or ()
+        return result
+
+    def set(self, job_id: str, placement: Placement) -> None:
+        """Record the job's new placement (() when it holds none)."""
+        free = self.free
+        for node, n in self.of.pop(job_id, ()):
+            free[node] += n
+        if placement:
+            for node, n in placement:
+                free[node] -= n
+            self.of[job_id] = placement

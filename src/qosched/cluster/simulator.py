@@ -15,6 +15,7 @@ artifact`` sets them per policy (docs/results/fidelity.md).
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,10 +31,11 @@ from qosched.cluster.artifact import (
     artifact_overhead_s,
 )
 from qosched.cluster.job import JobSpec
-from qosched.cluster.placement import is_split, place
+from qosched.cluster.placement import Placements, is_split, place
 from qosched.cluster.policies.base import Policy
+from qosched.cluster.policies.events import Changes, Delta, EventPolicy, as_event_policy
 from qosched.cluster.spec import ClusterSpec
-from qosched.cluster.state import ClusterView, Decision, DecisionClock, JobState, Phase
+from qosched.cluster.state import ClusterView, DecisionClock, JobState, Phase, Placement
 from qosched.cluster.throughput import ThroughputModel
 from qosched.cluster.traces import Trace, check_job, column_name
 from qosched.core.errors import InputError, SimulationError
@@ -155,13 +157,13 @@ class ClusterSimulator:
         self,
         cluster: ClusterSpec,
         throughputs: ThroughputModel,
-        policy: Policy,
+        policy: Policy | EventPolicy,
         trace: Trace | Sequence[JobSpec],
         config: SimConfig | None = None,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.cluster = cluster
-        self.policy = policy
+        self.policy = as_event_policy(policy)
         self.config = config or SimConfig()
         self.artifact = self.config.artifact
         self.on_progress = on_progress
@@ -195,6 +197,26 @@ class ClusterSimulator:
             off_clock=not artifact.hold_last_arrival or artifact.decide_at != "events",
         )
         self._active: dict[str, JobState] = {}
+        self._admitted = 0
+        self._admit_seq: dict[str, int] = {}  # per admitted job, its place in admission order
+        # What the next decision reports to the policy (`Changes`).
+        self._arrived: list[JobState] = []
+        self._ended: list[JobState] = []
+        self._displaced: list[JobState] = []
+        self._woke = False
+        self._placements = Placements(cluster)
+        # Progress is brought up to date for every running job at every event only for a policy
+        # that reads it (and the artifact accountings that step jobs by their plans); otherwise
+        # a job's progress is its rate since ``last_update_s``, brought up to date when the job
+        # changes (`_sync`), and jobs within rounding of their end are found in `_done_by`.
+        artifact = self.artifact
+        self._lazy = not (
+            self.policy.reads_progress or artifact.slot_progress or artifact.ends_on != "iterations"
+        )
+        # (when the job is within `_DONE_TOLERANCE` of its end, sequence, its completion event,
+        # the job): an entry counts while that event is the job's.
+        self._done_by: list[tuple[float, int, Event, JobState]] = []
+        self._done_seq = 0
         # The active jobs holding workers (`_apply`, `_finish`): progress is brought up to date
         # for them alone.
         self._running: dict[str, JobState] = {}
@@ -312,11 +334,9 @@ class ClusterSimulator:
         if self._next_arrival < len(self._arrivals):
             self._schedule_next_arrival()
         self._advance_progress()
-        view = self._view()
         at = self.engine.now if early or self.artifact.decide_at == "arrivals" else None
-        if self.policy.admit(state, view):
-            self._active[state.job_id] = state
-            state.last_update_s = self.engine.now
+        if self.policy.on_arrival(state, self._view):
+            self._activate(state)
             self._request_decision(at)
         else:
             state.phase = Phase.DECLINED
@@ -339,17 +359,23 @@ class ClusterSimulator:
         if self._next_arrival < len(self._arrivals):
             self._schedule_next_arrival()
         self._advance_progress()
-        admitted = self.policy.admit_together(batch, self._view())
+        admitted = self.policy.on_arrivals(batch, self._view)
         self._request_decision()  # declined or not, the artifact decides at every arrival
         for state in batch:
             if admitted or state.spec.deadline_s is None:
-                self._active[state.job_id] = state
-                state.last_update_s = now
+                self._activate(state)
                 self._request_decision()
             else:
                 state.phase = Phase.DECLINED
                 self._declined.add(state.job_id)
                 self._settle()
+
+    def _activate(self, state: JobState) -> None:
+        self._active[state.job_id] = state
+        self._admit_seq[state.job_id] = self._admitted
+        self._admitted += 1
+        self._arrived.append(state)
+        state.last_update_s = self.engine.now
 
     def _on_completion(self, state: JobState) -> None:
         state.completion_event = None
@@ -358,6 +384,7 @@ class ClusterSimulator:
             self._finish(state)  # with slot_progress: at its end event, work left or not
 
     def _finish(self, state: JobState) -> None:
+        self._sync(state)
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
             state.completion_event = None
@@ -376,15 +403,18 @@ class ClusterSimulator:
             state.finished_s = max(state.finished_s, slot_end)
         self._set_allocation_total(self._allocated - state.workers)
         state.workers, state.placement, state.rate = 0, (), 0.0
+        self._placements.set(state.job_id, ())
         self._work_until.pop(state.job_id, None)
         del self._active[state.job_id]
         self._running.pop(state.job_id, None)
+        self._ended.append(state)
         self._settle()
         if self.artifact.decide_at == "events":
             self._request_decision()
 
     def _on_wake(self) -> None:
         self._wake_event = None
+        self._woke = True
         self._request_decision()
 
     def _settle(self) -> None:
@@ -421,7 +451,8 @@ class ClusterSimulator:
         )
 
     def _advance_progress(self) -> None:
-        """Bring every running job's progress and attained service up to now.
+        """Bring every running job's progress and attained service up to now (when progress is
+        kept lazily, only those of the jobs that end now).
 
         A job within rounding error of its last iteration finishes now: its completion event
         may sit a few ulps later than another event of the same instant. A job holding no
@@ -432,6 +463,9 @@ class ClusterSimulator:
         if now == self._progress_at:
             return
         self._progress_at = now
+        if self._lazy:
+            self._finish_all(self._due(now))
+            return
         done = []
         work_until = self._work_until
         # NOTE: ``max``/``min`` written out and `_ran_out` inlined for the usual end rule (the
@@ -456,11 +490,49 @@ class ClusterSimulator:
             ):
                 done.append(state)
             state.last_update_s = now
+        self._finish_all(done)
+
+    def _finish_all(self, done: list[JobState]) -> None:
         if len(done) > 1:  # they finish in the order they were admitted in, `_active`'s
-            position = {job_id: i for i, job_id in enumerate(self._active)}
-            done.sort(key=lambda state: position[state.job_id])
+            seq = self._admit_seq
+            done.sort(key=lambda state: seq[state.job_id])
         for state in done:
             self._finish(state)
+
+    def _due(self, now: float) -> list[JobState]:
+        """The running jobs within rounding error of their end at ``now``: those whose entry in
+        `_done_by` is due and still theirs (a job being completed has no event any more)."""
+        heap, done = self._done_by, []
+        while heap and heap[0][0] <= now:
+            _, _, event, state = heapq.heappop(heap)
+            current = state.completion_event
+            if (
+                (current is event or current is None)
+                and state.phase is Phase.RUNNING
+                and state not in done
+            ):
+                done.append(state)
+        return done
+
+    def _sync(self, state: JobState) -> None:
+        """Bring one running job's progress up to now, as `_advance_progress` does for all: with
+        progress kept lazily, before anything of the job changes."""
+        now, last = self.engine.now, state.last_update_s
+        if last == now or state.job_id not in self._running:
+            return
+        resume = state.resume_s
+        since = resume if resume > last else last
+        work_until = self._work_until
+        until = min(now, work_until.get(state.job_id, now)) if work_until else now
+        if until > since:
+            state.iterations_done = min(
+                float(state.spec.iterations),
+                state.iterations_done + state.rate * (until - since),
+            )
+        state.attained_worker_s += state.workers * (now - last)
+        active = now - since
+        state.active_s += active if active > 0.0 else 0.0
+        state.last_update_s = now
 
     def _ran_out(self, state: JobState) -> bool:
         done = state.remaining_iterations <= _DONE_TOLERANCE * state.spec.iterations
@@ -477,61 +549,80 @@ class ClusterSimulator:
             now = self.engine.now
             for state in self._active.values():
                 if state.workers and state.resume_s > now:
+                    self._sync(state)
                     state.resume_s = now
                     self._set_rate(state)
         if self._start_charge:
             self._take_start_charges()
         self._last_decision_s = self.engine.now
-        view = self._view()
-        decision = self.policy.allocate(view)
+        changes = Changes(
+            self.engine.now,
+            self._arrived,
+            self._ended,
+            displaced=self._displaced,
+            capacity=self.cluster if not self._decisions else None,
+            woke=self._woke,
+            view=self._view,
+        )
+        self._arrived, self._ended, self._displaced, self._woke = [], [], [], False
+        delta = self.policy.decide(changes)
         self._decisions += 1
         # ``decide_at`` "arrivals": a round with no arrival left to come is free and uncounted.
         counted = self.artifact.decide_at == "events" or self._next_arrival < len(self._arrivals)
         restart_round = counted and self._rounds > 0 and self._rounds % ARTIFACT_RESTART_EVERY == 0
         self._rounds += counted
-        wanted = self._checked(decision, view)
+        counts = self._checked(delta)
         # What a policy reproducing the artifact hands its simulator; nothing for the others.
+        decision = delta.decision
         extra = decision if isinstance(decision, ArtifactDecision) else NO_ARTIFACT_FIELDS
         self._policy_planned_end = extra.planned_end
         self._layout_order = extra.layout_order
-        current = {s.job_id: s.placement for s in view.jobs if s.placement}
-        placements = place(
-            wanted,
-            current,
-            self.cluster,
-            largest_first=self.policy.largest_first,
-            pinned=decision.pinned,
-        )
-        for state in view.jobs:
-            new = placements.get(state.job_id, ())
-            ran = state.workers > 0
-            if new != state.placement:
-                self._apply(state, new, restart_round)
-            elif self.config.noise and state.workers:
-                self._set_rate(state)  # same workers, a new draw of the noise
-            if (
-                restart_round
-                and ran
-                and state.workers
-                and self.artifact.restart_model == "on-start"
-            ):
-                # The artifact's Tiresias charges every running job a full restart on these
-                # rounds, not only those it starts.
-                self._pause(
-                    state,
-                    artifact_overhead_s(
-                        state.workers, self.cluster.total_workers, restart=True, cached=False
-                    ),
-                )
+        moved = self._placed(counts, delta)
+        model = self.artifact.restart_model
+        # Every active job, in admission order, where the decision does something to each.
+        every = self.config.noise or model in ("every-decision", "on-start")
+        jobs = tuple(self._active.values()) if every else ()
+        if self.config.noise or model == "on-start":
+            # Every running job is looked at, in admission order: a new draw of the noise, a
+            # restart round's charge.
+            for state in jobs:
+                ran = state.workers > 0
+                new = moved.get(state.job_id)
+                if new is not None:
+                    self._apply(state, new, restart_round)
+                elif self.config.noise and state.workers:
+                    self._set_rate(state)  # same workers, a new draw of the noise
+                if (
+                    restart_round
+                    and ran
+                    and state.workers
+                    and self.artifact.restart_model == "on-start"
+                ):
+                    # The artifact's Tiresias charges every running job a full restart on
+                    # these rounds, not only those it starts.
+                    self._pause(
+                        state,
+                        artifact_overhead_s(
+                            state.workers, self.cluster.total_workers, restart=True, cached=False
+                        ),
+                    )
+        else:
+            active, seq = self._active, self._admit_seq
+            for job_id in sorted(moved, key=seq.__getitem__) if len(moved) > 1 else moved:
+                self._apply(active[job_id], moved[job_id], restart_round)
+        for job_id, n in counts:
+            state = self._active[job_id]
+            if n and not state.workers:
+                self._displaced.append(state)  # asked for, not placed
         for state, seconds in self._seconds_by_job(extra.credit_s, "credit"):
             self._credit(state, seconds)
         for state, seconds in self._seconds_by_job(extra.charge_s, "charge"):
             self._pause(state, seconds)
         if self.artifact.restart_model == "every-decision":
             if counted:
-                self._charge_every_decision(view.jobs, restart_round)
+                self._charge_every_decision(jobs, restart_round)
             if self.artifact.decide_at == "arrivals":
-                self._owe_overhead(view.jobs, counted, restart_round, extra.overhead_not_carried)
+                self._owe_overhead(jobs, counted, restart_round, extra.overhead_not_carried)
         if self._allocated > self.cluster.total_workers:
             raise SimulationError(
                 f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
@@ -541,10 +632,10 @@ class ClusterSimulator:
         if self._wake_event is not None:
             self.engine.cancel(self._wake_event)
             self._wake_event = None
-        if decision.wake_at is not None:
+        if delta.wake_at is not None:
             self._wake_event = self.engine.schedule(
                 self._on_wake,
-                at=self._next_decision_s(decision.wake_at),
+                at=self._next_decision_s(delta.wake_at),
                 priority=_EVENT_PRIORITY,
                 label="wake",
             )
@@ -572,6 +663,7 @@ class ClusterSimulator:
     def _credit(self, state: JobState, seconds: float) -> None:
         """Count ``seconds`` of work on the job's allocation as done, from now, and as run (the
         mirror of `_take_start_charges`)."""
+        self._sync(state)
         state.active_s += seconds
         state.iterations_done = min(
             float(state.spec.iterations), state.iterations_done + self.true_rate(state) * seconds
@@ -614,6 +706,7 @@ class ClusterSimulator:
         for job_id, overhead in self._start_charge.items():
             state = self._active.get(job_id)
             if state is not None and state.workers:
+                self._sync(state)
                 state.active_s = max(0.0, state.active_s - overhead)
                 state.iterations_done = max(0.0, state.iterations_done - state.rate * overhead)
                 self._set_rate(state)
@@ -682,6 +775,7 @@ class ClusterSimulator:
 
     def _pause(self, state: JobState, seconds: float) -> None:
         """No progress for ``seconds`` more from now (or from the end of a pause in course)."""
+        self._sync(state)
         if self.artifact.slot_progress:
             self._plan_slot_end(state, seconds)
             return
@@ -718,20 +812,24 @@ class ClusterSimulator:
             label=f"end event {state.job_id}",
         )
 
-    def _checked(self, decision: Decision, view: ClusterView) -> list[tuple[str, int]]:
+    def _checked(self, delta: Delta) -> list[tuple[str, int]]:
+        """The answer's counts, checked: each for an admitted unfinished job, >= 0 and with a
+        measured speed, and the cluster's workers not exceeded once they are applied."""
         now, name, unit = self.engine.now, self.policy.name, self.cluster.unit_plural
-        wanted: list[tuple[str, int]] = []
-        total = 0
+        counts: list[tuple[str, int]] = []
+        total = self._allocated
         active = self._active
         # NOTE: `SpeedCurve.available` inlined (the same test): this runs over every job a
         # decision names, at every decision.
-        for job_id, workers in decision.workers.items():
+        for job_id, workers in delta.workers.items():
             state = active.get(job_id)
             if state is None:
                 raise SimulationError(
                     f"t={now}: policy {name!r} allocated {unit} to {job_id!r}, "
                     "which is not an admitted unfinished job"
                 )
+            total -= state.workers
+            counts.append((job_id, workers))
             if not workers:
                 continue
             if workers < 0:
@@ -744,26 +842,50 @@ class ClusterSimulator:
                     f"t={now}: policy {name!r} gave job {job_id} {workers} {unit}, "
                     f"a count with no measured speed for {state.spec.model}"
                 )
-            wanted.append((job_id, workers))
             total += workers
         if total > self.cluster.total_workers:
             raise SimulationError(
                 f"t={now}: policy {name!r} allocated {total} {unit}, cluster "
                 f"has {self.cluster.total_workers}"
             )
-        if decision.wake_at is not None and not decision.wake_at > now:
+        if delta.wake_at is not None and not delta.wake_at > now:
             raise SimulationError(
                 f"t={now}: policy {name!r} asked to wake at "
-                f"{decision.wake_at}, which is not in the future"
+                f"{delta.wake_at}, which is not in the future"
             )
-        return wanted
+        return counts
+
+    def _placed(self, counts: list[tuple[str, int]], delta: Delta) -> dict[str, Placement]:
+        """The jobs whose placement changes, each with its new one (() for none): the changed
+        counts alone placed where that splits none of them, else every job through `place`,
+        which may re-pack (the same placements either way)."""
+        placements = self._placements
+        largest_first = self.policy.largest_first
+        changed = placements.changed(counts, largest_first=largest_first)
+        if changed is not None:
+            return {
+                job_id: new
+                for job_id, new in changed.items()
+                if new != placements.of.get(job_id, ())
+            }
+        wanted = [(job_id, n) for job_id, n in self.policy.allocations() if n]
+        full = place(
+            wanted, placements.of, self.cluster, largest_first=largest_first, pinned=delta.pinned
+        )
+        moved = {job_id: () for job_id in placements.of if job_id not in full}
+        moved.update(
+            (job_id, new) for job_id, new in full.items() if new != placements.of.get(job_id, ())
+        )
+        return moved
 
     def _apply(
         self, state: JobState, placement: tuple[tuple[int, int], ...], restart_round: bool = False
     ) -> None:
+        self._sync(state)
         now = self.engine.now
         workers = sum(n for _, n in placement)
         waited = state.workers == 0
+        self._placements.set(state.job_id, placement)
         if state.completion_event is not None:
             self.engine.cancel(state.completion_event)
             state.completion_event = None
@@ -776,8 +898,7 @@ class ClusterSimulator:
             self._running.pop(state.job_id, None)
             return
         if state.job_id not in self._running:
-            # Its progress is current (`_decide` brought every job up to now): its clock
-            # starts here.
+            # Nothing of it changed while it waited: its clock starts here.
             self._running[state.job_id] = state
             state.last_update_s = now
         model = self.artifact.restart_model
@@ -806,6 +927,7 @@ class ClusterSimulator:
 
     def _set_rate(self, state: JobState) -> None:
         """Set the running job's speed and (re)schedule its completion."""
+        self._sync(state)
         now = self.engine.now
         rate = self.true_rate(state)
         if self.config.noise:
@@ -819,12 +941,16 @@ class ClusterSimulator:
             time_left_s = max(0.0, duration - state.active_s)
             left_s = time_left_s if ends_on == "duration" else min(left_s, time_left_s)
         finish = max(now, state.resume_s) + left_s
-        state.completion_event = self.engine.schedule(
+        state.completion_event = event = self.engine.schedule(
             lambda: self._on_completion(state),
             at=finish,
             priority=_EVENT_PRIORITY,
             label=f"completion {state.job_id}",
         )
+        if self._lazy:  # when what is left is within `_DONE_TOLERANCE` of its iterations
+            self._done_seq += 1
+            done_by = finish - _DONE_TOLERANCE * state.spec.iterations / rate
+            heapq.heappush(self._done_by, (done_by, self._done_seq, event, state))
 
     def _set_allocation_total(self, total: int) -> None:
         self._allocated = total

@@ -2,20 +2,82 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections import Counter
+from collections.abc import Sequence
 
 from qosched.cluster.policies.base import Policy, greedy_requested, register
+from qosched.cluster.policies.events import AdmitsAll, Changes, Delta
 from qosched.cluster.state import ClusterView, Decision, JobState, Phase
 
 
+def _capacity(total: int | None, changes: Changes, name: str) -> int:
+    """The cluster's workers: told at the first call and at every change."""
+    if changes.capacity is not None:
+        return changes.capacity.total_workers
+    if total is None:
+        raise ValueError(f"policy {name!r}: the backend's first call must give the capacity")
+    return total
+
+
 @register("fifo")
-class Fifo(Policy):
+class Fifo(AdmitsAll, Policy):
     """First come, first served, never preempting: the default Kubernetes scheduler's behaviour.
 
     Running jobs keep their workers; waiting jobs start in arrival order when their request fits,
     and a job that does not fit does not block smaller ones behind it (pods are scheduled one by
     one).
+
+    Natively event-driven (``decide``): it keeps the waiting jobs in arrival order and the free
+    workers, and looks at the waiting jobs only when one could fit.
     """
+
+    def __init__(self) -> None:
+        self._total: int | None = None
+        self._free = 0
+        self._seq: dict[str, int] = {}  # arrival order
+        self._waiting: dict[str, JobState] = {}  # in arrival order
+        self._sizes: Counter[int] = Counter()  # the waiting jobs' requests
+        self._held: dict[str, int] = {}
+        self._started: dict[str, int] = {}  # at the last call
+
+    def decide(self, changes: Changes) -> Delta:
+        total = _capacity(self._total, changes, self.name)
+        if total != self._total:
+            self._free += total - (self._total or 0)
+            self._total = total
+        held, waiting, sizes = self._held, self._waiting, self._sizes
+        for job in changes.ended:
+            self._free += held.pop(job.job_id, 0)
+        for job in changes.arrived:
+            self._seq[job.job_id] = len(self._seq)
+            waiting[job.job_id] = job
+            sizes[job.spec.requested_workers] += 1
+        if changes.displaced:  # back to waiting, in its place in arrival order
+            for job in changes.displaced:
+                self._free += held.pop(job.job_id, 0)
+                waiting[job.job_id] = job
+                sizes[job.spec.requested_workers] += 1
+            self._waiting = waiting = dict(
+                sorted(waiting.items(), key=lambda item: self._seq[item[0]])
+            )
+        started: dict[str, int] = {}
+        free = self._free
+        if free and waiting and free >= min(n for n, count in sizes.items() if count):
+            started = greedy_requested(waiting.values(), free)
+            for job_id, n in started.items():
+                sizes[waiting.pop(job_id).spec.requested_workers] -= 1
+                held[job_id] = n
+                free -= n
+        self._free, self._started = free, started
+        return Delta(started)
+
+    def allocations(self) -> Sequence[tuple[str, int]]:
+        """As `allocate` orders them: those running before the last call in arrival order, then
+        those it started."""
+        before = sorted((j for j in self._held if j not in self._started), key=self._seq.get)
+        return [(j, self._held[j]) for j in before] + list(self._started.items())
 
     def allocate(self, view: ClusterView) -> Decision:
         running = [job for job in view.jobs if job.phase is Phase.RUNNING]
@@ -31,13 +93,15 @@ def _deadline_key(job: JobState) -> tuple[float, float]:
     return (math.inf if deadline is None else deadline, job.spec.submit_s)
 
 
+_Entry = tuple[float, float, int, str, int, JobState]
+
 #: The ElasticFlow artifact's EDF never gives a job more GPUs than this (``jobs.py`` ``max_gpu``).
 ARTIFACT_EDF_MAX_WORKERS = 64
 EDF_SIZINGS = ("requested", "artifact")
 
 
 @register("edf")
-class EarliestDeadlineFirst(Policy):
+class EarliestDeadlineFirst(AdmitsAll, Policy):
     """Earliest deadline first, preemptive; best-effort jobs go last.
 
     ``sizing="requested"`` (default) runs each job on the workers its user requested. The
@@ -45,6 +109,10 @@ class EarliestDeadlineFirst(Policy):
     ignores the request: in deadline order each job gets its quota, the largest measured count
     capped by its batch size and 64, or when fewer workers are free the largest measured count
     that fits them.
+
+    Natively event-driven (``decide``): it keeps the jobs in deadline order as they arrive and
+    end, instead of sorting them at every call, and stops handing out workers once none of the
+    jobs could fit in what is left.
     """
 
     def __init__(self, sizing: str = "requested") -> None:
@@ -52,12 +120,106 @@ class EarliestDeadlineFirst(Policy):
             raise ValueError(f"unknown EDF sizing {sizing!r}; use {', '.join(EDF_SIZINGS)}")
         self.sizing = sizing
         self.honours_requests = sizing == "requested"
+        self._total: int | None = None
+        self._arrived = 0
+        # (deadline or inf, submission, arrival, job id, request, job): `sorted` by
+        # `_deadline_key` of the jobs in arrival order, kept.
+        self._queue: list[_Entry] = []
+        self._entry: dict[str, _Entry] = {}
+        self._sizes: Counter[int] = Counter()  # the requests of the jobs in the queue
+        self._held: dict[str, int] = {}
+        # The last hand-out in queue order, (position, job id, workers, workers left after it),
+        # and how far into the queue it looked: a queue unchanged before a position hands out
+        # the same there, so a call walks on from the first position that changed.
+        self._chosen: list[tuple[int, str, int, int]] = []
+        self._looked = 0
+
+    def decide(self, changes: Changes) -> Delta:
+        total = _capacity(self._total, changes, self.name)
+        queue, held, entries = self._queue, self._held, self._entry
+        start = self._looked if total == self._total else 0
+        self._total = total
+        for job in changes.ended:
+            entry = entries.pop(job.job_id)
+            at = bisect.bisect_left(queue, entry)
+            del queue[at]
+            start = min(start, at)
+            self._sizes[job.spec.requested_workers] -= 1
+            held.pop(job.job_id, None)
+        for job in changes.displaced:  # handed out again from its place on
+            held.pop(job.job_id, None)
+            start = min(start, bisect.bisect_left(queue, entries[job.job_id]))
+        for job in changes.arrived:
+            deadline, submit = _deadline_key(job)
+            want = job.spec.requested_workers
+            entry = self._entry[job.job_id] = (
+                deadline,
+                submit,
+                self._arrived,
+                job.job_id,
+                want,
+                job,
+            )
+            self._arrived += 1
+            at = bisect.bisect_left(queue, entry)
+            queue.insert(at, entry)
+            start = min(start, at)
+            self._sizes[job.spec.requested_workers] += 1
+        if self.sizing == "requested":
+            return Delta(self._requested(start, total))
+        chosen = self._artifact([entry[5] for entry in queue], total)
+        delta = {job_id: n for job_id, n in chosen.items() if held.get(job_id) != n}
+        for job_id in held.keys() - chosen.keys():
+            delta[job_id] = 0
+        self._held = chosen
+        self._chosen = [(0, job_id, n, 0) for job_id, n in chosen.items()]
+        return Delta(delta)
+
+    def _requested(self, start: int, total: int) -> dict[str, int]:
+        """`greedy_requested` in deadline order from queue position ``start`` on (the hand-out
+        before it unchanged), stopped once no job's request fits: the counts that change."""
+        chosen, held = self._chosen, self._held
+        cut = bisect.bisect_left(chosen, (start,))
+        free = chosen[cut - 1][3] if cut else total
+        dropped = chosen[cut:]
+        del chosen[cut:]
+        handed: dict[str, int] = {}
+        smallest = min((n for n, count in self._sizes.items() if count), default=0)
+        queue = self._queue
+        looked = start  # nothing fits from here on
+        if smallest and free >= smallest:
+            looked = len(queue)
+            for at in range(start, len(queue)):
+                want = queue[at][4]
+                if want <= free:
+                    free -= want
+                    job_id = queue[at][3]
+                    handed[job_id] = want
+                    chosen.append((at, job_id, want, free))
+                    if free < smallest:
+                        looked = at + 1
+                        break
+        self._looked = looked
+        delta = {job_id: n for job_id, n in handed.items() if held.get(job_id) != n}
+        for _, job_id, _, _ in dropped:
+            if job_id in held and job_id not in handed:
+                delta[job_id] = 0
+                del held[job_id]
+        held.update(handed)
+        return delta
+
+    def allocations(self) -> Sequence[tuple[str, int]]:
+        return [(job_id, n) for _, job_id, n, _ in self._chosen]
 
     def allocate(self, view: ClusterView) -> Decision:
         ordered = sorted(view.jobs, key=_deadline_key)
         if self.sizing == "requested":
             return Decision(greedy_requested(ordered, view.cluster.total_workers))
-        free = view.cluster.total_workers
+        return Decision(self._artifact(ordered, view.cluster.total_workers))
+
+    @staticmethod
+    def _artifact(ordered: Sequence[JobState], free: int) -> dict[str, int]:
+        """The artifact's quotas, in deadline order."""
         workers: dict[str, int] = {}
         for job in ordered:
             measured = job.curve.measured
@@ -69,7 +231,7 @@ class EarliestDeadlineFirst(Policy):
                 free -= quota
             if not free:
                 break
-        return Decision(workers)
+        return workers
 
 
 @register("srtf")
