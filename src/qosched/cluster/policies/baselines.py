@@ -111,8 +111,8 @@ class EarliestDeadlineFirst(AdmitsAll, Policy):
     that fits them.
 
     Natively event-driven (``decide``): it keeps the jobs in deadline order as they arrive and
-    end, instead of sorting them at every call, and stops handing out workers once none of the
-    jobs could fit in what is left.
+    end, instead of sorting them at every call, stops handing out workers once none of the jobs
+    could fit in what is left, and answers with the counts that changed.
     """
 
     def __init__(self, sizing: str = "requested") -> None:
@@ -127,89 +127,58 @@ class EarliestDeadlineFirst(AdmitsAll, Policy):
         self._queue: list[_Entry] = []
         self._entry: dict[str, _Entry] = {}
         self._sizes: Counter[int] = Counter()  # the requests of the jobs in the queue
-        self._held: dict[str, int] = {}
-        # The last hand-out in queue order, (position, job id, workers, workers left after it),
-        # and how far into the queue it looked: a queue unchanged before a position hands out
-        # the same there, so a call walks on from the first position that changed.
-        self._chosen: list[tuple[int, str, int, int]] = []
-        self._looked = 0
+        self._held: dict[str, int] = {}  # the last hand-out, in queue order
 
     def decide(self, changes: Changes) -> Delta:
-        total = _capacity(self._total, changes, self.name)
+        total = self._total = _capacity(self._total, changes, self.name)
         queue, held, entries = self._queue, self._held, self._entry
-        start = self._looked if total == self._total else 0
-        self._total = total
         for job in changes.ended:
             entry = entries.pop(job.job_id)
-            at = bisect.bisect_left(queue, entry)
-            del queue[at]
-            start = min(start, at)
+            del queue[bisect.bisect_left(queue, entry)]
             self._sizes[job.spec.requested_workers] -= 1
             held.pop(job.job_id, None)
-        for job in changes.displaced:  # handed out again from its place on
+        for job in changes.displaced:  # handed out again below
             held.pop(job.job_id, None)
-            start = min(start, bisect.bisect_left(queue, entries[job.job_id]))
         for job in changes.arrived:
             deadline, submit = _deadline_key(job)
             want = job.spec.requested_workers
-            entry = self._entry[job.job_id] = (
-                deadline,
-                submit,
-                self._arrived,
-                job.job_id,
-                want,
-                job,
-            )
+            entry = (deadline, submit, self._arrived, job.job_id, want, job)
+            entries[job.job_id] = entry
             self._arrived += 1
-            at = bisect.bisect_left(queue, entry)
-            queue.insert(at, entry)
-            start = min(start, at)
-            self._sizes[job.spec.requested_workers] += 1
+            bisect.insort(queue, entry)
+            self._sizes[want] += 1
         if self.sizing == "requested":
-            return Delta(self._requested(start, total))
-        chosen = self._artifact([entry[5] for entry in queue], total)
-        delta = {job_id: n for job_id, n in chosen.items() if held.get(job_id) != n}
-        for job_id in held.keys() - chosen.keys():
+            chosen, delta = self._requested(total)
+        else:
+            chosen = self._artifact([entry[5] for entry in queue], total)
+            delta = {job_id: n for job_id, n in chosen.items() if held.get(job_id) != n}
+        # NOTE: a set difference, then in queue order: most held jobs stay held.
+        for job_id in sorted(held.keys() - chosen.keys(), key=entries.__getitem__):
             delta[job_id] = 0
         self._held = chosen
-        self._chosen = [(0, job_id, n, 0) for job_id, n in chosen.items()]
         return Delta(delta)
 
-    def _requested(self, start: int, total: int) -> dict[str, int]:
-        """`greedy_requested` in deadline order from queue position ``start`` on (the hand-out
-        before it unchanged), stopped once no job's request fits: the counts that change."""
-        chosen, held = self._chosen, self._held
-        cut = bisect.bisect_left(chosen, (start,))
-        free = chosen[cut - 1][3] if cut else total
-        dropped = chosen[cut:]
-        del chosen[cut:]
-        handed: dict[str, int] = {}
+    def _requested(self, free: int) -> tuple[dict[str, int], dict[str, int]]:
+        """`greedy_requested` in deadline order, stopped once no job's request fits: every
+        job's count, and those that differ from what it holds."""
+        chosen: dict[str, int] = {}
+        changed: dict[str, int] = {}
         smallest = min((n for n, count in self._sizes.items() if count), default=0)
-        queue = self._queue
-        looked = start  # nothing fits from here on
-        if smallest and free >= smallest:
-            looked = len(queue)
-            for at in range(start, len(queue)):
-                want = queue[at][4]
-                if want <= free:
-                    free -= want
-                    job_id = queue[at][3]
-                    handed[job_id] = want
-                    chosen.append((at, job_id, want, free))
-                    if free < smallest:
-                        looked = at + 1
-                        break
-        self._looked = looked
-        delta = {job_id: n for job_id, n in handed.items() if held.get(job_id) != n}
-        for _, job_id, _, _ in dropped:
-            if job_id in held and job_id not in handed:
-                delta[job_id] = 0
-                del held[job_id]
-        held.update(handed)
-        return delta
+        if not smallest:
+            return chosen, changed
+        held = self._held
+        for _, _, _, job_id, want, _ in self._queue:
+            if want <= free:
+                chosen[job_id] = want
+                if held.get(job_id) != want:
+                    changed[job_id] = want
+                free -= want
+                if free < smallest:
+                    break
+        return chosen, changed
 
     def allocations(self) -> Sequence[tuple[str, int]]:
-        return [(job_id, n) for _, job_id, n, _ in self._chosen]
+        return list(self._held.items())
 
     def allocate(self, view: ClusterView) -> Decision:
         ordered = sorted(view.jobs, key=_deadline_key)
