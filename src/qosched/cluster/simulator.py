@@ -151,7 +151,11 @@ class SimResult:
 
 
 class ClusterSimulator:
-    """Run one policy over one trace: ``ClusterSimulator(...).run() -> SimResult``."""
+    """Run one policy over one trace: ``ClusterSimulator(...).run() -> SimResult``.
+
+    The policy is driven through the event interface (`qosched.cluster.policies.events`): a
+    full-view `Policy` through `FullView`, one that implements ``decide`` natively.
+    """
 
     def __init__(
         self,

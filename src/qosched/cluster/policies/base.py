@@ -4,6 +4,11 @@ A backend calls :meth:`Policy.admit` once when a job arrives, then :meth:`Policy
 scheduling point: after arrivals, after completions, and at the ``wake_at`` the last decision asked
 for. Events at the same instant are handled first and the policy is asked once. A policy never
 knows which backend runs it.
+
+The simulator drives policies through the event-driven interface of
+:mod:`qosched.cluster.policies.events`, a `Policy` through its `FullView` adapter (the same
+calls, the same outcomes); a policy may implement that interface itself as well, as ``fifo``
+and ``edf`` do.
 """
 
 from __future__ import annotations
