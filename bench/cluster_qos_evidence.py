@@ -130,6 +130,9 @@ class MeteredSimulator(ClusterSimulator):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
+        # Every running job's progress brought up to date at every event, for every policy (a
+        # native one's is otherwise kept lazily): the sums below step with it.
+        self._lazy = False
         self.held_worker_s = 0.0  # workers held x time, restart pauses included
         self.active_worker_s = 0.0  # ... outside restart pauses
         self.split_active_worker_s = (
