@@ -127,18 +127,29 @@ class EarliestDeadlineFirst(AdmitsAll, Policy):
         self._queue: list[_Entry] = []
         self._entry: dict[str, _Entry] = {}
         self._sizes: Counter[int] = Counter()  # the requests of the jobs in the queue
-        self._held: dict[str, int] = {}  # the last hand-out, in queue order
+        self._held: dict[str, int] = {}  # the last hand-out
+        self._free: int | None = None  # what the last hand-out left (None: unknown)
 
     def decide(self, changes: Changes) -> Delta:
-        total = self._total = _capacity(self._total, changes, self.name)
+        total = _capacity(self._total, changes, self.name)
         queue, held, entries = self._queue, self._held, self._entry
+        # The hand-out of the jobs left is the last one when the jobs that ended held nothing
+        # (they took no worker from a job behind them) or every job left holds its workers.
+        free = self._free if total == self._total and not changes.displaced else None
+        self._total = total
+        ended_held = False
         for job in changes.ended:
             entry = entries.pop(job.job_id)
             del queue[bisect.bisect_left(queue, entry)]
             self._sizes[job.spec.requested_workers] -= 1
-            held.pop(job.job_id, None)
+            n = held.pop(job.job_id, 0)
+            if free is not None:
+                free += n
+            ended_held = ended_held or n > 0
         for job in changes.displaced:  # handed out again below
             held.pop(job.job_id, None)
+        if ended_held and len(queue) != len(held):
+            free = None
         for job in changes.arrived:
             deadline, submit = _deadline_key(job)
             want = job.spec.requested_workers
@@ -147,8 +158,19 @@ class EarliestDeadlineFirst(AdmitsAll, Policy):
             self._arrived += 1
             bisect.insort(queue, entry)
             self._sizes[want] += 1
+        wants = sum(job.spec.requested_workers for job in changes.arrived)
+        if self.sizing == "requested" and free is not None and wants <= free:
+            # Arrivals that fit in what the hand-out leaves take it and change no other count:
+            # every job behind one of them that held workers had at least that much left over
+            # after it, and one that held none still has less than its request.
+            self._free = free - wants
+            arrived = sorted(entries[job.job_id] for job in changes.arrived)
+            delta = {entry[3]: entry[4] for entry in arrived}
+            held.update(delta)
+            return Delta(delta)
         if self.sizing == "requested":
             chosen, delta = self._requested(total)
+            self._free = total - sum(chosen.values())
         else:
             chosen = self._artifact([entry[5] for entry in queue], total)
             delta = {job_id: n for job_id, n in chosen.items() if held.get(job_id) != n}
@@ -178,7 +200,8 @@ class EarliestDeadlineFirst(AdmitsAll, Policy):
         return chosen, changed
 
     def allocations(self) -> Sequence[tuple[str, int]]:
-        return list(self._held.items())
+        """The hand-out in queue order, as `allocate` gives it."""
+        return sorted(self._held.items(), key=lambda item: self._entry[item[0]])
 
     def allocate(self, view: ClusterView) -> Decision:
         ordered = sorted(view.jobs, key=_deadline_key)
