@@ -281,7 +281,7 @@ def test_a_decision_and_the_simulator_config_carry_only_what_every_policy_needs(
 
     from qosched.cluster.state import Decision
 
-    assert [f.name for f in fields(Decision)] == ["workers", "wake_at", "pinned"]
+    assert [f.name for f in fields(Decision)] == ["workers", "wake_at", "pinned", "reasons"]
     artifact_only = {f.name for f in fields(ArtifactConfig)}
     assert len(artifact_only) == 11
     assert not artifact_only & {f.name for f in fields(SimConfig)}
