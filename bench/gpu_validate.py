@@ -3,6 +3,7 @@
     python bench/gpu_validate.py [--models resnet50,bert_base,mobilenet,mlp] [--batches 1,16]
                                  [--dtype float16] [--reps 5] [--requests 30] [--out FILE]
                                  [--no-pairs] [--device cuda|cpu]
+                                 [--coloc MODEL:BATCH:KIND:PRIORITY+... [--coloc-seconds 10]]
 
 On a machine with CUDA, in a few minutes:
 
@@ -32,6 +33,15 @@ On a machine with CUDA, in a few minutes:
    least-squares fit to the measurements gives (to replace the ones fitted to the simulator,
    if they rank better). The weights qosched ships were fitted to its own simulator, which
    does not show cache or memory-controller contention or clock changes; this is the check.
+5. A co-located pair (``--coloc``, e.g. ``resnet50:1:inference@200:1+bert_base:8:training:0``):
+   each party runs as its own process (inference at Poisson arrivals, or training steps back to
+   back; the more important one on a high-priority CUDA stream), alone and then both at once
+   for ``--coloc-seconds``; printed: each party's measured slowdown (p99 latency ratio for
+   inference, steps per second alone over shared for training) beside the co-location
+   surrogate's prediction (``gpushare.colocation``). Two processes share the GPU by time
+   slicing unless MPS is running, which is what a cluster without MPS gives too; the surrogate
+   predicts ``fggr``'s sharing, so a gap here is the price of not having it. Without CUDA,
+   ``--coloc`` exits 2 with a message (it has nothing to measure).
 
 Everything is written to ``--out`` (JSON). Without CUDA it says so, runs the runtime once on the
 CPU device (small models) as a smoke check, and exits 0.
@@ -48,17 +58,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from qosched.core.errors import InputError
+from qosched.gpushare.colocation import Workload, profile, slowdown_of
+from qosched.gpushare.colocation import bundled as bundled_surrogate
 from qosched.gpushare.estimate import estimate_model
+from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.interference import CALIBRATED, FEATURES, features
 from qosched.gpushare.live import compare_run
 from qosched.gpushare.policies import create_policy
@@ -406,6 +423,139 @@ def _apps(
     return hi, lo
 
 
+# ---- a co-located pair: two processes on one GPU -------------------------------------------
+
+#: The pair ``--coloc`` measures by default: a served model above a training loop.
+DEFAULT_COLOC = "resnet50:1:inference@200:1+bert_base:8:training:0"
+
+
+def parse_party(text: str, name: str) -> Workload:
+    """``MODEL:BATCH:inference@RPS:PRIORITY`` or ``MODEL:BATCH:training:PRIORITY`` as a
+    workload (goal: p99 within 1.10x for inference, best effort for training; the measurement
+    does not depend on them)."""
+    parts = text.split(":")
+    if len(parts) != 4:
+        raise InputError(f"--coloc party {text!r}: expected MODEL:BATCH:KIND:PRIORITY",
+                         field="coloc")  # fmt: skip
+    model, batch, kind, priority = parts
+    rate = None
+    if kind.startswith("inference@"):
+        kind, rate_text = kind.split("@", 1)
+        try:
+            rate = float(rate_text)
+        except ValueError:
+            raise InputError(f"--coloc party {text!r}: rate {rate_text!r} is not a number",
+                             field="rate_rps") from None  # fmt: skip
+    try:
+        batch_n, priority_n = int(batch), int(priority)
+    except ValueError:
+        raise InputError(f"--coloc party {text!r}: batch and priority must be whole numbers",
+                         field="coloc") from None  # fmt: skip
+    goal = Goal("p99_slowdown", 1.10) if kind == "inference" else BEST_EFFORT
+    return Workload(name, model, batch_n, kind, priority_n, goal, rate)  # type: ignore[arg-type]
+
+
+def parse_coloc(text: str) -> tuple[Workload, Workload]:
+    """Two parties joined by ``+`` (`parse_party`), named ``a`` and ``b``."""
+    parties = text.split("+")
+    if len(parties) != 2:
+        raise InputError(f"--coloc {text!r}: expected two parties joined by '+'", field="coloc")
+    return parse_party(parties[0], "a"), parse_party(parties[1], "b")
+
+
+def coloc_worker(party: Workload, seconds: float, device: str, dtype: torch.dtype) -> dict:
+    """Run one party for ``seconds`` in this process: inference requests at Poisson arrivals
+    (latency = arrival to the end of its forward, queueing included) or training steps back to
+    back (forward, backward, SGD step); a higher priority runs on a higher-priority CUDA stream."""
+    torch.manual_seed(0)
+    model, inputs = load_model(party.model, batch=party.batch, device=device)
+    model, inputs = model.to(dtype), _cast(inputs, dtype)
+    target = Target(device)
+    # CUDA stream priorities: lower numbers are more important; -1 is the highest on most GPUs.
+    stream = target.stream(-1 if party.priority > 0 else 0)
+    rng = torch.Generator().manual_seed(party.priority)
+    training = party.kind == "training"
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6) if training else None
+
+    def step() -> None:
+        with target.on(stream):
+            if training:
+                out = model(*inputs)
+                loss = (out if isinstance(out, torch.Tensor) else out[0]).float().mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                with torch.no_grad():
+                    model(*inputs)
+        target.sync()
+
+    step()  # warm-up: cuDNN/cuBLAS choices and the allocator
+    latencies, steps = [], 0
+    began = time.perf_counter()
+    due = began
+    while time.perf_counter() - began < seconds:
+        if not training:
+            gap = float(torch.empty(1).exponential_(party.rate_rps, generator=rng))
+            due += gap
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+        step()
+        steps += 1
+        if not training:
+            latencies.append(time.perf_counter() - due)
+    return {"steps": steps, "seconds": time.perf_counter() - began, "latencies_s": latencies}
+
+
+def pair_slowdowns(parties: tuple[Workload, Workload], alone: list[dict],
+                   shared: list[dict]) -> list[float]:  # fmt: skip
+    """Each party's measured slowdown (``colocation.slowdown_of``): p99 latency shared over
+    alone for inference, steps per second alone over shared for training."""
+    result = []
+    for party, a, s in zip(parties, alone, shared, strict=True):
+        p99 = [statistics.quantiles(r["latencies_s"], n=100, method="inclusive")[98]
+               if len(r["latencies_s"]) >= 2 else math.nan for r in (a, s)]  # fmt: skip
+        rate = [r["steps"] / r["seconds"] for r in (a, s)]
+        result.append(slowdown_of(party.kind, p99[1] / p99[0] if p99[0] else math.nan,
+                                  rate[1] / rate[0] if rate[0] else math.nan))  # fmt: skip
+    return result
+
+
+def _worker_command(party: Workload, seconds: float, dtype: str) -> list[str]:
+    spec = f"{party.model}:{party.batch}:{party.kind}"
+    spec += f"@{party.rate_rps}" if party.rate_rps else ""
+    script = str(Path(__file__).resolve())
+    return [sys.executable, script, "--coloc-worker", f"{spec}:{party.priority}",
+            "--coloc-seconds", str(seconds), "--dtype", dtype]  # fmt: skip
+
+
+def _run_workers(parties: Sequence[Workload], seconds: float, dtype: str) -> list[dict]:
+    """The parties as separate processes started together (one GPU, two CUDA contexts)."""
+    procs = [subprocess.Popen(_worker_command(p, seconds, dtype), stdout=subprocess.PIPE,
+                              text=True) for p in parties]  # fmt: skip
+    results = []
+    for party, proc in zip(parties, procs, strict=True):
+        out, _ = proc.communicate(timeout=seconds * 10 + 300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"worker for {party.model} exited {proc.returncode}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def coloc_check(text: str, seconds: float, dtype: str, catalog: Processor) -> dict:
+    """Each party alone, then both at once; measured slowdowns beside the surrogate's."""
+    parties = parse_coloc(text)
+    alone = [_run_workers([p], seconds, dtype)[0] for p in parties]
+    shared = _run_workers(parties, seconds, dtype)
+    measured = pair_slowdowns(parties, alone, shared)
+    profiles = [profile(p, estimate_model(p.model, catalog, batch=p.batch, dtype=dtype).kernels,
+                        catalog) for p in parties]  # fmt: skip
+    predicted = bundled_surrogate().pair(*profiles)
+    return {"pair": text, "seconds": seconds, "measured_slowdowns": measured,
+            "predicted_slowdowns": list(predicted), "alone": alone, "shared": shared}  # fmt: skip
+
+
 def _print_table(title: str, rows: dict) -> None:
     print(f"\n{title}")
     print(f"  {'':<22}{'n':>6}{'median |err|':>15}{'mean |err|':>13}{'median est/meas':>18}")
@@ -437,8 +587,30 @@ def main(argv: list[str] | None = None) -> int:
         default="cuda",
         help="cpu: rehearse every part on this machine's CPU (its numbers mean nothing)",
     )
+    parser.add_argument(
+        "--coloc",
+        default=None,
+        help=f"measure a co-located pair (two processes on one GPU), e.g. {DEFAULT_COLOC!r}",
+    )
+    parser.add_argument("--coloc-seconds", type=float, default=10.0)
+    parser.add_argument("--coloc-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rehearsal = args.device == "cpu"
+    if args.coloc_worker:  # one party of --coloc, in its own process
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        party = parse_party(args.coloc_worker, "worker")
+        result = coloc_worker(party, args.coloc_seconds, device, getattr(torch, args.dtype))
+        print(json.dumps(result))
+        return 0
+    if args.coloc is not None:
+        parse_coloc(args.coloc)  # a typo fails here, before anything runs
+        if not torch.cuda.is_available():
+            print(
+                "gpu_validate --coloc: no CUDA GPU on this machine (torch.cuda.is_available() "
+                "is False); a co-located pair can only be measured on one.",
+                file=sys.stderr,
+            )
+            return 2
 
     if not rehearsal and not torch.cuda.is_available():
         print(
@@ -522,6 +694,17 @@ def main(argv: list[str] | None = None) -> int:
             interference = {"error": f"{type(e).__name__}: {e}"}
             print(f"interference check FAILED: {interference['error']}")
 
+    coloc: dict = {}
+    if args.coloc is not None:
+        try:
+            coloc = coloc_check(args.coloc, args.coloc_seconds, args.dtype, catalog)
+            measured, predicted = coloc["measured_slowdowns"], coloc["predicted_slowdowns"]
+            print(f"\nco-located pair {args.coloc}: measured slowdowns {measured}, "
+                  f"predicted {predicted}")  # fmt: skip
+        except Exception as e:
+            coloc = {"error": f"{type(e).__name__}: {e}"}
+            print(f"co-located pair FAILED: {coloc['error']}")
+
     out = {
         "rehearsal": rehearsal,
         "device": device_name,
@@ -532,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "runtime": runtime,
         "interference": interference,
+        "coloc": coloc,
     }
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"\nwrote {args.out}")
