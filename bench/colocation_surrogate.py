@@ -10,7 +10,8 @@ alone, priorities, goals) and each is simulated under ``fggr`` against each part
 ``--out`` (``estimates.pkl``, ``pairs.json``), so a second run only fits. The first 70 % of the
 pairs train the surrogate (non-negative least squares), the rest are held out: printed are the
 median and p90 of the absolute slowdown error on them, how often the surrogate's admit/refuse
-decision (both goals met) agrees with the simulator's, and the time of one decision at 1,000
+decision (both goals met) agrees with the simulator's (and the same for predicting no
+slowdown at all, the yardstick), and the time of one decision at 1,000
 active workloads (one newcomer scored against 1,000 profiles). ``--write`` stores the fit, with
 a fixed sample of training and held-out rows that tests re-fit and check against.
 """
@@ -197,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
               "coefficients": dict(zip(FEATURES, surrogate.coefficients, strict=True)),
               "train": evaluate(surrogate, train, kernels, device),
               "held_out": evaluate(surrogate, held, kernels, device),
+              # The yardstick: predicting no slowdown at all (every coefficient 0).
+              "held_out_if_no_slowdown": evaluate(Surrogate((0.0,) * len(FEATURES)), held,
+                                                  kernels, device),
               "decision_us_at_1000": decision_time_us(surrogate, rows, kernels, device),
               "simulated_pair_s_median": statistics.median(r["sim_s"] for r in rows)}  # fmt: skip
     print(json.dumps(result, indent=2))

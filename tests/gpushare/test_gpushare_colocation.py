@@ -55,6 +55,8 @@ def test_a_profile_is_the_time_weighted_mean_of_its_kernels():
     assert p.sm == pytest.approx((1 * 0.5 + 3 * 1.0) / 4)
     assert p.bandwidth == pytest.approx((1 * 0.2 + 3 * 0.6) / 4)
     assert p.duty == pytest.approx(0.4)  # 100 requests/s of 4 ms
+    # A request arriving at a random time finds the 3 ms kernel running 3/4 of the time.
+    assert p.kernel_s == pytest.approx((1 * 1e-3 + 3 * 3e-3) / 4)
     assert profile(training(), kernels, A100).duty == 1.0
 
 
@@ -110,6 +112,19 @@ def test_every_feature_vanishes_beside_a_party_of_no_duty():
     assert pair_features(quiet, busy).any()
 
 
+def test_a_short_request_below_long_kernels_waits_for_the_one_in_flight():
+    long = (kernel("long", sms=108, time_s=4e-3, bandwidth=0.1, gpu_bw=BW),)
+    short = (kernel("short", sms=10, time_s=1e-4, bandwidth=0.1, gpu_bw=BW),)
+    x = profile(inference(100.0, "x", 0, BEST_EFFORT), short, A100)
+    y = profile(inference(125.0, "y", 1), long, A100)  # duty 0.5, 4 ms kernels
+    features = pair_features(x, y)
+    assert features[FEATURES.index("below_block")] == pytest.approx(0.5 * 4e-3 / 1e-4)
+    assert features[FEATURES.index("level_block")] == 0.0
+    # A training step is no latency: it feels the other's kernels through the SM terms only.
+    loop = profile(training("loop", 0), short, A100)
+    assert pair_features(loop, y)[FEATURES.index("below_block")] == 0.0
+
+
 @pytest.mark.parametrize(
     ("goal", "expected"),
     [
@@ -157,7 +172,7 @@ def test_the_measured_slowdown_of_each_kind():
 def test_fit_recovers_known_non_negative_coefficients():
     rng = np.random.default_rng(1)
     x = rng.uniform(0, 1, size=(200, len(FEATURES)))
-    true = np.array([0.5, 0.0, 1.0, 0.2, 0.0, 0.3, 0.7, 0.0, 0.1, 0.4, 0.0, 0.6])
+    true = np.array([0.5, 0.0, 1.0, 0.2, 0.0, 0.3, 0.7, 0.0, 0.1, 0.4, 0.0, 0.6, 0.2, 0.0, 0.3])
     assert np.allclose(fit(x, np.exp(x @ true)).coefficients, true, atol=1e-9)
 
 

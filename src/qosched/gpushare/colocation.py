@@ -74,6 +74,11 @@ FEATURES = (
     "below_guarded",  # x below y: the wait, scaled by how tight y's goal is (1 / its slowdown)
     "above_slack",  # x above y: SM contention, scaled by the slack x's goal leaves (1 - 1/slowdown)
     "below_guard",  # x below a protected y: held back even while y is idle (1 / y's slowdown)
+    # x an inference request waiting for y's kernel in flight (blocks are not pre-empted): y's
+    # duty x y's mean kernel time (time-weighted: the residual of one in flight) / x's request
+    "below_block",
+    "level_block",
+    "above_block",
 )
 #: Duty at most this close to 1 enters ``-log(1 - duty)``: a saturated GPU is a long wait, not
 #: an infinite one.
@@ -137,6 +142,7 @@ class Profile:
     sm: float  # time-weighted share of the GPU's SMs its kernels want
     bandwidth: float  # time-weighted share of DRAM bandwidth its kernels use alone
     rate_rps: float | None  # None: a training loop
+    kernel_s: float  # time-weighted mean kernel time: what a request finds left of one in flight
 
 
 def profile(workload: Workload, kernels: Sequence[Kernel], gpu: Processor) -> Profile:
@@ -150,8 +156,9 @@ def profile(workload: Workload, kernels: Sequence[Kernel], gpu: Processor) -> Pr
     sm = float(np.dot(times, [min(k.sms, sm_count) / sm_count for k in kernels]) / total)
     bw = float(np.dot(times, [bandwidth_share(k, gpu) for k in kernels]) / total)
     duty = 1.0 if workload.rate_rps is None else min(1.0, workload.rate_rps * total)
+    kernel_s = float(np.dot(times, times) / total)
     return Profile(workload.name, workload.priority, workload.goal, total, duty, sm, bw,
-                   workload.rate_rps)  # fmt: skip
+                   workload.rate_rps, kernel_s)  # fmt: skip
 
 
 def allowed_slowdown(goal: Goal, alone: Profile) -> float:
@@ -179,13 +186,20 @@ class Table:
         self.sm = np.array([p.sm for p in profiles])
         self.bandwidth = np.array([p.bandwidth for p in profiles])
         self.allowed = np.array([allowed_slowdown(p.goal, p) for p in profiles])
-        self.columns = (self.priority, self.duty, self.sm, self.bandwidth, 1.0 / self.allowed)
+        request = np.array([p.request_s for p in profiles])
+        kernel = np.array([p.kernel_s for p in profiles])
+        latency = np.array([1.0 if p.rate_rps is not None else 0.0 for p in profiles])
+        self.columns = (self.priority, self.duty, self.sm, self.bandwidth, 1.0 / self.allowed,
+                        request, kernel, latency)  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.names)
 
 
-def _features(x_pri, x_duty, x_sm, x_bw, x_inv, y_pri, y_duty, y_sm, y_bw, y_inv) -> np.ndarray:
+def _features(
+    x_pri, x_duty, x_sm, x_bw, x_inv, x_req, x_ker, x_lat,
+    y_pri, y_duty, y_sm, y_bw, y_inv, y_req, y_ker, y_lat,
+) -> np.ndarray:  # fmt: skip
     """The features of x beside y (arrays broadcast): one row per pair, columns `FEATURES`.
     ``*_inv`` is 1 over the slowdown a party's goal allows (0 for best effort)."""
     below = (x_pri < y_pri).astype(float)
@@ -195,10 +209,13 @@ def _features(x_pri, x_duty, x_sm, x_bw, x_inv, y_pri, y_duty, y_sm, y_bw, y_inv
     sm = y_duty * x_sm * y_sm
     bw = y_duty * x_bw * y_bw
     queue = y_duty * x_duty
+    # Only a latency (x_lat: inference) feels one wait; a training step's is in sm.
+    block = y_duty * y_ker / x_req * x_lat
     return np.stack(np.broadcast_arrays(below * wait, below * sm, below * bw, level * sm,
                                         level * bw, level * wait, above * sm, above * bw,
                                         above * queue, below * wait * y_inv,
-                                        above * sm * (1 - x_inv), below * y_inv * x_sm),
+                                        above * sm * (1 - x_inv), below * y_inv * x_sm,
+                                        below * block, level * block, above * block),
                     axis=-1)  # fmt: skip
 
 
@@ -212,7 +229,9 @@ def _inverse_allowed(p: Profile) -> float:
 
 
 def _columns(p: Profile) -> tuple:
-    return (np.float64(p.priority), p.duty, p.sm, p.bandwidth, _inverse_allowed(p))
+    latency = 1.0 if p.rate_rps is not None else 0.0
+    return (np.float64(p.priority), p.duty, p.sm, p.bandwidth, _inverse_allowed(p), p.request_s,
+            p.kernel_s, latency)  # fmt: skip
 
 
 @dataclass(frozen=True)
