@@ -173,7 +173,14 @@ def test_fit_recovers_known_non_negative_coefficients():
     rng = np.random.default_rng(1)
     x = rng.uniform(0, 1, size=(200, len(FEATURES)))
     true = np.array([0.5, 0.0, 1.0, 0.2, 0.0, 0.3, 0.7, 0.0, 0.1, 0.4, 0.0, 0.6, 0.2, 0.0, 0.3])
-    assert np.allclose(fit(x, np.exp(x @ true)).coefficients, true, atol=1e-9)
+    assert np.allclose(fit(x, np.exp(x @ true), cap=math.inf).coefficients, true, atol=1e-9)
+
+
+def test_fit_takes_slowdowns_at_most_its_cap():
+    x = np.zeros((2, len(FEATURES)))
+    x[:, 0] = 1.0
+    # log(min(100, 5)) and log(5), averaged: the one coefficient is log 5.
+    assert fit(x, np.array([100.0, 5.0]), cap=5.0).coefficients[0] == pytest.approx(math.log(5))
 
 
 def _bundled_data() -> dict:
@@ -194,8 +201,8 @@ def test_the_bundled_fit_on_its_held_out_sample_is_within_its_bound():
     x = np.array(data["sample_held_out"]["features"])
     truth = np.array(data["sample_held_out"]["slowdowns"])
     error = np.abs(np.exp(x @ np.array(bundled().coefficients)) - truth)
-    assert np.median(error) <= 0.1
-    assert np.quantile(error, 0.9) <= 1.0
+    assert np.median(error) <= 0.05  # measured 0.008 when fitted
+    assert np.quantile(error, 0.9) <= 0.3  # measured 0.15
 
 
 # ---- refused inputs ------------------------------------------------------------------------

@@ -41,6 +41,7 @@ assumptions:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -84,6 +85,15 @@ FEATURES = (
 #: an infinite one.
 MAX_DUTY = 0.99
 _DATA = "colocation.json"
+#: Slowdowns are fitted up to this: a party slowed 5x is refused by any goal worth stating, and
+#: the rare pair slowed 20x (a microsecond request behind millisecond kernels) would otherwise
+#: pull every coefficient towards itself. Caps of 2, 3 and 5 fit about equally well
+#: (``bench/colocation_surrogate.py``); no cap fits worst.
+FIT_CAP = 5.0
+#: Slowdowns are fitted up to this: a party slowed 5x is refused by any goal worth stating, and
+#: the rare pair slowed 20x (a microsecond request behind millisecond kernels) would otherwise
+#: pull every coefficient towards itself. Caps of 2, 3 and 5 fit about equally well
+#: (``bench/colocation_surrogate.py``); none fits as well as no cap.
 
 
 @dataclass(frozen=True)
@@ -283,20 +293,24 @@ class Surrogate:
         return cls(tuple(float(c) for c in data["coefficients"]), str(data.get("note", "")))
 
 
-def fit(features: np.ndarray, slowdowns: np.ndarray, note: str = "") -> Surrogate:
-    """Non-negative least squares of ``log(slowdowns)`` on ``features`` (rows = parties)."""
+def fit(
+    features: np.ndarray, slowdowns: np.ndarray, note: str = "", *, cap: float = FIT_CAP
+) -> Surrogate:
+    """Non-negative least squares of ``log(slowdowns)`` on ``features`` (rows = parties), each
+    slowdown taken at most ``cap`` (`FIT_CAP`)."""
     from scipy.optimize import nnls
 
     features = np.asarray(features, dtype=float)
-    target = np.log(np.maximum(np.asarray(slowdowns, dtype=float), 1.0))
+    target = np.log(np.clip(np.asarray(slowdowns, dtype=float), 1.0, cap))
     if features.ndim != 2 or features.shape[1] != len(FEATURES) or len(target) != len(features):
         raise InputError(f"expected rows of {len(FEATURES)} features, one slowdown each")
     coefficients, _ = nnls(features, target)
     return Surrogate(tuple(float(c) for c in coefficients), note)
 
 
+@functools.cache
 def bundled() -> Surrogate:
-    """The coefficients shipped in ``qosched/data/colocation.json``."""
+    """The coefficients shipped in ``qosched/data/colocation.json`` (read once)."""
     path = resources.files("qosched") / "data" / _DATA
     return load(Path(str(path)))
 
