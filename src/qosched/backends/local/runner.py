@@ -670,6 +670,8 @@ def _end_orphans() -> int:
 
 
 def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopRequest) -> int:
+    """Run the job's command under its allocation, following its progress file, until it exits;
+    the runner's exit status (``EXIT_DONE``, ``EXIT_PREEMPTED`` or the command's failure)."""
     assert spec.command is not None
     if os.environ.get(ENV_CRASH_AT):
         log.write(
@@ -699,23 +701,8 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
     env = command_environment(
         spec, job_dir, cpus, gpus, processes=processes, progress_file=progress.path
     )
-    die_with_parent = _die_with_parent()
-
-    def child_setup() -> None:
-        # Pinned before exec: the command never runs a single instruction on other cores.
-        os.sched_setaffinity(0, cpus)
-        die_with_parent()
-
     started = time.perf_counter()
-    try:
-        child = subprocess.Popen(argv, env=env, cwd=spec.working_dir, preexec_fn=child_setup)
-    except OSError as exc:
-        where = f" in {spec.working_dir}" if spec.working_dir is not None else ""
-        raise InputError(
-            f"cannot start {argv[0]!r}{where}: {exc.strerror}",
-            source=job_dir / JOB_FILE,
-            field="working_dir" if exc.filename == spec.working_dir else "command",
-        ) from exc
+    child = _start_command(argv, env, spec, job_dir, cpus)
     log.write(
         RunnerEvent.START,
         iteration=None,
@@ -725,6 +712,58 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         processes=processes,
         version=watcher.current.version if watcher.current else None,
     )
+    code, forwarded = _follow_command(child, progress, log, between, stop)
+    left = _end_orphans()
+    if left:
+        log.write(
+            RunnerEvent.WARNING,
+            iteration=progress.iteration,
+            loss=progress.loss,
+            message=f"{left} process(es) the command left running when it exited were stopped",
+        )
+    # A command may well exit 0 after saving on SIGTERM; that counts as done only if it had
+    # reported every iteration, otherwise the scheduler would never resume it.
+    reached_end = progress.iteration is not None and progress.iteration >= spec.iterations
+    if code == 0 and (not forwarded or reached_end):
+        return _command_done(spec, job_dir, log, progress, time.perf_counter() - started)
+    if stop.requested:
+        return between.preempted(iteration=progress.iteration, loss=progress.loss, exit_code=code)
+    return _command_failed(log, progress, code)
+
+
+def _start_command(
+    argv: list[str], env: dict[str, str], spec: RunnerJob, job_dir: Path, cpus: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
+    """The command's process, pinned to ``cpus`` and dying with the runner; a command that
+    cannot start is an ``InputError`` naming the spec's field."""
+    die_with_parent = _die_with_parent()
+
+    def child_setup() -> None:
+        # Pinned before exec: the command never runs a single instruction on other cores.
+        os.sched_setaffinity(0, cpus)
+        die_with_parent()
+
+    try:
+        return subprocess.Popen(argv, env=env, cwd=spec.working_dir, preexec_fn=child_setup)
+    except OSError as exc:
+        where = f" in {spec.working_dir}" if spec.working_dir is not None else ""
+        raise InputError(
+            f"cannot start {argv[0]!r}{where}: {exc.strerror}",
+            source=job_dir / JOB_FILE,
+            field="working_dir" if exc.filename == spec.working_dir else "command",
+        ) from exc
+
+
+def _follow_command(
+    child: subprocess.Popen[bytes],
+    progress: CommandProgress,
+    log: ProgressLog,
+    between: _Between,
+    stop: StopRequest,
+) -> tuple[int, bool]:
+    """Follow the command until it exits: forward a stop request as SIGTERM (once), take in
+    its progress file, follow allocation changes and report progress when due. Its exit code,
+    and whether a SIGTERM was forwarded."""
     forwarded = False
     bad_lines = WarningBudget(
         f"more than {MAX_WARNINGS} lines of {progress.path.name} could not be used; only the "
@@ -736,68 +775,76 @@ def _run_command(spec: RunnerJob, job_dir: Path, log: ProgressLog, stop: StopReq
         if stop.requested and not forwarded and code is None:
             child.send_signal(signal.SIGTERM)
             forwarded = True
-        try:
-            problems = progress.read()
-        except InputError:
-            _end_child(child)  # the job fails; its command must not run on without a runner
-            _end_orphans()
-            raise
-        log.note(progress.iteration, progress.loss)
-        for problem in problems:
-            # In the job's log too, where its user looks first.
-            print(f"qosched runner: warning: {problem}", file=sys.stderr, flush=True)
-            reported = bad_lines.take(problem)
-            if reported is not None:
-                log.write(
-                    RunnerEvent.WARNING,
-                    iteration=progress.iteration,
-                    loss=progress.loss,
-                    message=reported,
-                )
+        _take_command_progress(child, progress, log, bad_lines)
         between.follow_allocation(iteration=progress.iteration, loss=progress.loss)
         if progress.unreported and (code is not None or between.report_due()):
             between.report(iteration=progress.iteration, loss=progress.loss)
             progress.unreported = False
         if code is not None:
-            break
+            return code, forwarded
         _reap_exited_orphans(child.pid)
         time.sleep(COMMAND_WAIT_S)
-    left = _end_orphans()
-    if left:
-        log.write(
-            RunnerEvent.WARNING,
-            iteration=progress.iteration,
-            loss=progress.loss,
-            message=f"{left} process(es) the command left running when it exited were stopped",
-        )
 
-    # A command may well exit 0 after saving on SIGTERM; that counts as done only if it had
-    # reported every iteration, otherwise the scheduler would never resume it.
-    reached_end = progress.iteration is not None and progress.iteration >= spec.iterations
-    if code == 0 and (not forwarded or reached_end):
-        if not reached_end:  # done by the contract (exit 0), said so where its user looks
-            reported = "none" if progress.iteration is None else str(progress.iteration)
+
+def _take_command_progress(
+    child: subprocess.Popen[bytes],
+    progress: CommandProgress,
+    log: ProgressLog,
+    bad_lines: WarningBudget,
+) -> None:
+    """Read the command's new progress lines; the lines it could not use are warnings (in the
+    job's log, and up to the budget as runner events). An unreadable file ends the command."""
+    try:
+        problems = progress.read()
+    except InputError:
+        _end_child(child)  # the job fails; its command must not run on without a runner
+        _end_orphans()
+        raise
+    log.note(progress.iteration, progress.loss)
+    for problem in problems:
+        # In the job's log too, where its user looks first.
+        print(f"qosched runner: warning: {problem}", file=sys.stderr, flush=True)
+        reported = bad_lines.take(problem)
+        if reported is not None:
             log.write(
                 RunnerEvent.WARNING,
                 iteration=progress.iteration,
                 loss=progress.loss,
-                message=f"the command exited 0 having reported {reported} of its "
-                f"{spec.iterations} iterations; the job counts as done",
+                message=reported,
             )
-        result = JobResult(
-            job_id=spec.job_id,
-            iterations=progress.iteration,
-            iterations_run=None,
-            resumed_from=None,
-            wall_s=time.perf_counter() - started,
-            final_loss=finite_or_none(progress.loss),
-            mean_iteration_s=progress.mean_iteration_s(),
+
+
+def _command_done(
+    spec: RunnerJob, job_dir: Path, log: ProgressLog, progress: CommandProgress, wall_s: float
+) -> int:
+    """The command exited 0 and counts as done: its result written, ``EXIT_DONE``."""
+    if progress.iteration is None or progress.iteration < spec.iterations:
+        # Done by the contract (exit 0), said so where its user looks.
+        reported = "none" if progress.iteration is None else str(progress.iteration)
+        log.write(
+            RunnerEvent.WARNING,
+            iteration=progress.iteration,
+            loss=progress.loss,
+            message=f"the command exited 0 having reported {reported} of its "
+            f"{spec.iterations} iterations; the job counts as done",
         )
-        atomic_write_json(job_dir / RESULT_FILE, result.to_json())
-        log.write(RunnerEvent.DONE, iteration=progress.iteration, loss=progress.loss, exit_code=0)
-        return EXIT_DONE
-    if stop.requested:
-        return between.preempted(iteration=progress.iteration, loss=progress.loss, exit_code=code)
+    result = JobResult(
+        job_id=spec.job_id,
+        iterations=progress.iteration,
+        iterations_run=None,
+        resumed_from=None,
+        wall_s=wall_s,
+        final_loss=finite_or_none(progress.loss),
+        mean_iteration_s=progress.mean_iteration_s(),
+    )
+    atomic_write_json(job_dir / RESULT_FILE, result.to_json())
+    log.write(RunnerEvent.DONE, iteration=progress.iteration, loss=progress.loss, exit_code=0)
+    return EXIT_DONE
+
+
+def _command_failed(log: ProgressLog, progress: CommandProgress, code: int) -> int:
+    """The command failed (exited non-zero or was killed): a fatal error event, and the
+    runner's exit status for it (128 + N for a signal N, as a shell says)."""
     how = f"exited with code {code}" if code > 0 else f"was killed by {signal.Signals(-code).name}"
     log.write(
         RunnerEvent.ERROR,
