@@ -70,7 +70,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +77,13 @@ from qosched.backends.local import detail, joblog, reasons
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.cgroups import JobGroup, JobGroups, detect
 from qosched.backends.local.cgroups import describe as describe_groups
+from qosched.backends.local.faults import FAULT_ENV, Faults
 from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.judge import judge
+from qosched.backends.local.livejob import LiveJob, holding, units_of, worker_kind
 from qosched.backends.local.machine_use import (
     KEEP_S,
     MAX_POINTS,
@@ -151,7 +152,6 @@ from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState, Phase
 from qosched.core.errors import InputError
-from qosched.core.validate import parse_int
 
 log = logging.getLogger(__name__)
 
@@ -210,95 +210,6 @@ KILL_WAIT_S = 10.0
 STORE_RETRY_S = 1.0
 STORE_RETRY_MAX_S = 30.0
 
-#: ``QOSCHED_FAULT_AT=POINT:N``: the service SIGKILLs itself the N-th time it passes POINT.
-FAULT_ENV = "QOSCHED_FAULT_AT"
-FAULT_POINTS = (
-    "intent",  # a launch intent committed; the runner not started yet
-    "popen",  # the runner started; its launch not committed yet
-    "launched",  # the launch committed
-    "progress",  # a job's new progress samples committed
-    "resize",  # allocation.json rewritten and the re-size committed
-    "signal",  # SIGTERM sent to a runner (pre-emption, cancel, a failed job)
-    "result",  # a completed job's result committed
-    "reaped",  # an exited runner's job committed pre-empted, failed or cancelled
-    "adopted",  # a live runner committed as its job's (after a restart)
-)
-
-
-class _Faults:
-    """The fault points armed by ``FAULT_ENV``; unknown points are refused, so a misspelt
-    test cannot pass by never firing."""
-
-    def __init__(self, text: str | None) -> None:
-        self._at: dict[str, int] = {}
-        self._seen: dict[str, int] = {}
-        for part in (text or "").split(","):
-            point, _, count = part.strip().partition(":")
-            if not point:
-                continue
-            if point not in FAULT_POINTS:
-                raise InputError(
-                    f"unknown fault point {point!r}; known: {', '.join(FAULT_POINTS)}",
-                    source="environment",
-                    field=FAULT_ENV,
-                )
-            self._at[point] = parse_int(
-                count or "1", field=FAULT_ENV, source="environment", minimum=1
-            )
-
-    def passed(self, point: str) -> None:
-        if point not in self._at:
-            return
-        self._seen[point] = self._seen.get(point, 0) + 1
-        if self._seen[point] == self._at[point]:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-@dataclass(slots=True)
-class _LiveJob:
-    """What the service keeps in memory about one unfinished job: its stored record, the
-    policy's record of it (``policy_job``) and its runner."""
-
-    record: JobRecord
-    spec: TrainingJobSpec  # record.spec, known to read
-    policy_job: JobState
-    job_dir: Path
-    runner: RunnerProcess | None = None
-    progress: ProgressFollower | None = None  # its runner's progress.jsonl, as far as read
-    last_event: ProgressEvent | None = None  # the last one read
-    went_back: bool = False  # its progress went back since the last start or resize (said once)
-    starting: bool = False  # its command started and has not reported an iteration since
-    progressed_at: float | None = None  # when its runner started or last reported more work
-    stalled: bool = False  # noted as stalled since (see STALL_MIN_S)
-    last_sample: tuple[float, int] | None = None  # (t, iteration) of the last progress sample
-    stored_until: float = -math.inf  # what the runner reported up to this time is stored
-    cores: tuple[int, ...] = ()  # held by a CPU job; a GPU job holds none
-    gpus: tuple[int, ...] = ()  # held by a GPU job (its runner's, until it is gone)
-    version: int = 0
-    stopping: bool = False  # the runner must stop; its cores stay held until it is gone
-    term_at: float | None = None  # time.monotonic() of the SIGTERM
-    killed: bool = False  # SIGKILL sent to its process group
-    cancelling: bool = False
-    failing: str | None = None  # the job failed (why); its runner is being stopped
-    over_memory: str | None = None  # why the job was killed for its memory use
-    speed_key: str | None = None  # what its speed is remembered under (speed_memory)
-    startup_s: float = 0.0  # its planned deadline is this much earlier (speed_memory)
-    # The job whose measured speeds (workers -> iterations/s) are this one's prior, if any.
-    remembered: tuple[str | None, dict[int, float]] | None = None
-    # Profiling (see qosched.backends.local.profiling): its speed is measured before it is
-    # judged; it is not its policy's until then. Measured at these sizes, its runner started
-    # for it at this service time; ``declining`` says why it is declined once its runner is gone.
-    profiling: bool = False
-    profile_sizes: tuple[int, ...] = ()
-    profile_started: float | None = None
-    declining: str | None = None
-    profiled: bool = False  # its speed was measured while profiling (its prior since)
-    # Why this round changes its workers, and to how many (`LocalService._explain`), for the
-    # event of the re-size, start or stop it leads to; and why its runner is being stopped.
-    change_why: str | None = None
-    change_to: int = 0
-    stop_why: str | None = None
-
 
 class LocalService:
     """See the module docstring. Thread-safe: every public method takes one lock."""
@@ -332,9 +243,9 @@ class LocalService:
         self.python = python
         self.grace_s = grace_s
         self.groups = groups  # where each job's cgroup is made; None: no cgroups
-        self._faults = _Faults(os.environ.get(FAULT_ENV) if faults is None else faults)
+        self._faults = Faults(os.environ.get(FAULT_ENV) if faults is None else faults)
         self._lock = threading.RLock()
-        self._live: dict[str, _LiveJob] = {}
+        self._live: dict[str, LiveJob] = {}
         self._dirty = True  # something changed since the last decision
         self._stale = False  # store trouble: memory may be ahead of the store
         # The service's own trouble (the store, descriptors, a full disk): what and since when
@@ -522,7 +433,7 @@ class LocalService:
             self._dirty = True
             return self.job(job_id)
 
-    def _measure_first(self, live: _LiveJob) -> bool:
+    def _measure_first(self, live: LiveJob) -> bool:
         """Whether the job's deadline waits for its measured speed (see profiling): its
         policy promises deadlines, and nothing measured its speed: no table for it, nothing
         remembered under its speed key."""
@@ -530,7 +441,7 @@ class LocalService:
 
     def _record_admission(
         self,
-        live: _LiveJob,
+        live: LiveJob,
         admission: Admission,
         now: float,
         extra: Mapping[str, Any] | None = None,
@@ -550,7 +461,7 @@ class LocalService:
         live.record = dataclasses.replace(live.record, guaranteed=guaranteed)
 
     def _admission_reason(
-        self, live: _LiveJob, admission: Admission, promised: str, now: float
+        self, live: LiveJob, admission: Admission, promised: str, now: float
     ) -> dict[str, Any]:
         """``why`` the job was admitted as it was, and the numbers: the workers it would start
         on now, its predicted finish there (after its start-up), its deadline, and where its
@@ -571,7 +482,7 @@ class LocalService:
                     view,
                     best_effort=spec.best_effort,
                     admission=admission,
-                    kind=_kind(spec),
+                    kind=worker_kind(spec),
                     startup_s=live.startup_s,
                     earliest=False,
                 ).reason
@@ -584,7 +495,7 @@ class LocalService:
             reason=reason,
             count=count,
             asked=asked,
-            kind=_kind(spec),
+            kind=worker_kind(spec),
             predicted=predicted,
             deadline_at=live.record.deadline_at,
             now=now,
@@ -598,7 +509,7 @@ class LocalService:
             "speed_source": speed,
         }
 
-    def _count_now(self, live: _LiveJob, now: float) -> tuple[int, bool]:
+    def _count_now(self, live: LiveJob, now: float) -> tuple[int, bool]:
         """How many workers the job would start on now, within its bounds, and whether its
         policy said so: asked of a copy of the policy (nothing changes) while the pool has at
         most ``ASKED_UP_TO`` jobs, else its fastest count on the free workers."""
@@ -606,8 +517,8 @@ class LocalService:
         held = {
             u
             for other in self._live.values()
-            if other.spec.gpu == gpu and (other.profiling or self._holding(other))
-            for u in self._units(other)
+            if other.spec.gpu == gpu and (other.profiling or holding(other))
+            for u in units_of(other)
         }
         room = len(self._pool(gpu)) - len(held)
         if room <= 0:
@@ -616,9 +527,9 @@ class LocalService:
         view = self._view(now, gpu, room)
         if len(view.jobs) > ASKED_UP_TO:
             free = room - sum(
-                len(self._units(other))
+                len(units_of(other))
                 for other in self._live.values()
-                if other.spec.gpu == gpu and not other.profiling and not self._holding(other)
+                if other.spec.gpu == gpu and not other.profiling and not holding(other)
             )
             counts = range(max(1, least), min(free, most or free) + 1)
             curve = live.policy_job.curve
@@ -628,7 +539,7 @@ class LocalService:
         return (max(least, min(count, most or count)) if count else 0), True
 
     def _prediction(
-        self, live: _LiveJob, count: int, now: float, *, startup_s: float = 0.0
+        self, live: LiveJob, count: int, now: float, *, startup_s: float = 0.0
     ) -> reasons.Finish | None:
         """When the job finishes on ``count`` workers from ``now`` (after ``startup_s``), on its
         policy's predicted speed and band, else on its prior speed; None on no workers."""
@@ -648,7 +559,7 @@ class LocalService:
         start, left = now + startup_s, job.remaining_iterations
         return reasons.Finish(start + left / rate, start + left / fast, start + left / slow)
 
-    def _start_profiling(self, live: _LiveJob, now: float) -> None:
+    def _start_profiling(self, live: LiveJob, now: float) -> None:
         job_id = live.record.id
         live.record = self.store.transition(job_id, Lifecycle.PROFILING, now)
         why = reasons.profiling(
@@ -699,7 +610,7 @@ class LocalService:
                     job,
                     self._view(now, spec.gpu),
                     best_effort=spec.best_effort,
-                    kind=_kind(spec),
+                    kind=worker_kind(spec),
                     startup_s=startup,
                 )
             except Exception as exc:  # what `submit_spec` fails the job for: it would not run
@@ -819,7 +730,7 @@ class LocalService:
             self._stale = True
             raise
 
-    def _isolated(self, live: _LiveJob, doing: str, action: Callable[..., Any], *args: Any) -> None:
+    def _isolated(self, live: LiveJob, doing: str, action: Callable[..., Any], *args: Any) -> None:
         """``action(live, *args)``; any exception but store trouble fails this job alone."""
         if self._live.get(live.record.id) is not live:
             return  # finished earlier in this round
@@ -838,7 +749,7 @@ class LocalService:
             log.warning("job %s failed while %s", live.record.id, doing, exc_info=True)
             self._fail(live, f"{doing}: {_reason(exc)}")
 
-    def _cap_log_of(self, live: _LiveJob) -> None:
+    def _cap_log_of(self, live: LiveJob) -> None:
         joblog.rotate_if_over(live.job_dir, live.spec.log_limit_bytes)
 
     def _note_trouble(self, what: str) -> None:
@@ -846,7 +757,7 @@ class LocalService:
         since = self._trouble[1] if self._trouble is not None else self.clock()
         self._trouble = (what, since)
 
-    def _fail(self, live: _LiveJob, reason: str) -> None:
+    def _fail(self, live: LiveJob, reason: str) -> None:
         """The job failed: recorded at once as ``failing``, and ``failed`` (with ``reason``) once
         no process of its runner is left; its cores stay held until then."""
         job_id = live.record.id
@@ -863,7 +774,7 @@ class LocalService:
 
     def _record_final(
         self,
-        live: _LiveJob,
+        live: LiveJob,
         state: Lifecycle,
         *,
         error: str | None = None,
@@ -875,7 +786,7 @@ class LocalService:
         self.store.transition(live.record.id, state, self.clock(), error=error, result=result)
         self._forget(live.record.id)
 
-    def _remember_speeds(self, live: _LiveJob) -> None:
+    def _remember_speeds(self, live: LiveJob) -> None:
         """What the job measured, for the next job with its speed key (speed_memory). A
         courtesy to later jobs: nothing here may keep this one from its final state."""
         try:
@@ -908,7 +819,7 @@ class LocalService:
         launches = [e.t for e in self.store.events(job_id) if e.kind == "launched"]
         return measured_startup_s(launches, samples)
 
-    def _track(self, record: JobRecord) -> _LiveJob:
+    def _track(self, record: JobRecord) -> LiveJob:
         spec = record.spec
         if spec is None:
             raise InputError(record.spec_error or "its stored spec does not read", field="spec")
@@ -924,7 +835,7 @@ class LocalService:
             startup,
             self.store.remembered_spread(key),
         )
-        live = _LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
+        live = LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
         live.speed_key = key
         live.startup_s = startup
         if remembered and measured_by != record.id:
@@ -980,13 +891,8 @@ class LocalService:
         """The workers of one pool: the GPUs, or the cores."""
         return self.gpus if gpu else self.cores
 
-    def _policy_of(self, live: _LiveJob) -> Policy:
+    def _policy_of(self, live: LiveJob) -> Policy:
         return self.gpu_policy if live.spec.gpu else self.policy
-
-    @staticmethod
-    def _units(live: _LiveJob) -> tuple[int, ...]:
-        """The workers a job holds in its pool: its GPUs, or its cores."""
-        return live.gpus if live.spec.gpu else live.cores
 
     def _view(self, now: float, gpu: bool = False, count: int | None = None) -> ClusterView:
         """The jobs of one pool the policy decides for, on ``count`` workers (default: the
@@ -995,7 +901,7 @@ class LocalService:
         jobs = [
             live.policy_job
             for live in self._live.values()
-            if live.spec.gpu == gpu and not live.profiling and not self._holding(live)
+            if live.spec.gpu == gpu and not live.profiling and not holding(live)
         ]
         size = len(self._pool(gpu)) if count is None else count
         if not gpu:
@@ -1003,12 +909,6 @@ class LocalService:
             return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
         cluster = ClusterSpec.from_flags(1, max(1, size), resource="gpu")
         return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
-
-    @classmethod
-    def _holding(cls, live: _LiveJob) -> bool:
-        return bool(cls._units(live)) and (
-            live.stopping or live.policy_job.remaining_iterations <= 0
-        )
 
     def _decide(self, now: float) -> None:
         periodic = not self._dirty  # nothing happened: the tick or a wake-up asked for it
@@ -1026,15 +926,15 @@ class LocalService:
         pool = [live for live in self._live.values() if live.spec.gpu == gpu]
         members = [live for live in pool if not live.profiling]
         measuring = [live for live in pool if live.profiling]
-        held = {u for live in members if self._holding(live) for u in self._units(live)}
-        held.update(u for live in measuring for u in self._units(live))
+        held = {u for live in members if holding(live) for u in units_of(live)}
+        held.update(u for live in measuring for u in units_of(live))
         free = [u for u in self._pool(gpu) if u not in held]
         if not free:
             return None  # every worker is held by a job finishing, stopping or measured
         waiting = [
             live
             for live in measuring
-            if live.runner is None and not self._units(live) and live.declining is None
+            if live.runner is None and not units_of(live) and live.declining is None
         ]
         lent = self._lend_for_measuring(waiting, len(free), now, gpu=gpu)
         room = len(free) - sum(lent.values())
@@ -1066,7 +966,7 @@ class LocalService:
             if live is None or guaranteed == live.record.guaranteed:
                 continue
             promised = reasons.promise(guaranteed, live.spec.best_effort)
-            predicted = self._prediction(live, len(self._units(live)), now)
+            predicted = self._prediction(live, len(units_of(live)), now)
             why = reasons.promise_changed(
                 promised,
                 policy=self.policy_name,
@@ -1094,7 +994,7 @@ class LocalService:
 
     def _explain(
         self,
-        members: list[_LiveJob],
+        members: list[LiveJob],
         assignment: Mapping[str, tuple[int, ...]],
         why: Mapping[str, str],
         happened: str,
@@ -1103,16 +1003,16 @@ class LocalService:
         it, else words from what changed), for the event its re-size, start or stop records."""
         for live in members:
             live.change_why = None
-            if self._holding(live):
+            if holding(live):
                 continue
-            old, new = len(self._units(live)), len(assignment.get(live.record.id, ()))
+            old, new = len(units_of(live)), len(assignment.get(live.record.id, ()))
             if old == new:
                 continue
             live.change_why = reasons.cause(why.get(live.record.id), old, new, happened)
             live.change_to = new
 
     def _lend_for_measuring(
-        self, waiting: list[_LiveJob], free: int, now: float, *, gpu: bool
+        self, waiting: list[LiveJob], free: int, now: float, *, gpu: bool
     ) -> dict[str, int]:
         """How many of the ``free`` workers each waiting profiling job is lent now: the most
         its spec allows such that every guarantee survives (``profiling.probe_job``), or none
@@ -1126,7 +1026,7 @@ class LocalService:
         running = sum(
             1
             for other in self._live.values()
-            if other.spec.gpu == gpu and not other.profiling and self._units(other)
+            if other.spec.gpu == gpu and not other.profiling and units_of(other)
         )
         for live in waiting[:MAX_PROBED_PER_DECISION]:
             least, most = live.spec.resources.bounds()
@@ -1141,7 +1041,7 @@ class LocalService:
         return lent
 
     def _launch_measuring(
-        self, lent: Mapping[str, int], free: list[int], pool: list[_LiveJob], now: float
+        self, lent: Mapping[str, int], free: list[int], pool: list[LiveJob], now: float
     ) -> None:
         """Start each profiling job lent workers on ones nobody holds after this round's
         changes; one whose workers are still held (a runner stopping) waits a round."""
@@ -1149,7 +1049,7 @@ class LocalService:
             live = self._live.get(job_id)
             if live is None:
                 continue
-            taken = {u for other in pool for u in self._units(other)}
+            taken = {u for other in pool for u in units_of(other)}
             units = tuple(u for u in free if u not in taken)[:count]
             if len(units) < count:
                 self._dirty = True
@@ -1158,7 +1058,7 @@ class LocalService:
             self._isolated(live, "launching it to measure its speed", self._launch, units, now)
 
     @staticmethod
-    def _begin_measuring(live: _LiveJob, count: int, now: float) -> None:
+    def _begin_measuring(live: LiveJob, count: int, now: float) -> None:
         """The job is measured from ``now``, starting on ``count`` workers."""
         live.profile_sizes = sizes_to_measure(
             count,
@@ -1167,20 +1067,18 @@ class LocalService:
         )
         live.profile_started = now
 
-    def _measure(self, live: _LiveJob, now: float) -> None:
+    def _measure(self, live: LiveJob, now: float) -> None:
         """One profiling job's round: measure on, shrink to its next size, or judge it."""
         if live.runner is None or live.stopping or live.declining is not None:
             return
-        holding = len(self._units(live))
+        held = len(units_of(live))
         if live.profile_started is None:  # adopted after a restart: measured from now on
-            self._begin_measuring(live, holding, now)
+            self._begin_measuring(live, held, now)
         samples = self._samples(live.record.id)
-        step = next_step(
-            live.profile_sizes, size_speeds(samples), holding, now - live.profile_started
-        )
-        if step.resize_to is not None and step.resize_to < holding:
+        step = next_step(live.profile_sizes, size_speeds(samples), held, now - live.profile_started)
+        if step.resize_to is not None and step.resize_to < held:
             live.change_why = reasons.measuring(
-                step.resize_to, _kind(live.spec), live.profile_sizes
+                step.resize_to, worker_kind(live.spec), live.profile_sizes
             )
             self._resize(live, live.cores[: step.resize_to], now)
             self._dirty = True  # the workers it gave back go to others
@@ -1188,7 +1086,7 @@ class LocalService:
             self._conclude_profiling(live, samples, now)
 
     def _conclude_profiling(
-        self, live: _LiveJob, samples: Sequence[tuple[float, int, int]], now: float
+        self, live: LiveJob, samples: Sequence[tuple[float, int, int]], now: float
     ) -> None:
         """Judge a profiling job on the speeds its ``samples`` measured (none: it reported no
         usable progress), as an arriving job is judged: it runs (guaranteed or best effort)
@@ -1196,7 +1094,7 @@ class LocalService:
         job_id, spec = live.record.id, live.spec
         policy = self._policy_of(live)
         others = sum(
-            len(self._units(other))
+            len(units_of(other))
             for other in self._live.values()
             if other.profiling and other is not live and other.spec.gpu == spec.gpu
         )
@@ -1247,7 +1145,7 @@ class LocalService:
         self._record_admission(live, admission, now, {"measured": measured})
         self._dirty = True
 
-    def _declined_verdict(self, live: _LiveJob, view: ClusterView, admission: Admission) -> Verdict:
+    def _declined_verdict(self, live: LiveJob, view: ClusterView, admission: Admission) -> Verdict:
         """Why the policy declined the job, and the earliest deadline it would guarantee."""
         try:
             return judge(
@@ -1256,7 +1154,7 @@ class LocalService:
                 view,
                 best_effort=live.spec.best_effort,
                 admission=admission,
-                kind=_kind(live.spec),
+                kind=worker_kind(live.spec),
                 startup_s=live.startup_s,
             )
         except Exception:  # the reason is a courtesy: the decline stands without it
@@ -1264,39 +1162,39 @@ class LocalService:
             return Verdict(Admission.DECLINED)
 
     def _assign_units(
-        self, workers: Mapping[str, int], members: list[_LiveJob], free: list[int], gpu: bool
+        self, workers: Mapping[str, int], members: list[LiveJob], free: list[int], gpu: bool
     ) -> dict[str, tuple[int, ...]]:
         """The policy's worker counts, fitted to each job's bounds and the free units, as
         concrete cores or GPUs (a job keeps the units it holds where it can)."""
         bounds = {job_id: self._live[job_id].spec.resources.bounds() for job_id in workers}
         counts = fit_counts(workers, bounds, len(free))
         current = {
-            live.record.id: self._units(live)
+            live.record.id: units_of(live)
             for live in members
-            if self._units(live) and not self._holding(live)
+            if units_of(live) and not holding(live)
         }
         if gpu:
             return assign_gpus(counts, current, free)
         return assign_cores(counts, current, free)
 
     def _changes(
-        self, members: list[_LiveJob], assignment: Mapping[str, tuple[int, ...]]
-    ) -> list[tuple[_LiveJob, tuple[int, ...], bool]]:
+        self, members: list[LiveJob], assignment: Mapping[str, tuple[int, ...]]
+    ) -> list[tuple[LiveJob, tuple[int, ...], bool]]:
         """Each job whose units change: (job, its new units, whether it gives units up)."""
         changes = []
         for live in members:
             units = assignment.get(live.record.id, ())
-            if self._holding(live) or units == self._units(live):
+            if holding(live) or units == units_of(live):
                 continue
             running = live.runner is not None
             if running and live.spec.restarts_on_resize:
                 units = ()  # re-sized by a restart: stopped now, launched again once gone
-            giving_up = not units or (running and len(units) < len(self._units(live)))
+            giving_up = not units or (running and len(units) < len(units_of(live)))
             changes.append((live, units, giving_up))
         return changes
 
     def _give_up_units(
-        self, changes: list[tuple[_LiveJob, tuple[int, ...], bool]], now: float
+        self, changes: list[tuple[LiveJob, tuple[int, ...], bool]], now: float
     ) -> None:
         """Pre-emptions and shrinks, before any unit is handed on."""
         for live, units, giving_up in changes:
@@ -1307,15 +1205,15 @@ class LocalService:
 
     def _hand_on_units(
         self,
-        changes: list[tuple[_LiveJob, tuple[int, ...], bool]],
-        members: list[_LiveJob],
+        changes: list[tuple[LiveJob, tuple[int, ...], bool]],
+        members: list[LiveJob],
         now: float,
     ) -> None:
         """Launches and growths, onto units no other job still holds."""
         for live, units, giving_up in changes:
             if giving_up or self._live.get(live.record.id) is not live:
                 continue
-            others = {u for other in members if other is not live for u in self._units(other)}
+            others = {u for other in members if other is not live for u in units_of(other)}
             if others.intersection(units):
                 continue  # its holder is still stopping; the next round, once it is gone
             if live.runner is not None:
@@ -1323,13 +1221,13 @@ class LocalService:
             else:
                 self._isolated(live, "launching it", self._launch, units, now)
 
-    def _release_gpus(self, live: _LiveJob, now: float) -> None:
+    def _release_gpus(self, live: LiveJob, now: float) -> None:
         """Its runner is gone (or never started): its GPUs may go to another job."""
         if live.gpus:
             self.store.add_event(live.record.id, now, "gpus", {"released": list(live.gpus)})
             live.gpus = ()
 
-    def _launch(self, live: _LiveJob, units: tuple[int, ...], now: float) -> None:
+    def _launch(self, live: LiveJob, units: tuple[int, ...], now: float) -> None:
         """Intent (committed), runner, launch (committed): a service killed in between finds
         the runner by its job folder at the next start."""
         job_id = live.record.id
@@ -1400,10 +1298,10 @@ class LocalService:
             live.policy_job.started_s = now
         live.policy_job.reallocations += live.policy_job.started_s != now
 
-    def _start_note(self, live: _LiveJob, count: int, attempt: int, now: float) -> dict[str, Any]:
+    def _start_note(self, live: LiveJob, count: int, attempt: int, now: float) -> dict[str, Any]:
         """Why the job's runner starts on ``count`` workers, with its predicted finish there."""
         why, live.change_why = live.change_why, None
-        kind = _kind(live.spec)
+        kind = worker_kind(live.spec)
         if live.profiling:
             why = f"lent {reasons.workers(count, kind)} no guarantee needs, to measure its speed"
         predicted = self._prediction(live, count, now, startup_s=live.startup_s)
@@ -1421,7 +1319,7 @@ class LocalService:
     def _group_of(self, job_id: str) -> JobGroup | None:
         return None if self.groups is None else self.groups.of(job_id)
 
-    def _prepare_group(self, live: _LiveJob, cores: tuple[int, ...]) -> JobGroup | None:
+    def _prepare_group(self, live: LiveJob, cores: tuple[int, ...]) -> JobGroup | None:
         """The job's cgroup, made (or emptied of what an earlier runner left) and limited to
         its cores and memory, for a runner about to start; None where there is none."""
         group = self._group_of(live.record.id)
@@ -1449,7 +1347,7 @@ class LocalService:
                 time.sleep(0.05)
         group.remove()
 
-    def _take_over(self, live: _LiveJob, runner: RunnerProcess, now: float, attempt: int) -> None:
+    def _take_over(self, live: LiveJob, runner: RunnerProcess, now: float, attempt: int) -> None:
         """Adopt a live runner of this job: it holds the cores its ``allocation.json`` gives."""
         live.runner = runner
         allocation = read_allocation(live.job_dir / ALLOCATION_FILE)
@@ -1469,11 +1367,11 @@ class LocalService:
             kind="re-adopted",
         )
         self._faults.passed("adopted")
-        live.policy_job.workers = len(self._units(live))
+        live.policy_job.workers = len(units_of(live))
         live.policy_job.phase = Phase.RUNNING
         live.policy_job.started_s = live.record.started_at
 
-    def _resize(self, live: _LiveJob, cores: tuple[int, ...], now: float) -> None:
+    def _resize(self, live: LiveJob, cores: tuple[int, ...], now: float) -> None:
         note = self._resize_note(live, len(live.cores), len(cores), now)
         if live.runner is not None and live.runner.group is not None:
             # Before the runner hears of them: its new affinity must lie inside the group's.
@@ -1487,14 +1385,14 @@ class LocalService:
         self.store.set_allocation(live.record.id, cores, now, note=note)
         self._faults.passed("resize")
 
-    def _resize_note(self, live: _LiveJob, old: int, new: int, now: float) -> dict[str, Any]:
+    def _resize_note(self, live: LiveJob, old: int, new: int, now: float) -> dict[str, Any]:
         """Why the job goes from ``old`` to ``new`` workers, with its predicted finish on each."""
         why, live.change_why = live.change_why, None
         before, after = self._prediction(live, old, now), self._prediction(live, new, now)
         text = reasons.resized(
             old,
             new,
-            _kind(live.spec),
+            worker_kind(live.spec),
             why or reasons.cause(None, old, new, ""),
             before=before,
             after=after,
@@ -1506,14 +1404,14 @@ class LocalService:
         note.update({f"{key}_after": v for key, v in _finish_fields(after).items()})
         return note
 
-    def _preempt(self, live: _LiveJob) -> None:
+    def _preempt(self, live: LiveJob) -> None:
         if live.runner is not None:
             why, live.change_why = live.change_why, None
-            count = len(self._units(live))
+            count = len(units_of(live))
             restart_to = live.change_to if live.spec.restarts_on_resize else None
             live.stop_why = reasons.preempted(
                 count,
-                _kind(live.spec),
+                worker_kind(live.spec),
                 why or reasons.cause(None, count, 0, ""),
                 restart_to=restart_to,
             )
@@ -1522,7 +1420,7 @@ class LocalService:
             live.cores = ()
             self._release_gpus(live, self.clock())
 
-    def _stop(self, live: _LiveJob) -> None:
+    def _stop(self, live: LiveJob) -> None:
         """SIGTERM the runner once (it checkpoints and exits); ``_escalate`` SIGKILLs its group
         after the grace. Its cores stay held until it is gone."""
         live.stopping = True
@@ -1531,7 +1429,7 @@ class LocalService:
             live.term_at = time.monotonic()
             self._faults.passed("signal")
 
-    def _escalate(self, live: _LiveJob) -> None:
+    def _escalate(self, live: LiveJob) -> None:
         runner = live.runner
         if runner is None or live.term_at is None or live.killed:
             return
@@ -1553,7 +1451,7 @@ class LocalService:
         for live in list(self._live.values()):
             self._isolated(live, "reaping its runner", self._reap_one)
 
-    def _reap_one(self, live: _LiveJob) -> None:
+    def _reap_one(self, live: LiveJob) -> None:
         """Act on a runner that exited since the last round."""
         runner = live.runner
         if runner is None or runner.running():
@@ -1614,7 +1512,7 @@ class LocalService:
                     self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
         self._faults.passed("reaped")
 
-    def _enforce_memory_of(self, live: _LiveJob) -> None:
+    def _enforce_memory_of(self, live: LiveJob) -> None:
         """Kill a job whose processes use more resident memory than its spec allows (what a
         cgroup limit would do, without needing one): the runner's whole process group, since a
         command job's own children count too."""
@@ -1631,7 +1529,7 @@ class LocalService:
             runner.kill_group(signal.SIGKILL)
             live.stopping, live.killed = True, True
 
-    def _mark_preempted(self, live: _LiveJob, now: float, why: str) -> None:
+    def _mark_preempted(self, live: LiveJob, now: float, why: str) -> None:
         """Its runner is gone and the job may run again: pre-empted, or, while it is being
         measured, still profiling (holding nothing; measured anew once lent workers again)."""
         if live.profiling:
@@ -1659,7 +1557,7 @@ class LocalService:
             if live.runner is not None:
                 live.runner.close()
 
-    def _read_progress_of(self, live: _LiveJob) -> list[ProgressEvent]:
+    def _read_progress_of(self, live: LiveJob) -> list[ProgressEvent]:
         """Take in the runner's new events; an unreadable line or a number out of bounds is
         an ``InputError`` naming the line (the caller fails the job)."""
         if live.progress is None:
@@ -1918,7 +1816,7 @@ class LocalService:
             error=record.error,
         )
 
-    def _speed_source(self, live: _LiveJob) -> str:
+    def _speed_source(self, live: LiveJob) -> str:
         """Where the job's predicted speed comes from now, in words for ``status JOB``."""
         if live.profiling:
             return "being measured (profiling)"
@@ -1931,7 +1829,7 @@ class LocalService:
             return f"remembered from {live.remembered[0]}"
         return "table" if live.spec.workload is not None and not live.spec.gpu else "placeholder"
 
-    def _note_stall(self, live: _LiveJob, now: float) -> None:
+    def _note_stall(self, live: LiveJob, now: float) -> None:
         """An event, once, when a running job has reported no progress for ``STALL_MIN_S`` and
         for ten of its predicted iterations."""
         if live.stalled or live.progressed_at is None or live.runner is None or live.stopping:
@@ -1940,7 +1838,7 @@ class LocalService:
         if quiet < STALL_MIN_S:
             return
         model = self._policy_of(live).predictor_of(live.policy_job.job_id)
-        workers = len(self._units(live))
+        workers = len(units_of(live))
         if model is not None and workers and quiet < 10.0 / model.predict(workers).rate:
             return
         live.stalled = True
@@ -1951,10 +1849,10 @@ class LocalService:
             {"seconds": round(quiet), "iteration": int(live.policy_job.iterations_done)},
         )
 
-    def _predict_finish(self, live: _LiveJob) -> tuple[float | None, tuple[float, float] | None]:
+    def _predict_finish(self, live: LiveJob) -> tuple[float | None, tuple[float, float] | None]:
         """When the job finishes at its current core count, from the policy's predictor (not
         while it is stalled: its speed says nothing then)."""
-        workers = len(self._units(live))
+        workers = len(units_of(live))
         if not workers or live.stalled:
             return None, None
         model = self._policy_of(live).predictor_of(live.policy_job.job_id)
@@ -2185,11 +2083,6 @@ def _verdict_note(verdict: Verdict) -> dict[str, Any]:
         note["earliest_deadline_at"] = verdict.earliest_deadline_at
         note["earliest_deadline_in_s"] = verdict.earliest_deadline_in_s
     return note
-
-
-def _kind(spec: TrainingJobSpec) -> str:
-    """What the workers of the job's pool are called."""
-    return "GPU" if spec.gpu else "core"
 
 
 def _reason(exc: BaseException) -> str:
