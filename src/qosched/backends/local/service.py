@@ -80,6 +80,7 @@ from qosched.backends.local.cgroups import describe as describe_groups
 from qosched.backends.local.faults import FAULT_ENV, Faults
 from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import assign_gpus, gpu_inventory
+from qosched.backends.local.intake import RUNNER_WARNING, Sample, take_in
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.judge import judge
@@ -192,9 +193,6 @@ CHECKPOINT_EVERY = 50
 #: Where a log line for each job's runner goes, inside its job directory. The file keeps the
 #: name earlier versions gave it, so job folders (and runners) they left are read as before.
 RUNNER_LOG = joblog.JOB_LOG
-#: The store event kind of a runner's non-fatal warning; a stored name (and a value the API
-#: returns) kept for existing data.
-RUNNER_WARNING = "worker-warning"
 #: A running job that reports no progress for this long, and for ten of its predicted iterations,
 #: is noted as stalled (an event, once until it moves again), and its finish is no longer
 #: predicted: a hung command would otherwise show "in 1 s, on track" for ever.
@@ -1558,79 +1556,21 @@ class LocalService:
                 live.runner.close()
 
     def _read_progress_of(self, live: LiveJob) -> list[ProgressEvent]:
-        """Take in the runner's new events; an unreadable line or a number out of bounds is
-        an ``InputError`` naming the line (the caller fails the job)."""
+        """Take in the runner's new events (``intake.take_in``) and store what they say; an
+        unreadable line or a number out of bounds is an ``InputError`` naming the line (the
+        caller fails the job)."""
         if live.progress is None:
             live.progress = ProgressFollower(live.job_dir / PROGRESS_FILE)
         events = live.progress.read()
-        job = live.policy_job
-        stored = False
-        for event in events:
-            fresh = event.t > live.stored_until  # not stored before a restart
-            if event.event is RunnerEvent.WARNING or (
-                event.event is RunnerEvent.ERROR and not event.fatal
-            ):
-                if fresh:
-                    self.store.add_event(
-                        live.record.id, event.t, RUNNER_WARNING, {"message": event.message}
-                    )
-                    stored = True
-                continue
-            if event.event in (RunnerEvent.START, RunnerEvent.RESIZE):
-                # A new interval starts here. A command's start knows no iteration yet: the
-                # interval starts from what the job had done, and its start-up counts as
-                # active time (a little slow at first, never fast: safe for a deadline), though
-                # not toward its speed (speed_mark, below).
-                done = event.iteration if event.iteration is not None else job.iterations_done
-                live.last_sample = (event.t, int(done))
-                live.went_back = False
-                live.starting = event.event is RunnerEvent.START and event.iteration is None
-                if event.event is RunnerEvent.START:
-                    live.progressed_at, live.stalled = event.t, False
-                if event.iteration is None:
-                    continue
-            elif event.iteration is None:
-                continue
-            elif live.last_sample is not None and event.t > live.last_sample[0]:
-                job.active_s += event.t - live.last_sample[0]
-                if event.iteration < live.last_sample[1] and fresh and not live.went_back:
-                    # Its command started over without a checkpoint (or reports wrongly): the
-                    # work since the last sample was lost, and the policy measures anew. Said
-                    # once per start, however often it happens.
-                    live.went_back = True
-                    self.store.add_event(
-                        live.record.id,
-                        event.t,
-                        RUNNER_WARNING,
-                        {
-                            "message": f"progress went back from iteration "
-                            f"{live.last_sample[1]} to {event.iteration}"
-                        },
-                    )
-                    stored = True
-                live.last_sample = (event.t, event.iteration)
-            if event.iteration > job.iterations_done:
-                live.progressed_at, live.stalled = event.t, False
-            job.iterations_done = float(min(event.iteration, live.spec.iterations))
-            job.last_update_s = event.t
-            if live.starting:
-                # Its start-up (interpreter, imports) is running time but says nothing of its
-                # speed: the policy measures the speed from its first report on.
-                live.starting = False
-                job.speed_mark = (job.active_s, job.iterations_done)
-            if fresh and event.event in (
-                RunnerEvent.PROGRESS,
-                RunnerEvent.CHECKPOINT,
-                RunnerEvent.DONE,
-            ):
-                # The sample's workers are the job's pool's: a GPU job's runner reports the
-                # service's cores, which feed its GPUs; its speed is per GPU count.
-                workers = len(live.gpus) if live.spec.gpu else event.cpus
-                self.store.add_progress(live.record.id, event.t, event.iteration, workers)
-                stored = True
-        if events:
-            live.last_event = events[-1]
-        if stored:
+        writes = take_in(live, events)
+        for write in writes:
+            if isinstance(write, Sample):
+                self.store.add_progress(live.record.id, write.t, write.iteration, write.workers)
+            else:
+                self.store.add_event(
+                    live.record.id, write.t, RUNNER_WARNING, {"message": write.message}
+                )
+        if writes:
             self._faults.passed("progress")
         return events
 
