@@ -124,6 +124,12 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_runner_job,
 )
+from qosched.backends.local.recovery import (
+    gpus_in_log,
+    highest_job_folder,
+    replay,
+    runners_in_order,
+)
 from qosched.backends.local.speed_memory import (
     clamp_spread,
     drift_spread,
@@ -293,7 +299,7 @@ class LocalService:
             home, Store(home / "state.db"), cores, policy, gpus=inventory, groups=groups, **options
         )
         try:
-            service.store.skip_ids_through(_highest_job_folder(home / "jobs"))
+            service.store.skip_ids_through(highest_job_folder(home / "jobs"))
             service._recover()
             service._sweep_groups()  # what a service that died left
         except BaseException:
@@ -1634,7 +1640,7 @@ class LocalService:
                 runner.close()
         self._end_leftovers(self._group_of(job_id))
         with contextlib.suppress(IllegalTransitionError, UnknownJobError):
-            held = _gpus_in_log(self.store.events(job_id))
+            held = gpus_in_log(self.store.events(job_id))
             if held:
                 self.store.add_event(job_id, self.clock(), "gpus", {"released": list(held)})
             self.store.record_failure(job_id, reason, self.clock())
@@ -1652,25 +1658,9 @@ class LocalService:
             live.profiling = True  # not its policy's yet: measured (again), then judged
         else:  # accepted before: the policy re-learns it
             self._policy_of(live).admit(live.policy_job, self._view(now, live.spec.gpu))
-        intent_attempt, launched = record.attempts, None
-        events = self.store.events(job_id)
-        live.gpus = _gpus_in_log(events)  # held by its runner, if one is left
-        for event in events:
-            if event.kind == "launching":
-                intent_attempt, launched = int(event.detail["attempt"]), None
-            elif event.kind in ("launched", "re-adopted"):
-                launched = event
-            elif event.kind == "cancelling":
-                live.cancelling = True
-            elif event.kind == "failing":
-                live.failing = str(event.detail.get("why"))
-            elif event.kind == "declining":
-                live.declining = str(event.detail.get("why"))
-            elif event.kind == RUNNER_WARNING:
-                live.stored_until = max(live.stored_until, event.t)
-        samples = self.store.progress(job_id)
-        if samples:
-            live.stored_until = max(live.stored_until, samples[-1].t)
+        intent_attempt, launched = replay(
+            live, record.attempts, self.store.events(job_id), self.store.progress(job_id)
+        )
         found = [
             runner
             for pid in runners.get(str(live.job_dir), [])
@@ -1680,9 +1670,7 @@ class LocalService:
                 )
             )
         ]
-        if launched is not None:  # the recorded one first, then the oldest
-            recorded = (launched.detail.get("pid"), launched.detail.get("start_ticks"))
-            found.sort(key=lambda r: ((r.pid, r.start_ticks) != recorded, r.start_ticks))
+        found = runners_in_order(found, launched)
         for extra in found[1:]:  # never two runners for one job: keep one
             extra.group = None  # the job's group holds the one kept too
             extra.kill_group(signal.SIGKILL)
@@ -1694,6 +1682,12 @@ class LocalService:
             if live.cancelling or live.failing is not None or live.declining is not None:
                 self._stop(live)
             return
+        self._settle_without_runner(live, record, now)
+
+    def _settle_without_runner(self, live: LiveJob, record: JobRecord, now: float) -> None:
+        """Recovery of a job no runner of which is left: recorded as what its log and folder
+        say it came to (failed, done, cancelled, declined), or pre-empted if it was running."""
+        job_id = record.id
         self._read_progress_of(live)
         self._end_leftovers(self._group_of(job_id))  # what a runner killed meanwhile left
         self._release_gpus(live, now)  # no runner of it is left
@@ -1951,16 +1945,6 @@ def assign_cores(
     return result
 
 
-def _gpus_in_log(events: Sequence[Any]) -> tuple[int, ...]:
-    """The GPUs a job's audit log says it holds now: the last ``gpus`` event's ``held``, unless
-    a ``released`` came after it."""
-    held: tuple[int, ...] = ()
-    for event in events:
-        if event.kind == "gpus":
-            held = tuple(event.detail.get("held", ()))
-    return held
-
-
 def resident_bytes(pid: int) -> int:
     """Resident memory of ``pid`` and all its descendants (0 for a process that is gone)."""
     return sum(
@@ -1969,20 +1953,6 @@ def resident_bytes(pid: int) -> int:
         for line in status.splitlines()
         if line.startswith("VmRSS:")
     )
-
-
-def _highest_job_folder(jobs: Path) -> int:
-    """The largest N of the ``j-NNNNNN`` folders in ``jobs`` (0 with none): a database that was
-    emptied or replaced must not give a new job an old one's folder, log and checkpoint."""
-    highest = 0
-    with os.scandir(jobs) as entries:
-        for entry in entries:
-            digits = entry.name.removeprefix("j-")
-            # Ids stay far below 20 digits: a longer name is no folder of ours.
-            ours = entry.name.startswith("j-") and digits.isascii() and digits.isdecimal()
-            if ours and len(digits) <= 20:
-                highest = max(highest, int(digits))
-    return highest
 
 
 def service_trouble(exc: BaseException) -> str | None:
