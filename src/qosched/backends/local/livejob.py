@@ -54,7 +54,7 @@ class LiveJob:
     profile_started: float | None = None
     declining: str | None = None
     profiled: bool = False  # its speed was measured while profiling (its prior since)
-    # Why this round changes its workers, and to how many (`LocalService._explain`), for the
+    # Why this round changes its workers, and to how many (`rounds.explain`), for the
     # event of the re-size, start or stop it leads to; and why its runner is being stopped.
     change_why: str | None = None
     change_to: int = 0

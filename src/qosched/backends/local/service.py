@@ -79,7 +79,7 @@ from qosched.backends.local.cgroups import JobGroup, JobGroups, detect
 from qosched.backends.local.cgroups import describe as describe_groups
 from qosched.backends.local.faults import FAULT_ENV, Faults
 from qosched.backends.local.files import MACHINE_ERRNOS
-from qosched.backends.local.gpus import assign_gpus, gpu_inventory
+from qosched.backends.local.gpus import gpu_inventory
 from qosched.backends.local.intake import RUNNER_WARNING, Sample, take_in
 from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
@@ -129,6 +129,14 @@ from qosched.backends.local.recovery import (
     highest_job_folder,
     replay,
     runners_in_order,
+)
+from qosched.backends.local.rounds import (
+    Change,
+    assign_cores,
+    assign_units,
+    changes,
+    explain,
+    fit_counts,
 )
 from qosched.backends.local.speed_memory import (
     clamp_spread,
@@ -948,15 +956,15 @@ class LocalService:
             view = self._view(now, gpu, room)
             decision = policy.allocate(view)
             self._keep_promises(view, policy, now)
-            assignment = self._assign_units(decision.workers, members, free, gpu)
+            assignment = assign_units(decision.workers, self._live, members, free, gpu)
             happened = self._happened(view, gpu, periodic)
-            self._explain(members, assignment, decision.reasons, happened)
+            explain(members, assignment, decision.reasons, happened)
             wake = decision.wake_at
         else:
             assignment = {}
-        changes = self._changes(members, assignment)
-        self._give_up_units(changes, now)
-        self._hand_on_units(changes, members, now)
+        changed = changes(members, assignment)
+        self._give_up_units(changed, now)
+        self._hand_on_units(changed, members, now)
         self._launch_measuring(lent, free, pool, now)
         return wake
 
@@ -995,25 +1003,6 @@ class LocalService:
         if before is None:
             return ""  # the first decision since the service started: nothing to compare
         return reasons.context(sorted(ids - before), sorted(before - ids), periodic)
-
-    def _explain(
-        self,
-        members: list[LiveJob],
-        assignment: Mapping[str, tuple[int, ...]],
-        why: Mapping[str, str],
-        happened: str,
-    ) -> None:
-        """Note on each job whose worker count this round changes why (the policy's words for
-        it, else words from what changed), for the event its re-size, start or stop records."""
-        for live in members:
-            live.change_why = None
-            if holding(live):
-                continue
-            old, new = len(units_of(live)), len(assignment.get(live.record.id, ()))
-            if old == new:
-                continue
-            live.change_why = reasons.cause(why.get(live.record.id), old, new, happened)
-            live.change_to = new
 
     def _lend_for_measuring(
         self, waiting: list[LiveJob], free: int, now: float, *, gpu: bool
@@ -1165,57 +1154,24 @@ class LocalService:
             log.exception("job %s: cannot say why it was declined", live.record.id)
             return Verdict(Admission.DECLINED)
 
-    def _assign_units(
-        self, workers: Mapping[str, int], members: list[LiveJob], free: list[int], gpu: bool
-    ) -> dict[str, tuple[int, ...]]:
-        """The policy's worker counts, fitted to each job's bounds and the free units, as
-        concrete cores or GPUs (a job keeps the units it holds where it can)."""
-        bounds = {job_id: self._live[job_id].spec.resources.bounds() for job_id in workers}
-        counts = fit_counts(workers, bounds, len(free))
-        current = {
-            live.record.id: units_of(live)
-            for live in members
-            if units_of(live) and not holding(live)
-        }
-        if gpu:
-            return assign_gpus(counts, current, free)
-        return assign_cores(counts, current, free)
-
-    def _changes(
-        self, members: list[LiveJob], assignment: Mapping[str, tuple[int, ...]]
-    ) -> list[tuple[LiveJob, tuple[int, ...], bool]]:
-        """Each job whose units change: (job, its new units, whether it gives units up)."""
-        changes = []
-        for live in members:
-            units = assignment.get(live.record.id, ())
-            if holding(live) or units == units_of(live):
-                continue
-            running = live.runner is not None
-            if running and live.spec.restarts_on_resize:
-                units = ()  # re-sized by a restart: stopped now, launched again once gone
-            giving_up = not units or (running and len(units) < len(units_of(live)))
-            changes.append((live, units, giving_up))
-        return changes
-
-    def _give_up_units(
-        self, changes: list[tuple[LiveJob, tuple[int, ...], bool]], now: float
-    ) -> None:
+    def _give_up_units(self, changed: list[Change], now: float) -> None:
         """Pre-emptions and shrinks, before any unit is handed on."""
-        for live, units, giving_up in changes:
-            if giving_up and not units:
-                self._isolated(live, "pre-empting it", self._preempt)
-            elif giving_up:
-                self._isolated(live, "re-sizing it", self._resize, units, now)
+        for change in changed:
+            if change.giving_up and not change.units:
+                self._isolated(change.live, "pre-empting it", self._preempt)
+            elif change.giving_up:
+                self._isolated(change.live, "re-sizing it", self._resize, change.units, now)
 
     def _hand_on_units(
         self,
-        changes: list[tuple[LiveJob, tuple[int, ...], bool]],
+        changed: list[Change],
         members: list[LiveJob],
         now: float,
     ) -> None:
         """Launches and growths, onto units no other job still holds."""
-        for live, units, giving_up in changes:
-            if giving_up or self._live.get(live.record.id) is not live:
+        for change in changed:
+            live, units = change.live, change.units
+            if change.giving_up or self._live.get(live.record.id) is not live:
                 continue
             others = {u for other in members if other is not live for u in units_of(other)}
             if others.intersection(units):
@@ -1896,53 +1852,6 @@ class LocalService:
             "every_s": self._use.every_s,
             "points": [point.to_json() for point in points],
         }
-
-
-def fit_counts(
-    wanted: Mapping[str, int], bounds: Mapping[str, tuple[int, int | None]], room: int
-) -> dict[str, int]:
-    """The policy's counts (in its priority order) brought within each job's (least, most)
-    workers, and within ``room`` together: a job given 0 stays at 0, and a job whose count no
-    longer fits what earlier jobs left waits (later, smaller ones may still fit)."""
-    counts: dict[str, int] = {}
-    for job_id, count in wanted.items():
-        low, high = bounds[job_id]
-        count = max(low, min(count, high or count)) if count else 0
-        if 0 < count <= room:
-            counts[job_id] = count
-            room -= count
-    return counts
-
-
-def assign_cores(
-    counts: dict[str, int], current: dict[str, tuple[int, ...]], cores: Sequence[int]
-) -> dict[str, tuple[int, ...]]:
-    """Concrete cores for each job's count: a job keeps its cores when its count is unchanged,
-    and keeps as many of its own as it can when it grows or shrinks; the rest take free cores in
-    order. Counts must fit in ``cores`` together."""
-    if sum(counts.values()) > len(cores):
-        raise ValueError(f"{sum(counts.values())} cores wanted, {len(cores)} exist")
-    taken: set[int] = set()
-    result: dict[str, tuple[int, ...]] = {}
-    for job_id, count in counts.items():  # unchanged first: they must not move
-        held = current.get(job_id, ())
-        if len(held) == count:
-            result[job_id] = held
-            taken.update(held)
-    for job_id, count in counts.items():  # shrinking jobs keep a prefix of their cores
-        held = current.get(job_id, ())
-        if job_id not in result and len(held) > count:
-            result[job_id] = held[:count]
-            taken.update(held[:count])
-    for job_id, count in counts.items():  # growing and new jobs: own cores first, then free
-        if job_id in result:
-            continue
-        own = [c for c in current.get(job_id, ()) if c not in taken]
-        free = [c for c in cores if c not in taken and c not in own]
-        chosen = tuple(sorted((own + free)[:count]))
-        result[job_id] = chosen
-        taken.update(chosen)
-    return result
 
 
 def resident_bytes(pid: int) -> int:
