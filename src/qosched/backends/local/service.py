@@ -77,6 +77,7 @@ from qosched.backends.local import detail, joblog, reasons
 from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
 from qosched.backends.local.cgroups import JobGroup, JobGroups, detect
 from qosched.backends.local.cgroups import describe as describe_groups
+from qosched.backends.local.describe import describe, speed_source
 from qosched.backends.local.faults import FAULT_ENV, Faults
 from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import gpu_inventory
@@ -500,7 +501,7 @@ class LocalService:
                 ).reason
         count, asked = self._count_now(live, now)
         predicted = self._prediction(live, count, now, startup_s=live.startup_s)
-        speed = self._speed_source(live)
+        speed = speed_source(live, self._policy_of(live))
         why = reasons.admitted(
             promised,
             policy=self.policy_name,
@@ -1671,53 +1672,15 @@ class LocalService:
         """``latest``: every job's latest progress sample, when the caller read them all at
         once (``jobs``); None: this job's is read here."""
         live = self._live.get(record.id)
-        total = record.spec.iterations if record.spec is not None else None
-        done = live.policy_job.iterations_done if live is not None else None
-        if done is None:
-            # What its runner last reported, also for a job that succeeded: a command that
-            # exits 0 early is done by the contract, but shows the work it reported.
+        last = None
+        if live is None:
             if latest is None:
                 samples = self.store.progress(record.id)
                 last = samples[-1] if samples else None
             else:
                 last = latest.get(record.id)
-            done = min(last.iteration, total or last.iteration) if last is not None else 0
-        predicted = band = None
-        if live is not None:
-            predicted, band = self._predict_finish(live)
-        return JobView(
-            speed_source=None if live is None else self._speed_source(live),
-            id=record.id,
-            name=record.name,
-            state=record.state,
-            submitted_at=record.submitted_at,
-            deadline_at=record.deadline_at,
-            started_at=record.started_at,
-            finished_at=record.finished_at,
-            iterations=total,
-            iterations_done=int(done),
-            cpus=tuple(live.cores if live is not None else record.allocation),
-            gpus=live.gpus if live is not None else (),
-            predicted_finish_at=predicted,
-            predicted_finish_band=band,
-            best_effort=record.best_effort,
-            guaranteed=record.guaranteed,
-            attempts=record.attempts,
-            error=record.error,
-        )
-
-    def _speed_source(self, live: LiveJob) -> str:
-        """Where the job's predicted speed comes from now, in words for ``status JOB``."""
-        if live.profiling:
-            return "being measured (profiling)"
-        model = self._policy_of(live).predictor_of(live.policy_job.job_id)
-        if model is not None and model.observed_seconds > 0:
-            return "measured now"
-        if live.profiled:
-            return "measured while profiling"
-        if live.remembered is not None:
-            return f"remembered from {live.remembered[0]}"
-        return "table" if live.spec.workload is not None and not live.spec.gpu else "placeholder"
+        policy = None if live is None else self._policy_of(live)
+        return describe(record, live, policy, last, self.clock)
 
     def _note_stall(self, live: LiveJob, now: float) -> None:
         """An event, once, when a running job has reported no progress for ``STALL_MIN_S`` and
@@ -1737,23 +1700,6 @@ class LocalService:
             now,
             STALLED,
             {"seconds": round(quiet), "iteration": int(live.policy_job.iterations_done)},
-        )
-
-    def _predict_finish(self, live: LiveJob) -> tuple[float | None, tuple[float, float] | None]:
-        """When the job finishes at its current core count, from the policy's predictor (not
-        while it is stalled: its speed says nothing then)."""
-        workers = len(units_of(live))
-        if not workers or live.stalled:
-            return None, None
-        model = self._policy_of(live).predictor_of(live.policy_job.job_id)
-        if model is None:
-            return None, None
-        prediction = model.predict(workers)
-        remaining = live.policy_job.remaining_iterations
-        now = self.clock()
-        return (
-            now + remaining / prediction.rate,
-            (now + remaining / prediction.rate_high, now + remaining / prediction.rate_low),
         )
 
     # -- the API's newer views (see qosched.backends.local.api.Service) --------------------------
