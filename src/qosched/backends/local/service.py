@@ -98,7 +98,6 @@ from qosched.backends.local.process import (
     RunnerProcess,
     find_runners,
     runner_folder,
-    tree_files,
 )
 from qosched.backends.local.profiling import (
     MAX_PROFILE_S,
@@ -107,19 +106,13 @@ from qosched.backends.local.profiling import (
     size_speeds,
     sizes_to_measure,
 )
-from qosched.backends.local.progress import ProgressEvent, ProgressFollower, RunnerEvent
+from qosched.backends.local.progress import ProgressEvent, ProgressFollower
 from qosched.backends.local.protocol import (
     ALLOCATION_FILE,
-    ENV_CUDA_DEVICES,
-    ENV_GPUS,
-    EXIT_DONE,
-    EXIT_INPUT_ERROR,
-    EXIT_PREEMPTED,
     JOB_FILE,
     PROGRESS_FILE,
     RESULT_FILE,
     Allocation,
-    RunnerJob,
     read_allocation,
     read_result,
     write_allocation,
@@ -138,6 +131,15 @@ from qosched.backends.local.rounds import (
     changes,
     explain,
     fit_counts,
+)
+from qosched.backends.local.runners import (
+    KILL_WAIT_S,
+    end_leftovers,
+    ending,
+    kill_and_wait,
+    resident_bytes,
+    runner_environment,
+    runner_job,
 )
 from qosched.backends.local.speed_memory import (
     clamp_spread,
@@ -171,8 +173,6 @@ from qosched.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
-#: A job whose runner failed this many times is marked failed with the last error.
-MAX_ATTEMPTS = 3
 #: The id a job judged by `LocalService.judge_spec` has for its policy (no job is stored).
 DRY_RUN_ID = "dry-run"
 #: The id of the job that stands for a measurement when the policy is asked whether workers
@@ -203,8 +203,6 @@ GPU_RESIZE_PAUSE_S = 5.0
 #: workloads gain 0.5x or less from a second core on a 2-core machine, which held a quarter of
 #: the cores given idle: docs/results/local.md).
 POLICY_OPTIONS: dict[str, dict[str, float]] = {"qos": {"refresh_s": 2.0, "min_spare_gain": 0.9}}
-#: Checkpoint a running job this often (iterations); also bounds the work a crash loses.
-CHECKPOINT_EVERY = 50
 #: Where a log line for each job's runner goes, inside its job directory. The file keeps the
 #: name earlier versions gave it, so job folders (and runners) they left are read as before.
 RUNNER_LOG = joblog.JOB_LOG
@@ -217,8 +215,6 @@ STALLED = "stalled"
 #: Seconds a runner has between SIGTERM (cancel, pre-emption, ``down``, a failed job) and
 #: SIGKILL of its whole process group. A built-in workload checkpoints within one iteration.
 GRACE_S = 30.0
-#: After SIGKILL, how long ``stop_runners`` waits for the processes to go.
-KILL_WAIT_S = 10.0
 #: After store trouble the run loop waits this long, doubling up to ``STORE_RETRY_MAX_S``.
 STORE_RETRY_S = 1.0
 STORE_RETRY_MAX_S = 30.0
@@ -1201,20 +1197,7 @@ class LocalService:
                 return
         live.job_dir.mkdir(parents=True, exist_ok=True)
         spec = live.spec
-        write_runner_job(
-            live.job_dir / JOB_FILE,
-            RunnerJob(
-                job_id=job_id,
-                workload=spec.workload,
-                command=spec.command,
-                iterations=spec.iterations,
-                seed=spec.seed,
-                checkpoint_every=CHECKPOINT_EVERY,
-                working_dir=spec.working_dir,
-                env=tuple(spec.env.items()),
-                launcher=spec.launcher,
-            ),
-        )
+        write_runner_job(live.job_dir / JOB_FILE, runner_job(job_id, spec))
         # A GPU job runs on the service's cores without holding them (see the module docstring).
         cores, gpus = (self.cores, units) if spec.gpu else (units, ())
         live.version += 1
@@ -1225,14 +1208,7 @@ class LocalService:
         held_cores = () if spec.gpu else cores
         attempt = self.store.record_launch_intent(job_id, now, str(live.job_dir), held_cores)
         self._faults.passed("intent")
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env.pop(FAULT_ENV, None)
-        # The runner too sees only the job's GPUs (none for a CPU job), as its command does.
-        visible = ",".join(str(gpu) for gpu in gpus)
-        env.update(
-            {ENV_CUDA_DEVICES: visible, ENV_GPUS: visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-        )
+        env = runner_environment(os.environ, gpus)
         group = self._prepare_group(live, cores)
         with (live.job_dir / RUNNER_LOG).open("ab") as runner_log:
             runner = RunnerProcess.start(
@@ -1287,26 +1263,13 @@ class LocalService:
         if group is None:
             return None
         try:
-            self._end_leftovers(group)
+            end_leftovers(group)
             group.create()
         except OSError as exc:  # the job runs held by its runner alone
             log.warning("job %s gets no cgroup: %s", live.record.id, exc)
             return None
         group.limit(cpus=cores, memory_bytes=live.spec.resources.memory_bytes)
         return group
-
-    @staticmethod
-    def _end_leftovers(group: JobGroup | None) -> None:
-        """Kill what is left in a job's group without a runner (one killed while the service
-        was down leaves its orphans there), wait for it to go, and remove the group."""
-        if group is None:
-            return
-        if group.members():
-            group.kill()
-            deadline = time.monotonic() + KILL_WAIT_S
-            while group.members() and time.monotonic() < deadline:
-                time.sleep(0.05)
-        group.remove()
 
     def _take_over(self, live: LiveJob, runner: RunnerProcess, now: float, attempt: int) -> None:
         """Adopt a live runner of this job: it holds the cores its ``allocation.json`` gives."""
@@ -1441,36 +1404,16 @@ class LocalService:
             self._faults.passed("reaped")
             return
         self._read_progress_of(live)
-        last = live.last_event
         if (live.job_dir / RESULT_FILE).exists():  # it completed, whatever else was asked
             result = read_result(live.job_dir / RESULT_FILE)
             self._record_final(live, Lifecycle.SUCCEEDED, result=result.to_json())
             self._faults.passed("result")
             return
-        if live.cancelling:
-            self._record_final(live, Lifecycle.CANCELLED)
-        elif live.declining is not None:
-            self._record_final(live, Lifecycle.DECLINED, error=live.declining)
-        elif live.over_memory is not None:  # killed for it: a retry would do the same
-            self._record_final(live, Lifecycle.FAILED, error=live.over_memory)
+        end = ending(live, code, self.grace_s, lambda: self.store.get(live.record.id).attempts)
+        if end.state is None:
+            self._mark_preempted(live, now, end.why)
         else:
-            if code is None:  # a re-adopted runner: its last event says how it ended
-                code = _exit_from_event(last)
-            stopped = last is not None and last.event is RunnerEvent.PREEMPTED
-            if live.killed:
-                why = f"did not stop within {self.grace_s:g} s of SIGTERM; killed"
-                self._mark_preempted(live, now, why)
-            elif (live.stopping and code == EXIT_PREEMPTED) or stopped:
-                self._mark_preempted(live, now, live.stop_why or "pre-empted by the scheduler")
-            else:
-                message = (last.message if last is not None and last.message else None) or (
-                    f"runner exited with code {code}"
-                )
-                attempts = self.store.get(live.record.id).attempts
-                if code == EXIT_INPUT_ERROR or attempts >= MAX_ATTEMPTS:
-                    self._record_final(live, Lifecycle.FAILED, error=message)
-                else:
-                    self._mark_preempted(live, now, f"attempt {attempts} failed: {message}")
+            self._record_final(live, end.state, error=end.error)
         self._faults.passed("reaped")
 
     def _enforce_memory_of(self, live: LiveJob) -> None:
@@ -1589,13 +1532,9 @@ class LocalService:
         for pid in runners.get(str(job_dir), []):
             runner = RunnerProcess.adopt(pid, job_dir, group=self._group_of(job_id))
             if runner is not None:
-                runner.kill_group(signal.SIGKILL)
-                # Gone before its GPUs are released in the log below.
-                deadline = time.monotonic() + KILL_WAIT_S
-                while not runner.gone() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                kill_and_wait(runner)  # gone before its GPUs are released in the log below
                 runner.close()
-        self._end_leftovers(self._group_of(job_id))
+        end_leftovers(self._group_of(job_id))
         with contextlib.suppress(IllegalTransitionError, UnknownJobError):
             held = gpus_in_log(self.store.events(job_id))
             if held:
@@ -1646,7 +1585,7 @@ class LocalService:
         say it came to (failed, done, cancelled, declined), or pre-empted if it was running."""
         job_id = record.id
         self._read_progress_of(live)
-        self._end_leftovers(self._group_of(job_id))  # what a runner killed meanwhile left
+        end_leftovers(self._group_of(job_id))  # what a runner killed meanwhile left
         self._release_gpus(live, now)  # no runner of it is left
         if live.failing is not None:
             self._record_final(live, Lifecycle.FAILED, error=live.failing)
@@ -1800,16 +1739,6 @@ class LocalService:
         }
 
 
-def resident_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants (0 for a process that is gone)."""
-    return sum(
-        int(line.split()[1]) * 1024
-        for status in tree_files(pid, "status")
-        for line in status.splitlines()
-        if line.startswith("VmRSS:")
-    )
-
-
 def service_trouble(exc: BaseException) -> str | None:
     """What of ``exc`` (or an error it was raised from) is the service's trouble rather than a
     job's: an ``OSError`` whose errno is in ``files.MACHINE_ERRNOS``, as text; else None."""
@@ -1856,16 +1785,6 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, InputError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _exit_from_event(event: ProgressEvent | None) -> int:
-    if event is None:
-        return 1
-    if event.event is RunnerEvent.DONE:
-        return EXIT_DONE
-    if event.event is RunnerEvent.PREEMPTED:
-        return EXIT_PREEMPTED
-    return 1
 
 
 def wait_until_idle(service: LocalService, timeout_s: float, poll_s: float = 0.5) -> bool:
