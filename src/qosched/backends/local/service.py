@@ -53,7 +53,14 @@ never run again. Runners are held by pidfd (``process.RunnerProcess``), so a reu
 taken for a runner or sent a signal.
 
 Fault injection (tests): ``QOSCHED_FAULT_AT=POINT:N[,POINT:N...]`` makes the service SIGKILL
-itself the N-th time it passes ``POINT``, one of ``FAULT_POINTS``.
+itself the N-th time it passes ``POINT``, one of ``FAULT_POINTS`` (``faults``).
+
+This module is the API, the lock, the wiring and the order of each step; what a step computes
+is in a module of its own, none of which writes the store: ``rounds`` (a pool's counts fitted,
+assigned and explained), ``intake`` (a runner's progress into memory), ``runners`` (a runner's
+start, ending what a job left, how a job goes on once its runner is gone), ``pools`` (a job and
+its pool as the policy sees them), ``recovery`` (the store read back after a restart) and
+``describe`` (a job's ``JobView``), all over ``livejob.LiveJob``.
 """
 
 from __future__ import annotations
@@ -92,6 +99,14 @@ from qosched.backends.local.machine_use import (
     MAX_SAMPLES,
     UseSampler,
     thin,
+)
+from qosched.backends.local.pools import (
+    GPU_RESIZE_PAUSE_S,
+    RESIZE_PAUSE_S,
+    measured_first,
+    policy_job,
+    pool_view,
+    predicted_finish,
 )
 from qosched.backends.local.process import (
     ExitWaiter,
@@ -150,7 +165,7 @@ from qosched.backends.local.speed_memory import (
     remembered_curve,
     speed_key,
 )
-from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
+from qosched.backends.local.speeds import prior_curve
 from qosched.backends.local.store import (
     FINAL_STATES,
     HOLDING_STATES,
@@ -165,7 +180,6 @@ from qosched.backends.local.store import (
 from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import views
 from qosched.cluster.admission import Admission, admit_job, probe_admission
-from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState, Phase
@@ -188,14 +202,6 @@ MAX_PROBED_PER_DECISION = 4
 ASKED_UP_TO = 16
 #: Seconds between decisions when nothing happens; also how often progress is read.
 TICK_S = 5.0
-#: What the policy is told a change of cores costs. Measured (docs/results/local.md): an in-place
-#: re-size about 0.1 s, a pre-emption plus restart about 2.2 s (checkpoint and exit 0.1 s, a new
-#: process importing torch 2.1 s); one value serves both, between the two.
-RESIZE_PAUSE_S = 1.0
-#: What the policy is told a change of GPUs costs: always a restart (stop, checkpoint, a new
-#: process importing torch and starting CUDA). Not measured on a GPU machine yet: the CPU
-#: restart's 2.2 s plus CUDA's start-up, with a margin.
-GPU_RESIZE_PAUSE_S = 5.0
 #: Options of the policies on this machine. ``qos``: a local job lives seconds to minutes and
 #: its speed moves with the machine's other work, so its predicted speeds are re-read after 2 s
 #: (plus 10% of its running time), not after a cluster's minute; and a spare core goes only
@@ -446,7 +452,7 @@ class LocalService:
         """Whether the job's deadline waits for its measured speed (see profiling): its
         policy promises deadlines, and nothing measured its speed: no table for it, nothing
         remembered under its speed key."""
-        return _measured_first(self._policy_of(live), live.spec, live.remembered is not None)
+        return measured_first(self._policy_of(live), live.spec, live.remembered is not None)
 
     def _record_admission(
         self,
@@ -550,23 +556,8 @@ class LocalService:
     def _prediction(
         self, live: LiveJob, count: int, now: float, *, startup_s: float = 0.0
     ) -> reasons.Finish | None:
-        """When the job finishes on ``count`` workers from ``now`` (after ``startup_s``), on its
-        policy's predicted speed and band, else on its prior speed; None on no workers."""
-        if count <= 0:
-            return None
-        job = live.policy_job
-        model = self._policy_of(live).predictor_of(job.job_id)
-        if model is not None:
-            guess = model.predict(count)
-            rate, fast, slow = guess.rate, guess.rate_high, guess.rate_low
-        elif job.curve.available(count):
-            rate = fast = slow = job.curve.rate(count)
-        else:
-            return None
-        if not min(rate, fast, slow) > 0:
-            return None
-        start, left = now + startup_s, job.remaining_iterations
-        return reasons.Finish(start + left / rate, start + left / fast, start + left / slow)
+        """When the job finishes on ``count`` workers from ``now`` (``pools.predicted_finish``)."""
+        return predicted_finish(self._policy_of(live), live.policy_job, count, now, startup_s)
 
     def _start_profiling(self, live: LiveJob, now: float) -> None:
         job_id = live.record.id
@@ -606,7 +597,7 @@ class LocalService:
                     self.store.remembered_spread(key),
                 )
                 policy = self.gpu_policy if spec.gpu else self.policy
-                if _measured_first(policy, spec, bool(remembered)):
+                if measured_first(policy, spec, bool(remembered)):
                     return Verdict(
                         Verdict.PROFILING,
                         f"its speed on this machine is not known yet: it is measured first "
@@ -862,39 +853,11 @@ class LocalService:
         startup_s: float = 0.0,
         spread: float | None = None,
     ) -> JobState:
-        """The job as its pool's policy sees it, its prior speed the table's or the placeholder
-        with what an earlier job of its speed key measured in place (``remembered``, with how
-        far it strayed, ``spread``: see speed_memory), and its deadline ``startup_s`` earlier:
-        a start costs that much before any iteration counts, and the policy plans iterations;
-        ``InputError`` when the pool is too small."""
-        workload = spec.workload or "command"
-        pool = self._pool(spec.gpu)
-        least = spec.resources.bounds()[0]
-        if least > len(pool):
-            kind = "GPU" if spec.gpu else "core"
-            raise InputError(
-                f"asks for at least {least} {kind}s; this service has {len(pool)}"
-                + (
-                    " (declare them with `qosched up --gpus`, or install qosched[gpu])"
-                    if spec.gpu and not pool
-                    else ""
-                ),
-                field="resources",
-            )
-        requested = spec.resources.min_gpus if spec.gpu else spec.requested_cpus
-        job = JobSpec(
-            job_id=job_id,
-            submit_s=submitted_at,
-            model=workload,
-            batch_size=1,
-            iterations=spec.iterations,
-            deadline_s=deadline_at - startup_s,
-            requested_workers=min(requested, len(pool)),
+        """The job as its pool's policy sees it (``pools.policy_job``)."""
+        size = len(self._pool(spec.gpu))
+        return policy_job(
+            job_id, spec, size, submitted_at, deadline_at, remembered, startup_s, spread
         )
-        curve = remembered_curve(prior_curve(spec, len(pool)), remembered, spread)
-        policy_job = JobState(job, curve)
-        policy_job.last_update_s = submitted_at
-        return policy_job
 
     def _pool(self, gpu: bool) -> tuple[int, ...]:
         """The workers of one pool: the GPUs, or the cores."""
@@ -912,12 +875,9 @@ class LocalService:
             for live in self._live.values()
             if live.spec.gpu == gpu and not live.profiling and not holding(live)
         ]
-        size = len(self._pool(gpu)) if count is None else count
-        if not gpu:
-            cluster = self.cluster if count is None else ClusterSpec.cpu(1, size)
-            return ClusterView(now, cluster, jobs, RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
-        cluster = ClusterSpec.from_flags(1, max(1, size), resource="gpu")
-        return ClusterView(now, cluster, jobs, GPU_RESIZE_PAUSE_S, speed_recent_s=SPEED_RECENT_S)
+        if count is None:
+            return pool_view(now, jobs, gpu, len(self._pool(gpu)), self.cluster)
+        return pool_view(now, jobs, gpu, count)
 
     def _decide(self, now: float) -> None:
         periodic = not self._dirty  # nothing happened: the tick or a wake-up asked for it
@@ -1750,13 +1710,6 @@ def service_trouble(exc: BaseException) -> str | None:
             return f"{current.strerror or current} ({errno.errorcode[current.errno]})"
         current = current.__cause__ or current.__context__
     return None
-
-
-def _measured_first(policy: Policy, spec: TrainingJobSpec, remembered: bool) -> bool:
-    """Whether a job's deadline waits for its measured speed (profiling): ``policy`` promises
-    deadlines, nothing is ``remembered`` under its speed key, and no table gives its speed here
-    (a command's, or any job's on GPUs)."""
-    return policy.promises_deadlines and not remembered and (spec.workload is None or spec.gpu)
 
 
 def _finish_fields(predicted: reasons.Finish | None) -> dict[str, Any]:
