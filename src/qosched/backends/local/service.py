@@ -100,6 +100,7 @@ from qosched.backends.local.machine_use import (
     UseSampler,
     thin,
 )
+from qosched.backends.local.notes import finish_fields, resize_note, start_note, verdict_note
 from qosched.backends.local.pools import (
     GPU_RESIZE_PAUSE_S,
     RESIZE_PAUSE_S,
@@ -441,7 +442,7 @@ class LocalService:
                     now,
                     error=verdict.message(),
                     guaranteed=False,
-                    note=_verdict_note(verdict),
+                    note=verdict_note(verdict),
                 )
             else:
                 self._record_admission(live, admission, now)
@@ -519,7 +520,7 @@ class LocalService:
         return {
             "why": why,
             "workers": count,
-            **_finish_fields(predicted),
+            **finish_fields(predicted),
             "deadline_at": live.record.deadline_at,
             "speed_source": speed,
         }
@@ -947,7 +948,7 @@ class LocalService:
                 job.job_id,
                 now,
                 "promise",
-                {"promise": promised, "why": why, **_finish_fields(predicted)},
+                {"promise": promised, "why": why, **finish_fields(predicted)},
                 guaranteed=guaranteed,
             )
             live.record = dataclasses.replace(live.record, guaranteed=guaranteed)
@@ -1082,7 +1083,7 @@ class LocalService:
                 job_id,
                 now,
                 "declining",
-                {**_verdict_note(verdict), "measured": measured},
+                {**verdict_note(verdict), "measured": measured},
                 guaranteed=False,
             )
             self._stop(live)
@@ -1197,21 +1198,8 @@ class LocalService:
 
     def _start_note(self, live: LiveJob, count: int, attempt: int, now: float) -> dict[str, Any]:
         """Why the job's runner starts on ``count`` workers, with its predicted finish there."""
-        why, live.change_why = live.change_why, None
-        kind = worker_kind(live.spec)
-        if live.profiling:
-            why = f"lent {reasons.workers(count, kind)} no guarantee needs, to measure its speed"
         predicted = self._prediction(live, count, now, startup_s=live.startup_s)
-        text = reasons.started(
-            count,
-            kind,
-            why or reasons.cause(None, 0, count, ""),
-            restart=attempt > 1,
-            predicted=predicted,
-            deadline_at=live.record.deadline_at,
-            now=now,
-        )
-        return {"why": text, "workers": count, **_finish_fields(predicted)}
+        return start_note(live, count, attempt, now, predicted)
 
     def _group_of(self, job_id: str) -> JobGroup | None:
         return None if self.groups is None else self.groups.of(job_id)
@@ -1271,22 +1259,8 @@ class LocalService:
 
     def _resize_note(self, live: LiveJob, old: int, new: int, now: float) -> dict[str, Any]:
         """Why the job goes from ``old`` to ``new`` workers, with its predicted finish on each."""
-        why, live.change_why = live.change_why, None
         before, after = self._prediction(live, old, now), self._prediction(live, new, now)
-        text = reasons.resized(
-            old,
-            new,
-            worker_kind(live.spec),
-            why or reasons.cause(None, old, new, ""),
-            before=before,
-            after=after,
-            deadline_at=live.record.deadline_at,
-            now=now,
-        )
-        note: dict[str, Any] = {"why": text, "workers_from": old, "workers_to": new}
-        note.update({f"{key}_before": v for key, v in _finish_fields(before).items()})
-        note.update({f"{key}_after": v for key, v in _finish_fields(after).items()})
-        return note
+        return resize_note(live, old, new, now, before, after)
 
     def _preempt(self, live: LiveJob) -> None:
         if live.runner is not None:
@@ -1710,26 +1684,6 @@ def service_trouble(exc: BaseException) -> str | None:
             return f"{current.strerror or current} ({errno.errorcode[current.errno]})"
         current = current.__cause__ or current.__context__
     return None
-
-
-def _finish_fields(predicted: reasons.Finish | None) -> dict[str, Any]:
-    """A predicted finish as an event's numbers (none when nothing is predicted)."""
-    if predicted is None:
-        return {}
-    return {
-        "predicted_finish_at": predicted.at,
-        "predicted_finish_band": [predicted.early, predicted.late],
-    }
-
-
-def _verdict_note(verdict: Verdict) -> dict[str, Any]:
-    """A decline's event fields: why in words, and the earliest deadline that would be
-    guaranteed now (absent when none would)."""
-    note: dict[str, Any] = {"why": verdict.message()}
-    if verdict.earliest_deadline_at is not None:
-        note["earliest_deadline_at"] = verdict.earliest_deadline_at
-        note["earliest_deadline_in_s"] = verdict.earliest_deadline_in_s
-    return note
 
 
 def _reason(exc: BaseException) -> str:
