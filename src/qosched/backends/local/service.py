@@ -59,7 +59,8 @@ This module is the API, the lock, the wiring and the order of each step; what a 
 is in a module of its own, none of which writes the store: ``rounds`` (a pool's counts fitted,
 assigned and explained), ``intake`` (a runner's progress into memory), ``runners`` (a runner's
 start, ending what a job left, how a job goes on once its runner is gone), ``pools`` (a job and
-its pool as the policy sees them), ``recovery`` (the store read back after a restart) and
+its pool as the policy sees them), ``notes`` (the words and numbers of a start, re-size or
+decline event), ``recovery`` (the store read back after a restart) and
 ``describe`` (a job's ``JobView``), all over ``livejob.LiveJob``.
 """
 
