@@ -1,7 +1,8 @@
 """The pure steps of one scheduling round of a pool: the policy's worker counts fitted to each
 job's bounds and the free workers (``fit_counts``), made concrete cores or GPUs
-(``assign_units``, ``assign_cores``), the changes that follows for each job (``changes``), and
-why each job's count changes, in words (``explain``).
+(``assign_units``, ``assign_cores``), the changes that follow for each job (``changes``), why
+each job's count changes, in words (``explain``), and the workers lent to jobs whose speed is
+being measured (``lend_for_measuring``).
 
 The service runs the round (``LocalService._decide_pool``: the view, the policy's call, and
 applying these changes: pre-emptions and shrinks first, then launches and growths); nothing
@@ -9,12 +10,22 @@ here signals a process or writes the store."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from qosched.backends.local import reasons
 from qosched.backends.local.gpus import assign_gpus
 from qosched.backends.local.livejob import LiveJob, holding, units_of
+from qosched.backends.local.profiling import probe_job
+from qosched.cluster.admission import Admission, probe_admission
+from qosched.cluster.policies import Policy
+from qosched.cluster.state import ClusterView
+
+#: The id of the job that stands for a measurement when the policy is asked whether workers
+#: can be lent to it (profiling.probe_job), and how many waiting jobs are asked about per pool
+#: and decision (each ask copies the policy).
+PROBE_ID = "profiling-probe"
+MAX_PROBED_PER_DECISION = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +36,36 @@ class Change:
     live: LiveJob
     units: tuple[int, ...]
     giving_up: bool
+
+
+def lend_for_measuring(
+    policy: Policy,
+    waiting: Sequence[LiveJob],
+    free: int,
+    running: int,
+    view_of: Callable[[int], ClusterView],
+    now: float,
+    *,
+    resize_pause_s: float,
+) -> dict[str, int]:
+    """How many of the ``free`` workers each waiting profiling job is lent now: the most its
+    spec allows such that every guarantee survives (``profiling.probe_job``, asked of a copy of
+    ``policy`` on ``view_of(workers left)``), or none where no count does; jobs in submission
+    order, each probe on what the earlier left. Each of the ``running`` jobs keeps a worker
+    where it can: a measurement shrinks others rather than stopping them."""
+    lent: dict[str, int] = {}
+    left = free
+    for live in waiting[:MAX_PROBED_PER_DECISION]:
+        least, most = live.spec.resources.bounds()
+        cap = min(most or left, max(1, left - running), left)
+        for count in range(cap, max(1, least) - 1, -1):
+            probe = probe_job(PROBE_ID, count, now, resize_pause_s=resize_pause_s)
+            view = view_of(left)
+            if probe_admission(policy, probe, view, best_effort=False) is Admission.GUARANTEED:
+                lent[live.record.id] = count
+                left -= count
+                break
+    return lent
 
 
 def explain(

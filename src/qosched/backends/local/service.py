@@ -119,7 +119,6 @@ from qosched.backends.local.process import (
 from qosched.backends.local.profiling import (
     MAX_PROFILE_S,
     next_step,
-    probe_job,
     size_speeds,
     sizes_to_measure,
 )
@@ -148,6 +147,7 @@ from qosched.backends.local.rounds import (
     changes,
     explain,
     fit_counts,
+    lend_for_measuring,
 )
 from qosched.backends.local.runners import (
     KILL_WAIT_S,
@@ -181,7 +181,7 @@ from qosched.backends.local.store import (
 )
 from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import views
-from qosched.cluster.admission import Admission, admit_job, probe_admission
+from qosched.cluster.admission import Admission, admit_job
 from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState, Phase
@@ -191,11 +191,6 @@ log = logging.getLogger(__name__)
 
 #: The id a job judged by `LocalService.judge_spec` has for its policy (no job is stored).
 DRY_RUN_ID = "dry-run"
-#: The id of the job that stands for a measurement when the policy is asked whether workers
-#: can be lent to it (profiling.probe_job), and how many waiting jobs are asked about per pool
-#: and decision (each ask copies the policy).
-PROBE_ID = "profiling-probe"
-MAX_PROBED_PER_DECISION = 4
 #: An admission says how many workers the job would start on as its policy's answer (asked of a
 #: copy of the policy) while its pool has at most this many jobs; beyond, the copy costs more
 #: than a submit should (bench/local_submit_cost.py, 2 cores: 200 submits under qos took 7.2 s
@@ -966,13 +961,8 @@ class LocalService:
     def _lend_for_measuring(
         self, waiting: list[LiveJob], free: int, now: float, *, gpu: bool
     ) -> dict[str, int]:
-        """How many of the ``free`` workers each waiting profiling job is lent now: the most
-        its spec allows such that every guarantee survives (``profiling.probe_job``), or none
-        where no count does; jobs in submission order, each probe on what the earlier left."""
-        policy = self.gpu_policy if gpu else self.policy
-        pause = GPU_RESIZE_PAUSE_S if gpu else RESIZE_PAUSE_S
-        lent: dict[str, int] = {}
-        left = free
+        """How many of the ``free`` workers each waiting profiling job is lent now
+        (``rounds.lend_for_measuring``)."""
         # Each job running now keeps a worker where it can: a measurement shrinks others
         # rather than stopping them.
         running = sum(
@@ -980,17 +970,15 @@ class LocalService:
             for other in self._live.values()
             if other.spec.gpu == gpu and not other.profiling and units_of(other)
         )
-        for live in waiting[:MAX_PROBED_PER_DECISION]:
-            least, most = live.spec.resources.bounds()
-            cap = min(most or left, max(1, left - running), left)
-            for count in range(cap, max(1, least) - 1, -1):
-                probe = probe_job(PROBE_ID, count, now, resize_pause_s=pause)
-                view = self._view(now, gpu, left)
-                if probe_admission(policy, probe, view, best_effort=False) is Admission.GUARANTEED:
-                    lent[live.record.id] = count
-                    left -= count
-                    break
-        return lent
+        return lend_for_measuring(
+            self.gpu_policy if gpu else self.policy,
+            waiting,
+            free,
+            running,
+            lambda room: self._view(now, gpu, room),
+            now,
+            resize_pause_s=GPU_RESIZE_PAUSE_S if gpu else RESIZE_PAUSE_S,
+        )
 
     def _launch_measuring(
         self, lent: Mapping[str, int], free: list[int], pool: list[LiveJob], now: float
