@@ -20,7 +20,8 @@ from command_jobs import COUNTING, command_spec
 from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import ASKED_UP_TO, LocalService
 from qosched.backends.local.store import Event
-from qosched.cluster.policies import Policy, register
+from qosched.cluster.policies import Policy
+from qosched.cluster.policies import base as policy_base
 from qosched.cluster.state import ClusterView, Decision, JobState
 
 pytestmark = pytest.mark.process
@@ -38,10 +39,13 @@ WHY: dict[str, str] = {}
 NAME = "test-reasons"
 
 
-@register(NAME)
 class Told(Policy):
     """Does what the test says (``GUARANTEE``, ``DECLINE``, ``WANT``, ``WHY``) and promises no
-    deadlines, so nothing is measured first."""
+    deadlines, so nothing is measured first. Registered only while a test of this module runs
+    (`told`): it leaves untold jobs without workers, so the tests that run every registered
+    policy on a trace must never see it."""
+
+    name = NAME
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
         return job.job_id not in DECLINE
@@ -62,7 +66,8 @@ class Told(Policy):
 
 
 @pytest.fixture(autouse=True)
-def told():
+def told(monkeypatch):
+    monkeypatch.setitem(policy_base._POLICIES._factories, NAME, Told)
     yield
     for table in (GUARANTEE, DECLINE, WANT, WHY):
         table.clear()

@@ -32,13 +32,16 @@ def replica(api, identity: str, **config) -> K8sScheduler:
 
 
 def run_replicas(replicas: list[K8sScheduler], seconds: float, arrivals) -> None:
-    """Each replica's ``run`` in a thread of its own, started 0.3 s apart (the first leads),
-    while ``arrivals`` submits jobs."""
+    """Each replica's ``run`` in a thread of its own, the first until it leads (on a busy
+    machine 0.3 s may not be enough for it to take the Lease), the others 0.3 s apart, while
+    ``arrivals`` submits jobs."""
     stop = threading.Event()
     threads = [threading.Thread(target=r.run, args=(stop,), daemon=True) for r in replicas]
-    for thread in threads:
+    for index, thread in enumerate(threads):
         thread.start()
         time.sleep(0.3)
+        if index == 0:
+            assert wait_for(lambda: replicas[0].lease.leading), "the first replica never led"
     try:
         arrivals(seconds)
     finally:
