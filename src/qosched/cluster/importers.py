@@ -38,7 +38,7 @@ from qosched.core.bounds import (
     check_number,
     check_time,
 )
-from qosched.core.csv_file import CsvRows, open_csv
+from qosched.core.csv_file import CsvRows, data_rows, header_columns, open_csv
 from qosched.core.errors import InputError
 
 IMPORT_FORMATS = ("itp", "helios", "philly", "pai")
@@ -172,38 +172,6 @@ def _refuse_repeated_ids(records: list[Record], path: Path) -> None:
         first[record.job_id] = record.line
 
 
-def _header(rows: Iterator[list[str]], path: Path, needed: tuple[str, ...]) -> dict[str, int]:
-    try:
-        header = [name.strip() for name in next(rows)]
-    except StopIteration:
-        raise InputError("empty file; expected a header row", source=path) from None
-    missing = [name for name in needed if name not in header]
-    if missing:
-        raise InputError(
-            f"missing column(s) {', '.join(missing)}; expected {','.join(needed)}",
-            source=path,
-            line=1,
-        )
-    return {name: header.index(name) for name in needed}
-
-
-def _cells(rows: CsvRows, path: Path, columns: dict[str, int]) -> Iterator[tuple[int, list[str]]]:
-    """The non-blank rows, their cells stripped, each long enough to hold every column read
-    (by the header's place of each, which need not be the first ones)."""
-    last = max(columns, key=columns.__getitem__)
-    width = columns[last] + 1
-    for row in rows:
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) < width:
-            raise InputError(
-                f"expected at least {width} fields ({last} is field {width}), got {len(row)}",
-                source=path,
-                line=rows.line_num,
-            )
-        yield rows.line_num, [cell.strip() for cell in row]
-
-
 def _number(text: str, field: str, path: Path, line: int) -> float:
     try:
         value = float(text)
@@ -250,8 +218,8 @@ def _moment(text: str, field: str, path: Path, line: int) -> float:
 
 
 def _itp(rows: CsvRows, path: Path) -> Iterator[Record]:
-    columns = _header(rows, path, ("job_id", "submission_time", "duration", "num_gpu"))
-    for line, cells in _cells(rows, path, columns):
+    columns = header_columns(rows, path, ("job_id", "submission_time", "duration", "num_gpu"))
+    for line, cells in data_rows(rows, path, columns):
         yield Record(
             cells[columns["job_id"]] or f"line{line}",
             _seconds(cells[columns["submission_time"]], "submission_time", path, line),
@@ -262,8 +230,8 @@ def _itp(rows: CsvRows, path: Path) -> Iterator[Record]:
 
 
 def _helios(rows: CsvRows, path: Path) -> Iterator[Record]:
-    columns = _header(rows, path, ("job_id", "gpu_num", "state", "submit_time", "duration"))
-    for line, cells in _cells(rows, path, columns):
+    columns = header_columns(rows, path, ("job_id", "gpu_num", "state", "submit_time", "duration"))
+    for line, cells in data_rows(rows, path, columns):
         if cells[columns["state"]].upper() != "COMPLETED":
             continue
         yield Record(
@@ -276,8 +244,8 @@ def _helios(rows: CsvRows, path: Path) -> Iterator[Record]:
 
 
 def _philly(rows: CsvRows, path: Path) -> Iterator[Record]:
-    columns = _header(rows, path, ("timestamp", "duration", "num_gpus"))
-    for line, cells in _cells(rows, path, columns):
+    columns = header_columns(rows, path, ("timestamp", "duration", "num_gpus"))
+    for line, cells in data_rows(rows, path, columns):
         yield Record(
             f"philly{line - 1}",
             _moment(cells[columns["timestamp"]], "timestamp", path, line),
@@ -293,7 +261,7 @@ def _pai(rows: CsvRows, path: Path) -> Iterator[Record]:
     task not Terminated is left out."""
     index = {name: i for i, name in enumerate(PAI_COLUMNS)}
     jobs: dict[str, list] = {}
-    for line, cells in _cells(rows, path, index):
+    for line, cells in data_rows(rows, path, index):
         if not cells[index["job_name"]]:
             # Tasks are grouped into jobs by name: unnamed ones would merge into one made-up job.
             raise InputError(

@@ -85,3 +85,39 @@ def first_undecodable_line(path: Path) -> int | None:
     except OSError:
         return None
     return None
+
+
+def header_columns(rows: CsvRows, path: Path, needed: tuple[str, ...]) -> dict[str, int]:
+    """Where each of the ``needed`` columns is in the header row (the first), by name: a file
+    whose header lacks one is an InputError naming them all."""
+    try:
+        header = [name.strip() for name in next(rows)]
+    except StopIteration:
+        raise InputError("empty file; expected a header row", source=path) from None
+    missing = [name for name in needed if name not in header]
+    if missing:
+        raise InputError(
+            f"missing column(s) {', '.join(missing)}; expected {','.join(needed)}",
+            source=path,
+            line=1,
+        )
+    return {name: header.index(name) for name in needed}
+
+
+def data_rows(
+    rows: CsvRows, path: Path, columns: dict[str, int]
+) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank rows with their line numbers, their cells stripped, each long enough to
+    hold every column read (by the header's place of each, which need not be the first ones)."""
+    last = max(columns, key=columns.__getitem__)
+    width = columns[last] + 1
+    for row in rows:
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) < width:
+            raise InputError(
+                f"expected at least {width} fields ({last} is field {width}), got {len(row)}",
+                source=path,
+                line=rows.line_num,
+            )
+        yield rows.line_num, [cell.strip() for cell in row]

@@ -14,12 +14,12 @@ told from a job trace by its ``gpu_milli`` column.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from qosched.core.bounds import check_count, check_time
-from qosched.core.csv_file import CsvRows, open_csv
+from qosched.core.csv_file import CsvRows, data_rows, header_columns, open_csv
 from qosched.core.errors import InputError
 
 ALIBABA_GPU_2023 = "alibaba-gpu-2023"
@@ -86,7 +86,7 @@ def import_alibaba_gpu_2023(path: str | Path) -> list[Pod]:
     a bad row is an InputError naming its line and field."""
     path = Path(path)
     with open_csv(path, "trace") as rows:
-        columns = _header(rows, path, ALIBABA_COLUMNS)
+        columns = header_columns(rows, path, ALIBABA_COLUMNS)
         lines, pods = _read_pods(rows, path, columns, ALIBABA_COLUMNS)
     if not pods:
         raise InputError("no pod in the file", source=path)
@@ -106,7 +106,7 @@ def read_pod_trace(path: str | Path) -> list[Pod]:
     """The pods of a qosched pod trace, checked as the importer checks Alibaba's."""
     path = Path(path)
     with open_csv(path, "trace") as rows:
-        columns = _header(rows, path, POD_TRACE_HEADER)
+        columns = header_columns(rows, path, POD_TRACE_HEADER)
         lines, pods = _read_pods(rows, path, columns, POD_TRACE_HEADER)
     if not pods:
         raise InputError("no pod in the trace", source=path)
@@ -138,35 +138,6 @@ def write_pod_trace(pods: Sequence[Pod], path: str | Path) -> None:
 
 def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
-
-
-def _header(rows: CsvRows, path: Path, needed: tuple[str, ...]) -> dict[str, int]:
-    try:
-        header = [name.strip() for name in next(rows)]
-    except StopIteration:
-        raise InputError("empty file; expected a header row", source=path) from None
-    missing = [name for name in needed if name not in header]
-    if missing:
-        raise InputError(
-            f"missing column(s) {', '.join(missing)}; expected {','.join(needed)}",
-            source=path,
-            line=1,
-        )
-    return {name: header.index(name) for name in needed}
-
-
-def _cells(rows: CsvRows, path: Path, columns: dict[str, int]) -> Iterator[tuple[int, list[str]]]:
-    width = max(columns.values()) + 1
-    for row in rows:
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) < width:
-            raise InputError(
-                f"expected at least {width} fields, got {len(row)}",
-                source=path,
-                line=rows.line_num,
-            )
-        yield rows.line_num, [cell.strip() for cell in row]
 
 
 def _whole(text: str, field: str, path: Path, line: int, maximum: int) -> int:
@@ -257,7 +228,7 @@ def _read_pods(
     rows: CsvRows, path: Path, columns: dict[str, int], names: tuple[str, ...]
 ) -> tuple[list[int], list[Pod]]:
     lines, pods = [], []
-    for line, cells in _cells(rows, path, columns):
+    for line, cells in data_rows(rows, path, columns):
         lines.append(line)
         pods.append(_pod(cells, columns, path, line, names=names))
     return lines, pods
