@@ -472,8 +472,9 @@ class ClusterSimulator:
             return
         done = []
         work_until = self._work_until
-        # NOTE: ``max``/``min`` written out and `_ran_out` inlined for the usual end rule (the
-        # same values): this runs over every running job at every event.
+        # NOTE: `_sync`'s update, inlined with ``max``/``min`` written out, and `_ran_out`
+        # inlined for the usual end rule (the same values): this runs over every running job at
+        # every event. A change to one is a change to both.
         by_iterations = self.artifact.ends_on == "iterations"
         for state in self._running.values():
             last, resume = state.last_update_s, state.resume_s

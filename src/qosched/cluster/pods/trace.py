@@ -84,14 +84,7 @@ class Pod:
 def import_alibaba_gpu_2023(path: str | Path) -> list[Pod]:
     """The pods of an ``openb_pod_list_*.csv`` file, in the file's order, every field checked:
     a bad row is an InputError naming its line and field."""
-    path = Path(path)
-    with open_csv(path, "trace") as rows:
-        columns = header_columns(rows, path, ALIBABA_COLUMNS)
-        lines, pods = _read_pods(rows, path, columns, ALIBABA_COLUMNS)
-    if not pods:
-        raise InputError("no pod in the file", source=path)
-    _refuse_repeated_names(pods, lines, path)
-    return pods
+    return _read_checked(Path(path), ALIBABA_COLUMNS, "no pod in the file")
 
 
 def is_pod_trace(path: str | Path) -> bool:
@@ -104,12 +97,16 @@ def is_pod_trace(path: str | Path) -> bool:
 
 def read_pod_trace(path: str | Path) -> list[Pod]:
     """The pods of a qosched pod trace, checked as the importer checks Alibaba's."""
-    path = Path(path)
+    return _read_checked(Path(path), POD_TRACE_HEADER, "no pod in the trace")
+
+
+def _read_checked(path: Path, header: tuple[str, ...], empty: str) -> list[Pod]:
+    """The pods of a file with ``header``, every row checked; ``empty``: the error for none."""
     with open_csv(path, "trace") as rows:
-        columns = header_columns(rows, path, POD_TRACE_HEADER)
-        lines, pods = _read_pods(rows, path, columns, POD_TRACE_HEADER)
+        columns = header_columns(rows, path, header)
+        lines, pods = _read_pods(rows, path, columns, header)
     if not pods:
-        raise InputError("no pod in the trace", source=path)
+        raise InputError(empty, source=path)
     _refuse_repeated_names(pods, lines, path)
     return pods
 
