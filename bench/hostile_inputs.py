@@ -22,11 +22,11 @@
   100,000 characters or with control characters; or text that is no spec at all: empty, binary,
   nested 5,000 deep, a lone surrogate.
 - import: per seed, one random cluster trace in each ``trace import`` format (ITP, Helios,
-  Philly, Alibaba PAI), valid or broken once or twice: a cell made empty, NaN, inf, negative,
-  huge, a date in another format; a line truncated, cut short or made longer, repeated (a
-  duplicate job id), with an open quote, a NUL, bytes that are not UTF-8; or the whole file
-  empty, a header alone, behind a BOM, in UTF-16, in CR line endings, junk. A trace written must
-  read back as ``sim cluster`` reads it.
+  Philly, Alibaba PAI, Alibaba's GPU-sharing pods), valid or broken once or twice: a cell made
+  empty, NaN, inf, negative, huge, a date in another format; a line truncated, cut short or
+  made longer, repeated (a duplicate job id), with an open quote, a NUL, bytes that are not
+  UTF-8; or the whole file empty, a header alone, behind a BOM, in UTF-16, in CR line endings,
+  junk. A trace written must read back as ``sim cluster`` reads it.
 - service-escape: ``qosched up`` on a temporary home runs a job whose command forks a process
   that leaves its session (``setsid``), double-forks, ignores SIGTERM and clears its environment
   (``execve`` with an empty one), then cancels the job with a grace under the runner's own 5 s,
@@ -84,6 +84,7 @@ from pathlib import Path
 from qosched.backends.local import joblog
 from qosched.backends.local.client import Client
 from qosched.cluster.importers import PAI_COLUMNS
+from qosched.cluster.pods.trace import ALIBABA_COLUMNS, ALIBABA_GPU_2023, read_pod_trace
 from qosched.cluster.throughput import ThroughputModel
 from qosched.gpushare.policies import policy_names
 
@@ -335,8 +336,10 @@ IMPORT_COLUMNS = {
     "helios": HELIOS_COLUMNS,
     "philly": ("timestamp", "duration", "num_gpus", "gpu_time", "cluster"),
     "pai": PAI_COLUMNS,
+    "alibaba-gpu-2023": (*ALIBABA_COLUMNS, "scheduled_time"),
 }
-_JOB_COLUMN = {"itp": "job_id", "helios": "job_id", "philly": None, "pai": "job_name"}
+_JOB_COLUMN = {"itp": "job_id", "helios": "job_id", "philly": None, "pai": "job_name",
+               "alibaba-gpu-2023": "name"}  # fmt: skip
 #: What a broken cell may hold.
 BAD_CELLS = ("", " ", "nan", "NaN", "inf", "-inf", "+Infinity", "-1", "-0", "0", "1e308",
              "1e400", "9" * 400, "0x10", "1_000", "\u0661\u0662", "5.5", "abc", "1,5", "None",
@@ -376,6 +379,8 @@ def _valid_rows(rng: random.Random, fmt: str) -> list[list[str]]:
                          str(run), "0"])  # fmt: skip
         elif fmt == "philly":
             rows.append([when, f"{run:.1f}", str(gpus), f"{run * gpus:.1f}", "c1"])
+        elif fmt == "alibaba-gpu-2023":
+            rows.append(_pod_row(rng, index, now - start, run))
         else:
             status = rng.choice(["Terminated", "Terminated", "Failed", "Running"])
             for task in range(rng.randint(1, 3)):
@@ -384,6 +389,17 @@ def _valid_rows(rng: random.Random, fmt: str) -> list[list[str]]:
                 rows.append([f"j{index}", f"t{task}", str(rng.randint(1, 4)), status, *times,
                              "600", "29", share, "V100"])  # fmt: skip
     return rows
+
+
+def _pod_row(rng: random.Random, index: int, created: float, run: int) -> list[str]:
+    """One valid ``openb_pod_list`` row: no GPU, part of one GPU, or 1-8 whole GPUs."""
+    num_gpu = rng.choice([0, 1, 1, 1, 2, 4, 8])
+    milli = 0 if num_gpu == 0 else rng.choice([1000, 500, 250, 1]) if num_gpu == 1 else 1000
+    deleted = rng.choice([f"{created + run:.0f}", f"{created:.0f}", ""])
+    return [f"pod-{index}", str(rng.choice([0, 1000, 88000])), str(rng.choice([0, 262144])),
+            str(num_gpu), str(milli), rng.choice(["", "V100M16", "A10|T4"]),
+            rng.choice(["LS", "BE", "Burstable", ""]), rng.choice(["Running", "Succeeded", ""]),
+            f"{created:.0f}", deleted, f"{created:.0f}"]  # fmt: skip
 
 
 def random_cluster_trace(seed: int, fmt: str) -> tuple[bytes, Broken]:
@@ -417,6 +433,9 @@ def random_cluster_trace(seed: int, fmt: str) -> tuple[bytes, Broken]:
         if kind <= 3 and at >= header and len(cells) == len(columns):
             index = rng.randrange(len(columns))
             dated = columns[index] in ("submit_time", "timestamp", "start_time", "end_time")
+            if fmt == "alibaba-gpu-2023" and columns[index] in ("gpu_spec", "qos", "pod_phase",
+                                                                "scheduled_time"):  # fmt: skip
+                continue  # free text or a column the importer does not read: nothing to break
             cells[index] = rng.choice(ODD_DATES if dated and rng.random() < 0.6 else BAD_CELLS)
             lines[at] = ",".join(cells)
             if "," in cells[index]:
@@ -560,13 +579,16 @@ def import_cases(seed: int, folder: Path) -> list[tuple[str, list[str], Check | 
         path.write_bytes(text)
         out.unlink(missing_ok=True)
 
-        def check(code: int, stdout: str, last: str, path=path, out=out, broken=broken):
+        def check(code: int, stdout: str, last: str, path=path, out=out, broken=broken, fmt=fmt):
             if code == 2:
                 if not broken.changes and "no job to import" not in last:
                     return "a valid trace refused"
                 return refusal_names(last, path, broken)
             try:
-                read_trace(out, ThroughputModel.bundled("A100"))
+                if fmt == ALIBABA_GPU_2023:
+                    read_pod_trace(out)
+                else:
+                    read_trace(out, ThroughputModel.bundled("A100"))
             except InputError as exc:
                 return f"the trace written does not read back: {exc}"
             return None
