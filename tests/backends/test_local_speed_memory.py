@@ -19,10 +19,12 @@ from qosched.backends.local.speed_memory import (
     DEFAULT_SPREAD,
     MAX_SPREAD,
     MIN_SPREAD,
+    CountTrust,
     drift_spread,
     measured_rates,
     measured_spread,
     measured_startup_s,
+    measured_trust,
     remembered_curve,
     speed_key,
 )
@@ -100,6 +102,101 @@ def test_a_remembered_curve_carries_its_spread_and_a_table_none() -> None:
     assert remembered_curve(prior, {}, 0.2) is prior  # nothing remembered: the table's
 
 
+# --- per-count trust --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trust", "floor", "expected"),
+    [
+        # 8 s, no spread of its own: the floor with the short-measurement term 0.06 / 8.
+        pytest.param(CountTrust(8.0), 0.069, math.sqrt(0.069**2 + 0.06 / 8), id="8s-floor"),
+        # 5 minutes: the term is 0.0002, nearly nothing.
+        pytest.param(CountTrust(300.0), 0.069, math.sqrt(0.069**2 + 0.06 / 300), id="5min"),
+        # The count's own spread where it is wider than the floor ...
+        pytest.param(CountTrust(300.0, 0.1), 0.069, math.sqrt(0.1**2 + 0.06 / 300), id="own"),
+        # ... and the floor where it is narrower (a few stretches say little).
+        pytest.param(CountTrust(60.0, 0.03), 0.069, math.sqrt(0.069**2 + 0.001), id="floored"),
+        # Clamped like every spread: a count run for a sliver of a second is not trusted at all.
+        pytest.param(CountTrust(0.01), 0.02, MAX_SPREAD, id="sliver"),
+    ],
+)
+def test_a_count_measured_briefly_is_trusted_less(trust, floor, expected) -> None:
+    assert trust.sigma(floor) == pytest.approx(expected)
+
+
+def test_a_count_trust_refuses_what_no_measurement_gives() -> None:
+    for seconds, spread in ((0.0, None), (-1.0, None), (math.nan, None), (5.0, 0.0), (5.0, 2.0)):
+        with pytest.raises(ValueError, match=r"seconds|spread"):
+            CountTrust(seconds, spread)
+
+
+def test_measured_trust_by_hand() -> None:
+    samples = [
+        # 1 worker, 2 s intervals: 10 it/s for 4 s, 15 it/s for 4 s (mean 12.5): 8 s measured,
+        # its own spread sqrt((log(0.8)^2 + log(1.2)^2) / 2) over its two stretches.
+        (0.0, 0, 1), (2.0, 20, 1), (4.0, 40, 1), (6.0, 70, 1), (8.0, 100, 1),
+        # 2 workers for 6 s at 10 it/s after a re-size: one full stretch, so no spread of its own.
+        (9.0, 105, 2), (11.0, 125, 2), (13.0, 145, 2), (15.0, 165, 2),
+        # 3 workers for 1 s: no speed remembered, so no trust either.
+        (16.0, 170, 3), (16.5, 175, 3), (17.0, 180, 3),
+    ]  # fmt: skip
+    trust = measured_trust(samples)
+    assert set(trust) == set(measured_rates(samples)) == {1, 2}
+    own = math.sqrt((math.log(0.8) ** 2 + math.log(1.2) ** 2) / 2)
+    assert trust[1].seconds == pytest.approx(8.0)
+    assert trust[1].spread == pytest.approx(own)
+    assert (trust[2].seconds, trust[2].spread) == (pytest.approx(6.0), None)
+
+
+def test_a_remembered_curve_gives_each_count_the_trust_of_the_speed_it_comes_from() -> None:
+    prior = SpeedCurve("command", 1, (0.0, 1.0, 2.0, 3.0, 4.0), ())
+    trust = {1: CountTrust(300.0, 0.05), 2: CountTrust(8.0)}
+    curve = remembered_curve(prior, {1: 17.4, 2: 29.7}, 0.069, trust)
+    long, short = math.sqrt(0.069**2 + 0.06 / 300), math.sqrt(0.069**2 + 0.06 / 8)
+    # 3 and 4 are scaled from 2 (nearest), so they are as trusted as it.
+    assert curve.spreads == pytest.approx((0.0, long, short, short, short))
+    assert curve.spread == 0.069
+    assert curve.spread_at(1) == pytest.approx(long) and curve.spread_at(2) == pytest.approx(short)
+    # A count remembered without its trust (kept before it was) keeps the key's spread.
+    older = remembered_curve(prior, {1: 17.4, 2: 29.7}, 0.069, {2: CountTrust(8.0)})
+    assert older.spreads[1] == 0.069 and older.spread_at(1) == 0.069
+    # Without any, the curve is what it was: one spread for every count.
+    assert remembered_curve(prior, {1: 17.4}, 0.069).spreads == ()
+    assert remembered_curve(prior, {1: 17.4}, 0.069).spread_at(2) == 0.069
+
+
+def test_the_store_keeps_each_speed_with_how_long_it_was_measured(tmp_path) -> None:
+    with Store(tmp_path / "state.db") as store:
+        store.remember_speeds("k", {1: 5.0, 2: 9.0}, "j-000001", 10.0, {1: CountTrust(120.0, 0.04)})
+        assert store.remembered_trust("k") == {1: CountTrust(120.0, 0.04)}  # 2 kept without
+        store.remember_speeds("k", {2: 9.5}, "j-000002", 20.0, {2: CountTrust(8.0)})
+        assert store.remembered_trust("k") == {1: CountTrust(120.0, 0.04), 2: CountTrust(8.0)}
+        store.remember_speeds("k", {1: 5.5}, "j-000003", 30.0)  # replaced without: none kept
+        assert store.remembered_trust("k") == {2: CountTrust(8.0)}
+        assert store.remembered_speeds("k") == ({2: 9.5, 1: 5.5}, "j-000003")
+
+
+def test_a_version_5_database_keeps_its_speeds_without_their_trust(tmp_path) -> None:
+    path = tmp_path / "state.db"
+    Store(path).close()
+    with sqlite3.connect(path) as db:  # as the qosched before per-count trust left it
+        db.execute("DROP TABLE speeds")
+        db.execute(
+            "CREATE TABLE speeds (key TEXT NOT NULL, workers INTEGER NOT NULL CHECK (workers > 0), "
+            "rate REAL NOT NULL CHECK (rate > 0), job_id TEXT NOT NULL, t REAL NOT NULL, "
+            "PRIMARY KEY (key, workers))"
+        )
+        db.execute("INSERT INTO speeds VALUES ('k', 2, 29.7, 'j-000001', 1.0)")
+        db.execute("UPDATE schema_version SET version = 5")
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == 6
+        assert store.remembered_speeds("k") == ({2: 29.7}, "j-000001")
+        assert store.remembered_trust("k") == {}
+        store.remember_speeds("k", {2: 25.2}, "j-000002", 2.0, {2: CountTrust(70.0, 0.1)})
+        assert store.remembered_trust("k") == {2: CountTrust(70.0, 0.1)}
+
+
 def test_the_store_keeps_the_latest_spread_of_a_key(tmp_path) -> None:
     with Store(tmp_path / "state.db") as store:
         assert store.remembered_spread("k") is None
@@ -175,7 +272,7 @@ def test_a_version_1_database_gains_the_speeds_table(tmp_path) -> None:
         db.execute("UPDATE schema_version SET version = 1")
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 5
+        assert store.schema_version == 6
         assert store.remembered_speeds("k") == ({}, None)
         assert store.remembered_startup("k") is None  # the start-ups table came with it
         assert store.remembered_spread("k") is None  # and the spreads table

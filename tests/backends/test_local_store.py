@@ -408,7 +408,7 @@ def test_audit_log(store):
 def test_wal_mode_and_schema_version(tmp_path):
     path = tmp_path / "qosched.db"
     with Store(path) as store:
-        assert store.schema_version == 5
+        assert store.schema_version == 6
         store.submit(SPEC, now=0.0)
         with sqlite3.connect(path) as other:
             assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -427,7 +427,7 @@ def test_reopen_after_close_keeps_everything(tmp_path):
         assert reopened.get(job_id) == record
         assert reopened.progress(job_id) == (ProgressSample(2.0, 50, 2),)
         assert reopened.events() == log
-        assert reopened.schema_version == 5
+        assert reopened.schema_version == 6
 
 
 def test_closed_store_refuses_calls(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,7 +15,7 @@ from qosched.cluster.predict import (
     prior_from_curve,
     relative_error,
 )
-from qosched.cluster.throughput import ThroughputModel
+from qosched.cluster.throughput import SpeedCurve, ThroughputModel
 
 COUNTS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -578,6 +579,40 @@ def test_remaining_time_within_ten_percent_for_ninety_percent_of_jobs_at_five_pe
     assert hits / jobs >= 0.90, hits / jobs
     # The target is not met by the table alone: the job's own progress is what meets it.
     assert prior_hits / jobs < 0.5, prior_hits / jobs
+
+
+@pytest.mark.parametrize("confidence", [0.2, 0.9])
+def test_a_speed_measured_for_seconds_is_promised_less_than_one_measured_for_minutes(confidence):
+    # 17.4 it/s on one core measured for 5 minutes, 29.7 on two for 8 s, the job's spread 0.069:
+    # per count (speed_memory.CountTrust) sqrt(0.069^2 + 0.06 / 300) = 0.0704 and
+    # sqrt(0.069^2 + 0.06 / 8) = 0.1107. Before the job runs again, each count's band stands at
+    # its 5% quantile, exp(-1.6449 * sigma) of the speed: 29.7 * 0.8335 = 24.75 it/s on two
+    # cores (below the 25.2 such a job then sustained), where the job's one spread gave 26.51;
+    # 17.4 * 0.8906 = 15.50 on one. Measured for 5 minutes, two cores would be promised 26.45.
+    short, long = math.sqrt(0.069**2 + 0.06 / 8), math.sqrt(0.069**2 + 0.06 / 300)
+    curve = SpeedCurve("command", 1, (0.0, 17.4, 29.7), (1, 2), 0.069, (0.0, long, short))
+    predictor = OnlinePredictor.from_curve(curve, confidence=confidence)
+    assert predictor.predict(2).rate == pytest.approx(29.7)
+    assert predictor.predict(2).rate_low == pytest.approx(24.75, abs=0.01)
+    assert predictor.predict(1).rate_low == pytest.approx(15.50, abs=0.01)
+    minutes = dataclasses.replace(curve, spreads=(0.0, long, long))
+    assert OnlinePredictor.from_curve(minutes, confidence=confidence).predict(
+        2
+    ).rate_low == pytest.approx(26.45, abs=0.01)
+    # One spread for every count (no per-count trust): 29.7 * exp(-1.6449 * 0.069).
+    single = dataclasses.replace(curve, spreads=())
+    assert OnlinePredictor.from_curve(single, confidence=confidence).predict(
+        2
+    ).rate_low == pytest.approx(26.51, abs=0.01)
+
+
+def test_per_count_spreads_need_one_spread_and_one_entry_per_count():
+    with pytest.raises(ValueError, match="per-count spreads"):
+        SpeedCurve("command", 1, (0.0, 1.0, 2.0), (1, 2), None, (0.0, 0.1, 0.1))
+    with pytest.raises(ValueError, match="per-count spreads"):
+        SpeedCurve("command", 1, (0.0, 1.0, 2.0), (1, 2), 0.1, (0.0, 0.1))
+    with pytest.raises(ValueError, match="prior_sigmas"):
+        OnlinePredictor(prior_from_curve(SpeedCurve("c", 1, (0.0, 1.0), (1,))), prior_sigmas={1: 0})
 
 
 def test_a_count_seen_for_a_sliver_of_time_gives_a_capped_band_not_an_overflow():

@@ -309,6 +309,28 @@ def test_speeds_the_job_measured_itself_are_promised_on_their_low_quantile(
         assert pessimistic.rate(4) == pytest.approx(4.0 * math.exp(-1.6449 * spread), rel=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("spread_at_4", "guaranteed"), [(0.1, False), (0.01, True)], ids=["seconds", "minutes"]
+)
+def test_a_promise_rests_on_the_spread_of_the_count_it_is_made_on(spread_at_4, guaranteed):
+    # As above, 400 iterations on 4 GPUs at 4 it/s with a deadline of 115 s, the job's spread
+    # 0.01 but its own for the count of 4 ``spread_at_4``: a count measured for seconds
+    # (0.1: 118 s at its 5% quantile) is refused, one measured for minutes (0.01: 101.7 s)
+    # guaranteed. The other counts keep 0.3, which no promise here rests on.
+    table = TABLES.curve("m", 64)
+    spreads = tuple(
+        0.0 if g == 0 else spread_at_4 if g == 4 else 0.3 for g in range(len(table.speeds))
+    )
+    curve = dataclasses.replace(table, spread=0.01, spreads=spreads)
+    c = JobState(job("c", 0, 400, deadline=115.0), curve)
+    policy = QualityOfService()
+    policy.admit(c, ClusterView(0.0, ONE_NODE, (c,), restart_pause_s=30.0))
+    assert policy.is_guaranteed("c") is guaranteed
+    pessimistic = policy._jobs["c"].ladders[1]
+    assert pessimistic.rate(4) == pytest.approx(4.0 * math.exp(-1.6449 * spread_at_4), rel=1e-3)
+    assert pessimistic.rate(2) == pytest.approx(table.rate(2) * math.exp(-1.6449 * 0.3), rel=1e-3)
+
+
 def test_a_thin_guarantee_ends_with_the_first_refresh_after_the_job_runs():
     # Guaranteed at 0 on its expected speed (above), "c" runs on 4 GPUs at the table's speed.
     # After 60 s of it (`_observe_jobs` refreshes a minute in), its band comes from its own

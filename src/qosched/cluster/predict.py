@@ -26,7 +26,7 @@ import bisect
 import math
 import operator
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -294,7 +294,9 @@ class OnlinePredictor:
 
     **Band** at confidence ``c``, symmetric in log-rate (``rate / f .. rate * f``):
 
-    - no data: ``f = exp(z * prior_sigma)``, ``z`` the normal quantile of ``c``.
+    - no data: ``f = exp(z * prior_sigma)``, ``z`` the normal quantile of ``c``; at a count
+      ``prior_sigmas`` names, with its sigma instead (speeds measured for different lengths of
+      time are trusted differently).
     - at an observed count: a Student-t interval of the mean log iteration time, from the spread
       of the intervals around their count's mean, pooled over all counts (noise is a property of
       the job) together with a guess of ``NOISE_PRIOR_SIGMA`` per interval worth
@@ -341,6 +343,7 @@ class OnlinePredictor:
         prior_counts: Sequence[int] = DEFAULT_PRIOR_COUNTS,
         table: SpeedCurve | None = None,
         recent_s: float | None = None,
+        prior_sigmas: Mapping[int, float] | None = None,
     ) -> None:
         if not (math.isfinite(prior_weight_s) and prior_weight_s >= 0):
             raise ValueError(f"prior_weight_s must be finite and >= 0, got {prior_weight_s!r}")
@@ -352,6 +355,9 @@ class OnlinePredictor:
             raise ValueError(f"prior_counts must be non-empty counts >= 1, got {prior_counts!r}")
         if recent_s is not None and not (math.isfinite(recent_s) and recent_s > 0):
             raise ValueError(f"recent_s must be finite and > 0 (or None), got {recent_s!r}")
+        for count, sigma in (prior_sigmas or {}).items():
+            if not (math.isfinite(sigma) and sigma > 0):
+                raise ValueError(f"prior_sigmas[{count}] must be finite and > 0, got {sigma!r}")
         self.prior = prior
         self.prior_weight_s = float(prior_weight_s)
         self.confidence = float(confidence)
@@ -359,6 +365,7 @@ class OnlinePredictor:
         self.prior_counts = tuple(sorted(set(prior_counts)))
         self.table = table
         self.recent_s = None if recent_s is None else float(recent_s)
+        self.prior_sigmas = {int(c): float(v) for c, v in (prior_sigmas or {}).items()}
         self.fit_count = 0
         self._z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
         self._stats: dict[int, _CountStats] = {}
@@ -383,7 +390,8 @@ class OnlinePredictor:
         """A predictor whose prior is fitted to ``curve`` and anchored at its measured counts, and
         whose predictions keep the curve's own shape (see ``table`` in the class docstring).
         Where the curve has a ``spread`` (the job's own measured speeds), the prior band's lower
-        edge is the `MEASURED_LOW_QUANTILE` of a log-normal speed with that spread."""
+        edge is the `MEASURED_LOW_QUANTILE` of a log-normal speed with that spread, at each count
+        with that count's own (``SpeedCurve.spread_at``)."""
         options.setdefault("prior_counts", curve.measured)
         options.setdefault("table", curve)
         if curve.spread is not None:
@@ -392,8 +400,13 @@ class OnlinePredictor:
             # coverage the band has later (a promise made now rests on that edge alone).
             normal = statistics.NormalDist()
             z = normal.inv_cdf(0.5 + options.get("confidence", DEFAULT_CONFIDENCE) / 2.0)
-            low = -normal.inv_cdf(MEASURED_LOW_QUANTILE)
-            options.setdefault("prior_sigma", curve.spread * low / z)
+            scale = -normal.inv_cdf(MEASURED_LOW_QUANTILE) / z
+            options.setdefault("prior_sigma", curve.spread * scale)
+            if curve.spreads:
+                options.setdefault(
+                    "prior_sigmas",
+                    {g: sigma * scale for g, sigma in enumerate(curve.spreads) if sigma > 0},
+                )
         return cls(prior_from_curve(curve), **options)
 
     def _table_factor(self, workers: int) -> float:
@@ -517,6 +530,7 @@ class OnlinePredictor:
         half_width, exp, hypot = self._half_width, math.exp, math.hypot
         half_above = self._half_above
         half_unseen = self._z * self.prior_sigma if not self._observed_counts else None
+        sigmas = self.prior_sigmas if half_unseen is not None else None
         result = []
         for workers in counts:
             if not workers >= 1:
@@ -529,7 +543,8 @@ class OnlinePredictor:
                 rate /= recent.get(workers, elsewhere)
             up = None
             if half_unseen is not None:
-                half = half_unseen
+                sigma = sigmas.get(workers) if sigmas else None
+                half = half_unseen if sigma is None else self._z * sigma
             elif workers in half_width:
                 half = half_width[workers]
                 if half_above is not None:

@@ -51,6 +51,10 @@ class SpeedCurve:
     log speed, the job's speed there was seen to stray from them. A policy that promises
     deadlines plans a guarantee on the speed that far below (``qosched.cluster.policies.qos``).
     None for a table measured elsewhere, whose error the predictor's prior band stands for.
+
+    ``spreads``: with a ``spread``, optionally the same per worker count (``spreads[g]``, 0 where
+    none): a count measured only for seconds is trusted less than one measured for minutes
+    (``qosched.backends.local.speed_memory.CountTrust``). Empty: ``spread`` at every count.
     """
 
     model: str
@@ -58,6 +62,14 @@ class SpeedCurve:
     speeds: tuple[float, ...]
     measured: tuple[int, ...]
     spread: float | None = None
+    spreads: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.spreads and (self.spread is None or len(self.spreads) != len(self.speeds)):
+            raise ValueError(
+                f"{self.model}: per-count spreads need a spread and one entry per count "
+                f"0..{len(self.speeds) - 1}, got {len(self.spreads)} (spread {self.spread!r})"
+            )
 
     @property
     def max_workers(self) -> int:
@@ -66,6 +78,13 @@ class SpeedCurve:
     def rate(self, workers: int) -> float:
         """Iterations/s on ``workers`` workers in one placement; 0.0 when unavailable."""
         return self.speeds[workers] if 0 <= workers < len(self.speeds) else 0.0
+
+    def spread_at(self, workers: int) -> float | None:
+        """The spread a promise on ``workers`` workers is planned with: that count's own where
+        ``spreads`` has one, else ``spread`` (None for a table measured elsewhere)."""
+        if 0 < workers < len(self.spreads) and self.spreads[workers] > 0:
+            return self.spreads[workers]
+        return self.spread
 
     def available(self, workers: int) -> bool:
         return self.rate(workers) > 0.0

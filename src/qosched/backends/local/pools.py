@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from qosched.backends.local import reasons
 from qosched.backends.local.jobspec import TrainingJobSpec
-from qosched.backends.local.speed_memory import remembered_curve
+from qosched.backends.local.speed_memory import CountTrust, remembered_curve
 from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy
@@ -39,10 +39,12 @@ def policy_job(
     remembered: Mapping[int, float],
     startup_s: float = 0.0,
     spread: float | None = None,
+    trust: Mapping[int, CountTrust] | None = None,
 ) -> JobState:
     """The job as its pool's policy sees it (a pool of ``pool_size`` workers), its prior speed
     the table's or the placeholder with what an earlier job of its speed key measured in place
-    (``remembered``, with how far it strayed, ``spread``: see speed_memory), and its deadline
+    (``remembered``, with how far it strayed, ``spread``, and how far each count is trusted,
+    ``trust``: see speed_memory), and its deadline
     ``startup_s`` earlier: a start costs that much before any iteration counts, and the policy
     plans iterations; ``InputError`` when the pool is too small."""
     least = spec.resources.bounds()[0]
@@ -67,7 +69,7 @@ def policy_job(
         deadline_s=deadline_at - startup_s,
         requested_workers=min(requested, pool_size),
     )
-    curve = remembered_curve(prior_curve(spec, pool_size), remembered, spread)
+    curve = remembered_curve(prior_curve(spec, pool_size), remembered, spread, trust)
     state = JobState(job, curve)
     state.last_update_s = submitted_at
     return state

@@ -159,11 +159,13 @@ from qosched.backends.local.runners import (
     runner_job,
 )
 from qosched.backends.local.speed_memory import (
+    CountTrust,
     clamp_spread,
     drift_spread,
     measured_rates,
     measured_spread,
     measured_startup_s,
+    measured_trust,
     remembered_curve,
     speed_key,
 )
@@ -592,6 +594,7 @@ class LocalService:
                     remembered,
                     startup,
                     self.store.remembered_spread(key),
+                    self.store.remembered_trust(key),
                 )
                 policy = self.gpu_policy if spec.gpu else self.policy
                 if measured_first(policy, spec, bool(remembered)):
@@ -791,7 +794,9 @@ class LocalService:
             rates = measured_rates(samples)
             if rates and live.speed_key is not None:
                 before = self.store.remembered_speeds(live.speed_key)[0]
-                self.store.remember_speeds(live.speed_key, rates, live.record.id, self.clock())
+                self.store.remember_speeds(
+                    live.speed_key, rates, live.record.id, self.clock(), measured_trust(samples)
+                )
                 spread = max(measured_spread(samples) or 0.0, drift_spread(before, rates))
                 if spread > 0:
                     self.store.remember_spread(
@@ -831,6 +836,7 @@ class LocalService:
             remembered,
             startup,
             self.store.remembered_spread(key),
+            self.store.remembered_trust(key),
         )
         live = LiveJob(record, spec, policy_job, self.home / "jobs" / record.id)
         live.speed_key = key
@@ -849,11 +855,12 @@ class LocalService:
         remembered: Mapping[int, float],
         startup_s: float = 0.0,
         spread: float | None = None,
+        trust: Mapping[int, CountTrust] | None = None,
     ) -> JobState:
         """The job as its pool's policy sees it (``pools.policy_job``)."""
         size = len(self._pool(spec.gpu))
         return policy_job(
-            job_id, spec, size, submitted_at, deadline_at, remembered, startup_s, spread
+            job_id, spec, size, submitted_at, deadline_at, remembered, startup_s, spread, trust
         )
 
     def _pool(self, gpu: bool) -> tuple[int, ...]:
@@ -1048,7 +1055,9 @@ class LocalService:
             job.spec = dataclasses.replace(job.spec, deadline_s=live.record.deadline_at - startup)
         if rates:
             prior = prior_curve(spec, len(self._pool(spec.gpu)))
-            job.curve = remembered_curve(prior, rates, measured_spread(samples))
+            job.curve = remembered_curve(
+                prior, rates, measured_spread(samples), measured_trust(samples)
+            )
             live.profiled = True
             admission = admit_job(policy, job, view, best_effort=spec.best_effort)
         elif spec.best_effort:

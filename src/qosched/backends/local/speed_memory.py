@@ -18,7 +18,8 @@ How far the speed strayed is kept with it (``measured_spread``: over stretches o
 while the job ran, or the change from the speed remembered before, ``drift_spread``, whichever is
 larger): a deadline is guaranteed on the remembered speed less that spread, so a promise made on
 a machine whose other work comes and goes leaves room for it (docs/local.md, "Speeds
-remembered").
+remembered"). Each count is also kept with how long it was measured and its own spread
+(``CountTrust``): a speed measured for seconds is trusted less than one measured for minutes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import bisect
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
@@ -48,6 +50,16 @@ MIN_SPREAD = 0.02
 MAX_SPREAD = 0.5
 #: The spread of speeds remembered without one (too few stretches to measure it).
 DEFAULT_SPREAD = 0.1
+#: How much less a speed measured for only a few seconds is trusted: its log speed is taken to
+#: stray from what the job sustains on that count by a further standard deviation of
+#: ``sqrt(SHORT_VARIANCE_S / seconds measured)`` (``CountTrust.sigma``). Calibrated on four
+#: runs of ``bench/local_first_time.py`` on the quiet 2-core machine (kept stores, 6 job-counts
+#: run at least 50 s): the speed of a count's first D seconds against the rest of that job on it
+#: strayed by (root mean square of the log ratio) 0.089 at D = 4 s, 0.079 at 8 s, 0.071 at 15 s
+#: and 0.043 at 30 s, a job's first seconds on two cores running up to 18% faster than it then
+#: sustained; 0.06 / D gives 0.12, 0.087, 0.063 and 0.045. It covers the sampling error of the
+#: mean of a few stretches, and the start of a run being unlike the rest of it.
+SHORT_VARIANCE_S = 0.06
 #: The most of a script read for its key: a script is source, not data.
 MAX_SCRIPT_BYTES = 16 << 20
 
@@ -113,24 +125,72 @@ def measured_spread(samples: Sequence[tuple[float, int, int]]) -> float | None:
     ``SPREAD_WINDOW_S`` (consecutive `intervals_by_count` on one count, pooled over the counts,
     each about its own count's mean), clamped to ``[MIN_SPREAD, MAX_SPREAD]``. None with fewer
     than two stretches: one says nothing of how the speed moves."""
-    deviations: list[tuple[float, float]] = []  # (seconds, log speed - log count mean)
-    for spans in intervals_by_count(samples).values():
-        spent, done = sum(e for e, _ in spans), sum(w for _, w in spans)
-        if done <= 0:
-            continue
-        mean = math.log(done / spent)
-        window_s = window_done = 0.0
-        for elapsed, work in spans:
-            window_s, window_done = window_s + elapsed, window_done + work
-            if window_s >= SPREAD_WINDOW_S:
-                if window_done > 0:
-                    deviations.append((window_s, math.log(window_done / window_s) - mean))
-                window_s = window_done = 0.0
+    deviations = [
+        d for spans in intervals_by_count(samples).values() for d in _stretch_deviations(spans)
+    ]
+    return _spread_of(deviations)
+
+
+def _stretch_deviations(spans: Sequence[tuple[float, int]]) -> list[tuple[float, float]]:
+    """``(seconds, log speed - log mean)`` of each stretch of at least ``SPREAD_WINDOW_S`` of
+    one count's ``spans``, about that count's mean."""
+    spent, done = sum(e for e, _ in spans), sum(w for _, w in spans)
+    if done <= 0:
+        return []
+    mean = math.log(done / spent)
+    deviations = []
+    window_s = window_done = 0.0
+    for elapsed, work in spans:
+        window_s, window_done = window_s + elapsed, window_done + work
+        if window_s >= SPREAD_WINDOW_S:
+            if window_done > 0:
+                deviations.append((window_s, math.log(window_done / window_s) - mean))
+            window_s = window_done = 0.0
+    return deviations
+
+
+def _spread_of(deviations: Sequence[tuple[float, float]]) -> float | None:
+    """The clamped duration-weighted standard deviation of ``deviations``; None under two."""
     if len(deviations) < 2:
         return None
     weight = sum(seconds for seconds, _ in deviations)
     variance = sum(seconds * d * d for seconds, d in deviations) / weight
     return clamp_spread(math.sqrt(variance))
+
+
+@dataclass(frozen=True, slots=True)
+class CountTrust:
+    """How far a speed measured on one worker count is trusted: how many ``seconds`` of running
+    it was measured on, and how far that count's own stretches strayed (``spread``, as in
+    `measured_spread`; None with fewer than two stretches)."""
+
+    seconds: float
+    spread: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"a measured speed needs seconds > 0, got {self.seconds!r}")
+        if self.spread is not None and not (0 < self.spread <= 1):
+            raise ValueError(f"a count's spread is in (0, 1], got {self.spread!r}")
+
+    def sigma(self, floor: float) -> float:
+        """The standard deviation of the log speed a promise on this count is planned with:
+        the count's own spread, at least ``floor`` (the job's pooled spread, or its drift
+        between runs: a few stretches say little of how far a speed moves), combined with the
+        short-measurement term ``SHORT_VARIANCE_S / seconds``; clamped (`clamp_spread`)."""
+        own = floor if self.spread is None else max(self.spread, floor)
+        return clamp_spread(math.sqrt(own * own + SHORT_VARIANCE_S / self.seconds))
+
+
+def measured_trust(samples: Sequence[tuple[float, int, int]]) -> dict[int, CountTrust]:
+    """`CountTrust` of each count `measured_rates` gives a speed for, from the same samples."""
+    trust = {}
+    rated = measured_rates(samples)
+    for workers, spans in intervals_by_count(samples).items():
+        if workers in rated:
+            spent = sum(elapsed for elapsed, _ in spans)
+            trust[workers] = CountTrust(spent, _spread_of(_stretch_deviations(spans)))
+    return trust
 
 
 def clamp_spread(spread: float) -> float:
@@ -164,24 +224,37 @@ def measured_startup_s(
 
 
 def remembered_curve(
-    prior: SpeedCurve, rates: Mapping[int, float], spread: float | None = None
+    prior: SpeedCurve,
+    rates: Mapping[int, float],
+    spread: float | None = None,
+    trust: Mapping[int, CountTrust] | None = None,
 ) -> SpeedCurve:
     """``prior`` with the remembered ``rates`` in place at their counts (which become its
     measured ones); every other count keeps the prior's shape, scaled by the remembered speed
     at the nearest remembered count (the lower one on a tie). Its ``spread`` is ``spread``
-    (clamped), or `DEFAULT_SPREAD` when rates are remembered without one."""
+    (clamped), or `DEFAULT_SPREAD` when rates are remembered without one. With ``trust``, each
+    count's spread (``SpeedCurve.spreads``) is `CountTrust.sigma` of the count its speed comes
+    from, floored at that ``spread``; a count remembered without one keeps ``spread``."""
     usable = {w: r for w, r in rates.items() if 0 < w <= prior.max_workers and r > 0}
     if not usable:
         return prior
     speeds = list(prior.speeds)
+    sources = [0] * len(speeds)  # the remembered count each count's speed comes from
     for workers in range(1, len(speeds)):
         if workers in usable:
             speeds[workers] = usable[workers]
+            sources[workers] = workers
             continue
-        nearest = min(usable, key=lambda w: (abs(w - workers), w))
+        nearest = sources[workers] = min(usable, key=lambda w: (abs(w - workers), w))
         base = prior.rate(nearest)
         if base > 0 and speeds[workers] > 0:
             speeds[workers] = speeds[workers] * usable[nearest] / base
     spread = DEFAULT_SPREAD if spread is None else clamp_spread(spread)
+    spreads: tuple[float, ...] = ()
+    if trust and any(w in trust for w in usable):
+        spreads = tuple(
+            trust[source].sigma(spread) if source in trust else spread if source else 0.0
+            for source in sources
+        )
     measured = tuple(sorted(set(usable)))
-    return SpeedCurve(prior.model, prior.batch_size, tuple(speeds), measured, spread)
+    return SpeedCurve(prior.model, prior.batch_size, tuple(speeds), measured, spread, spreads)

@@ -22,6 +22,7 @@ from typing import Any
 
 from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.backends.local.machine_use import UseSample
+from qosched.backends.local.speed_memory import CountTrust
 from qosched.core.bounds import COUNT_LIMIT
 from qosched.core.errors import InputError, QoschedError
 
@@ -254,6 +255,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             used REAL CHECK (used >= 0)
         )""",
         """CREATE INDEX machine_use_t ON machine_use (t)""",
+    ),
+    (
+        # How long each remembered speed was measured, and its own count's spread
+        # (speed_memory.CountTrust); NULL for speeds kept before they were.
+        """ALTER TABLE speeds ADD COLUMN seconds REAL CHECK (seconds IS NULL OR seconds > 0)""",
+        """ALTER TABLE speeds ADD COLUMN spread REAL
+            CHECK (spread IS NULL OR (spread > 0 AND spread <= 1))""",
     ),
 )
 
@@ -580,20 +588,41 @@ class Store:
             ).fetchall()
         return tuple(ProgressSample(t, iteration, cpus) for t, iteration, cpus in rows)
 
-    def remember_speeds(self, key: str, rates: Mapping[int, float], job_id: str, t: float) -> None:
+    def remember_speeds(
+        self,
+        key: str,
+        rates: Mapping[int, float],
+        job_id: str,
+        t: float,
+        trust: Mapping[int, CountTrust] | None = None,
+    ) -> None:
         """Keep ``rates`` (iterations/s per worker count) measured by ``job_id`` under ``key``,
-        each replacing what an earlier job left at that count."""
+        each with how far it is trusted (``trust``, where given), replacing what an earlier job
+        left at that count."""
         clean = {}
         for workers, rate in rates.items():
             if not (isinstance(workers, int) and workers > 0 and 0 < rate < float(COUNT_LIMIT)):
                 raise InputError(f"job {job_id}: no speed {rate!r} on {workers!r} workers")
             clean[workers] = float(rate)
+        trust = trust or {}
         with self._write(jobs=False) as db:
             db.executemany(
-                "INSERT OR REPLACE INTO speeds (key, workers, rate, job_id, t) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(key, workers, rate, job_id, t) for workers, rate in clean.items()],
+                "INSERT OR REPLACE INTO speeds (key, workers, rate, job_id, t, seconds, spread) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (key, workers, rate, job_id, t, *_trust_row(trust.get(workers)))
+                    for workers, rate in clean.items()
+                ],
             )
+
+    def remembered_trust(self, key: str) -> dict[int, CountTrust]:
+        """How far each speed remembered under ``key`` is trusted, for those kept with it."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT workers, seconds, spread FROM speeds WHERE key = ? AND seconds IS NOT NULL",
+                (key,),
+            ).fetchall()
+        return {workers: CountTrust(seconds, spread) for workers, seconds, spread in rows}
 
     def remembered_speeds(self, key: str) -> tuple[dict[int, float], str | None]:
         """What is remembered under ``key``: iterations/s per worker count, and the job that
@@ -892,6 +921,11 @@ class Store:
             guaranteed=bool(guaranteed),
             spec_error=spec_error,
         )
+
+
+def _trust_row(trust: CountTrust | None) -> tuple[float | None, float | None]:
+    """The ``(seconds, spread)`` columns of a remembered speed (NULL without its trust)."""
+    return (None, None) if trust is None else (trust.seconds, trust.spread)
 
 
 def _check_cpus(cpus: Sequence[int]) -> list[int]:
