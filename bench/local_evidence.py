@@ -29,6 +29,7 @@ Every number comes from real processes on this machine; the tables print the mac
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import math
 import os
@@ -40,7 +41,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from qosched.backends.local.cpu_use import CHECKPOINTING, ENDING, STARTING, Breakdown
 from qosched.backends.local.demo import DemoJob, RunReport, calibrated_plan, run_workload
@@ -57,8 +61,9 @@ from qosched.backends.local.protocol import (
 )
 from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
 from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
-from qosched.backends.local.store import Lifecycle, Store
-from qosched.cluster.predict import OnlinePredictor, relative_error
+from qosched.backends.local.store import JobRecord, Lifecycle, Store
+from qosched.cluster.predict import OnlinePredictor, Prediction, relative_error
+from qosched.cluster.throughput import SpeedCurve
 
 BUCKETS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
 WINDOW_S = 4.0
@@ -83,14 +88,76 @@ def cpu_model() -> str:
 HORIZONS = ("to_change", "next_window", "window_floor")
 
 
-def prediction_errors(store: Store) -> dict[str, dict[tuple[float, float], list[float]]]:
+class Predictor(Protocol):
+    """What the replay asks of a predictor (`OnlinePredictor`'s own methods)."""
+
+    last_iterations: float | None
+
+    def observe(self, time_s: float, iterations_done: float, workers: int) -> None: ...
+    def restart(self, time_s: float, iterations_done: float) -> None: ...
+    def predict(self, workers: int) -> Prediction: ...
+
+
+#: A job's predictor in a replay, from its prior curve and its record.
+PredictorFactory = Callable[[SpeedCurve, JobRecord], Predictor]
+
+
+def qos_predictor(curve: SpeedCurve, record: JobRecord) -> OnlinePredictor:
+    """The predictor ``qos`` keeps for a job in the service, from its prior ``curve``."""
+    return OnlinePredictor.from_curve(curve, confidence=0.2, recent_s=SPEED_RECENT_S)
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionPoint:
+    """One scored prediction: at a progress sample of a job, ``done`` of its work done on
+    ``cpus`` cores (for ``since_change_s`` of this run on them), the speed ``predicted`` there
+    against the speed it then ran at until its cores changed or its work was done
+    (``realised_stretch``, over the next ``stretch_s``) and over the next ``WINDOW_S`` only
+    (``realised_window``); ``others_changed``: another job of the store started or ended
+    within that stretch (a neighbour on the machine's other cores)."""
+
+    job: str
+    done: float
+    cpus: int
+    since_change_s: float
+    stretch_s: float
+    predicted: float
+    realised_stretch: float
+    realised_window: float
+    others_changed: bool
+
+    def bucket(self) -> tuple[float, float] | None:
+        return next((b for b in BUCKETS if b[0] <= self.done < b[1]), None)
+
+
+def prediction_errors(
+    store: Store, make_predictor: PredictorFactory = qos_predictor
+) -> dict[str, dict[tuple[float, float], list[float]]]:
     """Per horizon (``HORIZONS``) and bucket of work done: the error of the remaining time
     predicted from the speed predicted on the job's current cores, against the remaining time at
     the speed it then ran at there. The predictor is the one ``qos`` keeps for the job in the
     service (its prior, with what earlier jobs of its speed key had measured by its submission,
-    and its memory), fed the job's samples up to that point."""
+    and its memory), fed the job's samples up to that point; ``make_predictor`` replaces it."""
     errors = {horizon: {bucket: [] for bucket in BUCKETS} for horizon in HORIZONS}
+    for point in prediction_points(store, make_predictor):
+        bucket = point.bucket()
+        # Remaining time, not speed: |R/predicted - R/realised| / (R/realised), which for
+        # a speed predicted too high is less than the speed's own relative error.
+        for horizon, guess, realised in (
+            ("to_change", point.predicted, point.realised_stretch),
+            ("next_window", point.predicted, point.realised_window),
+            ("window_floor", point.realised_stretch, point.realised_window),
+        ):
+            errors[horizon][bucket].append(relative_error(1.0 / guess, 1.0 / realised))
+    return errors
+
+
+def prediction_points(
+    store: Store, make_predictor: PredictorFactory = qos_predictor
+) -> Iterator[PredictionPoint]:
+    """Every prediction `prediction_errors` scores, in the store's order (see there)."""
     every = store.list()  # a job that failed or was cancelled left its speeds too
+    changes = sorted(t for r in every for t in (r.started_at, r.finished_at) if t is not None)
     for record in store.list([Lifecycle.SUCCEEDED]):
         samples = store.progress(record.id)
         prior = remembered_curve(
@@ -101,8 +168,10 @@ def prediction_errors(store: Store) -> dict[str, dict[tuple[float, float], list[
         # measured: from then on, as the service's policy has it.
         admitted_at, measured = _admission(store, record.id)
         prior = remembered_curve(prior, measured)
-        predictor = OnlinePredictor.from_curve(prior, confidence=0.2, recent_s=SPEED_RECENT_S)
+        predictor = make_predictor(prior, record)
+        own = {record.started_at, record.finished_at}
         clock = 0.0  # compute time: the samples' gaps, so pauses between runs do not count
+        changed_at = 0.0  # the clock when this run on these cores began
         for i, sample in enumerate(samples):
             # The first sample of a run only starts an interval, as in the service, which
             # measures the speed from a run's first report on (a command's start-up before it
@@ -110,6 +179,8 @@ def prediction_errors(store: Store) -> dict[str, dict[tuple[float, float], list[
             previous = samples[i - 1] if i else None
             if _same_run(previous, sample):
                 clock += sample.t - previous.t
+            else:
+                changed_at = clock
             if sample.t < admitted_at:
                 continue
             if sample.iteration < (predictor.last_iterations or 0):
@@ -120,23 +191,26 @@ def prediction_errors(store: Store) -> dict[str, dict[tuple[float, float], list[
             if not window or window[-1].t - sample.t < WINDOW_S / 2:
                 continue
             done = sample.iteration / record.spec.iterations
-            bucket = next((b for b in BUCKETS if b[0] <= done < b[1]), None)
-            if bucket is None:
+            if not any(b[0] <= done < b[1] for b in BUCKETS):
                 continue
             realised_window = _speed(sample, window[-1])
             realised_stretch = _speed(sample, stretch[-1])
             if realised_window <= 0 or realised_stretch <= 0:
                 continue
-            # Remaining time, not speed: |R/predicted - R/realised| / (R/realised), which for
-            # a speed predicted too high is less than the speed's own relative error.
-            predicted = predictor.predict(sample.cpus).rate
-            for horizon, guess, realised in (
-                ("to_change", predicted, realised_stretch),
-                ("next_window", predicted, realised_window),
-                ("window_floor", realised_stretch, realised_window),
-            ):
-                errors[horizon][bucket].append(relative_error(1.0 / guess, 1.0 / realised))
-    return errors
+            end = stretch[-1].t
+            first = bisect.bisect_right(changes, sample.t)
+            others = any(t not in own for t in changes[first : bisect.bisect_left(changes, end)])
+            yield PredictionPoint(
+                record.name,
+                done,
+                sample.cpus,
+                clock - changed_at,
+                end - sample.t,
+                predictor.predict(sample.cpus).rate,
+                realised_stretch,
+                realised_window,
+                others,
+            )
 
 
 def _stretch(later_samples, sample, iterations: int) -> list:
