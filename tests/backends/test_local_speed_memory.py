@@ -394,6 +394,14 @@ def test_a_new_command_that_cannot_make_it_is_declined_after_measuring(tmp_path)
         assert again.speed_source is None
         [speed] = [e for e in service.store.events(again.id) if e.kind == "speed"]
         assert speed.detail["remembered_from"] == late.id
+        # The spread its promise on one core rests on: that count's own trust, floored at the
+        # job's spread (CountTrust.sigma; DEFAULT_SPREAD where too few stretches gave one),
+        # wider than the job's spread alone.
+        key = speed_key(spec)
+        trust = service.store.remembered_trust(key)
+        floor = service.store.remembered_spread(key) or DEFAULT_SPREAD
+        assert speed.detail["spreads"] == {"1": pytest.approx(trust[1].sigma(floor))}
+        assert speed.detail["spreads"]["1"] > floor
     finally:
         service.close()
 

@@ -422,6 +422,7 @@ class LocalService:
                 return self.job(job_id)
             if live.remembered is not None:
                 measured_by, rates = live.remembered
+                curve = live.policy_job.curve
                 self.store.add_event(
                     job_id,
                     now,
@@ -429,6 +430,12 @@ class LocalService:
                     {
                         "remembered_from": measured_by,
                         "rates": {str(w): r for w, r in rates.items()},
+                        # What a promise on each count rests on (speed_memory.CountTrust).
+                        "spreads": {
+                            str(w): curve.spread_at(w)
+                            for w in rates
+                            if curve.spread_at(w) is not None
+                        },
                     },
                 )
             if admission is Admission.DECLINED:
