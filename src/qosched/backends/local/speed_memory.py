@@ -52,13 +52,14 @@ MAX_SPREAD = 0.5
 DEFAULT_SPREAD = 0.1
 #: How much less a speed measured for only a few seconds is trusted: its log speed is taken to
 #: stray from what the job sustains on that count by a further standard deviation of
-#: ``sqrt(SHORT_VARIANCE_S / seconds measured)`` (``CountTrust.sigma``). Calibrated on four
-#: runs of ``bench/local_first_time.py`` on the quiet 2-core machine (kept stores, 6 job-counts
-#: run at least 50 s): the speed of a count's first D seconds against the rest of that job on it
-#: strayed by (root mean square of the log ratio) 0.089 at D = 4 s, 0.079 at 8 s, 0.071 at 15 s
-#: and 0.043 at 30 s, a job's first seconds on two cores running up to 18% faster than it then
-#: sustained; 0.06 / D gives 0.12, 0.087, 0.063 and 0.045. It covers the sampling error of the
-#: mean of a few stretches, and the start of a run being unlike the rest of it.
+#: ``sqrt(SHORT_VARIANCE_S / seconds measured)`` (``CountTrust.sigma``). Calibrated on two
+#: repeats of ``bench/local_first_time.py`` on the quiet 2-core machine (their kept homes, 6
+#: job-counts run at least 50 s; ``bench/count_trust.py``): the speed of a count's first D
+#: seconds against the rest of that job on it strayed by (root mean square of the log ratio)
+#: 0.089 at D = 4 s, 0.078 at 8 s, 0.071 at 15 s and 0.043 at 30 s, a job's first seconds on
+#: two cores running up to 18% faster than it then sustained; 0.06 / D gives 0.12, 0.087, 0.063
+#: and 0.045. It covers the sampling error of the mean of a few stretches, and the start of a
+#: run being unlike the rest of it.
 SHORT_VARIANCE_S = 0.06
 #: The most of a script read for its key: a script is source, not data.
 MAX_SCRIPT_BYTES = 16 << 20
