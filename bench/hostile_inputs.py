@@ -87,6 +87,7 @@ from qosched.cluster.importers import PAI_COLUMNS
 from qosched.cluster.pods.trace import ALIBABA_COLUMNS, ALIBABA_GPU_2023, read_pod_trace
 from qosched.cluster.throughput import ThroughputModel
 from qosched.gpushare.policies import policy_names
+from qosched.trainingjob import jobspec
 
 QOSCHED = [sys.executable, "-m", "qosched.cli.main"]
 
@@ -837,12 +838,12 @@ def big_log(service: Service, port: int) -> tuple[bool, str]:
         tail.returncode == 0
         and len(tail.stdout) <= joblog.MAX_TAIL_BYTES + 1
         and took < 10
-        and kept <= 2 * joblog.DEFAULT_LOG_LIMIT + (64 << 20)
+        and kept <= 2 * jobspec.DEFAULT_LOG_LIMIT + (64 << 20)
         and peak < 1024
     )
     return held, (
         f"job wrote {written / (1 << 20):.0f} MB in one line; {kept / (1 << 20):.0f} MB kept on "
-        f"disk (limit {joblog.DEFAULT_LOG_LIMIT >> 20} MB); `logs --tail 5` took {took:.2f} s "
+        f"disk (limit {jobspec.DEFAULT_LOG_LIMIT >> 20} MB); `logs --tail 5` took {took:.2f} s "
         f"and printed {len(tail.stdout) / (1 << 20):.2f} MB; service peak RSS {peak:.0f} MB"
     )
 

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import qosched.cluster.admission as admission
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 
 def spec(name: str, iterations: int, deadline_s: int, cores: int) -> TrainingJobSpec:

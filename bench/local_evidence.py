@@ -48,10 +48,15 @@ from typing import Protocol
 
 from qosched.backends.local.cpu_use import CHECKPOINTING, ENDING, STARTING, Breakdown
 from qosched.backends.local.demo import DemoJob, RunReport, calibrated_plan, run_workload
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.process import launch_runner
 from qosched.backends.local.progress import RunnerEvent, read_progress
-from qosched.backends.local.protocol import (
+from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
+from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
+from qosched.backends.local.store import JobRecord, Lifecycle, Store
+from qosched.cluster.predict import OnlinePredictor, Prediction, relative_error
+from qosched.cluster.throughput import SpeedCurve
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.trainingjob.protocol import (
     ALLOCATION_FILE,
     PROGRESS_FILE,
     Allocation,
@@ -59,11 +64,6 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_job_folder,
 )
-from qosched.backends.local.speed_memory import measured_rates, remembered_curve, speed_key
-from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
-from qosched.backends.local.store import JobRecord, Lifecycle, Store
-from qosched.cluster.predict import OnlinePredictor, Prediction, relative_error
-from qosched.cluster.throughput import SpeedCurve
 
 BUCKETS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.25), (0.25, 0.50), (0.50, 0.90))
 WINDOW_S = 4.0

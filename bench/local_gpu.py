@@ -92,8 +92,8 @@ def main() -> int:
     devices = refuse_without_cuda()
 
     from qosched.backends.local.gpus import detect_gpus, parse_gpu_list
-    from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
     from qosched.backends.local.service import LocalService, wait_until_idle
+    from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
     gpus = parse_gpu_list(args.gpus) if args.gpus else detect_gpus() or tuple(range(devices))
     with tempfile.TemporaryDirectory(prefix="qosched-gpu-bench-") as folder:

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 NOW = 1000.0
 

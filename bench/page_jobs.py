@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from qosched.backends.local.jobspec import parse_job_spec
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.store import Lifecycle, Store
 from qosched.backends.local.web import listing
+from qosched.trainingjob.jobspec import parse_job_spec
 
 SPEC = """\
 apiVersion: qosched/v1

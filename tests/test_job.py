@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import qosched.job
-from qosched.backends.local.protocol import ENV_CPUS, ENV_ITERATIONS, ENV_JOB_DIR, ENV_PROGRESS_FILE
 from qosched.backends.local.runner import CommandProgress
+from qosched.trainingjob.protocol import ENV_CPUS, ENV_ITERATIONS, ENV_JOB_DIR, ENV_PROGRESS_FILE
 
 
 @pytest.fixture

@@ -31,13 +31,13 @@ import signal
 import threading
 from pathlib import Path
 
-from qosched.backends.local.protocol import (
+from qosched.core.bounds import COUNT_LIMIT, is_whole
+from qosched.trainingjob.protocol import (
     ENV_CPUS,
     ENV_ITERATIONS,
     ENV_JOB_DIR,
     ENV_PROGRESS_FILE,
 )
-from qosched.core.bounds import COUNT_LIMIT, is_whole
 
 #: Visible GPU indices a job was given (also in ``CUDA_VISIBLE_DEVICES``).
 ENV_GPUS = "QOSCHED_GPUS"

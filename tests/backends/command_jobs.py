@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
 

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from command_jobs import CORES, counting_spec
 
-from qosched.backends.local.jobspec import Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService
+from qosched.trainingjob.jobspec import Resources, TrainingJobSpec
 
 #: The workload: a job that runs alone on every core first, then three more arrive (it shrinks
 #: to make room); three complete, and the long one is cancelled once it runs.

@@ -14,7 +14,8 @@ import pytest
 
 from qosched.backends.local.process import launch_runner
 from qosched.backends.local.progress import ProgressEvent, RunnerEvent, read_progress
-from qosched.backends.local.protocol import (
+from qosched.backends.local.service import RUNNER_LOG
+from qosched.trainingjob.protocol import (
     ALLOCATION_FILE,
     PROGRESS_FILE,
     Allocation,
@@ -22,7 +23,6 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_job_folder,
 )
-from qosched.backends.local.service import RUNNER_LOG
 
 #: The start of a command's script that forks a process which leaves the command's process group
 #: (``setsid``), ignores SIGTERM, writes its pid to ``escaped.pid`` in the job folder and sleeps.

@@ -25,12 +25,12 @@ from qosched.backends.local.home import (
     remove_endpoint,
     write_endpoint,
 )
-from qosched.backends.local.jobspec import parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import Event, Lifecycle, UnknownJobError
 from qosched.backends.local.verdict import Verdict
 from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import parse_job_spec
 
 FINAL = ("succeeded", "failed", "cancelled", "declined")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from scripted_policy import NAME, WANT
 
-from qosched.backends.local.jobspec import load_job_spec
 from qosched.backends.local.service import LocalService, wait_until_idle
+from qosched.trainingjob.jobspec import load_job_spec
 
 pytestmark = pytest.mark.process
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import DRY_RUN_ID, LocalService
 from qosched.backends.local.speed_memory import CountTrust, speed_key
 from qosched.backends.local.verdict import Verdict
 from qosched.cluster.admission import Admission
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 pytestmark = pytest.mark.process
 

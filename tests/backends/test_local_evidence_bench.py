@@ -7,8 +7,8 @@ import argparse
 import pytest
 
 from bench_scripts import bench_script
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.store import Lifecycle, Store
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 
 def command(name: str, iterations: int) -> TrainingJobSpec:

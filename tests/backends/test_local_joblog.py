@@ -12,9 +12,10 @@ from service_fakes import running_service
 
 from qosched.backends.local import joblog
 from qosched.backends.local.client import Client
-from qosched.backends.local.jobspec import parse_job_spec
 from qosched.cli.main import main
 from qosched.core.errors import InputError
+from qosched.trainingjob import jobspec
+from qosched.trainingjob.jobspec import parse_job_spec
 
 pytestmark = pytest.mark.network
 
@@ -117,7 +118,7 @@ def test_a_fifo_or_a_link_in_place_of_the_log_is_refused_not_followed(tmp_path: 
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, joblog.DEFAULT_LOG_LIMIT), ("1Mi", 1 << 20), (65536, 65536), ("64Gi", 64 << 30)],
+    [(None, jobspec.DEFAULT_LOG_LIMIT), ("1Mi", 1 << 20), (65536, 65536), ("64Gi", 64 << 30)],
 )
 def test_the_spec_states_the_log_limit(value: object, expected: int) -> None:
     extra = "" if value is None else f"\n  logLimit: {value}"

@@ -1,4 +1,4 @@
-"""qosched.backends.local.jobspec: reading, rejecting and round-tripping TrainingJob specs."""
+"""qosched.trainingjob.jobspec: reading, rejecting and round-tripping TrainingJob specs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qosched.backends.local.jobspec import (
+from qosched.core.bounds import LATEST_TIME_S
+from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import (
     BUILTIN_WORKLOADS,
     ITERATIONS_PER_EPOCH,
     Deadline,
@@ -24,8 +26,6 @@ from qosched.backends.local.jobspec import (
     load_job_spec,
     parse_job_spec,
 )
-from qosched.core.bounds import LATEST_TIME_S
-from qosched.core.errors import InputError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 SOURCE = "job.yaml"

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from qosched.backends.local.jobspec import (
+from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import (
     MAX_ENV_VALUE,
     Deadline,
     Resources,
@@ -19,7 +20,6 @@ from qosched.backends.local.jobspec import (
     parse_job_spec,
     script_index,
 )
-from qosched.core.errors import InputError
 
 NOW = 1_800_000_000.0
 BASE: dict[str, Any] = {

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_fuzz import documents, dump, spec_texts
 
-from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.core.bounds import COUNT_LIMIT, LATEST_TIME_S
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import TrainingJobSpec, parse_job_spec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 
 from qosched.backends.local import process
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
-from qosched.backends.local.protocol import ENV_CRASH_AT
 from qosched.backends.local.service import (
     RUNNER_LOG,
     LocalService,
@@ -20,6 +18,8 @@ from qosched.backends.local.service import (
     wait_until_idle,
 )
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.trainingjob.protocol import ENV_CRASH_AT
 
 pytestmark = pytest.mark.process
 

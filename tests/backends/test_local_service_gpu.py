@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from scripted_policy import NAME, WANT
 
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.store import Event
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 pytestmark = pytest.mark.process
 

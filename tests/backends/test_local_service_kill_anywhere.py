@@ -16,8 +16,8 @@ from command_jobs import runs
 from kill_anywhere_driver import GPU_VICTIM, VICTIM, WORKLOAD, workloads
 
 from qosched.backends.local.process import find_runners
-from qosched.backends.local.protocol import RESULT_FILE, read_result
 from qosched.backends.local.store import Lifecycle, Store
+from qosched.trainingjob.protocol import RESULT_FILE, read_result
 
 pytestmark = pytest.mark.process
 

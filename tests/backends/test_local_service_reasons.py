@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from command_jobs import COUNTING, command_spec
 
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.service import ASKED_UP_TO, LocalService
 from qosched.backends.local.store import Event
 from qosched.cluster.policies import Policy
 from qosched.cluster.policies import base as policy_base
 from qosched.cluster.state import ClusterView, Decision, JobState
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 pytestmark = pytest.mark.process
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from command_jobs import CORES, command_spec
 
-from qosched.backends.local.jobspec import Deadline, TrainingJobSpec
 from qosched.backends.local.service import LocalService, wait_until_idle
 from qosched.backends.local.speed_memory import (
     DEFAULT_SPREAD,
@@ -30,6 +29,7 @@ from qosched.backends.local.speed_memory import (
 )
 from qosched.backends.local.store import Store
 from qosched.cluster.throughput import SpeedCurve
+from qosched.trainingjob.jobspec import Deadline, TrainingJobSpec
 
 pytestmark = pytest.mark.process
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 import qosched
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.store import (
     FINAL_STATES,
     TRANSITIONS,
@@ -29,6 +28,7 @@ from qosched.backends.local.store import (
     UnknownJobError,
 )
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 SPEC = TrainingJobSpec(
     name="cnn-small",
@@ -469,7 +469,7 @@ def test_threads_share_one_store(store):
 CHILD = textwrap.dedent(
     """
     import sys
-    from qosched.backends.local.jobspec import Deadline, TrainingJobSpec
+    from qosched.trainingjob.jobspec import Deadline, TrainingJobSpec
     from qosched.backends.local.store import Lifecycle, Store
 
     store = Store(sys.argv[1])

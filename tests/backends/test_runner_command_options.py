@@ -10,7 +10,14 @@ import sys
 import pytest
 
 from qosched.backends.local.affinity import set_process_affinity
-from qosched.backends.local.protocol import (
+from qosched.backends.local.runner import (
+    StopRequest,
+    command_argv,
+    command_environment,
+    run_job,
+)
+from qosched.core.errors import InputError
+from qosched.trainingjob.protocol import (
     EXIT_INPUT_ERROR,
     JOB_FILE,
     Allocation,
@@ -20,13 +27,6 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_runner_job,
 )
-from qosched.backends.local.runner import (
-    StopRequest,
-    command_argv,
-    command_environment,
-    run_job,
-)
-from qosched.core.errors import InputError
 
 pytestmark = pytest.mark.process
 

@@ -21,7 +21,6 @@ from qosched.backends.local.progress import (
     RunnerEvent,
     read_progress,
 )
-from qosched.backends.local.protocol import EXIT_INPUT_ERROR
 from qosched.backends.local.runner import (
     MAX_PROGRESS_LINE,
     MAX_WARNINGS,
@@ -30,6 +29,7 @@ from qosched.backends.local.runner import (
 )
 from qosched.backends.local.runner import PROGRESS_READ_BYTES as LOOK_BYTES
 from qosched.core.errors import InputError
+from qosched.trainingjob.protocol import EXIT_INPUT_ERROR
 
 pytestmark = pytest.mark.process
 

@@ -30,7 +30,7 @@ from runner_helpers import (
 from qosched.backends.local.affinity import thread_ids
 from qosched.backends.local.process import RunnerProcess, stragglers
 from qosched.backends.local.progress import RunnerEvent
-from qosched.backends.local.protocol import (
+from qosched.trainingjob.protocol import (
     CHECKPOINT_FILE,
     ENV_CRASH_AT,
     EXIT_DONE,

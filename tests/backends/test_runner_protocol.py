@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from qosched.backends.local.progress import ProgressLog, RunnerEvent, read_progress
-from qosched.backends.local.protocol import (
+from qosched.core.errors import InputError
+from qosched.trainingjob.protocol import (
     Allocation,
     RunnerJob,
     load_runner_job,
@@ -19,7 +20,6 @@ from qosched.backends.local.protocol import (
     write_allocation,
     write_runner_job,
 )
-from qosched.core.errors import InputError
 
 VALID: dict[str, Any] = {
     "job_id": "j1",

@@ -24,10 +24,10 @@ from test_web_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, WAIT_MS, _pla
 from qosched.backends.local import joblog
 from qosched.backends.local.api import ApiServer, serve
 from qosched.backends.local.home import ensure_token
-from qosched.backends.local.jobspec import parse_job_spec
 from qosched.backends.local.machine_use import UseSample
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.store import Lifecycle, Store
+from qosched.trainingjob.jobspec import parse_job_spec
 
 pytestmark = [pytest.mark.browser, pytest.mark.network]
 

@@ -11,7 +11,7 @@ itself are not counted: they are being imported already when it runs. So a packa
 ``__init__`` by name closes a cycle like any other import.
 
 The layers (docs/ARCHITECTURE.md, "Layers and imports"): a package imports only packages of a
-lower layer, never a sibling of its own layer, except the edges of ``STILL_ALLOWED``.
+lower layer, never a sibling of its own layer.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "qosched.cluster": 2,  # the three levels: none imports another
     "qosched.placement": 2,
     "qosched.gpushare": 2,
+    "qosched.trainingjob": 2,  # a job's spec and runner protocol, shared by backends and job
     "qosched.report": 3,  # figures of the levels' results
     "qosched.backends.local": 3,  # the backends run the cluster level
     "qosched.backends.kubernetes": 3,
@@ -44,18 +45,6 @@ LAYERS: dict[str, int] = {
     "qosched.cli": 5,
     "qosched.__main__": 6,
 }
-
-#: Imports between siblings that remain until the local backend's job spec and runner protocol
-#: move to a package both backends and qosched.job may import (issue 54): (importer, imported).
-STILL_ALLOWED = frozenset(
-    {
-        ("qosched.backends.kubernetes.manifests", "qosched.backends.local.joblog"),
-        ("qosched.backends.kubernetes.manifests", "qosched.backends.local.jobspec"),
-        ("qosched.backends.kubernetes.manifests", "qosched.backends.local.protocol"),
-        ("qosched.backends.kubernetes.scheduler", "qosched.backends.local.jobspec"),
-        ("qosched.job", "qosched.backends.local.protocol"),
-    }
-)
 
 
 def module_files(src: Path) -> dict[str, Path]:
@@ -215,22 +204,14 @@ def package_graph(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
     return packages
 
 
-def _still_allowed(module: str, target: str) -> bool:
-    """An edge of ``STILL_ALLOWED``, or the __init__ of a package that encloses one's target."""
-    return any(
-        importer == module and (imported == target or imported.startswith(target + "."))
-        for importer, imported in STILL_ALLOWED
-    )
-
-
 def layer_violations(graph: Mapping[str, set[str]]) -> list[str]:
-    """Each import of a package of the same or a higher layer, not in ``STILL_ALLOWED``."""
+    """Each import of a package of the same or a higher layer."""
     found = []
     for module, targets in sorted(graph.items()):
         mine = package_of(module)
         for target in sorted(targets):
             theirs = package_of(target)
-            if theirs == mine or _still_allowed(module, target):
+            if theirs == mine:
                 continue
             if LAYERS[theirs] >= LAYERS[mine]:
                 found.append(
@@ -319,12 +300,7 @@ def test_layer_violations_name_the_import():
         "qosched.cluster.b": {"qosched.core.a"},
         "qosched.placement.c": {"qosched.gpushare.d", "qosched.placement.e"},
         "qosched.cli.f": {"qosched.cluster.b"},
-        # An edge of STILL_ALLOWED and its package's __init__ pass; nothing else of the package.
-        "qosched.job": {
-            "qosched.backends.local",
-            "qosched.backends.local.protocol",
-            "qosched.backends.local.store",
-        },
+        "qosched.job": {"qosched.trainingjob.protocol", "qosched.backends.local.store"},
     }
     assert layer_violations(graph) == [
         "qosched.core.a imports qosched.cluster.b: qosched.core is layer 0, "
@@ -360,6 +336,3 @@ def test_packages_import_only_lower_layers(graph):
     assert unplaced == [], "packages without a layer in LAYERS"
     violations = layer_violations(graph)
     assert not violations, "imports against the layers:\n" + "\n".join(violations)
-    # An exception no longer needed would let the import come back unnoticed.
-    gone = sorted(edge for edge in STILL_ALLOWED if edge[1] not in graph.get(edge[0], ()))
-    assert gone == [], "STILL_ALLOWED lists imports that are gone"

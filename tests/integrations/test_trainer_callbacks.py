@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qosched.backends.local.protocol import ENV_ITERATIONS, ENV_JOB_DIR, ENV_PROGRESS_FILE
+from qosched.trainingjob.protocol import ENV_ITERATIONS, ENV_JOB_DIR, ENV_PROGRESS_FILE
 
 pytestmark = pytest.mark.process
 

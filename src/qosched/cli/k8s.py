@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from qosched.backends.local.jobspec import parse_container_job_spec, read_spec_text
 from qosched.cluster.spec import RESOURCES
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import parse_container_job_spec, read_spec_text
 
 
 def add_commands(groups: argparse._SubParsersAction) -> None:

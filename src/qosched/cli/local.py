@@ -59,7 +59,6 @@ from qosched.backends.local.home import (
     resolve_home,
     write_endpoint,
 )
-from qosched.backends.local.jobspec import format_duration, parse_job_spec, read_spec_text
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.store import Lifecycle, UnknownJobError
 from qosched.cli.columns import plain_table
@@ -74,6 +73,7 @@ from qosched.cli.job_select import (
 from qosched.cli.options import count, cpu_list, port, seconds
 from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError, QoschedError
+from qosched.trainingjob.jobspec import format_duration, parse_job_spec, read_spec_text
 
 POLICIES = ("qos", "fifo")
 # The service's default, without importing it (it pulls in the policies); the same value.

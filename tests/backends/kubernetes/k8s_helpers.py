@@ -190,7 +190,7 @@ def trainer_client(url: str, namespace: str, job: str):
     import dataclasses
     from pathlib import Path
 
-    from qosched.backends.local.jobspec import load_job_spec
+    from qosched.trainingjob.jobspec import load_job_spec
 
     spec = load_job_spec(Path(__file__).resolve().parents[3] / "examples/k8s/cnn-cpu.yaml")
     spec = dataclasses.replace(spec, name=job)

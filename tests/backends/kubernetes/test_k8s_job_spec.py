@@ -12,9 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from qosched.backends.local import jobspec
-from qosched.backends.local.jobspec import TrainingJobSpec, parse_container_job_spec
 from qosched.cli.main import main
+from qosched.trainingjob import jobspec
+from qosched.trainingjob.jobspec import TrainingJobSpec, parse_container_job_spec
 
 LOCAL_EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "local"
 VERSIONS = ("1.33", kubernetes_validate.utils.latest_version())

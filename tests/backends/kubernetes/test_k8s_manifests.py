@@ -13,9 +13,9 @@ from fake_apiserver import FakeApiServer
 from k8s_helpers import SCRIPT, job_set, scheduler
 
 from qosched.backends.kubernetes import manifests
-from qosched.backends.local.jobspec import load_job_spec
 from qosched.cli.main import main
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import load_job_spec
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "k8s"
 #: The release where the pod resize subresource is on by default, and the newest schemas.

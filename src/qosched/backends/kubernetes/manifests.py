@@ -21,11 +21,10 @@ import yaml
 
 from qosched.backends.kubernetes import jobs as J
 from qosched.backends.kubernetes.seal import KEY_SECRET
-from qosched.backends.local.joblog import DEFAULT_LOG_LIMIT
-from qosched.backends.local.jobspec import DNS_LABEL, TrainingJobSpec
-from qosched.backends.local.protocol import torchrun_argv
 from qosched.core.bounds import MAX_BATCH, check_count
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import DEFAULT_LOG_LIMIT, DNS_LABEL, TrainingJobSpec
+from qosched.trainingjob.protocol import torchrun_argv
 
 #: The most GPUs one pod asks for: a node's, at most (``cluster.spec``'s per-node bound).
 MAX_GPUS_PER_POD = 65_536

@@ -87,7 +87,6 @@ from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.backends.kubernetes.round_report import StepReport
 from qosched.backends.kubernetes.seal import KeyUnavailable, Seal, load_key
 from qosched.backends.kubernetes.send import IN_FLIGHT, MAX_IN_FLIGHT, Outcome, Sender
-from qosched.backends.local.jobspec import DNS_LABEL
 from qosched.cluster.admission import Admission, AdmissionFailed, admit_arrivals
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
@@ -97,6 +96,7 @@ from qosched.cluster.state import JobState as ClusterJob
 from qosched.cluster.throughput import SpeedCurve, ThroughputModel
 from qosched.core.bounds import LATEST_TIME_S, check_count, check_number, show_value
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import DNS_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from qosched.backends.local.process import launch_runner
 from qosched.backends.local.progress import RunnerEvent, read_progress
-from qosched.backends.local.protocol import (
+from qosched.trainingjob.protocol import (
     PROGRESS_FILE,
     Allocation,
     RunnerJob,

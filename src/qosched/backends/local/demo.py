@@ -23,12 +23,12 @@ from pathlib import Path
 
 from qosched.backends.local.calibrate import Measurement, measure_side_by_side_and_alone
 from qosched.backends.local.cpu_use import ENDING, Breakdown, job_breakdown
-from qosched.backends.local.jobspec import Deadline, Resources, TrainingJobSpec
 from qosched.backends.local.progress import read_progress
-from qosched.backends.local.protocol import PROGRESS_FILE
 from qosched.backends.local.service import LocalService
 from qosched.backends.local.store import Lifecycle
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
+from qosched.trainingjob.protocol import PROGRESS_FILE
 
 
 @dataclass(frozen=True, slots=True)

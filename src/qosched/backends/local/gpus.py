@@ -18,8 +18,8 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from qosched.backends.local.protocol import ENV_CUDA_DEVICES, MAX_GPU_INDEX
 from qosched.core.errors import InputError
+from qosched.trainingjob.protocol import ENV_CUDA_DEVICES, MAX_GPU_INDEX
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from qosched.backends.local.atomic import atomic_write_json
+from qosched.core.atomic import atomic_write_json
 from qosched.core.errors import InputError, QoschedError
 
 ENV_HOME = "QOSCHED_HOME"

@@ -2,7 +2,8 @@
 and followed by offsets that never go back.
 
 The runner and the job's processes append to ``worker.log`` (opened ``O_APPEND``). Once it
-grows past the job's limit (``spec.logLimit``, default ``DEFAULT_LOG_LIMIT``) the service
+grows past the job's limit (``spec.logLimit``, default
+``qosched.trainingjob.jobspec.DEFAULT_LOG_LIMIT``) the service
 rotates it as logrotate's ``copytruncate`` does: its last ``limit`` bytes are copied to
 ``worker.log.1`` (replacing the one before) and it is truncated to nothing, so the processes'
 next writes land at its start. A job so keeps at most about twice its limit on disk, and
@@ -26,18 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from qosched.backends.local.atomic import atomic_write_json
 from qosched.backends.local.files import MACHINE_ERRNOS
+from qosched.core.atomic import atomic_write_json
 from qosched.core.errors import InputError
 
 JOB_LOG = "worker.log"
 ROTATED_LOG = "worker.log.1"
 BASE_FILE = "worker.log.base"
-#: What a job's output may grow to before it is rotated, unless its spec says otherwise.
-DEFAULT_LOG_LIMIT = 64 << 20
-#: The smallest and largest limits a spec may state.
-MIN_LOG_LIMIT = 64 << 10
-MAX_LOG_LIMIT = 64 << 30
 #: The most bytes a tail is read from, whatever the number of lines asked for: a log of one
 #: endless line must not all come back (nor all be held in memory).
 MAX_TAIL_BYTES = 1 << 20

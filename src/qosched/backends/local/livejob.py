@@ -8,11 +8,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.backends.local.process import RunnerProcess
 from qosched.backends.local.progress import ProgressEvent, ProgressFollower
 from qosched.backends.local.store import JobRecord
 from qosched.cluster.state import JobState
+from qosched.trainingjob.jobspec import TrainingJobSpec
 
 
 @dataclass(slots=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from qosched.backends.local import reasons
-from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.backends.local.speed_memory import CountTrust, remembered_curve
 from qosched.backends.local.speeds import SPEED_RECENT_S, prior_curve
 from qosched.cluster.job import JobSpec
@@ -19,6 +18,7 @@ from qosched.cluster.policies import Policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import TrainingJobSpec
 
 #: What the policy is told a change of cores costs. Measured (docs/results/local.md): an in-place
 #: re-size about 0.1 s, a pre-emption plus restart about 2.2 s (checkpoint and exit 0.1 s, a new

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO
 
 from qosched.backends.local.cgroups import ENV_RUNNER_CGROUP, JobGroup
-from qosched.backends.local.protocol import ENV_JOB_DIR
+from qosched.trainingjob.protocol import ENV_JOB_DIR
 
 #: The module a runner executes: ``python -m RUNNER_MODULE JOB_DIR``.
 RUNNER_MODULE = "qosched.backends.local.runner"

@@ -13,7 +13,6 @@ from types import TracebackType
 from typing import Any
 
 from qosched.backends.local.files import file_identity, read_regular
-from qosched.backends.local.protocol import finite_or_none
 from qosched.core.bounds import (
     LATEST_TIME_S,
     check_count,
@@ -22,6 +21,7 @@ from qosched.core.bounds import (
     number_problem,
 )
 from qosched.core.errors import InputError
+from qosched.trainingjob.protocol import finite_or_none
 
 
 class RunnerEvent(StrEnum):

@@ -1,7 +1,7 @@
 """The job runner: one process per job, ``python -m qosched.backends.local.runner JOB_DIR``.
 
 A scheduler prepares ``JOB_DIR``, starts the runner, re-sizes it by rewriting one file and reads
-what it reports. Every file name below is a constant of ``qosched.backends.local.protocol``.
+what it reports. Every file name below is a constant of ``qosched.trainingjob.protocol``.
 
 ``job.json`` (``JOB_FILE``, written before launch, read once)::
 
@@ -119,12 +119,15 @@ from types import FrameType
 from typing import Any
 
 from qosched.backends.local.affinity import runqueue_wait_s, set_process_affinity
-from qosched.backends.local.atomic import atomic_write, atomic_write_json, remove_stale_temps
 from qosched.backends.local.cgroups import join_from_environment
 from qosched.backends.local.files import read_regular
 from qosched.backends.local.lifeline import LifeLine
 from qosched.backends.local.progress import ProgressLog, RunnerEvent
-from qosched.backends.local.protocol import (
+from qosched.core.atomic import atomic_write, atomic_write_json, remove_stale_temps
+from qosched.core.bounds import COUNT_LIMIT, check_count
+from qosched.core.errors import InputError
+from qosched.core.validate import parse_int
+from qosched.trainingjob.protocol import (
     ALLOCATION_FILE,
     CHECKPOINT_FILE,
     COMMAND_PROGRESS_FILE,
@@ -151,9 +154,6 @@ from qosched.backends.local.protocol import (
     read_allocation,
     torchrun_argv,
 )
-from qosched.core.bounds import COUNT_LIMIT, check_count
-from qosched.core.errors import InputError
-from qosched.core.validate import parse_int
 
 __all__ = [
     "ALLOCATION_FILE",

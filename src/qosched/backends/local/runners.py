@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from qosched.backends.local.cgroups import JobGroup
 from qosched.backends.local.faults import FAULT_ENV
-from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.backends.local.livejob import LiveJob
 from qosched.backends.local.process import RunnerProcess, tree_files
 from qosched.backends.local.progress import ProgressEvent, RunnerEvent
-from qosched.backends.local.protocol import (
+from qosched.backends.local.store import Lifecycle
+from qosched.trainingjob.jobspec import TrainingJobSpec
+from qosched.trainingjob.protocol import (
     ENV_CUDA_DEVICES,
     ENV_GPUS,
     EXIT_DONE,
@@ -27,7 +28,6 @@ from qosched.backends.local.protocol import (
     EXIT_PREEMPTED,
     RunnerJob,
 )
-from qosched.backends.local.store import Lifecycle
 
 #: A job whose runner failed this many times is marked failed with the last error.
 MAX_ATTEMPTS = 3

@@ -90,7 +90,6 @@ from qosched.backends.local.faults import FAULT_ENV, Faults
 from qosched.backends.local.files import MACHINE_ERRNOS
 from qosched.backends.local.gpus import gpu_inventory
 from qosched.backends.local.intake import RUNNER_WARNING, Sample, take_in
-from qosched.backends.local.jobspec import TrainingJobSpec, parse_job_spec
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
 from qosched.backends.local.judge import judge
 from qosched.backends.local.livejob import LiveJob, holding, units_of, worker_kind
@@ -123,17 +122,6 @@ from qosched.backends.local.profiling import (
     sizes_to_measure,
 )
 from qosched.backends.local.progress import ProgressEvent, ProgressFollower
-from qosched.backends.local.protocol import (
-    ALLOCATION_FILE,
-    JOB_FILE,
-    PROGRESS_FILE,
-    RESULT_FILE,
-    Allocation,
-    read_allocation,
-    read_result,
-    write_allocation,
-    write_runner_job,
-)
 from qosched.backends.local.recovery import (
     gpus_in_log,
     highest_job_folder,
@@ -188,6 +176,18 @@ from qosched.cluster.policies import Policy, create_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, JobState, Phase
 from qosched.core.errors import InputError
+from qosched.trainingjob.jobspec import TrainingJobSpec, parse_job_spec
+from qosched.trainingjob.protocol import (
+    ALLOCATION_FILE,
+    JOB_FILE,
+    PROGRESS_FILE,
+    RESULT_FILE,
+    Allocation,
+    read_allocation,
+    read_result,
+    write_allocation,
+    write_runner_job,
+)
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from qosched.backends.local.jobspec import TrainingJobSpec, script_index
 from qosched.cluster.throughput import SpeedCurve
+from qosched.trainingjob.jobspec import TrainingJobSpec, script_index
 
 #: An interval between two progress samples longer than this is not counted: the job was most
 #: likely stopped in between (pre-empted, re-sized, the service down), not running slowly.

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.cluster.throughput import SpeedCurve, ThroughputModel
+from qosched.trainingjob.jobspec import TrainingJobSpec
 from qosched.workloads import get_workload
 
 #: How far back a local job's speed is followed (``OnlinePredictor``'s ``recent_s``, growing with

@@ -20,11 +20,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from qosched.backends.local.jobspec import TrainingJobSpec
 from qosched.backends.local.machine_use import UseSample
 from qosched.backends.local.speed_memory import CountTrust
 from qosched.core.bounds import COUNT_LIMIT
 from qosched.core.errors import InputError, QoschedError
+from qosched.trainingjob.jobspec import TrainingJobSpec
 
 #: The longest start-up remembered (``remember_startup``): longer is a hang, not a start-up.
 MAX_STARTUP_S = 3600.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from qosched.backends.local.atomic import atomic_write_json
+from qosched.core.atomic import atomic_write_json
 from qosched.core.bounds import check_count, is_whole
 from qosched.core.errors import InputError
 

@@ -17,7 +17,7 @@ A spec looks like::
       workingDir: runs/       # command jobs: where the command runs (see below)
       env: {WANDB_MODE: offline}
       launcher: torchrun      # command jobs: one process per core or GPU (see below)
-      logLimit: 64Mi          # the job's output is rotated past this size (see joblog)
+      logLimit: 64Mi          # the job's output is rotated past this size (local joblog)
       speedKey: my-model      # what its speed is remembered under (see speed_memory)
 
 A job is a **GPU job** when its resources state ``minGpus`` or ``maxGpus`` (``minGpus``
@@ -57,8 +57,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from qosched.backends.local.joblog import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, MIN_LOG_LIMIT
-from qosched.backends.local.protocol import ENV_CUDA_DEVICES, LAUNCHERS
 from qosched.core.bounds import COUNT_LIMIT, LATEST_TIME_S, check_count, check_time, show_value
 from qosched.core.errors import InputError
 from qosched.core.spec_reader import (
@@ -69,10 +67,17 @@ from qosched.core.spec_reader import (
     text_problem,
 )
 from qosched.core.yaml_lines import load_with_lines, read_spec_file
+from qosched.trainingjob.protocol import ENV_CUDA_DEVICES, LAUNCHERS
 
 API_VERSION = "qosched/v1"
 KIND = "TrainingJob"
 BUILTIN_WORKLOADS = ("cnn", "transformer")
+#: What a job's output may grow to before the local backend rotates it (``spec.logLimit``, see
+#: ``qosched.backends.local.joblog``), unless its spec says otherwise; Kubernetes refuses others.
+DEFAULT_LOG_LIMIT = 64 << 20
+#: The smallest and largest limits a spec may state.
+MIN_LOG_LIMIT = 64 << 10
+MAX_LOG_LIMIT = 64 << 30
 
 # What one epoch means for each built-in workload, in iterations at its default batch size. The
 # workloads stream seeded synthetic data with no natural end, so an epoch is a convention fixed
