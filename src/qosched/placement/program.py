@@ -117,7 +117,9 @@ def load_program(data: bytes) -> torch.export.ExportedProgram:
 
 
 @dataclass(frozen=True)
-class _Step:
+class _NodeCall:
+    """One node of a unit's program: its ``target`` called with ``args`` and ``kwargs``."""
+
     name: str
     target: Any
     args: tuple
@@ -214,17 +216,17 @@ def check_chain(nodes: Sequence[fx.Node], unit_of: Mapping[str, int], name: str)
 
 def unit_steps(
     module: nn.Module, nodes: Sequence[fx.Node], unit_of: Mapping[str, int], n_units: int
-) -> list[list[_Step]]:
+) -> list[list[_NodeCall]]:
     """Each unit's nodes in graph order as steps to execute; a ``get_attr`` node returns the
     attribute of ``module`` it names."""
-    steps: list[list[_Step]] = [[] for _ in range(n_units)]
+    steps: list[list[_NodeCall]] = [[] for _ in range(n_units)]
     for node in nodes:
         target = node.target
         if node.op == "get_attr":
             value = getattr(module, str(target))
-            steps[unit_of[node.name]].append(_Step(node.name, lambda v=value: v, (), {}))
+            steps[unit_of[node.name]].append(_NodeCall(node.name, lambda v=value: v, (), {}))
             continue
-        steps[unit_of[node.name]].append(_Step(node.name, target, node.args, dict(node.kwargs)))
+        steps[unit_of[node.name]].append(_NodeCall(node.name, target, node.args, dict(node.kwargs)))
     return steps
 
 
@@ -312,7 +314,7 @@ class UnitProgram:
                     steps[i] = dataclasses.replace(step, kwargs={**step.kwargs, "device": device})
         return self
 
-    def steps(self, unit: int) -> list[_Step]:
+    def steps(self, unit: int) -> list[_NodeCall]:
         """The nodes of ``unit`` in execution order (read by the profiler)."""
         return self._steps[unit]
 

@@ -72,7 +72,7 @@ class Replayed:
 
 
 @dataclass(frozen=True)
-class _Step:
+class _MessageStep:
     """One message's work on one process: unpack, run a segment (or nothing), pack."""
 
     receive_s: float
@@ -84,7 +84,7 @@ class _Step:
 
 def _steps(
     tenant: TenantGraph, assignment: Sequence[str], model: RuntimeModel
-) -> tuple[float, list[tuple[str, _Step]]]:
+) -> tuple[float, list[tuple[str, _MessageStep]]]:
     """The host's delay before the first message arrives, and ``(processor, step)`` for every
     message of one request, in order."""
     check_assignment(tenant, assignment)
@@ -101,7 +101,7 @@ def _steps(
         costs = tenant.cpu_s if p == "cpu" else tenant.gpu_s
         before = copies[j]
         after = copies[j + 1] if j + 1 < len(copies) else None
-        step = _Step(
+        step = _MessageStep(
             receive_s=0.0 if before is None else share * before,
             compute_s=model.message_overhead_s + model.compute_scale * sum(costs[lo:hi]),
             send_s=0.0 if after is None else share * after,
@@ -110,7 +110,9 @@ def _steps(
         )
         steps.append((p, step))
     if runs[-1][0] == "gpu":  # the cpu process unpacks the result and finishes the request
-        back = _Step(share * tenant.output_from_gpu_s, model.message_overhead_s, 0.0, 0.0, True)
+        back = _MessageStep(
+            share * tenant.output_from_gpu_s, model.message_overhead_s, 0.0, 0.0, True
+        )
         steps.append(("cpu", back))
     if any(not math.isfinite(s.receive_s + s.compute_s + s.send_s) for _, s in steps):
         raise InputError(
@@ -163,7 +165,7 @@ class _Replay:
 
     def __init__(
         self,
-        plans: Sequence[tuple[float, list[tuple[str, _Step]]]],
+        plans: Sequence[tuple[float, list[tuple[str, _MessageStep]]]],
         model: RuntimeModel,
         total: int,
     ) -> None:
