@@ -109,7 +109,7 @@ def load_apps_spec(path: str | Path) -> AppsSpec:
 def parse_apps_spec(text: str, *, source: str | Path = "<spec>") -> AppsSpec:
     """Validate a spec's text; InputError names the file, line and field of the first problem."""
     data, lines = load_with_lines(text, source)
-    return _Reader(str(source), lines).read(data)
+    return _AppsReader(str(source), lines).read(data)
 
 
 def resolved_goals(spec: AppsSpec) -> dict[str, Goal]:
@@ -145,7 +145,7 @@ def workloads(
     return result
 
 
-class _Reader(SpecReader):
+class _AppsReader(SpecReader):
     """Walks the loaded document; every error carries the dotted path and its line."""
 
     device: Processor  # the spec's GPU, once read
@@ -291,7 +291,7 @@ _GOAL_KEYS = {
 }
 
 
-def read_goal(reader: _Reader, value: Any, path: str) -> Goal:
+def read_goal(reader: _AppsReader, value: Any, path: str) -> Goal:
     """An app's ``goal``: ``best_effort`` or a mapping with exactly one key of ``_GOAL_KEYS``."""
     if value == "best_effort":
         return BEST_EFFORT

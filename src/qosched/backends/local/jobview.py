@@ -120,7 +120,7 @@ class JobView:
     @classmethod
     def from_json(cls, data: Any, source: str = "a job") -> JobView:
         """Read back ``to_json``'s object; ``InputError`` naming the field that is not one."""
-        read = _Reader(data, source)
+        read = _ObjectReader(data, source)
         band = read.optional("predicted_finish_band", list)
         if band is not None:
             if len(band) != 2:
@@ -227,10 +227,10 @@ class JobDetail:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "a job's detail") -> JobDetail:
-        read = _Reader(data, source)
+        read = _ObjectReader(data, source)
         allocations = []
         for index, held in enumerate(read.required("allocations", list)):
-            item = _Reader(held, source, f"allocations[{index}]")
+            item = _ObjectReader(held, source, f"allocations[{index}]")
             allocations.append(
                 HeldAllocation(
                     start=item.time("from"),
@@ -241,7 +241,7 @@ class JobDetail:
             )
         events = []
         for index, event in enumerate(read.required("events", list)):
-            item = _Reader(event, source, f"events[{index}]")
+            item = _ObjectReader(event, source, f"events[{index}]")
             events.append(
                 EventView(
                     t=item.time("t"),
@@ -257,7 +257,7 @@ class JobDetail:
         )
 
 
-class _Reader:
+class _ObjectReader:
     """Typed fields of one JSON object, each failure an ``InputError`` naming the field."""
 
     def __init__(self, data: Any, source: str, prefix: str = "") -> None:
