@@ -492,7 +492,7 @@ class _AppMode(TorchDispatchMode):
     thread-local) and routes each through the dispatcher."""
 
     def __init__(
-        self, runtime: _Run, app: App, stream: object, request: int, began_s: float
+        self, runtime: _RunState, app: App, stream: object, request: int, began_s: float
     ) -> None:
         super().__init__()
         self.run, self.app, self.stream, self.request = runtime, app, stream, request
@@ -536,7 +536,9 @@ class _AppMode(TorchDispatchMode):
 
 
 @dataclass
-class _Run:
+class _RunState:
+    """What every application thread of one ``run_apps`` call shares."""
+
     estimator: CallEstimator
     dispatcher: Dispatcher
     device: Device
@@ -591,7 +593,7 @@ def run_apps(
         a.name: device.stream(a, high_priority=prioritised and a.priority == top and a.priority > 0)
         for a in apps
     }
-    run = _Run(estimator, Dispatcher(policy, processor, len(apps)), device)
+    run = _RunState(estimator, Dispatcher(policy, processor, len(apps)), device)
     results: dict[str, AppOutputs] = {}
     errors: list[BaseException] = []
 

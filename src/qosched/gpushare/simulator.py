@@ -173,7 +173,9 @@ class SimulatedRun:
 
 
 @dataclass(eq=False)
-class _Run:
+class _RunningKernel:
+    """A kernel on the GPU: the launch the policy saw, the kernel that runs, the SMs it holds."""
+
     launch: Launch  # what the policy was shown
     kernel: Kernel  # what runs: the launch's kernel, or the truth behind its estimate
     started_s: float
@@ -191,7 +193,9 @@ class _Run:
 
 
 @dataclass(eq=False)
-class _App:
+class _AppState:
+    """One application as the simulator runs it: requests waiting, the one in progress."""
+
     spec: AppWorkload  # what runs
     told: AppWorkload  # what the policy is told of it: ``spec``, or its estimate
     queue: deque = field(default_factory=deque)  # arrival times of requests not started
@@ -305,8 +309,10 @@ class _Simulation:
         self.progress = progress
         self.stream_priorities = True  # the policy's, read once it is set up
         self.engine = Engine()
-        self.apps = [_App(spec, shown) for spec, shown in zip(apps, _told(apps, told), strict=True)]
-        self.running: list[_Run] = []
+        self.apps = [
+            _AppState(spec, shown) for spec, shown in zip(apps, _told(apps, told), strict=True)
+        ]
+        self.running: list[_RunningKernel] = []
         self.sequence = 0
         self.last_s = 0.0
         self.sm_busy = 0.0
@@ -389,14 +395,14 @@ class _Simulation:
 
     # -- events ------------------------------------------------------------------------------
 
-    def _arrive(self, app: _App) -> None:
+    def _arrive(self, app: _AppState) -> None:
         self._advance(self.engine.now)
         app.queue.append(self.engine.now)
         if not app.active:
             self._next_request(app)
         self._ask()
 
-    def _next_request(self, app: _App) -> None:
+    def _next_request(self, app: _AppState) -> None:
         now = self.engine.now
         if app.spec.poisson_rps is None:
             if now >= self.duration_s:
@@ -411,7 +417,7 @@ class _Simulation:
         app.active = True
         app.waiting = self._launch(app)
 
-    def _launch(self, app: _App) -> Launch:
+    def _launch(self, app: _AppState) -> Launch:
         return Launch(
             app=app.spec.name,
             priority=app.spec.priority,
@@ -471,7 +477,7 @@ class _Simulation:
     def _start(self, launch: Launch, kernel: Kernel) -> None:
         level = launch.priority if self.stream_priorities else 0
         self.running.append(
-            _Run(
+            _RunningKernel(
                 launch=launch,
                 kernel=kernel,
                 started_s=self.engine.now,
@@ -533,7 +539,7 @@ class _Simulation:
         self._reallocate()
         self._ask()
 
-    def _release(self, run: _Run) -> None:
+    def _release(self, run: _RunningKernel) -> None:
         self._advance(self.engine.now)
         run.release = None
         run.release_due = True

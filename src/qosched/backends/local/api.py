@@ -339,7 +339,7 @@ class LogChunk:
 class ApiServer:
     """A running API server; ``close()`` stops it. Returned by ``serve``."""
 
-    def __init__(self, app: _App, server: httpd.Server, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, app: _AsgiApp, server: httpd.Server, pool: ThreadPoolExecutor) -> None:
         self._app = app
         self._server = server
         self._pool = pool
@@ -430,7 +430,7 @@ def serve(
         raise QoschedError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.setblocking(False)
     pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="qosched-api")
-    app = _App(
+    app = _AsgiApp(
         service=service,
         token=token.encode(),
         sessions=auth.Sessions(),
@@ -459,7 +459,7 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass(eq=False)
-class _App:
+class _AsgiApp:
     """The ASGI app: one ``_Handler`` per request; what every request shares."""
 
     service: Service
@@ -565,7 +565,7 @@ class _Handler:
     deadline, its route run in the app's thread pool (routes call the service, which may
     block)."""
 
-    def __init__(self, server: _App, scope: dict[str, Any]) -> None:
+    def __init__(self, server: _AsgiApp, scope: dict[str, Any]) -> None:
         self.server = server
         self.command: str = scope["method"]
         raw_path = scope.get("raw_path") or scope["path"].encode()
