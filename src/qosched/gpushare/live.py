@@ -19,20 +19,10 @@ import torch
 from qosched.core.errors import InputError
 from qosched.gpushare.apps import AppsSpec, resolved_goals
 from qosched.gpushare.kernel import Kernel
-from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
+from qosched.gpushare.policy import SharingPolicy
 from qosched.gpushare.runtime import App, CallEstimator, Device, GpuRun, run_apps
-from qosched.gpushare.simulator import AppComparison
+from qosched.gpushare.simulator import AppComparison, RunAlone
 from qosched.graph.capture import load_model
-
-
-class _Alone(SharingPolicy):
-    """Every launch starts at once: the reference run of one application by itself."""
-
-    name = "alone"
-
-    def decide(self, view: GpuView) -> Admission:
-        return Admission(start=view.waiting)
-
 
 #: Requests per application a run may serve: each is a real forward pass, run alone and then
 #: shared, so this is already hours for most models.
@@ -92,12 +82,12 @@ def compare_run(
     comparison row per application and the shared run (for its trace)."""
     with torch.inference_mode():
         warm = run_apps([App(a.name, a.priority, a.model, a.inputs[:1], a.goal) for a in apps],
-                        _Alone(), device=device, estimator=estimator)  # fmt: skip
+                        RunAlone(), device=device, estimator=estimator)  # fmt: skip
         # The warm-up's operators, as estimated (not timed), tell the policy each app's request
         # before the shared run, as the simulator tells it the spec's kernels.
         apps = [dataclasses.replace(a, kernels=request_kernels(warm, a.name)) for a in apps]
         alone = {
-            a.name: run_apps([a], _Alone(), device=device, estimator=estimator).app(a.name)
+            a.name: run_apps([a], RunAlone(), device=device, estimator=estimator).app(a.name)
             for a in apps
         }
         shared = run_apps(apps, policy, device=device, estimator=estimator)

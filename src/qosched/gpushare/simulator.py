@@ -691,8 +691,9 @@ def simulate(
     ).run()
 
 
-class _Alone(SharingPolicy):
-    """Running alone leaves nothing to decide: every ready kernel starts."""
+class RunAlone(SharingPolicy):
+    """The reference run of an application by itself (here and on the real GPU, ``live.py``):
+    running alone leaves nothing to decide, every ready kernel starts."""
 
     name = "alone"
 
@@ -751,7 +752,7 @@ def alone_results(
         app.name: simulate(
             gpu,
             [app],
-            _Alone(),
+            RunAlone(),
             duration_s=duration_s,
             seed=seed,
             progress=None if progress is None else functools.partial(progress, app.name),
@@ -806,6 +807,6 @@ def pair_slowdown(gpu: Processor, protected: Sequence[Kernel], candidate: Kernel
         AppWorkload("protected", 1, tuple(protected)),
         AppWorkload("candidate", 0, (candidate,)),
     ]
-    result = simulate(gpu, apps, _Alone(), duration_s=1e-12, drain_factor=1e15)
+    result = simulate(gpu, apps, RunAlone(), duration_s=1e-12, drain_factor=1e15)
     latency = result.app("protected").latencies_s[0]
     return (latency - sum(k.time_s for k in protected)) / protected[0].time_s
