@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from qosched.placement.ir import Problem, TenantGraph, loads, switches
-from qosched.placement.timing import Sample
+from qosched.placement.timing import TimedCall
 
 
 def random_tenant(rng, n, name="t", goal=None, boundaries=None):
@@ -108,7 +108,7 @@ class ScriptedTimer:
         call()
         n = self.calls
         self.calls += 1
-        return Sample(self.wall(n), self.waited(n))
+        return TimedCall(self.wall(n), self.waited(n))
 
 
 def quiet(seconds=1e-3):

@@ -11,14 +11,14 @@ import pytest
 import torch
 from placement_helpers import ScriptedTimer
 
-from qosched.placement.timing import Sample, Timing, Trust, cpu_timer, measure, thread_waits
+from qosched.placement.timing import TimedCall, Timing, Trust, cpu_timer, measure, thread_waits
 
 MS = 1e-3
 
 
 def test_spread_and_wait_share_by_hand():
     walls = [4 * MS, 5 * MS, 6 * MS, 5 * MS, 400 * MS]
-    got = Timing.of([Sample(w, w / 2) for w in walls])
+    got = Timing.of([TimedCall(w, w / 2) for w in walls])
     # sorted 4, 5, 5, 6, 400: the median 5; the slowest left out, (6 - 4) / 4
     assert got.seconds == pytest.approx(5 * MS)
     assert got.spread == pytest.approx(0.5)
@@ -28,7 +28,7 @@ def test_spread_and_wait_share_by_hand():
 
 def test_the_spread_of_microsecond_jitter_is_taken_against_the_floor():
     # 1, 2 and 3 us: (2 - 1) us over the 10 us floor, not over the fastest 1 us
-    got = Timing.of([Sample(t * 1e-6, None) for t in (1, 2, 3)])
+    got = Timing.of([TimedCall(t * 1e-6, None) for t in (1, 2, 3)])
     assert got.spread == pytest.approx(0.1)
     assert got.wait_share is None  # a device timer measures no waits
 
@@ -46,7 +46,7 @@ def test_the_spread_of_microsecond_jitter_is_taken_against_the_floor():
     ids=["quiet", "one-outlier", "three-outliers", "stolen-cpu", "waited-a-quarter", "two-repeats"],
 )
 def test_what_is_trusted(walls, share, doubt):
-    timing = Timing.of([Sample(w, w * share) for w in walls])
+    timing = Timing.of([TimedCall(w, w * share) for w in walls])
     got = Trust().doubt(timing)
     if doubt is None:
         assert got is None

@@ -41,7 +41,7 @@ from qosched.placement.profile import DEFAULT_REPEATS, ProfileCache, TenantProfi
 from qosched.placement.program import UnitProgram, build_model, export_program
 from qosched.placement.runtime import pack, to_device, unpack
 from qosched.placement.spec import about_tenant
-from qosched.placement.timing import Sample, Timing
+from qosched.placement.timing import TimedCall, Timing
 
 #: Share of a copy's time spent by each of the two pinned processes (``TenantGraph.copy_share``).
 COPY_SHARE = 0.5
@@ -175,7 +175,7 @@ def _ping(
             to_echo.put(pack(values))
             unpack(from_echo.get())
             if i >= 2:  # two warm-up bounces
-                times.append(Sample((time.perf_counter() - start) / 2, None))
+                times.append(TimedCall((time.perf_counter() - start) / 2, None))
         one_way.append(Timing.of(times))
     to_echo.put(None)
     out.put(one_way)

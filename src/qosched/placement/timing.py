@@ -51,7 +51,7 @@ _TASKS = "/proc/self/task"
 
 
 @dataclass(frozen=True)
-class Sample:
+class TimedCall:
     """One timed call: wall seconds, and the longest any thread of the process waited for a
     core in them (None: not measured)."""
 
@@ -61,7 +61,7 @@ class Sample:
 
 #: Times one call of its argument. Injected into the profiler so that tests can play a busy
 #: machine; the real ones are :func:`cpu_timer` and :func:`cuda_timer`.
-Timer = Callable[[Callable[[], object]], Sample]
+Timer = Callable[[Callable[[], object]], TimedCall]
 
 
 def thread_waits() -> dict[str, int] | None:
@@ -81,27 +81,27 @@ def thread_waits() -> dict[str, int] | None:
     return waits or None
 
 
-def cpu_timer(call: Callable[[], object]) -> Sample:
+def cpu_timer(call: Callable[[], object]) -> TimedCall:
     before = thread_waits()
     start = time.perf_counter()
     call()
     wall = time.perf_counter() - start
     after = thread_waits()
     if before is None or after is None:
-        return Sample(wall, None)
+        return TimedCall(wall, None)
     waited = max(after[t] - before.get(t, 0) for t in after)
-    return Sample(wall, max(waited, 0) / 1e9)
+    return TimedCall(wall, max(waited, 0) / 1e9)
 
 
 def cuda_timer(device: torch.device) -> Timer:
     """A timer fenced by ``torch.cuda.synchronize`` on ``device``; no wait share."""
 
-    def timed(call: Callable[[], object]) -> Sample:
+    def timed(call: Callable[[], object]) -> TimedCall:
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         call()
         torch.cuda.synchronize(device)
-        return Sample(time.perf_counter() - start, None)
+        return TimedCall(time.perf_counter() - start, None)
 
     return timed
 
@@ -121,7 +121,7 @@ class Timing:
     wait_share: float | None
 
     @classmethod
-    def of(cls, samples: list[Sample]) -> Timing:
+    def of(cls, samples: list[TimedCall]) -> Timing:
         if not samples:
             raise ValueError("expected at least one timed call")
         walls = sorted(s.wall_s for s in samples)
