@@ -64,8 +64,8 @@ from qosched.gpushare.policies.fggr import (
 )
 from qosched.gpushare.simulator import app_infos
 from qosched.gpushare.whatif import (
-    Prediction,
     WhatIf,
+    WhatIfResult,
     adopted,
     breaks,
     meets_every_goal,
@@ -122,9 +122,9 @@ class Simulated:
     on every draw (empty in files saved before the default judged against them)."""
 
     mix: str
-    predictions: tuple[Prediction, ...]
+    predictions: tuple[WhatIfResult, ...]
     runs: tuple[dict[str, tuple[AppOutcome, ...]], ...]
-    references: dict[str, Prediction] = field(default_factory=dict)
+    references: dict[str, WhatIfResult] = field(default_factory=dict)
 
 
 def simulated(mix: Mix, runs: int, draws: int, what_if: WhatIf | None = None) -> Simulated:
@@ -152,12 +152,14 @@ def simulated(mix: Mix, runs: int, draws: int, what_if: WhatIf | None = None) ->
     return Simulated(mix.describe(), predictions, tuple(judged), referenced)
 
 
-def _draws(prediction: Prediction, count: int, skip: int = 0) -> Prediction:
-    return Prediction(prediction.draws[skip : skip + count])
+def _draws(prediction: WhatIfResult, count: int, skip: int = 0) -> WhatIfResult:
+    return WhatIfResult(prediction.draws[skip : skip + count])
 
 
 def replayed(
-    predictions: tuple[Prediction, ...], way: Way, references: dict[str, Prediction] | None = None
+    predictions: tuple[WhatIfResult, ...],
+    way: Way,
+    references: dict[str, WhatIfResult] | None = None,
 ) -> str:
     """The candidate ``way`` adopts ('' for none: the constructor's setting stays). With
     ``way.rules`` as ``FgGR._calibrate`` chooses (``references``: the reference policies'
@@ -192,7 +194,7 @@ def replayed(
         if index in confirmed or not way.confirm:
             return NAMES[index]
         more = _draws(predictions[index], way.confirm, skip=way.first)
-        runs[index] = Prediction(runs[index].draws + more.draws)
+        runs[index] = WhatIfResult(runs[index].draws + more.draws)
         confirmed.add(index)
 
 

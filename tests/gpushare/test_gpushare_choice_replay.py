@@ -6,7 +6,7 @@ from bench_scripts import bench_script
 from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome, rule_violations
 from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES
-from qosched.gpushare.whatif import Prediction
+from qosched.gpushare.whatif import WhatIfResult
 
 P99 = Goal("p99_slowdown", 1.10)
 
@@ -27,7 +27,7 @@ def scripted(script):
              AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, tput, tput * 100), True))
             for p in p99s
         )  # fmt: skip
-        predictions.append(Prediction(draws))
+        predictions.append(WhatIfResult(draws))
     return tuple(predictions)
 
 
@@ -49,7 +49,7 @@ def _reference(p99s, tput):
     """A reference policy's what-if: hp's p99 on each draw (goal 1.10x) and lp's throughput."""
     lp = AppOutcome("lp", 0, BEST_EFFORT, Measured(1.0, 1e-3, tput, tput * 100), True)
     hp = [AppOutcome("hp", 1, P99, Measured(p, p * 1e-3, 1.0, 100.0), p <= 1.10) for p in p99s]
-    return Prediction(tuple((h, lp) for h in hp))
+    return WhatIfResult(tuple((h, lp) for h in hp))
 
 
 def test_the_default_judges_the_candidates_against_the_reference_policies(replay):

@@ -14,8 +14,8 @@ from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES, FgGR
 from qosched.gpushare.policy import Admission, AppInfo, SharingPolicy
 from qosched.gpushare.simulator import AppWorkload, app_infos, simulate
 from qosched.gpushare.whatif import (
-    Prediction,
     WhatIf,
+    WhatIfResult,
     breaks,
     choose,
     fewest_breaks,
@@ -234,7 +234,7 @@ def outcome(name, priority, goal, *, p99=1.0, tput=1.0):
 
 
 def prediction(*draws):
-    return Prediction(tuple(tuple(d) for d in draws))
+    return WhatIfResult(tuple(tuple(d) for d in draws))
 
 
 def test_choose_takes_the_only_candidate_that_meets_the_goal_on_every_draw():

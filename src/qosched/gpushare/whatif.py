@@ -105,7 +105,7 @@ class WhatIf:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class WhatIfResult:
     """One candidate's what-if: per draw, every app judged against its goal."""
 
     draws: tuple[tuple[AppOutcome, ...], ...]
@@ -157,7 +157,7 @@ def predict(
     config: WhatIf,
     *,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[Prediction, ...]:
+) -> tuple[WhatIfResult, ...]:
     """Every candidate (a fresh policy from each factory, per draw) on every draw of the mix;
     ``progress(done, total)`` after each simulated run. The first run is timed: where the rest
     would take longer than :data:`POOL_AFTER_S` one after the other, they are shared among
@@ -210,7 +210,8 @@ def predict(
         for d, i in rest:
             finished((d, i), draws[d].run(candidates[i]))
     return tuple(
-        Prediction(tuple(results[d, i] for d in range(len(draws)))) for i in range(len(candidates))
+        WhatIfResult(tuple(results[d, i] for d in range(len(draws))))
+        for i in range(len(candidates))
     )
 
 
@@ -255,7 +256,7 @@ class _Draw:
         return outcomes(compare(shared, self.alone, times), self.goals)
 
 
-def meets_every_goal(prediction: Prediction, margin: float) -> bool:
+def meets_every_goal(prediction: WhatIfResult, margin: float) -> bool:
     """Whether every app meets its goal, with ``margin``, on every draw."""
     return all(goal_met(a.goal, a.measured, margin) for d in prediction.draws for a in d)
 
@@ -265,7 +266,7 @@ def _throughput(apps: Sequence[AppOutcome], name: str) -> float:
     return 0.0 if math.isnan(value) else value
 
 
-def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) -> int | None:
+def choose(predictions: Sequence[WhatIfResult], config: WhatIf, *, margin: float) -> int | None:
     """The candidate to adopt, by index (candidates are ordered safest first), or None when
     none meets the most important goals on every draw.
 
@@ -283,7 +284,7 @@ def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) 
     first = predictions[0].draws[0]
     levels = sorted({a.priority for a in first if a.goal.protected}, reverse=True)
 
-    def depth(prediction: Prediction) -> int:
+    def depth(prediction: WhatIfResult) -> int:
         count = 0
         for level in levels:
             if not all(goal_met(a.goal, a.measured, margin) for draw in prediction.draws
@@ -329,7 +330,7 @@ def choose(predictions: Sequence[Prediction], config: WhatIf, *, margin: float) 
     return chosen
 
 
-def nearest(predictions: Sequence[Prediction], config: WhatIf) -> int | None:
+def nearest(predictions: Sequence[WhatIfResult], config: WhatIf) -> int | None:
     """Where no candidate meets the most important goals (``choose`` gives None), the one that
     comes nearest: the smallest shortfall (``goals.shortfall``) of the most important level's
     protected goals, the worst over its apps and draws; within ``config.tolerance`` a tie,
@@ -353,7 +354,7 @@ def nearest(predictions: Sequence[Prediction], config: WhatIf) -> int | None:
 
 
 def breaks(
-    prediction: Prediction, references: Mapping[str, Prediction], label: str
+    prediction: WhatIfResult, references: Mapping[str, WhatIfResult], label: str
 ) -> tuple[int, int]:
     """On how many draws a candidate misses a goal some policy meets (rule (a)), and on how
     many it breaks any rule (a)-(c), against the reference policies, as
@@ -370,7 +371,7 @@ def breaks(
 
 
 def fewest_breaks(
-    predictions: Sequence[Prediction], references: Mapping[str, Prediction], label: str
+    predictions: Sequence[WhatIfResult], references: Mapping[str, WhatIfResult], label: str
 ) -> list[int]:
     """The candidates (by index) that miss a goal some reference meets on the fewest draws,
     and of those, that break any rule on the fewest (`breaks`): priority orders goals, so
@@ -380,8 +381,8 @@ def fewest_breaks(
 
 
 def adopted_against(
-    predictions: Sequence[Prediction],
-    references: Mapping[str, Prediction],
+    predictions: Sequence[WhatIfResult],
+    references: Mapping[str, WhatIfResult],
     label: str,
     config: WhatIf,
     *,
@@ -402,7 +403,7 @@ def adopted_against(
 
 
 def adopted(
-    predictions: Sequence[Prediction],
+    predictions: Sequence[WhatIfResult],
     config: WhatIf,
     *,
     margin: float | None = None,

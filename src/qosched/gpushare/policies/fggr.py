@@ -103,8 +103,8 @@ from qosched.gpushare.policy import (
     SharingPolicy,
 )
 from qosched.gpushare.whatif import (
-    Prediction,
     WhatIf,
+    WhatIfResult,
     adopted_against,
     knows_kernels,
     predict,
@@ -161,8 +161,8 @@ FREE = tuple(i for i, (_, changes) in enumerate(CANDIDATES) if changes.get("admi
 
 
 def calibrated_choice(
-    own: Sequence[Prediction],
-    theirs: Mapping[str, Prediction],
+    own: Sequence[WhatIfResult],
+    theirs: Mapping[str, WhatIfResult],
     config: WhatIf,
     *,
     margin: float | None = None,
