@@ -43,7 +43,7 @@ from qosched.placement import baselines
 from qosched.placement.calibrate import calibrated, measure_unit_times, merge, scales
 from qosched.placement.costs import CostModel, tenant_from_graph
 from qosched.placement.infer import compare
-from qosched.placement.ir import Plan, Problem, TenantGraph, evaluate
+from qosched.placement.ir import PlacementPlan, Problem, TenantGraph, evaluate
 from qosched.placement.measured import TenantModel, measure, measured_tenant
 from qosched.placement.platform import CoreSetsPlatform
 from qosched.placement.program import build_model, export_program, model_units, save_program
@@ -73,7 +73,7 @@ MIXES: dict[str, list[TenantModel]] = {
 PLATFORM = CoreSetsPlatform((0,), (1,))
 
 
-def plans_for(problem: Problem) -> tuple[dict[str, Plan], float, float]:
+def plans_for(problem: Problem) -> tuple[dict[str, PlacementPlan], float, float]:
     """COS and the baselines (as ``infer plan`` compares them), the LP bound and the search time."""
     comparison = compare(problem, max_switches=4)
     found = {"cos": comparison.cos, **comparison.baselines}
@@ -128,7 +128,7 @@ def evaluate_mix(name: str, models: list[TenantModel], args: argparse.Namespace)
             expected.append([model(*inputs)])
         programs.append((save_program(export_program(model, inputs)), units, inputs))
 
-    def execute(chosen: Plan):
+    def execute(chosen: PlacementPlan):
         runs = [
             TenantRun(t.name, prog, units, inputs, chosen.assignment(t.name))
             for t, (prog, units, inputs) in zip(models, programs, strict=True)

@@ -37,7 +37,7 @@ from qosched.placement.infer import (
     prepare_run,
     spec_problem,
 )
-from qosched.placement.ir import Plan
+from qosched.placement.ir import PlacementPlan
 from qosched.placement.measured import CacheUse
 from qosched.placement.planfile import plan_to_dict, write_plan
 from qosched.placement.runtime import MAX_DEPTH, MAX_ROUNDS, run
@@ -103,7 +103,7 @@ def _warn_about_cache(use: CacheUse | None) -> None:
         )
 
 
-def _show(cos: Plan, infeasible: dict[str, str], result: InferReport, title: str) -> None:
+def _show(cos: PlacementPlan, infeasible: dict[str, str], result: InferReport, title: str) -> None:
     console = Console()
     table = Table(title=title)
     for column in ("tenant", "units on GPU", "switches", "latency ms"):

@@ -1,7 +1,8 @@
 """Baselines scored with the same cost model as COS (:func:`qosched.placement.ir.evaluate`).
 
 - ``all_cpu`` / ``all_gpu``: every unit of every tenant on one processor; returned even when it
-  misses latency goals or runs a unit the processor cannot (``Plan.meets_goals``, throughput 0).
+  misses latency goals or runs a unit the processor cannot (``PlacementPlan.meets_goals``,
+  throughput 0).
 - ``model_level``: each tenant wholly on one processor, the combination with the lowest
   bottleneck among those meeting every goal: all ``2**T`` combinations when ``T <= 16``, otherwise
   greedily (tenants by decreasing best single-processor load, each to the processor that keeps the
@@ -19,7 +20,7 @@ import time
 from qosched.placement.ir import (
     Assignment,
     InfeasibleError,
-    Plan,
+    PlacementPlan,
     Problem,
     TenantGraph,
     evaluate,
@@ -34,17 +35,17 @@ def _uniform(tenant: TenantGraph, proc: str) -> Assignment:
     return (proc,) * tenant.n_units  # type: ignore[return-value]
 
 
-def all_cpu(problem: Problem) -> Plan:
+def all_cpu(problem: Problem) -> PlacementPlan:
     """Every unit on the CPU."""
     return evaluate(problem, [_uniform(t, "cpu") for t in problem.tenants], method="all_cpu")
 
 
-def all_gpu(problem: Problem) -> Plan:
+def all_gpu(problem: Problem) -> PlacementPlan:
     """Every unit on the GPU."""
     return evaluate(problem, [_uniform(t, "gpu") for t in problem.tenants], method="all_gpu")
 
 
-def model_level(problem: Problem) -> Plan:
+def model_level(problem: Problem) -> PlacementPlan:
     """Each tenant wholly on the CPU or the GPU (see the module doc)."""
     start = time.perf_counter()
     options: list[list[tuple[Assignment, tuple[float, float, float]]]] = []
@@ -84,7 +85,7 @@ def model_level(problem: Problem) -> Plan:
     )
 
 
-def layer_level(problem: Problem, max_switches: int = 4) -> Plan:
+def layer_level(problem: Problem, max_switches: int = 4) -> PlacementPlan:
     """Contiguous splits at module boundaries only (see the module doc)."""
     return plan_with(
         problem,

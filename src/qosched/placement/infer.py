@@ -28,7 +28,7 @@ from qosched.placement import baselines
 from qosched.placement.bound import lp_bound
 from qosched.placement.calibrate import calibrated, merge, read_calibration
 from qosched.placement.costs import CostModel, tenant_from_graph
-from qosched.placement.ir import PROCESSORS, InfeasibleError, Plan, Problem, TenantGraph
+from qosched.placement.ir import PROCESSORS, InfeasibleError, PlacementPlan, Problem, TenantGraph
 from qosched.placement.measured import (
     CacheUse,
     TenantModel,
@@ -182,9 +182,9 @@ class Comparison:
     (COS may: it can split a model where they cannot) is in ``infeasible``, with the reason,
     instead of ``baselines``."""
 
-    cos: Plan
+    cos: PlacementPlan
     search_s: float
-    baselines: dict[str, Plan]
+    baselines: dict[str, PlacementPlan]
     bound_rps: float
     infeasible: dict[str, str] = field(default_factory=dict)
 
@@ -266,7 +266,7 @@ class PreparedRun:
 
     tenants: tuple[TenantRun, ...]
     expected: tuple[tuple[torch.Tensor, ...], ...]
-    plan: Plan
+    plan: PlacementPlan
     problem: Problem
 
 
@@ -345,7 +345,7 @@ class Explained:
         }
 
 
-def explain(result: MeasuredRun, predicted: Plan, problem: Problem) -> Explained | None:
+def explain(result: MeasuredRun, predicted: PlacementPlan, problem: Problem) -> Explained | None:
     """How much of the gap between predicted and measured the protocol, the per-message
     overhead, the slower operators and the two processes' contention account for. ``None`` when the
     run timed too few messages to fit."""
@@ -393,7 +393,7 @@ class InferRunReport:
         return self.measured_rps / self.predicted_rps
 
     @classmethod
-    def of(cls, result: MeasuredRun, predicted: Plan, problem: Problem) -> InferRunReport:
+    def of(cls, result: MeasuredRun, predicted: PlacementPlan, problem: Problem) -> InferRunReport:
         latency = {t.name: t.latency_s for t in predicted.tenants}
         return cls(
             predicted_rps=predicted.throughput_rps * len(predicted.tenants),

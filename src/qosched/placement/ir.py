@@ -243,7 +243,7 @@ class TenantPlan:
 
 
 @dataclass(frozen=True)
-class Plan:
+class PlacementPlan:
     """An assignment for every tenant, scored with the round-robin cost model of this module.
 
     ``throughput_rps`` is each tenant's rate (all tenants are served at the same rate);
@@ -287,8 +287,9 @@ def evaluate(
     *,
     method: str,
     search_s: float = 0.0,
-) -> Plan:
-    """Score one assignment per tenant (in ``problem.tenants`` order) as a :class:`Plan`."""
+) -> PlacementPlan:
+    """Score one assignment per tenant (in ``problem.tenants`` order) as a
+    :class:`PlacementPlan`."""
     if len(assignments) != len(problem.tenants):
         raise InputError(
             f"expected {len(problem.tenants)} assignments, got {len(assignments)}",
@@ -305,6 +306,6 @@ def evaluate(
     gpu = sum(p.gpu_s for p in plans)
     link = sum(p.link_s for p in plans)
     bottleneck = max(cpu, gpu, link)
-    return Plan(
+    return PlacementPlan(
         method, tuple(plans), cpu, gpu, link, bottleneck, throughput_of(bottleneck), search_s
     )

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from qosched.core.errors import InputError
-from qosched.placement.ir import Plan, Problem, TenantGraph, evaluate
+from qosched.placement.ir import PlacementPlan, Problem, TenantGraph, evaluate
 
 FORMAT = "qosched-placement-plan"
 VERSION = 1
@@ -41,7 +41,7 @@ class PlanFile:
     max_switches: int
     models: tuple[tuple[str, str, int], ...]  # (tenant, model, batch)
     problem: Problem
-    plan: Plan
+    plan: PlacementPlan
 
 
 def _number(x: float) -> float | str:
@@ -54,7 +54,7 @@ def plan_to_dict(
     max_switches: int,
     models: dict[str, tuple[str, int]],
     problem: Problem,
-    plan: Plan,
+    plan: PlacementPlan,
 ) -> dict[str, Any]:
     """The JSON object of the module doc; ``models`` maps a tenant to (model, batch)."""
     tenants = []

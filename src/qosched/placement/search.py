@@ -33,7 +33,7 @@ from qosched.placement.ir import (
     PROCESSORS,
     Assignment,
     InfeasibleError,
-    Plan,
+    PlacementPlan,
     Problem,
     TenantGraph,
     evaluate,
@@ -475,7 +475,7 @@ def plan_with(
     accept: Callable[[TenantGraph, Assignment], bool] | None = None,
     time_limit_s: float = 60.0,
     rel_gap: float = EXACT_GAP,
-) -> Plan:
+) -> PlacementPlan:
     """Phase two over the candidates ``candidates_of`` gives each tenant, then refinement.
 
     ``accept`` (when given) enables single-unit flips that keep an assignment acceptable.
@@ -530,7 +530,7 @@ def plan(
     *,
     resolution: float = DEFAULT_RESOLUTION,
     time_limit_s: float = 60.0,
-) -> Plan:
+) -> PlacementPlan:
     """COS: operator-level plan with at most ``max_switches`` switches per tenant.
 
     ``resolution`` is phase one's grid (see :func:`pareto_candidates`; ``0`` = exact Pareto sets

@@ -12,12 +12,12 @@ from pathlib import Path
 from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 from matplotlib.patches import Patch
 
-from qosched.placement.ir import Plan, Problem
+from qosched.placement.ir import PlacementPlan, Problem
 
 COLORS = {"cpu": "#4c72b0", "gpu": "#dd8452"}
 
 
-def plot_plan(problem: Problem, plan: Plan, path: str | Path, title: str = "") -> Path:
+def plot_plan(problem: Problem, plan: PlacementPlan, path: str | Path, title: str = "") -> Path:
     """Write the picture of ``plan`` on ``problem`` to ``path`` (PNG, SVG, ... by suffix)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
