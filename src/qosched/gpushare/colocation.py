@@ -245,7 +245,7 @@ def _columns(p: Profile) -> tuple:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ColocationVerdict:
     """The surrogate's answer for one newcomer against every profile of a table."""
 
     newcomer_slowdown: np.ndarray  # the newcomer beside each candidate
@@ -274,13 +274,13 @@ class Surrogate:
         w = np.asarray(self.coefficients)
         return (float(np.exp(pair_features(a, b) @ w)), float(np.exp(pair_features(b, a) @ w)))
 
-    def against(self, new: Profile, table: Table) -> Decision:
+    def against(self, new: Profile, table: Table) -> ColocationVerdict:
         """``new`` beside each profile of ``table``: the hot path of a placement decision."""
         w = np.asarray(self.coefficients)
         mine = np.exp(_features(*_columns(new), *table.columns) @ w)
         theirs = np.exp(_features(*table.columns, *_columns(new)) @ w)
         admit = (mine <= allowed_slowdown(new.goal, new)) & (theirs <= table.allowed)
-        return Decision(mine, theirs, admit)
+        return ColocationVerdict(mine, theirs, admit)
 
     def to_dict(self) -> dict[str, object]:
         return {"features": list(FEATURES), "coefficients": list(self.coefficients),
