@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from qosched.cluster.pods.fragmentation import Workload
+from qosched.cluster.pods.fragmentation import TaskMix
 from qosched.cluster.pods.nodes import read_node_list
 from qosched.cluster.pods.policies import create_pod_policy, pod_policy_names
 from qosched.cluster.pods.sim import inflate, place_pods
@@ -79,7 +79,7 @@ def main() -> None:
         read_pod_trace(args.pods) if is_pod_trace(args.pods) else import_alibaba_gpu_2023(args.pods)
     )
     cluster = read_node_list(args.nodes)
-    workload = Workload.typical(pods)
+    workload = TaskMix.typical(pods)
     started = time.perf_counter()
     # policy -> level -> unallocated % per seed
     table: dict[str, list[list[float]]] = {n: [[] for _ in args.levels] for n in args.policies}

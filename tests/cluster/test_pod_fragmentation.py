@@ -9,8 +9,8 @@ import pytest
 from qosched.cluster.pods.fragmentation import (
     FragmentationMeter,
     NodeState,
+    TaskMix,
     TaskShape,
-    Workload,
     node_fragmentation,
     task_fragmentation,
 )
@@ -59,7 +59,7 @@ def test_task_fragmentation(task: TaskShape, expected: int) -> None:
 
 
 def test_node_fragmentation_is_the_expectation_over_the_workload() -> None:
-    workload = Workload(
+    workload = TaskMix(
         (
             (TaskShape(2000, 1, 500), 0.5),  # 300 by hand
             (TaskShape(8000, 1, 1000), 0.3),  # lacks CPU: 1300
@@ -72,7 +72,7 @@ def test_node_fragmentation_is_the_expectation_over_the_workload() -> None:
 
 
 def test_a_node_with_no_free_gpu_has_no_fragment() -> None:
-    workload = Workload(((TaskShape(1000, 0, 0), 1.0),))
+    workload = TaskMix(((TaskShape(1000, 0, 0), 1.0),))
     assert node_fragmentation(NodeState("T4", 0, (0, 0)), workload) == 0.0
 
 
@@ -87,12 +87,12 @@ def test_typical_tasks_cover_the_share_of_pods_asked_most_frequent_first() -> No
         + [_pod("c", 2000, 0, 0), _pod("d", 6000, 2, 1000)]
     )
     # 80% of 10 pods: a (5) and b (3) reach 8; their frequencies scaled to sum to 1.
-    assert Workload.typical(pods, coverage=0.8).tasks == (
+    assert TaskMix.typical(pods, coverage=0.8).tasks == (
         (TaskShape(4000, 1, 500), 5 / 8),
         (TaskShape(8000, 1, 1000), 3 / 8),
     )
     # 95%: 9.5 pods; c and d are as frequent, the larger request (d's 6 cores) comes first.
-    shapes = [shape for shape, _ in Workload.typical(pods, coverage=0.95).tasks]
+    shapes = [shape for shape, _ in TaskMix.typical(pods, coverage=0.95).tasks]
     assert shapes == [
         TaskShape(4000, 1, 500),
         TaskShape(8000, 1, 1000),
@@ -103,4 +103,4 @@ def test_typical_tasks_cover_the_share_of_pods_asked_most_frequent_first() -> No
 
 def test_a_workload_refuses_probabilities_not_summing_to_one() -> None:
     with pytest.raises(ValueError, match="sum to 1"):
-        Workload(((TaskShape(1000, 0, 0), 0.5),))
+        TaskMix(((TaskShape(1000, 0, 0), 0.5),))

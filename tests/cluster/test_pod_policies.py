@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qosched.cluster.pods.fragmentation import NodeState, TaskShape, Workload
+from qosched.cluster.pods.fragmentation import NodeState, TaskMix, TaskShape
 from qosched.cluster.pods.policies import create_pod_policy, pod_policy_names
 from qosched.core.errors import InputError
 
@@ -19,7 +19,7 @@ NODES = {
     "C": (NodeState("G", 6000, (1000, 800)), frozenset({"share"})),
 }
 #: FGD's workload: half the tasks ask 2 cores and half a GPU, half 1 core and a whole GPU.
-WORKLOAD = Workload(((TaskShape(2000, 1, 500), 0.5), (TaskShape(1000, 1, 1000), 0.5)))
+WORKLOAD = TaskMix(((TaskShape(2000, 1, 500), 0.5), (TaskShape(1000, 1, 1000), 0.5)))
 
 
 def scores(name: str) -> dict[str, int]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from qosched.cluster.pods.fragmentation import TaskShape, Workload
+from qosched.cluster.pods.fragmentation import TaskMix, TaskShape
 from qosched.cluster.pods.nodes import GpuNode, PodCluster
 from qosched.cluster.pods.policies import create_pod_policy
 from qosched.cluster.pods.sim import inflate, place_pods
 from qosched.cluster.pods.trace import Pod
 
-WORKLOAD = Workload(((TaskShape(1000, 1, 600), 1.0),))
+WORKLOAD = TaskMix(((TaskShape(1000, 1, 600), 1.0),))
 
 
 def pod(name: str, gpus: int, milli: int, cpu: int = 1000, memory: int = 100) -> Pod:

@@ -51,7 +51,7 @@ def pod_policies(values: Sequence[str] | None) -> list[str]:
 
 def run_pod_sim(args: argparse.Namespace) -> int:
     """Each policy places the trace's pods in arrival order on the node list's nodes."""
-    from qosched.cluster.pods.fragmentation import Workload
+    from qosched.cluster.pods.fragmentation import TaskMix
     from qosched.cluster.pods.nodes import read_node_list
     from qosched.cluster.pods.policies import create_pod_policy
     from qosched.cluster.pods.sim import place_pods
@@ -78,7 +78,7 @@ def run_pod_sim(args: argparse.Namespace) -> int:
     trace = read_pod_trace(args.trace)
     # Arrival order; pods created at the same second keep the trace's order.
     pods = sorted(trace, key=lambda pod: pod.creation_s)
-    workload = Workload.typical(pods)
+    workload = TaskMix.typical(pods)
     runs = []
     with progress_display() as progress:
         for name in names:

@@ -80,7 +80,7 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True)
-class Workload:
+class TaskMix:
     """The tasks the cluster expects, with the probability of each (summing to 1)."""
 
     tasks: tuple[tuple[TaskShape, float], ...]
@@ -93,7 +93,7 @@ class Workload:
             raise ValueError(f"task probabilities must be positive and sum to 1, got {total!r}")
 
     @classmethod
-    def typical(cls, pods: Iterable[Pod], coverage: float = TYPICAL_COVERAGE) -> Workload:
+    def typical(cls, pods: Iterable[Pod], coverage: float = TYPICAL_COVERAGE) -> TaskMix:
         """The trace's most frequent requests covering ``coverage`` of its pods."""
         if not 0.0 < coverage <= 1.0:
             raise ValueError(f"coverage must lie in (0, 1], got {coverage!r}")
@@ -134,7 +134,7 @@ def task_fragmentation(node: NodeState, task: TaskShape) -> int:
     return sum(left for left in node.gpu_left if left < task.gpu_milli)
 
 
-def node_fragmentation(node: NodeState, workload: Workload) -> float:
+def node_fragmentation(node: NodeState, workload: TaskMix) -> float:
     """F_n(M) = sum_m p_m F_n(m), in thousandths of a GPU."""
     if not node.gpu_left_milli:
         return 0.0
@@ -145,7 +145,7 @@ class FragmentationMeter:
     """``node_fragmentation`` for one workload, remembered by node state: a cluster holds many
     nodes in the same state, and FGD asks for each state's measure again and again."""
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: TaskMix) -> None:
         self.workload = workload
         self._known: dict[NodeState, float] = {}
 

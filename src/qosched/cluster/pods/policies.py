@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Set
 from typing import ClassVar
 
-from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskShape, Workload
+from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskMix, TaskShape
 from qosched.core.registry import PluginGroup, Registry
 
 MILLI = 1000
@@ -43,7 +43,7 @@ class PodPolicy(ABC):
     #: break (the simulator's ``RandomScore`` draws its node before scoring).
     random_node: ClassVar[bool] = False
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: TaskMix) -> None:
         self.workload = workload
 
     @abstractmethod
@@ -77,7 +77,7 @@ def pod_policy_class(name: str) -> type[PodPolicy]:
     return _REGISTRY.get(name)
 
 
-def create_pod_policy(name: str, workload: Workload) -> PodPolicy:
+def create_pod_policy(name: str, workload: TaskMix) -> PodPolicy:
     """A new policy by registered name; an unknown name is an InputError listing the known."""
     return _REGISTRY.create(name, workload=workload)
 
@@ -119,7 +119,7 @@ class FragmentationGradientDescent(PodPolicy):
     """FGD: the node (and GPU) whose fragmentation grows least, or shrinks most, with the pod
     placed: score = 100 x sigmoid((F_n(M) before - F_n(M) after) / 1000), truncated."""
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: TaskMix) -> None:
         super().__init__(workload)
         self.meter = FragmentationMeter(workload)
 

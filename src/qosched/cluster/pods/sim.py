@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskShape, Workload
+from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskMix, TaskShape
 from qosched.cluster.pods.nodes import PodCluster
 from qosched.cluster.pods.policies import PodPolicy, after_placing, gpu_tag
 from qosched.cluster.pods.trace import MILLI, Pod
@@ -105,7 +105,7 @@ def place_pods(
     policy: PodPolicy,
     *,
     seed: int = 0,
-    workload: Workload | None = None,
+    workload: TaskMix | None = None,
     tie_break: str = "node-order",
     on_progress: Callable[[int, int], None] | None = None,
 ) -> PlacementRun:
