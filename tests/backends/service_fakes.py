@@ -26,7 +26,7 @@ from qosched.backends.local.home import (
     write_endpoint,
 )
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
-from qosched.backends.local.store import Event, Lifecycle, UnknownJobError
+from qosched.backends.local.store import JobEvent, Lifecycle, UnknownJobError
 from qosched.backends.local.verdict import Verdict
 from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError
@@ -103,7 +103,7 @@ class FakeService:
         self.gpus = gpus
         self.clock = clock
         self._jobs: dict[str, dict[str, Any]] = {}
-        self._events: dict[str, list[Event]] = {}
+        self._events: dict[str, list[JobEvent]] = {}
         self._log_dir = log_dir
         self._lock = threading.Lock()
         self.submitted_sources: list[str] = []
@@ -138,7 +138,7 @@ class FakeService:
                 "error": None,
             }
             self._log_path(job_id).write_bytes(b"")
-            self._events[job_id] = [Event(job_id, now, "submitted", {"name": spec.name})]
+            self._events[job_id] = [JobEvent(job_id, now, "submitted", {"name": spec.name})]
             return _view(self._jobs[job_id])
 
     def dry_run(self, spec_text: str, source: str) -> Verdict:
@@ -238,10 +238,10 @@ class FakeService:
             detail: dict[str, Any] = {"from": old_state, "to": job["state"]}
             if job["state"] == "running":
                 detail["cpus"] = list(job["cpus"])
-            events.append(Event(job["id"], now, "state", detail))
+            events.append(JobEvent(job["id"], now, "state", detail))
         elif job["state"] == "running" and job["cpus"] != old_cpus:
             detail = {"from": old_cpus, "to": job["cpus"], **({"why": why} if why else {})}
-            events.append(Event(job["id"], now, "allocation", detail))
+            events.append(JobEvent(job["id"], now, "allocation", detail))
 
     def _log_path(self, job_id: str) -> Path:
         if self._log_dir is None:

@@ -25,7 +25,7 @@ from qosched.backends.local import detail
 from qosched.backends.local.api import ServiceStatus
 from qosched.backends.local.home import ENDPOINT_FILE
 from qosched.backends.local.jobview import HeldAllocation
-from qosched.backends.local.store import Event
+from qosched.backends.local.store import JobEvent
 from qosched.cli import local
 from qosched.cli.main import build_parser, main
 
@@ -243,15 +243,15 @@ def test_event_text_for_gpus() -> None:
     assert local.event_text("gpus", {"released": [3]}) == "gave back GPUs 3"
 
 
-def gpu_job_events() -> list[Event]:
+def gpu_job_events() -> list[JobEvent]:
     """A GPU job's audit log: 2 GPUs, stopped for a re-size, then 1 GPU."""
     return [
-        Event("j-1", 10.0, "gpus", {"held": [1, 2]}),
-        Event("j-1", 10.0, "state", {"from": "queued", "to": "running", "cpus": []}),
-        Event("j-1", 20.0, "state", {"from": "running", "to": "preempted"}),
-        Event("j-1", 20.0, "gpus", {"released": [1, 2]}),
-        Event("j-1", 21.0, "gpus", {"held": [3]}),
-        Event("j-1", 21.0, "state", {"from": "preempted", "to": "running", "cpus": []}),
+        JobEvent("j-1", 10.0, "gpus", {"held": [1, 2]}),
+        JobEvent("j-1", 10.0, "state", {"from": "queued", "to": "running", "cpus": []}),
+        JobEvent("j-1", 20.0, "state", {"from": "running", "to": "preempted"}),
+        JobEvent("j-1", 20.0, "gpus", {"released": [1, 2]}),
+        JobEvent("j-1", 21.0, "gpus", {"held": [3]}),
+        JobEvent("j-1", 21.0, "state", {"from": "preempted", "to": "running", "cpus": []}),
     ]
 
 

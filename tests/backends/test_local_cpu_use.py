@@ -13,14 +13,14 @@ from qosched.backends.local.cpu_use import (
     job_breakdown,
 )
 from qosched.backends.local.progress import ProgressEvent, RunnerEvent
-from qosched.backends.local.store import Event
+from qosched.backends.local.store import JobEvent
 
 
-def state(t: float, to: str, cpus: list[int] | None = None) -> Event:
+def state(t: float, to: str, cpus: list[int] | None = None) -> JobEvent:
     detail: dict[str, object] = {"from": "queued", "to": to}
     if cpus is not None:
         detail["cpus"] = cpus
-    return Event("job-1", t, "state", detail)
+    return JobEvent("job-1", t, "state", detail)
 
 
 def runner(t: float, kind: RunnerEvent, cpu_s: float, **fields: float) -> ProgressEvent:
@@ -31,7 +31,7 @@ def runner(t: float, kind: RunnerEvent, cpu_s: float, **fields: float) -> Progre
 # launched again on 1 core at 125, done, gone at 130.
 STORE = (
     state(100, "running", [0, 1]),
-    Event("job-1", 110, "allocation", {"from": [0, 1], "to": [0]}),
+    JobEvent("job-1", 110, "allocation", {"from": [0, 1], "to": [0]}),
     state(120, "preempted"),
     state(125, "running", [0]),
     state(130, "succeeded"),

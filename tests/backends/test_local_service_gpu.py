@@ -17,7 +17,7 @@ import pytest
 from scripted_policy import NAME, WANT
 
 from qosched.backends.local.service import LocalService, wait_until_idle
-from qosched.backends.local.store import Event
+from qosched.backends.local.store import JobEvent
 from qosched.trainingjob.jobspec import Deadline, Resources, TrainingJobSpec
 
 pytestmark = pytest.mark.process
@@ -99,7 +99,7 @@ def open_service(home: Path, policy: str = "fifo", gpus: Sequence[int] = GPUS) -
     return LocalService.open(home, policy=policy, tick_s=0.2, gpus=tuple(gpus))
 
 
-def gpu_holders_over_time(events: Sequence[Event]) -> list[tuple[str, str, tuple[int, ...]]]:
+def gpu_holders_over_time(events: Sequence[JobEvent]) -> list[tuple[str, str, tuple[int, ...]]]:
     """Replays every ``gpus`` event of the whole log in order; raises AssertionError at the first
     GPU held by two jobs at once, or given back by a job that did not hold it. Returns the
     (job, held|released, gpus) steps."""

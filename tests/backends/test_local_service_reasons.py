@@ -18,7 +18,7 @@ import pytest
 from command_jobs import COUNTING, command_spec
 
 from qosched.backends.local.service import ASKED_UP_TO, LocalService
-from qosched.backends.local.store import Event
+from qosched.backends.local.store import JobEvent
 from qosched.cluster.policies import Policy
 from qosched.cluster.policies import base as policy_base
 from qosched.cluster.state import ClusterView, Decision, JobState
@@ -89,7 +89,7 @@ def open_service(home: Path, policy: str, cpus=CORES[:1], **options) -> LocalSer
     return LocalService.open(home, policy=policy, cpus=cpus, tick_s=0.2, **options)
 
 
-def last(service: LocalService, job_id: str, kind: str) -> Event:
+def last(service: LocalService, job_id: str, kind: str) -> JobEvent:
     return [e for e in service.store.events(job_id) if e.kind == kind][-1]
 
 

@@ -14,21 +14,21 @@ import pytest
 from service_fakes import make_job as job
 
 from qosched.backends.local.jobview import HeldAllocation
-from qosched.backends.local.store import Event, ProgressSample
+from qosched.backends.local.store import JobEvent, ProgressSample
 from qosched.backends.local.web import views
 
 
-def state(job_id: str, t: float, old: str, new: str, **detail: Any) -> Event:
-    return Event(job_id, t, "state", {"from": old, "to": new, **detail})
+def state(job_id: str, t: float, old: str, new: str, **detail: Any) -> JobEvent:
+    return JobEvent(job_id, t, "state", {"from": old, "to": new, **detail})
 
 
 # A job started on cores 0-1, re-sized to core 0, pre-empted, restarted on core 1, succeeded.
 LIFE = [
-    Event("j-1", 0.0, "submitted", {"name": "a"}),
+    JobEvent("j-1", 0.0, "submitted", {"name": "a"}),
     state("j-1", 1.0, "queued", "running", cpus=[0, 1]),
-    Event("j-1", 5.0, "allocation", {"from": [0, 1], "to": [0]}),
+    JobEvent("j-1", 5.0, "allocation", {"from": [0, 1], "to": [0]}),
     state("j-1", 8.0, "running", "preempted"),
-    Event("j-1", 8.0, "stopped", {"why": "pre-empted by the scheduler"}),
+    JobEvent("j-1", 8.0, "stopped", {"why": "pre-empted by the scheduler"}),
     state("j-1", 10.0, "preempted", "running", cpus=[1]),
     state("j-1", 14.0, "running", "succeeded"),
 ]
@@ -78,7 +78,7 @@ def test_timeline_keeps_each_jobs_events_apart_and_an_open_segment_open() -> Non
     events = [
         state("j-1", 1.0, "queued", "running", cpus=[0]),
         state("j-2", 2.0, "queued", "running", cpus=[1]),
-        Event(None, 3.0, "service", {}),  # a service-wide event belongs to no job
+        JobEvent(None, 3.0, "service", {}),  # a service-wide event belongs to no job
         state("j-1", 4.0, "running", "cancelled"),
     ]
     jobs = [job("j-1", "cancelled"), job("j-2", "running")]

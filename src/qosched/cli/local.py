@@ -1206,7 +1206,7 @@ def job_view(detail: JobDetail, now: float) -> RenderableType:
 
 
 def event_text(kind: str, detail: Mapping[str, Any]) -> str:
-    """One audit-log entry (``qosched.backends.local.store.Event``) in words, with why the
+    """One audit-log entry (``qosched.backends.local.store.JobEvent``) in words, with why the
     service decided it (its ``why``, shown as it is) where the event says."""
     why = detail.get("why")
     if kind == "state":

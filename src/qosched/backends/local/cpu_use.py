@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from qosched.backends.local.progress import ProgressEvent, RunnerEvent
-from qosched.backends.local.store import Event
+from qosched.backends.local.store import JobEvent
 
 STARTING = "start-up"  # the runner launched, not yet started (Python, PyTorch, the model)
 RUNNING = "running"  # between its start and its end, less its checkpoints
@@ -69,7 +69,7 @@ class Breakdown:
                 mine[i] += value
 
 
-def cores_held(events: Iterable[Event]) -> list[tuple[float, int]]:
+def cores_held(events: Iterable[JobEvent]) -> list[tuple[float, int]]:
     """(time, cores held from then on) from a job's store events: entering a state holds the
     cores it names (only ``running`` names any), an ``allocation`` event changes them."""
     steps: list[tuple[float, int]] = []
@@ -82,7 +82,7 @@ def cores_held(events: Iterable[Event]) -> list[tuple[float, int]]:
 
 
 def job_breakdown(
-    store_events: Sequence[Event], runner_events: Sequence[ProgressEvent], end: float
+    store_events: Sequence[JobEvent], runner_events: Sequence[ProgressEvent], end: float
 ) -> Breakdown:
     """One job's breakdown from its store events (in order) and every event its runners wrote
     (``progress.jsonl``, in order); a job still holding cores is counted up to ``end``."""

@@ -14,13 +14,13 @@ from pathlib import Path
 from qosched.backends.local import joblog
 from qosched.backends.local.api import LogChunk
 from qosched.backends.local.jobview import EventView, HeldAllocation, JobDetail, JobView
-from qosched.backends.local.store import FINAL_STATES, Event, Lifecycle
+from qosched.backends.local.store import FINAL_STATES, JobEvent, Lifecycle
 
 RUNNING = Lifecycle.RUNNING.value
 _ENDED_UNFINISHED = FINAL_STATES - {Lifecycle.SUCCEEDED}
 
 
-def allocation_history(events: Sequence[Event]) -> tuple[HeldAllocation, ...]:
+def allocation_history(events: Sequence[JobEvent]) -> tuple[HeldAllocation, ...]:
     """Every allocation the job held, oldest first, from its audit log: a ``state`` event into
     ``running`` with ``cpus`` starts one (with the GPUs of the ``gpus`` ``held`` event before
     it, for a GPU job, which holds no cores), an ``allocation`` event (an in-place re-size)
@@ -51,7 +51,7 @@ def allocation_history(events: Sequence[Event]) -> tuple[HeldAllocation, ...]:
     return tuple(history)
 
 
-def job_detail(job: JobView, events: Sequence[Event]) -> JobDetail:
+def job_detail(job: JobView, events: Sequence[JobEvent]) -> JobDetail:
     """``job`` with its allocation history, audit log and slack, as ``JobDetail`` describes
     them."""
     finish = job.finished_at

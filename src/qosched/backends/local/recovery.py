@@ -16,12 +16,12 @@ from typing import Any
 from qosched.backends.local.intake import RUNNER_WARNING
 from qosched.backends.local.livejob import LiveJob
 from qosched.backends.local.process import RunnerProcess
-from qosched.backends.local.store import Event, ProgressSample
+from qosched.backends.local.store import JobEvent, ProgressSample
 
 
 def replay(
-    live: LiveJob, attempts: int, events: Sequence[Event], samples: Sequence[ProgressSample]
-) -> tuple[int, Event | None]:
+    live: LiveJob, attempts: int, events: Sequence[JobEvent], samples: Sequence[ProgressSample]
+) -> tuple[int, JobEvent | None]:
     """Set on ``live`` what its audit log and progress samples say: the GPUs it holds, whether
     it is being cancelled, failed or declined, and up to when its runner's reports are stored.
     Returns the attempt of its last launch intent (``attempts`` without one) and the event that
@@ -46,7 +46,9 @@ def replay(
     return intent_attempt, launched
 
 
-def runners_in_order(found: Sequence[RunnerProcess], launched: Event | None) -> list[RunnerProcess]:
+def runners_in_order(
+    found: Sequence[RunnerProcess], launched: JobEvent | None
+) -> list[RunnerProcess]:
     """The runners found for one job, the one to keep first: the recorded launch's (same pid
     and start time), then the oldest."""
     if launched is None:

@@ -168,7 +168,7 @@ class ProgressSample:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class JobEvent:
     """One audit-log entry; ``job_id`` is ``None`` for service-wide events."""
 
     job_id: str | None
@@ -289,7 +289,7 @@ class Store:
         # cost what changed rather than the whole history: a job's spec never changes once
         # stored (kept with the text it was read from), and events are only ever appended.
         self._specs: dict[str, tuple[str, TrainingJobSpec | None, str | None]] = {}
-        self._events: list[Event] = []
+        self._events: list[JobEvent] = []
         self._events_seq = 0
         # Every job as last listed, and what the jobs table was then: a write through this
         # connection that may touch the table, and SQLite's data_version (which changes when
@@ -716,7 +716,7 @@ class Store:
                 detail = {**(detail or {}), "guaranteed": guaranteed}
             self._insert_event(db, job_id, t, kind, detail or {})
 
-    def events(self, job_id: str | None = None) -> tuple[Event, ...]:
+    def events(self, job_id: str | None = None) -> tuple[JobEvent, ...]:
         """The audit log in order: one job's entries, or every entry when ``job_id`` is None."""
         if job_id is None:
             return self._all_events()
@@ -730,11 +730,11 @@ class Store:
                 self._state(db, job_id)
             rows = db.execute(query + " ORDER BY seq", params).fetchall()
         return tuple(
-            Event(job, t, kind, MappingProxyType(json.loads(detail)))
+            JobEvent(job, t, kind, MappingProxyType(json.loads(detail)))
             for job, t, kind, detail in rows
         )
 
-    def _all_events(self) -> tuple[Event, ...]:
+    def _all_events(self) -> tuple[JobEvent, ...]:
         """Every entry, those appended since the last call (by any process) read and parsed
         now. Rows are committed in ``seq`` order (SQLite lets one writer in at a time), so what
         lies past the last ``seq`` seen is all that is new."""
@@ -744,7 +744,7 @@ class Store:
                 (self._events_seq,),
             ).fetchall()
             for seq, job, t, kind, detail in rows:
-                self._events.append(Event(job, t, kind, MappingProxyType(json.loads(detail))))
+                self._events.append(JobEvent(job, t, kind, MappingProxyType(json.loads(detail))))
                 self._events_seq = seq
             return tuple(self._events)
 

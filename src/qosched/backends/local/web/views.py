@@ -21,7 +21,7 @@ from qosched.backends.local.jobview import HeldAllocation, JobView
 from qosched.backends.local.process import tree_files
 from qosched.backends.local.store import (
     FINAL_STATES,
-    Event,
+    JobEvent,
     JobRecord,
     Lifecycle,
     ProgressSample,
@@ -32,7 +32,7 @@ _FINAL = frozenset(state.value for state in FINAL_STATES)
 
 def timeline(
     jobs: Sequence[JobView | JobRecord],
-    events: Sequence[Event],
+    events: Sequence[JobEvent],
     *,
     now: float,
     cpus: Sequence[int],
@@ -51,7 +51,7 @@ def timeline(
     allocation held (``until`` None while held), a mark one of ``start``, ``resize``,
     ``preempt``, ``restart`` and the outcome states (``succeeded``, ``failed``, ...).
     """
-    by_job: dict[str, list[Event]] = {}
+    by_job: dict[str, list[JobEvent]] = {}
     for event in events:
         if event.job_id is not None:
             by_job.setdefault(event.job_id, []).append(event)
@@ -81,7 +81,7 @@ def timeline(
     }
 
 
-def _marks(job_id: str, events: Sequence[Event]) -> list[dict[str, Any]]:
+def _marks(job_id: str, events: Sequence[JobEvent]) -> list[dict[str, Any]]:
     marks = []
     started = False
     for event in events:
@@ -152,7 +152,7 @@ def measured_speeds(
 def job_speed(
     job_id: str,
     samples: Sequence[ProgressSample],
-    events: Sequence[Event],
+    events: Sequence[JobEvent],
     predicted: Mapping[int, tuple[float, float, float]],
 ) -> dict[str, Any]:
     """``GET /jobs/{id}/speed``: ``{"job", "measured": measured_speeds(...), "predicted":
