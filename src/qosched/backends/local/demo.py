@@ -164,7 +164,9 @@ def calibrated_plan(
 
 
 @dataclass(frozen=True, slots=True)
-class JobOutcome:
+class DemoOutcome:
+    """What became of one demo job: its state, times, first prediction and attempts."""
+
     name: str
     state: str
     submitted_at: float
@@ -183,7 +185,7 @@ class JobOutcome:
 class RunReport:
     policy: str
     wall_s: float
-    jobs: tuple[JobOutcome, ...]
+    jobs: tuple[DemoOutcome, ...]
     cpu_seconds_used: float  # CPU time the runner processes consumed
     core_seconds_allocated: float  # cores held by jobs, integrated over time
     # Where the core-seconds went, by phase; the runners' CPU time they did not report (after
@@ -257,7 +259,7 @@ def run_workload(
         outcomes = []
         for record in service.store.list():
             outcomes.append(
-                JobOutcome(
+                DemoOutcome(
                     record.name,
                     record.state.value,
                     record.submitted_at,
