@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from qosched.backends.local.calibrate import Measurement, measure
+from qosched.backends.local.calibrate import SpeedMeasurement, measure
 from qosched.backends.local.cpu_use import CHECKPOINTING, ENDING, RUNNING, STARTING
 from qosched.backends.local.demo import DemoJob, _demo_spec, plan_jobs, run_workload
 from qosched.core.errors import InputError
@@ -18,8 +18,8 @@ def speeds(cnn: tuple[float, float], transformer: tuple[float, float], startup_s
     """Rates (it/s) on 1 and 2 cores."""
     table = {}
     for workload, (one, two) in (("cnn", cnn), ("transformer", transformer)):
-        table[(workload, 1)] = Measurement(workload, (0,), one, startup_s)
-        table[(workload, 2)] = Measurement(workload, (0, 1), two, startup_s)
+        table[(workload, 1)] = SpeedMeasurement(workload, (0,), one, startup_s)
+        table[(workload, 2)] = SpeedMeasurement(workload, (0, 1), two, startup_s)
     return table
 
 

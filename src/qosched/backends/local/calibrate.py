@@ -38,7 +38,7 @@ _MIN_SAMPLES = 4
 
 
 @dataclass(frozen=True, slots=True)
-class Measurement:
+class SpeedMeasurement:
     """One workload on ``cores`` cores: iterations per second, and seconds from launch to its
     first progress line."""
 
@@ -63,7 +63,7 @@ def measure(
     seconds: float = 4.0,
     timeout_s: float = 120.0,
     python: str = sys.executable,
-) -> list[Measurement]:
+) -> list[SpeedMeasurement]:
     """Run each ``(workload, cores)`` at the same time (their cores must not overlap: they
     share the machine as jobs side by side do) for ``seconds`` after its first progress line,
     and measure it. RuntimeError if a runner fails or reports too little in ``timeout_s``."""
@@ -103,7 +103,7 @@ def _launch(workload: str, cores: tuple[int, ...], job_dir: Path, python: str) -
     return _Running(workload, cores, job_dir, process, launched)
 
 
-def _wait_for_speed(run: _Running, seconds: float, timeout_s: float) -> Measurement:
+def _wait_for_speed(run: _Running, seconds: float, timeout_s: float) -> SpeedMeasurement:
     deadline = run.launched + timeout_s
     while True:
         events = [
@@ -114,7 +114,7 @@ def _wait_for_speed(run: _Running, seconds: float, timeout_s: float) -> Measurem
         if len(events) > _MIN_SAMPLES and events[-1].t - events[0].t >= seconds:
             first, last = events[0], events[-1]
             rate = (last.iteration - first.iteration) / (last.t - first.t)
-            return Measurement(run.workload, run.cores, rate, first.t - run.launched)
+            return SpeedMeasurement(run.workload, run.cores, rate, first.t - run.launched)
         if run.process.poll() is not None:
             error = run.process.stderr.read().decode(errors="replace")[-2000:]
             raise RuntimeError(
@@ -148,7 +148,7 @@ def measure_side_by_side_and_alone(
     *,
     seconds: float = 4.0,
     on_progress: Callable[[str], None] | None = None,
-) -> dict[tuple[str, int], Measurement]:
+) -> dict[tuple[str, int], SpeedMeasurement]:
     """Each workload on ``lane_cores`` cores with the others beside it (all at once, on
     disjoint cores), then each alone on all of ``cpus``: keyed ``(workload, core count)``."""
     if lane_cores * len(workloads) > len(cpus):
@@ -157,7 +157,7 @@ def measure_side_by_side_and_alone(
             f"{len(cpus)} cores"
         )
     note = on_progress or (lambda _: None)
-    results: dict[tuple[str, int], Measurement] = {}
+    results: dict[tuple[str, int], SpeedMeasurement] = {}
     lanes = [
         (workload, cpus[index * lane_cores : (index + 1) * lane_cores])
         for index, workload in enumerate(workloads)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qosched.backends.local.calibrate import Measurement, measure_side_by_side_and_alone
+from qosched.backends.local.calibrate import SpeedMeasurement, measure_side_by_side_and_alone
 from qosched.backends.local.cpu_use import ENDING, Breakdown, job_breakdown
 from qosched.backends.local.progress import read_progress
 from qosched.backends.local.service import LocalService
@@ -73,7 +73,7 @@ class DemoPlan:
 
 
 def plan_jobs(
-    speeds: Mapping[tuple[str, int], Measurement],
+    speeds: Mapping[tuple[str, int], SpeedMeasurement],
     cores: int,
     *,
     margin: float = 1.5,
