@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from qosched.backends.local import joblog
-from qosched.backends.local.api import ApiServer, LogChunk, Metrics, ServiceStatus, serve
+from qosched.backends.local.api import ApiServer, LogChunk, ServiceMetrics, ServiceStatus, serve
 from qosched.backends.local.detail import job_detail, read_log_chunk
 from qosched.backends.local.home import (
     Endpoint,
@@ -200,7 +200,7 @@ class FakeService:
             outcomes=metrics.outcomes,
         )
 
-    def metrics(self) -> Metrics:
+    def metrics(self) -> ServiceMetrics:
         with self._lock:
             jobs = list(self._jobs.values())
         outcomes = {outcome.value: 0 for outcome in Outcome}
@@ -209,7 +209,7 @@ class FakeService:
                 outcomes["met" if job["finished_at"] <= job["deadline_at"] else "missed"] += 1
             elif job["state"] in outcomes:
                 outcomes[job["state"]] += 1
-        return Metrics(
+        return ServiceMetrics(
             capacity_cpus=self.capacity_cpus,
             queued=sum(job["state"] in ("queued", "preempted") for job in jobs),
             running=sum(job["state"] == "running" for job in jobs),

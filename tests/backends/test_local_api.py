@@ -24,7 +24,7 @@ from qosched.backends.local.api import (
     MAX_LOG_CHUNK,
     PROMETHEUS_CONTENT_TYPE,
     LogChunk,
-    Metrics,
+    ServiceMetrics,
     ServiceStatus,
     is_loopback,
     serve,
@@ -463,7 +463,9 @@ def test_metrics_with_no_jobs_still_lists_every_outcome(running: Running) -> Non
 
 def test_metrics_labels_survive_quotes_backslashes_and_newlines() -> None:
     odd = 'odd"id\\x\n'
-    body, _ = exposition(Metrics(capacity_cpus=8, queued=0, running=1, allocated_cpus={odd: 2}))
+    body, _ = exposition(
+        ServiceMetrics(capacity_cpus=8, queued=0, running=1, allocated_cpus={odd: 2})
+    )
     families = text_string_to_metric_families(body.decode())
     (family,) = [f for f in families if f.name == "qosched_allocated_cpus"]
     assert [(s.labels, s.value) for s in family.samples] == [({"job_id": odd}, 2)]

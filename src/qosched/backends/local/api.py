@@ -91,7 +91,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from qosched.backends.local import machine_use
 from qosched.backends.local.jobview import JobDetail, JobView, Outcome
-from qosched.backends.local.metrics import Metrics
+from qosched.backends.local.metrics import ServiceMetrics
 from qosched.backends.local.store import StoreUnavailableError, UnknownJobError
 from qosched.backends.local.verdict import Verdict
 from qosched.backends.local.web import auth, listing, page
@@ -183,7 +183,7 @@ class Service(Protocol):
         """A snapshot for ``GET /status`` (and ``qosched status``)."""
         ...
 
-    def metrics(self) -> Metrics:
+    def metrics(self) -> ServiceMetrics:
         """A snapshot for ``GET /metrics``."""
         ...
 

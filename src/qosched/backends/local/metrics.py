@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class Metrics:
+class ServiceMetrics:
     capacity_cpus: int
     queued: int  # jobs waiting for CPUs (queued or preempted)
     running: int

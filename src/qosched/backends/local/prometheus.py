@@ -1,5 +1,6 @@
-"""``GET /metrics``: a service's ``Metrics`` snapshot in Prometheus' exposition formats, written
-by ``prometheus_client`` (the text format 0.0.4, or OpenMetrics when the scraper asks for it).
+"""``GET /metrics``: a service's ``ServiceMetrics`` snapshot in Prometheus' exposition formats,
+written by ``prometheus_client`` (the text format 0.0.4, or OpenMetrics when the scraper asks
+for it).
 
 A job's gauge is labelled ``job_id``, not ``job``: Prometheus sets ``job`` on every series it
 scrapes (the scrape job's name), and a ``job`` label of ours would be renamed ``exported_job``.
@@ -15,9 +16,9 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from qosched.backends.local.jobview import Outcome
-from qosched.backends.local.metrics import Metrics
+from qosched.backends.local.metrics import ServiceMetrics
 
-#: (name, help, ``Metrics`` attribute) of the service-wide gauges.
+#: (name, help, ``ServiceMetrics`` attribute) of the service-wide gauges.
 GAUGES = (
     ("qosched_queue_length", "Jobs waiting for CPUs (queued or preempted).", "queued"),
     ("qosched_running_jobs", "Jobs running now.", "running"),
@@ -29,9 +30,9 @@ OUTCOMES_FAMILY = "qosched_job_outcomes"
 
 
 class _Snapshot(Collector):
-    """Yields one ``Metrics`` snapshot, taken before the registry asks."""
+    """Yields one ``ServiceMetrics`` snapshot, taken before the registry asks."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
@@ -54,7 +55,7 @@ class _Snapshot(Collector):
         yield outcomes
 
 
-def exposition(metrics: Metrics, accept: str | None = None) -> tuple[bytes, str]:
+def exposition(metrics: ServiceMetrics, accept: str | None = None) -> tuple[bytes, str]:
     """``metrics`` encoded for a scraper that sent ``Accept: accept``; returns the body and its
     content type."""
     registry = CollectorRegistry(auto_describe=False)

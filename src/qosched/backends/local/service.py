@@ -82,7 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from qosched.backends.local import detail, joblog, reasons
-from qosched.backends.local.api import LogChunk, Metrics, ServiceStatus
+from qosched.backends.local.api import LogChunk, ServiceMetrics, ServiceStatus
 from qosched.backends.local.cgroups import JobGroup, JobGroups, detect
 from qosched.backends.local.cgroups import describe as describe_groups
 from qosched.backends.local.describe import describe, speed_source
@@ -662,7 +662,7 @@ class LocalService:
             self._dirty = True
             return self.job(job_id)
 
-    def metrics(self) -> Metrics:
+    def metrics(self) -> ServiceMetrics:
         with self._lock:
             records = self.store.list()
             outcomes = {outcome.value: 0 for outcome in Outcome}
@@ -670,7 +670,7 @@ class LocalService:
                 outcome = Outcome.of(record.state, record.finished_at, record.deadline_at)
                 if outcome is not None:
                     outcomes[outcome.value] += 1
-            return Metrics(
+            return ServiceMetrics(
                 capacity_cpus=len(self.cores),
                 queued=sum(
                     r.state in (Lifecycle.QUEUED, Lifecycle.PREEMPTED)
