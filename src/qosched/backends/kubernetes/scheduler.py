@@ -86,7 +86,7 @@ from qosched.backends.kubernetes.lease import LeaderLease, NotLeading, fenced_cl
 from qosched.backends.kubernetes.observe import Heartbeat, Metrics
 from qosched.backends.kubernetes.round_report import StepReport
 from qosched.backends.kubernetes.seal import KeyUnavailable, Seal, load_key
-from qosched.backends.kubernetes.send import IN_FLIGHT, MAX_IN_FLIGHT, Outcome, Sender
+from qosched.backends.kubernetes.send import IN_FLIGHT, MAX_IN_FLIGHT, CallOutcome, Sender
 from qosched.cluster.admission import Admission, AdmissionFailed, admit_arrivals
 from qosched.cluster.job import JobSpec
 from qosched.cluster.policies import Policy, create_policy
@@ -1114,7 +1114,7 @@ class K8sScheduler:
         job: _RoundJob,
         workers: int,
         gang: list[tuple[dict[str, Any], str]],
-        answers: list[Outcome[_Binding]],
+        answers: list[CallOutcome[_Binding]],
         rooms: dict[str, Room],
         report: StepReport,
     ) -> list[Callable[[], bool]]:

@@ -30,7 +30,7 @@ MAX_IN_FLIGHT = 256
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome(Generic[T]):
+class CallOutcome(Generic[T]):
     """What one call returned, or the error it raised."""
 
     value: T | None = None
@@ -54,7 +54,7 @@ class Sender:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def each(self, calls: Sequence[Callable[[], T]]) -> list[Outcome[T]]:
+    def each(self, calls: Sequence[Callable[[], T]]) -> list[CallOutcome[T]]:
         """Run every call (none after one raised ``stop``); their outcomes in ``calls``' order."""
         if self.in_flight == 1 or len(calls) <= 1:
             return self._inline(calls)
@@ -72,18 +72,18 @@ class Sender:
         futures = [self._executor().submit(run, call) for call in calls]
         outcomes = [_outcome(f) for f in futures]
         stopped = next((o.error for o in outcomes if isinstance(o.error, self.stop)), None)
-        return [Outcome(error=stopped) if isinstance(o.error, _Halted) else o for o in outcomes]
+        return [CallOutcome(error=stopped) if isinstance(o.error, _Halted) else o for o in outcomes]
 
-    def _inline(self, calls: Sequence[Callable[[], T]]) -> list[Outcome[T]]:
-        outcomes: list[Outcome[T]] = []
+    def _inline(self, calls: Sequence[Callable[[], T]]) -> list[CallOutcome[T]]:
+        outcomes: list[CallOutcome[T]] = []
         for call in calls:
             try:
-                outcomes.append(Outcome(call()))
+                outcomes.append(CallOutcome(call()))
             except self.stop as exc:
-                outcomes += [Outcome(error=exc)] * (len(calls) - len(outcomes))
+                outcomes += [CallOutcome(error=exc)] * (len(calls) - len(outcomes))
                 break
             except Exception as exc:
-                outcomes.append(Outcome(error=exc))
+                outcomes.append(CallOutcome(error=exc))
         return outcomes
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -104,6 +104,6 @@ class _Halted(Exception):
     """A call not started because an earlier one raised ``stop``."""
 
 
-def _outcome(future: Future) -> Outcome:
+def _outcome(future: Future) -> CallOutcome:
     error = future.exception()
-    return Outcome(error=error) if error is not None else Outcome(future.result())
+    return CallOutcome(error=error) if error is not None else CallOutcome(future.result())
