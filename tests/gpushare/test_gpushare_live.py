@@ -13,7 +13,7 @@ from qosched.gpushare.apps import parse_apps_spec
 from qosched.gpushare.goals import DEFAULT_TOP_GOAL, Goal
 from qosched.gpushare.live import MAX_REQUESTS, build_apps, compare_run, request_finishes
 from qosched.gpushare.policies import create_policy
-from qosched.gpushare.policy import Admission, SharingPolicy
+from qosched.gpushare.policy import KernelDecision, SharingPolicy
 from qosched.gpushare.runtime import CallEstimator, CpuDevice, run_apps
 from qosched.hardware import gpu
 
@@ -114,7 +114,7 @@ class Recording(SharingPolicy):
 
     def decide(self, view):
         self.launches.extend(view.waiting)
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 def test_the_runtime_hands_the_goals_to_the_policy_and_stamps_request_arrivals():

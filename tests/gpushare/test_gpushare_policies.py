@@ -9,7 +9,7 @@ from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.interference import InterferenceModel
 from qosched.gpushare.policies import create_policy, policy_names, register
 from qosched.gpushare.policies.fggr import FgGR
-from qosched.gpushare.policy import Admission, AppInfo, GpuView, Launch, Running, SharingPolicy
+from qosched.gpushare.policy import AppInfo, GpuView, KernelDecision, Launch, Running, SharingPolicy
 from qosched.gpushare.simulator import AppWorkload, simulate
 
 MIX = [
@@ -35,7 +35,7 @@ class Checked(SharingPolicy):
 
     def decide(self, view):
         admission = self.inner.decide(view)
-        assert isinstance(admission, Admission)
+        assert isinstance(admission, KernelDecision)
         ids = [id(launch) for launch in admission.start]
         assert len(ids) == len(set(ids)), "a launch started twice"
         offered = {id(w) for w in view.waiting}
@@ -74,6 +74,20 @@ def test_an_unknown_policy_lists_the_known_ones():
 def test_a_duplicate_policy_name_is_refused():
     with pytest.raises(ValueError, match="already registered"):
         register("fggr")(type("Again", (), {}))
+
+
+def test_a_policy_written_against_the_earlier_name_admission_still_runs():
+    from qosched.gpushare.policy import Admission  # qosched 0.1's name, as its plugins.md said
+
+    class EarlierPlugin(SharingPolicy):
+        name = "earlier-plugin"
+
+        def decide(self, view: GpuView) -> Admission:
+            return Admission(start=view.waiting)
+
+    result = simulate(TOY, MIX, EarlierPlugin(), duration_s=0.02, seed=1, drain_factor=100.0)
+    assert all(app.unfinished == 0 and app.completed > 0 for app in result.apps)
+    assert Admission is KernelDecision
 
 
 def test_fggr_starts_every_high_priority_kernel_the_moment_it_is_ready():

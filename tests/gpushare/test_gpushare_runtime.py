@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qosched.core.errors import InputError, SimulationError
-from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
+from qosched.gpushare.policy import GpuView, KernelDecision, SharingPolicy
 from qosched.gpushare.runtime import (
     App,
     CallEstimator,
@@ -26,8 +26,8 @@ class AdmitAll(SharingPolicy):
 
     name = "admit-all"
 
-    def decide(self, view: GpuView) -> Admission:
-        return Admission(start=view.waiting)
+    def decide(self, view: GpuView) -> KernelDecision:
+        return KernelDecision(start=view.waiting)
 
 
 class HoldLowWhileHighRuns(SharingPolicy):
@@ -36,28 +36,30 @@ class HoldLowWhileHighRuns(SharingPolicy):
 
     name = "hold-low"
 
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         high = [w for w in view.waiting if w.priority > 0]
         busy = any(r.launch.priority > 0 for r in view.running) or bool(high)
         low = [w for w in view.waiting if w.priority == 0]
-        return Admission(start=tuple(high) + (() if busy else tuple(low)))
+        return KernelDecision(start=tuple(high) + (() if busy else tuple(low)))
 
 
 class NeverStart(SharingPolicy):
     name = "never"
 
-    def decide(self, view: GpuView) -> Admission:
-        return Admission()
+    def decide(self, view: GpuView) -> KernelDecision:
+        return KernelDecision()
 
 
 class StartsAStranger(SharingPolicy):
     name = "stranger"
 
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         if not view.waiting:
-            return Admission()
+            return KernelDecision()
         w = view.waiting[0]
-        return Admission(start=(type(w)(w.app, w.priority, w.request, w.index + 7, w.kernel, 0.0),))
+        return KernelDecision(
+            start=(type(w)(w.app, w.priority, w.request, w.index + 7, w.kernel, 0.0),)
+        )
 
 
 class WaitThenAdmit(SharingPolicy):
@@ -68,12 +70,12 @@ class WaitThenAdmit(SharingPolicy):
     def __init__(self) -> None:
         self.open_at: float | None = None
 
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         if self.open_at is None and view.waiting:
             self.open_at = view.now_s + 0.02
         if self.open_at is not None and view.now_s >= self.open_at:
-            return Admission(start=view.waiting)
-        return Admission(wake_at_s=self.open_at)
+            return KernelDecision(start=view.waiting)
+        return KernelDecision(wake_at_s=self.open_at)
 
 
 def _apps(requests: int = 2):
@@ -200,7 +202,7 @@ def test_a_wake_up_that_is_not_in_the_future_is_reported():
         name = "wake-now"
 
         def decide(self, view):
-            return Admission(start=view.waiting, wake_at_s=view.now_s)
+            return KernelDecision(start=view.waiting, wake_at_s=view.now_s)
 
     with pytest.raises(SimulationError, match="not after now"):
         run_apps(_apps(requests=1), WakeNow())
@@ -216,8 +218,8 @@ def test_bad_applications_are_refused():
 
 def test_a_policy_that_is_not_a_sharing_policy_is_refused_before_anything_runs():
     class DecidesOnly:  # has a decide, but the runtime calls every hook of SharingPolicy
-        def decide(self, view: GpuView) -> Admission:
-            return Admission(start=view.waiting)
+        def decide(self, view: GpuView) -> KernelDecision:
+            return KernelDecision(start=view.waiting)
 
     model, (x,) = mlp(batch=2, device="cpu")
     with pytest.raises(TypeError, match=r"must subclass .*SharingPolicy, got DecidesOnly"):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from qosched.core.errors import InputError, SimulationError
 from qosched.gpushare.interference import FairShare, max_min_fair
 from qosched.gpushare.policies import create_policy, policy_names
-from qosched.gpushare.policy import Admission, SharingPolicy
+from qosched.gpushare.policy import KernelDecision, SharingPolicy
 from qosched.gpushare.simulator import (
     MAX_LAUNCHES,
     AppWorkload,
@@ -26,7 +26,7 @@ class StartAll(SharingPolicy):
         self.stream_priorities = stream_priorities
 
     def decide(self, view):
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 def one_request(*apps, duration_s=0.001, policy=None, record=True):
@@ -84,7 +84,7 @@ class DecidesOnly(SharingPolicy):
     name = "decides-only"
 
     def decide(self, view):
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 class NotASharingPolicy:
@@ -93,7 +93,7 @@ class NotASharingPolicy:
     name = "not-a-sharing-policy"
 
     def decide(self, view):
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 def test_a_policy_that_only_decides_runs_on_the_hooks_defaults():
@@ -132,7 +132,7 @@ class HoldUntil(StartAll):
     def decide(self, view):
         ready = view.now_s >= self.at
         start = tuple(w for w in view.waiting if w.app != self.late or ready)
-        return Admission(start=start, wake_at_s=None if ready else self.at)
+        return KernelDecision(start=start, wake_at_s=None if ready else self.at)
 
 
 def test_a_later_equal_priority_kernel_gets_sms_only_when_a_wave_ends():
@@ -234,7 +234,7 @@ class Rogue(SharingPolicy):
     name = "rogue"
 
     def decide(self, view):
-        return Admission(start=view.waiting + view.waiting)
+        return KernelDecision(start=view.waiting + view.waiting)
 
 
 def test_a_policy_starting_a_kernel_twice_is_an_error():
@@ -312,7 +312,7 @@ class Watcher(SharingPolicy):
 
     def decide(self, view):
         self.seen += [w.kernel.time_s for w in view.waiting]
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 def test_a_policy_told_estimates_sees_only_them_while_the_true_kernels_run():

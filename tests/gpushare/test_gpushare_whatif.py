@@ -11,7 +11,7 @@ from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome
 from qosched.gpushare.mixes import judge_mix
 from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES, FgGR
-from qosched.gpushare.policy import Admission, AppInfo, SharingPolicy
+from qosched.gpushare.policy import AppInfo, KernelDecision, SharingPolicy
 from qosched.gpushare.simulator import AppWorkload, app_infos, simulate
 from qosched.gpushare.whatif import (
     WhatIf,
@@ -375,7 +375,7 @@ class Watcher(SharingPolicy):
         self.told.append({a.name: tuple(k.time_s for k in a.kernels) for a in apps})
 
     def decide(self, view):
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 @pytest.mark.parametrize("told_estimates", [True, False])

@@ -89,12 +89,17 @@ class GpuView:
 
 
 @dataclass(frozen=True)
-class Admission:
+class KernelDecision:
     """The policy's answer: launches to start now (each one of ``view.waiting``), and optionally
     a time at which to be asked again even if nothing else happens (time slices, budgets)."""
 
     start: tuple[Launch, ...] = ()
     wake_at_s: float | None = None
+
+
+#: ``KernelDecision``'s name in qosched 0.1, kept so that sharing policies of other packages
+#: written against it still load; qosched's own code and docs say ``KernelDecision``.
+Admission = KernelDecision
 
 
 class SharingPolicy(ABC):
@@ -122,7 +127,7 @@ class SharingPolicy(ABC):
         return None
 
     @abstractmethod
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         """Which of ``view.waiting`` start now. It must not mutate the view, may keep its own
         state between calls (budgets, slices, counters), and must only return launches from
         ``view.waiting``."""

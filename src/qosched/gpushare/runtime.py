@@ -43,9 +43,9 @@ from qosched.gpushare.estimate import DTYPES, estimate_operator, operator_dtype
 from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policy import (
-    Admission,
     AppInfo,
     GpuView,
+    KernelDecision,
     Launch,
     Running,
     SharingPolicy,
@@ -435,7 +435,7 @@ class Dispatcher:
         except Exception as e:  # a policy bug must not hang the applications
             self._fail(f"policy {self.policy.name!r} raised {type(e).__name__}: {e}")
             return
-        if not isinstance(admission, Admission):
+        if not isinstance(admission, KernelDecision):
             self._fail(f"policy {self.policy.name!r} returned {type(admission).__name__}")
             return
         for launch in admission.start:

@@ -48,9 +48,9 @@ from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.interference import bandwidth_share, max_min_fair, wave_time_s
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policy import (
-    Admission,
     AppInfo,
     GpuView,
+    KernelDecision,
     Launch,
     Running,
     SharingPolicy,
@@ -451,8 +451,10 @@ class _Simulation:
             backlog={a.spec.name: len(a.queue) for a in self.apps if a.queue},
         )
         admission = self.policy.decide(view)
-        if not isinstance(admission, Admission):
-            raise SimulationError(f"t={now:.9f}: policy returned {admission!r}, not an Admission")
+        if not isinstance(admission, KernelDecision):
+            raise SimulationError(
+                f"t={now:.9f}: policy returned {admission!r}, not a KernelDecision"
+            )
         by_app = {a.spec.name: a for a in self.apps}
         for launch in admission.start:
             app = by_app.get(launch.app)
@@ -697,8 +699,8 @@ class RunAlone(SharingPolicy):
 
     name = "alone"
 
-    def decide(self, view: GpuView) -> Admission:
-        return Admission(start=view.waiting)
+    def decide(self, view: GpuView) -> KernelDecision:
+        return KernelDecision(start=view.waiting)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from qosched.core.errors import InputError
 from qosched.gpushare.policies.base import RequestTimes, register, top_priority
-from qosched.gpushare.policy import Admission, GpuView, SharingPolicy
+from qosched.gpushare.policy import GpuView, KernelDecision, SharingPolicy
 
 
 @register("exclusive")
@@ -16,7 +16,7 @@ class Exclusive(SharingPolicy):
     def __init__(self) -> None:
         self.owner: str | None = None
 
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         if self.owner is not None:
             busy = any(r.launch.app == self.owner for r in view.running) or any(
                 w.app == self.owner and w.index > 0 for w in view.waiting
@@ -25,7 +25,7 @@ class Exclusive(SharingPolicy):
                 self.owner = None
         if self.owner is None and view.waiting:
             self.owner = view.waiting[0].app
-        return Admission(start=tuple(w for w in view.waiting if w.app == self.owner))
+        return KernelDecision(start=tuple(w for w in view.waiting if w.app == self.owner))
 
 
 @register("time-slicing")
@@ -42,25 +42,25 @@ class TimeSlicing(SharingPolicy):
         self.slice_end = 0.0
         self.order: list[str] = []
 
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         for launch in view.waiting:
             if launch.app not in self.order:
                 self.order.append(launch.app)
         owner_waiting = [w for w in view.waiting if w.app == self.owner]
         expired = view.now_s >= self.slice_end
         if owner_waiting and not expired:
-            return Admission(start=tuple(owner_waiting), wake_at_s=self.slice_end)
+            return KernelDecision(start=tuple(owner_waiting), wake_at_s=self.slice_end)
         if view.running:  # wait for the owner's kernel to end before switching
-            return Admission(wake_at_s=None if expired else self.slice_end)
+            return KernelDecision(wake_at_s=None if expired else self.slice_end)
         ready = {w.app for w in view.waiting}
         if not ready:
             self.owner = None
-            return Admission()
+            return KernelDecision()
         start = self.order.index(self.owner) + 1 if self.owner in self.order else 0
         turn = self.order[start:] + self.order[:start]
         self.owner = next(app for app in turn if app in ready)
         self.slice_end = view.now_s + self.slice_s
-        return Admission(
+        return KernelDecision(
             start=tuple(w for w in view.waiting if w.app == self.owner), wake_at_s=self.slice_end
         )
 
@@ -72,8 +72,8 @@ class Naive(SharingPolicy):
 
     stream_priorities = False
 
-    def decide(self, view: GpuView) -> Admission:
-        return Admission(start=view.waiting)
+    def decide(self, view: GpuView) -> KernelDecision:
+        return KernelDecision(start=view.waiting)
 
 
 @register("priority-streams")
@@ -81,8 +81,8 @@ class PriorityStreams(SharingPolicy):
     """Every kernel starts at once, each application on a stream of its priority: the block
     scheduler hands free SMs to important kernels first, but never pre-empts running blocks."""
 
-    def decide(self, view: GpuView) -> Admission:
-        return Admission(start=view.waiting)
+    def decide(self, view: GpuView) -> KernelDecision:
+        return KernelDecision(start=view.waiting)
 
 
 @register("orion")
@@ -103,16 +103,16 @@ class Orion(SharingPolicy):
         self.dur_fraction = dur_fraction
         self.requests = RequestTimes()
 
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         top = top_priority(view)
         if top is None:
-            return Admission()
+            return KernelDecision()
         self.requests.observe(view)
         high = [w for w in view.waiting if w.priority == top]
         running_high = [r.launch.kernel for r in view.running if r.launch.priority == top]
         start = list(high)
         if not high and not running_high:
-            return Admission(start=view.waiting)
+            return KernelDecision(start=view.waiting)
         high_apps = {w.app for w in high} | {
             r.launch.app for r in view.running if r.launch.priority == top
         }
@@ -135,4 +135,4 @@ class Orion(SharingPolicy):
             ):
                 start.append(launch)
                 in_flight += kernel.time_s
-        return Admission(start=tuple(start))
+        return KernelDecision(start=tuple(start))

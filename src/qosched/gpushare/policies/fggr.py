@@ -96,9 +96,9 @@ from qosched.gpushare.interference import (
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policies.base import create_policy, register
 from qosched.gpushare.policy import (
-    Admission,
     AppInfo,
     GpuView,
+    KernelDecision,
     Launch,
     SharingPolicy,
 )
@@ -318,7 +318,7 @@ _NO_KERNELS = _Kernels((), 0)
 
 @register("fggr")
 class FgGR(SharingPolicy):
-    """Admission by goals: a kernel starts when every more important goal keeps its lag."""
+    """KernelDecision by goals: a kernel starts when every more important goal keeps its lag."""
 
     def __init__(
         self,
@@ -549,7 +549,7 @@ class FgGR(SharingPolicy):
 
     # -- deciding --------------------------------------------------------------------------
 
-    def decide(self, view: GpuView) -> Admission:
+    def decide(self, view: GpuView) -> KernelDecision:
         self._observe(view)
         if self.delegate is not None:  # calibrated to a reference policy: its mechanism decides
             admission = self.delegate.decide(view)
@@ -558,11 +558,11 @@ class FgGR(SharingPolicy):
         self.alone.started(view, admission.start)
         return admission
 
-    def _admission(self, view: GpuView) -> Admission:
+    def _admission(self, view: GpuView) -> KernelDecision:
         if not view.waiting:
-            return Admission()
+            return KernelDecision()
         if self.admit == "all":
-            return Admission(start=view.waiting)
+            return KernelDecision(start=view.waiting)
         if self.admit == "idle":
             return self._when_idle(view)
         # Every kernel as measured where it has been (the backend's launches carry the
@@ -601,7 +601,7 @@ class FgGR(SharingPolicy):
                 if due <= view.now_s:  # overdue and refused: ask again a wait later
                     due = view.now_s + self.max_wait_s
                 wake = due if wake is None else min(wake, due)
-        return Admission(start=tuple(start), wake_at_s=wake)
+        return KernelDecision(start=tuple(start), wake_at_s=wake)
 
     def _measured(self, launch: Launch) -> Launch:
         """``launch`` with its kernel as the app's record has it: its time alone as measured,
@@ -628,7 +628,7 @@ class FgGR(SharingPolicy):
         # A load nobody asked to be kept does not outrank a goal someone stated.
         return app.priority > launch.priority and not self.apps[launch.app].goal.protected
 
-    def _when_idle(self, view: GpuView) -> Admission:
+    def _when_idle(self, view: GpuView) -> KernelDecision:
         """Every kernel of whose app no app of a higher priority with a goal has anything
         running or waiting (by priority alone, as Orion: apps of one level run together)."""
         busy = {r.launch.app for r in view.running} | {w.app for w in view.waiting}
@@ -637,7 +637,7 @@ class FgGR(SharingPolicy):
             if not any(a.priority > launch.priority and a.goal.protected and a.name in busy
                        for a in self.apps.values()):  # fmt: skip
                 start.append(launch)
-        return Admission(start=tuple(start))
+        return KernelDecision(start=tuple(start))
 
     def _may_force(self, launch: Launch, above: list[_App], view: GpuView) -> bool:
         """Whether a kernel that has waited ``max_wait_s`` may start anyway: throughput goals
