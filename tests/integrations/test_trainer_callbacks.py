@@ -55,3 +55,12 @@ def test_stop_saves_and_the_next_run_resumes(framework, tmp_path):
     assert "training returned at step 8" in second.stdout
     iterations = [line["iteration"] for line in reported(tmp_path)]
     assert iterations == [1, 2, 3, 4, 5, 6, 7, 8]  # resumed at 3, not from scratch
+
+
+def test_each_callback_is_named_for_its_library_and_keeps_its_earlier_name():
+    from qosched.integrations import huggingface, lightning
+
+    assert huggingface.QoschedTrainerCallback.__name__ == "QoschedTrainerCallback"
+    assert lightning.QoschedLightningCallback.__name__ == "QoschedLightningCallback"
+    assert huggingface.QoschedCallback is huggingface.QoschedTrainerCallback
+    assert lightning.QoschedCallback is lightning.QoschedLightningCallback

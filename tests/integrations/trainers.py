@@ -34,7 +34,7 @@ def run_huggingface(steps: int, stop_at: int | None) -> int:
     from transformers import Trainer, TrainerCallback, TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
-    from qosched.integrations.huggingface import QoschedCallback
+    from qosched.integrations.huggingface import QoschedTrainerCallback
 
     class Model(nn.Module):
         def __init__(self) -> None:
@@ -71,7 +71,7 @@ def run_huggingface(steps: int, stop_at: int | None) -> int:
         use_cpu=True,
         disable_tqdm=True,
     )
-    callbacks = [Stopper(), QoschedCallback()] if stop_at else [QoschedCallback()]
+    callbacks = [Stopper(), QoschedTrainerCallback()] if stop_at else [QoschedTrainerCallback()]
     trainer = Trainer(model=Model(), args=args, train_dataset=Rows(), callbacks=callbacks)
     last = get_last_checkpoint(out) if os.path.isdir(out) else None
     trainer.train(resume_from_checkpoint=last)
@@ -81,7 +81,7 @@ def run_huggingface(steps: int, stop_at: int | None) -> int:
 def run_lightning(steps: int, stop_at: int | None) -> int:
     import lightning.pytorch as pl
 
-    from qosched.integrations.lightning import QoschedCallback
+    from qosched.integrations.lightning import QoschedLightningCallback
 
     class Model(pl.LightningModule):
         def __init__(self) -> None:
@@ -100,7 +100,7 @@ def run_lightning(steps: int, stop_at: int | None) -> int:
             if trainer.global_step == stop_at:
                 sigterm_self()
 
-    callback = QoschedCallback()
+    callback = QoschedLightningCallback()
     trainer = pl.Trainer(
         max_steps=steps,
         accelerator="cpu",

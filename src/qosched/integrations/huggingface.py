@@ -1,7 +1,7 @@
 """A Hugging Face ``transformers.Trainer`` callback: progress to qosched, stop on its request.
 
-    from qosched.integrations.huggingface import QoschedCallback
-    trainer = Trainer(..., callbacks=[QoschedCallback()])
+    from qosched.integrations.huggingface import QoschedTrainerCallback
+    trainer = Trainer(..., callbacks=[QoschedTrainerCallback()])
     trainer.train(resume_from_checkpoint=get_last_checkpoint(args.output_dir))
 
 Each optimizer step is reported (``state.global_step``, which a resumed run restores, so it counts
@@ -20,7 +20,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 import qosched.job
 
 
-class QoschedCallback(TrainerCallback):
+class QoschedTrainerCallback(TrainerCallback):
     """Reports every step on the main process; turns a stop request into save-and-stop."""
 
     def __init__(self) -> None:
@@ -51,3 +51,8 @@ class QoschedCallback(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+#: The callback's name in qosched 0.1, kept so that training scripts written against it still
+#: run; docs and new scripts say ``QoschedTrainerCallback``.
+QoschedCallback = QoschedTrainerCallback

@@ -1,7 +1,7 @@
 """A PyTorch Lightning callback: progress to qosched, a checkpoint when qosched stops the job.
 
-    from qosched.integrations.lightning import QoschedCallback
-    callback = QoschedCallback()
+    from qosched.integrations.lightning import QoschedLightningCallback
+    callback = QoschedLightningCallback()
     trainer = L.Trainer(..., callbacks=[callback])
     trainer.fit(model, data, ckpt_path=callback.resume_path())
 
@@ -25,7 +25,7 @@ import qosched.job
 CHECKPOINT_NAME = "lightning.ckpt"
 
 
-class QoschedCallback(pl.Callback):
+class QoschedLightningCallback(pl.Callback):
     """Reports every batch on global rank 0; saves a checkpoint when SIGTERM arrived."""
 
     def __init__(self, checkpoint_path: str | Path | None = None) -> None:
@@ -61,3 +61,8 @@ def _loss_of(outputs: Any) -> float | None:
         return float(loss)
     except (TypeError, ValueError, RuntimeError):
         return None
+
+
+#: The callback's name in qosched 0.1, kept so that training scripts written against it still
+#: run; docs and new scripts say ``QoschedLightningCallback``.
+QoschedCallback = QoschedLightningCallback
