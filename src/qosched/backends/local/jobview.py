@@ -196,7 +196,7 @@ class HeldAllocation:
 
 @dataclass(frozen=True, slots=True)
 class EventView:
-    """One entry of a job's audit log (``store.Event`` without its job id)."""
+    """One entry of a job's audit log (``store.JobEvent`` without its job id)."""
 
     t: float
     kind: str
