@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class ServiceMetrics:
+    """The local service's numbers at one moment, as ``GET /metrics`` exposes them."""
+
     capacity_cpus: int
     queued: int  # jobs waiting for CPUs (queued or preempted)
     running: int
