@@ -77,7 +77,8 @@ def test_a_duplicate_policy_name_is_refused():
 
 
 def test_a_policy_written_against_the_earlier_name_admission_still_runs():
-    from qosched.gpushare.policy import Admission  # qosched 0.1's name, as its plugins.md said
+    with pytest.warns(DeprecationWarning, match="policy.Admission is now .*KernelDecision"):
+        from qosched.gpushare.policy import Admission  # qosched 0.1's name, as plugins.md said
 
     class EarlierPlugin(SharingPolicy):
         name = "earlier-plugin"

@@ -62,5 +62,9 @@ def test_each_callback_is_named_for_its_library_and_keeps_its_earlier_name():
 
     assert huggingface.QoschedTrainerCallback.__name__ == "QoschedTrainerCallback"
     assert lightning.QoschedLightningCallback.__name__ == "QoschedLightningCallback"
-    assert huggingface.QoschedCallback is huggingface.QoschedTrainerCallback
-    assert lightning.QoschedCallback is lightning.QoschedLightningCallback
+    with pytest.warns(DeprecationWarning, match="QoschedTrainerCallback"):
+        assert huggingface.QoschedCallback is huggingface.QoschedTrainerCallback
+    with pytest.warns(DeprecationWarning, match="QoschedLightningCallback"):
+        assert lightning.QoschedCallback is lightning.QoschedLightningCallback
+    with pytest.raises(AttributeError, match="no attribute 'QoschedNoSuchCallback'"):
+        _ = lightning.QoschedNoSuchCallback

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from qosched.core.errors import InputError
+from qosched.core.renamed import earlier_names
 from qosched.gpushare.goals import Goal
 from qosched.gpushare.kernel import Kernel
 from qosched.hardware import Processor
@@ -97,9 +98,8 @@ class KernelDecision:
     wake_at_s: float | None = None
 
 
-#: ``KernelDecision``'s name in qosched 0.1, kept so that sharing policies of other packages
-#: written against it still load; qosched's own code and docs say ``KernelDecision``.
-Admission = KernelDecision
+#: qosched 0.1's name, still importable (with a DeprecationWarning) by code written against it.
+__getattr__ = earlier_names(__name__, globals(), {"Admission": "KernelDecision"})
 
 
 class SharingPolicy(ABC):

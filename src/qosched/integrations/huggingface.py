@@ -18,6 +18,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 import qosched.job
+from qosched.core.renamed import earlier_names
 
 
 class QoschedTrainerCallback(TrainerCallback):
@@ -53,6 +54,5 @@ class QoschedTrainerCallback(TrainerCallback):
         return control
 
 
-#: The callback's name in qosched 0.1, kept so that training scripts written against it still
-#: run; docs and new scripts say ``QoschedTrainerCallback``.
-QoschedCallback = QoschedTrainerCallback
+#: qosched 0.1's name, still importable (with a DeprecationWarning) by code written against it.
+__getattr__ = earlier_names(__name__, globals(), {"QoschedCallback": "QoschedTrainerCallback"})

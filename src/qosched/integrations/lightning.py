@@ -20,6 +20,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 import qosched.job
+from qosched.core.renamed import earlier_names
 
 #: The checkpoint's file name inside the job's folder when no path is given.
 CHECKPOINT_NAME = "lightning.ckpt"
@@ -63,6 +64,5 @@ def _loss_of(outputs: Any) -> float | None:
         return None
 
 
-#: The callback's name in qosched 0.1, kept so that training scripts written against it still
-#: run; docs and new scripts say ``QoschedLightningCallback``.
-QoschedCallback = QoschedLightningCallback
+#: qosched 0.1's name, still importable (with a DeprecationWarning) by code written against it.
+__getattr__ = earlier_names(__name__, globals(), {"QoschedCallback": "QoschedLightningCallback"})
