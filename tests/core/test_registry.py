@@ -179,17 +179,17 @@ def test_a_registry_without_plugins_looks_for_none() -> None:
 
 
 SHARING_MODULE = """\
-from qosched.gpushare.policy import Admission, SharingPolicy
+from qosched.gpushare.policy import KernelDecision, SharingPolicy
 
 
 class Subclass(SharingPolicy):
     def decide(self, view):
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 class DecidesOnly:
     def decide(self, view):
-        return Admission(start=view.waiting)
+        return KernelDecision(start=view.waiting)
 
 
 class NoDecide(SharingPolicy):
