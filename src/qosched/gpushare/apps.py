@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qosched.core.bounds import COUNT_LIMIT, MAX_BATCH, check_number, show_value
+from qosched.core.bounds import MAX_BATCH, show_value
 from qosched.core.errors import InputError
 from qosched.core.spec_reader import SpecReader
 from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file
-from qosched.gpushare.goals import BEST_EFFORT, Goal, default_goal
+from qosched.gpushare.goals import BEST_EFFORT, GOAL_KEYS, Goal, default_goal, goal_from_key
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor
@@ -281,21 +281,12 @@ class _AppsReader(SpecReader):
 
 # ---- goals -------------------------------------------------------------------------------
 
-#: Goal keys in the spec: (the Goal kind, the factor to its unit, lower bound, upper bound,
-#: whether the lower bound is allowed).
-_GOAL_KEYS = {
-    "p99_slowdown": ("p99_slowdown", 1.0, 1.0, 1e6, True),
-    "p99_latency_ms": ("p99_latency", 1e-3, 0.0, 1e9, False),  # up to about 11.6 days
-    "throughput_share": ("throughput_share", 1.0, 0.0, 1.0, False),
-    "throughput_rps": ("throughput_rps", 1.0, 0.0, float(COUNT_LIMIT - 1), False),
-}
-
 
 def read_goal(reader: _AppsReader, value: Any, path: str) -> Goal:
-    """An app's ``goal``: ``best_effort`` or a mapping with exactly one key of ``_GOAL_KEYS``."""
+    """An app's ``goal``: ``best_effort`` or a mapping with exactly one key of ``GOAL_KEYS``."""
     if value == "best_effort":
         return BEST_EFFORT
-    allowed = tuple(_GOAL_KEYS)
+    allowed = tuple(GOAL_KEYS)
     if not isinstance(value, dict):
         raise reader.error(path, f"expected best_effort or a mapping with one of "
                            f"{', '.join(allowed)}, got {show_value(value)}")  # fmt: skip
@@ -304,11 +295,7 @@ def read_goal(reader: _AppsReader, value: Any, path: str) -> Goal:
         raise reader.error(path, f"give exactly one of {', '.join(allowed)}, got "
                            f"{', '.join(map(str, fields)) or 'none'}")  # fmt: skip
     ((key, number),) = fields.items()
-    kind, scale, low, high, low_ok = _GOAL_KEYS[key]
     where = join_path(path, key)
     line = reader.lines.get(where, reader.lines.get(path))
-    amount = check_number(reader.number(number, where), field=where, minimum=low, maximum=high,
-                          source=reader.source, line=line)  # fmt: skip
-    if amount == low and not low_ok:
-        raise reader.error(where, f"expected a number > {low:g}, got {show_value(number)}")
-    return Goal(kind, amount * scale)
+    return goal_from_key(key, reader.number(number, where), field=where, source=reader.source,
+                         line=line)  # fmt: skip

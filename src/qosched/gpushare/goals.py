@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+from qosched.core.bounds import COUNT_LIMIT, check_number, show_value
 from qosched.core.errors import InputError
 
 GoalKind = Literal[
@@ -32,6 +34,15 @@ UNITS = {
     "p99_latency": "s",
     "throughput_share": "of alone",
     "throughput_rps": "requests/s",
+}
+#: The goal keys as every spec and trace writes them (``gpu sim``'s apps, the cluster's services),
+#: one vocabulary across the levels: key -> (the Goal kind, the factor from the key's unit to
+#: the Goal's, lower bound, upper bound, whether the lower bound itself is allowed).
+GOAL_KEYS: dict[str, tuple[GoalKind, float, float, float, bool]] = {
+    "p99_slowdown": ("p99_slowdown", 1.0, 1.0, 1e6, True),
+    "p99_latency_ms": ("p99_latency", 1e-3, 0.0, 1e9, False),  # up to about 11.6 days
+    "throughput_share": ("throughput_share", 1.0, 0.0, 1.0, False),
+    "throughput_rps": ("throughput_rps", 1.0, 0.0, float(COUNT_LIMIT - 1), False),
 }
 #: The quantile a latency goal is about.
 LATENCY_QUANTILE = 0.99
@@ -88,6 +99,37 @@ class Goal:
     def to_dict(self) -> dict[str, object]:
         """The JSON form (``--json``'s per-app ``goal``): kind and value (None when best effort)."""
         return {"kind": self.kind, "value": None if self.kind == "best_effort" else self.value}
+
+
+def goal_from_key(
+    key: str,
+    amount: object,
+    *,
+    field: str,
+    source: str | Path | None = None,
+    line: int | None = None,
+) -> Goal:
+    """The goal a spec or trace states as ``key: amount`` (``p99_latency_ms: 5``), the amount
+    checked against the key's bounds; an unknown key or a number out of bounds is an InputError
+    naming ``field``."""
+    if key not in GOAL_KEYS:
+        raise InputError(
+            f"unknown goal {show_value(key)}; expected one of {', '.join(GOAL_KEYS)} or "
+            "best_effort",
+            source=source,
+            line=line,
+            field=field,
+        )
+    kind, scale, low, high, low_ok = GOAL_KEYS[key]
+    value = check_number(amount, field=field, minimum=low, maximum=high, source=source, line=line)
+    if value == low and not low_ok:
+        raise InputError(
+            f"expected a number > {low:g}, got {show_value(amount)}",
+            source=source,
+            line=line,
+            field=field,
+        )
+    return Goal(kind, value * scale)
 
 
 BEST_EFFORT = Goal("best_effort")
