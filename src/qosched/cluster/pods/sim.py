@@ -279,4 +279,5 @@ def _clone(pod: Pod, pod_id: str) -> Pod:
         pod.phase,
         pod.creation_s,
         pod.deletion_s,
+        pod.workload,
     )

@@ -8,7 +8,9 @@ for any). Times are seconds from the trace's start.
 
 qosched's pod trace (``docs/contracts.md``): ``pod_id, cpu_milli, memory_mib, num_gpu,
 gpu_milli, gpu_spec, qos, phase, creation_s, deletion_s``, one pod a row in arrival order; it is
-told from a job trace by its ``gpu_milli`` column.
+told from a job trace by its ``gpu_milli`` column. It may go on with the workload columns
+(``workloads.WORKLOAD_COLUMNS``: ``kind, model, batch, priority, rate_rps, goal, work_s,
+deadline_s``): what the pod runs, a service or a training job (``workloads``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qosched.cluster.pods.workloads import (
+    WORKLOAD_COLUMNS,
+    WorkloadSpec,
+    parse_workload,
+    workload_cells,
+)
 from qosched.core.bounds import check_count, check_time
 from qosched.core.csv_file import CsvRows, data_rows, header_columns, open_csv
 from qosched.core.errors import InputError
@@ -70,6 +78,8 @@ class Pod:
     phase: str = ""
     creation_s: float = 0.0
     deletion_s: float | None = None
+    #: What the pod runs (a service or a training job), None when the trace does not say.
+    workload: WorkloadSpec | None = None
 
     @property
     def gpu_request_milli(self) -> int:
@@ -96,8 +106,12 @@ def is_pod_trace(path: str | Path) -> bool:
 
 
 def read_pod_trace(path: str | Path) -> list[Pod]:
-    """The pods of a qosched pod trace, checked as the importer checks Alibaba's."""
-    return _read_checked(Path(path), POD_TRACE_HEADER, "no pod in the trace")
+    """The pods of a qosched pod trace, checked as the importer checks Alibaba's; with the
+    workload columns when its header has ``kind`` (then it must have them all)."""
+    with open_csv(path, "trace") as rows:
+        names = [name.strip() for name in next(rows, [])]
+    header = (*POD_TRACE_HEADER, *WORKLOAD_COLUMNS) if "kind" in names else POD_TRACE_HEADER
+    return _read_checked(Path(path), header, "no pod in the trace")
 
 
 def _read_checked(path: Path, header: tuple[str, ...], empty: str) -> list[Pod]:
@@ -115,7 +129,7 @@ def write_pod_trace(pods: Sequence[Pod], path: str | Path) -> None:
     """Write ``pods`` in qosched's pod-trace layout; reading it back gives the same pods."""
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(POD_TRACE_HEADER)
+        writer.writerow((*POD_TRACE_HEADER, *WORKLOAD_COLUMNS))
         for pod in pods:
             writer.writerow(
                 [
@@ -129,6 +143,7 @@ def write_pod_trace(pods: Sequence[Pod], path: str | Path) -> None:
                     pod.phase,
                     _num(pod.creation_s),
                     "" if pod.deletion_s is None else _num(pod.deletion_s),
+                    *workload_cells(pod.workload),
                 ]
             )
 
@@ -207,6 +222,17 @@ def _pod(
                 line=line,
                 field=deleted_col,
             )
+    workload = None
+    if "kind" in columns:
+        cells_of = {name: cell(name) for name in WORKLOAD_COLUMNS}
+        workload = parse_workload(cells_of, created_s=creation, source=path, line=line)
+        if workload is not None and num_gpu == 0:
+            raise InputError(
+                f"a {workload.kind} runs on a GPU; the pod asks for none",
+                source=path,
+                line=line,
+                field="num_gpu",
+            )
     return Pod(
         pod_id=pod_id,
         cpu_milli=_whole(cell("cpu_milli"), "cpu_milli", path, line, MAX_CPU_MILLI),
@@ -218,6 +244,7 @@ def _pod(
         phase=cell(phase_col),
         creation_s=creation,
         deletion_s=deletion,
+        workload=workload,
     )
 
 

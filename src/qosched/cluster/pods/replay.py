@@ -1,0 +1,643 @@
+"""Pods over time: services and training sharing the GPUs of a node list, one report for both.
+
+Where :func:`~qosched.cluster.pods.sim.place_pods` replays arrivals only (the paper's
+experiment: no pod leaves), :func:`replay` runs the trace's clock. A pod arrives at
+``creation_s`` and is placed by a pod placement policy on a node it fits on; one that fits
+nowhere waits, and is tried again, in arrival order, whenever a pod leaves. A service (and a
+pod without a workload) leaves at ``deletion_s`` (waiting or not); a training job leaves when
+its ``work_s`` is done (its ``deletion_s`` is not read), at ``1 / slowdown`` of its speed alone
+while it shares a GPU. A rate-over-time series changes a service's load at its steps.
+
+The parties of a GPU slow each other down as a :class:`~qosched.cluster.pods.costs.Sharing`
+model says (``fggr`` and the co-location surrogate, or time-slicing); a pod without a workload
+is not a party (nothing is known of what it runs). A party with several GPUs takes each whole,
+so it shares none; a service's rate is spread evenly over its GPUs.
+
+A service **meets its goal at an instant** when it is placed and its slowdown is within what
+its goal allows (``colocation.allowed_slowdown``: a p99 latency goal read against the request
+time alone, a throughput goal against the service's rate); a service waiting for a GPU meets
+no goal. Time is cut into windows of ``window_s`` from 0; a service's windows are those its
+life (creation to deletion, or to the end of the run) overlaps, and a window **meets the goal**
+when the service meets it at every instant of the window it lives. A ``colocation`` rule may
+refuse a GPU to a pod (services apart from training, or a GPU whose parties' goals the
+prediction says the newcomer breaks): the policy then sees that GPU as full.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qosched.cluster.pods.costs import Costs, Sharing, allowed, party
+from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskShape, Workload
+from qosched.cluster.pods.nodes import PodCluster
+from qosched.cluster.pods.policies import PodPolicy, gpu_tag
+from qosched.cluster.pods.sim import _choose
+from qosched.cluster.pods.trace import MILLI, Pod
+from qosched.cluster.pods.workloads import ServiceSpec, TrainingSpec
+from qosched.gpushare.colocation import Profile
+
+#: The default window a service's goal is judged over, in seconds.
+DEFAULT_WINDOW_S = 60.0
+#: A service meets its goal over a run when it meets it in at least this share of its windows.
+SERVICE_TARGET = 0.99
+# Events at one time: what frees a GPU first, then rate changes, then arrivals.
+_LEAVE, _FINISH, _RATE, _ARRIVE = 0, 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class Party:
+    """What a colocation rule sees of one pod on a GPU: its kind (``service``, ``training``,
+    or ``""``: no workload), its profile (None without a workload) and the slowdown its goal
+    allows."""
+
+    kind: str
+    profile: Profile | None
+    allowed: float
+
+
+#: Whether the parties of one GPU (the newcomer last) may share it.
+Colocation = Callable[[Sequence[Party], Sharing], bool]
+
+
+def anywhere(parties: Sequence[Party], sharing: Sharing) -> bool:
+    """Any pods may share a GPU (FGD packing without an interference model)."""
+    return True
+
+
+def apart(parties: Sequence[Party], sharing: Sharing) -> bool:
+    """Services share GPUs with services only (dedicated GPUs for serving and for the rest)."""
+    return len({p.kind == "service" for p in parties}) == 1
+
+
+def within_goals(parties: Sequence[Party], sharing: Sharing) -> bool:
+    """Every party's predicted slowdown within what its goal allows."""
+    known = [p for p in parties if p.profile is not None]
+    if len(known) < 2:
+        return True
+    slowdowns = sharing.slowdowns([p.profile for p in known])  # type: ignore[misc]
+    return all(s <= p.allowed for s, p in zip(slowdowns, known, strict=True))
+
+
+COLOCATIONS: dict[str, Colocation] = {"any": anywhere, "apart": apart, "goals": within_goals}
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceOutcome:
+    pod_id: str
+    windows: int
+    windows_met: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingOutcome:
+    pod_id: str
+    created_s: float
+    finished_s: float | None
+    deadline_s: float | None
+
+    @property
+    def met(self) -> bool:
+        return (
+            self.deadline_s is not None
+            and self.finished_s is not None
+            and self.finished_s <= self.deadline_s + 1e-9
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster right after the events of one time: GPUs allocated, fragmented (the
+    paper's measure) and busy, and the services placed and meeting their goal."""
+
+    time_s: float
+    allocated_gpus: float
+    fragmented_gpus: float
+    busy_gpus: float
+    services_live: int
+    services_meeting: int
+    training_running: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRun:
+    """One policy's run over the trace's clock (module doc)."""
+
+    policy: str
+    sharing: str
+    colocation: str
+    window_s: float
+    cluster_gpus: int
+    start_s: float
+    end_s: float
+    services: tuple[ServiceOutcome, ...]
+    training: tuple[TrainingOutcome, ...]
+    #: Time integrals over [start_s, end_s] of allocated, fragmented and busy GPUs.
+    allocated_gpu_s: float
+    fragmented_gpu_s: float
+    busy_gpu_s: float
+    peak_allocated_gpus: float
+    wall_s: float
+    samples: tuple[Sample, ...] = field(repr=False, default=())
+
+    @property
+    def span_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def services_json(self) -> dict[str, object] | None:
+        if not self.services:
+            return None
+        windows = sum(s.windows for s in self.services)
+        met = sum(s.windows_met for s in self.services)
+        ratios = [s.windows_met / s.windows for s in self.services if s.windows]
+        meeting = sum(1 for r in ratios if r >= SERVICE_TARGET - 1e-12)
+        return {
+            "services": len(self.services),
+            "windows": windows,
+            "windows_met": met,
+            "windows_met_ratio": _ratio(met, windows),
+            "services_meeting_99": meeting,
+            "services_meeting_99_ratio": _ratio(meeting, len(ratios)),
+            "worst_windows_met_ratio": round(min(ratios), 6) if ratios else None,
+        }
+
+    def training_json(self) -> dict[str, object] | None:
+        if not self.training:
+            return None
+        finished = [t for t in self.training if t.finished_s is not None]
+        deadline = [t for t in self.training if t.deadline_s is not None]
+        met = sum(1 for t in deadline if t.met)
+        jct = [t.finished_s - t.created_s for t in finished]  # type: ignore[operator]
+        return {
+            "jobs": len(self.training),
+            "finished": len(finished),
+            "deadline_jobs": len(deadline),
+            "deadline_met": met,
+            "deadline_satisfactory_ratio": _ratio(met, len(deadline)),
+            "avg_jct_s": round(sum(jct) / len(jct), 3) if jct else None,
+        }
+
+    def cluster_json(self) -> dict[str, object]:
+        span = self.span_s
+
+        def mean(total: float) -> float | None:
+            return round(total / span, 3) if span > 0 else None
+
+        busy = mean(self.busy_gpu_s)
+        return {
+            "start_s": round(self.start_s, 3),
+            "end_s": round(self.end_s, 3),
+            "mean_allocated_gpus": mean(self.allocated_gpu_s),
+            "peak_allocated_gpus": round(self.peak_allocated_gpus, 3),
+            "mean_fragmented_gpus": mean(self.fragmented_gpu_s),
+            "gpu_utilization": None if busy is None else round(busy / self.cluster_gpus, 6),
+        }
+
+    def to_json(self) -> dict[str, object]:
+        """The run's keys for ``sim cluster --json`` on a pod trace with workloads."""
+        return {
+            "sharing": self.sharing,
+            "colocation": self.colocation,
+            "window_s": self.window_s,
+            "services": self.services_json(),
+            "training": self.training_json(),
+            "cluster": self.cluster_json(),
+        }
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 6) if whole else None
+
+
+class _Pod:
+    """One pod's state during the run."""
+
+    __slots__ = (
+        "allowed",
+        "bad",
+        "busy",
+        "finished",
+        "gpus",
+        "index",
+        "node",
+        "ok",
+        "ok_since",
+        "pod",
+        "profile",
+        "progress_at",
+        "rate",
+        "speed",
+        "state",
+        "version",
+        "work_left",
+    )
+
+    def __init__(self, index: int, pod: Pod) -> None:
+        self.index, self.pod = index, pod
+        self.state = "new"  # new, waiting, running, gone
+        self.node = -1
+        self.gpus: list[int] = []
+        self.profile: Profile | None = None
+        self.allowed = math.inf
+        self.rate = 0.0
+        self.busy = pod.gpu_milli / MILLI  # per GPU; a pod without a workload: its share
+        self.speed = 1.0
+        self.work_left = pod.workload.work_s if isinstance(pod.workload, TrainingSpec) else 0.0
+        self.progress_at = pod.creation_s
+        self.version = 0
+        self.finished: float | None = None
+        self.ok = False  # services: meeting the goal now
+        self.ok_since = pod.creation_s
+        self.bad: list[tuple[float, float]] = []
+
+    @property
+    def kind(self) -> str:
+        return "" if self.pod.workload is None else self.pod.workload.kind
+
+
+def replay(
+    cluster: PodCluster,
+    pods: Sequence[Pod],
+    policy: PodPolicy,
+    *,
+    costs: Costs,
+    sharing: Sharing,
+    colocation: str = "any",
+    window_s: float = DEFAULT_WINDOW_S,
+    seed: int = 0,
+    workload: Workload | None = None,
+) -> ReplayRun:
+    """Run ``pods`` (in order of ``creation_s``, the given order among equals) on ``cluster``
+    under ``policy`` (module doc). ``costs`` gives each model's cost alone, ``sharing`` the
+    slowdowns of a GPU's parties, ``colocation`` (a key of :data:`COLOCATIONS`) which pods may
+    share a GPU; ties between nodes go to the first in a ``seed``-ed random order of the
+    nodes, as in ``place_pods``."""
+    if colocation not in COLOCATIONS:
+        raise ValueError(f"unknown colocation {colocation!r}; use {', '.join(COLOCATIONS)}")
+    if not (math.isfinite(window_s) and window_s > 0):
+        raise ValueError(f"window_s must be finite and > 0, got {window_s!r}")
+    if not pods:
+        raise ValueError("no pod to replay")
+    return _Replay(cluster, pods, policy, costs, sharing, colocation, window_s, seed,
+                   workload or policy.workload).run()  # fmt: skip
+
+
+class _Replay:
+    def __init__(
+        self,
+        cluster: PodCluster,
+        pods: Sequence[Pod],
+        policy: PodPolicy,
+        costs: Costs,
+        sharing: Sharing,
+        colocation: str,
+        window_s: float,
+        seed: int,
+        workload: Workload,
+    ) -> None:
+        self.cluster, self.policy, self.costs, self.sharing = cluster, policy, costs, sharing
+        self.colocation_name, self.admits = colocation, COLOCATIONS[colocation]
+        self.window_s = window_s
+        self.rng = random.Random(seed)
+        count = len(cluster.nodes)
+        self.rank = np.empty(count, dtype=np.int64)
+        self.rank[self.rng.sample(range(count), count)] = np.arange(count)
+        order = sorted(range(len(pods)), key=lambda i: pods[i].creation_s)
+        self.pods = [_Pod(n, pods[i]) for n, i in enumerate(order)]
+        self.cpu = [node.cpu_milli for node in cluster.nodes]
+        self.memory = [node.memory_mib for node in cluster.nodes]
+        self.free = [[MILLI] * node.gpus for node in cluster.nodes]
+        self.on_gpu: list[list[list[int]]] = [[[] for _ in range(n.gpus)] for n in cluster.nodes]
+        self.tags: list[Counter[str]] = [Counter() for _ in cluster.nodes]
+        self.meter = FragmentationMeter(workload)
+        self.node_fragment = [self.meter(self.state(n)) for n in range(count)]
+        self.gpu_busy = [[0.0] * node.gpus for node in cluster.nodes]
+        self.fragmented = sum(self.node_fragment)
+        self.busy = 0.0
+        self.allocated = 0
+        self.known: dict[tuple, tuple[int, int | None]] = {}
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.waiting: list[int] = []
+        self.dirty: set[tuple[int, int]] = set()
+        self.now = self.pods[0].pod.creation_s
+        self.integrals = [0.0, 0.0, 0.0]
+        self.peak = 0.0
+        self.samples: list[Sample] = []
+        self.live_services = self.meeting = self.training_running = 0
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state(self, n: int, free: Sequence[int] | None = None) -> NodeState:
+        left = tuple(sorted(self.free[n] if free is None else free, reverse=True))
+        return NodeState(self.cluster.nodes[n].model, self.cpu[n], left)
+
+    def push(self, at: float, kind: int, index: int, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, kind, self.seq, index, version))
+
+    def advance(self, to: float) -> None:
+        dt = to - self.now
+        if dt > 0:
+            self.integrals[0] += dt * self.allocated / MILLI
+            self.integrals[1] += dt * self.fragmented / MILLI
+            self.integrals[2] += dt * self.busy
+        self.now = to
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> ReplayRun:
+        started = time.perf_counter()
+        for p in self.pods:
+            self.push(p.pod.creation_s, _ARRIVE, p.index)
+            if p.pod.deletion_s is not None and not isinstance(p.pod.workload, TrainingSpec):
+                self.push(p.pod.deletion_s, _LEAVE, p.index)
+            if isinstance(p.pod.workload, ServiceSpec):
+                for at in p.pod.workload.rate.changes():
+                    self.push(at, _RATE, p.index)
+        start = self.now
+        while self.events:
+            at = self.events[0][0]
+            self.advance(at)
+            arrived, left = [], False
+            while self.events and self.events[0][0] == at:
+                _, kind, _, index, version = heapq.heappop(self.events)
+                p = self.pods[index]
+                if kind == _ARRIVE:
+                    gone = p.pod.deletion_s is not None and p.pod.deletion_s <= at
+                    if gone and not isinstance(p.pod.workload, TrainingSpec):
+                        p.state = "gone"  # deleted when created: it never asks for a node
+                        continue
+                    p.state = "waiting"
+                    self.live_services += isinstance(p.pod.workload, ServiceSpec)
+                    arrived.append(index)
+                elif kind == _RATE:
+                    if p.state == "running":
+                        self.mark(p)
+                elif kind == _LEAVE and p.state in ("waiting", "running") and (
+                    version == p.version or not isinstance(p.pod.workload, TrainingSpec)
+                ):  # fmt: skip
+                    if isinstance(p.pod.workload, TrainingSpec):
+                        p.finished = at
+                    left |= p.state == "running"
+                    self.leave(p)
+            if left:  # what waits may fit now, before what just arrived
+                retry, self.waiting = self.waiting + arrived, []
+            else:
+                retry = arrived
+            # Placing only takes resources: a pod like one that just failed fails too.
+            failed: set[tuple] = set()
+            for index in retry:
+                p = self.pods[index]
+                like = (TaskShape.of(p.pod), p.pod.memory_mib, p.pod.workload)
+                if like in failed or not self.place(p):
+                    failed.add(like)
+                    self.waiting.append(index)
+            self.settle()
+            self.sample()
+        end = self.now
+        for p in self.pods:  # close what is still open at the end
+            if p.state in ("waiting", "running") and isinstance(p.pod.workload, ServiceSpec):
+                self.close(p)
+        services = tuple(
+            self.outcome(p, end) for p in self.pods if isinstance(p.pod.workload, ServiceSpec)
+        )
+        training = tuple(
+            TrainingOutcome(p.pod.pod_id, p.pod.creation_s, p.finished, p.pod.workload.deadline_s)
+            for p in self.pods
+            if isinstance(p.pod.workload, TrainingSpec)
+        )
+        return ReplayRun(
+            policy=self.policy.name,
+            sharing=self.sharing.name,
+            colocation=self.colocation_name,
+            window_s=self.window_s,
+            cluster_gpus=self.cluster.gpus,
+            start_s=start,
+            end_s=end,
+            services=services,
+            training=training,
+            allocated_gpu_s=self.integrals[0],
+            fragmented_gpu_s=self.integrals[1],
+            busy_gpu_s=self.integrals[2],
+            peak_allocated_gpus=self.peak,
+            wall_s=time.perf_counter() - started,
+            samples=tuple(self.samples),
+        )
+
+    # -- placing and leaving ---------------------------------------------------------------
+
+    def party(self, p: _Pod) -> Party:
+        return Party(p.kind, p.profile, p.allowed)
+
+    def prepare(self, p: _Pod) -> None:
+        """The pod's profile at the current rate (a workload's pod only)."""
+        w = p.pod.workload
+        if w is None:
+            return
+        cost = self.costs(w.model, w.batch)
+        if isinstance(w, ServiceSpec):
+            p.rate = w.rate.at(self.now)
+            per_gpu = p.rate / p.pod.num_gpu
+            p.profile = party(p.pod.pod_id, cost, w.priority, w.goal, per_gpu)
+            p.allowed = allowed(w.goal, p.profile, p.rate)
+            p.busy = p.profile.duty
+        else:
+            p.profile = party(p.pod.pod_id, cost, w.priority, w.goal)
+            p.allowed = math.inf
+            p.busy = 1.0
+
+    def admitted_free(self, n: int, p: _Pod) -> list[int]:
+        """Node ``n``'s free share per GPU as ``p`` may use it: a GPU the colocation rule
+        refuses is seen as full."""
+        free = self.free[n]
+        if not p.pod.shares_gpu or self.admits is anywhere:
+            return free
+        me = self.party(p)
+        seen = []
+        for g, left in enumerate(free):
+            parties = [self.party(self.pods[i]) for i in self.on_gpu[n][g]]
+            ok = left >= p.pod.gpu_milli and (
+                not parties or self.admits([*parties, me], self.sharing)
+            )
+            seen.append(left if ok else 0)
+        return seen
+
+    def place(self, p: _Pod) -> bool:
+        """Place ``p`` on the policy's best node; False if it fits nowhere."""
+        pod, task = p.pod, TaskShape.of(p.pod)
+        self.prepare(p)
+        values = np.full(len(self.cluster.nodes), -np.inf)
+        gpus: dict[int, tuple[list[int], int | None]] = {}
+        for n in range(len(self.cluster.nodes)):
+            if self.memory[n] < pod.memory_mib or self.cpu[n] < task.cpu_milli:
+                continue
+            free = self.admitted_free(n, p)
+            node = self.state(n, free)
+            if not node.may_run(task) or (task.num_gpu and not node.gpus_fit(task)):
+                continue
+            kinds = frozenset(self.tags[n]) if self.policy.uses_tags else frozenset()
+            key = (node, kinds, task)
+            answer = self.known.get(key)
+            if answer is None:
+                answer = self.known[key] = self.policy.score(node, kinds, task)
+            values[n] = answer[0]
+            gpus[n] = (free, answer[1])
+        rank = None if self.policy.random_node else self.rank
+        choice = _choose(values, self.policy.normalizes, rank, self.rng)
+        if choice is None:
+            return False
+        free, index = gpus[choice]
+        self.take(p, choice, self.pick_gpus(p, free, index))
+        return True
+
+    def pick_gpus(self, p: _Pod, free: list[int], index: int | None) -> list[int]:
+        """The GPUs ``p`` takes: for a shared GPU, the policy's (its index is in the node's
+        largest-free-first order) or one drawn at random; else the first wholly free ones."""
+        if p.pod.shares_gpu:
+            if self.policy.random_gpu or index is None:
+                fitting = [g for g, left in enumerate(free) if left >= p.pod.gpu_milli]
+                return [fitting[self.rng.randrange(len(fitting))]]
+            order = sorted(range(len(free)), key=lambda g: -free[g])
+            return [order[index]]
+        whole = [g for g, left in enumerate(free) if left >= p.pod.gpu_milli]
+        return whole[: p.pod.num_gpu]
+
+    def take(self, p: _Pod, n: int, gpus: list[int]) -> None:
+        pod = p.pod
+        self.cpu[n] -= pod.cpu_milli
+        self.memory[n] -= pod.memory_mib
+        for g in gpus:
+            self.free[n][g] -= pod.gpu_milli
+            self.on_gpu[n][g].append(p.index)
+            self.dirty.add((n, g))
+        tag = gpu_tag(TaskShape.of(pod))
+        if tag is not None:
+            self.tags[n][tag] += 1
+        p.state, p.node, p.gpus = "running", n, gpus
+        self.training_running += isinstance(pod.workload, TrainingSpec)
+        p.progress_at = self.now
+        self.allocated += pod.gpu_request_milli
+        self.peak = max(self.peak, self.allocated / MILLI)
+        self.refragment(n)
+
+    def leave(self, p: _Pod) -> None:
+        if p.state == "running":
+            n, pod = p.node, p.pod
+            self.cpu[n] += pod.cpu_milli
+            self.memory[n] += pod.memory_mib
+            for g in p.gpus:
+                self.free[n][g] += pod.gpu_milli
+                self.on_gpu[n][g].remove(p.index)
+                self.dirty.add((n, g))
+            tag = gpu_tag(TaskShape.of(pod))
+            if tag is not None:
+                self.tags[n][tag] -= 1
+                if not self.tags[n][tag]:
+                    del self.tags[n][tag]
+            self.allocated -= pod.gpu_request_milli
+            self.refragment(n)
+            self.training_running -= isinstance(pod.workload, TrainingSpec)
+        if isinstance(p.pod.workload, ServiceSpec):
+            self.close(p)
+            self.live_services -= 1
+        p.state = "gone"
+        p.version += 1
+
+    def refragment(self, n: int) -> None:
+        value = self.meter(self.state(n))
+        self.fragmented += value - self.node_fragment[n]
+        self.node_fragment[n] = value
+
+    def mark(self, p: _Pod) -> None:
+        """``p``'s rate changed: its profile, and its GPUs' slowdowns, are redone."""
+        self.prepare(p)
+        for g in p.gpus:
+            self.dirty.add((p.node, g))
+
+    # -- slowdowns -------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Redo the slowdowns of every GPU whose parties changed at this time."""
+        touched: dict[int, float] = {}
+        for n, g in sorted(self.dirty):
+            members = [self.pods[i] for i in self.on_gpu[n][g]]
+            parties = [m for m in members if m.profile is not None]
+            slowdowns = self.sharing.slowdowns([m.profile for m in parties]) if parties else []
+            for m, s in zip(parties, slowdowns, strict=True):
+                touched[m.index] = max(touched.get(m.index, 1.0), s)
+            for m in members:
+                touched.setdefault(m.index, 1.0)
+            busy = min(1.0, sum(m.busy for m in members))
+            self.busy += busy - self.gpu_busy[n][g]
+            self.gpu_busy[n][g] = busy
+        self.dirty.clear()
+        for index, slowdown in touched.items():
+            p = self.pods[index]
+            if p.state != "running":
+                continue
+            w = p.pod.workload
+            if isinstance(w, TrainingSpec):
+                p.work_left -= (self.now - p.progress_at) * p.speed
+                p.progress_at = self.now
+                p.speed = 1.0 / slowdown
+                p.version += 1
+                self.push(self.now + max(p.work_left, 0.0) / p.speed, _FINISH, index, p.version)
+            elif isinstance(w, ServiceSpec):
+                self.judge(p, ok=slowdown <= p.allowed * (1 + 1e-9))
+
+    def judge(self, p: _Pod, *, ok: bool) -> None:
+        """A service's goal is met (or not) from now on: a stretch not met is recorded."""
+        if ok != p.ok:
+            self.close(p)
+            p.ok = ok
+            self.meeting += ok
+
+    def close(self, p: _Pod) -> None:
+        """End the service's current stretch now (recorded if the goal was not met in it); it
+        goes on as not meeting the goal."""
+        if not p.ok and self.now > p.ok_since:
+            p.bad.append((p.ok_since, self.now))
+        self.meeting -= p.ok
+        p.ok, p.ok_since = False, self.now
+
+    def outcome(self, p: _Pod, end: float) -> ServiceOutcome:
+        life_end = end if p.pod.deletion_s is None else min(p.pod.deletion_s, end)
+        w = self.window_s
+        first = math.floor(p.pod.creation_s / w)
+        last = math.ceil(life_end / w) - 1
+        if life_end <= p.pod.creation_s:
+            return ServiceOutcome(p.pod.pod_id, 0, 0)
+        spans = sorted(
+            (max(math.floor(a / w), first), min(math.ceil(b / w) - 1, last))
+            for a, b in p.bad
+            if b > a
+        )
+        bad, reach = 0, first - 1
+        for lo, hi in spans:
+            lo = max(lo, reach + 1)
+            if hi >= lo:
+                bad += hi - lo + 1
+                reach = hi
+        windows = last - first + 1
+        return ServiceOutcome(p.pod.pod_id, windows, windows - bad)
+
+    def sample(self) -> None:
+        self.samples.append(
+            Sample(
+                self.now,
+                self.allocated / MILLI,
+                self.fragmented / MILLI,
+                self.busy,
+                self.live_services,
+                self.meeting,
+                self.training_running,
+            )
+        )
