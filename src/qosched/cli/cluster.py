@@ -322,6 +322,9 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
         "docs/results/cluster-sim.md)",
     )
     _add_sim_options(parser)
+    from qosched.cli.cluster_pods import add_pod_options
+
+    add_pod_options(parser)
     parser.set_defaults(run=run_sim_cluster)
 
 
@@ -353,6 +356,9 @@ def run_sim_cluster(args: argparse.Namespace) -> int:
         from qosched.cli.cluster_pods import run_pod_sim
 
         return run_pod_sim(args)
+    from qosched.cli.cluster_pods import refuse_pod_options
+
+    refuse_pod_options(args)
     config = _config(args)  # before the trace: a bad option fails at once
     cluster = _cluster(args)
     throughputs = _throughputs(args.throughputs)
@@ -417,7 +423,21 @@ def add_trace_import(commands: argparse._SubParsersAction) -> None:
     )
     _add_trace_output(parser, layout="elasticflow")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the deadlines drawn (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the deadlines drawn, or of the workloads --workloads assigns (default 0)",
+    )
+    parser.add_argument(
+        "--workloads",
+        action="store_true",
+        help="alibaba-gpu-2023: give LS pods services and BE pods best-effort training, by the "
+        "seeded rule of docs/contracts.md",
+    )
+    parser.add_argument(
+        "--gpu",
+        help="catalog GPU whose kernel estimates set the services' rates (--workloads; "
+        "default A100)",
     )
     parser.add_argument(
         "--tightness",
@@ -449,6 +469,9 @@ def run_trace_import(args: argparse.Namespace) -> int:
         from qosched.cli.cluster_pods import run_pod_import
 
         return run_pod_import(args)
+    for flag, value in (("--workloads", args.workloads or None), ("--gpu", args.gpu)):
+        if value is not None:
+            raise InputError(f"{flag} applies to --from {ALIBABA_GPU_2023} only")
     output_file(args.out, "--out")
     throughputs = _throughputs(args.throughputs)
     with _naming_options("--seed", "--tightness"):

@@ -126,10 +126,13 @@ def _read_checked(path: Path, header: tuple[str, ...], empty: str) -> list[Pod]:
 
 
 def write_pod_trace(pods: Sequence[Pod], path: str | Path) -> None:
-    """Write ``pods`` in qosched's pod-trace layout; reading it back gives the same pods."""
+    """Write ``pods`` in qosched's pod-trace layout, with the workload columns when a pod runs
+    a workload; reading it back gives the same pods."""
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow((*POD_TRACE_HEADER, *WORKLOAD_COLUMNS))
+        # The workload columns only where a pod runs one: a plain trace keeps its layout.
+        extended = any(pod.workload is not None for pod in pods)
+        writer.writerow((*POD_TRACE_HEADER, *WORKLOAD_COLUMNS) if extended else POD_TRACE_HEADER)
         for pod in pods:
             writer.writerow(
                 [
@@ -143,8 +146,8 @@ def write_pod_trace(pods: Sequence[Pod], path: str | Path) -> None:
                     pod.phase,
                     _num(pod.creation_s),
                     "" if pod.deletion_s is None else _num(pod.deletion_s),
-                    *workload_cells(pod.workload),
                 ]
+                + (workload_cells(pod.workload) if extended else [])
             )
 
 
