@@ -66,6 +66,7 @@ def test_a_service_sharing_with_training_misses_the_windows_it_shares() -> None:
     result = run([service("s1", 0, 600), training("t1", 120, 100)])
     (s1,) = result.services
     assert (s1.windows, s1.windows_met) == (10, 6)
+    assert (s1.worst_slowdown, s1.allowed_slowdown) == (2.0, 1.5)
     (t1,) = result.training
     assert t1.finished_s == pytest.approx(320.0)
     summary = result.training_json()
@@ -166,3 +167,24 @@ def test_surrogate_sharing_multiplies_the_pairs_predictions() -> None:
         [ab * ac, ba * bc, ca * cb]
     )
     assert SurrogateSharing(surrogate).slowdowns([a]) == [1.0]
+
+
+@pytest.mark.parametrize(
+    ("queue", "t2_done", "s1_met"),
+    [("arrival", 150.0, 2), ("priority", 350.0, 3)],
+)
+def test_the_priority_queue_places_a_waiting_service_before_training(
+    queue: str, t2_done: float, s1_met: int
+) -> None:
+    # One GPU. t1 holds it [0, 100); t2 (50 s of work) waits from 5, s1 (priority 1, lives
+    # [10, 300): windows 0..4) from 10. Arrival order: t2 runs [100, 150), s1 waits [10, 150)
+    # and misses windows 0..2. Priority: s1 runs from 100 (misses windows 0..1), t2 after it
+    # leaves: [300, 350).
+    one = PodCluster((GpuNode("n1", 8000, 1000, 1, "G"),))
+    pods = [training("t1", 0, 100, milli=1000), training("t2", 5, 50, milli=1000),
+            service("s1", 10, 300, milli=1000)]  # fmt: skip
+    result = replay(one, pods, create_pod_policy("best-fit", WHOLE), costs=costs,
+                    sharing=TimeSlicing(), window_s=60.0, queue=queue)  # fmt: skip
+    assert result.training[1].finished_s == pytest.approx(t2_done)
+    (s1,) = result.services
+    assert (s1.windows, s1.windows_met) == (5, s1_met)

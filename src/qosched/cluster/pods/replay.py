@@ -3,7 +3,9 @@
 Where :func:`~qosched.cluster.pods.sim.place_pods` replays arrivals only (the paper's
 experiment: no pod leaves), :func:`replay` runs the trace's clock. A pod arrives at
 ``creation_s`` and is placed by a pod placement policy on a node it fits on; one that fits
-nowhere waits, and is tried again, in arrival order, whenever a pod leaves. A service (and a
+nowhere waits, and is tried again whenever a pod leaves, the waiting in arrival order or, with
+``queue="priority"``, highest workload priority first (a newcomer is tried at once: what
+waits failed on what is left, which has only shrunk since). A service (and a
 pod without a workload) leaves at ``deletion_s`` (waiting or not); a training job leaves when
 its ``work_s`` is done (its ``deletion_s`` is not read), at ``1 / slowdown`` of its speed alone
 while it shares a GPU. A rate-over-time series changes a service's load at its steps.
@@ -87,13 +89,21 @@ def within_goals(parties: Sequence[Party], sharing: Sharing) -> bool:
 
 
 COLOCATIONS: dict[str, Colocation] = {"any": anywhere, "apart": apart, "goals": within_goals}
+#: The order waiting pods are tried in: ``arrival``, or ``priority`` (a workload's priority,
+#: highest first; a pod without a workload at 0; arrival order among equals).
+QUEUES = ("arrival", "priority")
 
 
 @dataclass(frozen=True, slots=True)
 class ServiceOutcome:
+    """One service's windows, and the largest slowdown it had while placed (1.0: never
+    slowed) against the largest its goal allows (at its last rate)."""
+
     pod_id: str
     windows: int
     windows_met: int
+    worst_slowdown: float = 1.0
+    allowed_slowdown: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +247,7 @@ class _Pod:
         "state",
         "version",
         "work_left",
+        "worst",
     )
 
     def __init__(self, index: int, pod: Pod) -> None:
@@ -256,6 +267,7 @@ class _Pod:
         self.ok = False  # services: meeting the goal now
         self.ok_since = pod.creation_s
         self.bad: list[tuple[float, float]] = []
+        self.worst = 1.0
 
     @property
     def kind(self) -> str:
@@ -273,12 +285,15 @@ def replay(
     window_s: float = DEFAULT_WINDOW_S,
     seed: int = 0,
     workload: Workload | None = None,
+    queue: str = "arrival",
 ) -> ReplayRun:
     """Run ``pods`` (in order of ``creation_s``, the given order among equals) on ``cluster``
     under ``policy`` (module doc). ``costs`` gives each model's cost alone, ``sharing`` the
     slowdowns of a GPU's parties, ``colocation`` (a key of :data:`COLOCATIONS`) which pods may
     share a GPU; ties between nodes go to the first in a ``seed``-ed random order of the
     nodes, as in ``place_pods``."""
+    if queue not in QUEUES:
+        raise ValueError(f"unknown queue order {queue!r}; use {', '.join(QUEUES)}")
     if colocation not in COLOCATIONS:
         raise ValueError(f"unknown colocation {colocation!r}; use {', '.join(COLOCATIONS)}")
     if not (math.isfinite(window_s) and window_s > 0):
@@ -286,7 +301,7 @@ def replay(
     if not pods:
         raise ValueError("no pod to replay")
     return _Replay(cluster, pods, policy, costs, sharing, colocation, window_s, seed,
-                   workload or policy.workload).run()  # fmt: skip
+                   workload or policy.workload, queue).run()  # fmt: skip
 
 
 class _Replay:
@@ -301,10 +316,12 @@ class _Replay:
         window_s: float,
         seed: int,
         workload: Workload,
+        queue: str,
     ) -> None:
         self.cluster, self.policy, self.costs, self.sharing = cluster, policy, costs, sharing
         self.colocation_name, self.admits = colocation, COLOCATIONS[colocation]
         self.window_s = window_s
+        self.by_priority = queue == "priority"
         self.rng = random.Random(seed)
         count = len(cluster.nodes)
         self.rank = np.empty(count, dtype=np.int64)
@@ -392,6 +409,8 @@ class _Replay:
                 retry, self.waiting = self.waiting + arrived, []
             else:
                 retry = arrived
+            if self.by_priority:
+                retry.sort(key=lambda i: (-self.priority(i), i))
             # Placing only takes resources: a pod like one that just failed fails too.
             failed: set[tuple] = set()
             for index in retry:
@@ -433,6 +452,10 @@ class _Replay:
         )
 
     # -- placing and leaving ---------------------------------------------------------------
+
+    def priority(self, index: int) -> int:
+        w = self.pods[index].pod.workload
+        return 0 if w is None else w.priority
 
     def party(self, p: _Pod) -> Party:
         return Party(p.kind, p.profile, p.allowed)
@@ -591,6 +614,7 @@ class _Replay:
                 p.version += 1
                 self.push(self.now + max(p.work_left, 0.0) / p.speed, _FINISH, index, p.version)
             elif isinstance(w, ServiceSpec):
+                p.worst = max(p.worst, slowdown)
                 self.judge(p, ok=slowdown <= p.allowed * (1 + 1e-9))
 
     def judge(self, p: _Pod, *, ok: bool) -> None:
@@ -614,7 +638,7 @@ class _Replay:
         first = math.floor(p.pod.creation_s / w)
         last = math.ceil(life_end / w) - 1
         if life_end <= p.pod.creation_s:
-            return ServiceOutcome(p.pod.pod_id, 0, 0)
+            return ServiceOutcome(p.pod.pod_id, 0, 0, p.worst, p.allowed)
         spans = sorted(
             (max(math.floor(a / w), first), min(math.ceil(b / w) - 1, last))
             for a, b in p.bad
@@ -627,7 +651,7 @@ class _Replay:
                 bad += hi - lo + 1
                 reach = hi
         windows = last - first + 1
-        return ServiceOutcome(p.pod.pod_id, windows, windows - bad)
+        return ServiceOutcome(p.pod.pod_id, windows, windows - bad, p.worst, p.allowed)
 
     def sample(self) -> None:
         self.samples.append(
