@@ -20,7 +20,9 @@ The peers, each placing by FGD over the trace's clock (``cluster/pods/replay.py`
 - ``fgd``: FGD packing without any interference model (``any``), ``fggr``;
 - ``time-slicing``: FGD packing, GPUs shared in turns, Gandiva-like (``any``, time-slicing);
 - ``qosched``: FGD packing where the co-location surrogate predicts every service's goal kept
-  (``goals``), ``fggr``.
+  (``goals``), ``fggr``, waiting pods tried by priority (services before training).
+
+The first three try waiting pods in arrival order.
 
 Printed: per peer, the services' share of windows meeting the goal and of services meeting it
 in 99% of their windows, training DSR and JCT, the cluster's mean GPUs allocated and
@@ -55,12 +57,12 @@ from qosched.gpushare.colocation import bundled
 from qosched.gpushare.goals import Goal
 
 DAY = 86400.0
-#: (peer, colocation, sharing)
+#: (peer, colocation, sharing, order of the waiting pods)
 PEERS = (
-    ("dedicated", "apart", "fggr"),
-    ("fgd", "any", "fggr"),
-    ("time-slicing", "any", "time-slicing"),
-    ("qosched", "goals", "fggr"),
+    ("dedicated", "apart", "fggr", "arrival"),
+    ("fgd", "any", "fggr", "arrival"),
+    ("time-slicing", "any", "time-slicing", "arrival"),
+    ("qosched", "goals", "fggr", "priority"),
 )
 
 
@@ -175,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpu", default="A100")
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--cache", type=Path, default=Path("bench/out/train_and_serve/costs.pkl"))
-    parser.add_argument("--peers", default=",".join(p for p, _, _ in PEERS))
+    parser.add_argument("--peers", default=",".join(peer[0] for peer in PEERS))
     parser.add_argument("--service-goal", type=float, help="every service's p99_slowdown goal")
     args = parser.parse_args(argv)
 
@@ -209,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| peer | windows met | services >= 99% | DSR | JCT s | mean alloc GPUs | peak alloc "
           "| mean frag GPUs | utilization | wall s |")  # fmt: skip
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name, colocation, sharing in PEERS:
+    for name, colocation, sharing, queue in PEERS:
         if name not in wanted:
             continue
         runs[name] = replay(
@@ -221,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             colocation=colocation,
             window_s=args.window_s,
             seed=args.seed,
+            queue=queue,
         )
         print(row(name, runs[name]), flush=True)
     if "fgd" in runs:

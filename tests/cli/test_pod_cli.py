@@ -158,8 +158,8 @@ def test_a_trace_with_workloads_reports_services_training_and_the_cluster(
     assert known_costs == ["T4"]
     # Best fit puts t1 beside s1; time-slicing slows both 2x: t1 runs 120..320 (deadline 300
     # missed), and s1 misses windows 2..5 of its 10.
-    assert (payload["sharing"], payload["colocation"], payload["window_s"]) == (
-        "time-slicing", "any", 60.0)  # fmt: skip
+    assert (payload["sharing"], payload["colocation"], payload["queue"], payload["window_s"]) == (
+        "time-slicing", "any", "arrival", 60.0)  # fmt: skip
     assert payload["services"]["windows"] == 10
     assert payload["services"]["windows_met"] == 6
     assert payload["training"] == {"jobs": 1, "finished": 1, "deadline_jobs": 1,
@@ -176,9 +176,11 @@ def test_keeping_services_apart_meets_the_deadline_and_every_window(
     trace, nodes = mixed
     payload = run_json(["sim", "cluster", "--trace", str(trace), "--cluster-spec", str(nodes),
                         "--policy", "best-fit,fgd", "--sharing", "time-slicing",
-                        "--colocation", "apart", "--json"], capsys)  # fmt: skip
+                        "--colocation", "apart", "--queue", "priority", "--json"],
+                       capsys)  # fmt: skip
     assert_contract("sim-cluster-pods", payload)
     for run in payload["runs"]:
+        assert (run["colocation"], run["queue"]) == ("apart", "priority")
         assert run["services"]["windows_met"] == 10
         assert run["training"]["deadline_met"] == 1
         assert run["training"]["avg_jct_s"] == 100.0
@@ -200,8 +202,8 @@ def test_a_plain_pod_trace_has_no_replay(
     trace, nodes = files
     payload = run_json(["sim", "cluster", "--trace", str(trace), "--cluster-spec", str(nodes),
                         "--policy", "fgd", "--json"], capsys)  # fmt: skip
-    assert [payload[k] for k in ("sharing", "colocation", "window_s", "services", "training",
-                                 "cluster")] == [None] * 6  # fmt: skip
+    assert [payload[k] for k in ("sharing", "colocation", "queue", "window_s", "services",
+                                 "training", "cluster")] == [None] * 7  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ DEFAULT_POLICY = "fgd"
 #: The catalog GPU whose kernel estimates give the models' costs when none is named.
 DEFAULT_GPU = "A100"
 #: The options of ``sim cluster`` that only a pod trace with workloads reads.
-REPLAY_OPTIONS = ("--window-s", "--sharing", "--colocation", "--gpu")
+REPLAY_OPTIONS = ("--window-s", "--sharing", "--colocation", "--queue", "--gpu")
 
 
 def run_pod_import(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def run_pod_import(args: argparse.Namespace) -> int:
 
 def add_pod_options(parser: argparse.ArgumentParser) -> None:
     """``sim cluster``'s options for a pod trace with workloads (services, training)."""
-    from qosched.cluster.pods.replay import COLOCATIONS, DEFAULT_WINDOW_S
+    from qosched.cluster.pods.replay import COLOCATIONS, DEFAULT_WINDOW_S, QUEUES
 
     parser.add_argument(
         "--window-s",
@@ -74,6 +74,12 @@ def add_pod_options(parser: argparse.ArgumentParser) -> None:
         choices=tuple(COLOCATIONS),
         help="pod trace with workloads: which pods may share a GPU (any: default; apart: "
         "services only with services; goals: where the prediction keeps every goal)",
+    )
+    parser.add_argument(
+        "--queue",
+        choices=QUEUES,
+        help="pod trace with workloads: the order waiting pods are tried in when a pod leaves "
+        "(arrival: default; priority: the workloads' priority, highest first)",
     )
     parser.add_argument(
         "--gpu",
@@ -213,7 +219,9 @@ def run_pod_sim(args: argparse.Namespace) -> int:
 
 
 #: The replay's keys of a run when the trace has no workloads.
-_NO_REPLAY = dict.fromkeys(("sharing", "colocation", "window_s", "services", "training", "cluster"))
+_NO_REPLAY = dict.fromkeys(
+    ("sharing", "colocation", "queue", "window_s", "services", "training", "cluster")
+)
 
 
 def _replayer(args: argparse.Namespace, cluster, pods):
@@ -235,7 +243,7 @@ def _replayer(args: argparse.Namespace, cluster, pods):
     def run(policy):
         return replay(cluster, pods, policy, costs=costs, sharing=sharing,
                       colocation=args.colocation or "any", window_s=window,
-                      seed=args.seed)  # fmt: skip
+                      seed=args.seed, queue=args.queue or "arrival")  # fmt: skip
 
     return run
 
@@ -246,7 +254,7 @@ def _replay_table(replays):
     first = replays[0]
     table = Table(
         title=f"over the trace's clock: {first.sharing} sharing, colocation {first.colocation}, "
-        f"windows of {first.window_s:g} s",
+        f"{first.queue} queue, windows of {first.window_s:g} s",
         title_justify="left",
     )
     headers = ("policy", "windows met", "services >= 99%", "DSR", "JCT s", "mean allocated",

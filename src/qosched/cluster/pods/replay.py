@@ -143,6 +143,7 @@ class ReplayRun:
     policy: str
     sharing: str
     colocation: str
+    queue: str
     window_s: float
     cluster_gpus: int
     start_s: float
@@ -215,6 +216,7 @@ class ReplayRun:
         return {
             "sharing": self.sharing,
             "colocation": self.colocation,
+            "queue": self.queue,
             "window_s": self.window_s,
             "services": self.services_json(),
             "training": self.training_json(),
@@ -437,6 +439,7 @@ class _Replay:
             policy=self.policy.name,
             sharing=self.sharing.name,
             colocation=self.colocation_name,
+            queue="priority" if self.by_priority else "arrival",
             window_s=self.window_s,
             cluster_gpus=self.cluster.gpus,
             start_s=start,
