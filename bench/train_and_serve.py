@@ -41,18 +41,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from qosched.cluster.pods.assign import assign_workloads
-from qosched.cluster.pods.costs import (
-    ModelCost,
-    SurrogateSharing,
-    TimeSlicing,
-    estimated_costs,
-)
+from qosched.cluster.pods.costs import ModelCost, TimeSlicing
 from qosched.cluster.pods.fragmentation import Workload
 from qosched.cluster.pods.nodes import PodCluster, read_node_list
 from qosched.cluster.pods.policies import create_pod_policy
 from qosched.cluster.pods.replay import ReplayRun, replay
 from qosched.cluster.pods.trace import Pod, import_alibaba_gpu_2023, is_pod_trace, read_pod_trace
 from qosched.cluster.pods.workloads import ServiceSpec, TrainingSpec
+from qosched.colocate import SurrogateSharing, estimated_costs
 from qosched.gpushare.colocation import bundled
 from qosched.gpushare.goals import Goal
 

@@ -120,21 +120,22 @@ TWO_NODES = "sn,cpu_milli,memory_mib,gpu,model\nn1,8000,1000,1,T4\nn2,8000,1000,
 @pytest.fixture
 def known_costs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Models' costs without estimating them: 10 ms a request, for resnet50 only."""
-    from qosched.cluster.pods import costs
+    from qosched import colocate
+    from qosched.cluster.pods.costs import ModelCost
 
     asked: list[str] = []
 
     def estimated(gpu: str):
         asked.append(gpu)
 
-        def cost(model: str, batch: int) -> costs.ModelCost:
+        def cost(model: str, batch: int) -> ModelCost:
             if model != "resnet50":
                 raise KeyError(model)
-            return costs.ModelCost(0.010 * batch, 0.5, 0.3, 0.001)
+            return ModelCost(0.010 * batch, 0.5, 0.3, 0.001)
 
         return cost
 
-    monkeypatch.setattr(costs, "estimated_costs", estimated)
+    monkeypatch.setattr(colocate, "estimated_costs", estimated)
     return asked
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from qosched.cluster.pods.costs import ModelCost, SurrogateSharing, TimeSlicing, party
+from qosched.cluster.pods.costs import ModelCost, TimeSlicing
 from qosched.cluster.pods.fragmentation import TaskShape, Workload
 from qosched.cluster.pods.nodes import GpuNode, PodCluster
 from qosched.cluster.pods.policies import create_pod_policy
 from qosched.cluster.pods.replay import replay
 from qosched.cluster.pods.trace import Pod
 from qosched.cluster.pods.workloads import RateSeries, ServiceSpec, TrainingSpec
-from qosched.gpushare.colocation import bundled
-from qosched.gpushare.goals import BEST_EFFORT, Goal
+from qosched.gpushare.goals import Goal
 
 #: Fragmentation is measured against "one core, one whole GPU": a GPU partly free is a fragment.
 WHOLE = Workload(((TaskShape(1000, 1, 1000), 1.0),))
@@ -153,38 +152,3 @@ def test_a_rate_step_breaks_the_goal_from_its_time_on() -> None:
     assert result.training[0].finished_s == pytest.approx(400.0)
     (outcome,) = result.services
     assert (outcome.windows, outcome.windows_met) == (10, 0)
-
-
-def test_surrogate_sharing_multiplies_the_pairs_predictions() -> None:
-    surrogate = bundled()
-    a = party("a", COST, 2, Goal("p99_slowdown", 1.5), 25.0)
-    b = party("b", COST, 0, BEST_EFFORT)
-    c = party("c", ModelCost(0.05, 0.9, 0.6, 0.01), 1, BEST_EFFORT)
-    ab, ba = surrogate.pair(a, b)
-    ac, ca = surrogate.pair(a, c)
-    bc, cb = surrogate.pair(b, c)
-    assert SurrogateSharing(surrogate).slowdowns([a, b, c]) == pytest.approx(
-        [ab * ac, ba * bc, ca * cb]
-    )
-    assert SurrogateSharing(surrogate).slowdowns([a]) == [1.0]
-
-
-@pytest.mark.parametrize(
-    ("queue", "t2_done", "s1_met"),
-    [("arrival", 150.0, 2), ("priority", 350.0, 3)],
-)
-def test_the_priority_queue_places_a_waiting_service_before_training(
-    queue: str, t2_done: float, s1_met: int
-) -> None:
-    # One GPU. t1 holds it [0, 100); t2 (50 s of work) waits from 5, s1 (priority 1, lives
-    # [10, 300): windows 0..4) from 10. Arrival order: t2 runs [100, 150), s1 waits [10, 150)
-    # and misses windows 0..2. Priority: s1 runs from 100 (misses windows 0..1), t2 after it
-    # leaves: [300, 350).
-    one = PodCluster((GpuNode("n1", 8000, 1000, 1, "G"),))
-    pods = [training("t1", 0, 100, milli=1000), training("t2", 5, 50, milli=1000),
-            service("s1", 10, 300, milli=1000)]  # fmt: skip
-    result = replay(one, pods, create_pod_policy("best-fit", WHOLE), costs=costs,
-                    sharing=TimeSlicing(), window_s=60.0, queue=queue)  # fmt: skip
-    assert result.training[1].finished_s == pytest.approx(t2_done)
-    (s1,) = result.services
-    assert (s1.windows, s1.windows_met) == (5, s1_met)

@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "qosched.gpushare": 2,
     "qosched.trainingjob": 2,  # a job's spec and runner protocol, shared by backends and job
     "qosched.report": 3,  # figures of the levels' results
+    "qosched.colocate": 3,  # the GPU level's estimates as the cluster level's sharing model
     "qosched.backends.local": 3,  # the backends run the cluster level
     "qosched.backends.kubernetes": 3,
     "qosched.job": 3,  # what a job's script calls

@@ -32,10 +32,10 @@ def run_pod_import(args: argparse.Namespace) -> int:
         raise InputError("--gpu sets the services' rates: give --workloads too")
     pods = import_alibaba_gpu_2023(args.source)
     if args.workloads:
-        from qosched.cluster.pods import costs
+        from qosched import colocate
         from qosched.cluster.pods.assign import assign_workloads
 
-        cost = costs.estimated_costs(args.gpu or DEFAULT_GPU)
+        cost = colocate.estimated_costs(args.gpu or DEFAULT_GPU)
         pods = assign_workloads(pods, lambda model, batch: cost(model, batch).request_s,
                                 args.seed)  # fmt: skip
     write_pod_trace(pods, args.out)
@@ -226,8 +226,9 @@ _NO_REPLAY = dict.fromkeys(
 
 def _replayer(args: argparse.Namespace, cluster, pods):
     """What runs one policy over the trace's clock with the command's options."""
-    from qosched.cluster.pods.costs import SurrogateSharing, TimeSlicing, estimated_costs
+    from qosched.cluster.pods.costs import TimeSlicing
     from qosched.cluster.pods.replay import DEFAULT_WINDOW_S, replay
+    from qosched.colocate import SurrogateSharing, estimated_costs
     from qosched.core.bounds import check_number
     from qosched.gpushare.colocation import bundled
 

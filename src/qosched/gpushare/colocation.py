@@ -54,7 +54,7 @@ import numpy as np
 
 from qosched.core.bounds import MAX_BATCH
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import Goal
+from qosched.gpushare.goals import Goal, slowdown_allowed
 from qosched.gpushare.interference import bandwidth_share
 from qosched.gpushare.kernel import Kernel
 from qosched.hardware import Processor
@@ -174,16 +174,7 @@ def profile(workload: Workload, kernels: Sequence[Kernel], gpu: Processor) -> Pr
 def allowed_slowdown(goal: Goal, alone: Profile) -> float:
     """The largest slowdown ``goal`` allows ``alone``'s workload (inf for best effort). A p99
     latency goal is read against the request time alone (the p99 alone is at least that)."""
-    if not goal.protected:
-        return math.inf
-    if goal.kind == "p99_slowdown":
-        return goal.value
-    if goal.kind == "p99_latency":
-        return goal.value / alone.request_s
-    if goal.kind == "throughput_share":
-        return 1.0 / goal.value
-    rps = alone.rate_rps if alone.rate_rps is not None else 1.0 / alone.request_s
-    return rps / goal.value  # throughput_rps
+    return slowdown_allowed(goal, alone.request_s, alone.rate_rps)
 
 
 class Table:

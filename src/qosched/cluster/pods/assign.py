@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from qosched.cluster.pods.trace import MILLI, Pod
 from qosched.cluster.pods.workloads import RateSeries, ServiceSpec, TrainingSpec
-from qosched.gpushare.goals import Goal
+from qosched.core.goals import Goal
 
 SERVING_MODELS = ("resnet50", "bert_base", "mobilenet", "resnet", "bert")
 TRAINING_MODELS = ("resnet50", "bert_base", "resnet", "mobilenet")

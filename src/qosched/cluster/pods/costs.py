@@ -1,16 +1,18 @@
-"""What the co-location surrogate reads of a pod's model, and each party's slowdown on a GPU.
+"""What a GPU's parties are, for the cluster level, and how they slow each other down.
 
-A pod's workload (``workloads``) becomes a ``gpushare.colocation.Profile`` from its model's
-:class:`ModelCost` (one request or step alone, from the GPU level's kernel estimates) and what
-the pod states (rate, goal, priority). A GPU's parties are slowed by a :class:`Sharing` model:
+A pod's workload (``workloads``) becomes a :class:`Load` from its model's :class:`ModelCost` (one
+request or step alone) and what the pod states (rate, goal, priority): the same quantities the GPU
+level's co-location surrogate reads of a workload (``gpushare.colocation.Profile``). A GPU's
+parties are slowed by a :class:`Sharing` model, which the run takes as a parameter:
 
-- ``fggr`` (:class:`SurrogateSharing`): the GPU level's spatial sharing under ``fggr``, each
-  party's slowdown beside each other one from the co-location surrogate
-  (``gpushare/colocation.py``); beside several, the product of the pairs' (the surrogate knows
-  pairs only: the product is the stated rule, and it never predicts less than the worst pair);
+- ``fggr`` (``qosched.colocate.SurrogateSharing``): the GPU level's spatial sharing under
+  ``fggr``, each party's slowdown beside each other one from the co-location surrogate; beside
+  several, the product of the pairs' (the surrogate knows pairs only: the product is the stated
+  rule, and it never predicts less than the worst pair); the costs come from the GPU level's
+  kernel estimates (``qosched.colocate.estimated_costs``);
 - ``time-slicing`` (:class:`TimeSlicing`, Gandiva-like): the GPU's time is dealt out in turns,
-  so each of ``n`` busy parties runs at ``1/n`` of its speed alone and a request waits for its
-  turn: every party is slowed ``n`` times.
+  so each of ``n`` parties runs at ``1/n`` of its speed alone and a request waits for its turn:
+  every party is slowed ``n`` times.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from qosched.gpushare.colocation import Profile, Surrogate, allowed_slowdown
+from qosched.core.goals import Goal, slowdown_allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,36 +50,29 @@ class ModelCost:
 Costs = Callable[[str, int], ModelCost]
 
 
-def estimated_costs(gpu: str) -> Costs:
-    """Costs from the GPU level's kernel estimates on the catalog GPU ``gpu``, each model and
-    batch estimated once (no model runs)."""
-    from qosched.gpushare.colocation import Workload, profile
-    from qosched.gpushare.estimate import estimate_model
-    from qosched.gpushare.goals import BEST_EFFORT
-    from qosched.hardware.catalog import gpu as catalog_gpu
+@dataclass(frozen=True, slots=True)
+class Load:
+    """One party of a GPU as a sharing model reads it: ``gpushare.colocation.Profile``'s fields,
+    in its order (``duty``: the share of time it keeps the GPU busy alone)."""
 
-    device = catalog_gpu(gpu)
-    known: dict[tuple[str, int], ModelCost] = {}
-
-    def costs(model: str, batch: int) -> ModelCost:
-        key = (model, batch)
-        if key not in known:
-            kernels = estimate_model(model, device, batch=batch).kernels
-            loop = Workload(model, model, batch, "training", 0, BEST_EFFORT)
-            p = profile(loop, kernels, device)
-            known[key] = ModelCost(p.request_s, p.sm, p.bandwidth, p.kernel_s)
-        return known[key]
-
-    return costs
+    name: str
+    priority: int
+    goal: Goal
+    request_s: float
+    duty: float
+    sm: float
+    bandwidth: float
+    rate_rps: float | None  # None: a step loop
+    kernel_s: float
 
 
 def party(
-    name: str, cost: ModelCost, priority: int, goal, rate_rps: float | None = None
-) -> Profile:
-    """A GPU party's profile: an inference at ``rate_rps`` on this GPU, or a step loop (None)."""
+    name: str, cost: ModelCost, priority: int, goal: Goal, rate_rps: float | None = None
+) -> Load:
+    """A GPU party: an inference at ``rate_rps`` on this GPU, or a step loop (None)."""
     duty = 1.0 if rate_rps is None else min(1.0, rate_rps * cost.request_s)
-    return Profile(name, priority, goal, cost.request_s, duty, cost.sm, cost.bandwidth, rate_rps,
-                   cost.kernel_s)  # fmt: skip
+    return Load(name, priority, goal, cost.request_s, duty, cost.sm, cost.bandwidth, rate_rps,
+                cost.kernel_s)  # fmt: skip
 
 
 class Sharing(Protocol):
@@ -85,27 +80,10 @@ class Sharing(Protocol):
 
     name: str
 
-    def slowdowns(self, parties: Sequence[Profile]) -> list[float]:
+    def slowdowns(self, parties: Sequence[Load]) -> list[float]:
         """Called whenever a GPU's parties or their rates change; returns each party's slowdown
         (1.0: as fast as alone), in the order given."""
         ...
-
-
-@dataclass(frozen=True)
-class SurrogateSharing:
-    """``fggr`` spatial sharing, slowdowns from the co-location surrogate (module doc)."""
-
-    surrogate: Surrogate
-    name: str = "fggr"
-
-    def slowdowns(self, parties: Sequence[Profile]) -> list[float]:
-        result = [1.0] * len(parties)
-        for i in range(len(parties)):
-            for j in range(i + 1, len(parties)):
-                a, b = self.surrogate.pair(parties[i], parties[j])
-                result[i] *= a
-                result[j] *= b
-        return result
 
 
 @dataclass(frozen=True)
@@ -114,13 +92,13 @@ class TimeSlicing:
 
     name: str = "time-slicing"
 
-    def slowdowns(self, parties: Sequence[Profile]) -> list[float]:
+    def slowdowns(self, parties: Sequence[Load]) -> list[float]:
         return [float(len(parties))] * len(parties)
 
 
-def allowed(goal, p: Profile, total_rate_rps: float | None = None) -> float:
-    """The largest slowdown ``goal`` allows the party ``p`` (inf for best effort); a throughput
-    goal is read against the service's whole rate, ``total_rate_rps``, over all its GPUs."""
-    if goal.kind == "throughput_rps" and total_rate_rps is not None:
-        return total_rate_rps / goal.value
-    return allowed_slowdown(goal, p)
+def allowed(goal: Goal, p: Load, total_rate_rps: float | None = None) -> float:
+    """The largest slowdown ``goal`` allows the party ``p`` (``core.goals.slowdown_allowed``;
+    inf for best effort); a throughput goal is read against the service's whole rate,
+    ``total_rate_rps``, over all its GPUs."""
+    rate = p.rate_rps if total_rate_rps is None else total_rate_rps
+    return slowdown_allowed(goal, p.request_s, rate)

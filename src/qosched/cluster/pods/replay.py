@@ -16,7 +16,7 @@ is not a party (nothing is known of what it runs). A party with several GPUs tak
 so it shares none; a service's rate is spread evenly over its GPUs.
 
 A service **meets its goal at an instant** when it is placed and its slowdown is within what
-its goal allows (``colocation.allowed_slowdown``: a p99 latency goal read against the request
+its goal allows (``core.goals.slowdown_allowed``: a p99 latency goal read against the request
 time alone, a throughput goal against the service's rate); a service waiting for a GPU meets
 no goal. Time is cut into windows of ``window_s`` from 0; a service's windows are those its
 life (creation to deletion, or to the end of the run) overlaps, and a window **meets the goal**
@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qosched.cluster.pods.costs import Costs, Sharing, allowed, party
+from qosched.cluster.pods.costs import Costs, Load, Sharing, allowed, party
 from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskShape, Workload
 from qosched.cluster.pods.nodes import PodCluster
 from qosched.cluster.pods.policies import PodPolicy, gpu_tag
 from qosched.cluster.pods.sim import _choose
 from qosched.cluster.pods.trace import MILLI, Pod
 from qosched.cluster.pods.workloads import ServiceSpec, TrainingSpec
-from qosched.gpushare.colocation import Profile
 
 #: The default window a service's goal is judged over, in seconds.
 DEFAULT_WINDOW_S = 60.0
@@ -61,7 +60,7 @@ class Party:
     allows."""
 
     kind: str
-    profile: Profile | None
+    profile: Load | None
     allowed: float
 
 
@@ -257,7 +256,7 @@ class _Pod:
         self.state = "new"  # new, waiting, running, gone
         self.node = -1
         self.gpus: list[int] = []
-        self.profile: Profile | None = None
+        self.profile: Load | None = None
         self.allowed = math.inf
         self.rate = 0.0
         self.busy = pod.gpu_milli / MILLI  # per GPU; a pod without a workload: its share

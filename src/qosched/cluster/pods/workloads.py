@@ -2,12 +2,12 @@
 
 A pod of the trace may carry a workload (``docs/contracts.md``, the pod trace's workload
 columns): a **service** answers requests of a model at a rate, with a goal in the GPU level's
-vocabulary (``gpushare.goals``: ``p99_latency_ms``, ``p99_slowdown``, ``throughput_share``,
-``throughput_rps``, ``best_effort``) and lives from its creation to its deletion; a **training**
-job runs a model's step loop until ``work_s`` of work (seconds on its GPUs alone) is done, by a
-deadline or as best effort. Either asks for its GPUs as the pod does (``num_gpu`` x
-``gpu_milli``, Kubernetes GPU-sharing's request). Everything is checked here, once: the
-simulation trusts it.
+vocabulary (``core.goals``, as ``gpushare`` states it: ``p99_latency_ms``, ``p99_slowdown``,
+``throughput_share``, ``throughput_rps``, ``best_effort``) and lives from its creation to its
+deletion; a **training** job runs a model's step loop until ``work_s`` of work (seconds on its
+GPUs alone) is done, by a deadline or as best effort. Either asks for its GPUs as the pod does
+(``num_gpu`` x ``gpu_milli``, Kubernetes GPU-sharing's request). Everything is checked here,
+once: the simulation trusts it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from qosched.cluster.job import MAX_RUN_S
 from qosched.core.bounds import LATEST_TIME_S, MAX_BATCH, show_value
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import BEST_EFFORT, Goal, goal_from_key
+from qosched.core.goals import BEST_EFFORT, Goal, goal_from_key
 
 SERVICE = "service"
 TRAINING = "training"
