@@ -255,3 +255,22 @@ def test_the_job_trace_import_refuses_workloads(
                  str(tmp_path / "o.csv"), "--workloads"])  # fmt: skip
     assert code != 0
     assert "--workloads applies to --from alibaba-gpu-2023 only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--colocation", "goals"], "--colocation applies to a pod trace with workloads only"),
+        (["--queue", "priority"], "--queue applies to a pod trace with workloads only"),
+    ],
+)
+def test_a_job_trace_refuses_the_pod_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    trace = tmp_path / "jobs.csv"
+    assert main(["trace", "generate", "--out", str(trace), "--jobs", "3", "--cluster-gpus", "4",
+                 "--seed", "1"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["sim", "cluster", "--trace", str(trace), "--nodes", "1", "--gpus-per-node",
+                 "4", *extra]) != 0  # fmt: skip
+    assert message in capsys.readouterr().err

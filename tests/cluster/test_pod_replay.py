@@ -8,7 +8,7 @@ import pytest
 from qosched.cluster.pods.costs import ModelCost, TimeSlicing
 from qosched.cluster.pods.fragmentation import TaskShape, Workload
 from qosched.cluster.pods.nodes import GpuNode, PodCluster
-from qosched.cluster.pods.policies import create_pod_policy
+from qosched.cluster.pods.policies import create_pod_policy, pod_policy_names
 from qosched.cluster.pods.replay import replay
 from qosched.cluster.pods.trace import Pod
 from qosched.cluster.pods.workloads import RateSeries, ServiceSpec, TrainingSpec
@@ -152,3 +152,51 @@ def test_a_rate_step_breaks_the_goal_from_its_time_on() -> None:
     assert result.training[0].finished_s == pytest.approx(400.0)
     (outcome,) = result.services
     assert (outcome.windows, outcome.windows_met) == (10, 0)
+
+
+def random_trace(seed: int, count: int = 60) -> list[Pod]:
+    """Services, training and plain pods of random shapes and times (seeded)."""
+    import random
+
+    rng = random.Random(seed)
+    pods = []
+    for i in range(count):
+        created = rng.uniform(0, 2000)
+        milli = rng.choice([250, 500, 700, 1000])
+        gpus = 1 if milli < 1000 else rng.choice([1, 2])
+        kind = rng.choice(["service", "training", "plain"])
+        if kind == "service":
+            pods.append(service(f"s{i}", created, created + rng.uniform(10, 900), milli=milli,
+                                rate=rng.uniform(1, 60), slowdown=rng.choice([1.5, 2.5]),
+                                gpus=gpus))  # fmt: skip
+        elif kind == "training":
+            deadline = created + rng.uniform(50, 900)
+            pods.append(training(f"t{i}", created, rng.uniform(10, 400), milli=milli,
+                                 deadline=deadline, gpus=gpus))  # fmt: skip
+        else:
+            pods.append(Pod(f"p{i}", 500, 50, gpus, milli, creation_s=created,
+                            deletion_s=created + rng.uniform(10, 600)))  # fmt: skip
+    return pods
+
+
+@pytest.mark.parametrize("name", pod_policy_names())
+@pytest.mark.parametrize("colocation", ["any", "apart", "goals"])
+def test_every_policy_runs_the_clock_deterministically_within_the_cluster(
+    name: str, colocation: str
+) -> None:
+    cluster = PodCluster(tuple(GpuNode(f"n{i}", 16000, 2000, 4, "G") for i in range(3)))
+    pods = random_trace(7)
+
+    def once():
+        return replay(cluster, pods, create_pod_policy(name, WHOLE), costs=costs,
+                      sharing=TimeSlicing(), colocation=colocation, seed=3)  # fmt: skip
+
+    first, second = once(), once()
+    assert (first.services, first.training, first.allocated_gpu_s, first.busy_gpu_s) == (
+        second.services, second.training, second.allocated_gpu_s, second.busy_gpu_s)  # fmt: skip
+    assert 0 < first.peak_allocated_gpus <= cluster.gpus
+    assert all(s.allocated_gpus <= cluster.gpus + 1e-9 for s in first.samples)
+    assert first.samples[-1].allocated_gpus == pytest.approx(0.0)  # everything has left
+    assert all(t.finished_s is not None for t in first.training)
+    for s in first.services:
+        assert 0 <= s.windows_met <= s.windows
