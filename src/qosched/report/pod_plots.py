@@ -34,11 +34,14 @@ def plot_pod_runs(runs: Sequence[ReplayRun], out_dir: str | Path, title: str = "
         ),
         (axes[1][1], "training jobs running", lambda s, g: s.training_running),
     )
+    names = [run.policy for run in runs]
+    if len(set(names)) < len(names):  # one policy under several settings: name the settings
+        names = [f"{r.policy} ({r.sharing}, {r.colocation}, {r.queue})" for r in runs]
     for ax, label, value in panels:
-        for color, run in zip(colors, runs, strict=False):
+        for color, run, name in zip(colors, runs, names, strict=False):
             times = [s.time_s / HOUR for s in run.samples]
             values = [value(s, run.cluster_gpus or 1) for s in run.samples]
-            ax.step(times, values, where="post", label=run.policy, color=color, lw=1)
+            ax.step(times, values, where="post", label=name, color=color, lw=1)
         ax.set_xlabel("time (hours)")
         ax.set_title(label)
         ax.legend(fontsize=8)
@@ -55,7 +58,7 @@ def plot_pod_runs(runs: Sequence[ReplayRun], out_dir: str | Path, title: str = "
             part = run.services_json() if key == "windows_met_ratio" else run.training_json()
             values.append((part or {}).get(key) or 0.0)
         ax.bar([j + i * width for j in range(len(runs))], values, width, label=label)
-    ax.set_xticks([j + width / 2 for j in range(len(runs))], [run.policy for run in runs])
+    ax.set_xticks([j + width / 2 for j in range(len(runs))], names, fontsize=7)
     ax.set_ylim(0, 1.1)
     ax.set_title(f"over the run (windows of {runs[0].window_s:g} s)" if runs else "")
     ax.legend(fontsize=8)
