@@ -200,3 +200,16 @@ def test_every_policy_runs_the_clock_deterministically_within_the_cluster(
     assert all(t.finished_s is not None for t in first.training)
     for s in first.services:
         assert 0 <= s.windows_met <= s.windows
+
+
+def test_a_pod_deleted_while_waiting_is_never_placed() -> None:
+    # One GPU: s1 holds it whole on [0, 300); s2 waits from 60 and is deleted at 200, before
+    # the GPU frees: it never runs, and nothing is allocated once s1 leaves.
+    one = PodCluster((GpuNode("n1", 8000, 1000, 1, "G"),))
+    result = run([service("s1", 0, 300, milli=1000), service("s2", 60, 200, milli=1000)],
+                 cluster=one)  # fmt: skip
+    assert result.samples[-1].time_s == 300.0
+    assert result.samples[-1].allocated_gpus == 0.0
+    assert result.allocated_gpu_s == pytest.approx(300.0)
+    # s2 lives [60, 200): windows 1..3, none met.
+    assert (result.services[1].windows, result.services[1].windows_met) == (3, 0)

@@ -41,7 +41,7 @@ from qosched.cluster.pods.costs import Costs, Load, Sharing, allowed, party
 from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskShape, Workload
 from qosched.cluster.pods.nodes import PodCluster
 from qosched.cluster.pods.policies import PodPolicy, gpu_tag
-from qosched.cluster.pods.sim import _choose
+from qosched.cluster.pods.sim import choose_node
 from qosched.cluster.pods.trace import MILLI, Pod
 from qosched.cluster.pods.workloads import ServiceSpec, TrainingSpec
 
@@ -207,7 +207,9 @@ class ReplayRun:
             "mean_allocated_gpus": mean(self.allocated_gpu_s),
             "peak_allocated_gpus": round(self.peak_allocated_gpus, 3),
             "mean_fragmented_gpus": mean(self.fragmented_gpu_s),
-            "gpu_utilization": None if busy is None else round(busy / self.cluster_gpus, 6),
+            "gpu_utilization": None
+            if busy is None or not self.cluster_gpus
+            else round(busy / self.cluster_gpus, 6),
         }
 
     def to_json(self) -> dict[str, object]:
@@ -416,6 +418,8 @@ class _Replay:
             failed: set[tuple] = set()
             for index in retry:
                 p = self.pods[index]
+                if p.state != "waiting":
+                    continue  # deleted while it waited
                 like = (TaskShape.of(p.pod), p.pod.memory_mib, p.pod.workload)
                 if like in failed or not self.place(p):
                     failed.add(like)
@@ -516,7 +520,7 @@ class _Replay:
             values[n] = answer[0]
             gpus[n] = (free, answer[1])
         rank = None if self.policy.random_node else self.rank
-        choice = _choose(values, self.policy.normalizes, rank, self.rng)
+        choice = choose_node(values, self.policy.normalizes, rank, self.rng)
         if choice is None:
             return False
         free, index = gpus[choice]

@@ -168,7 +168,8 @@ def place_pods(
             table.values[n], table.gpus[n] = answer
         table.stamp = step
         arrived += task.gpu_request_milli
-        choice = _choose(table.values, policy.normalizes, None if policy.random_node else rank, rng)
+        order = None if policy.random_node else rank
+        choice = choose_node(table.values, policy.normalizes, order, rng)
         placements.append(None if choice is None else cluster.nodes[choice].name)
         if choice is None:
             failed += 1
@@ -227,7 +228,7 @@ def _rescale(scores: np.ndarray) -> np.ndarray:
     return (scores - low) * 100 // (high - low) if high > low else np.zeros_like(scores)
 
 
-def _choose(
+def choose_node(
     values: np.ndarray, normalizes: bool, rank: np.ndarray | None, rng: random.Random
 ) -> int | None:
     """A node of the highest score: the first in ``rank`` among equals, or one drawn at random
