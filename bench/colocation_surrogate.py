@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qosched.core.goals import BEST_EFFORT, Goal
 from qosched.gpushare.colocation import (
     FEATURES,
     Profile,
@@ -41,7 +42,6 @@ from qosched.gpushare.colocation import (
     profile,
     simulated,
 )
-from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.simulator import launch_rate
 from qosched.hardware.catalog import gpu as catalog_gpu
 

@@ -72,10 +72,10 @@ from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from qosched.core.errors import InputError
+from qosched.core.goals import BEST_EFFORT, Goal
 from qosched.gpushare.colocation import Workload, profile, slowdown_of
 from qosched.gpushare.colocation import bundled as bundled_surrogate
 from qosched.gpushare.estimate import estimate_model
-from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.interference import CALIBRATED, FEATURES, features
 from qosched.gpushare.live import compare_run
 from qosched.gpushare.policies import create_policy

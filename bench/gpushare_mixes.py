@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from qosched.gpushare.goals import BEST_EFFORT, Goal
+from qosched.core.goals import BEST_EFFORT, Goal
 from qosched.gpushare.judge import AppOutcome, protected_met, rule_violations
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.mixes import judge_mix

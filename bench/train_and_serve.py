@@ -41,16 +41,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from qosched.cluster.pods.assign import assign_workloads
-from qosched.cluster.pods.costs import ModelCost, TimeSlicing
-from qosched.cluster.pods.fragmentation import Workload
+from qosched.cluster.pods.costs import ModelCost, TimeSlicedSharing
+from qosched.cluster.pods.fragmentation import TaskMix
 from qosched.cluster.pods.nodes import PodCluster, read_node_list
 from qosched.cluster.pods.policies import create_pod_policy
 from qosched.cluster.pods.replay import ReplayRun, replay
 from qosched.cluster.pods.trace import Pod, import_alibaba_gpu_2023, is_pod_trace, read_pod_trace
 from qosched.cluster.pods.workloads import ServiceSpec, TrainingSpec
 from qosched.colocate import SurrogateSharing, estimated_costs
+from qosched.core.goals import Goal
 from qosched.gpushare.colocation import bundled
-from qosched.gpushare.goals import Goal
 
 DAY = 86400.0
 #: (peer, colocation, sharing, order of the waiting pods)
@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.tightness[1]:g}) x work, costs on {args.gpu}, seed {args.seed}"
         + ("" if args.service_goal is None else f"; every service p99 <= {args.service_goal:g}x")
     )
-    workload = Workload.typical(pods)
+    workload = TaskMix.typical(pods)
     surrogate = SurrogateSharing(bundled())
     wanted = args.peers.split(",")
     runs: dict[str, ReplayRun] = {}
@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pods,
             create_pod_policy("fgd", workload),
             costs=costs,
-            sharing=surrogate if sharing == "fggr" else TimeSlicing(),
+            sharing=surrogate if sharing == "fggr" else TimeSlicedSharing(),
             colocation=colocation,
             window_s=args.window_s,
             seed=args.seed,

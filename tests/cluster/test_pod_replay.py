@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from qosched.cluster.pods.costs import ModelCost, TimeSlicing
-from qosched.cluster.pods.fragmentation import TaskShape, Workload
+from qosched.cluster.pods.costs import ModelCost, TimeSlicedSharing
+from qosched.cluster.pods.fragmentation import TaskMix, TaskShape
 from qosched.cluster.pods.nodes import GpuNode, PodCluster
 from qosched.cluster.pods.policies import create_pod_policy, pod_policy_names
 from qosched.cluster.pods.replay import replay
 from qosched.cluster.pods.trace import Pod
 from qosched.cluster.pods.workloads import RateSeries, ServiceSpec, TrainingSpec
-from qosched.gpushare.goals import Goal
+from qosched.core.goals import Goal
 
 #: Fragmentation is measured against "one core, one whole GPU": a GPU partly free is a fragment.
-WHOLE = Workload(((TaskShape(1000, 1, 1000), 1.0),))
+WHOLE = TaskMix(((TaskShape(1000, 1, 1000), 1.0),))
 #: Request of 10 ms alone: 25 requests/s keep a GPU busy a quarter of the time.
 COST = ModelCost(request_s=0.010, sm=0.5, bandwidth=0.3, kernel_s=0.001)
 
@@ -51,7 +51,7 @@ def run(pods, colocation="any", sharing=None, window_s=60.0, cluster=None):
         pods,
         create_pod_policy("best-fit", WHOLE),
         costs=costs,
-        sharing=sharing or TimeSlicing(),
+        sharing=sharing or TimeSlicedSharing(),
         colocation=colocation,
         window_s=window_s,
     )
@@ -189,7 +189,7 @@ def test_every_policy_runs_the_clock_deterministically_within_the_cluster(
 
     def once():
         return replay(cluster, pods, create_pod_policy(name, WHOLE), costs=costs,
-                      sharing=TimeSlicing(), colocation=colocation, seed=3)  # fmt: skip
+                      sharing=TimeSlicedSharing(), colocation=colocation, seed=3)  # fmt: skip
 
     first, second = once(), once()
     assert (first.services, first.training, first.allocated_gpu_s, first.busy_gpu_s) == (

@@ -19,7 +19,7 @@ from qosched.cluster.pods.workloads import (
     parse_rate,
 )
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import BEST_EFFORT, Goal
+from qosched.core.goals import BEST_EFFORT, Goal
 
 HEADER = ",".join((*POD_TRACE_HEADER, *WORKLOAD_COLUMNS)) + "\n"
 POD = "p1,1000,100,1,500,,LS,Running,10,600"

@@ -8,7 +8,7 @@ from bench_scripts import bench_script
 from qosched.cluster.pods.nodes import GpuNode, PodCluster
 from qosched.cluster.pods.trace import Pod
 from qosched.cluster.pods.workloads import RateSeries, ServiceSpec, TrainingSpec
-from qosched.gpushare.goals import Goal
+from qosched.core.goals import Goal
 
 DAY = 86400.0
 

@@ -7,8 +7,8 @@ import pytest
 
 from qosched.cluster.pods.costs import ModelCost, party
 from qosched.colocate import SurrogateSharing, as_profile
+from qosched.core.goals import BEST_EFFORT, Goal
 from qosched.gpushare.colocation import Profile, bundled
-from qosched.gpushare.goals import BEST_EFFORT, Goal
 
 COST = ModelCost(request_s=0.010, sm=0.5, bandwidth=0.3, kernel_s=0.001)
 

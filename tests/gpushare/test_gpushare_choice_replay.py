@@ -3,7 +3,7 @@
 import pytest
 
 from bench_scripts import bench_script
-from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
+from qosched.core.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome, rule_violations
 from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES
 from qosched.gpushare.whatif import WhatIfResult

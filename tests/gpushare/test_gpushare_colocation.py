@@ -13,6 +13,7 @@ import pytest
 from gpushare_sim_helpers import A100, kernel
 
 from qosched.core.errors import InputError
+from qosched.core.goals import BEST_EFFORT, Goal
 from qosched.gpushare.colocation import (
     FEATURES,
     Surrogate,
@@ -26,7 +27,6 @@ from qosched.gpushare.colocation import (
     simulated,
     slowdown_of,
 )
-from qosched.gpushare.goals import BEST_EFFORT, Goal
 
 BW = A100.memory_bandwidth
 #: A request of one kernel on every SM of the A100 for 1 ms, a third of its bandwidth.

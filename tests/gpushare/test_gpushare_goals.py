@@ -8,8 +8,7 @@ import pytest
 
 from qosched.cli.main import main
 from qosched.core.errors import InputError
-from qosched.gpushare.apps import parse_apps_spec, resolved_goals
-from qosched.gpushare.goals import (
+from qosched.core.goals import (
     BEST_EFFORT,
     DEFAULT_TOP_GOAL,
     Goal,
@@ -17,6 +16,7 @@ from qosched.gpushare.goals import (
     goal_met,
     shortfall,
 )
+from qosched.gpushare.apps import parse_apps_spec, resolved_goals
 from qosched.gpushare.judge import AppOutcome, required_goals, rule_violations
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -9,8 +9,8 @@ import torch
 
 from qosched.cli.main import main
 from qosched.core.errors import InputError
+from qosched.core.goals import DEFAULT_TOP_GOAL, Goal
 from qosched.gpushare.apps import parse_apps_spec
-from qosched.gpushare.goals import DEFAULT_TOP_GOAL, Goal
 from qosched.gpushare.live import MAX_REQUESTS, build_apps, compare_run, request_finishes
 from qosched.gpushare.policies import create_policy
 from qosched.gpushare.policy import KernelDecision, SharingPolicy

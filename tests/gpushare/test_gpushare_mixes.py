@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from bench_scripts import load_bench_script
+from qosched.core.goals import BEST_EFFORT, Goal
 from qosched.gpushare.apps import load_apps_spec, workloads
-from qosched.gpushare.goals import BEST_EFFORT, Goal
 from qosched.gpushare.judge import rule_violations
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.mixes import judge_mix

@@ -5,7 +5,7 @@ import pytest
 from gpushare_sim_helpers import TOY, kernel
 
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import BEST_EFFORT, Goal
+from qosched.core.goals import BEST_EFFORT, Goal
 from qosched.gpushare.interference import InterferenceModel
 from qosched.gpushare.policies import create_policy, policy_names, register
 from qosched.gpushare.policies.fggr import FgGR

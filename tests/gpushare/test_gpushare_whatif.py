@@ -7,7 +7,7 @@ from gpushare_sim_helpers import TOY, kernel
 
 from bench_scripts import load_bench_script
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import BEST_EFFORT, Goal, Measured
+from qosched.core.goals import BEST_EFFORT, Goal, Measured
 from qosched.gpushare.judge import AppOutcome
 from qosched.gpushare.mixes import judge_mix
 from qosched.gpushare.policies.fggr import CANDIDATES, REFERENCES, FgGR

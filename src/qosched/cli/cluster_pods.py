@@ -226,7 +226,7 @@ _NO_REPLAY = dict.fromkeys(
 
 def _replayer(args: argparse.Namespace, cluster, pods):
     """What runs one policy over the trace's clock with the command's options."""
-    from qosched.cluster.pods.costs import TimeSlicing
+    from qosched.cluster.pods.costs import TimeSlicedSharing
     from qosched.cluster.pods.replay import DEFAULT_WINDOW_S, replay
     from qosched.colocate import SurrogateSharing, estimated_costs
     from qosched.core.bounds import check_number
@@ -235,7 +235,7 @@ def _replayer(args: argparse.Namespace, cluster, pods):
     window = DEFAULT_WINDOW_S
     if args.window_s is not None:
         window = check_number(args.window_s, field="--window-s", minimum=1e-3, maximum=1e9)
-    sharing = TimeSlicing() if args.sharing == "time-slicing" else SurrogateSharing(bundled())
+    sharing = TimeSlicedSharing() if args.sharing == "time-slicing" else SurrogateSharing(bundled())
     costs = estimated_costs(args.gpu or DEFAULT_GPU)
     for pod in pods:  # every model estimated before the first run: a bad one fails at once
         if pod.workload is not None:

@@ -1,6 +1,6 @@
 """``qosched gpu sim SPEC --policy NAME``: applications of several priorities sharing one GPU,
 kernel by kernel, in the GPU simulator; each compared with itself running alone and judged
-against its goal (``goal`` in the spec; see ``qosched.gpushare.goals``)."""
+against its goal (``goal`` in the spec; see ``qosched.core.goals``)."""
 
 from __future__ import annotations
 

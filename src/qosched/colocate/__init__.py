@@ -18,9 +18,9 @@ from qosched.gpushare.colocation import Profile, Surrogate
 def estimated_costs(gpu: str) -> Costs:
     """Costs from the GPU level's kernel estimates on the catalog GPU ``gpu``, each model and
     batch estimated once (no model runs)."""
+    from qosched.core.goals import BEST_EFFORT
     from qosched.gpushare.colocation import Workload, profile
     from qosched.gpushare.estimate import estimate_model
-    from qosched.gpushare.goals import BEST_EFFORT
     from qosched.hardware.catalog import gpu as catalog_gpu
 
     device = catalog_gpu(gpu)

@@ -26,7 +26,7 @@ apps:
          bound: compute, time_s: 1.0e-4}
 ```
 
-``goal`` (optional) is the app's QoS (``gpushare.goals``): one of ``{p99_slowdown: R}`` (p99
+``goal`` (optional) is the app's QoS (``core.goals``): one of ``{p99_slowdown: R}`` (p99
 latency at most R x alone), ``{p99_latency_ms: L}``, ``{throughput_share: S}`` (at least S of its
 throughput alone), ``{throughput_rps: N}`` or ``best_effort``. Without one, the most important
 app gets p99 within 1.10x and the others are best effort.
@@ -45,9 +45,9 @@ from typing import Any
 
 from qosched.core.bounds import MAX_BATCH, show_value
 from qosched.core.errors import InputError
+from qosched.core.goals import BEST_EFFORT, GOAL_KEYS, Goal, default_goal, goal_from_key
 from qosched.core.spec_reader import SpecReader
 from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file
-from qosched.gpushare.goals import BEST_EFFORT, GOAL_KEYS, Goal, default_goal, goal_from_key
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor

@@ -2,7 +2,7 @@
 
 A workload is a model (zoo name or ``hf:``) at a batch size, run either as a training step loop
 (requests back to back: a closed loop) or as inference at a request rate (Poisson arrivals), with
-a priority and a goal (``gpushare.goals``). The *exact* answer for a pair is the GPU-sharing
+a priority and a goal (``core.goals``). The *exact* answer for a pair is the GPU-sharing
 simulator run on it (:func:`simulated`: the pair under ``fggr``, each party against itself
 alone on the same arrivals): seconds of CPU per pair. The *surrogate* (:class:`Surrogate`)
 answers from a :class:`Profile` computed once per workload from its kernel estimates, so one
@@ -54,7 +54,7 @@ import numpy as np
 
 from qosched.core.bounds import MAX_BATCH
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import Goal, slowdown_allowed
+from qosched.core.goals import Goal, slowdown_allowed
 from qosched.gpushare.interference import bandwidth_share
 from qosched.gpushare.kernel import Kernel
 from qosched.hardware import Processor
@@ -129,7 +129,7 @@ class Workload:
             raise InputError(f"{where}: priority must be >= 0, got {self.priority}",
                              field="priority")  # fmt: skip
         if not isinstance(self.goal, Goal):
-            raise InputError(f"{where}: goal must be a gpushare.goals.Goal", field="goal")
+            raise InputError(f"{where}: goal must be a core.goals.Goal", field="goal")
         if self.kind == "training" and self.rate_rps is not None:
             raise InputError(f"{where}: a training loop has no request rate", field="rate_rps")
         if self.kind == "inference":

@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from qosched.gpushare.goals import Goal, Measured, goal_met, measured_value
+from qosched.core.goals import Goal, Measured, goal_met, measured_value
 from qosched.gpushare.simulator import AppComparison
 
 #: Throughput within this share of the reference counts as "at least as much" in (b) and (c).

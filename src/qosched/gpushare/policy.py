@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from qosched.core.errors import InputError
+from qosched.core.goals import Goal
 from qosched.core.renamed import earlier_names
-from qosched.gpushare.goals import Goal
 from qosched.gpushare.kernel import Kernel
 from qosched.hardware import Processor
 
@@ -47,7 +47,7 @@ class Launch:
 @dataclass(frozen=True)
 class AppInfo:
     """What a backend tells a policy about one application before the run: its priority, its
-    goal (``gpushare.goals``, defaults resolved), its arrivals (``poisson_rps``: requests per
+    goal (``core.goals``, defaults resolved), its arrivals (``poisson_rps``: requests per
     second, open loop; None: back to back) and, where the backend knows them, one request as
     the kernel sequence it launches (``kernels``, estimated, never measured) on ``gpu``, the
     GPU those estimates are for. A backend that does not know them leaves both None.

@@ -38,9 +38,9 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from qosched.core.errors import InputError, SimulationError
+from qosched.core.goals import Goal, default_goal
 from qosched.core.trace import Span, write_chrome_trace
 from qosched.gpushare.estimate import DTYPES, estimate_operator, operator_dtype
-from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policy import (
     AppInfo,

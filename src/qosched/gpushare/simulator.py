@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qosched.core.errors import InputError, SimulationError
+from qosched.core.goals import Goal, default_goal
 from qosched.core.trace import Span
-from qosched.gpushare.goals import Goal, default_goal
 from qosched.gpushare.interference import bandwidth_share, max_min_fair, wave_time_s
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.policy import (

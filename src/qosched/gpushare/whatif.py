@@ -34,7 +34,7 @@ from multiprocessing import get_context
 import numpy as np
 
 from qosched.core.errors import InputError
-from qosched.gpushare.goals import Goal, goal_met, shortfall
+from qosched.core.goals import Goal, goal_met, shortfall
 from qosched.gpushare.judge import AppOutcome, outcomes, rule_violations
 from qosched.gpushare.policy import AppInfo, SharingPolicy
 from qosched.gpushare.simulator import (

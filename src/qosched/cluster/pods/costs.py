@@ -10,7 +10,7 @@ parties are slowed by a :class:`Sharing` model, which the run takes as a paramet
   several, the product of the pairs' (the surrogate knows pairs only: the product is the stated
   rule, and it never predicts less than the worst pair); the costs come from the GPU level's
   kernel estimates (``qosched.colocate.estimated_costs``);
-- ``time-slicing`` (:class:`TimeSlicing`, Gandiva-like): the GPU's time is dealt out in turns,
+- ``time-slicing`` (:class:`TimeSlicedSharing`, Gandiva-like): the GPU's time is dealt out in turns,
   so each of ``n`` parties runs at ``1/n`` of its speed alone and a request waits for its turn:
   every party is slowed ``n`` times.
 """
@@ -87,7 +87,7 @@ class Sharing(Protocol):
 
 
 @dataclass(frozen=True)
-class TimeSlicing:
+class TimeSlicedSharing:
     """Turns on the GPU, Gandiva-like: each of ``n`` parties is slowed ``n`` times."""
 
     name: str = "time-slicing"

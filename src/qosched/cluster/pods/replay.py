@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qosched.cluster.pods.costs import Costs, Load, Sharing, allowed, party
-from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskShape, Workload
+from qosched.cluster.pods.fragmentation import FragmentationMeter, NodeState, TaskMix, TaskShape
 from qosched.cluster.pods.nodes import PodCluster
 from qosched.cluster.pods.policies import PodPolicy, gpu_tag
 from qosched.cluster.pods.sim import choose_node
@@ -122,7 +122,7 @@ class TrainingOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class ClusterSample:
     """The cluster right after the events of one time: GPUs allocated, fragmented (the
     paper's measure) and busy, and the services placed and meeting their goal."""
 
@@ -155,7 +155,7 @@ class ReplayRun:
     busy_gpu_s: float
     peak_allocated_gpus: float
     wall_s: float
-    samples: tuple[Sample, ...] = field(repr=False, default=())
+    samples: tuple[ClusterSample, ...] = field(repr=False, default=())
 
     @property
     def span_s(self) -> float:
@@ -287,7 +287,7 @@ def replay(
     colocation: str = "any",
     window_s: float = DEFAULT_WINDOW_S,
     seed: int = 0,
-    workload: Workload | None = None,
+    workload: TaskMix | None = None,
     queue: str = "arrival",
 ) -> ReplayRun:
     """Run ``pods`` (in order of ``creation_s``, the given order among equals) on ``cluster``
@@ -303,11 +303,11 @@ def replay(
         raise ValueError(f"window_s must be finite and > 0, got {window_s!r}")
     if not pods:
         raise ValueError("no pod to replay")
-    return _Replay(cluster, pods, policy, costs, sharing, colocation, window_s, seed,
+    return _PodReplay(cluster, pods, policy, costs, sharing, colocation, window_s, seed,
                    workload or policy.workload, queue).run()  # fmt: skip
 
 
-class _Replay:
+class _PodReplay:
     def __init__(
         self,
         cluster: PodCluster,
@@ -318,7 +318,7 @@ class _Replay:
         colocation: str,
         window_s: float,
         seed: int,
-        workload: Workload,
+        workload: TaskMix,
         queue: str,
     ) -> None:
         self.cluster, self.policy, self.costs, self.sharing = cluster, policy, costs, sharing
@@ -350,7 +350,7 @@ class _Replay:
         self.now = self.pods[0].pod.creation_s
         self.integrals = [0.0, 0.0, 0.0]
         self.peak = 0.0
-        self.samples: list[Sample] = []
+        self.samples: list[ClusterSample] = []
         self.live_services = self.meeting = self.training_running = 0
 
     # -- state -----------------------------------------------------------------------------
@@ -661,7 +661,7 @@ class _Replay:
 
     def sample(self) -> None:
         self.samples.append(
-            Sample(
+            ClusterSample(
                 self.now,
                 self.allocated / MILLI,
                 self.fragmented / MILLI,

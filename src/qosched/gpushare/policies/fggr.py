@@ -1,6 +1,6 @@
 """qosched's kernel-level admission by goals (after FgGR, CSCWD 2025).
 
-Every application has a goal (``gpushare.goals``: a p99 latency, a throughput, or best effort)
+Every application has a goal (``core.goals``: a p99 latency, a throughput, or best effort)
 and a priority, the order in which goals are protected (within one priority, a latency goal
 before a throughput goal before best effort). A kernel starts at once when no app more
 important than its own is *protected* (has a goal, or is open loop: an open-loop best-effort app
@@ -85,8 +85,8 @@ from functools import partial
 from typing import Any
 
 from qosched.core.errors import InputError
+from qosched.core.goals import BEST_EFFORT, LATENCY_QUANTILE, Goal, default_goal
 from qosched.gpushare.alone import AloneTimes
-from qosched.gpushare.goals import BEST_EFFORT, LATENCY_QUANTILE, Goal, default_goal
 from qosched.gpushare.interference import (
     FairShare,
     InterferenceModel,
