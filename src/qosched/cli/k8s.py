@@ -199,7 +199,7 @@ def _job(args: argparse.Namespace) -> int:
 
 def load_config(path: Path | None, **overrides: Any):
     """``SchedulerConfig`` from a YAML file of its fields; an unknown key names the file."""
-    from qosched.backends.kubernetes.scheduler import SchedulerConfig
+    from qosched.backends.kubernetes.config import SchedulerConfig
 
     values: dict[str, Any] = {}
     if path is not None:

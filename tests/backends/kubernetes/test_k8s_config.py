@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qosched.backends.kubernetes.scheduler import SchedulerConfig
+from qosched.backends.kubernetes.config import SchedulerConfig
 from qosched.cli.k8s import load_config
 from qosched.core.errors import InputError
 

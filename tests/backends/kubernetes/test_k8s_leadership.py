@@ -92,7 +92,7 @@ def test_a_replica_paused_longer_than_its_lease_writes_nothing_when_it_wakes(api
         return call
 
     a.lease.hold = frozen(a.lease.hold)
-    bind_jobs = a._bind_jobs
+    bind_jobs = a.binder.bind_jobs
 
     def pause_then_bind(*args, **kwargs):
         if not paused:  # the first time a binds, mid-round, it stalls for 3.5 s
@@ -102,7 +102,7 @@ def test_a_replica_paused_longer_than_its_lease_writes_nothing_when_it_wakes(api
             running.set()
         return bind_jobs(*args, **kwargs)
 
-    a._bind_jobs = pause_then_bind
+    a.binder.bind_jobs = pause_then_bind
     api.create("statefulsets", job_set("first"))
     SCRIPT["ml/first"] = 1
 

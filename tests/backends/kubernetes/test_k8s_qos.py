@@ -211,7 +211,7 @@ def test_a_sealed_admission_is_trusted_by_the_next_leader(api):
     later = scheduler(api.url, policy="qos")
     for _ in range(2):
         later.step()
-    assert later._seal == first._seal
+    assert later.applier.seal == first.applier.seal
     assert sealed(api, "j") == before
     assert not_trusted(api, "j") == []
     assert [m for m, p in api.requests if "secrets" in p and m == "POST"] == ["POST"]

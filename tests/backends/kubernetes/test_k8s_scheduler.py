@@ -59,8 +59,10 @@ def test_the_policy_sees_the_workers_nodes_can_give(api):
     api.create("statefulsets", job_set("a"))
     sched = scheduler(api.url)
     sched.step()
-    cluster = sched._cluster(
-        node_rooms(sched.nodes.snapshot().values(), sched.pods.snapshot().values()), {}
+    cluster = sched.reader.cluster(
+        sched.applier.view,
+        node_rooms(sched.nodes.snapshot().values(), sched.pods.snapshot().values()),
+        {},
     )
     # 6 + 4 free GPUs: the largest node gives 6, so the policy plans on 1 node of 6 (10 // 6),
     # never on more workers than exist.
@@ -188,7 +190,7 @@ def test_cpu_job_restarts_at_its_new_size_without_the_resize_subresource(api):
     SCRIPT["ml/c"] = 6
     reports = run(sched, 3)
     pod = api.get("pods", "ml/c-0")
-    assert sched.resize_supported is False
+    assert sched.applier.resize_supported is False
     assert pod["metadata"]["uid"] != uid  # checkpoint-restart: a new pod at the new size
     assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "6"
     assert pod["spec"]["nodeName"] == "c1"
@@ -325,8 +327,10 @@ def test_a_node_larger_than_the_policies_plan_on_is_capped(api, resource, alloca
     sched = scheduler(api.url, resource=resource)
     reports = run(sched, 3)
     assert not any(r.failed or r.left_out for r in reports)
-    cluster = sched._cluster(
-        node_rooms(sched.nodes.snapshot().values(), sched.pods.snapshot().values()), {}
+    cluster = sched.reader.cluster(
+        sched.applier.view,
+        node_rooms(sched.nodes.snapshot().values(), sched.pods.snapshot().values()),
+        {},
     )
     assert (cluster.num_nodes, cluster.workers_per_node) == (1, 65_536)
     assert api.get("pods", "ml/a-0")["spec"]["nodeName"] == "huge"

@@ -8,8 +8,8 @@ import threading
 import pytest
 from k8s_helpers import SCRIPT, Clock, after_fence, bindings, job_set, scheduler
 
+from qosched.backends.kubernetes.config import SchedulerConfig
 from qosched.backends.kubernetes.lease import NotLeading
-from qosched.backends.kubernetes.scheduler import SchedulerConfig
 from qosched.backends.kubernetes.send import MAX_IN_FLIGHT, Sender
 from qosched.core.errors import InputError
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from qosched.backends.kubernetes.kube import drain, key_of
+from qosched.core.bounds import LATEST_TIME_S
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +158,17 @@ class Recorder:
             log.warning("cannot set PodScheduled on pod %s: %s", key_of(pod), exc)
             return False
         return True
+
+
+def iso_time(seconds: float) -> str:
+    """A time as Events show it, within 1970..9999 (the times a ``datetime`` can be)."""
+    seconds = min(max(0.0, seconds), LATEST_TIME_S)
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def at_time(seconds: float) -> str:
+    """``at <time>``; a time past year 9999 (a predicted finish at a crawl) cannot be shown,
+    only said to lie after it."""
+    if not seconds <= LATEST_TIME_S:  # NaN too
+        return f"after {iso_time(LATEST_TIME_S)}"
+    return f"at {iso_time(seconds)}"
