@@ -54,6 +54,16 @@ starts when every more important protected app ``P`` stays within its goal, as p
   expected during the kernel): priority orders goals,
   and the wait bound is the last of them.
 
+**The steps, in order.** For each more important protected app, ``FgGR._fits`` asks the rules
+above as named steps, the first with an answer deciding: ``_nothing_known`` (its first kernel
+will tell), ``_throughput_ahead``, ``_room_at_its_level`` (measured room); then, on the lag
+``_predict_lag`` predicts (delay and lag; none when the kernel costs the app nothing),
+``_held_for_those_above``, ``_within_free_part``, ``_candidate_behind`` (measured need),
+``_throughput_goal``, ``_more_important_first``, ``_within_allowance`` and
+``_within_exposure``, which always answers and alone writes the exposure ledger
+(``_spend_exposure``). The wait bound (``FgGR._may_force``) is asked only when they hold a
+kernel that has waited ``max_wait_s``.
+
 **Calibration** (the default; ``calibrate=False`` runs the rule above alone). Where the
 backend tells the policy each app's request as estimated kernels (``AppInfo.kernels``),
 ``setup`` first predicts the mix under a few settings of this rule
@@ -718,95 +728,24 @@ class FgGR(SharingPolicy):
         waits: bool = False,
     ) -> bool:
         """Whether ``launch`` may start beside ``active`` as far as ``app`` (more important,
-        protected) is concerned; spends ``app``'s exposure allowance when it must, and only
-        if ``share`` (no app between the two is held back: the allowance goes to the more
-        important first)."""
-        if app.requests == 0:
-            return True  # nothing known of it yet but its goal: its first kernel will tell
-        if app.goal.kind in ("throughput_share", "throughput_rps") and self._ahead(app, view):
-            return True
-        candidate = self.apps[launch.app]
-        # A best-effort app of the same priority runs beside it (as Orion runs a whole level)
-        # while the goal shows room, as measured on its last requests.
-        same_level = candidate.priority == app.priority and not self._protected(candidate)
-        if same_level and self._has_room(app):
-            return True
-        mine = [(a, left) for a, left in active if a.app == app.name]
-        waiting = next((w for w in view.waiting if w.app == app.name), None)
-        idle = not app.busy
-        rank = self._rank(app)
-        lower = [(a, left) for a, left in active if self._rank(self.apps[a.app]) < rank]
-        lower.append((launch, 1.0))
-        others = [
-            a.kernel
-            for a, _ in active
-            if self._rank(self.apps[a.app]) >= rank and a.app != app.name
-        ]
-        if mine:
-            index, remaining = mine[0][0].index, mine[0][1]
-        elif waiting is not None:
-            index, remaining = waiting.index, 1.0
-        else:  # between requests, or between two kernels of one (the runtime's threads)
-            index, remaining = (0 if idle else app.index + 1), 1.0
-        delay = self._delay(app, index, remaining, lower, others, view)
-        target = self._target_s(app)
-        # The app's lag behind its schedule alone (its requests back to back from their
-        # arrivals) when this request ends: requests queued behind it inherit it, so the lag,
-        # not one request's latency, is what the goal bounds.
-        if idle:
-            lag = delay
-        elif (
-            delay <= 0.0
-            and app.knows_request()
-            and self._next_lag(app, index, remaining, lower, others, view, 0.0, 0.0) <= 0.0
-        ):
-            # Predicted to cost the app nothing (every kernel of its request known), however
-            # far behind it already is.
-            return True
-        else:
-            lag = max(0.0, view.now_s + app.left_s(index, remaining) - app.alone_finish_s) + delay
-            lag = max(lag, self._next_lag(app, index, remaining, lower, others, view, lag, delay))
-        allowed = (target - self._base_s(app)) * self.slack_fraction * app.trust
-        if waits and launch.kernel.time_s <= _HELD_FREE * allowed:
-            # The app's own kernel waits, in this decision, for the apps above it: this one
-            # costs it at most what it still holds when that kernel starts, its own life.
-            return True
-        if lag <= self.safe_fraction * allowed:
-            return True  # leaves room for as much again from elsewhere
-        if self._behind(self.apps[launch.app], view):
-            # The candidate's own goal is being missed: the hedges below (room for others,
-            # few requests exposed) give way to it; the allowance itself does not.
-            return lag <= allowed
-        if not app.goal.is_latency:
-            return lag <= allowed  # a throughput goal: the mean counts, not the tail
-        if not share:
-            return False
-        if idle:
-            # A request arriving now has not queued: it may absorb more, but only a few
-            # requests may be exposed to that.
-            if lag > (target - app.request_time_s) * self.slack_fraction * app.trust:
-                return False
-        elif lag > allowed:
-            return False
-        # A p99 goal tolerates delays on few requests: the requests exposed to a delay are
-        # counted (expected arrivals during the kernel while the app is idle, else the request
-        # in progress, once), and a less important app may use what the apps between it and
-        # this one have left of ``exposure`` x the app's requests.
-        if idle:
-            cost = self._rate(app, view) * launch.kernel.time_s
-        else:
-            cost = 0.0 if app.exposed == app.request else 1.0
-        used = sum(
-            spent
-            for name, spent in app.exposure.items()
-            if self._rank(self.apps[name]) >= self._rank(self.apps[launch.app])
-        )
-        if used + cost > self.exposure * app.requests + 1.0:  # one to start with
-            return False
-        app.exposure[launch.app] = app.exposure.get(launch.app, 0.0) + cost
-        if not idle:
-            app.exposed = app.request
-        return True
+        protected) is concerned: the first rule of :data:`_RULES_BEFORE_LAG`, then of
+        :data:`_RULES_ON_LAG` on the predicted lag, that says yes or no; the last,
+        :func:`_within_exposure`, always does, and spends ``app``'s exposure allowance when it
+        says yes, only if ``share`` (no app between the two is held back: the allowance goes to
+        the more important first)."""
+        case = _Case(self, app, launch, self.apps[launch.app], view, share=share, waits=waits)
+        for rule in _RULES_BEFORE_LAG:
+            verdict = rule(case)
+            if verdict is not None:
+                return verdict
+        lag = _predict_lag(case, active)
+        if lag is None:
+            return True  # predicted to cost the app nothing
+        for rule_on_lag in _RULES_ON_LAG:
+            verdict = rule_on_lag(case, lag)
+            if verdict is not None:
+                return verdict
+        raise AssertionError("unreachable: the last rule always answers")
 
     def _next_lag(
         self,
@@ -929,3 +868,191 @@ class FgGR(SharingPolicy):
                     break
         bw_delay = min(bw_delay, overlap)
         return self.model.drain * sm_delay + self.model.bandwidth * bw_delay
+
+
+# -- the admission rule, step by step --------------------------------------------------------
+#
+# ``FgGR._fits`` asks, for one protected app ``P`` more important than a waiting kernel, whether
+# the kernel may start as far as ``P`` is concerned. Each step below answers True (start), False
+# (hold) or None (no say: the next step decides), in the order of the two tuples at the end.
+
+
+@dataclass(frozen=True, slots=True)
+class _Case:
+    """One question the rules answer: may ``launch`` (of app ``candidate``) start, as far as
+    ``app`` (more important, protected) is concerned?"""
+
+    policy: FgGR
+    app: _App
+    launch: Launch
+    candidate: _App
+    view: GpuView
+    share: bool  # no app between the two is held back in this decision
+    waits: bool  # ``app``'s own kernel is held in this decision for the apps above it
+
+
+@dataclass(frozen=True, slots=True)
+class _Lag:
+    """``app``'s predicted lag behind its schedule alone with the kernel started, and what its
+    goal allows (**Delay**, **Lag**, **Feedback** in the module docstring)."""
+
+    lag: float
+    target: float
+    allowed: float
+    idle: bool  # no request of ``app`` in progress
+
+
+def _nothing_known(case: _Case) -> bool | None:
+    """Nothing is known of the app yet but its goal: its first kernel will tell."""
+    return True if case.app.requests == 0 else None
+
+
+def _throughput_ahead(case: _Case) -> bool | None:
+    """A throughput goal comfortably exceeded so far is left to itself (**Measured room**)."""
+    app = case.app
+    if app.goal.kind in ("throughput_share", "throughput_rps") and case.policy._ahead(
+        app, case.view
+    ):
+        return True
+    return None
+
+
+def _room_at_its_level(case: _Case) -> bool | None:
+    """A best-effort app of the app's own priority runs beside it (as Orion runs a whole level)
+    while the goal shows room, as measured on its last requests (**Measured room**)."""
+    policy, app, candidate = case.policy, case.app, case.candidate
+    same_level = candidate.priority == app.priority and not policy._protected(candidate)
+    return True if same_level and policy._has_room(app) else None
+
+
+def _predict_lag(case: _Case, active: list[tuple[Launch, float]]) -> _Lag | None:
+    """The app's lag when its request in progress ends, with the kernel started (**Delay**,
+    **Lag**); None when the kernel is predicted to cost it nothing, every kernel of its request
+    known (**Measured need**: it never waits then, however far behind the app already is)."""
+    policy, app, launch, view = case.policy, case.app, case.launch, case.view
+    mine = [(a, left) for a, left in active if a.app == app.name]
+    waiting = next((w for w in view.waiting if w.app == app.name), None)
+    idle = not app.busy
+    rank = policy._rank(app)
+    lower = [(a, left) for a, left in active if policy._rank(policy.apps[a.app]) < rank]
+    lower.append((launch, 1.0))
+    others = [
+        a.kernel
+        for a, _ in active
+        if policy._rank(policy.apps[a.app]) >= rank and a.app != app.name
+    ]
+    if mine:
+        index, remaining = mine[0][0].index, mine[0][1]
+    elif waiting is not None:
+        index, remaining = waiting.index, 1.0
+    else:  # between requests, or between two kernels of one (the runtime's threads)
+        index, remaining = (0 if idle else app.index + 1), 1.0
+    delay = policy._delay(app, index, remaining, lower, others, view)
+    target = policy._target_s(app)
+
+    def next_lag(lag: float, delay: float) -> float:
+        return policy._next_lag(app, index, remaining, lower, others, view, lag, delay)
+
+    # The app's lag behind its schedule alone (its requests back to back from their
+    # arrivals) when this request ends: requests queued behind it inherit it, so the lag,
+    # not one request's latency, is what the goal bounds.
+    if idle:
+        lag = delay
+    elif delay <= 0.0 and app.knows_request() and next_lag(0.0, 0.0) <= 0.0:
+        return None
+    else:
+        lag = max(0.0, view.now_s + app.left_s(index, remaining) - app.alone_finish_s) + delay
+        lag = max(lag, next_lag(lag, delay))
+    allowed = (target - policy._base_s(app)) * policy.slack_fraction * app.trust
+    return _Lag(lag, target, allowed, idle)
+
+
+def _held_for_those_above(case: _Case, lag: _Lag) -> bool | None:
+    """The app's own kernel waits, in this decision, for the apps above it: a kernel shorter
+    than half its allowance costs it at most what it still holds when that kernel starts, its
+    own life (**Measured room and need**)."""
+    if case.waits and case.launch.kernel.time_s <= _HELD_FREE * lag.allowed:
+        return True
+    return None
+
+
+def _within_free_part(case: _Case, lag: _Lag) -> bool | None:
+    """A lag up to ``safe_fraction`` of the allowance is taken freely: it leaves room for as
+    much again from elsewhere (**Exposure**)."""
+    return True if lag.lag <= case.policy.safe_fraction * lag.allowed else None
+
+
+def _candidate_behind(case: _Case, lag: _Lag) -> bool | None:
+    """The candidate's own goal is being missed: the hedges below (room for others, few
+    requests exposed) give way to it; the allowance itself does not (**Measured need**)."""
+    if case.policy._behind(case.candidate, case.view):
+        return lag.lag <= lag.allowed
+    return None
+
+
+def _throughput_goal(case: _Case, lag: _Lag) -> bool | None:
+    """A throughput goal: the mean counts, not the tail, so the whole allowance is taken."""
+    return lag.lag <= lag.allowed if not case.app.goal.is_latency else None
+
+
+def _more_important_first(case: _Case, lag: _Lag) -> bool | None:
+    """Beyond the free part, the allowance goes to the more important apps first: none
+    while an app between the two is held back (**Exposure**)."""
+    return False if not case.share else None
+
+
+def _within_allowance(case: _Case, lag: _Lag) -> bool | None:
+    """The lag stays within the allowance; while the app is idle, within what a request
+    arriving now could absorb (it has not queued), for the few requests exposed to it."""
+    if lag.idle:
+        app, policy = case.app, case.policy
+        absorb = (lag.target - app.request_time_s) * policy.slack_fraction * app.trust
+        return False if lag.lag > absorb else None
+    return False if lag.lag > lag.allowed else None
+
+
+def _within_exposure(case: _Case, lag: _Lag) -> bool:
+    """A p99 goal tolerates delays on few requests: the requests exposed to a delay are
+    counted (expected arrivals during the kernel while the app is idle, else the request in
+    progress, once), and a less important app may use what the apps between it and this one
+    have left of ``exposure`` x the app's requests (**Exposure**). Spends that allowance
+    (:func:`_spend_exposure`) when it says yes."""
+    policy, app, candidate = case.policy, case.app, case.candidate
+    if lag.idle:
+        cost = policy._rate(app, case.view) * case.launch.kernel.time_s
+    else:
+        cost = 0.0 if app.exposed == app.request else 1.0
+    rank = policy._rank(candidate)
+    used = sum(
+        spent for name, spent in app.exposure.items() if policy._rank(policy.apps[name]) >= rank
+    )
+    if used + cost > policy.exposure * app.requests + 1.0:  # one to start with
+        return False
+    _spend_exposure(app, case.launch.app, cost, in_progress=not lag.idle)
+    return True
+
+
+def _spend_exposure(app: _App, lower: str, cost: float, *, in_progress: bool) -> None:
+    """The ledger: ``cost`` requests of ``app`` exposed to app ``lower``'s kernels (faded by
+    ``FgGR._observe``); the request in progress is counted once."""
+    app.exposure[lower] = app.exposure.get(lower, 0.0) + cost
+    if in_progress:
+        app.exposed = app.request
+
+
+#: The steps before the lag is predicted, in order: the cheap answers.
+_RULES_BEFORE_LAG: tuple[Callable[[_Case], bool | None], ...] = (
+    _nothing_known,
+    _throughput_ahead,
+    _room_at_its_level,
+)
+#: The steps on the predicted lag, in order; the last always answers.
+_RULES_ON_LAG: tuple[Callable[[_Case, _Lag], bool | None], ...] = (
+    _held_for_those_above,
+    _within_free_part,
+    _candidate_behind,
+    _throughput_goal,
+    _more_important_first,
+    _within_allowance,
+    _within_exposure,
+)
