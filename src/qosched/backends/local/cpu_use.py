@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from qosched.backends.local.progress import ProgressEvent, RunnerEvent
@@ -90,14 +90,29 @@ def job_breakdown(
     steps = cores_held(store_events)
     if not steps:
         return found
+    held_at = _held_at(steps)
+    marks = _phase_marks(store_events, runner_events)
+    _add_held(found, steps, marks, held_at, end)
+    _add_used(found, runner_events, held_at)
+    return found
+
+
+def _held_at(steps: list[tuple[float, int]]) -> Callable[[float], int]:
+    """The cores held at a time, from the steps of :func:`cores_held` (none before the first)."""
     times = [t for t, _ in steps]
 
     def held_at(t: float) -> int:
         i = bisect.bisect_right(times, t) - 1
         return steps[i][1] if i >= 0 else 0
 
-    # Where a phase begins: a launch starts one (the store says when), the runner's events the
-    # others. A checkpoint's save is the ``save_s`` before its event.
+    return held_at
+
+
+def _phase_marks(
+    store_events: Sequence[Event], runner_events: Sequence[ProgressEvent]
+) -> list[tuple[float, str]]:
+    """Where each phase begins, in time order: a launch starts one (the store says when), the
+    runner's events the others. A checkpoint's save is the ``save_s`` before its event."""
     marks: list[tuple[float, str]] = [
         (event.t, STARTING)
         for event in store_events
@@ -112,8 +127,20 @@ def job_breakdown(
         elif event.event in _ENDS or (event.event is RunnerEvent.ERROR and event.fatal):
             marks.append((event.t, ENDING))
     marks.sort(key=lambda mark: mark[0])
-    # Core-seconds: integrate the cores held over each stretch between two changes.
-    cuts = sorted({t for t, _ in steps} | {t for t, _ in marks if t >= times[0]} | {end})
+    return marks
+
+
+def _add_held(
+    found: Breakdown,
+    steps: list[tuple[float, int]],
+    marks: list[tuple[float, str]],
+    held_at: Callable[[float], int],
+    end: float,
+) -> None:
+    """Core-seconds: the cores held integrated over each stretch between two changes (of the
+    cores or the phase), and the wall seconds of each stretch of a phase."""
+    first = steps[0][0]
+    cuts = sorted({t for t, _ in steps} | {t for t, _ in marks if t >= first} | {end})
     phase, m = STARTING, 0
     stretch: tuple[str, float] | None = None  # (phase, seconds) of the stretch going on
     for begin, finish in itertools.pairwise(cuts):
@@ -131,17 +158,19 @@ def job_breakdown(
                 found.running_on(cores)[0] += cores * (finish - begin)
     if stretch is not None:
         found.stretches[stretch[0]].append(stretch[1])
-    # CPU seconds, and seconds waited for a core: each runner's own counts, taken apart at its
-    # events.
+
+
+def _add_used(
+    found: Breakdown, runner_events: Sequence[ProgressEvent], held_at: Callable[[float], int]
+) -> None:
+    """CPU seconds, and seconds waited for a core: each runner's own counts, taken apart at
+    its events."""
     previous: ProgressEvent | None = None
     started = False
     for event in runner_events:
         if event.cpu_s is None:
             continue
-        new_process = event.event is RunnerEvent.START or (
-            previous is not None and previous.cpu_s is not None and event.cpu_s < previous.cpu_s
-        )
-        if new_process:
+        if _new_process(event, previous):
             # From the process's birth; a runner that wrote no start event only ever started.
             started = event.event is RunnerEvent.START
             found.used[STARTING] += event.cpu_s
@@ -156,15 +185,31 @@ def job_breakdown(
             found.used[STARTING] += spent
             found.waited[STARTING] += waited
             continue
-        if event.event is RunnerEvent.CHECKPOINT and event.save_cpu_s is not None:
-            saved = min(event.save_cpu_s, spent)
-            found.used[CHECKPOINTING] += saved
-            spent -= saved
-        found.used[RUNNING] += spent
-        found.waited[RUNNING] += waited
-        cores = held_at(event.t)
-        if cores:
-            figures = found.running_on(cores)
-            figures[1] += spent
-            figures[2] += waited
-    return found
+        _add_running(found, event, spent, waited, held_at(event.t))
+
+
+def _new_process(event: ProgressEvent, previous: ProgressEvent | None) -> bool:
+    """A runner's start, or counts that went back: a new process counts from zero."""
+    return event.event is RunnerEvent.START or (
+        previous is not None
+        and previous.cpu_s is not None
+        and event.cpu_s is not None
+        and event.cpu_s < previous.cpu_s
+    )
+
+
+def _add_running(
+    found: Breakdown, event: ProgressEvent, spent: float, waited: float, cores: int
+) -> None:
+    """One started runner's CPU seconds since its previous event: a checkpoint's save apart,
+    the rest running (also by the ``cores`` held then)."""
+    if event.event is RunnerEvent.CHECKPOINT and event.save_cpu_s is not None:
+        saved = min(event.save_cpu_s, spent)
+        found.used[CHECKPOINTING] += saved
+        spent -= saved
+    found.used[RUNNING] += spent
+    found.waited[RUNNING] += waited
+    if cores:
+        figures = found.running_on(cores)
+        figures[1] += spent
+        figures[2] += waited
