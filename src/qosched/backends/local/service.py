@@ -906,9 +906,7 @@ class LocalService:
         pool = [live for live in self._live.values() if live.spec.gpu == gpu]
         members = [live for live in pool if not live.profiling]
         measuring = [live for live in pool if live.profiling]
-        held = {u for live in members if holding(live) for u in units_of(live)}
-        held.update(u for live in measuring for u in units_of(live))
-        free = [u for u in self._pool(gpu) if u not in held]
+        free = self._free_units(members, measuring, gpu)
         if not free:
             return None  # every worker is held by a job finishing, stopping or measured
         waiting = [
@@ -918,23 +916,42 @@ class LocalService:
         ]
         lent = self._lend_for_measuring(waiting, len(free), now, gpu=gpu)
         room = len(free) - sum(lent.values())
+        assignment: dict[str, tuple[int, ...]] = {}
         wake = None
         if room > 0:
-            policy = self.gpu_policy if gpu else self.policy
-            view = self._view(now, gpu, room)
-            decision = policy.allocate(view)
-            self._keep_promises(view, policy, now)
-            assignment = assign_units(decision.workers, self._live, members, free, gpu)
-            happened = self._happened(view, gpu, periodic)
-            explain(members, assignment, decision.reasons, happened)
-            wake = decision.wake_at
-        else:
-            assignment = {}
+            assignment, wake = self._allocate_room(now, room, members, free, gpu, periodic)
         changed = changes(members, assignment)
         self._give_up_units(changed, now)
         self._hand_on_units(changed, members, now)
         self._launch_measuring(lent, free, pool, now)
         return wake
+
+    def _free_units(self, members: list[LiveJob], measuring: list[LiveJob], gpu: bool) -> list[int]:
+        """The pool's units that no member holding its workers and no job measured holds."""
+        held = {u for live in members if holding(live) for u in units_of(live)}
+        held.update(u for live in measuring for u in units_of(live))
+        return [u for u in self._pool(gpu) if u not in held]
+
+    def _allocate_room(
+        self,
+        now: float,
+        room: int,
+        members: list[LiveJob],
+        free: list[int],
+        gpu: bool,
+        periodic: bool,
+    ) -> tuple[dict[str, tuple[int, ...]], float | None]:
+        """The pool's policy decides on ``room`` workers: its promises are recorded, its
+        counts assigned to ``free`` units and explained; returns the assignment and when the
+        policy wants to be asked again."""
+        policy = self.gpu_policy if gpu else self.policy
+        view = self._view(now, gpu, room)
+        decision = policy.allocate(view)
+        self._keep_promises(view, policy, now)
+        assignment = assign_units(decision.workers, self._live, members, free, gpu)
+        happened = self._happened(view, gpu, periodic)
+        explain(members, assignment, decision.reasons, happened)
+        return assignment, decision.wake_at
 
     def _keep_promises(self, view: ClusterView, policy: Policy, now: float) -> None:
         """Record each promise the decision changed (a guarantee given to a job that had none,
