@@ -617,3 +617,43 @@ def test_the_qos_column_says_guaranteed_or_best_effort_never_both(best_effort, g
 )
 def test_status_job_shows_each_events_why_as_it_is(kind, detail, words):
     assert local.event_text(kind, detail) == words
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail", "words"),
+    [
+        ("state", {"from": "queued", "to": "running", "cpus": [0, 1, 3]},
+         "queued -> running on cores 0-1,3"),
+        ("state", {"from": "running", "to": "failed", "error": "exit 1"},
+         "running -> failed: exit 1"),
+        ("state", {"from": "running", "to": "failed", "why": "w", "error": "e"},
+         "running -> failed: w"),
+        ("gpus", {"held": [2, 3]}, "holds GPUs 2-3"),
+        ("gpus", {}, "gave back GPUs -"),
+        ("allocation", {"from": [], "to": [4, 5]}, "holds cores 4-5"),
+        ("allocation", {"from": [4, 5], "to": []}, "gave back cores 4-5"),
+        ("allocation", {"from": [0], "to": [0, 1]}, "re-sized from cores 0 to 0-1"),
+        ("launched", {"pid": 9, "attempt": 1}, "runner started (pid 9, attempt 1) on cores -"),
+        ("admitted", {"policy": "edf", "guaranteed": False},
+         "by edf: not guaranteed (best effort)"),
+        ("admitted", {"policy": "qos", "guaranteed": True, "measured": {"10": 3, "2": 1.5}},
+         "by qos: deadline guaranteed; measured 1.5 it/s on 2, 3 it/s on 10"),
+        ("profiling", {"why": "measured for at most 30 s"}, "measured for at most 30 s"),
+        ("profiling", {"why": "new model", "bound_s": 20},
+         "new model: measured first (at most 20 s)"),
+        ("declining", {"why": "cannot meet it", "measured": {"1": 2}},
+         "cannot meet it; measured 2 it/s on 1"),
+        ("stopped", {"why": "cancelled"}, "cancelled"),
+        ("stopped", {}, ""),
+        ("stalled", {"seconds": 125, "iteration": 40},
+         "no progress reported for 2m5s (at iteration 40): hung?"),
+        ("re-adopted", {"pid": 12}, "runner (pid 12) re-adopted by a restarted service"),
+        ("submitted", {"spec": "anything"}, ""),
+        ("speed", {"remembered_from": "j-3", "rates": {"1": 4}},
+         "speed remembered from j-3: 4 it/s on 1"),
+        ("speed", {"remembered_from": "j-3", "rates": None}, "speed remembered from j-3: "),
+        ("unknown-kind", {"b": 2, "a": 1}, "a 1, b 2"),
+    ],
+)  # fmt: skip
+def test_every_event_kind_in_words(kind, detail, words):
+    assert local.event_text(kind, detail) == words

@@ -1207,59 +1207,93 @@ def job_view(detail: JobDetail, now: float) -> RenderableType:
 
 def event_text(kind: str, detail: Mapping[str, Any]) -> str:
     """One audit-log entry (``qosched.backends.local.store.JobEvent``) in words, with why the
-    service decided it (its ``why``, shown as it is) where the event says."""
+    service decided it (its ``why``, shown as it is) where the event says; a kind without
+    words of its own lists its fields."""
+    words = _EVENT_WORDS.get(kind)
+    if words is None:
+        return ", ".join(f"{key} {value}" for key, value in sorted(detail.items()))
+    return words(detail)
+
+
+def _with_why(text: str, said: Any) -> str:
+    return text + (f": {said}" if said else "")
+
+
+def _state_words(detail: Mapping[str, Any]) -> str:
+    text = f"{detail.get('from')} -> {detail.get('to')}"
+    if detail.get("cpus"):
+        text += f" on cores {cpu_ranges(detail['cpus'])}"
+    return _with_why(text, detail.get("why") or detail.get("error"))
+
+
+def _gpus_words(detail: Mapping[str, Any]) -> str:
+    if "held" in detail:
+        return f"holds GPUs {cpu_ranges(detail['held'])}"
+    return f"gave back GPUs {cpu_ranges(detail.get('released') or [])}"
+
+
+def _allocation_words(detail: Mapping[str, Any]) -> str:
+    old, new = detail.get("from") or [], detail.get("to") or []
+    if not old:
+        return f"holds cores {cpu_ranges(new)}"
+    if not new:
+        return f"gave back cores {cpu_ranges(old)}"
+    text = f"re-sized from cores {cpu_ranges(old)} to {cpu_ranges(new)}"
+    return _with_why(text, detail.get("why"))
+
+
+def _launched_words(detail: Mapping[str, Any]) -> str:
+    cores = cpu_ranges(detail.get("cpus") or [])
+    pid, attempt = detail.get("pid"), detail.get("attempt")
+    text = f"runner started (pid {pid}, attempt {attempt}) on cores {cores}"
+    return _with_why(text, detail.get("why"))
+
+
+def _admitted_words(detail: Mapping[str, Any]) -> str:
     why = detail.get("why")
-    if kind == "state":
-        text = f"{detail.get('from')} -> {detail.get('to')}"
-        if detail.get("cpus"):
-            text += f" on cores {cpu_ranges(detail['cpus'])}"
-        said = why or detail.get("error")
-        return text + (f": {said}" if said else "")
-    if kind == "gpus":
-        if "held" in detail:
-            return f"holds GPUs {cpu_ranges(detail['held'])}"
-        return f"gave back GPUs {cpu_ranges(detail.get('released') or [])}"
-    if kind == "allocation":
-        old, new = detail.get("from") or [], detail.get("to") or []
-        if not old:
-            return f"holds cores {cpu_ranges(new)}"
-        if not new:
-            return f"gave back cores {cpu_ranges(old)}"
-        text = f"re-sized from cores {cpu_ranges(old)} to {cpu_ranges(new)}"
-        return text + (f": {why}" if why else "")
-    if kind == "launched":
-        cores = cpu_ranges(detail.get("cpus") or [])
-        pid, attempt = detail.get("pid"), detail.get("attempt")
-        text = f"runner started (pid {pid}, attempt {attempt}) on cores {cores}"
-        return text + (f": {why}" if why else "")
-    if kind == "admitted":
-        if why:
-            return str(why) + _measured(detail)
-        promise = (  # an event recorded before admissions said why
-            "deadline guaranteed" if detail.get("guaranteed") else "not guaranteed (best effort)"
-        )
-        return f"by {detail.get('policy')}: {promise}" + _measured(detail)
-    if kind == "promise":
-        return f"{detail.get('promise')}: {why}"
-    if kind == "profiling":
-        if "measured for at most" in str(why):
-            return str(why)
-        return f"{why}: measured first (at most {detail.get('bound_s')} s)"
-    if kind == "declining":
-        return f"{detail.get('why')}" + _measured(detail)
-    if kind == "stopped":
-        return str(detail.get("why", ""))
-    if kind == "stalled":
-        quiet = format_duration(int(detail.get("seconds") or 0))
-        return f"no progress reported for {quiet} (at iteration {detail.get('iteration')}): hung?"
-    if kind == "re-adopted":
-        return f"runner (pid {detail.get('pid')}) re-adopted by a restarted service"
-    if kind == "submitted":
-        return ""
-    if kind == "speed":
-        shown = _speeds(detail.get("rates"))
-        return f"speed remembered from {detail.get('remembered_from')}: {shown}"
-    return ", ".join(f"{key} {value}" for key, value in sorted(detail.items()))
+    if why:
+        return str(why) + _measured(detail)
+    promise = (  # an event recorded before admissions said why
+        "deadline guaranteed" if detail.get("guaranteed") else "not guaranteed (best effort)"
+    )
+    return f"by {detail.get('policy')}: {promise}" + _measured(detail)
+
+
+def _profiling_words(detail: Mapping[str, Any]) -> str:
+    why = detail.get("why")
+    if "measured for at most" in str(why):
+        return str(why)
+    return f"{why}: measured first (at most {detail.get('bound_s')} s)"
+
+
+def _stalled_words(detail: Mapping[str, Any]) -> str:
+    quiet = format_duration(int(detail.get("seconds") or 0))
+    return f"no progress reported for {quiet} (at iteration {detail.get('iteration')}): hung?"
+
+
+def _speed_words(detail: Mapping[str, Any]) -> str:
+    shown = _speeds(detail.get("rates"))
+    return f"speed remembered from {detail.get('remembered_from')}: {shown}"
+
+
+#: Each event kind's words, from its ``detail``.
+_EVENT_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "state": _state_words,
+    "gpus": _gpus_words,
+    "allocation": _allocation_words,
+    "launched": _launched_words,
+    "admitted": _admitted_words,
+    "promise": lambda detail: f"{detail.get('promise')}: {detail.get('why')}",
+    "profiling": _profiling_words,
+    "declining": lambda detail: f"{detail.get('why')}" + _measured(detail),
+    "stopped": lambda detail: str(detail.get("why", "")),
+    "stalled": _stalled_words,
+    "re-adopted": lambda detail: (
+        f"runner (pid {detail.get('pid')}) re-adopted by a restarted service"
+    ),
+    "submitted": lambda detail: "",
+    "speed": _speed_words,
+}
 
 
 def _measured(detail: Mapping[str, Any]) -> str:
