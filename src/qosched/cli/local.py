@@ -651,26 +651,41 @@ def run_submit(args: argparse.Namespace) -> int:
         raise InputError("give --dry-run or --wait, not both", field="--wait")
     if args.specs.count(STDIN) > 1:
         raise InputError(f"{STDIN} (standard input) can be given once", field="specs")
-    specs: list[tuple[str, str]] = []
-    for name in args.specs:
-        if name == STDIN:
-            source, text = "<stdin>", sys.stdin.read()
-        else:
-            source, text = name, read_spec_text(Path(name))
-        # Every spec is checked before any is sent, so a typo in the third submits nothing.
-        # Relative paths are the current folder's, as sbatch has them: a command job runs
-        # where it was submitted from unless its spec says otherwise.
-        folder = Path.cwd()
-        spec = parse_job_spec(text, source, base_dir=folder, scripts_in=folder)
-        if spec.command is not None:
-            if spec.working_dir is None:
-                spec = dataclasses.replace(spec, working_dir=str(folder))
-            # The service cannot know this folder: it gets the paths resolved here.
-            text = json.dumps(spec.to_dict())
-        specs.append((source, text))
+    # Every spec is checked before any is sent, so a typo in the third submits nothing.
+    specs = [_checked_spec(name) for name in args.specs]
     client = Client.from_home(resolve_home(args.home))
     if args.dry_run:
         return _dry_run(client, specs, args.json)
+    jobs = _submit_all(client, specs, args)
+    if not args.wait:
+        declined = any(job.state is Lifecycle.DECLINED for job in jobs)
+        return Exit.DECLINED if declined else Exit.SUCCEEDED
+    return _wait_and_tell(client, jobs, args.json)
+
+
+def _checked_spec(name: str) -> tuple[str, str]:
+    """(source, text) of one spec given to ``submit``, checked. Relative paths are the current
+    folder's, as sbatch has them: a command job runs where it was submitted from unless its
+    spec says otherwise."""
+    if name == STDIN:
+        source, text = "<stdin>", sys.stdin.read()
+    else:
+        source, text = name, read_spec_text(Path(name))
+    folder = Path.cwd()
+    spec = parse_job_spec(text, source, base_dir=folder, scripts_in=folder)
+    if spec.command is not None:
+        if spec.working_dir is None:
+            spec = dataclasses.replace(spec, working_dir=str(folder))
+        # The service cannot know this folder: it gets the paths resolved here.
+        text = json.dumps(spec.to_dict())
+    return source, text
+
+
+def _submit_all(
+    client: Client, specs: Sequence[tuple[str, str]], args: argparse.Namespace
+) -> list[JobView]:
+    """Submit each spec in turn, printing each id (or, with ``--json`` and no ``--wait``, the
+    jobs as JSON) and saying on stderr why a job was declined."""
     jobs: list[JobView] = []
     submitted = False
     try:
@@ -679,14 +694,7 @@ def run_submit(args: argparse.Namespace) -> int:
             if not args.json:
                 print(job.id, flush=True)
             if job.state is Lifecycle.DECLINED:
-                why = job.error or (
-                    "its deadline cannot be guaranteed and its spec does not allow best effort"
-                )
-                print(
-                    f"qosched: {job.id} ({job.name}) was declined: {why} "
-                    "(spec.bestEffort lets it run without a guarantee)",
-                    file=sys.stderr,
-                )
+                _tell_declined(job)
             jobs.append(job)
         submitted = True
     finally:
@@ -694,9 +702,21 @@ def run_submit(args: argparse.Namespace) -> int:
         # JSON names them, as the ids printed so far do without --json.
         if args.json and (not args.wait or not submitted):
             _print_jobs_json(jobs)
-    if not args.wait:
-        declined = any(job.state is Lifecycle.DECLINED for job in jobs)
-        return Exit.DECLINED if declined else Exit.SUCCEEDED
+    return jobs
+
+
+def _tell_declined(job: JobView) -> None:
+    why = job.error or "its deadline cannot be guaranteed and its spec does not allow best effort"
+    print(
+        f"qosched: {job.id} ({job.name}) was declined: {why} "
+        "(spec.bestEffort lets it run without a guarantee)",
+        file=sys.stderr,
+    )
+
+
+def _wait_and_tell(client: Client, jobs: list[JobView], as_json: bool) -> int:
+    """``submit --wait``: wait for every job to end, say how each did; the exit code of the
+    first that did not succeed in time."""
     try:
         ended = wait_for_jobs(client, jobs)
     except KeyboardInterrupt:
@@ -709,7 +729,7 @@ def run_submit(args: argparse.Namespace) -> int:
     codes = [outcome_code(job) for job in ended]
     for job, code in zip(ended, codes, strict=True):
         print(f"{job.id} ({job.name}): {_outcome_text(job, code)}", file=sys.stderr)
-    if args.json:
+    if as_json:
         _print_jobs_json(ended)
     return next((code for code in codes if code != Exit.SUCCEEDED), Exit.SUCCEEDED)
 
