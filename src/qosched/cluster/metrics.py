@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qosched.cluster.simulator import SimResult
+from qosched.cluster.simulator import JobOutcome, SimResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,21 +106,9 @@ def summarize(result: SimResult, common: frozenset[str] | None = None) -> Summar
     best_effort = [o for o in outcomes if o.deadline_s is None]
     met = sum(o.met_deadline for o in deadline)
     finished = [o for o in outcomes if o.finish_s is not None]
-    start = min(o.submit_s for o in outcomes) if outcomes else 0.0
-    end = max((o.finish_s for o in finished), default=start)
-    makespan = end - start
-    if common is not None:
-        unknown = common - {o.job_id for o in finished}
-        if unknown:
-            raise ValueError(
-                f"{result.policy} did not finish {len(unknown)} of the common jobs "
-                f"(e.g. {min(unknown)!r}): the common set is of the jobs every run finished"
-            )
-        shared = [o for o in finished if o.job_id in common]
-    else:
-        shared = finished
-    capacity = result.cluster.total_workers
-    utilization = allocated_worker_seconds(result) / (capacity * makespan) if makespan > 0 else None
+    makespan = _makespan(outcomes, finished)
+    shared = _shared(result, finished, common)
+    declined = sum(o.declined for o in outcomes)
     return Summary(
         policy=result.policy,
         jobs=len(outcomes),
@@ -128,20 +116,59 @@ def summarize(result: SimResult, common: frozenset[str] | None = None) -> Summar
         best_effort_jobs=len(best_effort),
         deadline_met=met,
         deadline_satisfactory_ratio=met / len(deadline) if deadline else None,
-        accepted=sum(not o.declined for o in outcomes),
-        declined=sum(o.declined for o in outcomes),
+        accepted=len(outcomes) - declined,
+        declined=declined,
         avg_jct_s=JctStats.of([o.jct_s for o in finished]).mean_s,
         common_jobs=len(shared),
         common_jct_s=JctStats.of([o.jct_s for o in shared]).mean_s,
-        best_effort_jct_s=JctStats.of([o.jct_s for o in shared if o.deadline_s is None]).mean_s,
-        jct_deadline=JctStats.of([o.jct_s for o in deadline if o.finish_s is not None]),
-        jct_best_effort=JctStats.of([o.jct_s for o in best_effort if o.finish_s is not None]),
-        utilization=utilization,
+        best_effort_jct_s=JctStats.of(_jcts(shared, best_effort=True)).mean_s,
+        jct_deadline=JctStats.of(_jcts(deadline)),
+        jct_best_effort=JctStats.of(_jcts(best_effort)),
+        utilization=_utilization(result, makespan),
         makespan_s=makespan,
         reallocations=sum(o.reallocations for o in outcomes),
         decisions=result.decisions,
         wall_s=result.wall_s,
     )
+
+
+def _makespan(outcomes: Sequence[JobOutcome], finished: Sequence[JobOutcome]) -> float:
+    """From the first submission to the last finish (0 with nothing finished)."""
+    start = min(o.submit_s for o in outcomes) if outcomes else 0.0
+    return max((o.finish_s for o in finished), default=start) - start
+
+
+def _shared(
+    result: SimResult, finished: list[JobOutcome], common: frozenset[str] | None
+) -> list[JobOutcome]:
+    """The finished jobs the common completion times are taken over; every job of ``common``
+    must be among them."""
+    if common is None:
+        return finished
+    unknown = common - {o.job_id for o in finished}
+    if unknown:
+        raise ValueError(
+            f"{result.policy} did not finish {len(unknown)} of the common jobs "
+            f"(e.g. {min(unknown)!r}): the common set is of the jobs every run finished"
+        )
+    return [o for o in finished if o.job_id in common]
+
+
+def _jcts(outcomes: Sequence[JobOutcome], *, best_effort: bool = False) -> list[float]:
+    """The completion times of the jobs of ``outcomes`` that finished (with ``best_effort``,
+    of those without a deadline)."""
+    return [
+        o.jct_s
+        for o in outcomes
+        if o.finish_s is not None and not (best_effort and o.deadline_s is not None)
+    ]
+
+
+def _utilization(result: SimResult, makespan: float) -> float | None:
+    """Allocated worker-seconds over the cluster's capacity during the makespan."""
+    if makespan <= 0:
+        return None
+    return allocated_worker_seconds(result) / (result.cluster.total_workers * makespan)
 
 
 JOB_CSV_HEADER = (
