@@ -236,50 +236,14 @@ def job(
     GPU job of its cores (``requestedCpus``, at least ``minCpus``, at most ``maxCpus``), or,
     with ``resource="cpu"``, as one pod re-sized. A field the pods cannot honour is refused
     by name (``spec.logLimit``: ``REFUSED_FIELDS``), never left out."""
-    gpus = spec.resources.gpu
-    if gpus and resource == "cpu":
-        raise InputError(
-            "the spec asks for GPUs (minGpus); make it a GPU job (resource gpu)", field="resource"
-        )
-    check_count(gpus_per_pod, field="gpus_per_pod", minimum=1, maximum=MAX_GPUS_PER_POD)
-    least, most = spec.resources.bounds()
-    if replicas is None:
-        replicas = -(-least // gpus_per_pod)
-    check_count(replicas, field="replicas", minimum=1, maximum=J.WORKERS_LIMIT)
-    if not isinstance(namespace, str) or not DNS_LABEL.fullmatch(namespace):
-        raise InputError(
-            f"expected a Kubernetes namespace (lower case letters, digits, '-'), got {namespace!r}",
-            field="namespace",
-        )
-    if batch_size is not None:
-        check_count(batch_size, field="batch_size", minimum=1, maximum=MAX_BATCH)
-    _refuse_what_pods_cannot_honour(spec, resource)
-    if resource == "cpu":
-        replicas = 1  # a CPU job is one pod, re-sized
+    replicas = _check_job_options(spec, namespace, resource, gpus_per_pod, replicas, batch_size)
+    _, most = spec.resources.bounds()
     if working_dir is None:
         working_dir = spec.working_dir
-    argv = command or _pod_command(spec, gpus_per_pod, replicas, most)
-    if working_dir is not None and not working_dir.startswith("/"):
-        # A container's workingDir must be absolute; a relative one is the image's
-        # working directory's, which only the container knows: a shell goes there first.
-        argv = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "qosched-cd", working_dir, *argv]
-    argv = [literal(word) for word in argv]
-    annotations = {
-        J.ITERATIONS: str(spec.iterations),
-        J.DEADLINE: spec.deadline.to_text(),
-        J.BEST_EFFORT: "true" if spec.best_effort else "false",
-        J.REQUESTED_WORKERS: str(spec.resources.min_gpus if gpus else spec.requested_cpus),
-    }
-    if model or spec.workload:
-        annotations[J.MODEL] = model or str(spec.workload)
-    if batch_size is None and spec.workload is not None and model is None:
-        from qosched.workloads import get_workload  # imports torch: only when needed
-
-        batch_size = get_workload(spec.workload).default_batch_size  # its speed-table row
-    if batch_size is not None:
-        annotations[J.BATCH_SIZE] = str(batch_size)
-    if most is not None:
-        annotations[J.MAX_WORKERS] = str(most)
+    argv = _container_command(
+        command or _pod_command(spec, gpus_per_pod, replicas, most), working_dir
+    )
+    annotations = _job_annotations(spec, model, batch_size, most)
     requests: dict[str, str] = {"cpu": str(spec.resources.min_cpus) if resource == "cpu" else "1"}
     if spec.resources.memory_bytes is not None:
         requests["memory"] = str(spec.resources.memory_bytes)
@@ -373,6 +337,69 @@ def job(
             },
         },
     ]
+
+
+def _check_job_options(
+    spec: TrainingJobSpec,
+    namespace: str,
+    resource: str,
+    gpus_per_pod: int,
+    replicas: int | None,
+    batch_size: int | None,
+) -> int:
+    """Refuse what :func:`job` cannot make (by name); the pods to start with."""
+    if spec.resources.gpu and resource == "cpu":
+        raise InputError(
+            "the spec asks for GPUs (minGpus); make it a GPU job (resource gpu)", field="resource"
+        )
+    check_count(gpus_per_pod, field="gpus_per_pod", minimum=1, maximum=MAX_GPUS_PER_POD)
+    least, _ = spec.resources.bounds()
+    if replicas is None:
+        replicas = -(-least // gpus_per_pod)
+    check_count(replicas, field="replicas", minimum=1, maximum=J.WORKERS_LIMIT)
+    if not isinstance(namespace, str) or not DNS_LABEL.fullmatch(namespace):
+        raise InputError(
+            f"expected a Kubernetes namespace (lower case letters, digits, '-'), got {namespace!r}",
+            field="namespace",
+        )
+    if batch_size is not None:
+        check_count(batch_size, field="batch_size", minimum=1, maximum=MAX_BATCH)
+    _refuse_what_pods_cannot_honour(spec, resource)
+    return 1 if resource == "cpu" else replicas  # a CPU job is one pod, re-sized
+
+
+def _container_command(argv: list[str], working_dir: str | None) -> list[str]:
+    """The container's command, each word as given (``literal``), in ``working_dir``."""
+    if working_dir is not None and not working_dir.startswith("/"):
+        # A container's workingDir must be absolute; a relative one is the image's
+        # working directory's, which only the container knows: a shell goes there first.
+        argv = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "qosched-cd", working_dir, *argv]
+    return [literal(word) for word in argv]
+
+
+def _job_annotations(
+    spec: TrainingJobSpec, model: str | None, batch_size: int | None, most: int | None
+) -> dict[str, str]:
+    """The StatefulSet's ``qosched.io/`` annotations: the job's terms for the scheduler."""
+    annotations = {
+        J.ITERATIONS: str(spec.iterations),
+        J.DEADLINE: spec.deadline.to_text(),
+        J.BEST_EFFORT: "true" if spec.best_effort else "false",
+        J.REQUESTED_WORKERS: str(
+            spec.resources.min_gpus if spec.resources.gpu else spec.requested_cpus
+        ),
+    }
+    if model or spec.workload:
+        annotations[J.MODEL] = model or str(spec.workload)
+    if batch_size is None and spec.workload is not None and model is None:
+        from qosched.workloads import get_workload  # imports torch: only when needed
+
+        batch_size = get_workload(spec.workload).default_batch_size  # its speed-table row
+    if batch_size is not None:
+        annotations[J.BATCH_SIZE] = str(batch_size)
+    if most is not None:
+        annotations[J.MAX_WORKERS] = str(most)
+    return annotations
 
 
 #: Variables the job's pods get from qosched (``POD_NAME``, ``POD_NAMESPACE``, ``QOSCHED_JOB``;
