@@ -363,21 +363,51 @@ class Chronus(Policy):
             self._lease_index = last
 
     def _boundary(self, view: ClusterView, index: int, alive: dict[str, JobState]) -> None:
+        """A lease boundary: guarantees shrunk or dropped, the waiting guaranteed jobs planned,
+        the lease starting handed out, arrivals admitted, the spare lent."""
         total = view.cluster.total_workers
+        self._shrink_guarantees(alive)
+        if self.selection == "mip" and self._select_by_mip(alive, index, total):
+            waiting = []
+        else:
+            waiting = self._waiting(alive, index)
+        self._plan_greedily(waiting, total)
+        workers = self._start_lease(alive)
+        # Guaranteed jobs starting their lease after a wait (not running in the last one).
+        resumed = {j for j in workers if j not in self._workers}
+        if self.credit_waited_lease:
+            self._credit = dict.fromkeys(resumed, self.lease_s)
+        self._held.pop(self._base, None)
+        self._base += 1
+        judged = self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
+        lent = self._lend_spare(view, alive, dict(workers), total)
+        if self.selection == "mip":
+            self._others_hopeful = any(
+                not s.guaranteed
+                and alive[j].spec.deadline_s is not None
+                and (j in judged or not self._past_hope(view, alive[j], s))
+                for j, s in self._jobs.items()
+            )
+        if self.charge_resumes:
+            self._charge_resumes(lent, resumed, workers)
+        self._workers = lent
+
+    def _shrink_guarantees(self, alive: dict[str, JobState]) -> None:
+        """Each guaranteed job's plan shrunk to what it still needs; one out of leases and
+        plan loses its guarantee (overrun)."""
         for state_id, state in self._jobs.items():
             if state.guaranteed:
                 self._shrink(state, alive[state_id])
                 if state.leases_left <= 0 and not state.plan:
                     state.guaranteed, state.overrun, state.plan = False, True, None
-        if self.selection == "mip" and self._select_by_mip(alive, index, total):
-            waiting = []
-        else:
-            waiting = self._waiting(alive, index)
+
+    def _plan_greedily(self, waiting: list[_Ask], total: int) -> None:
+        """Plan the ``waiting`` jobs one at a time, as the artifact's greedy selection does: a
+        job that no longer fits loses its guarantee and leaves the leases it would have taken
+        to the others. Each plan is packed against the leases the plans before it in this loop
+        took at their packing size, and held from then on at the job's own count
+        (`_promised_free` next time)."""
         free = self._promised_free(total)
-        # One at a time, as the artifact's greedy selection does: a job that no longer fits loses
-        # its guarantee and leaves the leases it would have taken to the others. Each plan is
-        # packed against the leases the plans before it in this loop took at their packing
-        # size, and held from then on at the job's own count (`_promised_free` next time).
         planned: list[_Lease] = []
         for ask in sorted(waiting, key=lambda a: (-a.size, a.horizon - a.leases, -a.horizon)):
             trial = free.copy()
@@ -394,35 +424,27 @@ class Chronus(Policy):
         for state in self._jobs.values():
             if state.guaranteed and state.plan is None:
                 state.guaranteed = False
+
+    def _start_lease(self, alive: dict[str, JobState]) -> dict[str, int]:
+        """The workers of the jobs whose plan holds the lease starting now (``_base``), each
+        plan's first lease taken."""
         workers: dict[str, int] = {}
-        current = self._base
         for job_id, state in self._jobs.items():
-            if state.plan and state.plan[0] == current:
+            if state.plan and state.plan[0] == self._base:
                 workers[job_id] = alive[job_id].spec.requested_workers
                 state.leases_left -= 1
                 del state.plan[0]
-        # Guaranteed jobs starting their lease after a wait (not running in the last one).
-        resumed = {j for j in workers if j not in self._workers}
-        if self.credit_waited_lease:
-            self._credit = dict.fromkeys(resumed, self.lease_s)
-        self._held.pop(current, None)
-        self._base = current + 1
-        judged = self._admit_arrivals(alive, index + 1, total, index * self.lease_s)
-        lent = self._lend_spare(view, alive, dict(workers), total)
-        if self.selection == "mip":
-            self._others_hopeful = any(
-                not s.guaranteed
-                and alive[j].spec.deadline_s is not None
-                and (j in judged or not self._past_hope(view, alive[j], s))
-                for j, s in self._jobs.items()
-            )
-        if self.charge_resumes:
-            for job_id, g in lent.items():
-                if job_id in resumed or job_id not in workers:
-                    cost = _RESUME_COST_S * (1 + math.log2(g))
-                    self._charge[job_id] = cost
-                    self._jobs[job_id].charged_s += cost
-        self._workers = lent
+        return workers
+
+    def _charge_resumes(
+        self, lent: dict[str, int], resumed: set[str], workers: dict[str, int]
+    ) -> None:
+        """A job given workers after a wait (resumed, or lent spare workers) pays a restart."""
+        for job_id, g in lent.items():
+            if job_id in resumed or job_id not in workers:
+                cost = _RESUME_COST_S * (1 + math.log2(g))
+                self._charge[job_id] = cost
+                self._jobs[job_id].charged_s += cost
 
     def _waiting(self, alive: dict[str, JobState], index: int) -> list[_Ask]:
         """The guaranteed jobs still without a plan."""
