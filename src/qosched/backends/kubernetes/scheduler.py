@@ -6,20 +6,22 @@
    write this class sends passes the Lease's fence first; a round that loses the Lease is
    abandoned at its next write. A new term lists every resource afresh;
 2. take a snapshot of the caches of nodes, pods and job StatefulSets, which informers
-   (:mod:`.informer`) keep up to date in their own threads; a round never waits on the API
-   to read, so it lasts as long as its decisions and writes;
-3. read every job (:mod:`.jobs`) and its pods' progress into the policy's ``JobState``\\ s;
-   finished jobs are marked ``succeeded`` and scaled to zero; the jobs new since the last round
-   are admitted or declined by the policy in one call (``Policy.admit_arrivals``), and a
-   declined job's answer is written on its StatefulSet;
+   (:mod:`.informer`) keep up to date in their own threads (:mod:`.reader`: the round's
+   :class:`~.api_view.ApiView`); a round never waits on the API to read, so it lasts as long
+   as its decisions and writes;
+3. read every job (:mod:`.jobs`, :mod:`.reader`) and its pods' progress into the policy's
+   ``JobState``\\ s; finished jobs are marked ``succeeded`` and scaled to zero; the jobs new
+   since the last round are admitted or declined by the policy in one call
+   (``Policy.admit_arrivals``), and a declined job's answer is written on its StatefulSet;
 4. ask the policy for worker counts on a ``ClusterSpec`` derived from the nodes' room;
 5. apply them: GPU jobs change ``spec.replicas`` (elastic replicas; the training pods restart
    from their checkpoint; a new job's admission goes in the same patch), CPU jobs are
    re-sized in place through the pod ``resize`` subresource, or, where the cluster lacks it,
    the node has no room or the kubelet marks the re-size ``Infeasible``, by restarting the pod
-   at its new size from its checkpoint; a job that loses its workers is scaled to zero;
-6. bind pending pods, a whole job's pods together or none (Binding API, with the pod's
-   ``uid``), placed job by job in the decision's order.
+   at its new size from its checkpoint; a job that loses its workers is scaled to zero
+   (:mod:`.apply`);
+6. bind pending pods (:mod:`.binding`), a whole job's pods together or none (Binding API,
+   with the pod's ``uid``), placed job by job in the decision's order.
 
 A round's independent writes (admissions and replicas of GPU jobs, bindings, ``Scheduled``
 Events) are sent ``in_flight`` at a time (:mod:`.send`), each through the fence, and acted on
