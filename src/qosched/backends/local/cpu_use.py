@@ -109,7 +109,7 @@ def _held_at(steps: list[tuple[float, int]]) -> Callable[[float], int]:
 
 
 def _phase_marks(
-    store_events: Sequence[Event], runner_events: Sequence[ProgressEvent]
+    store_events: Sequence[JobEvent], runner_events: Sequence[ProgressEvent]
 ) -> list[tuple[float, str]]:
     """Where each phase begins, in time order: a launch starts one (the store says when), the
     runner's events the others. A checkpoint's save is the ``save_s`` before its event."""

@@ -375,6 +375,20 @@ class _PodReplay:
 
     def run(self) -> ReplayRun:
         started = time.perf_counter()
+        self.schedule_events()
+        start = self.now
+        while self.events:
+            at = self.events[0][0]
+            self.advance(at)
+            arrived, left = self.take_events_at(at)
+            # What waits may fit now, before what just arrived.
+            self.place_waiting(self.waiting + arrived if left else arrived, keep=not left)
+            self.settle()
+            self.sample()
+        return self.result(start, self.now, time.perf_counter() - started)
+
+    def schedule_events(self) -> None:
+        """Every pod's arrival, a service's deletion and the changes of its request rate."""
         for p in self.pods:
             self.push(p.pod.creation_s, _ARRIVE, p.index)
             if p.pod.deletion_s is not None and not isinstance(p.pod.workload, TrainingSpec):
@@ -382,52 +396,65 @@ class _PodReplay:
             if isinstance(p.pod.workload, ServiceSpec):
                 for at in p.pod.workload.rate.changes():
                     self.push(at, _RATE, p.index)
-        start = self.now
-        while self.events:
-            at = self.events[0][0]
-            self.advance(at)
-            arrived, left = [], False
-            while self.events and self.events[0][0] == at:
-                _, kind, _, index, version = heapq.heappop(self.events)
-                p = self.pods[index]
-                if kind == _ARRIVE:
-                    gone = p.pod.deletion_s is not None and p.pod.deletion_s <= at
-                    if gone and not isinstance(p.pod.workload, TrainingSpec):
-                        p.state = "gone"  # deleted when created: it never asks for a node
-                        continue
-                    p.state = "waiting"
-                    self.live_services += isinstance(p.pod.workload, ServiceSpec)
+
+    def take_events_at(self, at: float) -> tuple[list[int], bool]:
+        """Apply every event due at ``at``: the pods that arrived, and whether a running pod
+        left (its room may let a waiting one in)."""
+        arrived, left = [], False
+        while self.events and self.events[0][0] == at:
+            _, kind, _, index, version = heapq.heappop(self.events)
+            p = self.pods[index]
+            if kind == _ARRIVE:
+                if self.arrive(p, at):
                     arrived.append(index)
-                elif kind == _RATE:
-                    if p.state == "running":
-                        self.mark(p)
-                elif kind == _LEAVE and p.state in ("waiting", "running") and (
-                    version == p.version or not isinstance(p.pod.workload, TrainingSpec)
-                ):  # fmt: skip
-                    if isinstance(p.pod.workload, TrainingSpec):
-                        p.finished = at
-                    left |= p.state == "running"
-                    self.leave(p)
-            if left:  # what waits may fit now, before what just arrived
-                retry, self.waiting = self.waiting + arrived, []
-            else:
-                retry = arrived
-            if self.by_priority:
-                retry.sort(key=lambda i: (-self.priority(i), i))
-            # Placing only takes resources: a pod like one that just failed fails too.
-            failed: set[tuple] = set()
-            for index in retry:
-                p = self.pods[index]
-                if p.state != "waiting":
-                    continue  # deleted while it waited
-                like = (TaskShape.of(p.pod), p.pod.memory_mib, p.pod.workload)
-                if like in failed or not self.place(p):
-                    failed.add(like)
-                    self.waiting.append(index)
-            self.settle()
-            self.sample()
-        end = self.now
-        for p in self.pods:  # close what is still open at the end
+            elif kind == _RATE:
+                if p.state == "running":
+                    self.mark(p)
+            elif kind == _LEAVE and self.leaves_now(p, version):
+                if isinstance(p.pod.workload, TrainingSpec):
+                    p.finished = at
+                left |= p.state == "running"
+                self.leave(p)
+        return arrived, left
+
+    def arrive(self, p: _Pod, at: float) -> bool:
+        """The pod asks for a node; False when it was deleted the moment it was created."""
+        gone = p.pod.deletion_s is not None and p.pod.deletion_s <= at
+        if gone and not isinstance(p.pod.workload, TrainingSpec):
+            p.state = "gone"  # deleted when created: it never asks for a node
+            return False
+        p.state = "waiting"
+        self.live_services += isinstance(p.pod.workload, ServiceSpec)
+        return True
+
+    def leaves_now(self, p: _Pod, version: int) -> bool:
+        """A leave event still stands: the pod is there, and a training pod's end was not moved
+        since (its version)."""
+        return p.state in ("waiting", "running") and (
+            version == p.version or not isinstance(p.pod.workload, TrainingSpec)
+        )
+
+    def place_waiting(self, candidates: list[int], *, keep: bool) -> None:
+        """Try ``candidates`` in queue order; those that fit nowhere wait (``keep``: beside the
+        pods already waiting, else instead of them, all of whom are among the candidates)."""
+        if not keep:
+            self.waiting = []
+        if self.by_priority:
+            candidates.sort(key=lambda i: (-self.priority(i), i))
+        # Placing only takes resources: a pod like one that just failed fails too.
+        failed: set[tuple] = set()
+        for index in candidates:
+            p = self.pods[index]
+            if p.state != "waiting":
+                continue  # deleted while it waited
+            like = (TaskShape.of(p.pod), p.pod.memory_mib, p.pod.workload)
+            if like in failed or not self.place(p):
+                failed.add(like)
+                self.waiting.append(index)
+
+    def result(self, start: float, end: float, wall_s: float) -> ReplayRun:
+        """The run's outcome, the services still open at ``end`` closed first."""
+        for p in self.pods:
             if p.state in ("waiting", "running") and isinstance(p.pod.workload, ServiceSpec):
                 self.close(p)
         services = tuple(
@@ -453,7 +480,7 @@ class _PodReplay:
             fragmented_gpu_s=self.integrals[1],
             busy_gpu_s=self.integrals[2],
             peak_allocated_gpus=self.peak,
-            wall_s=time.perf_counter() - started,
+            wall_s=wall_s,
             samples=tuple(self.samples),
         )
 
