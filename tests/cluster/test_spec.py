@@ -199,3 +199,82 @@ def test_the_largest_cluster_is_accepted():
 
 def test_describe():
     assert ClusterSpec(2, 4, 8).describe() == "8 nodes x 8 GPUs = 64 GPUs"
+
+
+# --- mixed clusters: one row per GPU type ------------------------------------------------------
+
+TYPED_HEADER = HEADER + ",gpu_type"
+
+
+def test_mixed_cluster_has_one_group_per_row_in_row_order(tmp_path):
+    spec = read_cluster_spec(
+        write(tmp_path, [TYPED_HEADER, "2,4,8,96,256,A100", "1,4,8,96,256,T4"])
+    )
+    assert (spec.num_switches, spec.nodes_per_switch, spec.num_nodes) == (3, 4, 12)
+    assert spec.gpu_types == (("A100", 8), ("T4", 4))
+    assert spec.groups == (("A100", range(0, 8)), ("T4", range(8, 12)))
+    assert spec.total_workers == 96
+    assert spec.describe() == "12 nodes x 8 GPUs = 96 GPUs (64 A100, 32 T4)"
+
+
+def test_one_typed_row_is_one_group(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, [TYPED_HEADER, "1,2,4,0,0,V100M32"]))
+    assert spec.gpu_types == (("V100M32", 2),)
+
+
+def test_untyped_file_has_no_groups(tmp_path):
+    spec = read_cluster_spec(write(tmp_path, [HEADER, "2,4,8,96,256"]))
+    assert spec.gpu_types == () and spec.groups == ()
+
+
+def test_unknown_gpu_type_is_refused_naming_the_known_ones(tmp_path):
+    path = write(tmp_path, [TYPED_HEADER, "1,1,8,0,0,A100", "1,1,8,0,0,P100"])
+    error = raises_at(path, 3, "gpu_type")
+    assert "unknown GPU type 'P100'" in str(error)
+    assert "A100" in str(error) and "T4" in str(error) and "V100M16" in str(error)
+
+
+def test_a_type_named_twice_is_refused(tmp_path):
+    path = write(tmp_path, [TYPED_HEADER, "1,1,8,0,0,T4", "1,1,8,0,0,A100", "1,1,8,0,0,T4"])
+    assert "line 2" in str(raises_at(path, 4, "gpu_type"))
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ("1,2,8,0,0,T4", "num_node_p_switch"),
+        ("1,1,4,0,0,T4", "num_gpu_p_node"),
+        ("1,1,8,8,0,T4", "num_cpu_p_node"),
+        ("1,1,8,0,64,T4", "mem_p_node"),
+    ],
+    ids=["nodes-per-switch", "gpus-per-node", "cpus-per-node", "memory"],
+)
+def test_rows_of_a_mixed_cluster_differ_only_in_type_and_switches(tmp_path, row, field):
+    path = write(tmp_path, [TYPED_HEADER, "1,1,8,0,0,A100", row])
+    raises_at(path, 3, field)
+
+
+def test_a_bad_field_of_a_typed_row_names_its_line(tmp_path):
+    path = write(tmp_path, [TYPED_HEADER, "1,1,8,0,0,A100", "0,1,8,0,0,T4"])
+    raises_at(path, 3, "num_switch")
+
+
+def test_gpu_types_are_refused_on_a_cpu_cluster(tmp_path):
+    path = write(tmp_path, [TYPED_HEADER, "1,1,0,8,0,A100"])
+    with pytest.raises(InputError, match="GPU cluster"):
+        read_cluster_spec(path, resource="cpu")
+
+
+@pytest.mark.parametrize(
+    ("gpu_types", "match"),
+    [
+        ((("A100", 1),), "add up to 1, the cluster has 2"),
+        ((("A100", 1), ("B200", 1)), "unknown GPU type 'B200'"),
+        ((("A100", 2), ("T4", 0)), "must have >= 1 node"),
+        ((("T4", 1), ("T4", 1)), "T4 named more than once"),
+    ],
+    ids=["nodes-mismatch", "unknown-type", "empty-group", "repeated-type"],
+)
+def test_cluster_spec_checks_its_groups(gpu_types, match):
+    with pytest.raises(InputError, match=match):
+        ClusterSpec(1, 2, 8, gpu_types=gpu_types)
