@@ -188,14 +188,16 @@ JOB_CSV_HEADER = (
 
 
 def write_job_csv(result: SimResult, path: str | Path) -> None:
-    """One row per job, in trace order."""
+    """One row per job, in trace order; on a cluster of several GPU types a last column,
+    ``gpu_type``: the types the job ran on, ``+``-separated in the order of first use."""
+    typed = bool(result.cluster.gpu_types)
 
     def cell(value: object) -> object:
         return "" if value is None else value
 
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(JOB_CSV_HEADER)
+        writer.writerow((*JOB_CSV_HEADER, "gpu_type") if typed else JOB_CSV_HEADER)
         for o in result.outcomes:
             writer.writerow(
                 [
@@ -211,5 +213,6 @@ def write_job_csv(result: SimResult, path: str | Path) -> None:
                     "" if o.deadline_s is None else int(o.met_deadline),
                     round(o.worker_seconds, 3),
                     o.reallocations,
+                    *(("+".join(o.gpu_types),) if typed else ()),
                 ]
             )

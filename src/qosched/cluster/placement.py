@@ -9,14 +9,21 @@ each unchanged job back at its old spot when that is still free) is tried and ta
 fewer jobs: a split job is slower for the rest of its run, a moved one pays one restart. Jobs the
 policy pins stay where they are in the re-pack; where a pinned job is itself split, a second
 re-pack that may move it is tried as well, since keeping it there keeps it slow.
+
+On a cluster of several GPU types, ``spans_of(job_id, workers)`` gives the node ranges (one per
+type) a job's gang may take, in the order it prefers them: the gang is placed inside the first
+with room, never across two (no mixed gangs). None: every node is one range.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import Placement
+
+#: Per (job id, workers), the node ranges its gang may take, most preferred first.
+SpansOf = Callable[[str, int], Sequence[range]]
 
 
 def min_nodes(workers: int, workers_per_node: int) -> int:
@@ -36,7 +43,11 @@ def is_split(placement: Placement, workers_per_node: int) -> bool:
     return len(placement) > min_nodes(size(placement), workers_per_node)
 
 
-def _fit(workers: int, free: list[int], workers_per_node: int) -> Placement | None:
+def _fit(
+    workers: int, free: list[int], workers_per_node: int, spans: Sequence[range] | None = None
+) -> Placement | None:
+    if spans is not None:
+        return _fit_within(workers, free, workers_per_node, spans)
     if workers <= workers_per_node:
         best = -1
         for node, available in enumerate(free):
@@ -63,20 +74,37 @@ def _fit(workers: int, free: list[int], workers_per_node: int) -> Placement | No
     return tuple(sorted(taken))
 
 
+def _fit_within(
+    workers: int, free: list[int], workers_per_node: int, spans: Sequence[range]
+) -> Placement | None:
+    """``_fit`` inside the first of ``spans`` with room for all ``workers``."""
+    for span in spans:
+        part = free[span.start : span.stop]
+        placement = _fit(workers, part, workers_per_node)
+        if placement is not None:
+            free[span.start : span.stop] = part
+            return tuple((node + span.start, n) for node, n in placement)
+    return None
+
+
 def _fit_around(
-    workers: int, free: list[int], reserved: Sequence[int] | None, workers_per_node: int
+    workers: int,
+    free: list[int],
+    reserved: Sequence[int] | None,
+    workers_per_node: int,
+    spans: Sequence[range] | None = None,
 ) -> Placement | None:
     """``_fit`` on workers nobody else prefers, unless that splits the job and taking a reserved
     spot does not: a split slows the job for the rest of its run, a move costs one restart.
     ``reserved`` None: nobody prefers any worker, so this is ``_fit`` itself."""
     if reserved is None:
-        return _fit(workers, free, workers_per_node)
+        return _fit(workers, free, workers_per_node, spans)
     # NOTE: ``max(f - r, 0)`` without the call (the same ints): one list per job placed.
     unreserved = [f - r if f > r else 0 for f, r in zip(free, reserved, strict=True)]
-    placement = _fit(workers, unreserved, workers_per_node)
+    placement = _fit(workers, unreserved, workers_per_node, spans)
     if placement is None or is_split(placement, workers_per_node):
         trial = list(free)
-        anywhere = _fit(workers, trial, workers_per_node)
+        anywhere = _fit(workers, trial, workers_per_node, spans)
         if anywhere is not None and (placement is None or not is_split(anywhere, workers_per_node)):
             placement = anywhere
     if placement is not None:
@@ -90,6 +118,7 @@ def _pack(
     cluster: ClusterSpec,
     keep: Mapping[str, Placement],
     prefer: Mapping[str, Placement],
+    spans_of: SpansOf | None = None,
 ) -> tuple[dict[str, Placement], int]:
     """Place ``keep`` as it is, then ``order``, each at its ``prefer`` spot when that is free."""
     free = [cluster.workers_per_node] * cluster.num_nodes
@@ -116,7 +145,8 @@ def _pack(
             if not all(free[node] >= n for node, n in placement):
                 placement = None
         if placement is None:
-            placement = _fit_around(workers, free, around, cluster.workers_per_node)
+            spans = None if spans_of is None else spans_of(job_id, workers)
+            placement = _fit_around(workers, free, around, cluster.workers_per_node, spans)
         else:
             for node, n in placement:
                 free[node] -= n
@@ -133,6 +163,7 @@ def place(
     *,
     largest_first: bool = False,
     pinned: Collection[str] = frozenset(),
+    spans_of: SpansOf | None = None,
 ) -> dict[str, Placement]:
     """Placements for ``wanted`` (job id, workers) pairs; a job that does not fit is left out.
 
@@ -150,7 +181,7 @@ def place(
             and (spot[0][1] if len(spot) == 1 else size(spot)) == workers
         ):
             unchanged[job_id] = spot
-    sticky, sticky_splits = _pack(order, cluster, unchanged, {})
+    sticky, sticky_splits = _pack(order, cluster, unchanged, {}, spans_of)
     if sticky_splits == 0 or not unchanged:
         return sticky
     # Re-pack largest first, leaving each unchanged job where it was whenever its spot is free.
@@ -161,7 +192,7 @@ def place(
     unsplit = {job_id: spot for job_id, spot in kept.items() if not is_split(spot, per_node)}
     for keep in (kept, unsplit) if len(unsplit) < len(kept) else (kept,):
         movable = {job_id: spot for job_id, spot in unchanged.items() if job_id not in keep}
-        repacked, repacked_splits = _pack(by_size, cluster, keep, movable)
+        repacked, repacked_splits = _pack(by_size, cluster, keep, movable, spans_of)
         if repacked_splits < best_splits and len(repacked) >= len(sticky):
             best, best_splits = repacked, repacked_splits
     return best
@@ -172,8 +203,9 @@ class Placements:
     jobs' counts places those jobs alone: `changed` gives what `place` gives whenever none of
     them ends up split (every other job keeps its spot), and says so when one would."""
 
-    def __init__(self, cluster: ClusterSpec) -> None:
+    def __init__(self, cluster: ClusterSpec, spans_of: SpansOf | None = None) -> None:
         self.cluster = cluster
+        self.spans_of = spans_of
         self.free = [cluster.workers_per_node] * cluster.num_nodes
         self.of: dict[str, Placement] = {}
 
@@ -183,7 +215,7 @@ class Placements:
         """New placements for the jobs in ``counts`` whose count changes, in ``counts``' order
         (largest first with ``largest_first``): () for a job given 0 or that does not fit.
         None when one would be split: `place` then tries a re-pack of every job."""
-        per_node, of = self.cluster.workers_per_node, self.of
+        per_node, of, spans_of = self.cluster.workers_per_node, self.of, self.spans_of
         free = list(self.free)
         moving = []
         for job_id, workers in counts:
@@ -197,7 +229,8 @@ class Placements:
             moving.sort(key=lambda item: -item[1])
         result: dict[str, Placement] = {}
         for job_id, workers in moving:
-            placement = _fit(workers, free, per_node) if workers else None
+            spans = None if spans_of is None or not workers else spans_of(job_id, workers)
+            placement = _fit(workers, free, per_node, spans) if workers else None
             if placement is not None and is_split(placement, per_node):
                 return None
             result[job_id] = placement or ()

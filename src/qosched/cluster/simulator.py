@@ -1,6 +1,9 @@
 """Trace-driven simulation of a cluster under one policy, on the shared event engine.
 
 A worker is the cluster's unit of allocation, a GPU or a CPU core (``ClusterSpec.resource``).
+On a cluster of several GPU types (``ClusterSpec.gpu_types``) a job's gang runs on one type, at
+that type's speed (`qosched.cluster.gpu_types`), on the fastest type with room for it; the
+policy plans on the slowest type's speed (docs/simulator.md, "Mixed GPU types").
 Between scheduling points every running job advances at its speed curve's rate for its worker
 count, times ``cross_node_factor`` when it spans more nodes than it needs. Any change of a started
 job's workers (resize, move, preemption and resume) costs ``restart_pause_s`` of no progress while
@@ -30,13 +33,14 @@ from qosched.cluster.artifact import (
     ArtifactDecision,
     artifact_overhead_s,
 )
+from qosched.cluster.gpu_types import GPU_TYPES, TypeSpeeds, slowest
 from qosched.cluster.job import JobSpec
 from qosched.cluster.placement import Placements, is_split, place
 from qosched.cluster.policies.base import Policy
 from qosched.cluster.policies.events import Changes, Delta, EventPolicy, as_event_policy
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, DecisionClock, JobState, Phase, Placement
-from qosched.cluster.throughput import ThroughputModel
+from qosched.cluster.throughput import SpeedCurve, ThroughputModel
 from qosched.cluster.traces import Trace, check_job, column_name
 from qosched.core.errors import InputError, SimulationError
 from qosched.sim.engine import Engine, Event
@@ -123,6 +127,8 @@ class JobOutcome:
     reallocations: int
     # The time judged against the deadline when not the finish (``ArtifactConfig.slot_progress``).
     judged_s: float | None = None
+    # On a cluster of several GPU types, the types the job ran on, in the order of first use.
+    gpu_types: tuple[str, ...] = ()
 
     @property
     def jct_s(self) -> float | None:
@@ -165,6 +171,7 @@ class ClusterSimulator:
         trace: Trace | Sequence[JobSpec],
         config: SimConfig | None = None,
         on_progress: Callable[[int, int], None] | None = None,
+        type_speeds: TypeSpeeds | None = None,
     ) -> None:
         self.cluster = cluster
         self.policy = as_event_policy(policy)
@@ -173,6 +180,7 @@ class ClusterSimulator:
         self.on_progress = on_progress
         if not isinstance(trace, Trace):
             trace = Trace(tuple(trace))
+        self._typed = _TypedSpeeds(cluster, throughputs, type_speeds) if cluster.gpu_types else None
         self._states = [
             self._validated_state(trace, i, throughputs) for i in range(len(trace.jobs))
         ]
@@ -208,7 +216,9 @@ class ClusterSimulator:
         self._ended: list[JobState] = []
         self._displaced: list[JobState] = []
         self._woke = False
-        self._placements = Placements(cluster)
+        self._placements = Placements(
+            cluster, None if self._typed is None else self._typed.spans_of
+        )
         # Progress is brought up to date for every running job at every event only for a policy
         # that reads it (and the artifact accountings that step jobs by their plans); otherwise
         # a job's progress is its rate since ``last_update_s``, brought up to date when the job
@@ -260,6 +270,19 @@ class ClusterSimulator:
                 line=line,
                 field=column_name(trace.layout, "workers"),
             )
+        if self._typed is not None:
+            curve = self._typed.add(job)
+            if self.policy.honours_requests and not curve.available(job.requested_workers):
+                raise InputError(
+                    f"job {job.job_id} requests {self.cluster.count(job.requested_workers)}, a "
+                    f"count no GPU type's nodes both hold and have a speed for "
+                    f"({self.cluster.describe()}), so policy {self.policy.name!r}, which "
+                    "honours requests, could never run it",
+                    source=source,
+                    line=line,
+                    field=column_name(trace.layout, "workers"),
+                )
+            return JobState(job, curve)
         return JobState(job, throughputs.curve(job.model, job.batch_size))
 
     # -- running ---------------------------------------------------------------------------
@@ -875,7 +898,12 @@ class ClusterSimulator:
             }
         wanted = [(job_id, n) for job_id, n in self.policy.allocations() if n]
         full = place(
-            wanted, placements.of, self.cluster, largest_first=largest_first, pinned=delta.pinned
+            wanted,
+            placements.of,
+            self.cluster,
+            largest_first=largest_first,
+            pinned=delta.pinned,
+            spans_of=placements.spans_of,
         )
         moved = {job_id: () for job_id in placements.of if job_id not in full}
         moved.update(
@@ -919,13 +947,18 @@ class ClusterSimulator:
                 self._start_charge[state.job_id] = overhead
         if not state.has_started:
             state.started_s = now
+        if self._typed is not None:
+            self._typed.ran_on(state.job_id, placement)
         state.phase = Phase.RUNNING
         self._set_rate(state)
 
     def true_rate(self, state: JobState) -> float:
         """The job's real speed on its placement, before per-decision noise."""
         speed_factor, scaling = self._truth[state.job_id]
-        rate = state.curve.rate(state.workers) * speed_factor * state.workers**scaling
+        curve = state.curve
+        if self._typed is not None and state.placement:
+            curve = self._typed.curve_on(state.job_id, state.placement)
+        rate = curve.rate(state.workers) * speed_factor * state.workers**scaling
         if is_split(state.placement, self.cluster.workers_per_node):
             rate *= self.config.cross_node_factor
         return rate
@@ -979,7 +1012,61 @@ class ClusterSimulator:
             worker_seconds=state.attained_worker_s,
             reallocations=state.reallocations,
             judged_s=self._planned_end.get(spec.job_id) if self.artifact.slot_progress else None,
+            gpu_types=() if self._typed is None else self._typed.types_run_on(spec.job_id),
         )
+
+
+class _TypedSpeeds:
+    """A mixed cluster's speeds: each job's curve per GPU type group, the curve its policy plans
+    on (the slowest group's, at counts one group's nodes hold), and where its gang may go."""
+
+    def __init__(
+        self, cluster: ClusterSpec, throughputs: ThroughputModel, speeds: TypeSpeeds | None
+    ) -> None:
+        if speeds is None:
+            if throughputs.device_type not in GPU_TYPES:
+                raise InputError(
+                    "a cluster of several GPU types scales speeds from tables of a known GPU "
+                    f"type (--throughputs A100 or T4); {throughputs.source or 'these tables'} "
+                    "name none"
+                )
+            speeds = TypeSpeeds(throughputs, throughputs.device_type)
+        self.speeds = speeds
+        self.types = tuple(name for name, _ in cluster.groups)
+        self.spans = tuple(nodes for _, nodes in cluster.groups)
+        self.group_of_node = [g for g, nodes in enumerate(self.spans) for _ in nodes]
+        self.most = max(len(nodes) for nodes in self.spans) * cluster.workers_per_node
+        self.curves: dict[str, tuple[SpeedCurve, ...]] = {}
+        self.order: dict[tuple[str, int], tuple[range, ...]] = {}
+        self.used: dict[str, list[str]] = {}
+
+    def add(self, job: JobSpec) -> SpeedCurve:
+        """Remember the job's curves per group; the curve its policy plans on."""
+        curves = tuple(self.speeds.curve(t, job.model, job.batch_size) for t in self.types)
+        self.curves[job.job_id] = curves
+        return slowest(curves, self.most)
+
+    def spans_of(self, job_id: str, workers: int) -> tuple[range, ...]:
+        """The groups' nodes, fastest for the job at ``workers`` first (ties in spec order)."""
+        key = (job_id, workers)
+        order = self.order.get(key)
+        if order is None:
+            curves = self.curves[job_id]
+            ranked = sorted(range(len(curves)), key=lambda g: -curves[g].rate(workers))
+            order = self.order[key] = tuple(self.spans[g] for g in ranked)
+        return order
+
+    def curve_on(self, job_id: str, placement: Placement) -> SpeedCurve:
+        return self.curves[job_id][self.group_of_node[placement[0][0]]]
+
+    def ran_on(self, job_id: str, placement: Placement) -> None:
+        name = self.types[self.group_of_node[placement[0][0]]]
+        used = self.used.setdefault(job_id, [])
+        if name not in used:
+            used.append(name)
+
+    def types_run_on(self, job_id: str) -> tuple[str, ...]:
+        return tuple(self.used.get(job_id, ()))
 
 
 def _deadline_or_inf(state: JobState) -> float:
@@ -993,5 +1080,8 @@ def simulate(
     trace: Trace | Sequence[JobSpec],
     config: SimConfig | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    type_speeds: TypeSpeeds | None = None,
 ) -> SimResult:
-    return ClusterSimulator(cluster, throughputs, policy, trace, config, on_progress).run()
+    return ClusterSimulator(
+        cluster, throughputs, policy, trace, config, on_progress, type_speeds
+    ).run()

@@ -122,6 +122,9 @@ class ThroughputModel:
 
     def __init__(self, tables: Mapping[str, Mapping[int, Mapping[int, float]]], source: str = ""):
         self.source = source
+        # The GPU type the tables were measured on, where known (the bundled sets): the
+        # reference a mixed cluster scales speeds from (`qosched.cluster.gpu_types`).
+        self.device_type: str | None = None
         self._tables = {model: dict(rows) for model, rows in tables.items()}
         self._curves: dict[tuple[str, int], SpeedCurve] = {}
 
@@ -202,6 +205,7 @@ class ThroughputModel:
         with resources.as_file(root) as directory:
             model = cls.load(directory)
         model.source = f"bundled {name} tables"
+        model.device_type = name
         return model
 
 
