@@ -268,7 +268,7 @@ def add_sim_cluster(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--cluster-spec",
         help="ElasticFlow cluster-spec CSV (workers per node: num_gpu_p_node, or num_cpu_p_node "
-        "with --resource cpu)",
+        "with --resource cpu); a gpu_type column, one row per type, makes a mixed GPU cluster",
     )
     parser.add_argument("--nodes", type=int, help="nodes (instead of --cluster-spec)")
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (--resource gpu)")
