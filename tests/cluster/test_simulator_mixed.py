@@ -8,9 +8,11 @@ import csv
 import pytest
 from cluster_helpers import job
 
+from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.gpu_types import TypeSpeeds
 from qosched.cluster.metrics import JOB_CSV_HEADER, write_job_csv
-from qosched.cluster.policies import create_policy
+from qosched.cluster.placement import Placements
+from qosched.cluster.policies import create_policy, policy_names
 from qosched.cluster.policies.base import Decision, Policy
 from qosched.cluster.simulator import ClusterSimulator, simulate
 from qosched.cluster.spec import ClusterSpec
@@ -139,3 +141,40 @@ def test_per_job_csv_names_the_types_only_on_a_mixed_cluster(tmp_path):
     rows = list(csv.reader((tmp_path / "plain.csv").open()))
     assert rows[0] == list(JOB_CSV_HEADER)
     assert all(o.gpu_types == () for o in plain.outcomes)
+
+
+# --- every registered policy on a mixed cluster ---------------------------------------------------
+
+MIXED_4x8 = ClusterSpec(4, 1, 8, gpu_types=(("T4", 2), ("A100", 2)))
+BUNDLED_A100 = ThroughputModel.bundled("A100")
+
+
+def mixed_trace() -> list:
+    config = GeneratorConfig(
+        jobs=60, load=1.0, cluster_workers=32, best_effort_fraction=0.2, seed=3
+    )
+    return generate_trace(config, BUNDLED_A100)
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_runs_one_type_gangs_to_the_end_deterministically(name, monkeypatch):
+    groups = [set(nodes) for _, nodes in MIXED_4x8.groups]
+    placed: list[tuple[str, tuple]] = []
+    record = Placements.set
+
+    def checked_set(self, job_id, placement):
+        placed.append((job_id, placement))
+        record(self, job_id, placement)
+
+    monkeypatch.setattr(Placements, "set", checked_set)
+    trace = mixed_trace()
+    first = simulate(MIXED_4x8, BUNDLED_A100, create_policy(name), trace)
+    for job_id, placement in placed:
+        nodes = {node for node, _ in placement}
+        assert not placement or any(nodes <= group for group in groups), (job_id, placement)
+    assert any(placement and placement[0][0] >= 2 for _, placement in placed)  # A100s used
+    for o in first.outcomes:
+        assert o.declined or o.finish_s is not None
+        assert o.declined or o.gpu_types  # every job that ran says where
+    second = simulate(MIXED_4x8, BUNDLED_A100, create_policy(name), trace)
+    assert second.outcomes == first.outcomes

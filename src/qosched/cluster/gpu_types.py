@@ -86,7 +86,11 @@ def slowest(curves: Sequence[SpeedCurve], most: int) -> SpeedCurve:
         min(c.rate(g) for c in curves) if g else 0.0
         for g in range(min(most, first.max_workers) + 1)
     )
-    measured = tuple(g for g in first.measured if g < len(speeds) and speeds[g] > 0.0)
+    measured = tuple(
+        g
+        for g in first.measured
+        if g < len(speeds) and speeds[g] > 0.0 and all(g in c.measured for c in curves)
+    )
     return SpeedCurve(first.model, first.batch_size, speeds, measured)
 
 
