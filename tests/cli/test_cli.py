@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+import qosched
 from json_contracts import assert_contract
 from qosched.cli.main import main
 from qosched.cluster.traces import read_trace
@@ -164,6 +166,41 @@ def test_cluster_spec_file_and_plots(small_trace, tmp_path, capsys):
         rows = (out / f"jobs_{name}.csv").read_text().splitlines()
         assert len(rows) == 41  # header + one row per job
     assert (out / "cluster_summary.png").stat().st_size > 10_000
+
+
+MIXED_SPEC = (
+    "num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node,gpu_type\n"
+    "1,1,8,96,256,A100\n1,1,8,96,256,T4\n"
+)
+
+
+def test_mixed_cluster_spec_runs_and_names_each_job_s_gpu_type(small_trace, tmp_path, capsys):
+    spec = tmp_path / "mixed.csv"
+    spec.write_text(MIXED_SPEC)
+    out = tmp_path / "out"
+    args = ["sim", "cluster", "--trace", str(small_trace), "--cluster-spec", str(spec)]
+    assert main([*args, "--policy", "qos,fifo", "--json", "--jobs-csv", str(out)]) == 0
+    assert len(json.loads(capsys.readouterr().out)["runs"]) == 2
+    for name in ("qos", "fifo"):
+        with (out / f"jobs_{name}.csv").open() as handle:
+            rows = list(csv.DictReader(handle))
+        assert len(rows) == 40
+        types = {row["gpu_type"] for row in rows if row["declined"] == "0"}
+        assert types <= {"A100", "T4", "A100+T4", "T4+A100"} and "A100" in types
+
+
+def test_mixed_cluster_needs_a_bundled_gpu_table_set(small_trace, tmp_path, capsys):
+    spec = tmp_path / "mixed.csv"
+    spec.write_text(MIXED_SPEC)
+    # The A100 tables themselves, read from a directory, which names no GPU type.
+    tables = tmp_path / "tables"
+    shutil.copytree(Path(qosched.__file__).parent / "data" / "throughputs" / "A100", tables)
+    args = ["sim", "cluster", "--trace", str(small_trace), "--cluster-spec", str(spec)]
+    assert main([*args, "--throughputs", "A100", "--policy", "fifo"]) == 0
+    capsys.readouterr()
+    # A directory of tables says nothing of the GPU type they were measured on.
+    assert main([*args, "--throughputs", str(tables), "--policy", "fifo"]) == 2
+    assert "tables of a known GPU type" in capsys.readouterr().err
 
 
 def test_generated_trace_reads_back_in_both_layouts(tmp_path):
