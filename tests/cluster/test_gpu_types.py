@@ -67,6 +67,7 @@ def test_slowest_takes_the_least_speed_per_count_and_none_where_one_has_none():
     assert plan.speeds == (0.0, 0.5, 0.0, 0.0, 1.5)
     assert plan.measured == (1, 4)
     assert slowest((a100, t4), most=2).speeds == (0.0, 0.5, 0.0)
+    assert slowest((a100,)).speeds == a100.speeds  # one curve, no bound: itself
 
 
 @pytest.mark.parametrize("name", ["P100", "a100", "", "G2"])

@@ -4,6 +4,7 @@ the policies plan on. Every time below is worked out by hand from the tables."""
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import pytest
 from cluster_helpers import job
@@ -178,3 +179,14 @@ def test_every_policy_runs_one_type_gangs_to_the_end_deterministically(name, mon
         assert o.declined or o.gpu_types  # every job that ran says where
     second = simulate(MIXED_4x8, BUNDLED_A100, create_policy(name), trace)
     assert second.outcomes == first.outcomes
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_a_cluster_of_one_named_type_runs_as_an_unnamed_one(name):
+    trace = mixed_trace()
+    typed = simulate(
+        ClusterSpec(4, 1, 8, gpu_types=(("A100", 4),)), BUNDLED_A100, create_policy(name), trace
+    )
+    plain = simulate(ClusterSpec(4, 1, 8), BUNDLED_A100, create_policy(name), trace)
+    assert [replace(o, gpu_types=()) for o in typed.outcomes] == list(plain.outcomes)
+    assert all(o.gpu_types in {(), ("A100",)} for o in typed.outcomes)

@@ -79,13 +79,12 @@ def scaled(curve: SpeedCurve, ratio: float) -> SpeedCurve:
     )
 
 
-def slowest(curves: Sequence[SpeedCurve], most: int) -> SpeedCurve:
-    """Per worker count up to ``most``, the lowest speed of ``curves``; 0 where any has none."""
+def slowest(curves: Sequence[SpeedCurve], most: int | None = None) -> SpeedCurve:
+    """Per worker count (up to ``most`` if given), the lowest speed of ``curves``; 0 where any
+    has none."""
     first = curves[0]
-    speeds = tuple(
-        min(c.rate(g) for c in curves) if g else 0.0
-        for g in range(min(most, first.max_workers) + 1)
-    )
+    top = first.max_workers if most is None else min(most, first.max_workers)
+    speeds = tuple(min(c.rate(g) for c in curves) if g else 0.0 for g in range(top + 1))
     measured = tuple(
         g
         for g in first.measured

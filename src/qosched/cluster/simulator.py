@@ -1035,7 +1035,10 @@ class _TypedSpeeds:
         self.types = tuple(name for name, _ in cluster.groups)
         self.spans = tuple(nodes for _, nodes in cluster.groups)
         self.group_of_node = [g for g, nodes in enumerate(self.spans) for _ in nodes]
-        self.most = max(len(nodes) for nodes in self.spans) * cluster.workers_per_node
+        # Counts above what one group holds are no gang's; with one group the curves stay
+        # whole, as on an unnamed cluster (a predictor fits the counts above the cluster too).
+        largest = max(len(nodes) for nodes in self.spans) * cluster.workers_per_node
+        self.most = largest if len(self.spans) > 1 else None
         self.curves: dict[str, tuple[SpeedCurve, ...]] = {}
         self.order: dict[tuple[str, int], tuple[range, ...]] = {}
         self.used: dict[str, list[str]] = {}
