@@ -10,7 +10,8 @@ best effort), its load counted against 128 GPUs. Clusters, 8 GPUs a node: 8 A100
 tables measure none of the trace's (model, batch size), so every job's T4 speed is the A100
 speed times the rule's 0.179 (docs/simulator.md, "Mixed GPU types"). Printed per load, cluster
 and policy: DSR, deadlines met, declined jobs, mean JCT over the jobs every policy finished on
-that cluster (`common_jct_s`), mean JCT of all finished jobs, jobs that ran on a T4, and the
+that cluster (`common_jct_s`), mean JCT of all finished jobs, jobs that ran on a T4, gangs the
+policy gave workers that found room in no one type (`SimResult.displaced`), and the
 simulation's wall time.
 """
 
@@ -48,9 +49,9 @@ def main() -> None:
     a100 = ThroughputModel.bundled("A100")
     print(
         "| load | cluster | policy | DSR | met / deadline jobs | declined | common JCT h "
-        "| mean JCT h | jobs on T4 | sim s |"
+        "| mean JCT h | jobs on T4 | displaced | sim s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for load in args.loads:
         config = GeneratorConfig(
             jobs=args.jobs,
@@ -69,7 +70,8 @@ def main() -> None:
                     f"| {load:g} | {label} | {name} | {'-' if dsr is None else f'{dsr:.1%}'} | "
                     f"{s.deadline_met}/{s.deadline_jobs} | {s.declined} | "
                     f"{hours(s.common_jct_s)} | {hours(s.avg_jct_s)} | "
-                    f"{on_t4 if cluster.gpu_types else '-'} | {s.wall_s:.1f} |",
+                    f"{on_t4 if cluster.gpu_types else '-'} | {result.displaced} | "
+                    f"{s.wall_s:.1f} |",
                     flush=True,
                 )
 

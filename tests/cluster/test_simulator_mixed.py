@@ -79,7 +79,15 @@ def test_a_gang_is_never_split_across_types_and_waits_for_one_type_with_room():
         job("d", 0.0, 100),
         job("e", 30.0, 100, workers=2),
     ]
-    out = run(mixed(gpus_per_node=2, t4_first=False), trace)
+    result = simulate(
+        mixed(gpus_per_node=2, t4_first=False),
+        A100,
+        create_policy("fifo"),
+        trace,
+        type_speeds=SPEEDS,
+    )
+    out = {o.job_id: o for o in result.outcomes}
+    assert result.displaced == 1  # e at 30, given 2 GPUs by fifo, placed nowhere
     assert [out[j].gpu_types for j in "abcd"] == [("A100",), ("A100",), ("T4",), ("T4",)]
     assert [out[j].finish_s for j in "abcd"] == pytest.approx([5.0, 50.0, 20.0, 200.0])
     assert out["e"].gpu_types == ("A100",)

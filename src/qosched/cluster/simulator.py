@@ -154,6 +154,9 @@ class SimResult:
     allocation_timeline: tuple[tuple[float, int], ...]
     wall_s: float
     decisions: int
+    # Jobs given workers that found no room for them (on a mixed cluster: in no one type's
+    # nodes), summed over the decisions; each is reported back to the policy as displaced.
+    displaced: int = 0
 
 
 class ClusterSimulator:
@@ -215,6 +218,7 @@ class ClusterSimulator:
         self._arrived: list[JobState] = []
         self._ended: list[JobState] = []
         self._displaced: list[JobState] = []
+        self._displaced_count = 0
         self._woke = False
         self._placements = Placements(
             cluster, None if self._typed is None else self._typed.spans_of
@@ -310,6 +314,7 @@ class ClusterSimulator:
             allocation_timeline=tuple(self._timeline),
             wall_s=time.perf_counter() - started,
             decisions=self._decisions,
+            displaced=self._displaced_count,
         )
 
     def _schedule_next_arrival(self) -> None:
@@ -642,6 +647,7 @@ class ClusterSimulator:
             state = self._active[job_id]
             if n and not state.workers:
                 self._displaced.append(state)  # asked for, not placed
+                self._displaced_count += 1
         for state, seconds in self._seconds_by_job(extra.credit_s, "credit"):
             self._credit(state, seconds)
         for state, seconds in self._seconds_by_job(extra.charge_s, "charge"):
