@@ -129,7 +129,7 @@ def test_qos_meets_a_deadline_it_promised_on_the_slower_type():
 
 
 def test_a_request_no_type_can_hold_is_refused_for_a_policy_that_honours_requests():
-    with pytest.raises(InputError, match="job e requests 2 GPUs, a count no GPU type"):
+    with pytest.raises(InputError, match="job e requests 2 GPUs: more than one GPU type"):
         run(mixed(gpus_per_node=1), [job("e", 0.0, 10, workers=2)])
 
 

@@ -278,8 +278,8 @@ class ClusterSimulator:
             curve = self._typed.add(job)
             if self.policy.honours_requests and not curve.available(job.requested_workers):
                 raise InputError(
-                    f"job {job.job_id} requests {self.cluster.count(job.requested_workers)}, a "
-                    f"count no GPU type's nodes both hold and have a speed for "
+                    f"job {job.job_id} requests {self.cluster.count(job.requested_workers)}: "
+                    "more than one GPU type's nodes hold, or a count some type has no speed at "
                     f"({self.cluster.describe()}), so policy {self.policy.name!r}, which "
                     "honours requests, could never run it",
                     source=source,
@@ -1062,7 +1062,8 @@ class _TypedSpeeds:
         if order is None:
             curves = self.curves[job_id]
             ranked = sorted(range(len(curves)), key=lambda g: -curves[g].rate(workers))
-            order = self.order[key] = tuple(self.spans[g] for g in ranked)
+            order = tuple(self.spans[g] for g in ranked if curves[g].rate(workers) > 0.0)
+            self.order[key] = order
         return order
 
     def curve_on(self, job_id: str, placement: Placement) -> SpeedCurve:
