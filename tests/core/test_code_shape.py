@@ -32,11 +32,10 @@ DATA_LITERALS = frozenset(
     }
 )
 #: Functions over the limits that other work on issue 54 rewrites (the cluster simulator's
-#: decision round, the pod simulator's placement): (module, name). Remove an entry with them.
+#: decision round): (module, name). Remove an entry with them.
 STILL_ALLOWED = frozenset(
     {
         ("qosched.cluster.simulator", "ClusterSimulator._decide"),
-        ("qosched.cluster.pods.sim", "place_pods"),
     }
 )
 

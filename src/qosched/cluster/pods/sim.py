@@ -118,108 +118,138 @@ def place_pods(
     if tie_break not in TIE_BREAKS:
         raise ValueError(f"unknown tie break {tie_break!r}; use {', '.join(TIE_BREAKS)}")
     started = time.perf_counter()
-    rng = random.Random(seed)
-    count = len(cluster.nodes)
-    rank = None
-    if tie_break == "node-order":
-        rank = np.empty(count, dtype=np.int64)
-        rank[rng.sample(range(count), count)] = np.arange(count)
-    models = [node.model for node in cluster.nodes]
-    cpu_left = [node.cpu_milli for node in cluster.nodes]
-    memory_left = [node.memory_mib for node in cluster.nodes]
-    gpu_left = [(MILLI,) * node.gpus for node in cluster.nodes]
-    tags: list[Counter[str]] = [Counter() for _ in cluster.nodes]
-    changed_at = np.zeros(count, dtype=np.int64)
-    tables: dict[tuple[TaskShape, int], _Scores] = {}
-    known: dict[tuple[NodeState, frozenset[str] | None, TaskShape], tuple[int, int | None]] = {}
-    capacity = cluster.gpus * MILLI
-    arrived = allocated = 0
-    arrived_curve: list[float] = []
-    placements: list[str | None] = []
-    allocated_curve: list[float] = []
-    placed = failed = failed_gpu = 0
-    first_failure: int | None = None
-    at_first_failure: float | None = None
-
-    def state(n: int) -> NodeState:
-        return NodeState(models[n], cpu_left[n], gpu_left[n])
-
+    run = _Placing(cluster, policy, random.Random(seed), tie_break)
     for step, pod in enumerate(pods):
-        task = TaskShape.of(pod)
-        table = tables.get((task, pod.memory_mib))
-        if table is None:
-            table = tables[(task, pod.memory_mib)] = _Scores(count)
-        for n in np.flatnonzero(changed_at > table.stamp).tolist():
-            node = state(n)
-            if (
-                memory_left[n] < pod.memory_mib
-                or node.cpu_left < task.cpu_milli
-                or not node.may_run(task)
-                or (task.num_gpu and not node.gpus_fit(task))
-            ):
-                table.values[n] = -np.inf
-                table.gpus[n] = None
-                continue
-            kinds = frozenset(tags[n]) if policy.uses_tags else None
-            key = (node, kinds, task)
-            answer = known.get(key)
-            if answer is None:
-                answer = known[key] = policy.score(node, kinds or frozenset(), task)
-            table.values[n], table.gpus[n] = answer
-        table.stamp = step
-        arrived += task.gpu_request_milli
-        order = None if policy.random_node else rank
-        choice = choose_node(table.values, policy.normalizes, order, rng)
-        placements.append(None if choice is None else cluster.nodes[choice].name)
-        if choice is None:
-            failed += 1
-            if task.num_gpu:
-                failed_gpu += 1
-                if first_failure is None:
-                    first_failure = step
-                    at_first_failure = (capacity - allocated) / MILLI
-        else:
-            gpu = table.gpus[choice]
-            node = state(choice)
-            if task.shares_gpu and (policy.random_gpu or gpu is None):
-                fitting = [i for i, left in enumerate(node.gpu_left) if left >= task.gpu_milli]
-                gpu = fitting[rng.randrange(len(fitting))]
-            placed_on = after_placing(node, task, gpu)
-            cpu_left[choice] = placed_on.cpu_left
-            gpu_left[choice] = placed_on.gpu_left
-            memory_left[choice] -= pod.memory_mib
-            kind = gpu_tag(task)
-            if kind is not None:
-                tags[choice][kind] += 1
-            changed_at[choice] = step + 1
-            allocated += task.gpu_request_milli
-            placed += 1
-        arrived_curve.append(arrived / MILLI)
-        allocated_curve.append(allocated / MILLI)
+        run.arrive(step, pod)
         if on_progress is not None:
             on_progress(step + 1, len(pods))
+    return run.result(len(pods), seed, workload or policy.workload, started)
 
-    meter = FragmentationMeter(workload or policy.workload)
-    fragmented = sum(meter(state(n)) for n in range(count)) / MILLI
-    return PlacementRun(
-        policy=policy.name,
-        seed=seed,
-        cluster_gpus=cluster.gpus,
-        pods=len(pods),
-        placed=placed,
-        failed=failed,
-        failed_gpu_pods=failed_gpu,
-        first_failure=first_failure,
-        arrived_gpus=arrived / MILLI,
-        allocated_gpus=allocated / MILLI,
-        unallocated_gpus=(capacity - allocated) / MILLI,
-        unallocated_gpus_at_first_failure=at_first_failure,
-        fragmented_gpus=fragmented,
-        wall_s=time.perf_counter() - started,
-        arrived_curve=tuple(arrived_curve),
-        allocated_curve=tuple(allocated_curve),
-        placements=tuple(placements),
-    )
+
+class _Placing:
+    """What one placement run keeps between pods: every node's room and the GPU kinds on it,
+    each kind of pod's scores (rescored only on the nodes changed since), and the counts."""
+
+    def __init__(
+        self, cluster: PodCluster, policy: PodPolicy, rng: random.Random, tie_break: str
+    ) -> None:
+        self.cluster, self.policy, self.rng = cluster, policy, rng
+        count = len(cluster.nodes)
+        self.rank = None
+        if tie_break == "node-order":
+            self.rank = np.empty(count, dtype=np.int64)
+            self.rank[rng.sample(range(count), count)] = np.arange(count)
+        self.models = [node.model for node in cluster.nodes]
+        self.cpu_left = [node.cpu_milli for node in cluster.nodes]
+        self.memory_left = [node.memory_mib for node in cluster.nodes]
+        self.gpu_left = [(MILLI,) * node.gpus for node in cluster.nodes]
+        self.tags: list[Counter[str]] = [Counter() for _ in cluster.nodes]
+        self.changed_at = np.zeros(count, dtype=np.int64)
+        self.tables: dict[tuple[TaskShape, int], _Scores] = {}
+        self.known: dict[
+            tuple[NodeState, frozenset[str] | None, TaskShape], tuple[int, int | None]
+        ] = {}
+        self.capacity = cluster.gpus * MILLI
+        self.arrived = self.allocated = 0
+        self.arrived_curve: list[float] = []
+        self.allocated_curve: list[float] = []
+        self.placements: list[str | None] = []
+        self.placed = self.failed = self.failed_gpu = 0
+        self.first_failure: int | None = None
+        self.at_first_failure: float | None = None
+
+    def state(self, n: int) -> NodeState:
+        return NodeState(self.models[n], self.cpu_left[n], self.gpu_left[n])
+
+    def arrive(self, step: int, pod: Pod) -> None:
+        """The ``step``-th pod placed, or failed; the curves gain their point."""
+        task = TaskShape.of(pod)
+        table = self.scores(step, pod, task)
+        self.arrived += task.gpu_request_milli
+        order = None if self.policy.random_node else self.rank
+        choice = choose_node(table.values, self.policy.normalizes, order, self.rng)
+        self.placements.append(None if choice is None else self.cluster.nodes[choice].name)
+        if choice is None:
+            self.fail(step, task)
+        else:
+            self.place(step, pod, task, choice, table.gpus[choice])
+        self.arrived_curve.append(self.arrived / MILLI)
+        self.allocated_curve.append(self.allocated / MILLI)
+
+    def scores(self, step: int, pod: Pod, task: TaskShape) -> _Scores:
+        """The pod's kind's scores, brought up to date on the nodes changed since last asked."""
+        table = self.tables.get((task, pod.memory_mib))
+        if table is None:
+            table = self.tables[(task, pod.memory_mib)] = _Scores(len(self.models))
+        for n in np.flatnonzero(self.changed_at > table.stamp).tolist():
+            table.values[n], table.gpus[n] = self.score(n, pod, task)
+        table.stamp = step
+        return table
+
+    def score(self, n: int, pod: Pod, task: TaskShape) -> tuple[float, int | None]:
+        """Node ``n``'s score for the pod and the GPU it would take (-inf where it does not
+        fit); the policy is asked once per node state, GPU kinds on it and kind of pod."""
+        node = self.state(n)
+        if (
+            self.memory_left[n] < pod.memory_mib
+            or node.cpu_left < task.cpu_milli
+            or not node.may_run(task)
+            or (task.num_gpu and not node.gpus_fit(task))
+        ):
+            return -np.inf, None
+        kinds = frozenset(self.tags[n]) if self.policy.uses_tags else None
+        key = (node, kinds, task)
+        answer = self.known.get(key)
+        if answer is None:
+            answer = self.known[key] = self.policy.score(node, kinds or frozenset(), task)
+        return answer
+
+    def fail(self, step: int, task: TaskShape) -> None:
+        self.failed += 1
+        if task.num_gpu:
+            self.failed_gpu += 1
+            if self.first_failure is None:
+                self.first_failure = step
+                self.at_first_failure = (self.capacity - self.allocated) / MILLI
+
+    def place(self, step: int, pod: Pod, task: TaskShape, choice: int, gpu: int | None) -> None:
+        node = self.state(choice)
+        if task.shares_gpu and (self.policy.random_gpu or gpu is None):
+            fitting = [i for i, left in enumerate(node.gpu_left) if left >= task.gpu_milli]
+            gpu = fitting[self.rng.randrange(len(fitting))]
+        placed_on = after_placing(node, task, gpu)
+        self.cpu_left[choice] = placed_on.cpu_left
+        self.gpu_left[choice] = placed_on.gpu_left
+        self.memory_left[choice] -= pod.memory_mib
+        kind = gpu_tag(task)
+        if kind is not None:
+            self.tags[choice][kind] += 1
+        self.changed_at[choice] = step + 1
+        self.allocated += task.gpu_request_milli
+        self.placed += 1
+
+    def result(self, pods: int, seed: int, workload: TaskMix, started: float) -> PlacementRun:
+        meter = FragmentationMeter(workload)
+        fragmented = sum(meter(self.state(n)) for n in range(len(self.models))) / MILLI
+        return PlacementRun(
+            policy=self.policy.name,
+            seed=seed,
+            cluster_gpus=self.cluster.gpus,
+            pods=pods,
+            placed=self.placed,
+            failed=self.failed,
+            failed_gpu_pods=self.failed_gpu,
+            first_failure=self.first_failure,
+            arrived_gpus=self.arrived / MILLI,
+            allocated_gpus=self.allocated / MILLI,
+            unallocated_gpus=(self.capacity - self.allocated) / MILLI,
+            unallocated_gpus_at_first_failure=self.at_first_failure,
+            fragmented_gpus=fragmented,
+            wall_s=time.perf_counter() - started,
+            arrived_curve=tuple(self.arrived_curve),
+            allocated_curve=tuple(self.allocated_curve),
+            placements=tuple(self.placements),
+        )
 
 
 def _rescale(scores: np.ndarray) -> np.ndarray:
