@@ -576,34 +576,12 @@ class ClusterSimulator:
         return timed_out if ends_on == "duration" else timed_out or done
 
     def _decide(self) -> None:
+        """One scheduling point: bring the jobs up to now, ask the policy what changes, apply
+        its answer, then what the artifact's accountings charge, and ask for the next call."""
         self._decide_event = None
-        self._advance_progress()
-        if self.artifact.forgive_overhead:
-            now = self.engine.now
-            for state in self._active.values():
-                if state.workers and state.resume_s > now:
-                    self._sync(state)
-                    state.resume_s = now
-                    self._set_rate(state)
-        if self._start_charge:
-            self._take_start_charges()
-        self._last_decision_s = self.engine.now
-        changes = Changes(
-            self.engine.now,
-            self._arrived,
-            self._ended,
-            displaced=self._displaced,
-            capacity=self.cluster if not self._decisions else None,
-            woke=self._woke,
-            view=self._view,
-        )
-        self._arrived, self._ended, self._displaced, self._woke = [], [], [], False
-        delta = self.policy.decide(changes)
-        self._decisions += 1
-        # ``decide_at`` "arrivals": a round with no arrival left to come is free and uncounted.
-        counted = self.artifact.decide_at == "events" or self._next_arrival < len(self._arrivals)
-        restart_round = counted and self._rounds > 0 and self._rounds % ARTIFACT_RESTART_EVERY == 0
-        self._rounds += counted
+        self._catch_up()
+        delta = self._ask_policy()
+        counted, restart_round = self._count_round()
         counts = self._checked(delta)
         # What a policy reproducing the artifact hands its simulator; nothing for the others.
         decision = delta.decision
@@ -616,38 +594,103 @@ class ClusterSimulator:
         every = self.config.noise or model in ("every-decision", "on-start")
         jobs = tuple(self._active.values()) if every else ()
         if self.config.noise or model == "on-start":
-            # Every running job is looked at, in admission order: a new draw of the noise, a
-            # restart round's charge.
-            for state in jobs:
-                ran = state.workers > 0
-                new = moved.get(state.job_id)
-                if new is not None:
-                    self._apply(state, new, restart_round)
-                elif self.config.noise and state.workers:
-                    self._set_rate(state)  # same workers, a new draw of the noise
-                if (
-                    restart_round
-                    and ran
-                    and state.workers
-                    and self.artifact.restart_model == "on-start"
-                ):
-                    # The artifact's Tiresias charges every running job a full restart on
-                    # these rounds, not only those it starts.
-                    self._pause(
-                        state,
-                        artifact_overhead_s(
-                            state.workers, self.cluster.total_workers, restart=True, cached=False
-                        ),
-                    )
+            self._apply_to_every_job(jobs, moved, restart_round)
         else:
-            active, seq = self._active, self._admit_seq
-            for job_id in sorted(moved, key=seq.__getitem__) if len(moved) > 1 else moved:
-                self._apply(active[job_id], moved[job_id], restart_round)
+            self._apply_moved(moved, restart_round)
         for job_id, n in counts:
             state = self._active[job_id]
             if n and not state.workers:
                 self._displaced.append(state)  # asked for, not placed
                 self._displaced_count += 1
+        self._artifact_accounting(extra, jobs, counted, restart_round)
+        if self._allocated > self.cluster.total_workers:
+            raise SimulationError(
+                f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
+                f"cluster has {self.cluster.total_workers}"
+            )
+        self._check_stall()
+        self._schedule_wake(delta.wake_at)
+        if not counted and self._active:  # after the last arrival: a round every slot
+            self._request_decision(self.engine.now + self.artifact.decision_slot_s)
+
+    def _catch_up(self) -> None:
+        """Before the policy is asked: progress up to now, and the overheads the artifact
+        forgives or takes at a decision."""
+        self._advance_progress()
+        if self.artifact.forgive_overhead:
+            now = self.engine.now
+            for state in self._active.values():
+                if state.workers and state.resume_s > now:
+                    self._sync(state)
+                    state.resume_s = now
+                    self._set_rate(state)
+        if self._start_charge:
+            self._take_start_charges()
+        self._last_decision_s = self.engine.now
+
+    def _ask_policy(self) -> Delta:
+        """The policy's answer to what changed since its last call (then forgotten here)."""
+        changes = Changes(
+            self.engine.now,
+            self._arrived,
+            self._ended,
+            displaced=self._displaced,
+            capacity=self.cluster if not self._decisions else None,
+            woke=self._woke,
+            view=self._view,
+        )
+        self._arrived, self._ended, self._displaced, self._woke = [], [], [], False
+        delta = self.policy.decide(changes)
+        self._decisions += 1
+        return delta
+
+    def _count_round(self) -> tuple[bool, bool]:
+        """Whether this decision counts toward the artifact's restart rounds, and whether it is
+        one. ``decide_at`` "arrivals": a round with no arrival left to come is free and
+        uncounted."""
+        counted = self.artifact.decide_at == "events" or self._next_arrival < len(self._arrivals)
+        restart_round = counted and self._rounds > 0 and self._rounds % ARTIFACT_RESTART_EVERY == 0
+        self._rounds += counted
+        return counted, restart_round
+
+    def _apply_moved(self, moved: Mapping[str, Placement], restart_round: bool) -> None:
+        """The jobs whose placement changes take their new one, in admission order."""
+        active, seq = self._active, self._admit_seq
+        for job_id in sorted(moved, key=seq.__getitem__) if len(moved) > 1 else moved:
+            self._apply(active[job_id], moved[job_id], restart_round)
+
+    def _apply_to_every_job(
+        self, jobs: Sequence[JobState], moved: Mapping[str, Placement], restart_round: bool
+    ) -> None:
+        """With noise or the "on-start" restart model every running job is looked at, in
+        admission order: a new draw of the noise, a restart round's charge."""
+        on_start = self.artifact.restart_model == "on-start"
+        for state in jobs:
+            ran = state.workers > 0
+            new = moved.get(state.job_id)
+            if new is not None:
+                self._apply(state, new, restart_round)
+            elif self.config.noise and state.workers:
+                self._set_rate(state)  # same workers, a new draw of the noise
+            if restart_round and ran and state.workers and on_start:
+                # The artifact's Tiresias charges every running job a full restart on these
+                # rounds, not only those it starts.
+                self._pause(
+                    state,
+                    artifact_overhead_s(
+                        state.workers, self.cluster.total_workers, restart=True, cached=False
+                    ),
+                )
+
+    def _artifact_accounting(
+        self,
+        extra: ArtifactDecision,
+        jobs: Sequence[JobState],
+        counted: bool,
+        restart_round: bool,
+    ) -> None:
+        """What the artifact's accountings credit and charge after a decision (nothing for a
+        decision that carries no artifact fields under the default config)."""
         for state, seconds in self._seconds_by_job(extra.credit_s, "credit"):
             self._credit(state, seconds)
         for state, seconds in self._seconds_by_job(extra.charge_s, "charge"):
@@ -657,24 +700,19 @@ class ClusterSimulator:
                 self._charge_every_decision(jobs, restart_round)
             if self.artifact.decide_at == "arrivals":
                 self._owe_overhead(jobs, counted, restart_round, extra.overhead_not_carried)
-        if self._allocated > self.cluster.total_workers:
-            raise SimulationError(
-                f"t={self.engine.now}: {self.cluster.count(self._allocated)} allocated, "
-                f"cluster has {self.cluster.total_workers}"
-            )
-        self._check_stall()
+
+    def _schedule_wake(self, wake_at: float | None) -> None:
+        """The wake-up the answer asked for replaces the last one."""
         if self._wake_event is not None:
             self.engine.cancel(self._wake_event)
             self._wake_event = None
-        if delta.wake_at is not None:
+        if wake_at is not None:
             self._wake_event = self.engine.schedule(
                 self._on_wake,
-                at=self._next_decision_s(delta.wake_at),
+                at=self._next_decision_s(wake_at),
                 priority=_EVENT_PRIORITY,
                 label="wake",
             )
-        if not counted and self._active:  # after the last arrival: a round every slot
-            self._request_decision(self.engine.now + self.artifact.decision_slot_s)
 
     def _seconds_by_job(
         self, seconds_by_job: Mapping[str, float], what: str
