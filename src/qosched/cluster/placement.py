@@ -121,7 +121,8 @@ def _pack(
     spans_of: SpansOf | None = None,
 ) -> tuple[dict[str, Placement], int]:
     """Place ``keep`` as it is, then ``order``, each at its ``prefer`` spot when that is free."""
-    free = [cluster.workers_per_node] * cluster.num_nodes
+    per_node = cluster.workers_per_node
+    free = [per_node] * cluster.num_nodes
     result: dict[str, Placement] = {}
     for job_id, placement in keep.items():
         for node, n in placement:
@@ -135,24 +136,35 @@ def _pack(
             reserved[node] += n
     around = reserved if prefer else None  # nothing preferred: plain best fit
     splits = 0
+    # NOTE: a one-node spot is checked and taken without the loops and `is_split` (a job on
+    # one node is never split): a re-pack runs over every placed job, most on one node.
     for job_id, workers in order:
         if job_id in result or workers == 0:
             continue
         placement = prefer.get(job_id)
         if placement is not None:
-            for node, n in placement:
+            if len(placement) == 1:
+                node, n = placement[0]
                 reserved[node] -= n
-            if not all(free[node] >= n for node, n in placement):
-                placement = None
-        if placement is None:
-            spans = None if spans_of is None else spans_of(job_id, workers)
-            placement = _fit_around(workers, free, around, cluster.workers_per_node, spans)
-        else:
-            for node, n in placement:
-                free[node] -= n
+                if free[node] >= n:
+                    free[node] -= n
+                    result[job_id] = placement
+                    continue
+            else:
+                for node, n in placement:
+                    reserved[node] -= n
+                if all(free[node] >= n for node, n in placement):
+                    for node, n in placement:
+                        free[node] -= n
+                    result[job_id] = placement
+                    splits += is_split(placement, per_node)
+                    continue
+        spans = None if spans_of is None else spans_of(job_id, workers)
+        placement = _fit_around(workers, free, around, per_node, spans)
         if placement is not None:
             result[job_id] = placement
-            splits += is_split(placement, cluster.workers_per_node)
+            if len(placement) > 1:
+                splits += is_split(placement, per_node)
     return result, splits
 
 
