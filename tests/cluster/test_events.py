@@ -21,6 +21,7 @@ from qosched.cluster.policies.events import (
     FullView,
     as_event_policy,
 )
+from qosched.cluster.policies.qos import QualityOfService
 from qosched.cluster.simulator import SimConfig, simulate
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import ClusterView, Decision
@@ -162,9 +163,9 @@ class _Overrides(Fifo):
 
 
 def test_a_native_policy_is_driven_natively_and_a_full_view_one_through_the_adapter():
-    fifo, qos = create_policy("fifo"), create_policy("qos")
+    fifo, srtf = create_policy("fifo"), create_policy("srtf")
     assert as_event_policy(fifo) is fifo
-    assert isinstance(as_event_policy(qos), FullView)
+    assert isinstance(as_event_policy(srtf), FullView)
     # A subclass that overrides allocate below decide meant its allocate.
     overrides = as_event_policy(_Overrides())
     assert isinstance(overrides, FullView)
@@ -291,3 +292,72 @@ def test_the_artifact_edf_runs_natively_with_its_quota():
     assert config.artifact == ArtifactConfig(restart_model="none", decision_slot_s=60.0)
     out = run(policy, [job("a", 0.0, 800, deadline=1000.0)], config)
     assert out["a"].finish_s == 100.0  # its quota is 8 workers, though it asked for 1
+
+
+# --- the native qos against itself through the adapter -------------------------------------------
+
+
+@pytest.mark.parametrize("fidelity", ["sound", "artifact", "hidden"])
+@pytest.mark.parametrize("case", list(TRACES))
+def test_native_qos_decides_as_its_full_view(case, fidelity):
+    """qos is driven natively, and every outcome is the adapter's to the last bit: it reads
+    progress, so the backend keeps progress current for it as for the adapter, and its answer
+    names what its full decision changes, in the order the adapter names it. "hidden": speeds
+    off the tables with noise, so its predictors learn and its guarantees move."""
+    trace = _generated(case)
+    cluster = ClusterSpec.from_flags(4, 8)
+    base = SimConfig()
+    if fidelity == "hidden":
+        base = SimConfig(speed_sigma=0.3, scaling_sigma=0.1, noise=0.05, seed=3)
+
+    def outcomes(wrap):
+        policy, config = configure("qos", "artifact" if fidelity == "artifact" else "sound", base)
+        driven = wrap(policy)
+        result = simulate(cluster, BUNDLED, driven, trace, config)
+        return driven, result, {o.job_id: o for o in result.outcomes}
+
+    _, full, full_out = outcomes(FullView)
+    native_policy, native, native_out = outcomes(lambda p: p)
+    assert as_event_policy(native_policy) is native_policy
+    assert native.decisions == full.decisions
+    assert native.allocation_timeline == full.allocation_timeline
+    assert native_out == full_out
+
+
+def _qos_states(*specs):
+    from qosched.cluster.state import JobState
+
+    return [JobState(spec, TABLES.curve(spec.model, spec.batch_size)) for spec in specs]
+
+
+def test_native_qos_names_only_the_counts_that_change():
+    """Two best-effort jobs of 100,000 iterations on one node of 8 (model m: g iterations/s on
+    g workers). The first answer starts both (the spare is shared: 4 each); asked again later
+    with nothing changed and the counts held, it names nothing; once a job ends, it names the
+    other's new count alone, and a job the backend displaced is named again."""
+    policy = QualityOfService(tick_s=1e9)
+    a, b = _qos_states(job("a", 0.0, 100_000), job("b", 0.0, 100_000))
+    view_jobs = [a, b]
+
+    def changes(now, **kwargs):
+        return Changes(
+            now, view=lambda: ClusterView(now, ONE_NODE, tuple(view_jobs), 0.0), **kwargs
+        )
+
+    for state in (a, b):
+        assert policy.on_arrival(state, lambda: ClusterView(0.0, ONE_NODE, (), 0.0))
+    first = policy.decide(changes(0.0, arrived=[a, b], capacity=ONE_NODE))
+    assert dict(first.workers) == {"a": 4, "b": 4}
+    for state in (a, b):
+        state.workers, state.started_s, state.phase = 4, 0.0, state.phase.RUNNING
+    assert dict(policy.decide(changes(10.0)).workers) == {}
+    assert sorted(policy.allocations()) == [("a", 4), ("b", 4)]
+    # b is displaced: it holds nothing now, and the next answer gives it its count again.
+    b.workers = 0
+    assert dict(policy.decide(changes(20.0, displaced=[b])).workers) == {"b": 4}
+    b.workers = 4
+    # a ends: b alone is re-sized (to the whole node), a is not named.
+    view_jobs.remove(a)
+    after = policy.decide(changes(30.0, ended=[a]))
+    assert dict(after.workers) == {"b": 8}
+    assert list(policy.allocations()) == [("b", 8)]

@@ -69,6 +69,7 @@ from qosched.cluster.planning import (
     plan_failing_fewer,
 )
 from qosched.cluster.policies.base import Policy, register
+from qosched.cluster.policies.events import Changes, Delta, ViewSource
 from qosched.cluster.predict import OnlinePredictor
 from qosched.cluster.state import ClusterView, Decision, JobState
 
@@ -267,6 +268,9 @@ class QualityOfService(Policy):
     largest_first = True
     honours_requests = False
     promises_deadlines = True
+    #: Driven natively (``decide``), it feeds every running job's progress to its predictor at
+    #: every call, so the backend keeps that progress current.
+    reads_progress = True
 
     def __init__(
         self,
@@ -315,6 +319,12 @@ class QualityOfService(Policy):
         # The kept reservations are taken together at decision after decision, mostly the same
         # ones: the last sweep is cut to the new instant instead of made again.
         self._swept = TakeAllMemo()
+        # Driven natively (``decide``): the count each job holds by the last answer (less the
+        # jobs that ended or were displaced since), that answer's non-zero counts in placement
+        # order, and each job's place in admission order.
+        self._held: dict[str, int] = {}
+        self._given: list[tuple[str, int]] = []
+        self._seq: dict[str, int] = {}
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -930,6 +940,42 @@ class QualityOfService(Policy):
                 )
             reasons[job.job_id] = text
         return reasons
+
+    # -- the event-driven interface (events.py) ---------------------------------------------------
+
+    def on_arrival(self, job: JobState, view: ViewSource) -> bool:
+        return self.admit(job, view())
+
+    def on_arrivals(self, jobs: Sequence[JobState], view: ViewSource) -> bool:
+        return self.admit_together(jobs, view())
+
+    def decide(self, changes: Changes) -> Delta:
+        """`allocate` on the view of the moment (one decision logic for both interfaces),
+        answered with the counts that change against the counts this policy gave: a job it did
+        not re-size is not named, so the backend checks and places the changed jobs alone."""
+        if changes.view is None:
+            raise ValueError(f"policy {self.name!r} reads the full view; the backend gave none")
+        held, seq = self._held, self._seq
+        for job in changes.arrived:
+            seq[job.job_id] = len(seq)
+        for job in changes.ended:
+            held.pop(job.job_id, None)
+            del seq[job.job_id]
+        for job in changes.displaced:  # the backend could not place what it was given
+            held.pop(job.job_id, None)
+        decision = self.allocate(changes.view())
+        workers = decision.workers
+        delta = {job_id: n for job_id, n in workers.items() if held.get(job_id) != n}
+        # taken away, in admission order (as the adapter names them)
+        for job_id in sorted(held.keys() - workers.keys(), key=seq.__getitem__):
+            delta[job_id] = 0
+        self._held = {job_id: n for job_id, n in workers.items() if n}
+        self._given = list(self._held.items())
+        return Delta(delta, decision.wake_at, decision.pinned, decision)
+
+    def allocations(self) -> Sequence[tuple[str, int]]:
+        """The last answer's counts, largest first, as `allocate` gave them."""
+        return self._given
 
     # -- what a backend may ask ---------------------------------------------------------------
 
