@@ -18,12 +18,16 @@ with room, never across two (no mixed gangs). None: every node is one range.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import itemgetter
 
 from qosched.cluster.spec import ClusterSpec
 from qosched.cluster.state import Placement
 
 #: Per (job id, workers), the node ranges its gang may take, most preferred first.
 SpansOf = Callable[[str, int], Sequence[range]]
+#: A (job id, workers) pair's count. Sorting on it with ``reverse=True`` keeps equal counts in
+#: their order (Python's sort stays stable reversed): largest first without a call per job.
+_COUNT = itemgetter(1)
 
 
 def min_nodes(workers: int, workers_per_node: int) -> int:
@@ -181,7 +185,7 @@ def place(
 
     ``pinned`` jobs with an unchanged count stay where they are even in a re-pack, unless they
     are split and a re-pack that moves them splits fewer jobs."""
-    order = sorted(wanted, key=lambda item: -item[1]) if largest_first else list(wanted)
+    order = sorted(wanted, key=_COUNT, reverse=True) if largest_first else list(wanted)
     # NOTE: one look-up per job and `size` inlined for a one-node placement (the same test):
     # this runs over every placed job at every decision.
     unchanged = {}
@@ -197,7 +201,7 @@ def place(
     if sticky_splits == 0 or not unchanged:
         return sticky
     # Re-pack largest first, leaving each unchanged job where it was whenever its spot is free.
-    by_size = sorted(wanted, key=lambda item: -item[1])
+    by_size = sorted(wanted, key=_COUNT, reverse=True)
     best, best_splits = sticky, sticky_splits
     kept = {job_id: spot for job_id, spot in unchanged.items() if job_id in pinned}
     per_node = cluster.workers_per_node
@@ -238,7 +242,7 @@ class Placements:
                 free[node] += n
             moving.append((job_id, workers))
         if largest_first:
-            moving.sort(key=lambda item: -item[1])
+            moving.sort(key=_COUNT, reverse=True)
         result: dict[str, Placement] = {}
         for job_id, workers in moving:
             spans = None if spans_of is None or not workers else spans_of(job_id, workers)

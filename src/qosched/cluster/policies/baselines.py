@@ -201,7 +201,8 @@ class EarliestDeadlineFirst(AdmitsAll, Policy):
 
     def allocations(self) -> Sequence[tuple[str, int]]:
         """The hand-out in queue order, as `allocate` gives it."""
-        return sorted(self._held.items(), key=lambda item: self._entry[item[0]])
+        held = self._held
+        return [(entry[3], held[entry[3]]) for entry in self._queue if entry[3] in held]
 
     def allocate(self, view: ClusterView) -> Decision:
         ordered = sorted(view.jobs, key=_deadline_key)
