@@ -7,8 +7,8 @@ knows which backend runs it.
 
 The simulator drives policies through the event-driven interface of
 :mod:`qosched.cluster.policies.events`, a `Policy` through its `FullView` adapter (the same
-calls, the same outcomes); a policy may implement that interface itself as well, as ``fifo``
-and ``edf`` do.
+calls, the same outcomes); a policy may implement that interface itself as well, as ``fifo``,
+``edf`` and ``qos`` do.
 """
 
 from __future__ import annotations

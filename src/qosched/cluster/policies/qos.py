@@ -44,6 +44,11 @@ Counts are powers of two up to a node, then whole nodes, placed largest first, s
 without splitting across nodes. Each decision says, for each job whose count it changes, why in
 words (``Decision.reasons``): the step above that gave the count, a worker refused for gaining
 less than ``min_spare_gain``, and the speed expected now where it was just re-read.
+
+The same decision logic serves both policy interfaces: a backend calling ``allocate`` with the
+full view (the local service, Kubernetes) and the simulator driving ``decide``
+(`qosched.cluster.policies.events`), which runs ``allocate`` on the view of the moment and
+answers with the counts that change.
 """
 
 from __future__ import annotations
