@@ -6,6 +6,7 @@ the ElasticFlow artifact's recorded times.
                                               [--repeats K] [--save JSON | --load JSON...]
                                               [--plot PNG]
     python bench/cluster_sim_speed.py split [--jobs 3000,10000] [--policies qos,edf]
+    python bench/cluster_sim_speed.py qos-steps [--jobs 3000]
     python bench/cluster_sim_speed.py compare --base MAIN/src [--jobs 10000,30000]
                                               [--policies fifo,edf]
     python bench/cluster_sim_speed.py itp --traces DIR     # DIR: elasticflow-traces.tar.gz unpacked
@@ -26,6 +27,9 @@ the ElasticFlow artifact's recorded times.
   its own calls (``on_arrival``, ``on_arrivals``, ``decide``, ``allocations``; a full-view
   policy's view is built in them) and the simulator's work, with the active jobs per decision:
   the floor the simulator sets under any policy.
+- qos-steps: the scaling traces under ``qos`` in this process, its CPU seconds by the step of
+  its admission and decision (`QualityOfService.allocate`'s steps, outermost first: a step
+  called inside another counts to that one) and the simulator's own work beside them.
 - compare: the scaling traces, each policy's whole command under another source tree (``--base``,
   main's ``src`` for a before-and-after) and under this one, CPU seconds side by side.
 - itp: every cluster of the ITP trace release (``microsoft/elasticflow-traces``,
@@ -307,6 +311,66 @@ def split(args: argparse.Namespace) -> None:
             )
 
 
+#: What ``qos-steps`` times: ``admit`` (each arrival) and the steps of a decision, in order.
+QOS_STEPS = (
+    "admit",
+    "_observe_all",
+    "_renew_guarantees",
+    "_give_planned",
+    "_keep_best_effort_running",
+    "_give_hopeful",
+    "_give_the_rest",
+    "_hand_out_spare",
+    "_keep_beyond_plan",
+    "_decision",
+)
+
+
+def _timed_qos(spent: dict[str, float]):
+    """`QualityOfService` with each of ``QOS_STEPS`` adding its CPU seconds to ``spent``."""
+    from qosched.cluster.policies.qos import QualityOfService
+
+    depth = [0]
+
+    def timed(name: str):
+        method = getattr(QualityOfService, name)
+
+        def call(self, *args, **kwargs):
+            depth[0] += 1
+            started = time.process_time()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if not depth[0]:  # the outermost timed step takes the time
+                    spent[name] += time.process_time() - started
+
+        return call
+
+    return type("TimedQos", (QualityOfService,), {name: timed(name) for name in QOS_STEPS})()
+
+
+def qos_steps(args: argparse.Namespace) -> None:
+    """``qos`` on the scaling traces, its CPU seconds by step and the simulator's beside them."""
+    cluster = ClusterSpec.from_flags(64, 8)
+    print(f"# qos's CPU by step, load 1.0 on {cluster.describe()}, seed 5\n")
+    print("| jobs | decisions | CPU s | " + " | ".join(QOS_STEPS) + " | simulator |")
+    print("|---|---|---|" + "---|" * (len(QOS_STEPS) + 1))
+    for jobs in (int(n) for n in args.jobs.split(",")):
+        spent = dict.fromkeys(QOS_STEPS, 0.0)
+        policy = _timed_qos(spent)
+        started = time.process_time()
+        result = ClusterSimulator(cluster, TP, policy, scaling_trace(jobs)).run()
+        total = time.process_time() - started
+        own = total - sum(spent.values())
+        print(
+            f"| {jobs} | {result.decisions} | {total:.1f} | "
+            + " | ".join(f"{spent[name]:.1f}" for name in QOS_STEPS)
+            + f" | {own:.1f} |",
+            flush=True,
+        )
+
+
 def load_scaling(path: Path) -> list[ScalingRun]:
     rows = json.loads(path.read_text())
     return [
@@ -504,6 +568,9 @@ def main() -> None:
     p.add_argument("--jobs", default="3000,10000")
     p.add_argument("--policies", default="qos,edf")
     p.set_defaults(run=split)
+    p = commands.add_parser("qos-steps")
+    p.add_argument("--jobs", default="3000")
+    p.set_defaults(run=qos_steps)
     p = commands.add_parser("itp")
     p.add_argument("--traces", type=Path, required=True)
     p.add_argument("--policy", default="qos")
