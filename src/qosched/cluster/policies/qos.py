@@ -330,6 +330,7 @@ class QualityOfService(Policy):
         self._held: dict[str, int] = {}
         self._given: list[tuple[str, int]] = []
         self._seq: dict[str, int] = {}
+        self._arrivals = 0  # admitted so far: the next one's place
 
     # -- prediction -------------------------------------------------------------------------------
 
@@ -962,7 +963,8 @@ class QualityOfService(Policy):
             raise ValueError(f"policy {self.name!r} reads the full view; the backend gave none")
         held, seq = self._held, self._seq
         for job in changes.arrived:
-            seq[job.job_id] = len(seq)
+            seq[job.job_id] = self._arrivals
+            self._arrivals += 1
         for job in changes.ended:
             held.pop(job.job_id, None)
             del seq[job.job_id]
