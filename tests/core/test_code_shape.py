@@ -31,13 +31,6 @@ DATA_LITERALS = frozenset(
         ("qosched.backends.kubernetes.manifests", "job"),  # a job's objects
     }
 )
-#: Functions over the limits that other work on issue 54 rewrites (the cluster simulator's
-#: decision round): (module, name). Remove an entry with them.
-STILL_ALLOWED = frozenset(
-    {
-        ("qosched.cluster.simulator", "ClusterSimulator._decide"),
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +99,11 @@ def shapes(src: Path) -> list[Shape]:
 
 
 def offences(
-    found: Iterable[Shape],
-    *,
-    literals: frozenset[tuple[str, str]] = frozenset(),
-    allowed: frozenset[tuple[str, str]] = frozenset(),
+    found: Iterable[Shape], *, literals: frozenset[tuple[str, str]] = frozenset()
 ) -> list[str]:
     """Each function over a limit, named with where it is and by how much."""
     said = []
     for shape in found:
-        if shape.key in allowed:
-            continue
         where = f"{shape.module}.{shape.name} ({shape.path.name}:{shape.line})"
         if shape.lines > MAX_LINES and shape.key not in literals:
             said.append(f"{where}: {shape.lines} lines, more than {MAX_LINES}")
@@ -178,14 +166,13 @@ def test_methods_and_nested_functions_count_on_their_own(tmp_path):
     assert found == {"A.method": 26, "outer": 2, "outer.inner": 26, "guarded": 26}
 
 
-def test_a_data_literal_may_be_long_never_complex_and_allowed_means_both(tmp_path):
+def test_a_data_literal_may_be_long_never_complex(tmp_path):
     text = _function("literal", statements=MAX_LINES, branches=MAX_COMPLEXITY)
     found = _tree(tmp_path, text)
     exempt = frozenset({("p.m", "literal")})
     assert offences(found, literals=exempt) == [
         f"p.m.literal (m.py:1): cyclomatic complexity 26, more than {MAX_COMPLEXITY}"
     ]
-    assert offences(found, allowed=exempt) == []
 
 
 # The source tree.
@@ -198,20 +185,14 @@ def source_shapes() -> list[Shape]:
 
 def test_no_function_is_too_long_or_too_complex(source_shapes):
     assert len(source_shapes) > 1000  # the tree was read
-    said = offences(source_shapes, literals=DATA_LITERALS, allowed=STILL_ALLOWED)
+    said = offences(source_shapes, literals=DATA_LITERALS)
     assert not said, "functions over the limits (split them into named steps):\n" + "\n".join(said)
 
 
 def test_every_exception_is_still_needed(source_shapes):
     by_key = {s.key: s for s in source_shapes}
-    missing = sorted((DATA_LITERALS | STILL_ALLOWED) - by_key.keys())
+    missing = sorted(DATA_LITERALS - by_key.keys())
     assert missing == [], "exceptions naming functions that are gone"
     # An exception no longer needed would let a long or complex function come back unnoticed.
     short = sorted(k for k in DATA_LITERALS if by_key[k].lines <= MAX_LINES)
     assert short == [], "DATA_LITERALS lists functions within the line limit"
-    fixed = sorted(
-        k
-        for k in STILL_ALLOWED
-        if by_key[k].lines <= MAX_LINES and by_key[k].complexity <= MAX_COMPLEXITY
-    )
-    assert fixed == [], "STILL_ALLOWED lists functions within the limits"
