@@ -180,7 +180,7 @@ def random_trace(seed: int, count: int = 60) -> list[Pod]:
 
 
 @pytest.mark.parametrize("name", pod_policy_names())
-@pytest.mark.parametrize("colocation", ["any", "apart", "goals"])
+@pytest.mark.parametrize("colocation", ["any", "apart", "goals", "harvest"])
 def test_every_policy_runs_the_clock_deterministically_within_the_cluster(
     name: str, colocation: str
 ) -> None:

@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,6 +45,9 @@ from qosched.cluster.pods.policies import PodPolicy, gpu_tag
 from qosched.cluster.pods.sim import choose_node
 from qosched.cluster.pods.trace import MILLI, Pod
 from qosched.cluster.pods.workloads import ServiceSpec, TrainingSpec
+
+if TYPE_CHECKING:
+    from qosched.cluster.pods.harvest import Harvest
 
 #: The default window a service's goal is judged over, in seconds.
 DEFAULT_WINDOW_S = 60.0
@@ -87,7 +91,14 @@ def within_goals(parties: Sequence[Party], sharing: Sharing) -> bool:
     return all(s <= p.allowed for s, p in zip(slowdowns, known, strict=True))
 
 
-COLOCATIONS: dict[str, Colocation] = {"any": anywhere, "apart": apart, "goals": within_goals}
+#: ``harvest`` reads the goals at the services' peak rates, guarded deadlines among them, and
+#: runs the harvesting replay (``cluster/pods/harvest.py``).
+COLOCATIONS: dict[str, Colocation] = {
+    "any": anywhere,
+    "apart": apart,
+    "goals": within_goals,
+    "harvest": within_goals,
+}
 #: The order waiting pods are tried in: ``arrival``, or ``priority`` (a workload's priority,
 #: highest first; a pod without a workload at 0; arrival order among equals).
 QUEUES = ("arrival", "priority")
@@ -111,6 +122,8 @@ class TrainingOutcome:
     created_s: float
     finished_s: float | None
     deadline_s: float | None
+    #: Harvesting: its deadline was promised when first placed (``cluster/pods/harvest.py``).
+    guaranteed: bool = False
 
     @property
     def met(self) -> bool:
@@ -136,6 +149,18 @@ class ClusterSample:
 
 
 @dataclass(frozen=True, slots=True)
+class HarvestTally:
+    """What taking GPUs back from training cost a harvesting run: training pods evicted (for a
+    service that found no room, or whose rate rose past what its GPU allows), of them those
+    placed again at once elsewhere (moved), and the GPU-seconds lost (work since the last
+    checkpoint redone, and the restart paid, times the GPUs the pod holds)."""
+
+    evictions: int = 0
+    moves: int = 0
+    lost_gpu_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayRun:
     """One policy's run over the trace's clock (module doc)."""
 
@@ -156,6 +181,7 @@ class ReplayRun:
     peak_allocated_gpus: float
     wall_s: float
     samples: tuple[ClusterSample, ...] = field(repr=False, default=())
+    harvest: HarvestTally | None = None
 
     @property
     def span_s(self) -> float:
@@ -185,7 +211,7 @@ class ReplayRun:
         deadline = [t for t in self.training if t.deadline_s is not None]
         met = sum(1 for t in deadline if t.met)
         jct = [t.finished_s - t.created_s for t in finished]  # type: ignore[operator]
-        return {
+        out: dict[str, object] = {
             "jobs": len(self.training),
             "finished": len(finished),
             "deadline_jobs": len(deadline),
@@ -193,6 +219,17 @@ class ReplayRun:
             "deadline_satisfactory_ratio": _ratio(met, len(deadline)),
             "avg_jct_s": round(sum(jct) / len(jct), 3) if jct else None,
         }
+        if self.harvest is not None:
+            promised = [t for t in deadline if t.guaranteed]
+            out.update(
+                guaranteed=len(promised),
+                guaranteed_met=sum(1 for t in promised if t.met),
+                best_effort_met=met - sum(1 for t in promised if t.met),
+                evictions=self.harvest.evictions,
+                moves=self.harvest.moves,
+                lost_gpu_s=round(self.harvest.lost_gpu_s, 3),
+            )
+        return out
 
     def cluster_json(self) -> dict[str, object]:
         span = self.span_s
@@ -289,12 +326,15 @@ def replay(
     seed: int = 0,
     workload: TaskMix | None = None,
     queue: str = "arrival",
+    harvest: Harvest | None = None,
 ) -> ReplayRun:
     """Run ``pods`` (in order of ``creation_s``, the given order among equals) on ``cluster``
     under ``policy`` (module doc). ``costs`` gives each model's cost alone, ``sharing`` the
     slowdowns of a GPU's parties, ``colocation`` (a key of :data:`COLOCATIONS`) which pods may
     share a GPU; ties between nodes go to the first in a ``seed``-ed random order of the
-    nodes, as in ``place_pods``."""
+    nodes, as in ``place_pods``. ``colocation="harvest"`` takes GPUs back from training for
+    services and keeps training's promises by the rules of ``cluster/pods/harvest.py``, with
+    ``harvest``'s settings (its defaults when None)."""
     if queue not in QUEUES:
         raise ValueError(f"unknown queue order {queue!r}; use {', '.join(QUEUES)}")
     if colocation not in COLOCATIONS:
@@ -303,8 +343,15 @@ def replay(
         raise ValueError(f"window_s must be finite and > 0, got {window_s!r}")
     if not pods:
         raise ValueError("no pod to replay")
-    return _PodReplay(cluster, pods, policy, costs, sharing, colocation, window_s, seed,
-                   workload or policy.workload, queue).run()  # fmt: skip
+    args = (cluster, pods, policy, costs, sharing, colocation, window_s, seed,
+            workload or policy.workload, queue)  # fmt: skip
+    if colocation == "harvest":
+        from qosched.cluster.pods.harvest import Harvest, HarvestReplay
+
+        return HarvestReplay(*args, harvest=harvest or Harvest()).run()
+    if harvest is not None:
+        raise ValueError(f"harvest settings need colocation 'harvest', got {colocation!r}")
+    return _PodReplay(*args).run()
 
 
 class _PodReplay:
@@ -510,16 +557,24 @@ class _PodReplay:
             p.allowed = math.inf
             p.busy = 1.0
 
-    def admitted_free(self, n: int, p: _Pod) -> list[int]:
-        """Node ``n``'s free share per GPU as ``p`` may use it: a GPU the colocation rule
-        refuses is seen as full."""
-        free = self.free[n]
+    def admitted_free(
+        self,
+        n: int,
+        p: _Pod,
+        free: list[int] | None = None,
+        without: frozenset[int] = frozenset(),
+    ) -> list[int]:
+        """Node ``n``'s free share per GPU (``free``, or as it is) as ``p`` may use it: a GPU the
+        colocation rule refuses is seen as full. The pods ``without`` are left out of the GPUs'
+        parties (what the node would be were they gone)."""
+        free = self.free[n] if free is None else free
         if not p.pod.shares_gpu or self.admits is anywhere:
             return free
         me = self.party(p)
         seen = []
         for g, left in enumerate(free):
-            parties = [self.party(self.pods[i]) for i in self.on_gpu[n][g]]
+            on = self.on_gpu[n][g]
+            parties = [self.party(self.pods[i]) for i in on if i not in without]
             ok = left >= p.pod.gpu_milli and (
                 not parties or self.admits([*parties, me], self.sharing)
             )
