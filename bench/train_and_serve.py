@@ -3,7 +3,8 @@
     python bench/train_and_serve.py --pods openb_pod_list_default.csv \\
         --nodes openb_node_list_gpu_node.csv [--from-day 147] [--days 2] [--node-count 24] \\
         [--seed 0] [--tightness 1.0 2.0] [--gpu A100] [--window-s 60] \\
-        [--service-goal 1.05] [--cache bench/out/train_and_serve/costs.pkl]
+        [--service-goal 1.05] [--cache bench/out/train_and_serve/costs.pkl] \\
+        [--restart-s 30] [--checkpoint-s 600]
 
 The mixed trace: the pods of Alibaba's ``cluster-trace-gpu-v2023`` created in ``--days`` days
 from ``--from-day`` (times shifted to start at 0), with workloads by the import's seeded rule
@@ -13,6 +14,8 @@ drawn per pod name: at LOW >= 1 a job alone on its GPUs meets it, so a miss come
 or waiting), on ``--node-count`` GPU nodes drawn from the node list (seeded). Every model's
 cost comes from the GPU level's kernel estimates on ``--gpu`` (kept in ``--cache``).
 ``--service-goal R`` gives every service the goal ``p99_slowdown=R`` instead of the rule's.
+``--restart-s`` and ``--checkpoint-s`` set the ``harvest`` peer's restart pause and checkpoint
+interval (``cluster/pods/harvest.py``).
 
 The peers, each placing by FGD over the trace's clock (``cluster/pods/replay.py``):
 
@@ -20,13 +23,19 @@ The peers, each placing by FGD over the trace's clock (``cluster/pods/replay.py`
 - ``fgd``: FGD packing without any interference model (``any``), ``fggr``;
 - ``time-slicing``: FGD packing, GPUs shared in turns, Gandiva-like (``any``, time-slicing);
 - ``qosched``: FGD packing where the co-location surrogate predicts every service's goal kept
-  (``goals``), ``fggr``, waiting pods tried by priority (services before training).
+  (``goals``), ``fggr``, waiting pods tried by priority (services before training);
+- ``harvest``: qosched harvesting with promises (``harvest``, ``cluster/pods/harvest.py``):
+  a service that finds no room evicts training, training shares a serving GPU only where the
+  service's goal holds at its peak rate, deadlines promised on the pessimistic speed; by
+  priority.
 
 The first three try waiting pods in arrival order.
 
 Printed: per peer, the services' share of windows meeting the goal and of services meeting it
 in 99% of their windows, training DSR and JCT, the cluster's mean GPUs allocated and
-fragmented and its utilisation; then the services whose goal FGD's packing broke, worst first,
+fragmented and its utilisation; for ``harvest`` the deadlines promised and met, the
+evictions, moves and GPU-seconds they lost; then the services whose goal FGD's packing broke,
+worst first,
 with the slowdown the surrogate predicts against the one their goal allows.
 """
 
@@ -43,6 +52,7 @@ from pathlib import Path
 from qosched.cluster.pods.assign import assign_workloads
 from qosched.cluster.pods.costs import ModelCost, TimeSlicedSharing
 from qosched.cluster.pods.fragmentation import TaskMix
+from qosched.cluster.pods.harvest import DEFAULT_CHECKPOINT_S, DEFAULT_RESTART_S, Harvest
 from qosched.cluster.pods.nodes import PodCluster, read_node_list
 from qosched.cluster.pods.policies import create_pod_policy
 from qosched.cluster.pods.replay import ReplayRun, replay
@@ -59,6 +69,7 @@ PEERS = (
     ("fgd", "any", "fggr", "arrival"),
     ("time-slicing", "any", "time-slicing", "arrival"),
     ("qosched", "goals", "fggr", "priority"),
+    ("harvest", "harvest", "fggr", "priority"),
 )
 
 
@@ -175,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path("bench/out/train_and_serve/costs.pkl"))
     parser.add_argument("--peers", default=",".join(peer[0] for peer in PEERS))
     parser.add_argument("--service-goal", type=float, help="every service's p99_slowdown goal")
+    parser.add_argument("--restart-s", type=float, default=DEFAULT_RESTART_S)
+    parser.add_argument("--checkpoint-s", type=float, default=DEFAULT_CHECKPOINT_S)
     args = parser.parse_args(argv)
 
     source = Path(args.pods)
@@ -202,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workload = TaskMix.typical(pods)
     surrogate = SurrogateSharing(bundled())
     wanted = args.peers.split(",")
+    harvest = Harvest(restart_s=args.restart_s, checkpoint_s=args.checkpoint_s)
     runs: dict[str, ReplayRun] = {}
     print()
     print("| peer | windows met | services >= 99% | DSR | JCT s | mean alloc GPUs | peak alloc "
@@ -220,8 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             window_s=args.window_s,
             seed=args.seed,
             queue=queue,
+            harvest=harvest if colocation == "harvest" else None,
         )
         print(row(name, runs[name]), flush=True)
+    if "harvest" in runs:
+        t = runs["harvest"].training_json() or {}
+        print()
+        print(f"harvest: {t.get('guaranteed')} of {t.get('deadline_jobs')} deadlines promised, "
+              f"{t.get('guaranteed_met')} of them met, {t.get('best_effort_met')} met best "
+              f"effort; {t.get('evictions')} evictions ({t.get('moves')} moved at once), "
+              f"{t.get('lost_gpu_s'):.0f} GPU-s lost")  # fmt: skip
     if "fgd" in runs:
         lines = broken(runs["fgd"], pods)
         missed = sum(1 for s in runs["fgd"].services if s.windows_met < s.windows)

@@ -171,6 +171,26 @@ def test_a_trace_with_workloads_reports_services_training_and_the_cluster(
     assert payload["placed"] == 3
 
 
+def test_harvesting_reports_promises_and_evictions(
+    mixed: tuple[Path, Path], known_costs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Time-slicing would slow s1 2x > 1.5x beside t1, so t1 goes to n2 alone at 120: it ends
+    # at 220 by its deadline of 300 at that (pessimistic) speed, so it is promised, and met.
+    trace, nodes = mixed
+    payload = run_json(["sim", "cluster", "--trace", str(trace), "--cluster-spec", str(nodes),
+                        "--policy", "best-fit", "--sharing", "time-slicing",
+                        "--colocation", "harvest", "--queue", "priority", "--json"],
+                       capsys)  # fmt: skip
+    assert_contract("sim-cluster-pods", payload)
+    assert payload["colocation"] == "harvest"
+    assert payload["services"]["windows_met"] == 10
+    assert payload["training"] == {"jobs": 1, "finished": 1, "deadline_jobs": 1,
+                                   "deadline_met": 1, "deadline_satisfactory_ratio": 1.0,
+                                   "avg_jct_s": 100.0, "guaranteed": 1, "guaranteed_met": 1,
+                                   "best_effort_met": 0, "evictions": 0, "moves": 0,
+                                   "lost_gpu_s": 0.0}  # fmt: skip
+
+
 def test_keeping_services_apart_meets_the_deadline_and_every_window(
     mixed: tuple[Path, Path], known_costs: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

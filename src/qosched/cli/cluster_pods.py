@@ -73,7 +73,9 @@ def add_pod_options(parser: argparse.ArgumentParser) -> None:
         "--colocation",
         choices=tuple(COLOCATIONS),
         help="pod trace with workloads: which pods may share a GPU (any: default; apart: "
-        "services only with services; goals: where the prediction keeps every goal)",
+        "services only with services; goals: where the prediction keeps every goal; "
+        "harvest: goals at the services' peak rates, services evict training, deadlines "
+        "promised on the pessimistic speed)",
     )
     parser.add_argument(
         "--queue",
