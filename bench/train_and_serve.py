@@ -55,7 +55,8 @@ from qosched.cluster.pods.fragmentation import TaskMix
 from qosched.cluster.pods.harvest import DEFAULT_CHECKPOINT_S, DEFAULT_RESTART_S, Harvest
 from qosched.cluster.pods.nodes import PodCluster, read_node_list
 from qosched.cluster.pods.policies import create_pod_policy
-from qosched.cluster.pods.replay import ReplayRun, replay
+from qosched.cluster.pods.replay import ReplayRun
+from qosched.cluster.pods.replays import replay
 from qosched.cluster.pods.trace import Pod, import_alibaba_gpu_2023, is_pod_trace, read_pod_trace
 from qosched.cluster.pods.workloads import ServiceSpec, TrainingSpec
 from qosched.colocate import SurrogateSharing, estimated_costs

@@ -14,7 +14,7 @@ from qosched.cluster.pods.fragmentation import TaskMix, TaskShape
 from qosched.cluster.pods.harvest import Harvest, peak_rate
 from qosched.cluster.pods.nodes import GpuNode, PodCluster
 from qosched.cluster.pods.policies import create_pod_policy
-from qosched.cluster.pods.replay import replay
+from qosched.cluster.pods.replays import replay
 from qosched.cluster.pods.trace import Pod
 from qosched.cluster.pods.workloads import RateSeries, ServiceSpec, TrainingSpec
 from qosched.core.goals import Goal

@@ -9,7 +9,7 @@ from qosched.cluster.pods.costs import ModelCost, TimeSlicedSharing
 from qosched.cluster.pods.fragmentation import TaskMix, TaskShape
 from qosched.cluster.pods.nodes import GpuNode, PodCluster
 from qosched.cluster.pods.policies import create_pod_policy, pod_policy_names
-from qosched.cluster.pods.replay import replay
+from qosched.cluster.pods.replays import replay
 from qosched.cluster.pods.trace import Pod
 from qosched.cluster.pods.workloads import RateSeries, ServiceSpec, TrainingSpec
 from qosched.core.goals import Goal

@@ -229,7 +229,8 @@ _NO_REPLAY = dict.fromkeys(
 def _replayer(args: argparse.Namespace, cluster, pods):
     """What runs one policy over the trace's clock with the command's options."""
     from qosched.cluster.pods.costs import TimeSlicedSharing
-    from qosched.cluster.pods.replay import DEFAULT_WINDOW_S, replay
+    from qosched.cluster.pods.replay import DEFAULT_WINDOW_S
+    from qosched.cluster.pods.replays import replay
     from qosched.colocate import SurrogateSharing, estimated_costs
     from qosched.core.bounds import check_number
     from qosched.gpushare.colocation import bundled
