@@ -152,12 +152,17 @@ def test_a_dry_plan_is_the_whole_plan_but_for_the_profile_it_leaves(seed):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_given_back_is_merged_with_allocation_on_random_profiles(seed):
+    """Both walks: times of the allocation and its end drawn anywhere, or (every other seed, as
+    a planner's own profiles mostly are) among the free profile's times."""
     rng = random.Random(seed)
     times = sorted({60.0 * rng.randrange(0, 40) + 7.5 for _ in range(rng.randint(1, 12))})
     free = merged({t: rng.randrange(0, 9) for t in times})
     held_times = sorted({60.0 * rng.randrange(0, 40) + 7.5 for _ in range(rng.randint(1, 4))})
-    allocation = {t: rng.randrange(0, 5) for t in held_times}
     end = 60.0 * rng.randrange(0, 45) + 7.5
+    if seed % 2:
+        held_times = sorted(rng.sample(list(free), rng.randint(1, len(free))))
+        end = rng.choice(list(free))
+    allocation = {t: rng.randrange(0, 5) for t in held_times}
     expected = merged(with_allocation(free, allocation, end))
     assert list(given_back(free, allocation, end).items()) == list(expected.items())
 
@@ -220,7 +225,11 @@ def test_reads_again_is_read_of_given_back_compared(seed, reads):
         )
         free = merged({t: rng.randrange(0, 9) for t in times})
         held = sorted({now, *(60.0 * rng.randrange(0, 40) + 7.5 for _ in range(rng.randint(0, 3)))})
-        return free, {t: rng.randrange(0, 5) for t in held}, 60.0 * rng.randrange(0, 45) + 7.5
+        end = 60.0 * rng.randrange(0, 45) + 7.5
+        if rng.random() < 0.5:  # every time one of the free profile's, as a planner's mostly are
+            held = sorted({now, *rng.sample(list(free), rng.randint(0, len(free)))})
+            end = rng.choice(list(free))
+        return free, {t: rng.randrange(0, 5) for t in held}, end
 
     until = rng.choice((now, now + 600.0, now + 1800.0 + rng.random(), float("inf")))
     cases = [case() for _ in range(4)]
@@ -229,3 +238,34 @@ def test_reads_again_is_read_of_given_back_compared(seed, reads):
             read = _read(given_back(*other), now, job, reads, until)
             expected = _read(given_back(free, allocation, end), now, job, reads, until) == read
             assert _reads_again(free, allocation, end, now, job, reads, until, read) == expected
+
+
+def test_a_hand_out_takes_the_gpu_time_of_each_plan_held_once(monkeypatch):
+    """The GPU-time of the plan a job holds changes only when it is raised: every weighing at
+    one level takes the same, computed once (the growth itself stays checked against the defined
+    hand-out above)."""
+    import qosched.cluster.artifact_plan as artifact_plan
+
+    measured: list[dict] = []  # every allocation measured, kept alive so identities stay unique
+
+    def counting(allocation, end):
+        measured.append(allocation)
+        return gpu_time(allocation, end)
+
+    monkeypatch.setattr(artifact_plan, "gpu_time", counting)
+    held_measured = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        now = rng.uniform(0.0, 100_000.0)
+        planner = ArtifactPlanner(now, rng.choice((8, 16, 32, 64, 128)), 60.0)
+        jobs = _random_jobs(rng, now, rng.randint(1, 24))
+        planner.plan_all(jobs)
+        held = {id(job.allocation): job.allocation for job in jobs}
+        del measured[:]
+        planner.hand_out(jobs)
+        held.update({id(job.allocation): job.allocation for job in jobs})
+        for allocation in held.values():
+            times = sum(1 for other in measured if other is allocation)
+            assert times <= 1
+            held_measured += times
+    assert held_measured > 100

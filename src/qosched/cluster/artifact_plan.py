@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from qosched.cluster.throughput import SpeedCurve
@@ -94,33 +94,30 @@ def with_allocation(free: Profile, allocation: Allocation, end: float) -> Profil
     return dict(zip(times, counts, strict=True))
 
 
-def _given_back_walk(
-    free: Profile, allocation: Allocation, end: float
-) -> Iterator[tuple[float, int]]:
-    """The entries of ``merged(with_allocation(free, allocation, end))`` in time order, walked
-    over both mappings (each in time order) at once."""
-    free_times, free_counts = list(free), list(free.values())
-    held_times, held_counts = list(allocation), list(allocation.values())
-    n_free, n_held = len(free_times), len(held_times)
-    i = j = held = 0
-    count = free_counts[0]
-    last = None
-    for time in sorted({*free, *allocation, end}):
-        while i < n_free and free_times[i] <= time:
-            count = free_counts[i]
-            i += 1
-        while j < n_held and held_times[j] <= time:
-            held = held_counts[j]
-            j += 1
-        value = count + held if time < end else count
-        if value != last:
-            last = value
-            yield time, value
-
-
 def given_back(free: Profile, allocation: Allocation, end: float) -> Profile:
     """``merged(with_allocation(free, allocation, end))`` in one pass over both mappings."""
-    return dict(_given_back_walk(free, allocation, end))
+    # NOTE: the planner builds this a hundred thousand times per trace; a lookup with the value
+    # in force as the default stands in for advancing a pointer through each mapping (each time
+    # of the sorted union is a key of one or both, met in time order).
+    out: Profile = {}
+    get_held, held, last = allocation.get, 0, None
+    if end in free and allocation.keys() <= free.keys():
+        # Most often every time is one of ``free``'s: a walk over it alone.
+        for time, count in free.items():
+            if time < end:
+                held = get_held(time, held)
+                count += held
+            if count != last:
+                out[time] = last = count
+        return out
+    get_free, count = free.get, next(iter(free.values()))
+    for time in sorted({*free, *allocation, end}):
+        count = get_free(time, count)
+        held = get_held(time, held)
+        value = count + held if time < end else count
+        if value != last:
+            out[time] = last = value
+    return out
 
 
 def _reads_again(
@@ -134,12 +131,30 @@ def _reads_again(
     read: list,
 ) -> bool:
     """Whether ``_read(given_back(free, allocation, end), now, job, reads, until) == read``,
-    walked as ``given_back`` walks, only until the first difference or ``until``."""
+    walked as ``given_back`` walks, only until the first difference or ``until`` (the profile
+    itself is not built)."""
     fits, n_read = job.fits, len(read)
+    get_free, get_held = free.get, allocation.get
+    count, held, last = next(iter(free.values())), 0, None
     k = 0
-    for time, value in _given_back_walk(free, allocation, end):
+    # As in ``given_back``: most often every time is one of ``free``'s.
+    if end in free and allocation.keys() <= free.keys():
+        entries = free.items()
+    else:
+        entries = ((time, get_free(time)) for time in sorted({*free, *allocation, end}))
+    for time, value in entries:
         if time > until:
             break
+        if value is None:
+            value = count
+        else:
+            count = value
+        if time < end:
+            held = get_held(time, held)
+            value += held
+        if value == last:
+            continue
+        last = value
         if reads == "counts":
             entry = (time, value)
         elif time <= now:
@@ -273,6 +288,8 @@ class ArtifactPlanner:
         # Per job id, the last weighing in this hand-out: (gpus, next level), what it read of the
         # profile, and its result (``_weigh``).
         self._weighed: dict[str, tuple[tuple[int, int], str, float, list, float]] = {}
+        # Per job id, the GPU-time of the plan it holds, for (gpus, next level).
+        self._held: dict[str, tuple[tuple[int, int], float]] = {}
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -289,6 +306,19 @@ class ArtifactPlanner:
         allocation: Allocation = {now: 0}
         aligned_deadline = align(now, deadline, slot)
         times = list(profile)
+        self._reads = "times"
+        if assigned:
+            first_later = bisect.bisect_right(times, now)
+            later = first_later < len(times)
+            change = times[first_later] if later else aligned_deadline
+            # Without a later entry, an entry past the aligned deadline would change the plan.
+            self._reads_until = change if later else math.inf
+            allocation[now] = assigned
+            real = math.ceil(now + left / job.rates[assigned])
+            end = align(now, real, slot)
+            if change >= end and deadline >= real and dry:
+                # The profile it leaves is not asked for: not even copied.
+                return allocation, profile, end, real, True
         at = bisect.bisect_left(times, aligned_deadline)
         if aligned_deadline >= now and (at == len(times) or times[at] != aligned_deadline):
             # The aligned deadline inserted in time order, with the count of the segment
@@ -298,19 +328,8 @@ class ArtifactPlanner:
             after = dict(items)
         else:
             after = dict(profile)
-        self._reads = "times"
         if assigned:
-            first_later = bisect.bisect_right(times, now)
-            later = first_later < len(times)
-            change = times[first_later] if later else aligned_deadline
-            # Without a later entry, an entry past the aligned deadline would change the plan.
-            self._reads_until = change if later else math.inf
-            allocation[now] = assigned
-            real = math.ceil(now + left / job.rate(assigned))
-            end = align(now, real, slot)
             if change >= end and deadline >= real:
-                if dry:
-                    return allocation, after, end, real, True
                 last = after[now]
                 for time in profile:
                     if now <= time < end:
@@ -571,7 +590,11 @@ class ArtifactPlanner:
         profile = given_back(self.free, job.allocation, job.end)
         allocation, _, end, _, _ = self._plan(job, profile, job.next_level, dry=True)
         added = job.next_level - job.gpus
-        job.marginal = (gpu_time(allocation, end) - gpu_time(job.allocation, job.end)) / added
+        # The GPU-time of the plan it holds changes only when it is raised (a new state).
+        held = self._held.get(job.job_id)
+        if held is None or held[0] != state:
+            held = self._held[job.job_id] = (state, gpu_time(job.allocation, job.end))
+        job.marginal = (gpu_time(allocation, end) - held[1]) / added
         reads = (self._reads, self._reads_until)
         read = _read(profile, self.now, job, *reads)
         self._weighed[job.job_id] = (state, *reads, read, job.marginal)
@@ -591,6 +614,7 @@ class ArtifactPlanner:
         if spare <= 0:
             return jobs
         self._weighed = {}
+        self._held = {}
         for job in jobs:
             self._weigh(job, spare)
         order = sorted(jobs, key=lambda j: -j.marginal)
