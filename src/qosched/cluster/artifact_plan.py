@@ -375,9 +375,10 @@ class ArtifactPlanner:
             if level > self.capacity:
                 break
             if segments is None:
-                for time in after:
-                    if time < aligned_deadline:
-                        allocation.setdefault(time, 0)
+                for time in after:  # in time order
+                    if time >= aligned_deadline:
+                        break
+                    allocation.setdefault(time, 0)
                 segments = []
                 for time in reversed(after):
                     if time >= aligned_deadline:
@@ -432,7 +433,7 @@ class ArtifactPlanner:
         deadline, slot, fits, rates = job.deadline, self.slot, job.fits, job.rates
 
         held_from, held, end, real = None, 0, None, 0.0
-        for time in list(after):
+        for time in after:  # counts change on the way, times do not
             if time > aligned_deadline:
                 break
             if time < start:
