@@ -269,3 +269,32 @@ def test_a_hand_out_takes_the_gpu_time_of_each_plan_held_once(monkeypatch):
             assert times <= 1
             held_measured += times
     assert held_measured > 100
+
+
+def test_a_hand_out_builds_each_profile_a_job_gives_back_once(monkeypatch):
+    """A raised job's plan is made on the profile its last weighing built, when that weighing
+    made a plan on the free profile in force: no profile is built twice from the same free
+    profile, allocation and end (the plans stay checked against the defined hand-out above)."""
+    import qosched.cluster.artifact_plan as artifact_plan
+
+    built: list[tuple[dict, dict, float]] = []  # kept alive so identities stay unique
+
+    def counting(free, allocation, end):
+        built.append((free, allocation, end))
+        return given_back(free, allocation, end)
+
+    monkeypatch.setattr(artifact_plan, "given_back", counting)
+    raised = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        now = rng.uniform(0.0, 100_000.0)
+        planner = ArtifactPlanner(now, rng.choice((8, 16, 32, 64, 128)), 60.0)
+        jobs = _random_jobs(rng, now, rng.randint(1, 24))
+        planner.plan_all(jobs)
+        before = sum(job.gpus for job in jobs)
+        del built[:]
+        planner.hand_out(jobs)
+        raised += sum(job.gpus for job in jobs) > before
+        keys = [(id(free), id(allocation), end) for free, allocation, end in built]
+        assert len(keys) == len(set(keys))
+    assert raised > 10

@@ -288,6 +288,9 @@ class ArtifactPlanner:
         # Per job id, the last weighing in this hand-out: (gpus, next level), what it read of the
         # profile, and its result (``_weigh``).
         self._weighed: dict[str, tuple[tuple[int, int], str, float, list, float]] = {}
+        # Per job id, the profile its last plan made in a weighing read: (gpus, next level), the
+        # free profile it was built from, the profile.
+        self._seen: dict[str, tuple[tuple[int, int], Profile, Profile]] = {}
         # Per job id, the GPU-time of the plan it holds, for (gpus, next level).
         self._held: dict[str, tuple[tuple[int, int], float]] = {}
 
@@ -599,10 +602,16 @@ class ArtifactPlanner:
         reads = (self._reads, self._reads_until)
         read = _read(profile, self.now, job, *reads)
         self._weighed[job.job_id] = (state, *reads, read, job.marginal)
+        self._seen[job.job_id] = (state, self.free, profile)
 
     def _raised_plan(self, job: PlannedJob) -> tuple[Allocation, Profile, float, float]:
         """The job's plan one level up on the profile now (the one its last weighing saw)."""
-        profile = given_back(self.free, job.allocation, job.end)
+        seen = self._seen.get(job.job_id)
+        # The free profile is replaced, never changed in place: the same one, the same view.
+        if seen is not None and seen[0] == (job.gpus, job.next_level) and seen[1] is self.free:
+            profile = seen[2]
+        else:
+            profile = given_back(self.free, job.allocation, job.end)
         allocation, after, end, real, _ = self._plan(job, profile, assigned=job.next_level)
         return merged(allocation), merged(after), end, real
 
@@ -616,6 +625,7 @@ class ArtifactPlanner:
             return jobs
         self._weighed = {}
         self._held = {}
+        self._seen = {}
         for job in jobs:
             self._weigh(job, spare)
         order = sorted(jobs, key=lambda j: -j.marginal)
