@@ -11,6 +11,8 @@ the ElasticFlow artifact's recorded times.
                                               [--policies fifo,edf]
     python bench/cluster_sim_speed.py itp --traces DIR     # DIR: elasticflow-traces.tar.gz unpacked
     python bench/cluster_sim_speed.py artifact --trace philly_103959.csv --nodes 32 [--repeats 3]
+                                               [--base MAIN/src] [--peers ef-accessctrl]
+                                               [--fidelity sound,artifact]
     python bench/cluster_sim_speed.py artifact --trace cluster10.csv --nodes 8    # Chronus
 
 - decision: one qos ``allocate()`` with 1,000 active jobs on 128x8 = 1,024 GPUs (jobs as in
@@ -38,7 +40,8 @@ the ElasticFlow artifact's recorded times.
   target, and cluster01 against the artifact's recorded time.
 - artifact: qosched on a trace whose ElasticFlow-artifact time is recorded below, the whole
   ``qosched sim cluster`` command timed in a subprocess (the median of ``--repeats`` runs),
-  against that record.
+  against that record; with ``--base``, another tree's command beside it (rows marked "base"),
+  the two run alternately and their outcomes (decisions, DSR) checked equal.
 
 Wall seconds and CPU seconds both: the machine these numbers come from is shared, so wall time
 there measures the neighbours too, and CPU time (``os.times`` of the children) is steadier but
@@ -511,29 +514,41 @@ def artifact(args: argparse.Namespace) -> None:
         "| artifact CPU s | recorded | wall ratio | CPU ratio |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for theirs, records in recorded.items():
+    here = Path(__file__).resolve().parent.parent / "src"
+    trees = {"": here} if args.base is None else {"base ": args.base, "": here}
+    peers = recorded if args.peers is None else args.peers.split(",")
+    for theirs in peers:
+        if theirs not in recorded:
+            sys.exit(f"no artifact time recorded for {theirs} ({', '.join(recorded)})")
         ours = QOSCHED_PEER[theirs]
-        for fidelity in ("sound", "artifact"):
+        for fidelity in args.fidelity.split(","):
             # The median of a few runs: one run on a shared machine measures the neighbours too.
-            runs = [
-                run_command(args.trace, args.nodes, ours, fidelity) for _ in range(args.repeats)
-            ]
-            timed = Timed(
-                statistics.median(r.wall_s for r in runs),
-                statistics.median(r.cpu_s for r in runs),
-                statistics.median(r.sim_wall_s for r in runs),
-                runs[0].decisions,
-                runs[0].dsr,
-            )
-            for their_wall, their_cpu, source in records:
-                cpu = "—" if their_cpu is None else f"{their_cpu:.1f}"
-                cpu_ratio = "—" if their_cpu is None else f"{their_cpu / timed.cpu_s:.1f}x"
-                print(
-                    f"| {ours} --fidelity {fidelity} ({theirs}) | {timed.wall_s:.1f} | "
-                    f"{timed.cpu_s:.1f} | {their_wall:.1f} | {cpu} | {source} | "
-                    f"{their_wall / timed.wall_s:.1f}x | {cpu_ratio} |",
-                    flush=True,
+            # With a base tree, its runs and this tree's alternate, so both see the same load.
+            runs: dict[str, list[Timed]] = {label: [] for label in trees}
+            for _ in range(args.repeats):
+                for label, src in trees.items():
+                    runs[label].append(run_command(args.trace, args.nodes, ours, fidelity, src))
+            for label, tree_runs in runs.items():
+                if {(r.decisions, r.dsr) for r in tree_runs} != {
+                    (r.decisions, r.dsr) for r in runs[""]
+                }:
+                    sys.exit(f"{label}{ours} --fidelity {fidelity}: outcomes differ between trees")
+                timed = Timed(
+                    statistics.median(r.wall_s for r in tree_runs),
+                    statistics.median(r.cpu_s for r in tree_runs),
+                    statistics.median(r.sim_wall_s for r in tree_runs),
+                    tree_runs[0].decisions,
+                    tree_runs[0].dsr,
                 )
+                for their_wall, their_cpu, source in recorded[theirs]:
+                    cpu = "—" if their_cpu is None else f"{their_cpu:.1f}"
+                    cpu_ratio = "—" if their_cpu is None else f"{their_cpu / timed.cpu_s:.1f}x"
+                    print(
+                        f"| {label}{ours} --fidelity {fidelity} ({theirs}) | {timed.wall_s:.2f} | "
+                        f"{timed.cpu_s:.2f} | {their_wall:.1f} | {cpu} | {source} | "
+                        f"{their_wall / timed.wall_s:.1f}x | {cpu_ratio} |",
+                        flush=True,
+                    )
 
 
 def _children_cpu_s() -> float:
@@ -579,6 +594,11 @@ def main() -> None:
     p.add_argument("--trace", type=Path, required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--repeats", type=int, default=3, help="qosched runs; the median is printed")
+    p.add_argument(
+        "--base", type=Path, help="another tree's src (main's), run alternately with this one"
+    )
+    p.add_argument("--peers", help="the artifact's policies to run (default: all recorded)")
+    p.add_argument("--fidelity", default="sound,artifact", help="the fidelities to run")
     p.set_defaults(run=artifact)
     args = parser.parse_args()
     args.run(args)
