@@ -42,3 +42,46 @@ def test_qos_timed_by_step_decides_as_qos_and_times_every_step(speed):
     assert timed.decisions == plain.decisions
     for step in ("admit", "_observe_all", "_renew_guarantees", "_decision"):
         assert spent[step] > 0.0, step
+
+
+def _artifact_args(speed, tmp_path, base):
+    trace = tmp_path / "philly_103959.csv"
+    return speed.argparse.Namespace(
+        trace=trace, nodes=32, repeats=2, base=base, peers="ef-accessctrl", fidelity="artifact"
+    )
+
+
+def test_artifact_runs_the_base_tree_alternately_and_prints_its_rows(
+    speed, tmp_path, capsys, monkeypatch
+):
+    base = tmp_path / "main-src"
+    calls = []
+
+    def run_command(trace, nodes, policy, fidelity="sound", src=None):
+        calls.append((policy, fidelity, src))
+        cpu = 2.0 if src == base else 1.0
+        return speed.Timed(cpu + 0.5, cpu, cpu, 1597, 0.91)
+
+    monkeypatch.setattr(speed, "run_command", run_command)
+    speed.artifact(_artifact_args(speed, tmp_path, base))
+    here = speed.Path(speed.__file__).resolve().parent.parent / "src"
+    assert [src for _, _, src in calls] == [base, here, base, here]
+    assert {(policy, fidelity) for policy, fidelity, _ in calls} == {("elasticflow", "artifact")}
+    rows = [line for line in capsys.readouterr().out.splitlines() if "--fidelity" in line]
+    # One row per recorded artifact time, for each tree; the ratio against 7.6 s of CPU.
+    assert len(rows) == 2 * 3
+    assert rows[0].startswith("| base elasticflow --fidelity artifact (ef-accessctrl) |")
+    assert "| 2.00 |" in rows[0] and "| 3.8x |" in rows[0]
+    assert rows[3].startswith("| elasticflow --fidelity artifact (ef-accessctrl) |")
+    assert "| 1.00 |" in rows[3] and "| 7.6x |" in rows[3]
+
+
+def test_artifact_refuses_trees_whose_outcomes_differ(speed, tmp_path, monkeypatch):
+    base = tmp_path / "main-src"
+
+    def run_command(trace, nodes, policy, fidelity="sound", src=None):
+        return speed.Timed(1.0, 1.0, 1.0, 1597, 0.90 if src == base else 0.91)
+
+    monkeypatch.setattr(speed, "run_command", run_command)
+    with pytest.raises(SystemExit, match="outcomes differ between trees"):
+        speed.artifact(_artifact_args(speed, tmp_path, base))
