@@ -11,9 +11,11 @@ back, each after the informers caught up with the server (so a round's time is t
 work: reading the cache, the policy, the writes), until a round writes nothing. Printed per
 round: wall seconds; CPU seconds of the whole process ("proc s": scheduler, informers and
 server together, which share the interpreter's lock: near what the round would take on an idle
-machine); the policy's share (admission and allocation) in wall seconds and in CPU seconds of
-the round's thread ("cpu s": without the waits for the other threads and other processes);
-writes by kind (patches, bindings, events, ...).
+machine) and of the scheduler's own threads ("sched s": the round's, the writes' senders, the
+informers and the Lease timer, read from each thread's CPU clock; the rest of "proc s" is the
+in-process API server's); the policy's share (admission and allocation) in wall seconds and
+in CPU seconds of the round's thread ("cpu s": without the waits for the other threads and
+other processes); writes by kind (patches, bindings, events, ...).
 
 The API server runs in the same process (its request handling shares the interpreter's lock
 with the scheduler), with 1 ms of latency per request: times are an upper bound for the
@@ -27,6 +29,7 @@ import functools
 import random
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -88,6 +91,30 @@ def main() -> int:
         for name, (wall, policy, cpu) in firsts:
             print(f"{name:<24} {policy:>8.3f} {cpu:>6.3f} {wall:>8.3f}")
     return 0
+
+
+#: Threads that are the scheduler's: the round's (the main thread here), the writes' senders,
+#: the informers' reflectors and the Lease's timer. Every other thread is the API server's.
+SCHEDULER_THREADS = ("MainThread", "qosched-send", "informer-", "lease")
+
+
+def scheduler_cpu() -> dict[int, float]:
+    """CPU seconds so far of each live scheduler thread (by thread id), read from the thread's
+    own CPU clock: the process's CPU less these is the in-process API server's."""
+    clocks = {}
+    for thread in threading.enumerate():
+        if thread.ident is not None and thread.name.startswith(SCHEDULER_THREADS):
+            try:
+                clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except OSError:  # ended meanwhile
+                continue
+    return clocks
+
+
+def cpu_since(before: dict[int, float]) -> float:
+    """The scheduler threads' CPU seconds since ``before`` (threads started since count from 0;
+    none of them ends within a round: the senders and informers live as long as the run)."""
+    return sum(t - before.get(ident, 0.0) for ident, t in scheduler_cpu().items())
 
 
 def one_by_one_admission(policy):
@@ -158,18 +185,20 @@ def run(args: argparse.Namespace, *, one_by_one: bool, rounds: int | None = None
 
         sched.make_policy = timed_policy
         print(
-            f"{'round':>5} {'wall s':>8} {'proc s':>7} {'policy s':>8} {'cpu s':>6} "
-            f"{'writes':>7}  by kind"
+            f"{'round':>5} {'wall s':>8} {'proc s':>7} {'sched s':>7} {'policy s':>8} "
+            f"{'cpu s':>6} {'writes':>7}  by kind"
         )
         walls, writes_per_round, first = [], [], None
         for number in range(1, (rounds or args.max_rounds) + 1):
             caught_up(sched, api, timeout_s=120)
             before = len(api.writes)
             policy_s[:] = [0.0, 0.0]
+            threads = scheduler_cpu()
             started, process = time.perf_counter(), time.process_time()
             report = sched.step()
             wall = time.perf_counter() - started
             process = time.process_time() - process
+            own = cpu_since(threads)
             first = first or (wall, *policy_s)
             kinds = Counter(kind_of(w.method, w.path) for w in api.writes[before:])
             kinds.pop("put", None)  # the Lease's renewals
@@ -178,8 +207,8 @@ def run(args: argparse.Namespace, *, one_by_one: bool, rounds: int | None = None
             writes_per_round.append(writes)
             shown = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
             print(
-                f"{number:>5} {wall:>8.3f} {process:>7.3f} {policy_s[0]:>8.3f} {policy_s[1]:>6.3f} "
-                f"{writes:>7}  {shown}"
+                f"{number:>5} {wall:>8.3f} {process:>7.3f} {own:>7.3f} {policy_s[0]:>8.3f} "
+                f"{policy_s[1]:>6.3f} {writes:>7}  {shown}"
             )
             if report.errors:
                 print(f"      {len(report.errors)} errors, first: {report.errors[0]}")

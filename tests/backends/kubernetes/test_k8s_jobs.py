@@ -9,7 +9,14 @@ import pytest
 from k8s_helpers import job_set
 
 from qosched.backends.kubernetes import jobs as J
-from qosched.backends.kubernetes.fit import fits, node_rooms, place_gang, pod_requests, take
+from qosched.backends.kubernetes.fit import (
+    Placer,
+    fits,
+    node_rooms,
+    place_gang,
+    pod_requests,
+    take,
+)
 from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError
 
@@ -279,3 +286,34 @@ def test_out_of_bounds_annotations_are_input_errors(annotations, field):
 )
 def test_values_at_the_bounds_are_accepted(annotations, attribute, expected):
     assert getattr(J.read_job(stateful_set(annotations), "gpu"), attribute) == expected
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_round_of_gangs_is_placed_as_the_rule_says_on_the_rooms_left(seed):
+    """Gang after gang on one placer, each taking its room (and one in three released again,
+    as a gang whose binding failed is): every placement is the rule's on the rooms as they
+    are by then."""
+    rng = random.Random(seed)
+    rooms = {
+        f"n{i:02d}": {
+            "cpu": float(rng.randint(0, 16)),
+            "memory": float(rng.choice((0, 4, 16))) * 2**30,
+            "nvidia.com/gpu": float(rng.randint(0, 8)),
+            "pods": float(rng.randint(0, 6)),
+        }
+        for i in range(rng.randint(1, 40))
+    }
+    placer = Placer(rooms, "nvidia.com/gpu")
+    for g in range(25):
+        gang = [
+            pod(f"g{g}w{i}", None, str(rng.randint(1, 4)), rng.randint(0, 3))
+            for i in range(rng.randint(1, 6))
+        ]
+        prefer = rng.sample(sorted(rooms), rng.randint(0, min(2, len(rooms))))
+        expected = sorted_placement(gang, rooms, "nvidia.com/gpu", prefer)
+        assert placer.place(gang, prefer) == expected
+        for p in gang if expected else []:
+            placer.take(expected[f"ml/{p['metadata']['name']}"], pod_requests(p))
+        if expected and rng.random() < 1 / 3:
+            for p in gang:
+                placer.take(expected[f"ml/{p['metadata']['name']}"], pod_requests(p), -1.0)

@@ -27,13 +27,23 @@ from qosched.backends.kubernetes.events import (
 )
 from qosched.backends.kubernetes.fit import Room, take
 from qosched.backends.kubernetes.informer import Informer
-from qosched.backends.kubernetes.kube import Stale, drain, key_of, read_json, status_of
+from qosched.backends.kubernetes.kube import (
+    Stale,
+    drain,
+    key_of,
+    read_json,
+    send_json,
+    status_of,
+)
 from qosched.backends.kubernetes.lease import NotLeading
 from qosched.backends.kubernetes.round_report import StepReport
 from qosched.backends.kubernetes.seal import Seal
 from qosched.cluster.admission import Admission
 
 log = logging.getLogger(__name__)
+
+#: A StatefulSet, as ``AppsV1Api.patch_namespaced_stateful_set`` addresses it.
+STATEFULSET_PATH = "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"
 
 
 class Applier:
@@ -264,12 +274,14 @@ class Applier:
         version = self.set_of(spec)["metadata"]["resourceVersion"]
         body = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": version}}
         try:
-            response = self.apps.patch_namespaced_stateful_set(
-                spec.name,
-                spec.namespace,
+            response = send_json(
+                self.apps.api_client,
+                "PATCH",
+                STATEFULSET_PATH,
                 body,
-                _content_type=STRATEGIC_PATCH,
-                _preload_content=False,
+                content_type=STRATEGIC_PATCH,
+                name=spec.name,
+                namespace=spec.namespace,
             )
         except NotLeading:
             raise

@@ -17,12 +17,14 @@ from qosched.backends.kubernetes.api_view import RoundJob, training_cores
 from qosched.backends.kubernetes.apply import Applier
 from qosched.backends.kubernetes.config import SchedulerConfig
 from qosched.backends.kubernetes.events import NORMAL, WARNING, Recorder
-from qosched.backends.kubernetes.fit import Room, place_gang, pod_requests, take
-from qosched.backends.kubernetes.kube import drain, key_of, status_of
+from qosched.backends.kubernetes.fit import Placer, Room, pod_requests
+from qosched.backends.kubernetes.kube import drain, key_of, send_json, status_of
 from qosched.backends.kubernetes.lease import NotLeading
 from qosched.backends.kubernetes.round_report import StepReport
 from qosched.backends.kubernetes.send import CallOutcome, Sender
 
+#: A pod's binding subresource, as ``CoreV1Api.create_namespaced_pod_binding`` addresses it.
+BINDING_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/binding"
 #: Tries of one binding on a transient error (5xx, 429, network) before the gang is released.
 BIND_TRIES = 3
 
@@ -52,7 +54,6 @@ class Binder:
         applier: Applier,
         recorder: Recorder,
         sender: Sender,
-        binding_type: tuple[type, type, type],
         isolated: Isolated,
     ) -> None:
         self.config = config
@@ -60,7 +61,6 @@ class Binder:
         self.applier = applier
         self.recorder = recorder
         self.sender = sender
-        self.binding_type = binding_type  # (V1Binding, V1ObjectMeta, V1ObjectReference)
         self.isolated = isolated
 
     def bind_jobs(
@@ -73,9 +73,11 @@ class Binder:
         was bound released (its room stays free until the next round, whose placement sees the
         pods gone); then the ``Scheduled`` Events are sent the same way."""
         gangs: list[tuple[RoundJob, int, list[tuple[dict[str, Any], str]]]] = []
+        resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
+        placer = Placer(rooms, resource)
         for job, workers in jobs:
             with self.isolated(job, report):
-                gang = self._place(job, workers, rooms, report)
+                gang = self._place(job, workers, placer, report)
                 if gang:
                     gangs.append((job, workers, gang))
         calls = [
@@ -86,12 +88,12 @@ class Binder:
         for job, workers, gang in gangs:
             answers = [next(outcomes) for _ in gang]
             with self.isolated(job, report):
-                events += self._settle(job, workers, gang, answers, rooms, report)
+                events += self._settle(job, workers, gang, answers, placer, report)
         for outcome in self.sender.each(events):
             outcome.result()  # an Event that failed is logged; losing the Lease ends the round
 
     def _place(
-        self, job: RoundJob, workers: int, rooms: dict[str, Room], report: StepReport
+        self, job: RoundJob, workers: int, placer: Placer, report: StepReport
     ) -> list[tuple[dict[str, Any], str]]:
         """Where the job's pending pods go, their room taken; none when they are not all to be
         bound this round (said on the pods)."""
@@ -115,8 +117,7 @@ class Binder:
         if self.config.resource == "cpu" and any(training_cores(p) != workers for p in pods):
             return []  # still at its old size: it is being restarted
         prefer = [p["spec"]["nodeName"] for p in present if p["spec"].get("nodeName")]
-        resource = "cpu" if self.config.resource == "cpu" else J.GPU_RESOURCE
-        placement = place_gang(pods, rooms, resource, prefer)
+        placement = placer.place(pods, prefer)
         if placement is None:
             why = (
                 f"the {len(pods)} pending pods of job {spec.key} do not all fit on the nodes' "
@@ -130,7 +131,7 @@ class Binder:
             return []
         gang = [(pod, placement[key_of(pod)]) for pod in pods]
         for pod, node in gang:
-            take(rooms[node], pod_requests(pod))
+            placer.take(node, pod_requests(pod))
         return gang
 
     def _settle(
@@ -139,7 +140,7 @@ class Binder:
         workers: int,
         gang: list[tuple[dict[str, Any], str]],
         answers: list[CallOutcome[_Binding]],
-        rooms: dict[str, Room],
+        placer: Placer,
         report: StepReport,
     ) -> list[Callable[[], bool]]:
         """Record the gang's bindings; when one failed, release those that went through (a
@@ -159,7 +160,7 @@ class Binder:
             for done in bound:
                 self.applier.delete_pod(done, report.released, report, as_seen=False)
             for pod, node in gang:
-                take(rooms[node], pod_requests(pod), sign=-1.0)
+                placer.take(node, pod_requests(pod), sign=-1.0)
             return []
         return [
             functools.partial(
@@ -176,19 +177,24 @@ class Binder:
     def _bind(self, pod: dict[str, Any], node: str) -> _Binding:
         """Bind one pod, retrying a transient error (5xx, 429, network) up to ``BIND_TRIES``
         times. Called in a sender thread: it only sends, and the round's thread records."""
-        V1Binding, V1ObjectMeta, V1ObjectReference = self.binding_type
         meta = pod["metadata"]
         # The uid makes the API server refuse the binding if the pod was recreated under the
-        # same name since the cache saw it.
-        body = V1Binding(
-            metadata=V1ObjectMeta(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]),
-            target=V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
+        # same name since the cache saw it. The body is a ``V1Binding`` as the client
+        # serialises one (built as JSON data: see send_json).
+        body = {
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         for attempt in range(1, BIND_TRIES + 1):
             try:
                 drain(
-                    self.core.create_namespaced_pod_binding(
-                        meta["name"], meta["namespace"], body, _preload_content=False
+                    send_json(
+                        self.core.api_client,
+                        "POST",
+                        BINDING_PATH,
+                        body,
+                        name=meta["name"],
+                        namespace=meta["namespace"],
                     )
                 )
             except NotLeading:

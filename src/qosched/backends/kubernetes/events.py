@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from qosched.backends.kubernetes.kube import drain, key_of
+from qosched.backends.kubernetes.kube import drain, key_of, send_json
 from qosched.core.bounds import LATEST_TIME_S
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,8 @@ NORMAL, WARNING = "Normal", "Warning"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 #: The API server refuses Event messages over 1 KiB; longer ones are cut.
 MAX_MESSAGE = 1024
+#: Where Events are posted, as ``CoreV1Api.create_namespaced_event`` addresses it.
+EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
 #: Events remembered for de-duplication before the expired ones are dropped.
 PRUNE_AT = 10_000
 
@@ -75,20 +77,23 @@ class Recorder:
         with self._lock:
             if now - self._posted.get(seen, -float("inf")) < self.repeat_s:
                 return False
-        stamp = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # As the generated client wrote the time it parsed: whole seconds, an explicit offset.
+        stamp = datetime.now(tz=UTC).replace(microsecond=0).isoformat()
         namespace = meta.get("namespace") or "default"
+        involved = {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta["name"],
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta["name"],
-                "namespace": namespace,
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
+            # A field the object lacks is left out (the generated client dropped it).
+            "involvedObject": {k: v for k, v in involved.items() if v is not None},
             "reason": reason,
             "message": message,
             "type": type_,
@@ -100,7 +105,7 @@ class Recorder:
             "count": 1,
         }
         try:
-            drain(self.core.create_namespaced_event(namespace, body, _preload_content=False))
+            drain(send_json(self.core.api_client, "POST", EVENTS_PATH, body, namespace=namespace))
         except self.passthrough:
             raise
         except Exception as exc:

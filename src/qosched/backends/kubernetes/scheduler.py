@@ -167,7 +167,6 @@ class K8sScheduler:
             applier=self.applier,
             recorder=self.recorder,
             sender=self.sender,
-            binding_type=(client.V1Binding, client.V1ObjectMeta, client.V1ObjectReference),
             isolated=self._isolated,
         )
         self._listing: list[int] = [0, 0, 0]  # the fresh lists this term waits for
