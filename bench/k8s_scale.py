@@ -4,6 +4,7 @@ per round, against the strict in-process API server of the tests.
     nice -n 10 python bench/k8s_scale.py                 # 1,000 jobs, 500 nodes, qos
     nice -n 10 python bench/k8s_scale.py --compare       # the first round one by one, then now
     nice -n 10 python bench/k8s_scale.py --jobs 200 --nodes 100 --policy fifo
+    nice -n 10 python bench/k8s_scale.py --max-rounds 1 --by-thread   # where round 1's CPU goes
 
 Nodes have 8 GPUs each; jobs ask for 1 to 4 one-GPU pods (resnet50 at batch 64 in the A100
 speed table, deadlines of 2 to 10 hours). One scheduler replica leads; rounds are run back to
@@ -68,6 +69,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--in-flight", type=int, default=IN_FLIGHT)
     parser.add_argument(
+        "--by-thread",
+        action="store_true",
+        help="print each round's CPU seconds by thread: round, send, informers, lease, server",
+    )
+    parser.add_argument(
         "--compare",
         action="store_true",
         help="first the first round as the code before issue 52 ran it (arrivals admitted one "
@@ -93,28 +99,38 @@ def main() -> int:
     return 0
 
 
-#: Threads that are the scheduler's: the round's (the main thread here), the writes' senders,
-#: the informers' reflectors and the Lease's timer. Every other thread is the API server's.
-SCHEDULER_THREADS = ("MainThread", "qosched-send", "informer-", "lease")
+#: The scheduler's threads by role, by the start of their names: the round's (the main thread
+#: here), the writes' senders, the informers' reflectors and the Lease's timer. Every other
+#: thread is the API server's.
+ROLES = {"MainThread": "round", "qosched-send": "send", "informer-": "informers", "lease": "lease"}
 
 
-def scheduler_cpu() -> dict[int, float]:
-    """CPU seconds so far of each live scheduler thread (by thread id), read from the thread's
-    own CPU clock: the process's CPU less these is the in-process API server's."""
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """The role and CPU seconds so far of each live thread (by thread id), read from the
+    thread's own CPU clock."""
     clocks = {}
     for thread in threading.enumerate():
-        if thread.ident is not None and thread.name.startswith(SCHEDULER_THREADS):
-            try:
-                clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-            except OSError:  # ended meanwhile
-                continue
+        if thread.ident is None:
+            continue
+        role = next((r for start, r in ROLES.items() if thread.name.startswith(start)), "server")
+        try:
+            clocks[thread.ident] = (
+                role,
+                time.clock_gettime(time.pthread_getcpuclockid(thread.ident)),
+            )
+        except OSError:  # ended meanwhile
+            continue
     return clocks
 
 
-def cpu_since(before: dict[int, float]) -> float:
-    """The scheduler threads' CPU seconds since ``before`` (threads started since count from 0;
-    none of them ends within a round: the senders and informers live as long as the run)."""
-    return sum(t - before.get(ident, 0.0) for ident, t in scheduler_cpu().items())
+def cpu_since(before: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds by role since ``before`` (threads started since count from 0). A server
+    thread that ended meanwhile is missing here (its connection closed); the scheduler's live
+    as long as the run."""
+    spent: dict[str, float] = {}
+    for ident, (role, now) in thread_cpu().items():
+        spent[role] = spent.get(role, 0.0) + now - before.get(ident, (role, 0.0))[1]
+    return spent
 
 
 def one_by_one_admission(policy):
@@ -193,12 +209,13 @@ def run(args: argparse.Namespace, *, one_by_one: bool, rounds: int | None = None
             caught_up(sched, api, timeout_s=120)
             before = len(api.writes)
             policy_s[:] = [0.0, 0.0]
-            threads = scheduler_cpu()
+            threads = thread_cpu()
             started, process = time.perf_counter(), time.process_time()
             report = sched.step()
             wall = time.perf_counter() - started
             process = time.process_time() - process
-            own = cpu_since(threads)
+            spent = cpu_since(threads)
+            own = sum(t for role, t in spent.items() if role != "server")
             first = first or (wall, *policy_s)
             kinds = Counter(kind_of(w.method, w.path) for w in api.writes[before:])
             kinds.pop("put", None)  # the Lease's renewals
@@ -210,6 +227,9 @@ def run(args: argparse.Namespace, *, one_by_one: bool, rounds: int | None = None
                 f"{number:>5} {wall:>8.3f} {process:>7.3f} {own:>7.3f} {policy_s[0]:>8.3f} "
                 f"{policy_s[1]:>6.3f} {writes:>7}  {shown}"
             )
+            if args.by_thread:
+                split = ", ".join(f"{role} {t:.3f}" for role, t in sorted(spent.items()))
+                print(f"      CPU s by thread: {split}")
             if report.errors:
                 print(f"      {len(report.errors)} errors, first: {report.errors[0]}")
             if writes == 0 and report.synced and report.leading and number > 1:
