@@ -317,3 +317,17 @@ def test_a_round_of_gangs_is_placed_as_the_rule_says_on_the_rooms_left(seed):
         if expected and rng.random() < 1 / 3:
             for p in gang:
                 placer.take(expected[f"ml/{p['metadata']['name']}"], pod_requests(p), -1.0)
+
+
+def test_a_room_changed_behind_the_placers_back_still_places_by_the_rule():
+    rooms = {
+        "a": {"cpu": 8.0, "nvidia.com/gpu": 2.0, "pods": 10.0},
+        "b": {"cpu": 8.0, "nvidia.com/gpu": 4.0, "pods": 10.0},
+        "c": {"cpu": 8.0, "nvidia.com/gpu": 3.0, "pods": 10.0},
+    }
+    placer = Placer(rooms, "nvidia.com/gpu")
+    take(rooms["b"], {"nvidia.com/gpu": 3.0})  # b: 1 left, unknown to the placer
+    placer.take("b", {"nvidia.com/gpu": 1.0}, sign=-1.0)  # b: 2, not where the order had it
+    gang = [pod("w0", None, "1", 2)]
+    # c has the most free GPUs; an order left stale (b first, at 4) would give b.
+    assert placer.place(gang) == sorted_placement(gang, rooms, "nvidia.com/gpu") == {"ml/w0": "c"}

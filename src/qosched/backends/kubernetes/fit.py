@@ -199,9 +199,14 @@ class Placer:
         old = self._key(node)
         take(self.rooms[node], request, sign)
         new = self._key(node)
-        if new != old:
-            del self._order[bisect.bisect_left(self._order, old)]
+        if new == old:
+            return
+        at = bisect.bisect_left(self._order, old)
+        if at < len(self._order) and self._order[at] == old:
+            del self._order[at]
             bisect.insort(self._order, new)
+        else:  # the room changed behind the placer's back: the order is rebuilt, never wrong
+            self._order = sorted(self._key(name) for name in self.rooms)
 
     def place(
         self, pods: Sequence[Mapping[str, Any]], prefer: Iterable[str] = ()
