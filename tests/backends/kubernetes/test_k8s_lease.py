@@ -131,3 +131,22 @@ def test_the_fenced_client_refuses_writes_unless_leading(api):
     with pytest.raises(NotLeading):
         core.create_namespaced_event("qosched", event, _preload_content=False)
     assert len(api.list("events")) == 1
+
+
+def test_a_client_whose_call_api_begins_with_the_path_is_refused_not_left_unfenced():
+    """kubernetes < 37 generated ``call_api(resource_path, method, ...)``: a fence reading the
+    method from the first argument would let every write through on it."""
+    from qosched.backends.kubernetes.lease import ClientTooOld, _check_call_api
+
+    class OldClient:
+        def call_api(self, resource_path, method, path_params=None):
+            raise AssertionError("never called")
+
+    class NewClient:
+        def call_api(self, method, url, header_params=None):
+            raise AssertionError("never called")
+
+    with pytest.raises(ClientTooOld, match="kubernetes 37 or later"):
+        _check_call_api(OldClient)
+    _check_call_api(NewClient)
+    _check_call_api(require().client.ApiClient)  # the installed client is one the fence wraps

@@ -28,6 +28,7 @@ overlap provided
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -238,11 +239,29 @@ class LeaderLease:
             log.warning("cannot release the lease: %s", exc)
 
 
+class ClientTooOld(QoschedError):
+    """The installed Kubernetes client's ``call_api`` is not the one the fence wraps."""
+
+
+def _check_call_api(base: type) -> None:
+    """Refuse a client whose ``call_api`` does not begin ``(method, url)`` (the generated client
+    of kubernetes 37 on; before, it began ``(resource_path, method)``): the fence reads the
+    method from the first argument, and on such a client would wave every write through."""
+    names = list(inspect.signature(base.call_api).parameters)[1:3]
+    if names != ["method", "url"]:
+        raise ClientTooOld(
+            f"the installed kubernetes client's ApiClient.call_api takes {', '.join(names)} first; "
+            "qosched's write fence needs the client of kubernetes 37 or later "
+            "(pip install 'kubernetes>=37')"
+        )
+
+
 def fenced_client(api_client: Any, lease: LeaderLease) -> Any:
     """A client for ``api_client``'s server whose every write first passes ``lease.check()``
     (reads pass freely). The check is made in ``call_api``, the last step before the request
     leaves, so no write of the scheduler can skip it."""
     base = require().client.ApiClient
+    _check_call_api(base)
 
     class Fenced(base):  # type: ignore[misc, valid-type]
         def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
