@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from runner_helpers import Runners
+from service_fakes import Running, running_service
 
 
 @pytest.fixture
@@ -14,3 +16,11 @@ def runners() -> Iterator[Runners]:
     started = Runners()
     yield started
     started.stop_all()
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    """The fake service served over HTTP on loopback in this process, as ``qosched up`` serves
+    it (``service_fakes.running_service``), its home ``tmp_path``."""
+    with running_service(tmp_path) as served:
+        yield served

@@ -7,7 +7,6 @@ import http.client
 import json
 import math
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +37,6 @@ from qosched.cluster.admission import Admission
 from qosched.core.errors import InputError, QoschedError
 
 pytestmark = pytest.mark.network
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
-    with running_service(tmp_path) as running:
-        yield running
 
 
 @pytest.fixture

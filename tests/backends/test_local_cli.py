@@ -12,7 +12,6 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from service_fakes import (
     FakeLocalService,
     Running,
     fake_service_module,
-    running_service,
     spec_text,
     write_specs,
 )
@@ -38,10 +36,10 @@ WAIT_S = 15.0
 
 
 @pytest.fixture
-def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
+def running(running: Running, monkeypatch: pytest.MonkeyPatch) -> Running:
+    """tests/backends/conftest.py's service, printed to a wide terminal."""
     monkeypatch.setenv("COLUMNS", "200")  # rich tables keep whole words on one line
-    with running_service(tmp_path) as running:
-        yield running
+    return running
 
 
 @pytest.fixture

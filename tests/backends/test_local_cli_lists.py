@@ -10,11 +10,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_fakes import Running, running_service, spec_text, write_specs
+from service_fakes import Running, spec_text, write_specs
 
 import qosched
 from qosched.cli import local
@@ -26,11 +25,11 @@ SRC = Path(qosched.__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
-    # A narrow terminal's width, had rich been asked: piped output must not care.
+def running(running: Running, monkeypatch: pytest.MonkeyPatch) -> Running:
+    """tests/backends/conftest.py's service, beside a narrow terminal's width (had rich been
+    asked): piped output must not care."""
     monkeypatch.setenv("COLUMNS", "80")
-    with running_service(tmp_path) as running:
-        yield running
+    return running
 
 
 def qosched_cli(home: Path, *args: str) -> int:
@@ -201,6 +200,7 @@ def test_status_of_one_job_takes_no_list_filter(
     assert "give them without JOB" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_status_piped_keeps_200_jobs_one_line_each_whatever_the_width(running: Running) -> None:
     now = time.time()
     expected = []
@@ -394,6 +394,7 @@ def completed(line: str, tmp_path: Path) -> list[str]:
     return sorted(word.strip() for word in answer.read_text().split("\n") if word.strip())
 
 
+@pytest.mark.process
 def test_job_ids_are_completed_from_the_running_service(running: Running, tmp_path: Path) -> None:
     for name in ("alpha", "beta"):
         running.service.submit(spec_text(name=name), f"{name}.yaml")

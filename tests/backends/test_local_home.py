@@ -138,6 +138,7 @@ def test_no_service_json_is_the_clear_error(tmp_path: Path) -> None:
     assert NOT_RUNNING == "no qosched service is running (start one with `qosched up`)"
 
 
+@pytest.mark.process
 def test_a_dead_pid_is_the_clear_error(tmp_path: Path) -> None:
     pid = dead_pid()
     write_endpoint(tmp_path, Endpoint("127.0.0.1", 8123, pid, 0.0))
@@ -206,6 +207,7 @@ def hold_the_lock(home: Path) -> subprocess.Popen[str]:
     return holder
 
 
+@pytest.mark.process
 def test_check_not_running_sees_a_service_holding_the_lock(tmp_path: Path) -> None:
     check_not_running(tmp_path)
     holder = hold_the_lock(tmp_path)
@@ -221,6 +223,7 @@ def test_check_not_running_sees_a_service_holding_the_lock(tmp_path: Path) -> No
     check_not_running(tmp_path)  # a stale file does not block a new start
 
 
+@pytest.mark.process
 def test_a_dead_service_not_yet_reaped_does_not_block_a_restart(tmp_path: Path) -> None:
     """Right after a crash, the service's parent may not have reaped it yet: its pid is a
     zombie, which ``kill(pid, 0)`` still finds. The lock was freed when it died."""

@@ -8,23 +8,15 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from service_fakes import Running, running_service, spec_text
+from service_fakes import Running, spec_text
 
 from qosched.backends.local.client import Client
 from qosched.backends.local.web import auth
 
 pytestmark = pytest.mark.network
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
-    with running_service(tmp_path) as running:
-        yield running
 
 
 def call(

@@ -18,6 +18,9 @@ import qosched
 from qosched.cli.completion import SHELLS
 from qosched.cli.main import COMMANDS, main
 
+# Most of these tests run `qosched` or a shell in a process of its own.
+pytestmark = pytest.mark.process
+
 #: The source folder of the qosched this test imports, for the commands it runs in a process.
 SRC = Path(qosched.__file__).resolve().parents[1]
 

@@ -296,6 +296,7 @@ def test_an_unknown_platform_lists_the_platforms_on_the_spec_field() -> None:
     assert platform_names()[:3] == ("roofline", "cpu-sets", "cuda")
 
 
+@pytest.mark.process
 def test_the_command_names_a_bad_plugin_and_runs_the_builtin_it_clashes_with(
     tmp_path: Path,
 ) -> None:

@@ -9,19 +9,14 @@ from gpushare_estimate_helpers import meta, operator
 
 from qosched.core.errors import InputError
 from qosched.gpushare.estimate import estimate_graph, estimate_model
-from qosched.graph import ZOO, capture_spec
+from qosched.graph import ZOO
 from qosched.graph.capture import load_model
 from qosched.graph.ir import COMPUTE, Graph, Value
 from qosched.hardware import GPUS, gpu
 
-# The zoo's capture, shared by its tests, takes tens of seconds.
+# The zoo's capture (tests/conftest.py's zoo_graphs, at a batch of 2), shared with the graph
+# tests, takes tens of seconds.
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def graphs():
-    """Every zoo model captured once (meta tensors: nothing is allocated or run)."""
-    return {name: capture_spec(name) for name in ZOO}
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
@@ -33,40 +28,42 @@ def test_zoo_models_are_built_on_meta_and_never_run(name):
 
 @pytest.mark.parametrize("device", sorted(GPUS))
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_every_zoo_model_estimates_within_the_gpu(graphs, name, device):
+def test_every_zoo_model_estimates_within_the_gpu(zoo_graphs, name, device):
     processor = GPUS[device]
-    est = estimate_graph(graphs[name], processor, dtype="float32")
+    est = estimate_graph(zoo_graphs[name], processor, dtype="float32")
     assert est.kernels, "a model launches kernels"
     assert all(1 <= k.sms <= processor.sm_count for k in est.kernels)
     assert est.total_time_s == pytest.approx(sum(k.time_s for k in est.kernels))
     assert est.memory_bytes == (
-        est.param_bytes + sum(v.meta.bytes for v in graphs[name].inputs) + est.activation_bytes
+        est.param_bytes + sum(v.meta.bytes for v in zoo_graphs[name].inputs) + est.activation_bytes
     )
-    ops = [op.name for op in graphs[name].operators]
+    ops = [op.name for op in zoo_graphs[name].operators]
     positions = [ops.index(k.op) for k in est.kernels]
     assert positions == sorted(positions), "kernels follow the topological order"
     assert len(est.kernel_classes) == len(est.kernels)
 
 
-def test_resnet50_matches_the_published_architecture(graphs):
-    model, _ = load_model("resnet50")
-    # torchvision's resnet50 has 25,557,032 parameters; 4.1 GMACs at 224x224 (2 FLOPs each).
+def test_resnet50_matches_the_published_architecture(zoo_models, zoo_graphs):
+    model, (images,) = zoo_models["resnet50"]
+    # torchvision's resnet50 has 25,557,032 parameters; 4.1 GMACs an image at 224x224 (2 FLOPs
+    # each), and the fixtures' batch holds two images.
     assert sum(p.numel() for p in model.parameters()) == 25_557_032
-    compute = sum(op.flops for op in graphs["resnet50"].operators if op.kind == COMPUTE)
-    assert compute == pytest.approx(8.2e9, rel=0.01)
+    assert images.shape == (2, 3, 224, 224)
+    compute = sum(op.flops for op in zoo_graphs["resnet50"].operators if op.kind == COMPUTE)
+    assert compute == pytest.approx(2 * 8.2e9, rel=0.01)
 
 
-def test_bert_base_linear_and_attention_flops(graphs):
-    s, h, f, heads = 128, 768, 3072, 12
+def test_bert_base_linear_and_attention_flops(zoo_graphs):
+    batch, s, h, f, heads = 2, 128, 768, 3072, 12
     per_layer = 4 * 2 * s * h * h + 2 * 2 * s * h * f + 2 * 2 * heads * s * s * (h // heads)
-    compute = sum(op.flops for op in graphs["bert_base"].operators if op.kind == COMPUTE)
-    assert compute == 12 * per_layer
+    compute = sum(op.flops for op in zoo_graphs["bert_base"].operators if op.kind == COMPUTE)
+    assert compute == batch * 12 * per_layer
 
 
-def test_float16_is_faster_and_smaller_than_float32(graphs):
+def test_float16_is_faster_and_smaller_than_float32(zoo_graphs):
     a100 = gpu("a100")
-    fp32 = estimate_graph(graphs["resnet50"], a100, dtype="float32")
-    fp16 = estimate_graph(graphs["resnet50"], a100, dtype="float16")
+    fp32 = estimate_graph(zoo_graphs["resnet50"], a100, dtype="float32")
+    fp16 = estimate_graph(zoo_graphs["resnet50"], a100, dtype="float16")
     assert fp16.total_time_s < fp32.total_time_s
     assert fp16.memory_bytes < fp32.memory_bytes
 

@@ -86,6 +86,7 @@ def test_calibration_tells_its_progress_run_by_run():
     assert told == [(d, 22) for d in range(1, 23)]
 
 
+@pytest.mark.process
 def test_runs_shared_among_processes_predict_exactly_what_one_process_does(monkeypatch):
     # Every run is seeded and independent: sent to two worker processes (forced here, where the
     # first run is too short to be worth it), the predictions are the same to the last digit,
@@ -120,6 +121,7 @@ def test_runs_shared_among_processes_predict_exactly_what_one_process_does(monke
     assert pools == [2, ("waited", True)]
 
 
+@pytest.mark.process
 def test_an_interrupt_while_runs_are_shared_drops_the_runs_not_started(monkeypatch):
     # Ctrl-C reaches the caller (the workers leave it to it), and the pool is shut down without
     # waiting for the runs still queued: only the ones running are left to end.

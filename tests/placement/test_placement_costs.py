@@ -110,9 +110,8 @@ def test_a_gpu_in_the_cpu_slot_is_refused():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(ZOO))
-def test_zoo_models_become_tenants_that_keep_their_flops_and_can_be_planned(model):
-    module, inputs = ZOO[model]()
-    graph = capture(module, inputs, name=model)
+def test_zoo_models_become_tenants_that_keep_their_flops_and_can_be_planned(zoo_graphs, model):
+    graph = zoo_graphs[model]
     tenant = tenant_from_graph(graph, EXACT)
     # With efficiency 1 and no overheads, every unit takes at least its FLOPs at peak.
     assert sum(tenant.gpu_s) >= graph.total_flops / 1e13 * (1 - 1e-9)

@@ -161,6 +161,7 @@ def get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+@pytest.mark.network
 def test_health_endpoints_follow_the_loop_and_the_caches():
     now, ready = [0.0], [False]
     metrics, beat = Metrics(), Heartbeat(stall_s=60.0, clock=lambda: now[0])
