@@ -45,8 +45,8 @@ FIXTURE_MARKS = {
 MODULE_MARKS = {
     "tests/backends/test_local_cli.py": ("process", "network"),
     "tests/backends/test_local_cli_gpus.py": ("process", "network"),
-    "tests/backends/test_local_cli_real.py": ("process",),
-    "tests/backends/test_local_cli_gpus_real.py": ("process",),
+    "tests/backends/test_local_cli_real.py": ("process", "network"),
+    "tests/backends/test_local_cli_gpus_real.py": ("process", "network"),
 }
 
 

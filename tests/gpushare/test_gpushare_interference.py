@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 from gpushare_sim_helpers import A100, TOY, kernel
-from scipy.stats import spearmanr
 
 from qosched.core.errors import InputError
 from qosched.gpushare.interference import (
@@ -68,6 +67,8 @@ def random_kernel(rng, name):
 
 
 def test_the_calibrated_score_ranks_pairs_as_the_simulator_does():
+    from scipy.stats import spearmanr  # here: every pytest -n worker imports this module
+
     # Fresh pairs (not the calibration's seeds): the score must order the simulated slowdowns.
     rng = np.random.default_rng(12345)
     predicted, simulated = [], []

@@ -76,6 +76,7 @@ def test_a_file_that_is_not_yaml_names_the_line(tmp_path):
     assert caught.value.line is not None
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_json_output_has_exactly_the_contract_keys_and_cos_beats_no_baseline(tmp_path, capsys):
     path = tmp_path / "spec.yaml"
@@ -345,6 +346,7 @@ def _cached_seconds(cache):
 FAST_RPS = 10
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_a_cache_of_seconds_without_spreads_is_measured_again(tmp_path, capsys):
     cache = tmp_path / "profile.json"

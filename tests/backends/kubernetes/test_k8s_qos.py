@@ -93,6 +93,7 @@ def test_a_job_that_reports_all_its_work_is_closed(api):
     assert sched.step().decision == {}  # a finished job is never scheduled again
 
 
+@pytest.mark.network
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["qos", "fifo"])
 def test_policies_decide_and_the_cluster_never_overflows(policy):
