@@ -358,6 +358,7 @@ def test_a_cache_of_seconds_without_spreads_is_measured_again(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_remeasure_refreshes_a_poisoned_cache(tmp_path, capsys):
     cache = tmp_path / "profile.json"
     _poisoned_cache(cache, data_format=2)
