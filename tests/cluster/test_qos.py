@@ -547,6 +547,32 @@ def test_qos_re_reads_a_jobs_speeds_after_refresh_s_of_running(refresh_s, rate_r
     assert expected.rate(2) == pytest.approx(rate_read)
 
 
+def test_qos_feeds_a_jobs_progress_only_where_its_count_changes_or_its_speeds_are_re_read():
+    # "a" runs alone on the node's 4 GPUs at the table's 4 it/s. Decisions every 10 s leave it
+    # there, and its speeds are due for a re-read 60 s in (refresh_s): its progress reaches its
+    # predictor at 70 s, as one interval, not as one per call. When "b" arrives at 100 s, the
+    # decision that takes workers from "a" ends its interval on 4 GPUs there.
+    a = state(job("a", 0.0, 100_000))
+    a.workers, a.started_s = 4, 0.0
+    policy = QualityOfService()
+    assert policy.predictor_of("a") is None  # not tracked yet
+    for now in (0.0, 10.0, 20.0, 30.0, 40.0, 50.0):
+        a.active_s, a.iterations_done = now, 4.0 * now
+        assert policy.allocate(ClusterView(now, ONE_NODE, (a,), 0.0)).workers == {"a": 4}
+    predictor = policy._jobs["a"].predictor
+    assert predictor.observed_seconds == 0.0  # not fed: its count did not change
+    a.active_s, a.iterations_done = 70.0, 280.0
+    policy.allocate(ClusterView(70.0, ONE_NODE, (a,), 0.0))
+    assert (predictor._stats[4].intervals, predictor._stats[4].seconds) == (1, 70.0)
+    b = state(job("b", 100.0, 100_000))
+    a.active_s, a.iterations_done = 100.0, 400.0
+    policy.admit(b, ClusterView(100.0, ONE_NODE, (a,), 0.0))
+    decision = policy.allocate(ClusterView(100.0, ONE_NODE, (a, b), 0.0))
+    assert decision.workers.get("a", 0) != 4  # "b" takes some of them
+    assert (predictor._stats[4].intervals, predictor._stats[4].seconds) == (2, 100.0)
+    assert policy._ladders(a, policy._jobs["a"])[0].rate(4) == pytest.approx(4.0)
+
+
 def test_qos_lets_a_best_effort_job_close_to_done_finish_on_its_workers():
     # "a" (400 iterations) runs alone on 4 GPUs from 0. When "b" arrives at 50, "a" has 200
     # left, 50 s on its 4 GPUs, less than ten 30 s pauses: a re-size would cost it more than

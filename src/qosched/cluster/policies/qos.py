@@ -6,7 +6,8 @@ job's own progress and sizes it to finish in time.
 
 - Prediction: every job has an :class:`~qosched.cluster.predict.OnlinePredictor`, primed with its
   model's speed table and fed the job's progress (iterations against its compute clock, restart
-  pauses excluded) at every decision.
+  pauses excluded) over each stretch at one count, ended where a decision changes the count or
+  where the job's speeds are due for a re-read.
 - Admission: a deadline job is guaranteed only if, on *pessimistic* predicted speeds (the lower
   edge of the prediction band: the safety margin), it gets a minimum satisfactory share without
   taking one from a job already guaranteed, and only if that share is worth it: its reservation
@@ -87,6 +88,12 @@ class _Tracked:
     guaranteed: bool
     last_change_s: float = -math.inf
     observed_active_s: float = 0.0
+    # The count of the interval the last sample started: the one it runs on since, as far as
+    # this policy knows (`_sample` ends the interval when a decision changes it).
+    observed_workers: int = 0
+    observed_iterations: float = 0.0
+    sampled_s: float = -math.inf  # the instant of the call that took the last sample
+    state: JobState | None = None  # as the last call saw it (`predictor_of` samples it)
     ladders: tuple[Ladder, Ladder] | None = None  # (expected, pessimistic), None = stale
     ladders_at_active_s: float = 0.0
     counts: tuple[int, ...] = field(default_factory=tuple)
@@ -273,8 +280,9 @@ class QualityOfService(Policy):
     largest_first = True
     honours_requests = False
     promises_deadlines = True
-    #: Driven natively (``decide``), it feeds every running job's progress to its predictor at
-    #: every call, so the backend keeps that progress current.
+    #: Driven natively (``decide``), it reads every job's remaining work at every call (and feeds
+    #: a job's progress to its predictor where its count changes or its speeds are re-read), so
+    #: the backend keeps that progress current.
     reads_progress = True
 
     def __init__(
@@ -312,6 +320,8 @@ class QualityOfService(Policy):
         self._kept: dict[str, Reservation] = {}
         self._failed: set[str] = set()
         self._departed = 0  # jobs seen to leave: each frees workers a guarantee may now use
+        self._now = -math.inf  # the instant of the call in progress (or the last)
+        self._decided_s = -math.inf  # the instant of the last decision
         self._reread: set[str] = set()  # jobs whose speeds were re-read since the last decision
         self._hoped: dict[str, Reservation] = {}  # the last hopeful plan's reservations
         self._fresh: _FreshPrefix | None = None  # see _fresh_prefix
@@ -343,7 +353,13 @@ class QualityOfService(Policy):
             # The first sample only sets the start: take it now, so the job's first interval
             # of progress is not lost.
             predictor.observe(job.active_s, job.iterations_done, job.workers)
-            tracked = _Tracked(predictor, guaranteed=False, observed_active_s=job.active_s)
+            tracked = _Tracked(
+                predictor,
+                guaranteed=False,
+                observed_active_s=job.active_s,
+                observed_workers=job.workers,
+                observed_iterations=job.iterations_done,
+            )
             tracked.counts, tracked.usable = self._counts_of(job, view)
             self._jobs[job.job_id] = tracked
         return tracked
@@ -369,28 +385,75 @@ class QualityOfService(Policy):
         return kept[1], kept[2]
 
     def _observe_jobs(self, view: ClusterView) -> None:
-        """Feed every job's progress (tracking the new ones) at every decision: an interval must
-        not span two allocations. Speeds are re-derived only after 10% more compute time plus
-        ``refresh_s``: refits are not free and predictions move slowly."""
-        tracked_jobs = self._jobs
+        """Track the new jobs, and feed a job's progress to its predictor where its speeds are
+        due for a re-read: after 10% more compute time plus ``refresh_s`` (refits are not free
+        and predictions move slowly). Between re-reads the ladders, not the predictor, are what
+        the decisions read, so a job's progress is not fed at every call: an interval runs from
+        one change of count to the next (`_decision` ends it there) or to a re-read, and one
+        interval at one count says what many short ones would (the sums per count are the
+        same; only the spread's degrees of freedom are fewer)."""
+        tracked_jobs, refresh_s = self._jobs, self.refresh_s
+        # Where speeds drift, the recent speed weighs each interval by its age: one per call.
+        every_call = view.speed_recent_s is not None
         for job in view.jobs:
             tracked = tracked_jobs.get(job.job_id)
             if tracked is None:
                 tracked = self._track(job, view)
-            active_s = job.active_s
-            if job.workers and active_s > tracked.observed_active_s:
-                predictor = tracked.predictor
-                mark = job.speed_mark
-                if mark is not None and mark[0] > tracked.observed_active_s:
-                    predictor.restart(*mark)  # a start-up ended there: measure from its end
-                if job.iterations_done >= predictor.last_iterations:
-                    predictor.observe(active_s, job.iterations_done, job.workers)
-                else:  # it lost progress (a backend restarted it from an older checkpoint)
-                    predictor.restart(active_s, job.iterations_done)
-                tracked.observed_active_s = active_s
-                if active_s >= 1.1 * tracked.ladders_at_active_s + self.refresh_s:
-                    tracked.ladders = None
-                    self._reread.add(job.job_id)
+            tracked.state = job
+            workers, active_s = job.workers, job.active_s
+            due = (
+                workers
+                and active_s > tracked.observed_active_s
+                and active_s >= 1.1 * tracked.ladders_at_active_s + refresh_s
+            )
+            if workers != tracked.observed_workers:
+                # Re-sized by no decision of this policy (the backend did not place the count it
+                # was given, or moved the job since): if its interval began at the last
+                # decision, it ran on this count since, as far as anyone can tell; if earlier,
+                # it mixes two counts and is dropped.
+                self._sample(job, tracked, drop=tracked.sampled_s != self._decided_s)
+            elif due or (
+                workers
+                and active_s > tracked.observed_active_s
+                # no progress since the last sample (a start-up): the next interval starts here,
+                # as the predictor skips one without progress
+                and (every_call or job.iterations_done <= tracked.observed_iterations)
+            ):
+                self._sample(job, tracked)
+            if due:
+                tracked.ladders = None
+                self._reread.add(job.job_id)
+
+    def _sample(self, job: JobState, tracked: _Tracked, *, drop: bool = False) -> None:
+        """End the job's interval now (``drop``: without recording it) and start the next on the
+        count it holds."""
+        active_s = job.active_s
+        predictor = tracked.predictor
+        if drop:
+            predictor.restart(max(active_s, tracked.observed_active_s), job.iterations_done)
+        elif job.workers and active_s > tracked.observed_active_s:
+            mark = job.speed_mark
+            if mark is not None and mark[0] > tracked.observed_active_s:
+                predictor.restart(*mark)  # a start-up ended there: measure from its end
+            if job.iterations_done >= predictor.last_iterations:
+                predictor.observe(active_s, job.iterations_done, job.workers)
+            else:  # it lost progress (a backend restarted it from an older checkpoint)
+                predictor.restart(active_s, job.iterations_done)
+        else:
+            predictor.restart(max(active_s, tracked.observed_active_s), job.iterations_done)
+        tracked.observed_active_s = max(active_s, tracked.observed_active_s)
+        tracked.observed_workers = job.workers
+        tracked.observed_iterations = job.iterations_done
+        tracked.sampled_s = self._now
+
+    @staticmethod
+    def _has_run(job: JobState, tracked: _Tracked) -> bool:
+        """Whether the job made progress its predictor has or will have at its next sample."""
+        return bool(tracked.predictor.observed_seconds) or (
+            job.workers > 0
+            and job.active_s > tracked.observed_active_s
+            and job.iterations_done > (tracked.predictor.last_iterations or 0.0)
+        )
 
     def _ladders(self, job: JobState, tracked: _Tracked) -> tuple[Ladder, Ladder]:
         """(expected, pessimistic) predicted speeds on the counts the job may use."""
@@ -586,6 +649,7 @@ class QualityOfService(Policy):
     # -- the policy interface -------------------------------------------------------------------
 
     def admit(self, job: JobState, view: ClusterView) -> bool:
+        self._now = view.now
         self._track(job, view)
         if job.spec.deadline_s is None:
             return True
@@ -607,6 +671,7 @@ class QualityOfService(Policy):
         extended by each arrival instead of checked again reservation by reservation
         (`_best_plan_with`, as `allocate`'s retries do). One by one, each admission costs in
         proportion to the jobs admitted before it."""
+        self._now = view.now
         answers: list[bool] = []
         guaranteed: list[JobState] | None = None  # listed at the first deadline job, as admit
         in_force = False
@@ -650,7 +715,7 @@ class QualityOfService(Policy):
             return True
         ladders = tracked.ladders
         unmeasured = job.curve.spread is None
-        if ladders is not None and not tracked.predictor.observed_seconds and unmeasured:
+        if ladders is not None and unmeasured and not self._has_run(job, tracked):
             # No progress yet: its pessimistic speed is the lower edge of the prior's band,
             # which refuses jobs that fit on the expected speed. Guarantee it on that speed
             # until its first refresh after it runs (`_observe_jobs`), when its own progress
@@ -740,6 +805,7 @@ class QualityOfService(Policy):
         return self._best_plan(guaranteed, view)
 
     def allocate(self, view: ClusterView) -> Decision:
+        self._now = view.now
         self._observe_all(view)
         if not view.jobs:
             return Decision()  # nothing to watch: no tick, or the clock would run forever
@@ -889,10 +955,16 @@ class QualityOfService(Policy):
         now = view.now
         workers = hand.workers
         changed = []
+        tracked_jobs = self._jobs
         for job in view.jobs:
-            if workers.get(job.job_id, 0) != job.workers:
-                self._jobs[job.job_id].last_change_s = now
+            count = workers.get(job.job_id, 0)
+            if count != job.workers:
+                tracked = tracked_jobs[job.job_id]
+                tracked.last_change_s = now
+                self._sample(job, tracked)  # its interval on the count it leaves ends here
+                tracked.observed_workers = count
                 changed.append(job)
+        self._decided_s = now
         reasons = self._reasons(changed, hand, view) if changed else {}
         self._reread.clear()
         # The tick re-plans on fresher predictions. Where every decision costs every running job
@@ -992,9 +1064,16 @@ class QualityOfService(Policy):
         return tracked is not None and tracked.guaranteed
 
     def predictor_of(self, job_id: str) -> OnlinePredictor | None:
-        """The job's speed predictor, fed with its progress; None for a job not tracked."""
+        """The job's speed predictor, fed with its progress up to now (a decision feeds it only
+        where the count changes or the speeds are re-read; what it ran since on the count it
+        holds is fed here); None for a job not tracked."""
         tracked = self._jobs.get(job_id)
-        return None if tracked is None else tracked.predictor
+        if tracked is None:
+            return None
+        job = tracked.state
+        if job is not None and job.workers and job.workers == tracked.observed_workers:
+            self._sample(job, tracked)  # what it did since, for a forecast of the moment
+        return tracked.predictor
 
     # -- helpers ----------------------------------------------------------------------------------
 
