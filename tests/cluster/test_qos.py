@@ -28,6 +28,7 @@ from qosched.cluster.generate import GeneratorConfig, generate_trace
 from qosched.cluster.job import JobSpec
 from qosched.cluster.planning import Demand, Ladder, Plan, kept_delivers, plan_demands
 from qosched.cluster.policies import Policy, create_policy
+from qosched.cluster.policies import qos as qos_module
 from qosched.cluster.policies.qos import (
     QualityOfService,
     Urgency,
@@ -571,6 +572,39 @@ def test_qos_feeds_a_jobs_progress_only_where_its_count_changes_or_its_speeds_ar
     assert decision.workers.get("a", 0) != 4  # "b" takes some of them
     assert (predictor._stats[4].intervals, predictor._stats[4].seconds) == (2, 100.0)
     assert policy._ladders(a, policy._jobs["a"])[0].rate(4) == pytest.approx(4.0)
+
+
+def test_qos_checks_a_kept_reservation_again_only_where_its_job_falls_behind_it(monkeypatch):
+    # "a" (40,000 iterations by 30,000 s: 1 GPU's pessimistic 0.82 it/s is too slow) is
+    # guaranteed at 0 and runs on what each decision gives it at the table's speed, ahead of
+    # what its reservation needs on pessimistic speeds. Its reservation is checked at 10 s (the
+    # first instant after the plan was adopted, changes paid) and then not at 20-50 s, yet
+    # delivers at each; when it stalls from 50 s to 200 s it has fallen behind, and is checked
+    # again.
+    checked = []
+
+    def counting(job, *args, **kwargs):
+        checked.append(job.job_id)
+        return kept_delivers(job, *args, **kwargs)
+
+    monkeypatch.setattr(qos_module, "kept_delivers", counting)
+    a = state(job("a", 0.0, 40_000, deadline=30_000.0))
+    policy = QualityOfService(refresh_s=1e6)  # no re-read of its speeds in between
+    policy.admit(a, ClusterView(0.0, ONE_NODE, (a,), 0.0))
+    assert policy.is_guaranteed("a")
+    done = 0.0
+    for now in (0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 200.0):
+        if now == 200.0:
+            assert checked == ["a"]
+        a.active_s, a.iterations_done = now, done
+        view = ClusterView(now, ONE_NODE, (a,), 0.0)
+        a.workers = policy.allocate(view).workers["a"]
+        a.started_s = 0.0
+        done += 10.0 * TABLES.curve("m", 64).rate(a.workers) if now < 50.0 else 0.0
+        if now < 200.0:  # every guarantee in force delivers, checked or not
+            reservation, pessimistic = policy._kept["a"], policy._jobs["a"].ladders[1]
+            assert kept_delivers(a, pessimistic, reservation, view, pay_kept_changes=now > 0)
+    assert checked == ["a", "a"]
 
 
 def test_qos_lets_a_best_effort_job_close_to_done_finish_on_its_workers():

@@ -378,6 +378,24 @@ def delivers(
     with ``change_pause``, paying it at every change of count after the first, as a
     checkpoint-restart does: where the count falls and comes back, and where the job waits with
     none and resumes (its first count is free; a change within a pause starts it again)."""
+    done = work_by(ladder, reservation, start, deadline, change_pause)
+    return done >= remaining * (1 - TOLERANCE) - TOLERANCE
+
+
+def most_delivered(done: float) -> float:
+    """The most remaining work that ``done`` iterations deliver, within `delivers`'s
+    tolerance."""
+    return (done + TOLERANCE) / (1 - TOLERANCE)
+
+
+def work_by(
+    ladder: Ladder,
+    reservation: Reservation,
+    start: float,
+    deadline: float,
+    change_pause: float = 0.0,
+) -> float:
+    """The iterations ``reservation`` does from ``start`` by ``deadline`` (see `delivers`)."""
     # NOTE: ``ladder.rate`` and ``max``/``min`` inlined: this runs for every kept reservation at
     # every decision.
     rates = ladder.rates
@@ -400,7 +418,7 @@ def delivers(
             e = deadline
         if e > s and count:
             done += (rates[count] if 0 < count < top else 0.0) * (e - s)
-    return done >= remaining * (1 - TOLERANCE) - TOLERANCE
+    return done
 
 
 def minimum_share(

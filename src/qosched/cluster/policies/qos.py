@@ -71,8 +71,10 @@ from qosched.cluster.planning import (
     TakeAllMemo,
     kept_delivers,
     leftover,
+    most_delivered,
     plan_demands,
     plan_failing_fewer,
+    work_by,
 )
 from qosched.cluster.policies.base import Policy, register
 from qosched.cluster.policies.events import Changes, Delta, ViewSource
@@ -94,6 +96,8 @@ class _Tracked:
     observed_iterations: float = 0.0
     sampled_s: float = -math.inf  # the instant of the call that took the last sample
     state: JobState | None = None  # as the last call saw it (`predictor_of` samples it)
+    # Where its kept reservation was last found to deliver (`QualityOfService._kept_bound`).
+    kept_bound: tuple[Reservation, Ladder, bool, float, float, float] | None = None
     ladders: tuple[Ladder, Ladder] | None = None  # (expected, pessimistic), None = stale
     ladders_at_active_s: float = 0.0
     counts: tuple[int, ...] = field(default_factory=tuple)
@@ -510,19 +514,31 @@ class QualityOfService(Policy):
         together (None when they do not: then each must be taken in turn): the same plan, with
         a demand made only for the jobs planned again (`kept_delivers`)."""
         tracked_jobs, ladders = self._jobs, self._ladders
-        pay = self._pays_kept_changes(view.now)
+        now, capacity = view.now, view.cluster.total_workers
+        pay = self._pays_kept_changes(now)
         delivering, others = [], []
         for job in jobs:
             tracked = tracked_jobs.get(job.job_id) or self._track(job, view)
             pessimistic = (tracked.ladders or ladders(job, tracked))[1]  # no call when kept
             reservation = keep.get(job.job_id)
-            if reservation is not None and kept_delivers(
+            bound = tracked.kept_bound
+            if (
+                bound is not None
+                and bound[0] is reservation
+                and bound[1] is pessimistic
+                and bound[2] is pay
+                and now <= bound[3]
+                and job.resume_s <= now
+                and job.remaining_iterations <= bound[4] - bound[5] * now
+            ):
+                delivering.append(job)  # its progress kept up with what the reservation needs
+            elif reservation is not None and kept_delivers(
                 job, pessimistic, reservation, view, pay_kept_changes=pay
             ):
                 delivering.append(job)
+                tracked.kept_bound = self._kept_bound(job, pessimistic, reservation, view, pay)
             else:
                 others.append(_demand(job, pessimistic, view, pay_kept_changes=pay))
-        now, capacity = view.now, view.cluster.total_workers
         delivering.sort(key=_deadline_key)  # a demand's order, as plan_demands sorts them
         profile = FreeProfile(now, capacity)
         if not self._swept.take_all([keep[j.job_id] for j in delivering], now, profile):
@@ -531,6 +547,40 @@ class QualityOfService(Policy):
         reservations = {j.job_id: keep[j.job_id] for j in delivering}
         reservations.update(planned.reservations)
         return Plan(reservations, planned.failed, profile)
+
+    @staticmethod
+    def _kept_bound(
+        job: JobState, ladder: Ladder, reservation: Reservation, view: ClusterView, pay: bool
+    ) -> tuple[Reservation, Ladder, bool, float, float, float] | None:
+        """Where ``reservation``, found to deliver ``job`` now (`kept_delivers`), still does
+        without a check: up to the end of its segment holding now, while the job is not paused
+        and its remaining work stays at most ``a - b * t`` at instant ``t``. From then the
+        reservation does at most its segment's pessimistic rate less per second that passes
+        (less where a pause falls in there), so a job that keeps up with that rate (one running
+        on its planned count at no less than its pessimistic speed, as a job on its expected
+        speed does) is not checked again until its speeds are re-read (a new ladder), its plan
+        changes (a new reservation) or a change of count pauses it. None where no bound holds
+        (paused now, or no workers reserved now)."""
+        now = view.now
+        if job.resume_s > now:
+            return None
+        segment = next(((e, n) for s, e, n in reservation if s <= now < e), None)
+        if segment is None:
+            return None
+        end, count = segment
+        rates = ladder.rates
+        rate = rates[count] if 0 < count < len(rates) else 0.0
+        # the pause a started job pays, paid whether it has started or not: a start later only
+        # lowers the bound
+        deadline = job.spec.deadline_s - view.restart_pause_s
+        until = min(end, deadline)
+        if rate <= 0 or until <= now:
+            return None
+        done = work_by(ladder, reservation, now, deadline, view.restart_pause_s if pay else 0.0)
+        # a hair under the bound: its arithmetic rounds otherwise than `delivers`'s
+        start_done = done + rate * now
+        a = most_delivered(start_done) - 1e-12 * (start_done + 1.0)
+        return (reservation, ladder, pay, until, a, most_delivered(rate) - most_delivered(0.0))
 
     def _best_plan(
         self, jobs: Sequence[JobState], view: ClusterView, newcomer: JobState | None = None
