@@ -27,6 +27,7 @@ from qosched.core.bounds import (
     show_value,
 )
 from qosched.core.errors import InputError
+from qosched.core.goals import BEST_EFFORT, GOAL_KEYS, Goal, goal_from_key
 from qosched.core.yaml_lines import join_path
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
@@ -214,6 +215,24 @@ class SpecReader:
             source=self.source,
             line=self.line(path),
         )
+
+    def goal(self, value: Any, path: str) -> Goal:
+        """A goal in the levels' one vocabulary (``core/goals.py``): ``best_effort``, or a
+        mapping with exactly one of ``GOAL_KEYS`` and its number."""
+        if value == "best_effort":
+            return BEST_EFFORT
+        keys = tuple(GOAL_KEYS)
+        if not isinstance(value, dict):
+            raise self.error(path, f"expected best_effort or a mapping with one of "
+                             f"{', '.join(keys)}, got {show_value(value)}")  # fmt: skip
+        fields = self.mapping(value, path, keys)
+        if len(fields) != 1:
+            raise self.error(path, f"give exactly one of {', '.join(keys)}, got "
+                             f"{', '.join(map(str, fields)) or 'none'}")  # fmt: skip
+        ((key, amount),) = fields.items()
+        where = join_path(path, key)
+        return goal_from_key(key, self.number(amount, where), field=where, source=self.source,
+                             line=self.line(where))  # fmt: skip
 
     def number(
         self,

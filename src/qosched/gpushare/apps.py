@@ -45,9 +45,9 @@ from typing import Any
 
 from qosched.core.bounds import MAX_BATCH, show_value
 from qosched.core.errors import InputError
-from qosched.core.goals import BEST_EFFORT, GOAL_KEYS, Goal, default_goal, goal_from_key
+from qosched.core.goals import Goal, default_goal
 from qosched.core.spec_reader import SpecReader
-from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file
+from qosched.core.yaml_lines import load_with_lines, read_spec_file
 from qosched.gpushare.kernel import Kernel
 from qosched.gpushare.simulator import AppWorkload
 from qosched.hardware import Processor
@@ -216,7 +216,7 @@ class _AppsReader(SpecReader):
             rps = self.positive(self.required(arrivals, where, "poisson_rps"),
                                 f"{where}.poisson_rps")  # fmt: skip
         line = self.lines.get(f"{path}.model", self.lines.get(path))
-        goal = read_goal(self, app["goal"], f"{path}.goal") if "goal" in app else None
+        goal = self.goal(app["goal"], f"{path}.goal") if "goal" in app else None
         return AppSpec(name, priority, model, batch, dtype, kernels, rps, line, goal)
 
     def kernels(self, value: Any, path: str) -> tuple[Kernel, ...]:
@@ -277,25 +277,3 @@ class _AppsReader(SpecReader):
             if value > most:
                 raise self.error(f"{where}.{field}", f"{value} is more than the {most} {what} "
                                  f"of the {device.name}")  # fmt: skip
-
-
-# ---- goals -------------------------------------------------------------------------------
-
-
-def read_goal(reader: _AppsReader, value: Any, path: str) -> Goal:
-    """An app's ``goal``: ``best_effort`` or a mapping with exactly one key of ``GOAL_KEYS``."""
-    if value == "best_effort":
-        return BEST_EFFORT
-    allowed = tuple(GOAL_KEYS)
-    if not isinstance(value, dict):
-        raise reader.error(path, f"expected best_effort or a mapping with one of "
-                           f"{', '.join(allowed)}, got {show_value(value)}")  # fmt: skip
-    fields = reader.mapping(value, path, allowed)
-    if len(fields) != 1:
-        raise reader.error(path, f"give exactly one of {', '.join(allowed)}, got "
-                           f"{', '.join(map(str, fields)) or 'none'}")  # fmt: skip
-    ((key, number),) = fields.items()
-    where = join_path(path, key)
-    line = reader.lines.get(where, reader.lines.get(path))
-    return goal_from_key(key, reader.number(number, where), field=where, source=reader.source,
-                         line=line)  # fmt: skip

@@ -38,7 +38,6 @@ from qosched.cluster.pods.workloads import (
 )
 from qosched.core.bounds import LATEST_TIME_S, MAX_BATCH, show_value
 from qosched.core.errors import InputError
-from qosched.core.goals import BEST_EFFORT, GOAL_KEYS, Goal, goal_from_key
 from qosched.core.spec_reader import SpecReader
 from qosched.core.yaml_lines import join_path, load_with_lines, read_spec_file
 
@@ -112,22 +111,6 @@ class _Reader(SpecReader):
 
     def rps(self, value: Any, path: str) -> float:
         return self.number(value, path, minimum=0.0, maximum=MAX_RATE_RPS, positive=True)
-
-    def goal(self, value: Any, path: str) -> Goal:
-        if value == "best_effort":
-            return BEST_EFFORT
-        keys = tuple(GOAL_KEYS)
-        if not isinstance(value, dict):
-            raise self.error(path, f"expected best_effort or a mapping with one of "
-                             f"{', '.join(keys)}, got {show_value(value)}")  # fmt: skip
-        fields = self.mapping(value, path, keys)
-        if len(fields) != 1:
-            raise self.error(path, f"give exactly one of {', '.join(keys)}, got "
-                             f"{', '.join(fields) or 'none'}")  # fmt: skip
-        ((key, amount),) = fields.items()
-        where = join_path(path, key)
-        return goal_from_key(key, self.number(amount, where), field=where, source=self.source,
-                             line=self.line(where))  # fmt: skip
 
     def resources(self, value: Any) -> tuple[int, int]:
         path = "spec.resources"
