@@ -87,9 +87,12 @@ def first_undecodable_line(path: Path) -> int | None:
     return None
 
 
-def header_columns(rows: CsvRows, path: Path, needed: tuple[str, ...]) -> dict[str, int]:
+def header_columns(
+    rows: CsvRows, path: Path, needed: tuple[str, ...], layout: str = ""
+) -> dict[str, int]:
     """Where each of the ``needed`` columns is in the header row (the first), by name: a file
-    whose header lacks one is an InputError naming them all."""
+    whose header lacks one is an InputError naming them all (and ``layout``, the kind of file
+    expected, when given)."""
     try:
         header = [name.strip() for name in next(rows)]
     except StopIteration:
@@ -97,7 +100,8 @@ def header_columns(rows: CsvRows, path: Path, needed: tuple[str, ...]) -> dict[s
     missing = [name for name in needed if name not in header]
     if missing:
         raise InputError(
-            f"missing column(s) {', '.join(missing)}; expected {','.join(needed)}",
+            f"missing column(s) {', '.join(missing)}; expected {','.join(needed)}"
+            + (f" ({layout})" if layout else ""),
             source=path,
             line=1,
         )

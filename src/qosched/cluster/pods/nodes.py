@@ -11,7 +11,7 @@ from pathlib import Path
 
 from qosched.cluster.pods.trace import MAX_CPU_MILLI, MAX_GPUS, MAX_MEMORY_MIB
 from qosched.core.bounds import check_count
-from qosched.core.csv_file import open_csv
+from qosched.core.csv_file import data_rows, header_columns, open_csv
 from qosched.core.errors import InputError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -63,29 +63,11 @@ def read_node_list(path: str | Path) -> PodCluster:
     nodes: list[GpuNode] = []
     first: dict[str, int] = {}
     with open_csv(path, "cluster spec") as rows:
-        try:
-            header = [name.strip() for name in next(rows)]
-        except StopIteration:
-            raise InputError("empty file; expected a header row", source=path) from None
-        missing = [name for name in NODE_COLUMNS if name not in header]
-        if missing:
-            raise InputError(
-                f"missing column(s) {', '.join(missing)}; expected {','.join(NODE_COLUMNS)} "
-                "(a node list of Alibaba's cluster-trace-gpu-v2023)",
-                source=path,
-                line=1,
-            )
-        at = {name: header.index(name) for name in NODE_COLUMNS}
-        width = max(at.values()) + 1
-        for row in rows:
-            if not any(cell.strip() for cell in row):
-                continue
-            line = rows.line_num
-            if len(row) < width:
-                raise InputError(
-                    f"expected at least {width} fields, got {len(row)}", source=path, line=line
-                )
-            cells = {name: row[index].strip() for name, index in at.items()}
+        at = header_columns(
+            rows, path, NODE_COLUMNS, "a node list of Alibaba's cluster-trace-gpu-v2023"
+        )
+        for line, row in data_rows(rows, path, at):
+            cells = {name: row[index] for name, index in at.items()}
             node = _node(cells, path, line)
             if node.name in first:
                 raise InputError(
